@@ -1,0 +1,94 @@
+package badger
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+
+	bg "github.com/dgraph-io/badger/v4"
+)
+
+// ErrClosed is returned by methods of a closed DB.
+var ErrClosed = errors.New("badger: closed")
+
+// Options configure Open. The zero value of each field means its default.
+type Options struct {
+	// Dir is the data directory; created if missing. Required unless InMemory.
+	Dir string
+	// InMemory keeps everything in RAM (tests, benchmarks). Default false.
+	InMemory bool
+	// EncryptionKey, when set, turns on Badger's AES encryption at rest.
+	// Length 16, 24 or 32 bytes (AES-128/192/256).
+	EncryptionKey []byte
+	// SyncWrites makes every commit fsync before it returns. Default true
+	// (durability of acknowledged writes); set NoSync to turn it off.
+	NoSync bool
+	// Logger receives Badger's warnings and errors; nil discards them.
+	Logger *slog.Logger
+}
+
+// DB is a memosrt data directory: one Badger database.
+type DB struct {
+	db *bg.DB
+}
+
+// Open opens (creating if needed) the database in opts.Dir.
+func Open(opts Options) (*DB, error) {
+	if !opts.InMemory && opts.Dir == "" {
+		return nil, errors.New("badger: Options.Dir is empty")
+	}
+	if n := len(opts.EncryptionKey); n != 0 && n != 16 && n != 24 && n != 32 {
+		return nil, fmt.Errorf("badger: encryption key is %d bytes, want 16, 24 or 32", n)
+	}
+	if !opts.InMemory {
+		if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
+			return nil, fmt.Errorf("badger: %w", err)
+		}
+	}
+	bo := bg.DefaultOptions(opts.Dir).
+		WithInMemory(opts.InMemory).
+		WithSyncWrites(!opts.NoSync).
+		WithLogger(slogAdapter{opts.Logger}).
+		WithNumVersionsToKeep(1).
+		WithMemTableSize(16 << 20).
+		WithValueThreshold(1 << 10).
+		WithNumCompactors(2)
+	if opts.InMemory {
+		bo = bo.WithDir("").WithValueDir("")
+	}
+	if len(opts.EncryptionKey) > 0 {
+		bo = bo.WithEncryptionKey(opts.EncryptionKey).WithIndexCacheSize(16 << 20)
+	}
+	db, err := bg.Open(bo)
+	if err != nil {
+		return nil, fmt.Errorf("badger: open %s: %w", opts.Dir, err)
+	}
+	return &DB{db: db}, nil
+}
+
+// Badger returns the underlying Badger handle for the owner packages.
+func (d *DB) Badger() *bg.DB { return d.db }
+
+// Close flushes and closes the database. Idempotent.
+func (d *DB) Close() error {
+	if d.db == nil || d.db.IsClosed() {
+		return nil
+	}
+	return d.db.Close()
+}
+
+type slogAdapter struct{ l *slog.Logger }
+
+func (a slogAdapter) Errorf(f string, v ...any) {
+	if a.l != nil {
+		a.l.Error(fmt.Sprintf(f, v...), "src", "badger")
+	}
+}
+func (a slogAdapter) Warningf(f string, v ...any) {
+	if a.l != nil {
+		a.l.Warn(fmt.Sprintf(f, v...), "src", "badger")
+	}
+}
+func (slogAdapter) Infof(string, ...any)  {}
+func (slogAdapter) Debugf(string, ...any) {}

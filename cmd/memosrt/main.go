@@ -1,0 +1,12 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/memosrt/memosrt/runtime/llama"
+)
+
+func main() {
+	llama.Init("")
+	fmt.Println(llama.SystemInfo())
+}

@@ -1,0 +1,785 @@
+package llama
+
+/*
+#cgo CPPFLAGS: -I${SRCDIR}/../../third_party/llama.cpp/include -I${SRCDIR}/../../third_party/ggml/include
+#cgo CXXFLAGS: -std=c++17
+#include <stdlib.h>
+#include <string.h>
+#include <stdint.h>
+#include "llama.h"
+#include "ggml.h"
+#include "ggml-backend.h"
+
+extern void memosrtLog(int level, char *text);
+extern _Bool memosrtProgress(float p, uintptr_t h);
+
+static void memosrt_log_cb(enum ggml_log_level level, const char *text, void *ud) {
+	(void)ud;
+	if (level == GGML_LOG_LEVEL_CONT || level < GGML_LOG_LEVEL_WARN) return;
+	memosrtLog((int)level, (char *)text);
+}
+
+static void memosrt_set_log(void) {
+	llama_log_set(memosrt_log_cb, NULL);
+	ggml_log_set(memosrt_log_cb, NULL);
+}
+
+static bool memosrt_progress_cb(float p, void *ud) {
+	return memosrtProgress(p, (uintptr_t)ud);
+}
+
+static void memosrt_set_progress(struct llama_model_params *p, uintptr_t h) {
+	p->progress_callback = memosrt_progress_cb;
+	p->progress_callback_user_data = (void *)h;
+}
+
+// Abort flag polled by ggml between graph nodes (llama_set_abort_callback).
+static bool memosrt_abort_cb(void *data) {
+	return __atomic_load_n((volatile int *)data, __ATOMIC_RELAXED) != 0;
+}
+
+static void memosrt_set_abort(struct llama_context *ctx, int *flag) {
+	llama_set_abort_callback(ctx, memosrt_abort_cb, flag);
+}
+
+static void memosrt_store_flag(int *flag, int v) {
+	__atomic_store_n(flag, v, __ATOMIC_RELAXED);
+}
+
+static void memosrt_batch_set(struct llama_batch *b, int i, llama_token tok, llama_pos pos, llama_seq_id seq, int8_t logits) {
+	b->token[i] = tok;
+	b->pos[i] = pos;
+	b->n_seq_id[i] = 1;
+	b->seq_id[i][0] = seq;
+	b->logits[i] = logits;
+}
+*/
+import "C"
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	goruntime "runtime"
+	"runtime/cgo"
+	"sync"
+	"sync/atomic"
+	"unsafe" // unsafe: the cgo boundary; C buffers are viewed and copied into Go memory here only.
+
+	_ "github.com/ollama/ollama/llama/llama.cpp/src"       // compiles llama.cpp into the binary
+	_ "github.com/ollama/ollama/ml/backend/ggml/ggml/src" // compiles ggml (CPU backend) into the binary
+)
+
+// Token is a vocabulary id (llama_token).
+type Token = int32
+
+// GGML tensor types usable for the KV cache (values of enum ggml_type).
+const (
+	TypeF32  = int(C.GGML_TYPE_F32)
+	TypeF16  = int(C.GGML_TYPE_F16)
+	TypeQ4_0 = int(C.GGML_TYPE_Q4_0)
+	TypeQ8_0 = int(C.GGML_TYPE_Q8_0)
+)
+
+// Flash attention modes (enum llama_flash_attn_type).
+const (
+	FlashAttnAuto     = int(C.LLAMA_FLASH_ATTN_TYPE_AUTO)
+	FlashAttnDisabled = int(C.LLAMA_FLASH_ATTN_TYPE_DISABLED)
+	FlashAttnEnabled  = int(C.LLAMA_FLASH_ATTN_TYPE_ENABLED)
+)
+
+// TypeName returns ggml's name of a tensor type ("f16", "q8_0").
+func TypeName(t int) string { return C.GoString(C.ggml_type_name(C.enum_ggml_type(t))) }
+
+var logger atomic.Pointer[slog.Logger]
+
+// SetLogger routes llama.cpp and ggml warnings and errors to l (nil discards them).
+// llama.cpp logging is process-global, so this is too.
+func SetLogger(l *slog.Logger) { logger.Store(l) }
+
+//export memosrtLog
+func memosrtLog(level C.int, text *C.char) {
+	l := logger.Load()
+	if l == nil {
+		return
+	}
+	msg := C.GoString(text)
+	for len(msg) > 0 && msg[len(msg)-1] == '\n' {
+		msg = msg[:len(msg)-1]
+	}
+	if level >= C.GGML_LOG_LEVEL_ERROR {
+		l.Error(msg, "src", "llama.cpp")
+	} else {
+		l.Warn(msg, "src", "llama.cpp")
+	}
+}
+
+//export memosrtProgress
+func memosrtProgress(p C.float, h C.uintptr_t) C._Bool {
+	fn := cgo.Handle(h).Value().(func(float32) bool)
+	return C._Bool(fn(float32(p)))
+}
+
+var initOnce sync.Once
+
+// Init initialises the llama.cpp backend once per process and loads the ggml
+// backend modules (libggml-*.so, e.g. CUDA) found in libDir, if libDir is not
+// empty and exists. The CPU backend is compiled in and always present.
+// Later calls only load further directories.
+func Init(libDir string) {
+	initOnce.Do(func() {
+		C.memosrt_set_log()
+		C.llama_backend_init()
+	})
+	if libDir == "" {
+		return
+	}
+	if st, err := os.Stat(libDir); err != nil || !st.IsDir() {
+		return
+	}
+	cs := C.CString(libDir)
+	defer C.free(unsafe.Pointer(cs))
+	C.ggml_backend_load_all_from_path(cs)
+}
+
+// Device describes one ggml backend device.
+type Device struct {
+	Name        string
+	Description string
+	Kind        string // "cpu", "gpu", "igpu" or "accel"
+	FreeBytes   uint64
+	TotalBytes  uint64
+}
+
+// Devices lists the ggml backend devices registered in this process.
+func Devices() []Device {
+	n := int(C.ggml_backend_dev_count())
+	out := make([]Device, 0, n)
+	for i := 0; i < n; i++ {
+		d := C.ggml_backend_dev_get(C.size_t(i))
+		var free, total C.size_t
+		C.ggml_backend_dev_memory(d, &free, &total)
+		kind := "accel"
+		switch C.ggml_backend_dev_type(d) {
+		case C.GGML_BACKEND_DEVICE_TYPE_CPU:
+			kind = "cpu"
+		case C.GGML_BACKEND_DEVICE_TYPE_GPU:
+			kind = "gpu"
+		case C.GGML_BACKEND_DEVICE_TYPE_IGPU:
+			kind = "igpu"
+		}
+		out = append(out, Device{
+			Name:        C.GoString(C.ggml_backend_dev_name(d)),
+			Description: C.GoString(C.ggml_backend_dev_description(d)),
+			Kind:        kind,
+			FreeBytes:   uint64(free),
+			TotalBytes:  uint64(total),
+		})
+	}
+	return out
+}
+
+// SystemInfo returns llama_print_system_info(): the CPU features compiled in.
+func SystemInfo() string { return C.GoString(C.llama_print_system_info()) }
+
+// Errors returned at the C boundary.
+var (
+	ErrLoad       = errors.New("llama: model load failed")
+	ErrContext    = errors.New("llama: context creation failed")
+	ErrClosed     = errors.New("llama: closed")
+	ErrNoKVSlot   = errors.New("llama: no KV cache slot for the batch (n_ctx full)")
+	ErrAborted    = errors.New("llama: decode aborted")
+	ErrDecode     = errors.New("llama: decode failed")
+	ErrTokenize   = errors.New("llama: tokenize failed")
+	ErrTemplate   = errors.New("llama: chat template failed")
+	ErrStateSeq   = errors.New("llama: sequence state rejected")
+	ErrAdapter    = errors.New("llama: LoRA adapter failed")
+	ErrBadSeqID   = errors.New("llama: sequence id out of range")
+	ErrBatchFull  = errors.New("llama: batch full")
+	ErrEmptyBatch = errors.New("llama: empty batch")
+)
+
+// ModelParams are load-time model settings.
+type ModelParams struct {
+	// NGPULayers is the number of layers offloaded to GPU devices; -1 means all. Default 0.
+	NGPULayers int
+	// UseMmap maps the weights instead of reading them. Default false here; set true to map.
+	UseMmap bool
+	// VocabOnly loads only the tokenizer.
+	VocabOnly bool
+	// Progress, if not nil, is called with values in [0, 1] while loading; returning false aborts.
+	Progress func(float32) bool
+}
+
+// Model is a loaded GGUF model. Safe for concurrent use after load except Close.
+type Model struct {
+	mu    sync.RWMutex // guards m against Close
+	m     *C.struct_llama_model
+	vocab *C.struct_llama_vocab
+}
+
+// LoadModel loads the GGUF file at path. Init must have been called.
+// Returns an error wrapping ErrLoad when llama.cpp refuses the file.
+func LoadModel(path string, p ModelParams) (*Model, error) {
+	if _, err := os.Stat(path); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrLoad, err)
+	}
+	mp := C.llama_model_default_params()
+	mp.n_gpu_layers = C.int32_t(p.NGPULayers)
+	if p.NGPULayers < 0 {
+		mp.n_gpu_layers = 999
+	}
+	mp.use_mmap = C._Bool(p.UseMmap)
+	mp.vocab_only = C._Bool(p.VocabOnly)
+	var h cgo.Handle
+	if p.Progress != nil {
+		h = cgo.NewHandle(p.Progress)
+		defer h.Delete()
+		C.memosrt_set_progress(&mp, C.uintptr_t(h))
+	}
+	cs := C.CString(path)
+	defer C.free(unsafe.Pointer(cs))
+	m := C.llama_model_load_from_file(cs, mp)
+	if m == nil {
+		return nil, fmt.Errorf("%w: %s", ErrLoad, path)
+	}
+	return &Model{m: m, vocab: C.llama_model_get_vocab(m)}, nil
+}
+
+// Close frees the model. Contexts made from it must be closed first. Idempotent.
+func (m *Model) Close() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.m != nil {
+		C.llama_model_free(m.m)
+		m.m = nil
+		m.vocab = nil
+	}
+	return nil
+}
+
+// Shape of a model, read from its hyperparameters.
+type Shape struct {
+	NLayer    int // transformer blocks
+	NEmbd     int // embedding width
+	NHead     int // attention heads
+	NHeadKV   int // KV heads (GQA)
+	NCtxTrain int // training context length, tokens
+	NVocab    int // vocabulary size, tokens
+	NParams   uint64
+	SizeBytes uint64
+	Desc      string // llama_model_desc, e.g. "llama ?B F16"
+}
+
+// Shape returns the model's hyperparameters.
+func (m *Model) Shape() Shape {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if m.m == nil {
+		return Shape{}
+	}
+	buf := make([]byte, 256)
+	n := C.llama_model_desc(m.m, (*C.char)(unsafe.Pointer(&buf[0])), C.size_t(len(buf)))
+	if n < 0 {
+		n = 0
+	}
+	return Shape{
+		NLayer:    int(C.llama_model_n_layer(m.m)),
+		NEmbd:     int(C.llama_model_n_embd(m.m)),
+		NHead:     int(C.llama_model_n_head(m.m)),
+		NHeadKV:   int(C.llama_model_n_head_kv(m.m)),
+		NCtxTrain: int(C.llama_model_n_ctx_train(m.m)),
+		NVocab:    int(C.llama_vocab_n_tokens(m.vocab)),
+		NParams:   uint64(C.llama_model_n_params(m.m)),
+		SizeBytes: uint64(C.llama_model_size(m.m)),
+		Desc:      string(buf[:min(int(n), len(buf))]),
+	}
+}
+
+// Meta returns the GGUF metadata value for key, and whether it exists.
+func (m *Model) Meta(key string) (string, bool) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if m.m == nil {
+		return "", false
+	}
+	ck := C.CString(key)
+	defer C.free(unsafe.Pointer(ck))
+	buf := make([]byte, 4096)
+	n := C.llama_model_meta_val_str(m.m, ck, (*C.char)(unsafe.Pointer(&buf[0])), C.size_t(len(buf)))
+	if n < 0 {
+		return "", false
+	}
+	if int(n) >= len(buf) {
+		buf = make([]byte, int(n)+1)
+		n = C.llama_model_meta_val_str(m.m, ck, (*C.char)(unsafe.Pointer(&buf[0])), C.size_t(len(buf)))
+	}
+	return string(buf[:n]), true
+}
+
+// ChatTemplate returns the model's default chat template (tokenizer.chat_template), or "".
+func (m *Model) ChatTemplate() string {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if m.m == nil {
+		return ""
+	}
+	p := C.llama_model_chat_template(m.m, nil)
+	if p == nil {
+		return ""
+	}
+	return C.GoString(p)
+}
+
+// BOS, EOS return the special token ids (-1 when absent).
+func (m *Model) BOS() Token { return Token(C.llama_vocab_bos(m.vocab)) }
+func (m *Model) EOS() Token { return Token(C.llama_vocab_eos(m.vocab)) }
+
+// IsEOG reports whether tok ends generation (EOS, EOT, ...).
+func (m *Model) IsEOG(tok Token) bool { return bool(C.llama_vocab_is_eog(m.vocab, C.llama_token(tok))) }
+
+// AddBOS reports whether the tokenizer prepends BOS to a prompt.
+func (m *Model) AddBOS() bool { return bool(C.llama_vocab_get_add_bos(m.vocab)) }
+
+// Tokenize converts text to tokens. addSpecial adds BOS/EOS as the model's
+// tokenizer asks; parseSpecial turns special-token text (e.g. "<s>") into its id.
+func (m *Model) Tokenize(text string, addSpecial, parseSpecial bool) ([]Token, error) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if m.m == nil {
+		return nil, ErrClosed
+	}
+	ct := C.CString(text)
+	defer C.free(unsafe.Pointer(ct))
+	n := len(text) + 2
+	for attempt := 0; attempt < 2; attempt++ {
+		toks := make([]Token, n)
+		var p *C.llama_token
+		if n > 0 {
+			p = (*C.llama_token)(unsafe.Pointer(&toks[0]))
+		}
+		got := C.llama_tokenize(m.vocab, ct, C.int32_t(len(text)), p, C.int32_t(n), C._Bool(addSpecial), C._Bool(parseSpecial))
+		if got >= 0 {
+			return toks[:got], nil
+		}
+		if got == C.INT32_MIN {
+			break
+		}
+		n = int(-got)
+	}
+	return nil, fmt.Errorf("%w: %d bytes of text", ErrTokenize, len(text))
+}
+
+// TokenPiece returns the text bytes of one token (special tokens rendered when special).
+func (m *Model) TokenPiece(tok Token, special bool) []byte {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if m.m == nil {
+		return nil
+	}
+	buf := make([]byte, 64)
+	for {
+		n := C.llama_token_to_piece(m.vocab, C.llama_token(tok), (*C.char)(unsafe.Pointer(&buf[0])), C.int32_t(len(buf)), 0, C._Bool(special))
+		if n >= 0 {
+			return buf[:n]
+		}
+		buf = make([]byte, int(-n))
+	}
+}
+
+// Detokenize renders tokens as text (llama_detokenize; no special tokens, no
+// leading-space removal), so that Detokenize(Tokenize(s)) == s for plain text.
+func (m *Model) Detokenize(toks []Token) string {
+	var out []byte
+	for _, t := range toks {
+		out = append(out, m.TokenPiece(t, false)...)
+	}
+	return string(out)
+}
+
+// ChatMessage is one turn for ApplyChatTemplate.
+type ChatMessage struct {
+	Role    string // "system", "user", "assistant"
+	Content string
+}
+
+// ApplyChatTemplate renders msgs with tmpl (a Jinja-like template text or a
+// built-in name such as "chatml"; "" uses the model's template) using
+// llama_chat_apply_template. addAssistant appends the assistant turn opener.
+// Returns an error wrapping ErrTemplate when the template is not supported.
+func (m *Model) ApplyChatTemplate(tmpl string, msgs []ChatMessage, addAssistant bool) (string, error) {
+	if tmpl == "" {
+		tmpl = m.ChatTemplate()
+	}
+	if tmpl == "" {
+		return "", fmt.Errorf("%w: model has no chat template", ErrTemplate)
+	}
+	ctmpl := C.CString(tmpl)
+	defer C.free(unsafe.Pointer(ctmpl))
+	cmsgs := (*C.struct_llama_chat_message)(C.calloc(C.size_t(max(len(msgs), 1)), C.size_t(unsafe.Sizeof(C.struct_llama_chat_message{}))))
+	defer C.free(unsafe.Pointer(cmsgs))
+	view := unsafe.Slice(cmsgs, max(len(msgs), 1))
+	total := 0
+	for i, msg := range msgs {
+		view[i].role = C.CString(msg.Role)
+		view[i].content = C.CString(msg.Content)
+		total += len(msg.Role) + len(msg.Content)
+	}
+	defer func() {
+		for i := range msgs {
+			C.free(unsafe.Pointer(view[i].role))
+			C.free(unsafe.Pointer(view[i].content))
+		}
+	}()
+	size := 2*total + 256
+	for attempt := 0; attempt < 2; attempt++ {
+		buf := make([]byte, size)
+		n := C.llama_chat_apply_template(ctmpl, cmsgs, C.size_t(len(msgs)), C._Bool(addAssistant), (*C.char)(unsafe.Pointer(&buf[0])), C.int32_t(len(buf)))
+		if n < 0 {
+			return "", fmt.Errorf("%w: template not supported", ErrTemplate)
+		}
+		if int(n) <= len(buf) {
+			return string(buf[:n]), nil
+		}
+		size = int(n)
+	}
+	return "", ErrTemplate
+}
+
+// ContextParams are load-time context settings (llama_context_params).
+type ContextParams struct {
+	NCtx      int // KV cache size in tokens, shared by all sequences; 0 = training context
+	NBatch    int // max tokens per Decode call; 0 = 2048
+	NUBatch   int // physical micro-batch, tokens; 0 = 512
+	NSeqMax   int // max distinct sequences; 0 = 1
+	Threads   int // decode threads; 0 = all cores
+	TypeK     int // KV key type (TypeF16, TypeQ8_0, TypeQ4_0); 0 means F32? no: use -1 for default f16
+	TypeV     int // KV value type; see TypeK
+	FlashAttn int // FlashAttnAuto, FlashAttnDisabled, FlashAttnEnabled
+	KVUnified bool
+}
+
+// Ctx is a llama context: a KV cache with NSeqMax sequences and the compute
+// graph. Not safe for concurrent use: one goroutine owns it.
+type Ctx struct {
+	c     *C.struct_llama_context
+	model *Model
+	abort *C.int // C memory polled by the abort callback
+	nVocab int
+}
+
+// NewContext creates a context on m.
+func NewContext(m *Model, p ContextParams) (*Ctx, error) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if m.m == nil {
+		return nil, ErrClosed
+	}
+	cp := C.llama_context_default_params()
+	if p.NCtx > 0 {
+		cp.n_ctx = C.uint32_t(p.NCtx)
+	}
+	if p.NBatch > 0 {
+		cp.n_batch = C.uint32_t(p.NBatch)
+	}
+	if p.NUBatch > 0 {
+		cp.n_ubatch = C.uint32_t(p.NUBatch)
+	}
+	if p.NSeqMax > 0 {
+		cp.n_seq_max = C.uint32_t(p.NSeqMax)
+	}
+	if p.Threads > 0 {
+		cp.n_threads = C.int32_t(p.Threads)
+		cp.n_threads_batch = C.int32_t(p.Threads)
+	}
+	cp.type_k = C.enum_ggml_type(p.TypeK)
+	cp.type_v = C.enum_ggml_type(p.TypeV)
+	cp.flash_attn_type = C.enum_llama_flash_attn_type(p.FlashAttn)
+	cp.kv_unified = C._Bool(p.KVUnified)
+	cp.no_perf = true
+	c := C.llama_init_from_model(m.m, cp)
+	if c == nil {
+		return nil, fmt.Errorf("%w: n_ctx=%d n_batch=%d n_seq_max=%d type_k=%s type_v=%s", ErrContext,
+			p.NCtx, p.NBatch, p.NSeqMax, TypeName(p.TypeK), TypeName(p.TypeV))
+	}
+	flag := (*C.int)(C.calloc(1, C.size_t(unsafe.Sizeof(C.int(0)))))
+	C.memosrt_set_abort(c, flag)
+	return &Ctx{c: c, model: m, abort: flag, nVocab: int(C.llama_vocab_n_tokens(m.vocab))}, nil
+}
+
+// Close frees the context. Idempotent.
+func (c *Ctx) Close() error {
+	if c.c != nil {
+		C.llama_free(c.c)
+		c.c = nil
+		C.free(unsafe.Pointer(c.abort))
+		c.abort = nil
+	}
+	return nil
+}
+
+// Model returns the model the context was made from.
+func (c *Ctx) Model() *Model { return c.model }
+
+// NCtx returns the KV cache size in tokens; NBatch, NUBatch, NSeqMax likewise.
+func (c *Ctx) NCtx() int    { return int(C.llama_n_ctx(c.c)) }
+func (c *Ctx) NCtxSeq() int { return int(C.llama_n_ctx_seq(c.c)) }
+func (c *Ctx) NBatch() int  { return int(C.llama_n_batch(c.c)) }
+func (c *Ctx) NUBatch() int { return int(C.llama_n_ubatch(c.c)) }
+func (c *Ctx) NSeqMax() int { return int(C.llama_n_seq_max(c.c)) }
+
+// SetThreads sets the decode and batch thread counts.
+func (c *Ctx) SetThreads(n int) { C.llama_set_n_threads(c.c, C.int32_t(n), C.int32_t(n)) }
+
+// SetAbort raises (true) or clears (false) the abort flag that llama_decode
+// polls; a raised flag makes a running Decode return ErrAborted. Safe to call
+// from any goroutine.
+func (c *Ctx) SetAbort(on bool) {
+	v := 0
+	if on {
+		v = 1
+	}
+	C.memosrt_store_flag(c.abort, C.int(v))
+}
+
+// Batch is a llama_batch of up to Cap tokens, one sequence id per token.
+// Not safe for concurrent use.
+type Batch struct {
+	b   C.struct_llama_batch
+	cap int
+	n   int
+}
+
+// NewBatch allocates a batch for up to capacity tokens.
+func NewBatch(capacity int) *Batch {
+	return &Batch{b: C.llama_batch_init(C.int32_t(capacity), 0, 1), cap: capacity}
+}
+
+// Add appends a token at position pos of sequence seq; logits asks for its output row.
+func (b *Batch) Add(tok Token, pos int, seq int, logits bool) error {
+	if b.n >= b.cap {
+		return ErrBatchFull
+	}
+	l := C.int8_t(0)
+	if logits {
+		l = 1
+	}
+	C.memosrt_batch_set(&b.b, C.int(b.n), C.llama_token(tok), C.llama_pos(pos), C.llama_seq_id(seq), l)
+	b.n++
+	b.b.n_tokens = C.int32_t(b.n)
+	return nil
+}
+
+// Len returns the number of tokens in the batch; Cap its capacity.
+func (b *Batch) Len() int { return b.n }
+func (b *Batch) Cap() int { return b.cap }
+
+// Clear empties the batch.
+func (b *Batch) Clear() { b.n = 0; b.b.n_tokens = 0 }
+
+// Close frees the batch. Idempotent.
+func (b *Batch) Close() error {
+	if b.cap > 0 {
+		C.llama_batch_free(b.b)
+		b.cap = 0
+		b.n = 0
+	}
+	return nil
+}
+
+// Decode runs the batch (llama_decode). Return codes become ErrNoKVSlot (1),
+// ErrAborted (2) and ErrDecode (others).
+func (c *Ctx) Decode(b *Batch) error {
+	if c.c == nil {
+		return ErrClosed
+	}
+	if b.n == 0 {
+		return ErrEmptyBatch
+	}
+	rc := C.llama_decode(c.c, b.b)
+	switch rc {
+	case 0:
+		return nil
+	case 1:
+		return ErrNoKVSlot
+	case 2:
+		return ErrAborted
+	default:
+		return fmt.Errorf("%w: code %d", ErrDecode, int(rc))
+	}
+}
+
+// Logits copies the output row for batch index i (a token added with
+// logits=true) into dst, which grows to [n_vocab]float32, and returns it.
+func (c *Ctx) Logits(i int, dst []float32) []float32 {
+	p := C.llama_get_logits_ith(c.c, C.int32_t(i))
+	if p == nil {
+		return nil
+	}
+	dst = append(dst[:0], unsafe.Slice((*float32)(unsafe.Pointer(p)), c.nVocab)...)
+	return dst
+}
+
+// Embeddings copies the pooled embedding of seq ([n_embd]float32), or nil.
+func (c *Ctx) Embeddings(seq int, n int) []float32 {
+	p := C.llama_get_embeddings_seq(c.c, C.llama_seq_id(seq))
+	if p == nil {
+		return nil
+	}
+	return append([]float32(nil), unsafe.Slice((*float32)(unsafe.Pointer(p)), n)...)
+}
+
+func (c *Ctx) mem() C.llama_memory_t { return C.llama_get_memory(c.c) }
+
+func (c *Ctx) checkSeq(seq int) error {
+	if seq < 0 || seq >= c.NSeqMax() {
+		return fmt.Errorf("%w: %d not in [0, %d)", ErrBadSeqID, seq, c.NSeqMax())
+	}
+	return nil
+}
+
+// SeqRemove removes positions [p0, p1) of seq (p1 < 0: to the end).
+// seq < 0 removes from all sequences. Reports whether it succeeded.
+func (c *Ctx) SeqRemove(seq, p0, p1 int) bool {
+	return bool(C.llama_memory_seq_rm(c.mem(), C.llama_seq_id(seq), C.llama_pos(p0), C.llama_pos(p1)))
+}
+
+// SeqCopy shares positions [p0, p1) of src into dst (cells shared, nothing copied).
+func (c *Ctx) SeqCopy(src, dst, p0, p1 int) error {
+	if err := c.checkSeq(src); err != nil {
+		return err
+	}
+	if err := c.checkSeq(dst); err != nil {
+		return err
+	}
+	C.llama_memory_seq_cp(c.mem(), C.llama_seq_id(src), C.llama_seq_id(dst), C.llama_pos(p0), C.llama_pos(p1))
+	return nil
+}
+
+// SeqKeep removes every sequence but seq.
+func (c *Ctx) SeqKeep(seq int) { C.llama_memory_seq_keep(c.mem(), C.llama_seq_id(seq)) }
+
+// SeqShift adds delta to the positions in [p0, p1) of seq (llama_memory_seq_add).
+func (c *Ctx) SeqShift(seq, p0, p1, delta int) error {
+	if !bool(C.llama_memory_can_shift(c.mem())) {
+		return fmt.Errorf("llama: this model's KV cache cannot shift positions")
+	}
+	C.llama_memory_seq_add(c.mem(), C.llama_seq_id(seq), C.llama_pos(p0), C.llama_pos(p1), C.llama_pos(delta))
+	return nil
+}
+
+// SeqPosMax returns the largest position in seq, or -1 when seq is empty.
+func (c *Ctx) SeqPosMax(seq int) int {
+	return int(C.llama_memory_seq_pos_max(c.mem(), C.llama_seq_id(seq)))
+}
+
+// SeqPosMin returns the smallest position in seq, or -1 when seq is empty.
+func (c *Ctx) SeqPosMin(seq int) int {
+	return int(C.llama_memory_seq_pos_min(c.mem(), C.llama_seq_id(seq)))
+}
+
+// ClearMemory empties the whole KV cache (all sequences).
+func (c *Ctx) ClearMemory() { C.llama_memory_clear(c.mem(), true) }
+
+// StateSeqSize returns the byte size of seq's serialized state (llama_state_seq_get_size).
+func (c *Ctx) StateSeqSize(seq int) int {
+	return int(C.llama_state_seq_get_size(c.c, C.llama_seq_id(seq)))
+}
+
+// StateSeqGet serializes seq's KV state (llama_state_seq_get_data) into a new slice.
+func (c *Ctx) StateSeqGet(seq int) ([]byte, error) {
+	if err := c.checkSeq(seq); err != nil {
+		return nil, err
+	}
+	n := c.StateSeqSize(seq)
+	buf := make([]byte, n)
+	if n == 0 {
+		return buf, nil
+	}
+	var pin goruntime.Pinner
+	pin.Pin(&buf[0])
+	defer pin.Unpin()
+	got := C.llama_state_seq_get_data(c.c, (*C.uint8_t)(unsafe.Pointer(&buf[0])), C.size_t(n), C.llama_seq_id(seq))
+	if int(got) != n {
+		return nil, fmt.Errorf("%w: wrote %d of %d bytes", ErrStateSeq, int(got), n)
+	}
+	return buf, nil
+}
+
+// StateSeqSet restores seq from data produced by StateSeqGet. On failure
+// llama.cpp clears seq (llama_kv_cache::state_read), so the sequence is left
+// empty, never half-restored; the error wraps ErrStateSeq.
+func (c *Ctx) StateSeqSet(seq int, data []byte) error {
+	if err := c.checkSeq(seq); err != nil {
+		return err
+	}
+	if len(data) == 0 {
+		return fmt.Errorf("%w: empty state", ErrStateSeq)
+	}
+	var pin goruntime.Pinner
+	pin.Pin(&data[0])
+	defer pin.Unpin()
+	got := C.llama_state_seq_set_data(c.c, (*C.uint8_t)(unsafe.Pointer(&data[0])), C.size_t(len(data)), C.llama_seq_id(seq))
+	if got == 0 {
+		c.SeqRemove(seq, -1, -1)
+		return fmt.Errorf("%w: %d bytes into seq %d", ErrStateSeq, len(data), seq)
+	}
+	return nil
+}
+
+// Adapter is a loaded LoRA adapter (llama_adapter_lora). Free it with Close
+// after every context using it has detached it.
+type Adapter struct {
+	a *C.struct_llama_adapter_lora
+}
+
+// LoadAdapter loads a GGUF LoRA adapter for model m. Returns an error wrapping
+// ErrAdapter when llama.cpp refuses it (wrong base model shapes, bad file).
+func LoadAdapter(m *Model, path string) (*Adapter, error) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if m.m == nil {
+		return nil, ErrClosed
+	}
+	if _, err := os.Stat(path); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrAdapter, err)
+	}
+	cs := C.CString(path)
+	defer C.free(unsafe.Pointer(cs))
+	a := C.llama_adapter_lora_init(m.m, cs)
+	if a == nil {
+		return nil, fmt.Errorf("%w: %s refused by llama.cpp", ErrAdapter, path)
+	}
+	return &Adapter{a: a}, nil
+}
+
+// Close frees the adapter. Idempotent.
+func (a *Adapter) Close() error {
+	if a.a != nil {
+		C.llama_adapter_lora_free(a.a)
+		a.a = nil
+	}
+	return nil
+}
+
+// SetAdapter attaches a to the context with scale (replacing its scale if attached).
+func (c *Ctx) SetAdapter(a *Adapter, scale float32) error {
+	if a.a == nil {
+		return ErrClosed
+	}
+	if rc := C.llama_set_adapter_lora(c.c, a.a, C.float(scale)); rc != 0 {
+		return fmt.Errorf("%w: attach code %d", ErrAdapter, int(rc))
+	}
+	return nil
+}
+
+// RemoveAdapter detaches a; it is not an error if a was not attached.
+func (c *Ctx) RemoveAdapter(a *Adapter) {
+	if a.a != nil {
+		C.llama_rm_adapter_lora(c.c, a.a)
+	}
+}
+
+// ClearAdapters detaches all adapters.
+func (c *Ctx) ClearAdapters() { C.llama_clear_adapter_lora(c.c) }
