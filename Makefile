@@ -2,8 +2,11 @@
 # CPU flags: MARCH=native by default; MARCH=x86-64-v3 for a portable build.
 MARCH    ?= native
 OPT      ?= -O3
-CGO_CFLAGS   ?= $(OPT) -march=$(MARCH) -fopenmp -DGGML_USE_OPENMP
-CGO_CXXFLAGS ?= $(OPT) -march=$(MARCH) -fopenmp -DGGML_USE_OPENMP
+# ollama's module ships ggml-cpu without its AMX sources (no Go file in ggml-cpu/amx),
+# so AMX is kept off even where -march=native would enable it.
+NOAMX    := $(if $(filter x86_64,$(shell uname -m)),-mno-amx-tile -mno-amx-int8 -mno-amx-bf16)
+CGO_CFLAGS   ?= $(OPT) -march=$(MARCH) $(NOAMX) -fopenmp -DGGML_USE_OPENMP
+CGO_CXXFLAGS ?= $(OPT) -march=$(MARCH) $(NOAMX) -fopenmp -DGGML_USE_OPENMP
 CGO_LDFLAGS  ?= -fopenmp
 export CGO_ENABLED=1
 export CGO_CFLAGS CGO_CXXFLAGS CGO_LDFLAGS
