@@ -1,0 +1,22 @@
+// Package textmem is the text tier of memosrt: plaintext memories kept per
+// cube (one user's or agent's namespace) in the shared Badger database under
+// the key prefix t/<cube>/, and found again by retrieval.
+//
+// A Store (Open) adds, reads, updates (keeping every version, see History)
+// and deletes Memory values, and answers Search with BM25 over an inverted
+// index whose postings and per-cube statistics are persisted next to the
+// texts and written in the same transaction. On the first use of a cube the
+// Store loads that cube's persisted index (not its texts) into memory;
+// searches then read only the in-memory index and the winning memories.
+// SearchWith adds filters (kind, tags, event and creation time ranges),
+// dense retrieval fused with the lexical ranks when an Embedder is set, an
+// event-time recency boost and neighbour expansion.
+//
+// Cubes are isolated: no call on cube A reads or writes a key of cube B.
+// Exact duplicates (same normalised text and event time) are detected inside
+// the write transaction, so concurrent identical Adds store one memory.
+//
+// A Store is safe for concurrent use. Writes to one cube are serialised;
+// writes to different cubes and all reads run in parallel. Only one Store
+// may be open over a database at a time.
+package textmem

@@ -1,0 +1,35 @@
+package textmem
+
+import "errors"
+
+// Sentinel errors. Callers test them with errors.Is; the returned error may
+// wrap them with the values that explain it.
+var (
+	// ErrNotFound is returned by Get, Update, Delete and History when the
+	// cube holds no memory with that id (including ids that are not
+	// well-formed).
+	ErrNotFound = errors.New("textmem: memory not found")
+
+	// ErrEmptyText is returned by Add and Update when the text is empty or
+	// whitespace only. Nothing is stored.
+	ErrEmptyText = errors.New("textmem: empty text")
+
+	// ErrInvalidUTF8 is returned when a text, query, kind, tag or source is
+	// not valid UTF-8. Nothing is stored.
+	ErrInvalidUTF8 = errors.New("textmem: invalid utf-8")
+
+	// ErrBadCube is returned when a cube name is not 1..64 characters of
+	// [A-Za-z0-9._-].
+	ErrBadCube = errors.New("textmem: bad cube name")
+
+	// ErrTooLarge is returned by Add and Update when the text is longer than
+	// Options.MaxTextBytes.
+	ErrTooLarge = errors.New("textmem: text too large")
+
+	// ErrClosed is returned by every method of a closed Store.
+	ErrClosed = errors.New("textmem: closed")
+
+	// ErrBadQuery is returned by SearchWith when the Query is inconsistent
+	// (for example Until before Since).
+	ErrBadQuery = errors.New("textmem: bad query")
+)

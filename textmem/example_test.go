@@ -1,0 +1,49 @@
+package textmem_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+
+	"github.com/memosrt/memosrt/badger"
+	"github.com/memosrt/memosrt/textmem"
+)
+
+func Example() {
+	dir, err := os.MkdirTemp("", "textmem-example")
+	if err != nil {
+		panic(err)
+	}
+	defer os.RemoveAll(dir)
+	db, err := badger.Open(badger.Options{Dir: dir})
+	if err != nil {
+		panic(err)
+	}
+	defer db.Close()
+	s, err := textmem.Open(db, textmem.DefaultOptions())
+	if err != nil {
+		panic(err)
+	}
+	defer s.Close()
+
+	ctx := context.Background()
+	for _, text := range []string{
+		"Alice prefers green tea in the morning",
+		"Alice's cat is called Miso",
+		"The team meets on Tuesdays",
+	} {
+		if _, err := s.Add(ctx, "alice", textmem.Memory{Text: text, Kind: "fact"}); err != nil {
+			panic(err)
+		}
+	}
+	hits, err := s.Search(ctx, "alice", "what does alice drink in the mornings?", 2)
+	if err != nil {
+		panic(err)
+	}
+	for _, h := range hits {
+		fmt.Println(h.Memory.Text)
+	}
+	// Output:
+	// Alice prefers green tea in the morning
+	// Alice's cat is called Miso
+}

@@ -1,0 +1,93 @@
+package textmem
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// Options configure a Store. The zero value of each field means its default;
+// DefaultOptions returns them all filled in.
+type Options struct {
+	// Logger receives the Store's logs. Default: discard.
+	Logger *slog.Logger
+
+	// Now is the clock for Created and Updated and for time-ordered ids.
+	// Default: time.Now.
+	Now func() time.Time
+
+	// Analyzer turns texts and queries into index terms.
+	// Default: EnglishAnalyzer{}.
+	Analyzer Analyzer
+
+	// K1 is the BM25 term-frequency saturation, > 0. Default 1.2 (Lucene's
+	// BM25Similarity default).
+	K1 float64
+
+	// B is the BM25 document-length normalisation, in (0, 1]. Default 0.75
+	// (Lucene's default).
+	B float64
+
+	// MaxTextBytes is the longest text Add and Update accept, in bytes.
+	// Default 65536.
+	MaxTextBytes int
+
+	// OnDelete, when set, is called after a memory has been deleted (by
+	// Delete or DeleteCube) and the deletion committed, so that other tiers
+	// can drop what they derived from it. It runs on the deleting
+	// goroutine and must not call back into the Store. Default: none.
+	OnDelete func(cube, id string)
+}
+
+// DefaultOptions returns Options with every default filled in.
+func DefaultOptions() Options {
+	return Options{
+		Logger:       slog.New(slog.DiscardHandler),
+		Now:          time.Now,
+		Analyzer:     EnglishAnalyzer{},
+		K1:           1.2,
+		B:            0.75,
+		MaxTextBytes: 64 << 10,
+	}
+}
+
+// Validate reports every out-of-range field at once. Zero fields are valid
+// (they mean the default).
+func (o Options) Validate() error {
+	var errs []error
+	if o.K1 < 0 {
+		errs = append(errs, fmt.Errorf("textmem: K1 is %g, want > 0", o.K1))
+	}
+	if o.B < 0 || o.B > 1 {
+		errs = append(errs, fmt.Errorf("textmem: B is %g, want in (0, 1]", o.B))
+	}
+	if o.MaxTextBytes < 0 {
+		errs = append(errs, fmt.Errorf("textmem: MaxTextBytes is %d, want > 0", o.MaxTextBytes))
+	}
+	return errors.Join(errs...)
+}
+
+// withDefaults returns o with zero fields set to their defaults.
+func (o Options) withDefaults() Options {
+	d := DefaultOptions()
+	if o.Logger == nil {
+		o.Logger = d.Logger
+	}
+	if o.Now == nil {
+		o.Now = d.Now
+	}
+	if o.Analyzer == nil {
+		o.Analyzer = d.Analyzer
+	}
+	if o.K1 == 0 {
+		o.K1 = d.K1
+	}
+	if o.B == 0 {
+		o.B = d.B
+	}
+	if o.MaxTextBytes == 0 {
+		o.MaxTextBytes = d.MaxTextBytes
+	}
+	return o
+}
