@@ -1,0 +1,665 @@
+package runtime
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	goruntime "runtime"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/memosrt/memosrt/runtime/llama"
+)
+
+// Token is a vocabulary id.
+type Token = llama.Token
+
+// Options are load-time settings of an Engine. Zero means the default given.
+type Options struct {
+	// ModelPath is the GGUF file. Required.
+	ModelPath string
+	// LibDir holds loadable ggml backend modules (libggml-cuda.so); "" loads none.
+	LibDir string
+	// NGPULayers is the number of layers offloaded to a GPU; -1 all. Default 0.
+	NGPULayers int
+	// NCtx is the KV cache size in cells (tokens), shared by all sequences.
+	// Default 4096, capped at the model's training context.
+	NCtx int
+	// NBatch is the most tokens per llama_decode call. Default 512.
+	NBatch int
+	// NUBatch is the physical micro-batch in tokens. Default 512.
+	NUBatch int
+	// NSeqMax is the number of sequences. Default 1.
+	NSeqMax int
+	// Threads for prefill and decode. Default: number of CPUs.
+	Threads int
+	// TypeK, TypeV are the KV cache types: "f16" (default), "q8_0", "q4_0", "f32".
+	TypeK, TypeV string
+	// FlashAttn is "auto" (default), "on" or "off".
+	FlashAttn string
+	// Logger receives load information and llama.cpp warnings; nil discards.
+	Logger *slog.Logger
+	// Progress, if set, is called with the load fraction in [0, 1].
+	Progress func(float32)
+}
+
+// DefaultOptions returns Options with every default filled in except ModelPath.
+func DefaultOptions() Options {
+	return Options{NCtx: 4096, NBatch: 512, NUBatch: 512, NSeqMax: 1, Threads: goruntime.NumCPU(),
+		TypeK: "f16", TypeV: "f16", FlashAttn: "auto"}
+}
+
+func (o *Options) ensureDefaults() {
+	d := DefaultOptions()
+	if o.NCtx == 0 {
+		o.NCtx = d.NCtx
+	}
+	if o.NBatch == 0 {
+		o.NBatch = d.NBatch
+	}
+	if o.NUBatch == 0 {
+		o.NUBatch = min(d.NUBatch, o.NBatch)
+	}
+	if o.NSeqMax == 0 {
+		o.NSeqMax = d.NSeqMax
+	}
+	if o.Threads == 0 {
+		o.Threads = d.Threads
+	}
+	if o.TypeK == "" {
+		o.TypeK = d.TypeK
+	}
+	if o.TypeV == "" {
+		o.TypeV = d.TypeV
+	}
+	if o.FlashAttn == "" {
+		o.FlashAttn = d.FlashAttn
+	}
+}
+
+var kvTypes = map[string]int{"f16": llama.TypeF16, "f32": llama.TypeF32, "q8_0": llama.TypeQ8_0, "q4_0": llama.TypeQ4_0}
+var faModes = map[string]int{"auto": llama.FlashAttnAuto, "on": llama.FlashAttnEnabled, "off": llama.FlashAttnDisabled}
+
+// Validate reports every invalid field at once (after defaults are applied).
+func (o Options) Validate() error {
+	o.ensureDefaults()
+	var errs []error
+	if o.ModelPath == "" {
+		errs = append(errs, errors.New("ModelPath is empty"))
+	}
+	if o.NCtx < 8 {
+		errs = append(errs, fmt.Errorf("NCtx %d < 8", o.NCtx))
+	}
+	if o.NBatch < 1 || o.NUBatch < 1 || o.NUBatch > o.NBatch {
+		errs = append(errs, fmt.Errorf("NBatch %d / NUBatch %d: need 1 <= NUBatch <= NBatch", o.NBatch, o.NUBatch))
+	}
+	if o.NSeqMax < 1 || o.NSeqMax > 256 {
+		errs = append(errs, fmt.Errorf("NSeqMax %d not in [1, 256]", o.NSeqMax))
+	}
+	if _, ok := kvTypes[o.TypeK]; !ok {
+		errs = append(errs, fmt.Errorf("TypeK %q: want f16, f32, q8_0 or q4_0", o.TypeK))
+	}
+	if _, ok := kvTypes[o.TypeV]; !ok {
+		errs = append(errs, fmt.Errorf("TypeV %q: want f16, f32, q8_0 or q4_0", o.TypeV))
+	}
+	if _, ok := faModes[o.FlashAttn]; !ok {
+		errs = append(errs, fmt.Errorf("FlashAttn %q: want auto, on or off", o.FlashAttn))
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%w: %w", ErrBadOptions, errors.Join(errs...))
+	}
+	return nil
+}
+
+// Engine owns one model and one llama context. Safe for concurrent use;
+// calls that use the context are serialized.
+type Engine struct {
+	opts  Options
+	log   *slog.Logger
+	model *llama.Model
+	shape llama.Shape
+	fp    string
+
+	// mu guards ctx, batch, kv, closed and every llama context call.
+	mu     sync.Mutex
+	ctx    *llama.Ctx
+	batch  *llama.Batch
+	kv     KVConfig
+	closed bool
+}
+
+// Load loads the model and creates the context, then probes the KV layout
+// (one token decoded and serialized) so that KVConfig is exact.
+func Load(ctx context.Context, opts Options) (*Engine, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	opts.ensureDefaults()
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	llama.SetLogger(opts.Logger)
+	llama.Init(opts.LibDir)
+	fp, err := Fingerprint(opts.ModelPath)
+	if err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	mp := llama.ModelParams{NGPULayers: opts.NGPULayers, UseMmap: true}
+	mp.Progress = func(f float32) bool {
+		if opts.Progress != nil {
+			opts.Progress(f)
+		}
+		return ctx.Err() == nil
+	}
+	m, err := llama.LoadModel(opts.ModelPath, mp)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, err
+	}
+	shape := m.Shape()
+	nctx := opts.NCtx
+	if shape.NCtxTrain > 0 && nctx > shape.NCtxTrain {
+		log.Warn("n_ctx capped at the training context", "n_ctx", nctx, "n_ctx_train", shape.NCtxTrain)
+		nctx = shape.NCtxTrain
+		opts.NCtx = nctx
+	}
+	c, err := llama.NewContext(m, llama.ContextParams{
+		NCtx: nctx, NBatch: opts.NBatch, NUBatch: opts.NUBatch, NSeqMax: opts.NSeqMax,
+		Threads: opts.Threads, TypeK: kvTypes[opts.TypeK], TypeV: kvTypes[opts.TypeV],
+		FlashAttn: faModes[opts.FlashAttn], KVUnified: true,
+	})
+	if err != nil {
+		m.Close()
+		return nil, err
+	}
+	e := &Engine{opts: opts, log: log, model: m, shape: shape, fp: fp, ctx: c, batch: llama.NewBatch(opts.NBatch)}
+	if err := e.probe(); err != nil {
+		e.Close()
+		return nil, err
+	}
+	log.Info("model loaded", "model", opts.ModelPath, "desc", shape.Desc, "n_layer", shape.NLayer,
+		"n_ctx", c.NCtx(), "n_seq_max", c.NSeqMax(), "type_k", opts.TypeK, "type_v", opts.TypeV,
+		"v_trans", e.kv.VTrans, "load_ms", time.Since(start).Milliseconds())
+	return e, nil
+}
+
+// probe decodes one token into sequence 0 and parses its serialized state to
+// learn the live KV layout (types, row sizes, V transposition as resolved by
+// flash-attention "auto").
+func (e *Engine) probe() error {
+	tok := e.model.BOS()
+	if tok < 0 {
+		tok = 0
+	}
+	e.batch.Clear()
+	e.batch.Add(tok, 0, 0, true)
+	if err := e.ctx.Decode(e.batch); err != nil {
+		return fmt.Errorf("runtime: probe decode: %w", err)
+	}
+	st, err := e.ctx.StateSeqGet(0)
+	e.ctx.ClearMemory()
+	if err != nil {
+		return fmt.Errorf("runtime: probe state: %w", err)
+	}
+	s, err := ParseSeqState(st)
+	if err != nil {
+		return fmt.Errorf("runtime: probe state: %w", err)
+	}
+	e.kv = KVConfig{
+		ModelFingerprint: e.fp, NLayer: s.NLayer, KRowBytes: s.KRowBytes, VRowBytes: s.VRowBytes,
+		NEmbdVGQA: s.NEmbdVGQA, TypeK: llama.TypeName(s.TypeK), TypeV: llama.TypeName(s.TypeV),
+		VTrans: s.VTrans, NStream: s.NStream, NCtx: e.ctx.NCtx(),
+	}
+	return nil
+}
+
+// Close frees the context and model. Idempotent.
+func (e *Engine) Close() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return nil
+	}
+	e.closed = true
+	e.batch.Close()
+	e.ctx.Close()
+	return e.model.Close()
+}
+
+// Options returns the effective load options.
+func (e *Engine) Options() Options { return e.opts }
+
+// Shape returns the model's hyperparameters.
+func (e *Engine) Shape() llama.Shape { return e.shape }
+
+// KVConfig returns the live KV layout (what saved state must match).
+func (e *Engine) KVConfig() KVConfig { return e.kv }
+
+// NCtx returns the KV cache size in cells.
+func (e *Engine) NCtx() int { return e.kv.NCtx }
+
+// NSeqMax returns the number of sequences.
+func (e *Engine) NSeqMax() int { return e.opts.NSeqMax }
+
+// Model returns the loaded model (tokenizer and metadata access).
+func (e *Engine) Model() *llama.Model { return e.model }
+
+// Tokenize converts text to tokens; addBOS prepends BOS when the model's
+// tokenizer wants one. Special-token text is parsed.
+func (e *Engine) Tokenize(text string, addBOS bool) ([]Token, error) {
+	return e.model.Tokenize(text, addBOS, true)
+}
+
+// Detokenize renders tokens as text.
+func (e *Engine) Detokenize(toks []Token) string { return e.model.Detokenize(toks) }
+
+// BOS returns the model's beginning-of-sequence token, or -1.
+func (e *Engine) BOS() Token { return e.model.BOS() }
+
+// Fingerprint returns a hex SHA-256 over a GGUF file's size and sampled
+// content (first and last 4 MiB and 16 evenly spaced 64 KiB windows), enough
+// to tell apart models of equal shape without reading gigabytes.
+func Fingerprint(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", fmt.Errorf("runtime: fingerprint: %w", err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return "", fmt.Errorf("runtime: fingerprint: %w", err)
+	}
+	size := st.Size()
+	h := sha256.New()
+	binary.Write(h, binary.LittleEndian, size)
+	read := func(off, n int64) error {
+		if off < 0 {
+			off = 0
+		}
+		if off+n > size {
+			n = size - off
+		}
+		_, err := io.Copy(h, io.NewSectionReader(f, off, n))
+		return err
+	}
+	const head = 4 << 20
+	if err := read(0, head); err != nil {
+		return "", fmt.Errorf("runtime: fingerprint: %w", err)
+	}
+	for i := int64(1); i <= 16; i++ {
+		if err := read(size*i/17, 64<<10); err != nil {
+			return "", fmt.Errorf("runtime: fingerprint: %w", err)
+		}
+	}
+	if err := read(size-head, head); err != nil {
+		return "", fmt.Errorf("runtime: fingerprint: %w", err)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+func (e *Engine) lock() error {
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return ErrClosed
+	}
+	return nil
+}
+
+// ClearSeq removes every cell of seq.
+func (e *Engine) ClearSeq(seq int) error {
+	if err := e.lock(); err != nil {
+		return err
+	}
+	defer e.mu.Unlock()
+	e.ctx.SeqRemove(seq, -1, -1)
+	return nil
+}
+
+// SeqLen returns the number of positions held by seq (max position + 1).
+func (e *Engine) SeqLen(seq int) int {
+	if err := e.lock(); err != nil {
+		return 0
+	}
+	defer e.mu.Unlock()
+	return e.ctx.SeqPosMax(seq) + 1
+}
+
+// SaveSeq serializes seq's KV state (llama_state_seq_get_data).
+func (e *Engine) SaveSeq(seq int) ([]byte, error) {
+	if err := e.lock(); err != nil {
+		return nil, err
+	}
+	defer e.mu.Unlock()
+	return e.ctx.StateSeqGet(seq)
+}
+
+// RestoreSeq replaces seq's KV with state. The state is parsed and checked
+// against the live KVConfig before llama.cpp sees it; on any error seq is
+// left empty (never half-restored) and other sequences are untouched.
+// Restoring an empty state (no cells) empties seq and returns nil.
+// Returns the number of cells restored.
+func (e *Engine) RestoreSeq(seq int, state []byte) (int, error) {
+	s, err := ParseSeqState(state)
+	if err == nil {
+		err = s.CheckAgainst(e.kv)
+	}
+	if err == nil {
+		for i, p := range s.Positions {
+			if int(p) != i {
+				err = fmt.Errorf("%w: cell %d at position %d; only prefix states [0, n) restore", ErrBadState, i, p)
+				break
+			}
+		}
+	}
+	if lerr := e.lock(); lerr != nil {
+		return 0, lerr
+	}
+	defer e.mu.Unlock()
+	if seq < 0 || seq >= e.opts.NSeqMax {
+		return 0, fmt.Errorf("%w: seq %d not in [0, %d)", ErrBadState, seq, e.opts.NSeqMax)
+	}
+	e.ctx.SeqRemove(seq, -1, -1)
+	if err != nil {
+		return 0, err
+	}
+	if s.NCells == 0 {
+		return 0, nil
+	}
+	if err := e.ctx.StateSeqSet(seq, state); err != nil {
+		return 0, fmt.Errorf("%w: %w", ErrBadState, err)
+	}
+	return s.NCells, nil
+}
+
+// TruncateSeq keeps positions [0, n) of seq and removes the rest.
+func (e *Engine) TruncateSeq(seq, n int) error {
+	if err := e.lock(); err != nil {
+		return err
+	}
+	defer e.mu.Unlock()
+	if !e.ctx.SeqRemove(seq, n, -1) {
+		return fmt.Errorf("runtime: cannot truncate seq %d at %d", seq, n)
+	}
+	return nil
+}
+
+// CopySeq shares positions [p0, p1) of src into dst (llama_memory_seq_cp;
+// cells are shared, not copied). p1 < 0 means to the end.
+func (e *Engine) CopySeq(src, dst, p0, p1 int) error {
+	if err := e.lock(); err != nil {
+		return err
+	}
+	defer e.mu.Unlock()
+	return e.ctx.SeqCopy(src, dst, p0, p1)
+}
+
+// ShiftSeq adds delta to the positions in [p0, p1) of seq (RoPE shift,
+// llama_memory_seq_add).
+func (e *Engine) ShiftSeq(seq, p0, p1, delta int) error {
+	if err := e.lock(); err != nil {
+		return err
+	}
+	defer e.mu.Unlock()
+	return e.ctx.SeqShift(seq, p0, p1, delta)
+}
+
+// Prefill decodes toks into seq at positions [pos0, pos0+len(toks)) in
+// batches of NBatch, checking ctx between batches (and aborting a running
+// batch when ctx ends). No logits are kept. On error the positions from pos0
+// on are removed again.
+func (e *Engine) Prefill(ctx context.Context, seq int, toks []Token, pos0 int) error {
+	if err := e.lock(); err != nil {
+		return err
+	}
+	defer e.mu.Unlock()
+	return e.prefillLocked(ctx, seq, toks, pos0, false)
+}
+
+func (e *Engine) prefillLocked(ctx context.Context, seq int, toks []Token, pos0 int, lastLogits bool) (err error) {
+	if pos0+len(toks) > e.kv.NCtx {
+		return fmt.Errorf("%w: %d tokens at position %d, n_ctx %d", ErrPromptTooLong, len(toks), pos0, e.kv.NCtx)
+	}
+	stop := context.AfterFunc(ctx, func() { e.ctx.SetAbort(true) })
+	defer func() {
+		stop()
+		e.ctx.SetAbort(false)
+		if err != nil {
+			e.ctx.SeqRemove(seq, pos0, -1)
+		}
+	}()
+	nb := e.batch.Cap()
+	for i := 0; i < len(toks); i += nb {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		end := min(i+nb, len(toks))
+		e.batch.Clear()
+		for j := i; j < end; j++ {
+			e.batch.Add(toks[j], pos0+j, seq, lastLogits && j == len(toks)-1)
+		}
+		if err := e.ctx.Decode(e.batch); err != nil {
+			if errors.Is(err, llama.ErrAborted) && ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+// Request is one generation on one sequence.
+type Request struct {
+	// Seq is the sequence to use, in [0, NSeqMax).
+	Seq int
+	// Tokens is the whole prompt.
+	Tokens []Token
+	// NPast is how many leading prompt tokens seq already holds (restored or
+	// left from an earlier turn); they are not decoded again. At least the
+	// last prompt token is always decoded, since restored state has no logits.
+	NPast int
+	// Sampling chooses the next token; zero value is greedy.
+	Sampling llama.SamplerParams
+	// MaxTokens caps generated tokens; <= 0 means until n_ctx or end of generation.
+	MaxTokens int
+	// Stop strings end generation; the stop string is not part of the output.
+	Stop []string
+	// OnText, if set, receives the output text as it is produced, in order
+	// (never a split UTF-8 character or a prefix of a stop string). An error
+	// from it ends generation with that error.
+	OnText func(string) error
+	// Start is when the request began, for TTFT; zero means Generate's start.
+	Start time.Time
+}
+
+// Result reports one generation. Durations are wall-clock.
+type Result struct {
+	Text         string        `json:"response"`
+	Tokens       []Token       `json:"-"`
+	PromptTokens int           `json:"prompt_tokens"` // len(Request.Tokens)
+	CachedTokens int           `json:"cached_tokens"` // prompt tokens not decoded (NPast used)
+	TTFT         time.Duration `json:"-"`             // Start to first generated token sampled
+	PrefillTime  time.Duration `json:"-"`             // decoding the uncached prompt tokens
+	EvalTokens   int           `json:"eval_tokens"`   // generated tokens
+	EvalTime     time.Duration `json:"-"`             // first token sampled to last
+	DoneReason   string        `json:"done_reason"`   // "stop" (EOG or stop string) or "length"
+}
+
+// Generate decodes the uncached prompt suffix and samples until an
+// end-of-generation token, a stop string, MaxTokens or n_ctx. Cancelling ctx
+// stops it within one batch; ctx's error is returned with the partial result.
+// After return seq holds the prompt plus the generated tokens (for reuse on
+// the next turn); on error from prefill it holds only the first NPast tokens.
+func (e *Engine) Generate(ctx context.Context, req Request) (Result, error) {
+	start := req.Start
+	if start.IsZero() {
+		start = time.Now()
+	}
+	res := Result{PromptTokens: len(req.Tokens)}
+	if len(req.Tokens) == 0 {
+		return res, ErrEmptyPrompt
+	}
+	if err := e.lock(); err != nil {
+		return res, err
+	}
+	defer e.mu.Unlock()
+	if req.Seq < 0 || req.Seq >= e.opts.NSeqMax {
+		return res, fmt.Errorf("runtime: seq %d not in [0, %d)", req.Seq, e.opts.NSeqMax)
+	}
+	if len(req.Tokens) >= e.kv.NCtx {
+		return res, fmt.Errorf("%w: %d prompt tokens, n_ctx %d", ErrPromptTooLong, len(req.Tokens), e.kv.NCtx)
+	}
+	npast := max(0, min(req.NPast, len(req.Tokens)-1))
+	e.ctx.SeqRemove(req.Seq, npast, -1)
+	res.CachedTokens = npast
+
+	sp := llama.NewSampler(req.Sampling)
+	defer sp.Close()
+	if req.Sampling.RepeatPenalty > 0 && req.Sampling.RepeatPenalty != 1 {
+		n := req.Sampling.RepeatLastN
+		if n == 0 {
+			n = 64
+		}
+		for _, t := range req.Tokens[max(0, len(req.Tokens)-n):] {
+			sp.Accept(t)
+		}
+	}
+
+	t0 := time.Now()
+	if err := e.prefillLocked(ctx, req.Seq, req.Tokens[npast:], npast, true); err != nil {
+		return res, err
+	}
+	res.PrefillTime = time.Since(t0)
+	out := newTextOut(req.Stop, req.OnText)
+	pos := len(req.Tokens)
+	idx := e.batch.Len() - 1
+	var first time.Time
+	stop := context.AfterFunc(ctx, func() { e.ctx.SetAbort(true) })
+	defer func() { stop(); e.ctx.SetAbort(false) }()
+	for {
+		tok := sp.Sample(e.ctx, idx)
+		if first.IsZero() {
+			first = time.Now()
+			res.TTFT = first.Sub(start)
+		}
+		if e.model.IsEOG(tok) {
+			res.DoneReason = "stop"
+			break
+		}
+		res.Tokens = append(res.Tokens, tok)
+		res.EvalTokens++
+		hit, err := out.add(e.model.TokenPiece(tok, false))
+		if err != nil {
+			res.Text = out.text()
+			res.EvalTime = time.Since(first)
+			return res, err
+		}
+		if hit {
+			res.DoneReason = "stop"
+			break
+		}
+		if req.MaxTokens > 0 && res.EvalTokens >= req.MaxTokens || pos+1 >= e.kv.NCtx {
+			res.DoneReason = "length"
+			break
+		}
+		if err := ctx.Err(); err != nil {
+			res.Text = out.text()
+			res.EvalTime = time.Since(first)
+			return res, err
+		}
+		e.batch.Clear()
+		e.batch.Add(tok, pos, req.Seq, true)
+		if err := e.ctx.Decode(e.batch); err != nil {
+			res.Text = out.text()
+			res.EvalTime = time.Since(first)
+			if ctx.Err() != nil {
+				return res, ctx.Err()
+			}
+			return res, err
+		}
+		pos++
+		idx = 0
+	}
+	if err := out.flush(); err != nil {
+		return res, err
+	}
+	res.Text = out.text()
+	res.EvalTime = time.Since(first)
+	return res, nil
+}
+
+// textOut assembles generated bytes into text, cutting at stop strings and
+// holding back what could still become a stop string or a UTF-8 character.
+type textOut struct {
+	stops   []string
+	onText  func(string) error
+	buf     []byte // all output so far
+	emitted int    // bytes of buf already sent to onText
+	done    bool
+}
+
+func newTextOut(stops []string, on func(string) error) *textOut {
+	var s []string
+	for _, x := range stops {
+		if x != "" {
+			s = append(s, x)
+		}
+	}
+	return &textOut{stops: s, onText: on}
+}
+
+// add appends piece and reports whether a stop string was hit.
+func (o *textOut) add(piece []byte) (bool, error) {
+	o.buf = append(o.buf, piece...)
+	for _, s := range o.stops {
+		// search only where a new match can start
+		from := max(0, o.emitted-len(s))
+		if i := strings.Index(string(o.buf[from:]), s); i >= 0 {
+			o.buf = o.buf[:from+i]
+			o.done = true
+			return true, o.flush()
+		}
+	}
+	safe := len(o.buf)
+	for _, s := range o.stops {
+		for k := min(len(s)-1, len(o.buf)); k > 0; k-- {
+			if strings.HasPrefix(s, string(o.buf[len(o.buf)-k:])) {
+				safe = min(safe, len(o.buf)-k)
+				break
+			}
+		}
+	}
+	// do not split a UTF-8 sequence
+	for safe > o.emitted && !utf8.Valid(o.buf[o.emitted:safe]) {
+		safe--
+	}
+	return false, o.emit(safe)
+}
+
+func (o *textOut) emit(upto int) error {
+	if upto <= o.emitted {
+		return nil
+	}
+	chunk := string(o.buf[o.emitted:upto])
+	o.emitted = upto
+	if o.onText != nil {
+		return o.onText(chunk)
+	}
+	return nil
+}
+
+func (o *textOut) flush() error { return o.emit(len(o.buf)) }
+
+func (o *textOut) text() string { return string(o.buf) }

@@ -1,0 +1,207 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/memosrt/memosrt/internal/testmodels"
+	"github.com/memosrt/memosrt/runtime/llama"
+)
+
+func openStories(t *testing.T, o Options) *Engine {
+	t.Helper()
+	o.ModelPath = testmodels.Stories(t)
+	if o.Threads == 0 {
+		o.Threads = 2
+	}
+	e, err := Load(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := e.Close(); err != nil {
+			t.Error(err)
+		}
+		if err := e.Close(); err != nil {
+			t.Errorf("second Close: %v", err)
+		}
+	})
+	return e
+}
+
+func greedy(t *testing.T, e *Engine, seq int, toks []Token, npast, n int) Result {
+	t.Helper()
+	r, err := e.Generate(context.Background(), Request{Seq: seq, Tokens: toks, NPast: npast, MaxTokens: n})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func TestGenerateGreedyDeterministic(t *testing.T) {
+	e := openStories(t, Options{NCtx: 512})
+	toks, err := e.Tokenize("Once upon a time, there was a little girl named Lily.", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := greedy(t, e, 0, toks, 0, 32)
+	if a.EvalTokens != 32 || a.DoneReason != "length" || a.PromptTokens != len(toks) {
+		t.Fatalf("got %d tokens, reason %q, prompt %d", a.EvalTokens, a.DoneReason, a.PromptTokens)
+	}
+	if strings.TrimSpace(a.Text) == "" {
+		t.Fatal("empty output")
+	}
+	// same again from scratch
+	if err := e.ClearSeq(0); err != nil {
+		t.Fatal(err)
+	}
+	b := greedy(t, e, 0, toks, 0, 32)
+	if a.Text != b.Text {
+		t.Fatalf("greedy not deterministic:\n%q\n%q", a.Text, b.Text)
+	}
+	t.Logf("output: %q", a.Text)
+}
+
+func TestSaveRestoreMatchesColdPrefill(t *testing.T) {
+	e := openStories(t, Options{NCtx: 512, NSeqMax: 2})
+	prefix, _ := e.Tokenize("Lily had a red ball. Tom had a blue kite. They played in the park every day.", true)
+	query, _ := e.Tokenize(" One day, Lily", false)
+	all := append(append([]Token{}, prefix...), query...)
+
+	cold := greedy(t, e, 0, all, 0, 40)
+
+	// prefill prefix on seq 1, save, restore into seq 0, decode query only
+	if err := e.Prefill(context.Background(), 1, prefix, 0); err != nil {
+		t.Fatal(err)
+	}
+	state, err := e.SaveSeq(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := e.RestoreSeq(0, state)
+	if err != nil || n != len(prefix) {
+		t.Fatalf("restore: %d cells, %v", n, err)
+	}
+	warm := greedy(t, e, 0, all, len(prefix), 40)
+	if warm.CachedTokens != len(prefix) {
+		t.Fatalf("cached %d, want %d", warm.CachedTokens, len(prefix))
+	}
+	if warm.Text != cold.Text {
+		t.Fatalf("restored output differs:\ncold %q\nwarm %q", cold.Text, warm.Text)
+	}
+	// seq 1 untouched and equal to the saved state
+	again, _ := e.SaveSeq(1)
+	if string(again) != string(state) {
+		t.Fatal("seq 1 changed")
+	}
+	// a prompt equal to the cached tokens still decodes its last token
+	if _, err := e.RestoreSeq(0, state); err != nil {
+		t.Fatal(err)
+	}
+	exact := greedy(t, e, 0, prefix, len(prefix), 20)
+	e.ClearSeq(0)
+	coldExact := greedy(t, e, 0, prefix, 0, 20)
+	if exact.Text != coldExact.Text || exact.CachedTokens != len(prefix)-1 {
+		t.Fatalf("exact-prefix: %q (cached %d) vs %q", exact.Text, exact.CachedTokens, coldExact.Text)
+	}
+}
+
+func TestRestoreRejectsDamage(t *testing.T) {
+	e := openStories(t, Options{NCtx: 256, NSeqMax: 2})
+	toks, _ := e.Tokenize("The cat sat on the mat.", true)
+	if err := e.Prefill(context.Background(), 1, toks, 0); err != nil {
+		t.Fatal(err)
+	}
+	state, _ := e.SaveSeq(1)
+	cases := map[string][]byte{
+		"truncated": state[:len(state)-7],
+		"extended":  append(append([]byte{}, state...), 0),
+		"header":    append([]byte{9, 9, 9, 9}, state[4:]...),
+	}
+	for name, bad := range cases {
+		t.Run(name, func(t *testing.T) {
+			// seq 0 holds something first: it must end empty
+			e.Prefill(context.Background(), 0, toks[:3], 0)
+			if _, err := e.RestoreSeq(0, bad); !errors.Is(err, ErrBadState) {
+				t.Fatalf("err = %v", err)
+			}
+			if got := e.SeqLen(0); got != 0 {
+				t.Fatalf("seq 0 holds %d positions after a refused restore", got)
+			}
+			if got := e.SeqLen(1); got != len(toks) {
+				t.Fatalf("seq 1 holds %d, want %d", got, len(toks))
+			}
+		})
+	}
+}
+
+func TestStopStringsAndStreaming(t *testing.T) {
+	e := openStories(t, Options{NCtx: 256})
+	toks, _ := e.Tokenize("Once upon a time", true)
+	full := greedy(t, e, 0, toks, 0, 48)
+	// pick a stop string from the middle of the greedy output
+	words := strings.Fields(full.Text)
+	if len(words) < 6 {
+		t.Fatalf("short output %q", full.Text)
+	}
+	stop := words[4]
+	var streamed strings.Builder
+	e.ClearSeq(0)
+	r, err := e.Generate(context.Background(), Request{Tokens: toks, MaxTokens: 48, Stop: []string{stop},
+		OnText: func(s string) error { streamed.WriteString(s); return nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := full.Text[:strings.Index(full.Text, stop)]
+	if r.Text != want || streamed.String() != want || r.DoneReason != "stop" {
+		t.Fatalf("stop %q: got %q streamed %q reason %s, want %q", stop, r.Text, streamed.String(), r.DoneReason, want)
+	}
+}
+
+func TestCancel(t *testing.T) {
+	e := openStories(t, Options{NCtx: 256})
+	toks, _ := e.Tokenize("Once upon a time", true)
+	ctx, cancel := context.WithCancel(context.Background())
+	n := 0
+	_, err := e.Generate(ctx, Request{Tokens: toks, MaxTokens: 200, OnText: func(string) error {
+		n++
+		if n == 3 {
+			cancel()
+		}
+		return nil
+	}})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestPromptTooLong(t *testing.T) {
+	e := openStories(t, Options{NCtx: 64})
+	toks := make([]Token, e.NCtx())
+	for i := range toks {
+		toks[i] = 100
+	}
+	if _, err := e.Generate(context.Background(), Request{Tokens: toks}); !errors.Is(err, ErrPromptTooLong) {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestSampling(t *testing.T) {
+	e := openStories(t, Options{NCtx: 256})
+	toks, _ := e.Tokenize("Once upon a time", true)
+	sp := llama.SamplerParams{Temperature: 0.9, TopK: 40, TopP: 0.95, MinP: 0.05, RepeatPenalty: 1.1, Seed: 42}
+	run := func() string {
+		e.ClearSeq(0)
+		r, err := e.Generate(context.Background(), Request{Tokens: toks, MaxTokens: 24, Sampling: sp})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.Text
+	}
+	a, b := run(), run()
+	if a != b {
+		t.Fatalf("same seed, different output: %q vs %q", a, b)
+	}
+}

@@ -1,0 +1,24 @@
+package runtime
+
+import (
+	"errors"
+
+	"github.com/memosrt/memosrt/runtime/llama"
+)
+
+var (
+	// ErrClosed is returned by every method after Close.
+	ErrClosed = errors.New("runtime: engine closed")
+	// ErrPromptTooLong is returned when prompt tokens plus at least one
+	// generated token do not fit in the sequence's share of n_ctx.
+	ErrPromptTooLong = errors.New("runtime: prompt longer than the context (n_ctx)")
+	// ErrEmptyPrompt is returned when a generation request has no tokens.
+	ErrEmptyPrompt = errors.New("runtime: empty prompt")
+	// ErrBadOptions is returned by Options.Validate and Load for invalid settings.
+	ErrBadOptions = errors.New("runtime: invalid options")
+	// ErrBadState is returned when serialized sequence state does not parse
+	// or does not match the live context; the target sequence is left empty.
+	ErrBadState = errors.New("runtime: sequence state rejected")
+	// ErrNoKVSlot is returned when the KV cache has no room for a batch.
+	ErrNoKVSlot = llama.ErrNoKVSlot
+)
