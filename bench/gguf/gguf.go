@@ -1,0 +1,450 @@
+package gguf
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"math"
+	"math/bits"
+	"os"
+	"path/filepath"
+
+	"github.com/ollama/ollama/fs/ggml"
+)
+
+// Spec is the shape of a llama-architecture model. Zero values of the
+// optional fields mean their defaults; the sizes are required.
+type Spec struct {
+	Name      string // general.name; default "memosrt-random"
+	NLayer    int    // transformer blocks (llama.block_count)
+	NEmbd     int    // embedding width (llama.embedding_length)
+	NHead     int    // attention heads; head size is NEmbd/NHead
+	NHeadKV   int    // KV heads (GQA); NHead must be a multiple of it
+	NFF       int    // feed-forward width (llama.feed_forward_length)
+	NVocab    int    // vocabulary size, tokens; 0 = the tokenizer's size, otherwise it must equal it
+	NCtxTrain int    // training context length, tokens (llama.context_length)
+	FileType  string // weight type of the 2-D tensors: "f16" (default) or "f32"; norm weights are always f32
+
+	RopeFreqBase float32 // llama.rope.freq_base; default 10000
+	RMSEps       float32 // llama.attention.layer_norm_rms_epsilon; default 1e-5
+}
+
+// Presets are the shapes we benchmark, by name. Read-only.
+//
+//   - "1b": Llama 3.2 1B (16 layers, n_embd 2048, 32/8 heads, n_ff 8192),
+//     with the 32000-token Llama 2 vocabulary: 1.10e9 parameters, 2.2 GB in f16.
+//   - "8b": Llama 3.1 8B (32 layers, n_embd 4096, 32/8 heads, n_ff 14336),
+//     Llama 2 vocabulary: 7.24e9 parameters, 14.5 GB in f16.
+//   - "tiny": 2 layers, n_embd 64, for tests (4.17e6 parameters, 8.3 MB in f16).
+//
+// Shapes from the models' config.json on Hugging Face (meta-llama/Llama-3.2-1B,
+// meta-llama/Llama-3.1-8B); the training context is cut to 32768 tokens so
+// that a context of the full training length fits in memory.
+var Presets = map[string]Spec{
+	"1b": {Name: "random-llama-1b", NLayer: 16, NEmbd: 2048, NHead: 32, NHeadKV: 8, NFF: 8192,
+		NVocab: 32000, NCtxTrain: 32768, FileType: "f16", RopeFreqBase: 500000},
+	"8b": {Name: "random-llama-8b", NLayer: 32, NEmbd: 4096, NHead: 32, NHeadKV: 8, NFF: 14336,
+		NVocab: 32000, NCtxTrain: 32768, FileType: "f16", RopeFreqBase: 500000},
+	"tiny": {Name: "random-llama-tiny", NLayer: 2, NEmbd: 64, NHead: 4, NHeadKV: 2, NFF: 128,
+		NVocab: 32000, NCtxTrain: 2048, FileType: "f16"},
+}
+
+// Weight initialisation: 2-D weights are N(0, WeightStd) (the GPT-2/Llama
+// initializer_range, 0.02); norm weights are 1.
+const WeightStd = 0.02
+
+// ChunkBytes is the buffer size one tensor writer fills and writes at a time.
+const ChunkBytes = 4 << 20
+
+// Validate reports every problem with s at once, wrapped in ErrBadSpec.
+func (s Spec) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrBadSpec}, args...)...))
+	}
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"n_layer", s.NLayer}, {"n_embd", s.NEmbd}, {"n_head", s.NHead}, {"n_head_kv", s.NHeadKV}, {"n_ff", s.NFF}, {"n_ctx_train", s.NCtxTrain}} {
+		if f.v <= 0 {
+			bad("%s = %d, must be > 0", f.name, f.v)
+		}
+	}
+	if s.NVocab < 0 {
+		bad("n_vocab = %d, must be >= 0", s.NVocab)
+	}
+	if s.NHead > 0 && s.NEmbd > 0 {
+		if s.NEmbd%s.NHead != 0 {
+			bad("n_embd %d is not a multiple of n_head %d", s.NEmbd, s.NHead)
+		} else if (s.NEmbd/s.NHead)%2 != 0 {
+			bad("head size %d (n_embd %d / n_head %d) is odd; rope needs it even", s.NEmbd/s.NHead, s.NEmbd, s.NHead)
+		}
+	}
+	if s.NHead > 0 && s.NHeadKV > 0 && s.NHead%s.NHeadKV != 0 {
+		bad("n_head %d is not a multiple of n_head_kv %d", s.NHead, s.NHeadKV)
+	}
+	if _, _, err := s.types(); err != nil {
+		errs = append(errs, err)
+	}
+	if s.RopeFreqBase < 0 || s.RMSEps < 0 {
+		bad("rope_freq_base %g and rms_eps %g must be >= 0", s.RopeFreqBase, s.RMSEps)
+	}
+	return errors.Join(errs...)
+}
+
+// types returns the GGUF file type and the tensor type of the 2-D weights.
+func (s Spec) types() (ggml.FileType, ggml.TensorType, error) {
+	switch s.FileType {
+	case "", "f16":
+		return ggml.FileTypeF16, ggml.TensorTypeF16, nil
+	case "f32":
+		return ggml.FileTypeF32, ggml.TensorTypeF32, nil
+	}
+	return 0, 0, fmt.Errorf("%w: file type %q, want \"f16\" or \"f32\"", ErrBadSpec, s.FileType)
+}
+
+// NParams returns the number of weights in a model of shape s (what
+// llama_model_n_params reports): token_embd and output [n_vocab][n_embd],
+// output_norm [n_embd], and per layer two norms [n_embd], attn_q and
+// attn_output [n_embd][n_embd], attn_k and attn_v [n_embd_kv][n_embd]
+// (n_embd_kv = n_head_kv * n_embd / n_head), ffn_gate and ffn_up
+// [n_ff][n_embd], ffn_down [n_embd][n_ff]. NVocab must be set.
+func (s Spec) NParams() uint64 {
+	var n uint64
+	for _, t := range s.tensors() {
+		e := uint64(1)
+		for _, d := range t.shape {
+			e *= d
+		}
+		n += e
+	}
+	return n
+}
+
+// tensorSpec is one tensor to write: its name, GGUF shape (ne0 first) and
+// whether it is a norm weight (f32 ones) rather than a random matrix.
+type tensorSpec struct {
+	name  string
+	shape []uint64
+	norm  bool
+}
+
+// tensors lists the tensors llama.cpp's llama loader expects (LLM_ARCH_LLAMA
+// in llama-arch.cpp), with GGUF shapes, i.e. [in][out] as ne0, ne1.
+func (s Spec) tensors() []tensorSpec {
+	embd, vocab, ff := uint64(s.NEmbd), uint64(s.NVocab), uint64(s.NFF)
+	kv := uint64(0)
+	if s.NHead > 0 {
+		kv = uint64(s.NHeadKV * (s.NEmbd / s.NHead))
+	}
+	ts := []tensorSpec{
+		{name: "token_embd.weight", shape: []uint64{embd, vocab}},
+		{name: "output_norm.weight", shape: []uint64{embd}, norm: true},
+		{name: "output.weight", shape: []uint64{embd, vocab}},
+	}
+	for i := range s.NLayer {
+		p := fmt.Sprintf("blk.%d.", i)
+		ts = append(ts,
+			tensorSpec{name: p + "attn_norm.weight", shape: []uint64{embd}, norm: true},
+			tensorSpec{name: p + "attn_q.weight", shape: []uint64{embd, embd}},
+			tensorSpec{name: p + "attn_k.weight", shape: []uint64{embd, kv}},
+			tensorSpec{name: p + "attn_v.weight", shape: []uint64{embd, kv}},
+			tensorSpec{name: p + "attn_output.weight", shape: []uint64{embd, embd}},
+			tensorSpec{name: p + "ffn_norm.weight", shape: []uint64{embd}, norm: true},
+			tensorSpec{name: p + "ffn_gate.weight", shape: []uint64{embd, ff}},
+			tensorSpec{name: p + "ffn_up.weight", shape: []uint64{embd, ff}},
+			tensorSpec{name: p + "ffn_down.weight", shape: []uint64{ff, embd}},
+		)
+	}
+	return ts
+}
+
+// Write writes a random-weight model of shape spec to path, with the
+// tokenizer (every tokenizer.* key) of the GGUF file tokenizerFrom. The
+// weights are a deterministic function of seed and the tensor name, so equal
+// arguments give byte-identical files.
+//
+// The file is written to a temporary file in path's directory, synced and
+// renamed onto path: path is either untouched or complete. Write checks ctx
+// between chunks and returns ctx.Err() (wrapped) when it ends. Errors wrap
+// ErrBadSpec, ErrTokenizer, or the I/O error.
+func Write(ctx context.Context, path string, spec Spec, tokenizerFrom string, seed int64) (err error) {
+	if err := spec.Validate(); err != nil {
+		return err
+	}
+	tok, nTok, err := readTokenizer(tokenizerFrom)
+	if err != nil {
+		return err
+	}
+	if spec.NVocab == 0 {
+		spec.NVocab = nTok
+	} else if spec.NVocab != nTok {
+		return fmt.Errorf("%w: %s has %d tokens, spec n_vocab is %d", ErrTokenizer, tokenizerFrom, nTok, spec.NVocab)
+	}
+	fileType, weightType, _ := spec.types()
+	name := spec.Name
+	if name == "" {
+		name = "memosrt-random"
+	}
+	ropeBase := spec.RopeFreqBase
+	if ropeBase == 0 {
+		ropeBase = 10000
+	}
+	eps := spec.RMSEps
+	if eps == 0 {
+		eps = 1e-5
+	}
+	kv := ggml.KV{
+		"general.architecture":                   "llama",
+		"general.name":                           name,
+		"general.file_type":                      fileType,
+		"general.parameter_count":                spec.NParams(),
+		"llama.block_count":                      uint32(spec.NLayer),
+		"llama.context_length":                   uint32(spec.NCtxTrain),
+		"llama.embedding_length":                 uint32(spec.NEmbd),
+		"llama.feed_forward_length":              uint32(spec.NFF),
+		"llama.attention.head_count":             uint32(spec.NHead),
+		"llama.attention.head_count_kv":          uint32(spec.NHeadKV),
+		"llama.attention.layer_norm_rms_epsilon": eps,
+		"llama.rope.dimension_count":             uint32(spec.NEmbd / spec.NHead),
+		"llama.rope.freq_base":                   ropeBase,
+		"llama.vocab_size":                       uint32(spec.NVocab),
+	}
+	for k, v := range tok {
+		kv[k] = v
+	}
+
+	tab := newNormalTables(WeightStd)
+	var ts []*ggml.Tensor
+	for _, t := range spec.tensors() {
+		kind := weightType
+		if t.norm {
+			kind = ggml.TensorTypeF32
+		}
+		n := uint64(1)
+		for _, d := range t.shape {
+			n *= d
+		}
+		ts = append(ts, &ggml.Tensor{
+			Name:  t.name,
+			Kind:  uint32(kind),
+			Shape: t.shape,
+			WriterTo: &tensorData{
+				ctx:  ctx,
+				n:    n,
+				kind: kind,
+				ones: t.norm,
+				seed: tensorSeed(seed, t.name),
+				tab:  tab,
+			},
+		})
+	}
+
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("gguf: %w", err)
+	}
+	tmp := f.Name()
+	defer func() {
+		if err != nil {
+			f.Close()
+			os.Remove(tmp)
+		}
+	}()
+	if err := ggml.WriteGGUF(f, kv, ts); err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("gguf: write %s: %w", path, ctx.Err())
+		}
+		return fmt.Errorf("gguf: write %s: %w", path, err)
+	}
+	if err := f.Chmod(0o644); err != nil {
+		return fmt.Errorf("gguf: %w", err)
+	}
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("gguf: sync %s: %w", tmp, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("gguf: close %s: %w", tmp, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("gguf: write %s: %w", path, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("gguf: %w", err)
+	}
+	return nil
+}
+
+// readTokenizer returns the tokenizer.* keys of the GGUF file at path and the
+// number of tokens in tokenizer.ggml.tokens.
+func readTokenizer(path string) (ggml.KV, int, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, 0, fmt.Errorf("%w: %v", ErrTokenizer, err)
+	}
+	defer f.Close()
+	g, err := ggml.Decode(f, -1) // -1: keep every array (the vocabulary)
+	if err != nil {
+		return nil, 0, fmt.Errorf("%w: %s: %v", ErrTokenizer, path, err)
+	}
+	src := g.KV()
+	out := ggml.KV{}
+	for k := range src.Keys() {
+		if len(k) > len("tokenizer.") && k[:len("tokenizer.")] == "tokenizer." {
+			out[k] = src[k]
+		}
+	}
+	n := len(src.Strings("tokenizer.ggml.tokens"))
+	if n == 0 {
+		return nil, 0, fmt.Errorf("%w: %s has no tokenizer.ggml.tokens", ErrTokenizer, path)
+	}
+	return out, n, nil
+}
+
+// tensorSeed derives a tensor's generator seed from the file seed and its
+// name, so that tensors written in any order or in parallel are the same.
+func tensorSeed(seed int64, name string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(name))
+	return splitmix64(uint64(seed) ^ h.Sum64())
+}
+
+// splitmix64 is the SplitMix64 finaliser (Steele, Lea, Flood 2014).
+func splitmix64(x uint64) uint64 {
+	x += 0x9e3779b97f4a7c15
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9
+	x = (x ^ (x >> 27)) * 0x94d049bb133111eb
+	return x ^ (x >> 31)
+}
+
+// wyrand is the wyhash PRNG (Wang Yi, public domain): 64 random bits per
+// step for one 64x64->128 multiply.
+type wyrand uint64
+
+func (r *wyrand) next() uint64 {
+	*r += 0xa0761d6478bd642f
+	hi, lo := bits.Mul64(uint64(*r), uint64(*r)^0xe7037ed1a0b428db)
+	return hi ^ lo
+}
+
+// normalTables map 16 random bits to a N(0, std) value: entry i is the
+// quantile at (i+0.5)/65536, so a uniform index gives a normal sample
+// (discretised, truncated at about 4.3 std), as f16 and f32 bits.
+type normalTables struct {
+	f16 [1 << 16]uint16
+	f32 [1 << 16]uint32
+}
+
+func newNormalTables(std float64) *normalTables {
+	t := new(normalTables)
+	for i := range t.f16 {
+		p := (float64(i) + 0.5) / (1 << 16)
+		x := std * math.Sqrt2 * math.Erfinv(2*p-1)
+		t.f16[i] = f16Bits(float32(x))
+		t.f32[i] = math.Float32bits(float32(x))
+	}
+	return t
+}
+
+// f16Bits converts f to IEEE 754 binary16 bits, rounding to nearest even.
+// NaN is not handled (never produced here).
+func f16Bits(f float32) uint16 {
+	b := math.Float32bits(f)
+	sign := uint16(b>>16) & 0x8000
+	a := math.Abs(float64(f))
+	switch {
+	case a >= 65520: // rounds past the largest half, 65504
+		return sign | 0x7c00
+	case a >= 0x1p-14: // normal half
+		exp := (b>>23)&0xff - 127 + 15
+		m, rem := (b&0x7fffff)>>13, b&0x1fff
+		if rem > 0x1000 || (rem == 0x1000 && m&1 == 1) {
+			m++ // a carry out of the mantissa correctly bumps the exponent
+		}
+		return sign | uint16(exp<<10+m)
+	default: // subnormal half: multiples of 2^-24
+		return sign | uint16(math.RoundToEven(a*0x1p24))
+	}
+}
+
+// tensorData produces one tensor's bytes in ChunkBytes pieces.
+type tensorData struct {
+	ctx  context.Context
+	n    uint64 // elements
+	kind ggml.TensorType
+	ones bool // all 1.0 (norm weights) instead of random
+	seed uint64
+	tab  *normalTables
+}
+
+// WriteTo writes the tensor's n elements to w; it stops with ctx.Err() when
+// the context ends.
+func (t *tensorData) WriteTo(w io.Writer) (int64, error) {
+	size := uint64(2)
+	if t.kind == ggml.TensorTypeF32 {
+		size = 4
+	}
+	total := int64(t.n * size)
+	buf := make([]byte, min(int64(ChunkBytes), total))
+	if t.ones {
+		fillOnes(buf, t.kind)
+	}
+	rng := wyrand(t.seed)
+	var written int64
+	for written < total {
+		if err := t.ctx.Err(); err != nil {
+			return written, err
+		}
+		b := buf[:min(int64(len(buf)), total-written)]
+		if !t.ones {
+			t.fill(b, &rng)
+		}
+		n, err := w.Write(b)
+		written += int64(n)
+		if err != nil {
+			return written, err
+		}
+	}
+	return written, nil
+}
+
+func fillOnes(b []byte, kind ggml.TensorType) {
+	if kind == ggml.TensorTypeF32 {
+		for i := 0; i+4 <= len(b); i += 4 {
+			binary.LittleEndian.PutUint32(b[i:], math.Float32bits(1))
+		}
+		return
+	}
+	for i := 0; i+2 <= len(b); i += 2 {
+		binary.LittleEndian.PutUint16(b[i:], 0x3c00)
+	}
+}
+
+// fill writes random values into b (a whole number of elements): four f16 or
+// two f32 values per generator step.
+func (t *tensorData) fill(b []byte, rng *wyrand) {
+	i := 0
+	if t.kind == ggml.TensorTypeF32 {
+		for ; i+8 <= len(b); i += 8 {
+			x := rng.next()
+			binary.LittleEndian.PutUint64(b[i:], uint64(t.tab.f32[x&0xffff])|uint64(t.tab.f32[x>>16&0xffff])<<32)
+		}
+		if i < len(b) {
+			binary.LittleEndian.PutUint32(b[i:], t.tab.f32[rng.next()&0xffff])
+		}
+		return
+	}
+	for ; i+8 <= len(b); i += 8 {
+		x := rng.next()
+		binary.LittleEndian.PutUint64(b[i:], uint64(t.tab.f16[x&0xffff])|
+			uint64(t.tab.f16[x>>16&0xffff])<<16|
+			uint64(t.tab.f16[x>>32&0xffff])<<32|
+			uint64(t.tab.f16[x>>48])<<48)
+	}
+	for ; i+2 <= len(b); i += 2 {
+		binary.LittleEndian.PutUint16(b[i:], t.tab.f16[rng.next()&0xffff])
+	}
+}
