@@ -25,7 +25,8 @@ type cubeIndex struct {
 	terms    map[string]*posting // term -> postings
 	live     int                 // number of live docs
 	totalLen int64               // sum of live doc lengths, in terms
-	vecs     map[uint32][]float32
+	vec      VectorIndex         // nil without an Embedder
+	newVec   func() VectorIndex  // makes vec; nil without an Embedder
 }
 
 type docEntry struct {
@@ -41,8 +42,8 @@ type posting struct {
 	tfs  []uint16
 }
 
-func newCubeIndex() *cubeIndex {
-	ix := &cubeIndex{}
+func newCubeIndex(newVec func() VectorIndex) *cubeIndex {
+	ix := &cubeIndex{newVec: newVec}
 	ix.reset()
 	return ix
 }
@@ -54,7 +55,10 @@ func (ix *cubeIndex) reset() {
 	ix.terms = make(map[string]*posting)
 	ix.live = 0
 	ix.totalLen = 0
-	ix.vecs = make(map[uint32][]float32)
+	ix.vec = nil
+	if ix.newVec != nil {
+		ix.vec = ix.newVec()
+	}
 }
 
 func (ix *cubeIndex) isLoaded() bool {
@@ -126,7 +130,9 @@ func (ix *cubeIndex) removeDoc(id string, terms map[string]int) {
 	ix.live--
 	ix.totalLen -= int64(d.meta.length)
 	delete(ix.byID, id)
-	delete(ix.vecs, n)
+	if ix.vec != nil {
+		ix.vec.Remove(n)
+	}
 }
 
 // replaceDoc swaps the terms and metadata of live doc id; the caller holds
@@ -161,12 +167,15 @@ type scored struct {
 // BM25 and Beyond" (Foundations and Trends in IR 3(4), 2009), eq. 3.15, with
 // Lucene's non-negative idf (org.apache.lucene.search.similarities.
 // BM25Similarity). N is the number of live documents, n_t the number holding
-// t, |D| the document length in terms and avgdl the mean length. The caller
+// t, |D| the document length in terms and avgdl the mean length.
+//
+// The result is acc, indexed by doc number ([len(ix.docs)]float64, zero
+// for unscored docs), and the doc numbers scored, in no order. The caller
 // holds mu (read).
-func (ix *cubeIndex) bm25(q map[string]float64, k1, b float64, keep func(*docEntry) bool) map[uint32]float64 {
-	out := make(map[uint32]float64)
+func (ix *cubeIndex) bm25(q map[string]float64, k1, b float64, keep func(*docEntry) bool) (acc []float64, touched []uint32) {
+	acc = make([]float64, len(ix.docs))
 	if ix.live == 0 {
-		return out
+		return acc, nil
 	}
 	N := float64(ix.live)
 	avgdl := float64(ix.totalLen) / N
@@ -179,6 +188,11 @@ func (ix *cubeIndex) bm25(q map[string]float64, k1, b float64, keep func(*docEnt
 		terms = append(terms, t)
 	}
 	sort.Strings(terms)
+	// norm[length] caches k1·(1 − b + b·|D|/avgdl) for short docs.
+	var norm [128]float64
+	for l := range norm {
+		norm[l] = k1 * (1 - b + b*float64(l)/avgdl)
+	}
 	for _, t := range terms {
 		p := ix.terms[t]
 		if p == nil {
@@ -186,52 +200,110 @@ func (ix *cubeIndex) bm25(q map[string]float64, k1, b float64, keep func(*docEnt
 		}
 		nt := float64(len(p.docs))
 		idf := math.Log(1 + (N-nt+0.5)/(nt+0.5))
-		w := q[t] * idf
+		w := q[t] * idf * (k1 + 1)
 		for i, n := range p.docs {
 			d := &ix.docs[n]
 			if keep != nil && !keep(d) {
 				continue
 			}
 			tf := float64(p.tfs[i])
-			norm := k1 * (1 - b + b*float64(d.meta.length)/avgdl)
-			out[n] += w * tf * (k1 + 1) / (tf + norm)
+			var nm float64
+			if l := d.meta.length; l < uint32(len(norm)) {
+				nm = norm[l]
+			} else {
+				nm = k1 * (1 - b + b*float64(l)/avgdl)
+			}
+			if acc[n] == 0 {
+				touched = append(touched, n)
+			}
+			acc[n] += w * tf / (tf + nm)
 		}
 	}
-	return out
+	return acc, touched
 }
 
-// topK returns the k best of scores, best first; ties go to the older
-// (smaller) id. The caller holds mu (read).
-func (ix *cubeIndex) topK(scores map[uint32]float64, k int) []scored {
-	all := make([]scored, 0, len(scores))
-	for n, s := range scores {
-		all = append(all, scored{n, s})
+// better orders scored docs: higher score first, ties to the smaller
+// (older) id. The caller holds mu (read).
+func (ix *cubeIndex) better(a, b scored) bool {
+	if a.score != b.score {
+		return a.score > b.score
 	}
-	less := func(a, b scored) bool {
-		if a.score != b.score {
-			return a.score > b.score
+	return ix.docs[a.doc].id < ix.docs[b.doc].id
+}
+
+// topK returns the k best of docs scored by score, best first (k <= 0: all).
+// The caller holds mu (read).
+func (ix *cubeIndex) topK(docs []uint32, score func(uint32) float64, k int) []scored {
+	if k <= 0 || k > len(docs) {
+		k = len(docs)
+	}
+	// A min-heap of the k best so far; h[0] is the worst of them.
+	h := make([]scored, 0, k)
+	worse := func(i, j int) bool { return ix.better(h[j], h[i]) }
+	down := func(i int) {
+		for {
+			l := 2*i + 1
+			if l >= len(h) {
+				return
+			}
+			m := l
+			if r := l + 1; r < len(h) && worse(r, l) {
+				m = r
+			}
+			if !worse(m, i) {
+				return
+			}
+			h[i], h[m] = h[m], h[i]
+			i = m
 		}
-		return ix.docs[a.doc].id < ix.docs[b.doc].id
 	}
-	if k <= 0 || k >= len(all) {
-		sort.Slice(all, func(i, j int) bool { return less(all[i], all[j]) })
-		return all
-	}
-	// Partial selection with a bounded heap would do less work; at the
-	// candidate counts seen (≤ N) a quickselect-free sort of the
-	// survivors of a threshold pass is fast enough.
-	h := make([]scored, 0, k+1)
-	for _, c := range all {
-		if len(h) == k && !less(c, h[k-1]) {
+	for _, n := range docs {
+		c := scored{n, score(n)}
+		if len(h) < k {
+			h = append(h, c)
+			for i := len(h) - 1; i > 0; {
+				p := (i - 1) / 2
+				if !worse(i, p) {
+					break
+				}
+				h[i], h[p] = h[p], h[i]
+				i = p
+			}
 			continue
 		}
-		i := sort.Search(len(h), func(i int) bool { return less(c, h[i]) })
-		h = append(h, scored{})
-		copy(h[i+1:], h[i:])
-		h[i] = c
-		if len(h) > k {
-			h = h[:k]
+		if k == 0 || !ix.better(c, h[0]) {
+			continue
 		}
+		h[0] = c
+		down(0)
 	}
+	sort.Slice(h, func(i, j int) bool { return ix.better(h[i], h[j]) })
 	return h
+}
+
+// neighbor returns the live doc next to n in insertion order in direction
+// dir (-1 or +1) if it shares n's non-empty Source, skipping up to 64
+// deleted docs. Memories without a Source have no neighbours. The caller
+// holds mu (read).
+func (ix *cubeIndex) neighbor(n uint32, dir int) (uint32, bool) {
+	src := ix.docs[n].meta.source
+	if src == "" {
+		return 0, false
+	}
+	i := int(n)
+	for range 64 {
+		i += dir
+		if i < 0 || i >= len(ix.docs) {
+			return 0, false
+		}
+		d := &ix.docs[i]
+		if !d.live {
+			continue
+		}
+		if d.meta.source != src {
+			return 0, false
+		}
+		return uint32(i), true
+	}
+	return 0, false
 }

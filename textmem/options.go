@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/memosrt/memosrt/embed"
 )
 
 // Options configure a Store. The zero value of each field means its default;
@@ -32,6 +34,15 @@ type Options struct {
 	// MaxTextBytes is the longest text Add and Update accept, in bytes.
 	// Default 65536.
 	MaxTextBytes int
+
+	// Embedder, when set, embeds every added or updated text (in the write
+	// path, before the transaction) and turns on dense retrieval in
+	// SearchWith. Default nil: lexical retrieval only.
+	Embedder embed.Embedder
+
+	// NewVectorIndex makes the VectorIndex of each cube for vectors of dim
+	// float32s. Default: NewFlatIndex (exact search).
+	NewVectorIndex func(dim int) VectorIndex
 
 	// OnDelete, when set, is called after a memory has been deleted (by
 	// Delete or DeleteCube) and the deletion committed, so that other tiers

@@ -89,7 +89,7 @@ func (s *Store) index(ctx context.Context, cube string) (*cubeIndex, error) {
 	}
 	ix := s.cubes[cube]
 	if ix == nil {
-		ix = newCubeIndex()
+		ix = newCubeIndex(s.vectorIndexMaker())
 		s.cubes[cube] = ix
 	}
 	s.mu.Unlock()
@@ -368,6 +368,10 @@ func (s *Store) Add(ctx context.Context, cube string, m Memory) (Memory, error) 
 	if err != nil {
 		return Memory{}, err
 	}
+	vec, err := s.embedText(ctx, m.Text)
+	if err != nil {
+		return Memory{}, err
+	}
 	ix.writeMu.Lock()
 	defer ix.writeMu.Unlock()
 	if err := s.checkOpen(); err != nil {
@@ -429,6 +433,11 @@ func (s *Store) Add(ctx context.Context, cube string, m Memory) (Memory, error) 
 		if err := txn.Set(hk, []byte(m.ID)); err != nil {
 			return err
 		}
+		if vec != nil {
+			if err := txn.Set(nsKey(cube, nsVec, m.ID), encodeVector(s.opts.Embedder.Name(), vec)); err != nil {
+				return err
+			}
+		}
 		return txn.Set(statsKey(cube), st.encode())
 	})
 	if err != nil {
@@ -442,6 +451,9 @@ func (s *Store) Add(ctx context.Context, cube string, m Memory) (Memory, error) 
 	n := ix.addDoc(m.ID, meta)
 	for t, c := range tf {
 		ix.addPosting(t, n, c)
+	}
+	if vec != nil && ix.vec != nil {
+		ix.vec.Add(n, vec)
 	}
 	ix.mu.Unlock()
 	return m, nil
@@ -504,6 +516,10 @@ func (s *Store) Update(ctx context.Context, cube, id string, text string) (Memor
 	if err != nil {
 		return Memory{}, err
 	}
+	vec, err := s.embedText(ctx, text)
+	if err != nil {
+		return Memory{}, err
+	}
 	ix.writeMu.Lock()
 	defer ix.writeMu.Unlock()
 	if err := s.checkOpen(); err != nil {
@@ -549,6 +565,11 @@ func (s *Store) Update(ctx context.Context, cube, id string, text string) (Memor
 		if err := s.moveHash(txn, cube, id, old, cur); err != nil {
 			return err
 		}
+		if vec != nil {
+			if err := txn.Set(nsKey(cube, nsVec, id), encodeVector(s.opts.Embedder.Name(), vec)); err != nil {
+				return err
+			}
+		}
 		ix.mu.RLock()
 		st := cubeStats{analyzer: s.opts.Analyzer.Name(), docs: uint64(ix.live),
 			totalLen: uint64(ix.totalLen - int64(oldDL) + int64(dl))}
@@ -560,6 +581,9 @@ func (s *Store) Update(ctx context.Context, cube, id string, text string) (Memor
 	}
 	ix.mu.Lock()
 	ix.replaceDoc(id, oldTF, newTF, meta)
+	if n, ok := ix.byID[id]; ok && vec != nil && ix.vec != nil {
+		ix.vec.Add(n, vec)
+	}
 	ix.mu.Unlock()
 	return cur, nil
 }

@@ -219,7 +219,7 @@ func TestSearchBM25(t *testing.T) {
 	} {
 		mustAdd(t, s, "c", Memory{Text: text})
 	}
-	hits, err := s.Search(ctx, "c", "Paintings of mountains", 10)
+	hits, err := s.SearchWith(ctx, "c", Query{Text: "Paintings of mountains", K: 10})
 	if err != nil {
 		t.Fatal(err)
 	}

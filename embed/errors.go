@@ -1,0 +1,12 @@
+package embed
+
+import "errors"
+
+var (
+	// ErrShape is returned when a model returns a number of vectors or a
+	// vector length other than expected.
+	ErrShape = errors.New("embed: wrong vector shape")
+
+	// ErrOptions is returned by constructors whose Options fail Validate.
+	ErrOptions = errors.New("embed: bad options")
+)
