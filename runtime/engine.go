@@ -147,7 +147,10 @@ func Load(ctx context.Context, opts Options) (*Engine, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	llama.SetLogger(opts.Logger)
+	if opts.Logger != nil && opts.Logger.Enabled(context.Background(), slog.LevelInfo) {
+		// llama.cpp warns about many harmless things; show them only when asked for info
+		llama.SetLogger(opts.Logger)
+	}
 	llama.Init(opts.LibDir)
 	fp, err := Fingerprint(opts.ModelPath)
 	if err != nil {
@@ -171,7 +174,7 @@ func Load(ctx context.Context, opts Options) (*Engine, error) {
 	shape := m.Shape()
 	nctx := opts.NCtx
 	if shape.NCtxTrain > 0 && nctx > shape.NCtxTrain {
-		log.Warn("n_ctx capped at the training context", "n_ctx", nctx, "n_ctx_train", shape.NCtxTrain)
+		log.Info("n_ctx capped at the training context", "n_ctx", nctx, "n_ctx_train", shape.NCtxTrain)
 		nctx = shape.NCtxTrain
 		opts.NCtx = nctx
 	}

@@ -1,0 +1,199 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/memosrt/memosrt/kvcache"
+	"github.com/memosrt/memosrt/runtime"
+)
+
+// TTFTOptions configure TTFT.
+type TTFTOptions struct {
+	Prefixes   []int  // prefix lengths, tokens
+	Query      string // query text; its tokens are cut or padded to QueryTokens
+	QueryTok   int    // query length, tokens (default 16)
+	Reps       int    // repetitions of the warm and floor runs; median reported (default 5)
+	ColdReps   int    // repetitions of the cold run (default 1)
+	OnProgress func(string)
+}
+
+// TTFTRow is one prefix length's result. Times in milliseconds.
+type TTFTRow struct {
+	Prefix      int     `json:"prefix"`       // tokens restored/held
+	Query       int     `json:"query"`        // tokens decoded after the prefix
+	ColdMs      float64 `json:"cold_ttft_ms"` // prefill of prefix+query, first token sampled
+	WarmMs      float64 `json:"warm_ttft_ms"` // restore the prefix state from RAM + decode query
+	WarmDiskMs  float64 `json:"warm_disk_ttft_ms"`
+	FloorMs     float64 `json:"floor_ms"`   // query decoded on a sequence already holding the prefix
+	RestoreMs   float64 `json:"restore_ms"` // the restore alone (RAM)
+	ColdOverW   float64 `json:"cold_over_warm"`
+	WarmOverF   float64 `json:"warm_over_floor"`
+	StateBytes  int64   `json:"state_bytes"`
+	BlobBytes   int64   `json:"blob_bytes"`
+	Compression float64 `json:"compression_ratio"`
+}
+
+const benchText = "The history of the city begins with a small settlement on the river, where traders met to exchange grain, salt and cloth. Over the centuries the market grew into a town, the town into a city, and the city into the capital of a region known for its bridges, its libraries and its long winters. "
+
+// Tokens returns n tokens of plain text for the engine's vocabulary.
+func Tokens(e *runtime.Engine, n int, bos bool) ([]int32, error) {
+	text := benchText
+	for {
+		toks, err := e.Tokenize(text, bos)
+		if err != nil {
+			return nil, err
+		}
+		if len(toks) >= n {
+			return toks[:n], nil
+		}
+		text += benchText
+	}
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1e3 }
+
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s) == 0 {
+		return 0
+	}
+	return s[len(s)/2]
+}
+
+// TTFT measures, for each prefix length N, cold prefill TTFT, warm TTFT
+// (restore the prefix's KV state, decode only the query) and the floor
+// (decode only the query on a sequence that already holds the prefix) in one
+// run on one engine, which needs NSeqMax >= 2 and NCtx >= N + query + 1.
+func TTFT(ctx context.Context, e *runtime.Engine, o TTFTOptions) ([]TTFTRow, error) {
+	if o.QueryTok == 0 {
+		o.QueryTok = 16
+	}
+	if o.Reps == 0 {
+		o.Reps = 5
+	}
+	if o.ColdReps == 0 {
+		o.ColdReps = 1
+	}
+	if o.Query == "" {
+		o.Query = "Which of these details matters most for the traders who met on the river, and why?"
+	}
+	if e.NSeqMax() < 2 {
+		return nil, fmt.Errorf("bench: TTFT needs an engine with NSeqMax >= 2")
+	}
+	say := func(f string, a ...any) {
+		if o.OnProgress != nil {
+			o.OnProgress(fmt.Sprintf(f, a...))
+		}
+	}
+	query, err := e.Tokenize(" "+strings.Repeat(o.Query+" ", 4), false)
+	if err != nil {
+		return nil, err
+	}
+	query = query[:min(o.QueryTok, len(query))]
+	var rows []TTFTRow
+	for _, n := range o.Prefixes {
+		if n+len(query)+1 > e.NCtx() {
+			return rows, fmt.Errorf("bench: prefix %d + query %d exceeds n_ctx %d", n, len(query), e.NCtx())
+		}
+		prefix, err := Tokens(e, n, true)
+		if err != nil {
+			return rows, err
+		}
+		all := append(append([]int32{}, prefix...), query...)
+		gen := func(seq, npast int, start time.Time) (time.Duration, error) {
+			r, err := e.Generate(ctx, runtime.Request{Seq: seq, Tokens: all, NPast: npast, MaxTokens: 1, Start: start})
+			return r.TTFT, err
+		}
+		row := TTFTRow{Prefix: n, Query: len(query)}
+		var cold []float64
+		for i := 0; i < o.ColdReps; i++ {
+			say("prefix %d: cold prefill %d/%d", n, i+1, o.ColdReps)
+			if err := e.ClearSeq(0); err != nil {
+				return rows, err
+			}
+			d, err := gen(0, 0, time.Time{})
+			if err != nil {
+				return rows, err
+			}
+			cold = append(cold, ms(d))
+		}
+		row.ColdMs = median(cold)
+		// the pack: prefix state saved from seq 1, which keeps holding it for the floor
+		say("prefix %d: building the pack", n)
+		e.ClearSeq(1)
+		if err := e.Prefill(ctx, 1, prefix, 0); err != nil {
+			return rows, err
+		}
+		state, err := e.SaveSeq(1)
+		if err != nil {
+			return rows, err
+		}
+		blob, err := kvcache.Encode(kvcache.Header{KV: e.KVConfig(), Tokens: prefix}, state)
+		if err != nil {
+			return rows, err
+		}
+		row.StateBytes, row.BlobBytes = int64(len(state)), int64(len(blob))
+		row.Compression = float64(len(state)) / float64(len(blob))
+		var warm, warmDisk, floor, restore []float64
+		for i := 0; i < o.Reps; i++ {
+			say("prefix %d: warm/floor %d/%d", n, i+1, o.Reps)
+			e.ClearSeq(0)
+			start := time.Now()
+			if _, err := e.RestoreSeq(0, state); err != nil {
+				return rows, err
+			}
+			restore = append(restore, ms(time.Since(start)))
+			d, err := gen(0, n, start)
+			if err != nil {
+				return rows, err
+			}
+			warm = append(warm, ms(d))
+
+			d, err = gen(1, n, time.Time{})
+			if err != nil {
+				return rows, err
+			}
+			floor = append(floor, ms(d))
+
+			e.ClearSeq(0)
+			start = time.Now()
+			_, st, err := kvcache.Decode(blob)
+			if err != nil {
+				return rows, err
+			}
+			if _, err := e.RestoreSeq(0, st); err != nil {
+				return rows, err
+			}
+			d, err = gen(0, n, start)
+			if err != nil {
+				return rows, err
+			}
+			warmDisk = append(warmDisk, ms(d))
+		}
+		row.WarmMs, row.WarmDiskMs, row.FloorMs, row.RestoreMs = median(warm), median(warmDisk), median(floor), median(restore)
+		row.ColdOverW = row.ColdMs / row.WarmMs
+		row.WarmOverF = row.WarmMs / row.FloorMs
+		rows = append(rows, row)
+		e.ClearSeq(0)
+		e.ClearSeq(1)
+	}
+	return rows, nil
+}
+
+// TTFTTable renders rows as a Markdown table.
+func TTFTTable(rows []TTFTRow) string {
+	var b strings.Builder
+	b.WriteString("| prefix | query | cold TTFT ms | warm TTFT ms | warm (from blob) ms | floor ms | restore ms | cold/warm | warm/floor | state | blob | ratio |\n")
+	b.WriteString("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, r := range rows {
+		fmt.Fprintf(&b, "| %d | %d | %.1f | %.1f | %.1f | %.1f | %.1f | %.1fx | %.3f | %.1f MiB | %.1f MiB | %.2fx |\n",
+			r.Prefix, r.Query, r.ColdMs, r.WarmMs, r.WarmDiskMs, r.FloorMs, r.RestoreMs, r.ColdOverW, r.WarmOverF,
+			float64(r.StateBytes)/(1<<20), float64(r.BlobBytes)/(1<<20), r.Compression)
+	}
+	return b.String()
+}

@@ -1,0 +1,218 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"text/tabwriter"
+
+	"github.com/memosrt/memosrt/kvcache"
+	"github.com/memosrt/memosrt/runtime"
+	"github.com/memosrt/memosrt/runtime/llama"
+	"github.com/memosrt/memosrt/scheduler"
+)
+
+// engineFlags are the load-time flags shared by commands that load a model.
+type engineFlags struct {
+	model   *string
+	threads *int
+	ctx     *int
+	ngl     *int
+	typeK   *string
+	typeV   *string
+	fa      *string
+}
+
+func addEngineFlags(fs *flag.FlagSet) engineFlags {
+	return engineFlags{
+		model:   fs.String("model", envOr("MEMOSRT_MODEL", ""), "GGUF model file"),
+		threads: fs.Int("threads", 0, "CPU threads (default: all)"),
+		ctx:     fs.Int("ctx", 4096, "context size n_ctx, tokens"),
+		ngl:     fs.Int("ngl", -1, "layers to offload to a GPU (-1: all when a GPU is present)"),
+		typeK:   fs.String("type-k", "f16", "KV cache K type: f16, q8_0, q4_0"),
+		typeV:   fs.String("type-v", "f16", "KV cache V type: f16, q8_0, q4_0"),
+		fa:      fs.String("flash-attn", "auto", "flash attention: auto, on, off"),
+	}
+}
+
+func gpuPresent() bool {
+	for _, d := range llama.Devices() {
+		if d.Kind == "gpu" || d.Kind == "igpu" {
+			return true
+		}
+	}
+	return false
+}
+
+func (f engineFlags) load(ctx context.Context, nseq int) (*runtime.Engine, error) {
+	if *f.model == "" {
+		return nil, errors.New("--model is required (or set MEMOSRT_MODEL)")
+	}
+	llama.Init(libDir())
+	ngl := *f.ngl
+	if ngl < 0 && !gpuPresent() {
+		ngl = 0
+	}
+	return runtime.Load(ctx, runtime.Options{ModelPath: *f.model, LibDir: libDir(), NGPULayers: ngl,
+		NCtx: *f.ctx, NSeqMax: nseq, Threads: *f.threads, TypeK: *f.typeK, TypeV: *f.typeV,
+		FlashAttn: *f.fa, Logger: logger(), Progress: progress("loading model")})
+}
+
+func cmdKV(ctx context.Context, args []string) error {
+	if len(args) == 0 {
+		return errors.New("usage: memosrt kv warm|ls --db DIR [--model PATH --cube NAME]")
+	}
+	sub := args[0]
+	fs := flag.NewFlagSet("kv "+sub, flag.ContinueOnError)
+	db := fs.String("db", envOr("MEMOSRT_DB", ""), "data directory")
+	cube := fs.String("cube", "", "memory cube")
+	asJSON := fs.Bool("json", false, "print JSON")
+	ef := addEngineFlags(fs)
+	if _, err := parse(fs, args[1:]); err != nil {
+		return err
+	}
+	s, err := openStores(*db)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	kv, err := kvcache.Open(s.db, kvcache.Options{Logger: logger()})
+	if err != nil {
+		return err
+	}
+	defer kv.Close()
+	switch sub {
+	case "ls":
+		infos := kv.List(*cube)
+		if *asJSON {
+			return json.NewEncoder(os.Stdout).Encode(infos)
+		}
+		tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "PACK\tCUBE\tTOKENS\tRAW\tSTORED\tRATIO\tCREATED")
+		for _, i := range infos {
+			fmt.Fprintf(tw, "%.12s\t%s\t%d\t%s\t%s\t%.2fx\t%s\n", i.ID, i.Label, i.NTokens, bytesStr(i.RawBytes), bytesStr(i.BlobBytes), i.Ratio(), i.Created.Format("2006-01-02 15:04:05"))
+		}
+		return tw.Flush()
+	case "warm":
+		if *cube == "" {
+			return errors.New("--cube is required")
+		}
+		eng, err := ef.load(ctx, 1)
+		if err != nil {
+			return err
+		}
+		defer eng.Close()
+		r := scheduler.New(eng, s.mem, kv, scheduler.Options{Logger: logger()})
+		info, p, err := r.Warm(ctx, *cube, 0)
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			return json.NewEncoder(os.Stdout).Encode(map[string]any{"pack": info, "memories": len(p.Pack), "ratio": info.Ratio()})
+		}
+		fmt.Printf("warmed cube %s: %d memories, %d tokens, %s state → %s stored (%.2fx), pack %.12s\n",
+			*cube, len(p.Pack), info.NTokens, bytesStr(info.RawBytes), bytesStr(info.BlobBytes), info.Ratio(), info.ID)
+		return nil
+	default:
+		return fmt.Errorf("unknown kv command %q (warm, ls)", sub)
+	}
+}
+
+func bytesStr(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.2f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
+}
+
+// runJSON is the object `memosrt run --json` prints.
+type runJSON struct {
+	Response     string  `json:"response"`
+	PromptTokens int     `json:"prompt_tokens"`
+	CachedTokens int     `json:"cached_tokens"`
+	TTFTms       float64 `json:"ttft_ms"`
+	EvalTokens   int     `json:"eval_tokens"`
+	EvalMs       float64 `json:"eval_ms"`
+	TokensPerSec float64 `json:"eval_tokens_per_s"`
+	DoneReason   string  `json:"done_reason"`
+	PackID       string  `json:"pack_id,omitempty"`
+	PackMemories int     `json:"pack_memories"`
+	Retrieved    int     `json:"retrieved_memories"`
+	RestoreMs    float64 `json:"restore_ms"`
+	Refused      string  `json:"refused,omitempty"`
+}
+
+func cmdRun(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	db := fs.String("db", envOr("MEMOSRT_DB", ""), "data directory")
+	cube := fs.String("cube", "default", "memory cube")
+	temp := fs.Float64("temperature", 0, "sampling temperature (0: greedy)")
+	seed := fs.Uint("seed", 0, "sampling seed")
+	topK := fs.Int("top-k", 40, "top-k (with temperature > 0)")
+	topP := fs.Float64("top-p", 0.95, "top-p (with temperature > 0)")
+	minP := fs.Float64("min-p", 0.05, "min-p (with temperature > 0)")
+	rep := fs.Float64("repeat-penalty", 1.0, "repeat penalty (1: off)")
+	n := fs.Int("num-predict", 128, "max tokens to generate")
+	noCache := fs.Bool("no-cache", false, "skip the activation tier: prefill the whole prompt")
+	asJSON := fs.Bool("json", false, "print one JSON object instead of streaming text")
+	ef := addEngineFlags(fs)
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return errors.New("run takes one PROMPT argument")
+	}
+	s, err := openStores(*db)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	kv, err := kvcache.Open(s.db, kvcache.Options{Logger: logger()})
+	if err != nil {
+		return err
+	}
+	defer kv.Close()
+	eng, err := ef.load(ctx, 1)
+	if err != nil {
+		return err
+	}
+	defer eng.Close()
+	r := scheduler.New(eng, s.mem, kv, scheduler.Options{Logger: logger()})
+	req := scheduler.RunRequest{Cube: *cube, Prompt: pos[0], NoCache: *noCache, WarmOnMiss: !*noCache, MaxTokens: *n,
+		Sampling: llama.SamplerParams{Temperature: float32(*temp), Seed: uint32(*seed), TopK: *topK,
+			TopP: float32(*topP), MinP: float32(*minP), RepeatPenalty: float32(*rep)}}
+	if !*asJSON {
+		req.OnText = func(s string) error { _, err := os.Stdout.WriteString(s); return err }
+	}
+	res, err := r.Run(ctx, req)
+	if err != nil {
+		return err
+	}
+	if !*asJSON {
+		fmt.Println()
+		return nil
+	}
+	ms := func(d interface{ Seconds() float64 }) float64 { return float64(int64(d.Seconds()*1e6)) / 1e3 }
+	out := runJSON{Response: res.Text, PromptTokens: res.PromptTokens, CachedTokens: res.CachedTokens,
+		TTFTms: ms(res.TTFT), EvalTokens: res.EvalTokens, EvalMs: ms(res.EvalTime), DoneReason: res.DoneReason,
+		PackID: res.Restored.PackID, PackMemories: len(res.Prompt.Pack), Retrieved: len(res.Prompt.Retrieved),
+		RestoreMs: ms(res.Restored.Duration)}
+	if res.EvalTime > 0 {
+		out.TokensPerSec = float64(res.EvalTokens) / res.EvalTime.Seconds()
+	}
+	if res.Restored.Refused != nil {
+		out.Refused = res.Restored.Refused.Error()
+	}
+	enc := json.NewEncoder(os.Stdout)
+	enc.SetEscapeHTML(false)
+	return enc.Encode(out)
+}

@@ -1,0 +1,220 @@
+package kvcache
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+	"github.com/klauspost/compress/zstd"
+
+	"github.com/memosrt/memosrt/runtime"
+)
+
+// Blob layout, format version 1 (all integers little-endian):
+//
+//	[0,4)    magic "MKVB"
+//	[4,6)    format version (uint16) = 1
+//	[6,10)   header length H (uint32)
+//	[10,10+H) header, JSON (Header)
+//	next 8   payload length P (uint64)
+//	next P   payload: zstd frame of the byte-shuffled state (Codec)
+//	last 8   xxhash64 of every byte before it
+const (
+	magic         = "MKVB"
+	FormatVersion = 1
+	// CodecZstdShuffle2 is zstd over the state split into its even and odd
+	// bytes (a byte shuffle of 16-bit words, as Blosc's shuffle filter does):
+	// the high bytes of f16 values are far more regular than the low bytes.
+	CodecZstdShuffle2 = "zstd+shuffle2"
+	// MaxRawBytes bounds a decoded state (8 GiB), so a hostile header cannot
+	// make Decode allocate without limit.
+	MaxRawBytes = 8 << 30
+	maxHeader   = 64 << 20
+)
+
+// Header is the JSON header of a blob: everything needed to decide, before
+// touching llama.cpp, whether the state can restore into a live context.
+type Header struct {
+	KV         runtime.KVConfig `json:"kv"`
+	AdapterKey string           `json:"adapter_key"` // active LoRA set and scales ("" = none)
+	NTokens    int              `json:"n_tokens"`    // tokens (= cells) in the state
+	NCtxNeeded int              `json:"n_ctx_needed"`
+	Tokens     []int32          `json:"tokens"`
+	TokensHash string           `json:"tokens_hash"` // hex sha256 of the token ids
+	Codec      string           `json:"codec"`
+	RawBytes   int64            `json:"raw_bytes"` // length of the uncompressed state
+	RawXXHash  uint64           `json:"raw_xxhash"`
+	Created    time.Time        `json:"created"`
+	Label      string           `json:"label,omitempty"` // e.g. the cube the pack belongs to
+}
+
+// ConfigKey is the hex key of the KV config and adapter set under which a
+// state is valid; it seeds the prefix hash chain. n_ctx is left out: a state
+// restores into any context with at least NCtxNeeded cells.
+func ConfigKey(kv runtime.KVConfig, adapterKey string) string {
+	kv.NCtx = 0
+	b, _ := json.Marshal(struct {
+		KV runtime.KVConfig
+		A  string
+	}{kv, adapterKey})
+	s := sha256.Sum256(b)
+	return hex.EncodeToString(s[:])
+}
+
+// TokensHash returns the hex sha256 of token ids (little-endian int32).
+func TokensHash(toks []int32) string {
+	h := sha256.New()
+	var b [4]byte
+	for _, t := range toks {
+		binary.LittleEndian.PutUint32(b[:], uint32(t))
+		h.Write(b[:])
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+var (
+	encOnce sync.Once
+	enc     *zstd.Encoder
+	dec     *zstd.Decoder
+)
+
+func codecs() (*zstd.Encoder, *zstd.Decoder) {
+	encOnce.Do(func() {
+		enc, _ = zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedDefault), zstd.WithEncoderConcurrency(2))
+		dec, _ = zstd.NewReader(nil, zstd.WithDecoderConcurrency(0), zstd.WithDecoderMaxMemory(MaxRawBytes))
+	})
+	return enc, dec
+}
+
+// shuffle2 splits b into its even bytes then its odd bytes.
+func shuffle2(b []byte) []byte {
+	out := make([]byte, len(b))
+	half := len(b) / 2
+	for i := 0; i < half; i++ {
+		out[i] = b[2*i]
+		out[half+i] = b[2*i+1]
+	}
+	if len(b)%2 == 1 {
+		out[len(b)-1] = b[len(b)-1]
+	}
+	return out
+}
+
+func unshuffle2(s []byte) []byte {
+	out := make([]byte, len(s))
+	half := len(s) / 2
+	for i := 0; i < half; i++ {
+		out[2*i] = s[i]
+		out[2*i+1] = s[half+i]
+	}
+	if len(s)%2 == 1 {
+		out[len(s)-1] = s[len(s)-1]
+	}
+	return out
+}
+
+// Encode wraps state (llama_state_seq_get_data bytes) in a blob. Fields of h
+// derived from state (codec, sizes, hashes) are filled in.
+func Encode(h Header, state []byte) ([]byte, error) {
+	if int64(len(state)) > MaxRawBytes {
+		return nil, fmt.Errorf("%w: %d bytes", ErrTooLarge, len(state))
+	}
+	h.Codec = CodecZstdShuffle2
+	h.RawBytes = int64(len(state))
+	h.RawXXHash = xxhash.Sum64(state)
+	h.NTokens = len(h.Tokens)
+	h.TokensHash = TokensHash(h.Tokens)
+	if h.NCtxNeeded < h.NTokens {
+		h.NCtxNeeded = h.NTokens
+	}
+	hj, err := json.Marshal(h)
+	if err != nil {
+		return nil, fmt.Errorf("kvcache: header: %w", err)
+	}
+	e, _ := codecs()
+	payload := e.EncodeAll(shuffle2(state), nil)
+	var buf bytes.Buffer
+	buf.Grow(4 + 2 + 4 + len(hj) + 8 + len(payload) + 8)
+	buf.WriteString(magic)
+	binary.Write(&buf, binary.LittleEndian, uint16(FormatVersion))
+	binary.Write(&buf, binary.LittleEndian, uint32(len(hj)))
+	buf.Write(hj)
+	binary.Write(&buf, binary.LittleEndian, uint64(len(payload)))
+	buf.Write(payload)
+	binary.Write(&buf, binary.LittleEndian, xxhash.Sum64(buf.Bytes()))
+	return buf.Bytes(), nil
+}
+
+// DecodeHeader checks a blob's framing and checksum and returns its header
+// without decompressing the payload. Errors wrap ErrCorrupt or ErrVersion.
+func DecodeHeader(blob []byte) (Header, []byte, error) {
+	var h Header
+	if len(blob) < 4+2+4+8+8 || string(blob[:4]) != magic {
+		return h, nil, fmt.Errorf("%w: bad magic or %d bytes", ErrCorrupt, len(blob))
+	}
+	if v := binary.LittleEndian.Uint16(blob[4:]); v != FormatVersion {
+		return h, nil, fmt.Errorf("%w: %d (this build reads %d)", ErrVersion, v, FormatVersion)
+	}
+	body := blob[:len(blob)-8]
+	if got, want := xxhash.Sum64(body), binary.LittleEndian.Uint64(blob[len(blob)-8:]); got != want {
+		return h, nil, fmt.Errorf("%w: checksum %016x, want %016x", ErrCorrupt, got, want)
+	}
+	hl := int(binary.LittleEndian.Uint32(blob[6:]))
+	if hl > maxHeader || 10+hl+8 > len(body) {
+		return h, nil, fmt.Errorf("%w: header length %d", ErrCorrupt, hl)
+	}
+	if err := json.Unmarshal(body[10:10+hl], &h); err != nil {
+		return h, nil, fmt.Errorf("%w: header: %v", ErrCorrupt, err)
+	}
+	pl := binary.LittleEndian.Uint64(body[10+hl:])
+	if pl != uint64(len(body)-10-hl-8) {
+		return h, nil, fmt.Errorf("%w: payload length %d, have %d", ErrCorrupt, pl, len(body)-10-hl-8)
+	}
+	if h.Codec != CodecZstdShuffle2 {
+		return h, nil, fmt.Errorf("%w: codec %q", ErrVersion, h.Codec)
+	}
+	if h.RawBytes < 0 || h.RawBytes > MaxRawBytes || h.NTokens != len(h.Tokens) || TokensHash(h.Tokens) != h.TokensHash {
+		return h, nil, fmt.Errorf("%w: header fields inconsistent", ErrCorrupt)
+	}
+	return h, body[10+hl+8:], nil
+}
+
+// Decode checks and unpacks a blob into its header and the raw state.
+// Errors wrap ErrCorrupt or ErrVersion.
+func Decode(blob []byte) (Header, []byte, error) {
+	h, payload, err := DecodeHeader(blob)
+	if err != nil {
+		return h, nil, err
+	}
+	_, d := codecs()
+	raw, err := d.DecodeAll(payload, make([]byte, 0, h.RawBytes))
+	if err != nil {
+		return h, nil, fmt.Errorf("%w: zstd: %v", ErrCorrupt, err)
+	}
+	if int64(len(raw)) != h.RawBytes {
+		return h, nil, fmt.Errorf("%w: %d raw bytes, header says %d", ErrCorrupt, len(raw), h.RawBytes)
+	}
+	raw = unshuffle2(raw)
+	if xxhash.Sum64(raw) != h.RawXXHash {
+		return h, nil, fmt.Errorf("%w: raw state checksum", ErrCorrupt)
+	}
+	return h, raw, nil
+}
+
+// Check verifies that a pack with header h may restore into a context whose
+// live config is kv with the active adapter set adapterKey.
+func (h Header) Check(kv runtime.KVConfig, adapterKey string) error {
+	if h.AdapterKey != adapterKey {
+		return fmt.Errorf("%w: computed under adapters %q, active %q", ErrMismatch, h.AdapterKey, adapterKey)
+	}
+	if err := h.KV.Compatible(kv, h.NCtxNeeded); err != nil {
+		return fmt.Errorf("%w: %w", ErrMismatch, err)
+	}
+	return nil
+}

@@ -1,0 +1,462 @@
+package kvcache
+
+import (
+	"container/list"
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	bg "github.com/dgraph-io/badger/v4"
+
+	"github.com/memosrt/memosrt/badger"
+)
+
+// BlockTokens is the block size of the prefix hash chain, in tokens.
+const BlockTokens = 64
+
+// chunkBytes is the size of the Badger values a blob is split into.
+const chunkBytes = 32 << 20
+
+// Badger keys: headers are the commit point of a pack; chunks are written first.
+const (
+	keyHeader = "k/h/" // k/h/<id> → packRecord JSON
+	keyChunk  = "k/b/" // k/b/<id>/<uint32 BE> → blob bytes
+)
+
+// Options configure a Cache. Zero means the default given.
+type Options struct {
+	// RAMBytes bounds the decompressed states kept in RAM (LRU). Default 1 GiB.
+	RAMBytes int64
+	// Logger receives warnings about refused or dropped packs; nil discards.
+	Logger *slog.Logger
+	// Now returns the current time (tests). Default time.Now.
+	Now func() time.Time
+}
+
+// DefaultOptions returns the defaults.
+func DefaultOptions() Options { return Options{RAMBytes: 1 << 30, Now: time.Now} }
+
+// packRecord is the persisted index entry of one pack.
+type packRecord struct {
+	ID        string `json:"id"`
+	ConfigKey string `json:"config_key"`
+	Header    Header `json:"header"`
+	BlobBytes int64  `json:"blob_bytes"`
+	Chunks    int    `json:"chunks"`
+}
+
+// Info describes a stored pack.
+type Info struct {
+	ID         string    `json:"id"`
+	Label      string    `json:"label,omitempty"`
+	NTokens    int       `json:"n_tokens"`
+	RawBytes   int64     `json:"raw_bytes"`  // decompressed state
+	BlobBytes  int64     `json:"blob_bytes"` // on disk
+	InRAM      bool      `json:"in_ram"`
+	Created    time.Time `json:"created"`
+	AdapterKey string    `json:"adapter_key,omitempty"`
+}
+
+// Ratio returns RawBytes/BlobBytes, the compression ratio.
+func (i Info) Ratio() float64 {
+	if i.BlobBytes == 0 {
+		return 0
+	}
+	return float64(i.RawBytes) / float64(i.BlobBytes)
+}
+
+type ramEntry struct {
+	id    string
+	state []byte
+}
+
+// Cache stores packs in Badger and keeps decompressed states in RAM.
+type Cache struct {
+	db   *bg.DB
+	opts Options
+	log  *slog.Logger
+
+	// mu guards packs, chain, lru, ram, ramBytes, closed.
+	mu       sync.Mutex
+	packs    map[string]*packRecord
+	chain    map[string][]string // chain hash at a block boundary → pack ids
+	lru      *list.List          // of *ramEntry, front = most recent
+	ram      map[string]*list.Element
+	ramBytes int64
+	closed   bool
+}
+
+// Open loads the pack index from db and removes chunks left without a header
+// by an interrupted Put.
+func Open(db *badger.DB, opts Options) (*Cache, error) {
+	d := DefaultOptions()
+	if opts.RAMBytes == 0 {
+		opts.RAMBytes = d.RAMBytes
+	}
+	if opts.Now == nil {
+		opts.Now = d.Now
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	c := &Cache{db: db.Badger(), opts: opts, log: log, packs: map[string]*packRecord{},
+		chain: map[string][]string{}, lru: list.New(), ram: map[string]*list.Element{}}
+	orphans := map[string]bool{}
+	err := c.db.View(func(txn *bg.Txn) error {
+		it := txn.NewIterator(bg.IteratorOptions{Prefix: []byte(keyHeader), PrefetchValues: true})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			var rec packRecord
+			if err := it.Item().Value(func(v []byte) error { return json.Unmarshal(v, &rec) }); err != nil {
+				log.Warn("kvcache: unreadable pack record skipped", "key", string(it.Item().Key()), "err", err)
+				continue
+			}
+			c.index(&rec)
+		}
+		it2 := txn.NewIterator(bg.IteratorOptions{Prefix: []byte(keyChunk)})
+		defer it2.Close()
+		for it2.Rewind(); it2.Valid(); it2.Next() {
+			k := string(it2.Item().Key())
+			if len(k) < len(keyChunk)+64 {
+				continue
+			}
+			id := k[len(keyChunk) : len(keyChunk)+64]
+			if c.packs[id] == nil {
+				orphans[id] = true
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("kvcache: open: %w", err)
+	}
+	for id := range orphans {
+		log.Info("kvcache: removing orphan chunks", "pack", id[:12])
+		if err := c.deleteChunks(id); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// Close drops the RAM cache. The Badger DB is owned by the caller. Idempotent.
+func (c *Cache) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.closed = true
+	c.lru.Init()
+	c.ram = map[string]*list.Element{}
+	c.ramBytes = 0
+	return nil
+}
+
+func chainStep(prev string, block []int32) string {
+	h := sha256.New()
+	h.Write([]byte(prev))
+	var b [4]byte
+	for _, t := range block {
+		binary.LittleEndian.PutUint32(b[:], uint32(t))
+		h.Write(b[:])
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// chainKeys returns the chain hash at each block boundary 0, B, 2B, ... ≤ len(toks).
+func chainKeys(cfgKey string, toks []int32) []string {
+	keys := []string{cfgKey}
+	h := cfgKey
+	for i := 0; i+BlockTokens <= len(toks); i += BlockTokens {
+		h = chainStep(h, toks[i:i+BlockTokens])
+		keys = append(keys, h)
+	}
+	return keys
+}
+
+// index adds rec to the in-memory index. Caller holds mu (or is Open).
+func (c *Cache) index(rec *packRecord) {
+	c.packs[rec.ID] = rec
+	for _, k := range chainKeys(rec.ConfigKey, rec.Header.Tokens) {
+		c.chain[k] = append(c.chain[k], rec.ID)
+	}
+}
+
+func (c *Cache) unindex(id string) {
+	rec := c.packs[id]
+	if rec == nil {
+		return
+	}
+	delete(c.packs, id)
+	for _, k := range chainKeys(rec.ConfigKey, rec.Header.Tokens) {
+		ids := c.chain[k]
+		for i, x := range ids {
+			if x == id {
+				ids = append(ids[:i], ids[i+1:]...)
+				break
+			}
+		}
+		if len(ids) == 0 {
+			delete(c.chain, k)
+		} else {
+			c.chain[k] = ids
+		}
+	}
+	if el, ok := c.ram[id]; ok {
+		c.ramBytes -= int64(len(el.Value.(*ramEntry).state))
+		c.lru.Remove(el)
+		delete(c.ram, id)
+	}
+}
+
+// PackID returns the id of the pack of toks under a config key.
+func PackID(cfgKey string, toks []int32) string {
+	return chainStep(cfgKey+"/pack", toks)
+}
+
+// Match is the result of a prefix lookup.
+type Match struct {
+	ID     string // pack id; "" when nothing matched
+	Tokens int    // length of the common prefix of the request and the pack
+}
+
+// Lookup returns the pack sharing the longest token prefix with toks under
+// cfgKey (ConfigKey of the live context and adapter set).
+func (c *Cache) Lookup(cfgKey string, toks []int32) Match {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	keys := chainKeys(cfgKey, toks)
+	// deepest boundary with a known chain hash: candidates share those blocks
+	var cands []string
+	for i := len(keys) - 1; i >= 0; i-- {
+		if ids := c.chain[keys[i]]; len(ids) > 0 {
+			cands = ids
+			break
+		}
+	}
+	var best Match
+	for _, id := range cands {
+		pt := c.packs[id].Header.Tokens
+		n := 0
+		for n < len(pt) && n < len(toks) && pt[n] == toks[n] {
+			n++
+		}
+		if n > best.Tokens {
+			best = Match{ID: id, Tokens: n}
+		}
+	}
+	return best
+}
+
+// Put stores the state of a sequence holding exactly h.Tokens, computed under
+// the config h.KV and h.AdapterKey, and returns the pack id. Chunks are
+// written before the header, so a crash leaves either the whole pack or
+// orphan chunks that the next Open removes.
+func (c *Cache) Put(ctx context.Context, h Header, state []byte) (Info, error) {
+	if h.Created.IsZero() {
+		h.Created = c.opts.Now().UTC()
+	}
+	blob, err := Encode(h, state)
+	if err != nil {
+		return Info{}, err
+	}
+	h, _, _ = DecodeHeader(blob) // the filled-in header
+	cfg := ConfigKey(h.KV, h.AdapterKey)
+	rec := &packRecord{ID: PackID(cfg, h.Tokens), ConfigKey: cfg, Header: h, BlobBytes: int64(len(blob))}
+	rec.Chunks = (len(blob) + chunkBytes - 1) / chunkBytes
+	if err := c.Delete(rec.ID); err != nil && !errors.Is(err, ErrNotFound) {
+		return Info{}, err
+	}
+	for i := 0; i < rec.Chunks; i++ {
+		if err := ctx.Err(); err != nil {
+			c.deleteChunks(rec.ID)
+			return Info{}, err
+		}
+		part := blob[i*chunkBytes : min(len(blob), (i+1)*chunkBytes)]
+		if err := c.db.Update(func(txn *bg.Txn) error { return txn.Set(chunkKey(rec.ID, i), part) }); err != nil {
+			c.deleteChunks(rec.ID)
+			return Info{}, fmt.Errorf("kvcache: write chunk: %w", err)
+		}
+	}
+	rj, _ := json.Marshal(rec)
+	if err := c.db.Update(func(txn *bg.Txn) error { return txn.Set([]byte(keyHeader+rec.ID), rj) }); err != nil {
+		c.deleteChunks(rec.ID)
+		return Info{}, fmt.Errorf("kvcache: write header: %w", err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.index(rec)
+	c.putRAM(rec.ID, state)
+	return c.info(rec), nil
+}
+
+func chunkKey(id string, i int) []byte {
+	k := make([]byte, 0, len(keyChunk)+len(id)+5)
+	k = append(k, keyChunk...)
+	k = append(k, id...)
+	k = append(k, '/')
+	return binary.BigEndian.AppendUint32(k, uint32(i))
+}
+
+func (c *Cache) deleteChunks(id string) error {
+	prefix := []byte(keyChunk + id + "/")
+	var keys [][]byte
+	err := c.db.View(func(txn *bg.Txn) error {
+		it := txn.NewIterator(bg.IteratorOptions{Prefix: prefix})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			keys = append(keys, it.Item().KeyCopy(nil))
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("kvcache: %w", err)
+	}
+	for _, k := range keys {
+		if err := c.db.Update(func(txn *bg.Txn) error { return txn.Delete(k) }); err != nil {
+			return fmt.Errorf("kvcache: %w", err)
+		}
+	}
+	return nil
+}
+
+// Delete removes a pack: header first (it stops being found), then chunks.
+func (c *Cache) Delete(id string) error {
+	c.mu.Lock()
+	_, ok := c.packs[id]
+	c.unindex(id)
+	c.mu.Unlock()
+	err := c.db.Update(func(txn *bg.Txn) error { return txn.Delete([]byte(keyHeader + id)) })
+	if err != nil {
+		return fmt.Errorf("kvcache: %w", err)
+	}
+	if err := c.deleteChunks(id); err != nil {
+		return err
+	}
+	if !ok {
+		return ErrNotFound
+	}
+	return nil
+}
+
+func (c *Cache) putRAM(id string, state []byte) {
+	if int64(len(state)) > c.opts.RAMBytes {
+		return
+	}
+	if el, ok := c.ram[id]; ok {
+		c.lru.MoveToFront(el)
+		return
+	}
+	c.ram[id] = c.lru.PushFront(&ramEntry{id: id, state: state})
+	c.ramBytes += int64(len(state))
+	for c.ramBytes > c.opts.RAMBytes {
+		el := c.lru.Back()
+		e := el.Value.(*ramEntry)
+		c.lru.Remove(el)
+		delete(c.ram, e.id)
+		c.ramBytes -= int64(len(e.state))
+	}
+}
+
+// Blob reads a pack's stored blob from Badger.
+func (c *Cache) Blob(id string) ([]byte, error) {
+	c.mu.Lock()
+	rec := c.packs[id]
+	c.mu.Unlock()
+	if rec == nil {
+		return nil, ErrNotFound
+	}
+	blob := make([]byte, 0, rec.BlobBytes)
+	err := c.db.View(func(txn *bg.Txn) error {
+		for i := 0; i < rec.Chunks; i++ {
+			item, err := txn.Get(chunkKey(id, i))
+			if err != nil {
+				return fmt.Errorf("%w: chunk %d: %v", ErrCorrupt, i, err)
+			}
+			if err := item.Value(func(v []byte) error { blob = append(blob, v...); return nil }); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return blob, nil
+}
+
+// State returns a pack's header and decompressed state, from RAM if cached,
+// else from Badger (then cached). fromRAM reports which.
+func (c *Cache) State(id string) (h Header, state []byte, fromRAM bool, err error) {
+	c.mu.Lock()
+	rec := c.packs[id]
+	if rec == nil {
+		c.mu.Unlock()
+		return h, nil, false, ErrNotFound
+	}
+	if el, ok := c.ram[id]; ok {
+		c.lru.MoveToFront(el)
+		st := el.Value.(*ramEntry).state
+		c.mu.Unlock()
+		return rec.Header, st, true, nil
+	}
+	c.mu.Unlock()
+	blob, err := c.Blob(id)
+	if err != nil {
+		return h, nil, false, err
+	}
+	h, state, err = Decode(blob)
+	if err != nil {
+		return h, nil, false, err
+	}
+	c.mu.Lock()
+	if c.packs[id] != nil {
+		c.putRAM(id, state)
+	}
+	c.mu.Unlock()
+	return h, state, false, nil
+}
+
+// DropRAM evicts every decompressed state from RAM (tests, memory pressure).
+func (c *Cache) DropRAM() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.lru.Init()
+	c.ram = map[string]*list.Element{}
+	c.ramBytes = 0
+}
+
+func (c *Cache) info(rec *packRecord) Info {
+	_, inRAM := c.ram[rec.ID]
+	return Info{ID: rec.ID, Label: rec.Header.Label, NTokens: rec.Header.NTokens, RawBytes: rec.Header.RawBytes,
+		BlobBytes: rec.BlobBytes, InRAM: inRAM, Created: rec.Header.Created, AdapterKey: rec.Header.AdapterKey}
+}
+
+// List returns every stored pack, optionally only those with the given label.
+func (c *Cache) List(label string) []Info {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []Info
+	for _, rec := range c.packs {
+		if label == "" || rec.Header.Label == label {
+			out = append(out, c.info(rec))
+		}
+	}
+	return out
+}
+
+// Stats reports bytes held in RAM and on disk.
+func (c *Cache) Stats() (ramBytes, diskBytes int64, packs int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, rec := range c.packs {
+		diskBytes += rec.BlobBytes
+	}
+	return c.ramBytes, diskBytes, len(c.packs)
+}

@@ -1,0 +1,20 @@
+// Package kvcache is the activation tier: persisted, compressed KV-cache
+// states of token prefixes ("packs"), restored into a llama sequence so that
+// generation skips their prefill.
+//
+// A pack is the serialized state of one sequence holding tokens [0, n)
+// (llama_state_seq_get_data), wrapped in a versioned blob (see Encode): a
+// header that records what makes the state valid (model fingerprint, KV
+// layout, adapter set, tokens), a zstd payload of the byte-shuffled state,
+// and a checksum. Blobs persist in Badger (keys under "k/") and are cached
+// decompressed in a RAM LRU bounded in bytes.
+//
+// Lookup finds the longest cached prefix of a request's tokens through a hash
+// chain over 64-token blocks seeded with the KV config key, so packs are only
+// ever matched under the config they were computed with. A blob that fails
+// its checksum, does not parse, or does not match the live context is refused
+// before llama.cpp sees it, dropped from the store, and the target sequence is
+// left empty: the caller falls back to plain prefill.
+//
+// A *Cache is safe for concurrent use.
+package kvcache

@@ -1,0 +1,337 @@
+package kvcache
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"testing"
+
+	bg "github.com/dgraph-io/badger/v4"
+
+	"github.com/memosrt/memosrt/badger"
+	"github.com/memosrt/memosrt/internal/testmodels"
+	"github.com/memosrt/memosrt/runtime"
+)
+
+func openDB(t *testing.T, dir string) *badger.DB {
+	t.Helper()
+	db, err := badger.Open(badger.Options{Dir: dir, NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := db.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return db
+}
+
+func openEngine(t *testing.T, o runtime.Options) *runtime.Engine {
+	t.Helper()
+	o.ModelPath = testmodels.Stories(t)
+	o.Threads = 2
+	if o.NCtx == 0 {
+		o.NCtx = 512
+	}
+	if o.NSeqMax == 0 {
+		o.NSeqMax = 2
+	}
+	e, err := runtime.Load(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	return e
+}
+
+func TestBlobRoundTrip(t *testing.T) {
+	state := make([]byte, 10001)
+	for i := range state {
+		state[i] = byte(i * 7 % 251)
+	}
+	h := Header{KV: runtime.KVConfig{ModelFingerprint: "ab", NLayer: 5, TypeK: "f16", TypeV: "f16", NStream: 1}, Tokens: []int32{1, 2, 3}, Label: "c"}
+	blob, err := Encode(h, state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gh, got, err := Decode(blob)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, state) || gh.NTokens != 3 || gh.RawBytes != 10001 || gh.Label != "c" || gh.NCtxNeeded != 3 {
+		t.Fatalf("round trip: header %+v, equal %v", gh, bytes.Equal(got, state))
+	}
+	// every truncation and every single-byte flip is detected
+	for _, n := range []int{0, 3, 10, len(blob) / 2, len(blob) - 9, len(blob) - 1} {
+		if _, _, err := Decode(blob[:n]); !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("truncated to %d: %v", n, err)
+		}
+	}
+	for i := 0; i < len(blob); i += 97 {
+		bad := bytes.Clone(blob)
+		bad[i] ^= 0x10
+		if _, _, err := Decode(bad); !errors.Is(err, ErrCorrupt) && !errors.Is(err, ErrVersion) {
+			t.Fatalf("flip at %d: %v", i, err)
+		}
+	}
+	bad := bytes.Clone(blob)
+	bad[4] = 9
+	if _, _, err := Decode(bad); !errors.Is(err, ErrVersion) {
+		t.Fatalf("version: %v", err)
+	}
+}
+
+func TestShuffle(t *testing.T) {
+	for n := 0; n < 9; n++ {
+		b := []byte("abcdefghi")[:n]
+		if got := unshuffle2(shuffle2(b)); !bytes.Equal(got, b) {
+			t.Fatalf("n=%d: %q", n, got)
+		}
+	}
+	if got := string(shuffle2([]byte("aAbBcC"))); got != "abcABC" {
+		t.Fatalf("shuffle2 = %q", got)
+	}
+}
+
+// fixture: an engine, a cache, and a prompt whose first part is a stored pack.
+type fixture struct {
+	eng    *runtime.Engine
+	cache  *Cache
+	db     *badger.DB
+	pack   []int32
+	prompt []int32
+	cold   string
+}
+
+func newFixture(t *testing.T) *fixture {
+	f := &fixture{eng: openEngine(t, runtime.Options{})}
+	f.db = openDB(t, t.TempDir())
+	var err error
+	if f.cache, err = Open(f.db, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	f.pack, _ = f.eng.Tokenize("Lily had a small dog named Max. Max liked to run in the garden.", true)
+	rest, _ := f.eng.Tokenize(" One day Lily and Max", false)
+	f.prompt = append(append([]int32{}, f.pack...), rest...)
+	f.cold = f.generate(t, 0)
+	if _, err := f.cache.Warm(context.Background(), f.eng, 0, f.pack, "", "cube"); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func (f *fixture) generate(t *testing.T, npast int) string {
+	t.Helper()
+	if npast == 0 {
+		f.eng.ClearSeq(0)
+	}
+	r, err := f.eng.Generate(context.Background(), runtime.Request{Seq: 0, Tokens: f.prompt, NPast: npast, MaxTokens: 40})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r.Text
+}
+
+func TestRestoreEqualsColdPrefill(t *testing.T) {
+	f := newFixture(t)
+	for _, fromDisk := range []bool{false, true} {
+		if fromDisk {
+			f.cache.DropRAM()
+		}
+		f.eng.ClearSeq(0)
+		r, err := f.cache.Restore(context.Background(), f.eng, 0, f.prompt, "")
+		if err != nil || r.Refused != nil {
+			t.Fatal(err, r.Refused)
+		}
+		if r.Tokens != len(f.pack) || r.FromRAM == fromDisk {
+			t.Fatalf("restored %d tokens (want %d), fromRAM %v", r.Tokens, len(f.pack), r.FromRAM)
+		}
+		if got := f.generate(t, r.Tokens); got != f.cold {
+			t.Fatalf("fromDisk=%v: restored output %q, cold %q", fromDisk, got, f.cold)
+		}
+	}
+}
+
+func TestLookupLongestPrefix(t *testing.T) {
+	f := newFixture(t)
+	cfg := ConfigKey(f.eng.KVConfig(), "")
+	if m := f.cache.Lookup(cfg, f.prompt); m.Tokens != len(f.pack) {
+		t.Fatalf("match %d, want %d", m.Tokens, len(f.pack))
+	}
+	// a request diverging inside the pack matches up to the divergence
+	other := append(append([]int32{}, f.pack[:7]...), 99, 98, 97)
+	if m := f.cache.Lookup(cfg, other); m.Tokens != 7 {
+		t.Fatalf("match %d, want 7", m.Tokens)
+	}
+	// another adapter set or KV config never matches
+	if m := f.cache.Lookup(ConfigKey(f.eng.KVConfig(), "lora-a:1"), f.prompt); m.ID != "" {
+		t.Fatalf("matched across adapter sets: %+v", m)
+	}
+	kv := f.eng.KVConfig()
+	kv.TypeK = "q8_0"
+	if m := f.cache.Lookup(ConfigKey(kv, ""), f.prompt); m.ID != "" {
+		t.Fatal("matched across KV configs")
+	}
+	// long prompts: a 300-token pack is found through the block chain
+	long, _ := f.eng.Tokenize(string(bytes.Repeat([]byte("The sun was warm and the sky was blue. "), 30)), true)
+	long = long[:300]
+	if _, err := f.cache.Warm(context.Background(), f.eng, 0, long, "", "long"); err != nil {
+		t.Fatal(err)
+	}
+	req := append(append([]int32{}, long...), 5, 6, 7)
+	if m := f.cache.Lookup(cfg, req); m.Tokens != 300 {
+		t.Fatalf("long match %d", m.Tokens)
+	}
+}
+
+// corrupt rewrites the stored blob of the only pack with fn's result.
+func corrupt(t *testing.T, f *fixture, fn func([]byte) []byte) {
+	t.Helper()
+	infos := f.cache.List("cube")
+	if len(infos) != 1 {
+		t.Fatalf("%d packs", len(infos))
+	}
+	blob, err := f.cache.Blob(infos[0].ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := fn(bytes.Clone(blob))
+	err = f.db.Badger().Update(func(txn *bg.Txn) error {
+		if err := txn.Delete(chunkKey(infos[0].ID, 0)); err != nil {
+			return err
+		}
+		return txn.Set(chunkKey(infos[0].ID, 0), bad)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.cache.DropRAM()
+}
+
+func TestDamagedPacksAreRefused(t *testing.T) {
+	cases := []struct {
+		name string
+		fn   func(*testing.T, *fixture)
+	}{
+		{"truncated", func(t *testing.T, f *fixture) { corrupt(t, f, func(b []byte) []byte { return b[:len(b)-100] }) }},
+		{"bit-flipped", func(t *testing.T, f *fixture) {
+			corrupt(t, f, func(b []byte) []byte { b[len(b)/2] ^= 0x04; return b })
+		}},
+		{"other-kv-config", func(t *testing.T, f *fixture) {
+			// a state computed with an f32 K cache, stored under a header claiming the live config
+			other := openEngine(t, runtime.Options{TypeK: "f32", NSeqMax: 1})
+			if err := other.Prefill(context.Background(), 0, f.pack, 0); err != nil {
+				t.Fatal(err)
+			}
+			st, err := other.SaveSeq(0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := f.cache.Put(context.Background(), Header{KV: f.eng.KVConfig(), Tokens: f.pack, Label: "cube"}, st); err != nil {
+				t.Fatal(err)
+			}
+			f.cache.DropRAM()
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t)
+			// seq 1 holds another conversation that must stay untouched
+			if err := f.eng.Prefill(context.Background(), 1, f.pack[:10], 0); err != nil {
+				t.Fatal(err)
+			}
+			seq1, _ := f.eng.SaveSeq(1)
+			tc.fn(t, f)
+			f.eng.Prefill(context.Background(), 0, f.pack[:5], 0) // junk in the target seq
+			r, err := f.cache.Restore(context.Background(), f.eng, 0, f.prompt, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Refused == nil || r.Tokens != 0 {
+				t.Fatalf("not refused: %+v", r)
+			}
+			if n := f.eng.SeqLen(0); n != 0 {
+				t.Fatalf("target seq holds %d positions after a refusal", n)
+			}
+			if got, _ := f.eng.SaveSeq(1); !bytes.Equal(got, seq1) {
+				t.Fatal("another sequence changed")
+			}
+			if len(f.cache.List("")) != 0 {
+				t.Fatal("refused pack was not dropped")
+			}
+			if got := f.generate(t, 0); got != f.cold {
+				t.Fatalf("fallback output %q, cold %q", got, f.cold)
+			}
+		})
+	}
+}
+
+func TestHeaderCheck(t *testing.T) {
+	live := runtime.KVConfig{ModelFingerprint: "m", NLayer: 5, KRowBytes: 64, VRowBytes: 64, TypeK: "f16", TypeV: "f16", NStream: 1, NCtx: 256}
+	h := Header{KV: live, NCtxNeeded: 100}
+	if err := h.Check(live, ""); err != nil {
+		t.Fatal(err)
+	}
+	muts := map[string]func(*runtime.KVConfig){
+		"model":    func(k *runtime.KVConfig) { k.ModelFingerprint = "x" },
+		"type_k":   func(k *runtime.KVConfig) { k.TypeK = "q8_0" },
+		"v_layout": func(k *runtime.KVConfig) { k.VTrans = true },
+		"n_ctx":    func(k *runtime.KVConfig) { k.NCtx = 64 },
+	}
+	for name, mut := range muts {
+		l := live
+		mut(&l)
+		if err := h.Check(l, ""); !errors.Is(err, ErrMismatch) {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	if err := h.Check(live, "a:1"); !errors.Is(err, ErrMismatch) {
+		t.Errorf("adapter: %v", err)
+	}
+}
+
+func TestPersistAcrossReopen(t *testing.T) {
+	dir := t.TempDir()
+	eng := openEngine(t, runtime.Options{})
+	pack, _ := eng.Tokenize("Tom likes blue kites.", true)
+	db, err := badger.Open(badger.Options{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _ := Open(db, Options{})
+	info, err := c.Warm(context.Background(), eng, 0, pack, "", "tom")
+	if err != nil {
+		t.Fatal(err)
+	}
+	blob1, _ := c.Blob(info.ID)
+	c.Close()
+	db.Close()
+	db2 := openDB(t, dir)
+	c2, err := Open(db2, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	blob2, err := c2.Blob(info.ID)
+	if err != nil || !bytes.Equal(blob1, blob2) {
+		t.Fatalf("blob not byte-identical after reopen: %v", err)
+	}
+	if m := c2.Lookup(ConfigKey(eng.KVConfig(), ""), append(append([]int32{}, pack...), 7)); m.Tokens != len(pack) {
+		t.Fatalf("lookup after reopen: %+v", m)
+	}
+}
+
+func TestOrphanChunksRemoved(t *testing.T) {
+	dir := t.TempDir()
+	db, _ := badger.Open(badger.Options{Dir: dir})
+	id := PackID("cfg", []int32{1, 2})
+	db.Badger().Update(func(txn *bg.Txn) error { return txn.Set(chunkKey(id, 0), []byte("partial")) })
+	if _, err := Open(db, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	err := db.Badger().View(func(txn *bg.Txn) error { _, err := txn.Get(chunkKey(id, 0)); return err })
+	if !errors.Is(err, bg.ErrKeyNotFound) {
+		t.Fatalf("orphan chunk still there: %v", err)
+	}
+	db.Close()
+}

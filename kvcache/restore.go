@@ -1,0 +1,108 @@
+package kvcache
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/memosrt/memosrt/runtime"
+)
+
+// Restored reports a prefix restore.
+type Restored struct {
+	PackID    string        `json:"pack_id,omitempty"`
+	Tokens    int           `json:"tokens"`   // prompt tokens now held by the sequence (usable prefix)
+	FromRAM   bool          `json:"from_ram"` // state came from the RAM cache, not Badger
+	Duration  time.Duration `json:"-"`
+	Refused   error         `json:"-"` // non-nil when a pack matched but was refused (and dropped)
+	PackTotal int           `json:"pack_tokens"`
+}
+
+// Restore finds the longest cached prefix of toks for the engine's live KV
+// config and adapterKey, restores it into seq and truncates seq to the usable
+// prefix: at most len(toks)-1 tokens, so the caller always decodes the last
+// prompt token (a restored state has no logits). On a miss seq is emptied.
+// A pack that fails its checks is refused before llama.cpp sees it, deleted,
+// and reported in Restored.Refused; seq is then empty and the caller
+// prefills normally. The returned error is non-nil only for ctx or engine
+// failures.
+func (c *Cache) Restore(ctx context.Context, eng *runtime.Engine, seq int, toks []int32, adapterKey string) (Restored, error) {
+	start := time.Now()
+	var r Restored
+	if err := ctx.Err(); err != nil {
+		return r, err
+	}
+	live := eng.KVConfig()
+	cfg := ConfigKey(live, adapterKey)
+	m := c.Lookup(cfg, toks)
+	usable := min(m.Tokens, len(toks)-1)
+	if m.ID == "" || usable <= 0 {
+		err := eng.ClearSeq(seq)
+		r.Duration = time.Since(start)
+		return r, err
+	}
+	h, state, fromRAM, err := c.State(m.ID)
+	if err == nil {
+		err = h.Check(live, adapterKey)
+	}
+	if err == nil {
+		_, err = eng.RestoreSeq(seq, state)
+	}
+	if err == nil {
+		if h.NTokens > usable {
+			err = eng.TruncateSeq(seq, usable)
+		}
+	}
+	if err != nil {
+		if errors.Is(err, runtime.ErrClosed) {
+			return r, err
+		}
+		c.log.Warn("kvcache: pack refused; falling back to prefill", "pack", m.ID[:12], "err", err)
+		c.Delete(m.ID)
+		if cerr := eng.ClearSeq(seq); cerr != nil {
+			return r, cerr
+		}
+		r.Refused = err
+		r.Duration = time.Since(start)
+		return r, nil
+	}
+	r = Restored{PackID: m.ID, Tokens: usable, FromRAM: fromRAM, Duration: time.Since(start), PackTotal: h.NTokens}
+	return r, nil
+}
+
+// Warm prefills toks into seq (emptied first), saves the sequence state as a
+// pack labelled label, and returns its Info. If an identical pack exists it is
+// returned as is. seq holds toks afterwards.
+func (c *Cache) Warm(ctx context.Context, eng *runtime.Engine, seq int, toks []int32, adapterKey, label string) (Info, error) {
+	if len(toks) == 0 {
+		return Info{}, fmt.Errorf("kvcache: warm: no tokens")
+	}
+	live := eng.KVConfig()
+	cfg := ConfigKey(live, adapterKey)
+	id := PackID(cfg, toks)
+	c.mu.Lock()
+	rec := c.packs[id]
+	c.mu.Unlock()
+	if rec != nil {
+		if _, err := c.Restore(ctx, eng, seq, append(append([]int32{}, toks...), 0), adapterKey); err != nil {
+			return Info{}, err
+		}
+		if eng.SeqLen(seq) == len(toks) {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			return c.info(rec), nil
+		}
+	}
+	if err := eng.ClearSeq(seq); err != nil {
+		return Info{}, err
+	}
+	if err := eng.Prefill(ctx, seq, toks, 0); err != nil {
+		return Info{}, err
+	}
+	state, err := eng.SaveSeq(seq)
+	if err != nil {
+		return Info{}, err
+	}
+	return c.Put(ctx, Header{KV: live, AdapterKey: adapterKey, Tokens: toks, Label: label}, state)
+}
