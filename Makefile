@@ -15,7 +15,7 @@ GO       ?= go
 OLLAMA   := github.com/ollama/ollama
 TESTFLAGS ?= -count=1 -timeout 40m
 
-.PHONY: all build links test vet bench clean
+.PHONY: all build links test vet bench demo clean
 
 all: build
 
@@ -39,5 +39,87 @@ test: links vet
 bench: build
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./bench/...
 
+# The main job on the shipped model: a cube of memories, its pack warmed into
+# the activation tier, then a generation that restores it (JSON with TTFT).
+MODEL ?= ../shared/models/stories260K.gguf
+DEMO_DB ?= .cache/demo-db
+demo: build
+	rm -rf $(DEMO_DB)
+	./bin/memosrt mem add --db $(DEMO_DB) --cube lily "Lily has a dog named Max."
+	./bin/memosrt mem add --db $(DEMO_DB) --cube lily "Max is brown and likes to run in the park."
+	./bin/memosrt mem add --db $(DEMO_DB) --cube lily "Lily's favourite food is apple pie."
+	./bin/memosrt kv warm --db $(DEMO_DB) --model $(MODEL) --cube lily
+	./bin/memosrt run --db $(DEMO_DB) --model $(MODEL) --cube lily --num-predict 48 --json "Once upon a time, Lily"
+	./bin/memosrt run --db $(DEMO_DB) --model $(MODEL) --cube lily --num-predict 48 --json --no-cache "Once upon a time, Lily"
+
 clean:
 	rm -rf bin third_party
+
+# ---- GPU backend module (issue 7) -------------------------------------------
+# `make cuda` builds the ggml CUDA backend as loadable modules into lib/memosrt/:
+# libggml-cuda.so and the libggml-base.so.0 it links (RUNPATH $ORIGIN, so it is
+# found beside it). bin/memosrt loads them at start through
+# ggml_backend_load_all_from_path(<binary dir>/../lib/memosrt; MEMOSRT_LIB_PATH
+# overrides), which takes files named exactly libggml-<backend>.so.
+# Sources: the ggml tree of the pinned ollama module, built with ollama's own
+# top-level CMakeLists.txt (GGML_BACKEND_DL, BUILD_SHARED_LIBS, GGML_CUDA_FA,
+# GGML_CUDA_GRAPHS, ... as in ollama's releases); only the ggml-cuda target and
+# its dependency ggml-base are built, no CPU backend modules (ours is compiled
+# into the binary). ggml-base symbols: bin/memosrt has its own static copy and
+# exports none of it (nm -D), so the module binds to libggml-base.so: two copies
+# of ggml-base, as in ollama's runner. That is safe only with the same ggml
+# revision on both sides (same pinned module); see bench/gpu-check.sh.
+# Needs cmake >= 3.21 (3.24 for CUDA_ARCH=native) and nvcc (CUDA 12+).
+#   CUDA_ARCH   CMAKE_CUDA_ARCHITECTURES: 90a (H100/H200, default), 89, 80, native, "80;90a"
+#   CUDA_SRC    ollama source dir (default: .cache/ollama-src, else `go list -m` dir)
+#   NVCC        nvcc path (default: PATH, then /usr/local/cuda/bin/nvcc)
+# `make cuda-src` copies the needed sources (9 MB) to .cache/ollama-src for a
+# machine without Go. The CMake build tree is $(CUDA_BUILD) (git-ignored).
+CUDA_ARCH  ?= 90a
+CUDA_BUILD ?= .cache/cmake-cuda
+CUDA_JOBS  ?= $(shell nproc 2>/dev/null || echo 4)
+CUDA_SRC   ?=
+NVCC       ?=
+CMAKE      ?= cmake
+
+.PHONY: cuda cuda-src
+
+cuda:
+	@nvcc="$(NVCC)"; \
+	[ -n "$$nvcc" ] || nvcc=$$(command -v nvcc 2>/dev/null) || true; \
+	[ -n "$$nvcc" ] || { [ -x /usr/local/cuda/bin/nvcc ] && nvcc=/usr/local/cuda/bin/nvcc; } || true; \
+	if [ -z "$$nvcc" ] || [ ! -x "$$nvcc" ]; then \
+		echo "make cuda: nvcc not found (not in PATH nor /usr/local/cuda/bin); install the CUDA toolkit 12+ or set NVCC=/path/to/nvcc. Nothing built." >&2; \
+		exit 1; \
+	fi; \
+	command -v $(CMAKE) >/dev/null 2>&1 || { echo "make cuda: $(CMAKE) not found; install cmake >= 3.21 (apt-get install cmake). Nothing built." >&2; exit 1; }; \
+	src="$(CUDA_SRC)"; \
+	[ -n "$$src" ] || { [ -f .cache/ollama-src/CMakeLists.txt ] && src=.cache/ollama-src; } || true; \
+	[ -n "$$src" ] || src=$$($(GO) list -m -f '{{.Dir}}' $(OLLAMA) 2>/dev/null) || true; \
+	if [ -z "$$src" ] || [ ! -f "$$src/CMakeLists.txt" ] || [ ! -d "$$src/ml/backend/ggml/ggml/src/ggml-cuda" ]; then \
+		echo "make cuda: ollama sources not found (set CUDA_SRC, or run 'make cuda-src' on a machine with Go). Nothing built." >&2; \
+		exit 1; \
+	fi; \
+	echo "make cuda: nvcc $$nvcc, sources $$src, CUDA_ARCH $(CUDA_ARCH)"; \
+	set -e; \
+	$(CMAKE) -S "$$src" -B $(CUDA_BUILD) -DCMAKE_BUILD_TYPE=Release \
+		-DCMAKE_CUDA_COMPILER="$$nvcc" -DCUDAToolkit_ROOT="$$(dirname "$$(dirname "$$nvcc")")" \
+		-DCMAKE_CUDA_ARCHITECTURES='$(CUDA_ARCH)' \
+		-DCMAKE_BUILD_WITH_INSTALL_RPATH=ON '-DCMAKE_INSTALL_RPATH=$$ORIGIN' -DCMAKE_INSTALL_RPATH_USE_LINK_PATH=ON \
+		-DCMAKE_DISABLE_FIND_PACKAGE_Vulkan=ON; \
+	$(CMAKE) --build $(CUDA_BUILD) --target ggml-cuda -j $(CUDA_JOBS); \
+	mkdir -p lib/memosrt; \
+	rm -f lib/memosrt/libggml-cuda.so lib/memosrt/libggml-base.so*; \
+	cp -P $(CUDA_BUILD)/lib/ollama/libggml-base.so* $(CUDA_BUILD)/lib/ollama/libggml-cuda.so lib/memosrt/; \
+	if command -v ldd >/dev/null && ldd lib/memosrt/libggml-cuda.so | grep 'not found' >&2; then \
+		echo "make cuda: warning: libggml-cuda.so has unresolved libraries (above); add the CUDA lib64 dir to LD_LIBRARY_PATH" >&2; \
+	fi; \
+	ls -l lib/memosrt
+
+cuda-src:
+	@dir=$$($(GO) list -m -f '{{.Dir}}' $(OLLAMA)) && [ -n "$$dir" ] || { echo "make cuda-src: go list -m $(OLLAMA) failed" >&2; exit 1; }; \
+	rm -rf .cache/ollama-src && mkdir -p .cache/ollama-src/ml/backend/ggml && \
+	cp "$$dir/CMakeLists.txt" .cache/ollama-src/ && \
+	cp -R "$$dir/ml/backend/ggml/ggml" .cache/ollama-src/ml/backend/ggml/ && \
+	chmod -R u+w .cache/ollama-src && \
+	echo "make cuda-src: copied $$dir sources to .cache/ollama-src ($$(du -sh .cache/ollama-src | cut -f1))"

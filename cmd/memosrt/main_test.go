@@ -1,0 +1,123 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/memosrt/memosrt/internal/testmodels"
+)
+
+var binPath string
+
+// TestMain builds the memosrt binary once; the tests run it as separate
+// processes, so state crosses real process restarts.
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "memosrt-bin")
+	if err != nil {
+		panic(err)
+	}
+	binPath = filepath.Join(dir, "memosrt")
+	out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
+	if err != nil {
+		os.Stderr.Write(out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func memosrt(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	cmd := exec.Command(binPath, args...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	if err != nil {
+		return stdout.String() + stderr.String(), err
+	}
+	return stdout.String(), nil
+}
+
+func must(t *testing.T, args ...string) string {
+	t.Helper()
+	out, err := memosrt(t, args...)
+	if err != nil {
+		t.Fatalf("memosrt %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return out
+}
+
+func runJSONOut(t *testing.T, args ...string) runJSON {
+	t.Helper()
+	var r runJSON
+	out := must(t, args...)
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("bad JSON %q: %v", out, err)
+	}
+	return r
+}
+
+func TestWarmThenRunAcrossProcesses(t *testing.T) {
+	db := t.TempDir()
+	model := testmodels.Stories(t)
+	for _, s := range []string{"Lily has a cat named Kitty.", "Kitty likes to sleep in the sun.", "Lily's brother is Ben."} {
+		must(t, "mem", "add", "--db", db, "--cube", "lily", s)
+	}
+	ls := must(t, "mem", "ls", "--db", db, "--cube", "lily")
+	if strings.Count(ls, "\n") != 4 || !strings.Contains(ls, "Kitty likes to sleep") {
+		t.Fatalf("mem ls:\n%s", ls)
+	}
+	if out := must(t, "mem", "search", "--db", db, "--cube", "lily", "brother"); !strings.Contains(out, "Ben") {
+		t.Fatalf("mem search:\n%s", out)
+	}
+	must(t, "kv", "warm", "--db", db, "--model", model, "--cube", "lily")
+	// each run is a new process: the pack comes from Badger
+	warm := runJSONOut(t, "run", "--db", db, "--model", model, "--cube", "lily", "--num-predict", "40", "--json", "Once upon a time")
+	cold := runJSONOut(t, "run", "--db", db, "--model", model, "--cube", "lily", "--num-predict", "40", "--no-cache", "--json", "Once upon a time")
+	if warm.CachedTokens == 0 || cold.CachedTokens != 0 || warm.PromptTokens != cold.PromptTokens {
+		t.Fatalf("cached tokens: warm %d, cold %d", warm.CachedTokens, cold.CachedTokens)
+	}
+	if warm.Response != cold.Response || warm.Response == "" {
+		t.Fatalf("warm %q\ncold %q", warm.Response, cold.Response)
+	}
+	if warm.EvalTokens != 40 || warm.TTFTms <= 0 || warm.EvalMs <= 0 {
+		t.Fatalf("stats: %+v", warm)
+	}
+	// rm one memory: the pack changes, the old one is no longer a prefix
+	id := strings.Fields(strings.Split(ls, "\n")[1])[0]
+	must(t, "mem", "rm", "--db", db, "--cube", "lily", id)
+	after := runJSONOut(t, "run", "--db", db, "--model", model, "--cube", "lily", "--num-predict", "8", "--json", "Once upon a time")
+	if after.PackMemories != 2 {
+		t.Fatalf("pack memories after rm: %d", after.PackMemories)
+	}
+}
+
+func TestCLIErrors(t *testing.T) {
+	db := t.TempDir()
+	cases := [][]string{
+		{"mem", "add", "--db", db, "--cube", "c", "   "},
+		{"mem", "add", "--db", db, "TEXT"},
+		{"run", "--db", db, "--cube", "c", "hi"},
+		{"run", "--db", db, "--model", "/nonexistent.gguf", "--cube", "c", "hi"},
+		{"bench", "ttft", "--model", "x", "--prefix", "1,a"},
+		{"nosuch"},
+	}
+	for _, args := range cases {
+		out, err := memosrt(t, args...)
+		if err == nil {
+			t.Errorf("%v: no error", args)
+			continue
+		}
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		last := lines[len(lines)-1]
+		if !strings.HasPrefix(last, "memosrt: ") {
+			t.Errorf("%v: last line %q", args, last)
+		}
+	}
+}
