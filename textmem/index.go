@@ -21,11 +21,13 @@ type cubeIndex struct {
 	mu       sync.RWMutex
 	loaded   bool
 	docs     []docEntry          // by doc number; deleted entries have live false
+	lens     []uint32            // by doc number: doc length in terms (dense copy of docs[n].meta.length for the scoring loop)
 	byID     map[string]uint32   // id -> doc number, live docs only
 	terms    map[string]*posting // term -> postings
 	live     int                 // number of live docs
 	totalLen int64               // sum of live doc lengths, in terms
 	vec      VectorIndex         // nil without an Embedder
+	scratch  sync.Pool           // of *scratch; not guarded by mu
 	newVec   func() VectorIndex  // makes vec; nil without an Embedder
 }
 
@@ -51,6 +53,7 @@ func newCubeIndex(newVec func() VectorIndex) *cubeIndex {
 // reset empties the index; the caller holds mu (or owns ix).
 func (ix *cubeIndex) reset() {
 	ix.docs = nil
+	ix.lens = nil
 	ix.byID = make(map[string]uint32)
 	ix.terms = make(map[string]*posting)
 	ix.live = 0
@@ -71,6 +74,7 @@ func (ix *cubeIndex) isLoaded() bool {
 func (ix *cubeIndex) addDoc(id string, meta docMeta) uint32 {
 	n := uint32(len(ix.docs))
 	ix.docs = append(ix.docs, docEntry{id: id, meta: meta, live: true})
+	ix.lens = append(ix.lens, meta.length)
 	ix.byID[id] = n
 	ix.live++
 	ix.totalLen += int64(meta.length)
@@ -146,6 +150,7 @@ func (ix *cubeIndex) replaceDoc(id string, oldTerms, newTerms map[string]int, me
 	d := &ix.docs[n]
 	ix.totalLen += int64(meta.length) - int64(d.meta.length)
 	d.meta = meta
+	ix.lens[n] = meta.length
 	for t, tf := range newTerms {
 		ix.addPosting(t, n, tf)
 	}
@@ -169,14 +174,15 @@ type scored struct {
 // BM25Similarity). N is the number of live documents, n_t the number holding
 // t, |D| the document length in terms and avgdl the mean length.
 //
-// The result is acc, indexed by doc number ([len(ix.docs)]float64, zero
-// for unscored docs), and the doc numbers scored, in no order. The caller
-// holds mu (read).
-func (ix *cubeIndex) bm25(q map[string]float64, k1, b float64, keep func(*docEntry) bool) (acc []float64, touched []uint32) {
-	acc = make([]float64, len(ix.docs))
+// The result is sc.acc, indexed by doc number (zero for unscored docs),
+// and sc.touched, the doc numbers scored, in no order; the caller hands sc
+// back with ix.putScratch when done. The caller holds mu (read).
+func (ix *cubeIndex) bm25(q map[string]float64, k1, b float64, keep func(*docEntry) bool) *scratch {
+	sc := ix.getScratch()
 	if ix.live == 0 {
-		return acc, nil
+		return sc
 	}
+	acc := sc.acc
 	N := float64(ix.live)
 	avgdl := float64(ix.totalLen) / N
 	if avgdl <= 0 {
@@ -193,6 +199,7 @@ func (ix *cubeIndex) bm25(q map[string]float64, k1, b float64, keep func(*docEnt
 	for l := range norm {
 		norm[l] = k1 * (1 - b + b*float64(l)/avgdl)
 	}
+	lens := ix.lens
 	for _, t := range terms {
 		p := ix.terms[t]
 		if p == nil {
@@ -202,24 +209,53 @@ func (ix *cubeIndex) bm25(q map[string]float64, k1, b float64, keep func(*docEnt
 		idf := math.Log(1 + (N-nt+0.5)/(nt+0.5))
 		w := q[t] * idf * (k1 + 1)
 		for i, n := range p.docs {
-			d := &ix.docs[n]
-			if keep != nil && !keep(d) {
+			if keep != nil && !keep(&ix.docs[n]) {
 				continue
 			}
 			tf := float64(p.tfs[i])
 			var nm float64
-			if l := d.meta.length; l < uint32(len(norm)) {
+			if l := lens[n]; l < uint32(len(norm)) {
 				nm = norm[l]
 			} else {
 				nm = k1 * (1 - b + b*float64(l)/avgdl)
 			}
 			if acc[n] == 0 {
-				touched = append(touched, n)
+				sc.touched = append(sc.touched, n)
 			}
 			acc[n] += w * tf / (tf + nm)
 		}
 	}
-	return acc, touched
+	return sc
+}
+
+// scratch is the per-search score accumulator.
+type scratch struct {
+	acc     []float64 // [len(docs)]; zero outside touched
+	touched []uint32
+}
+
+// getScratch returns a zeroed accumulator sized for the current docs. The
+// caller holds mu (read).
+func (ix *cubeIndex) getScratch() *scratch {
+	sc, _ := ix.scratch.Get().(*scratch)
+	if sc == nil {
+		sc = &scratch{}
+	}
+	if cap(sc.acc) < len(ix.docs) {
+		sc.acc = make([]float64, len(ix.docs), len(ix.docs)+len(ix.docs)/4+64)
+	} else {
+		sc.acc = sc.acc[:len(ix.docs)]
+	}
+	return sc
+}
+
+// putScratch zeroes sc and keeps it for the next search.
+func (ix *cubeIndex) putScratch(sc *scratch) {
+	for _, n := range sc.touched {
+		sc.acc[n] = 0
+	}
+	sc.touched = sc.touched[:0]
+	ix.scratch.Put(sc)
 }
 
 // better orders scored docs: higher score first, ties to the smaller
@@ -259,6 +295,9 @@ func (ix *cubeIndex) topK(docs []uint32, score func(uint32) float64, k int) []sc
 	}
 	for _, n := range docs {
 		c := scored{n, score(n)}
+		if len(h) == k && c.score < h[0].score {
+			continue
+		}
 		if len(h) < k {
 			h = append(h, c)
 			for i := len(h) - 1; i > 0; {
@@ -271,7 +310,7 @@ func (ix *cubeIndex) topK(docs []uint32, score func(uint32) float64, k int) []sc
 			}
 			continue
 		}
-		if k == 0 || !ix.better(c, h[0]) {
+		if k == 0 || c.score < h[0].score || !ix.better(c, h[0]) {
 			continue
 		}
 		h[0] = c

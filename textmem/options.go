@@ -40,6 +40,13 @@ type Options struct {
 	// SearchWith. Default nil: lexical retrieval only.
 	Embedder embed.Embedder
 
+	// NearDuplicate is the similarity at or above which Add merges a new
+	// memory into an existing one of the same Kind and EventTime instead of
+	// storing it: cosine of the embeddings with an Embedder, else Jaccard
+	// similarity of the distinct index term sets. In (0, 1]; negative turns
+	// merging off. Default 0.9.
+	NearDuplicate float64
+
 	// NewVectorIndex makes the VectorIndex of each cube for vectors of dim
 	// float32s. Default: NewFlatIndex (exact search).
 	NewVectorIndex func(dim int) VectorIndex
@@ -54,12 +61,13 @@ type Options struct {
 // DefaultOptions returns Options with every default filled in.
 func DefaultOptions() Options {
 	return Options{
-		Logger:       slog.New(slog.DiscardHandler),
-		Now:          time.Now,
-		Analyzer:     EnglishAnalyzer{},
-		K1:           1.2,
-		B:            0.75,
-		MaxTextBytes: 64 << 10,
+		Logger:        slog.New(slog.DiscardHandler),
+		Now:           time.Now,
+		Analyzer:      EnglishAnalyzer{},
+		K1:            1.2,
+		B:             0.75,
+		MaxTextBytes:  64 << 10,
+		NearDuplicate: 0.9,
 	}
 }
 
@@ -72,6 +80,9 @@ func (o Options) Validate() error {
 	}
 	if o.B < 0 || o.B > 1 {
 		errs = append(errs, fmt.Errorf("textmem: B is %g, want in (0, 1]", o.B))
+	}
+	if o.NearDuplicate > 1 {
+		errs = append(errs, fmt.Errorf("textmem: NearDuplicate is %g, want <= 1 (negative: off)", o.NearDuplicate))
 	}
 	if o.MaxTextBytes < 0 {
 		errs = append(errs, fmt.Errorf("textmem: MaxTextBytes is %d, want > 0", o.MaxTextBytes))
@@ -99,6 +110,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MaxTextBytes == 0 {
 		o.MaxTextBytes = d.MaxTextBytes
+	}
+	if o.NearDuplicate == 0 {
+		o.NearDuplicate = d.NearDuplicate
 	}
 	return o
 }

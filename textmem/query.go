@@ -198,9 +198,10 @@ func (s *Store) SearchWith(ctx context.Context, cube string, q Query) ([]Hit, er
 
 	if q.Feedback > 0 && q.FeedbackWeight > 0 {
 		ix.mu.RLock()
-		acc, touched := ix.bm25(terms, s.opts.K1, s.opts.B, keep)
-		top := ix.topK(touched, func(n uint32) float64 { return acc[n] }, q.Feedback)
+		sc := ix.bm25(terms, s.opts.K1, s.opts.B, keep)
+		top := ix.topK(sc.touched, func(n uint32) float64 { return sc.acc[n] }, q.Feedback)
 		ids := ix.idsOf(top)
+		ix.putScratch(sc)
 		ix.mu.RUnlock()
 		if err := s.feedback(ctx, ix, cube, ids, terms, q); err != nil {
 			return nil, err
@@ -208,8 +209,9 @@ func (s *Store) SearchWith(ctx context.Context, cube string, q Query) ([]Hit, er
 	}
 
 	ix.mu.RLock()
-	acc, touched := ix.bm25(terms, s.opts.K1, s.opts.B, keep)
-	pool := ix.topK(touched, func(n uint32) float64 { return acc[n] }, candidatePool(q.K))
+	sc := ix.bm25(terms, s.opts.K1, s.opts.B, keep)
+	acc := sc.acc
+	pool := ix.topK(sc.touched, func(n uint32) float64 { return acc[n] }, candidatePool(q.K))
 	cand := make(map[uint32]float64, len(pool))
 	for _, c := range pool {
 		cand[c.doc] = c.score
@@ -229,6 +231,7 @@ func (s *Store) SearchWith(ctx context.Context, cube string, q Query) ([]Hit, er
 			}
 		}
 	}
+	ix.putScratch(sc)
 	if qvec != nil && ix.vec != nil && ix.vec.Len() > 0 {
 		lex := ix.topK(mapKeys(cand), func(n uint32) float64 { return cand[n] }, 0)
 		var vkeep func(uint32) bool

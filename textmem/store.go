@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -355,8 +356,11 @@ func setJSON(txn *bg.Txn, key []byte, v any) error {
 // If the cube already holds a memory with the same content (same text after
 // case folding and whitespace collapsing, and the same EventTime), Add
 // stores nothing and returns that memory: concurrent identical Adds store
-// one memory. The memory, its index postings and its duplicate key are
-// written in one transaction.
+// one memory. Otherwise, if a memory of the same Kind and EventTime is a
+// near duplicate (see Options.NearDuplicate), it is merged: it takes m's
+// text as its next version (the old text stays in History), gains m's tags,
+// and is returned. The memory, its index postings, vector and duplicate key
+// are written in one transaction.
 func (s *Store) Add(ctx context.Context, cube string, m Memory) (Memory, error) {
 	if err := checkText(m.Text, s.opts.MaxTextBytes); err != nil {
 		return Memory{}, err
@@ -397,8 +401,11 @@ func (s *Store) Add(ctx context.Context, cube string, m Memory) (Memory, error) 
 	st := cubeStats{analyzer: s.opts.Analyzer.Name(), docs: uint64(ix.live) + 1, totalLen: uint64(ix.totalLen) + uint64(dl)}
 	ix.mu.RUnlock()
 
+	near := s.nearCandidate(ix, m, tf, vec)
 	var dup *Memory
+	var merged *rewrite
 	err = s.db.Update(func(txn *bg.Txn) error {
+		dup, merged = nil, nil
 		hk := nsKey(cube, nsHash, contentHash(m.Text, m.EventTime))
 		item, err := txn.Get(hk)
 		switch {
@@ -418,6 +425,27 @@ func (s *Store) Add(ctx context.Context, cube string, m Memory) (Memory, error) 
 			// A stale duplicate key: overwrite it below.
 		case !errors.Is(err, bg.ErrKeyNotFound):
 			return err
+		}
+		for _, nid := range near.ids {
+			old, err := getMemory(txn, cube, nid)
+			if err != nil && !errors.Is(err, ErrNotFound) {
+				return err
+			}
+			if err == nil && s.nearEnough(near, old, tf) {
+				next := old
+				next.Text = m.Text
+				for _, t := range m.Tags {
+					if !slices.Contains(next.Tags, t) {
+						next.Tags = append(next.Tags, t)
+					}
+				}
+				rw, err := s.rewriteTxn(txn, ix, old, next, vec)
+				if err != nil {
+					return err
+				}
+				merged = &rw
+				return nil
+			}
 		}
 		if err := setJSON(txn, nsKey(cube, nsMem, m.ID), m); err != nil {
 			return err
@@ -446,6 +474,13 @@ func (s *Store) Add(ctx context.Context, cube string, m Memory) (Memory, error) 
 	if dup != nil {
 		s.log.Debug("duplicate add", "cube", cube, "id", dup.ID)
 		return *dup, nil
+	}
+	if merged != nil {
+		s.log.Debug("near-duplicate merged", "cube", cube, "id", merged.cur.ID, "version", merged.cur.Version)
+		ix.mu.Lock()
+		merged.apply(ix)
+		ix.mu.Unlock()
+		return merged.cur, nil
 	}
 	ix.mu.Lock()
 	n := ix.addDoc(m.ID, meta)
@@ -525,67 +560,92 @@ func (s *Store) Update(ctx context.Context, cube, id string, text string) (Memor
 	if err := s.checkOpen(); err != nil {
 		return Memory{}, err
 	}
-	var cur Memory
-	var oldTF, newTF map[string]int
-	var meta docMeta
+	var rw rewrite
 	err = s.db.Update(func(txn *bg.Txn) error {
 		old, err := getMemory(txn, cube, id)
 		if err != nil {
 			return err
 		}
-		cur = old
+		cur := old
 		cur.Text = text
-		cur.Version = old.Version + 1
-		cur.Updated = s.opts.Now().UTC()
-		var dl, oldDL int
-		oldTF, oldDL = termFreqs(s.opts.Analyzer, old.Text)
-		newTF, dl = termFreqs(s.opts.Analyzer, text)
-		meta = metaOf(cur, dl)
-		if err := setJSON(txn, histKey(cube, id, old.Version), old); err != nil {
-			return err
-		}
-		if err := setJSON(txn, nsKey(cube, nsMem, id), cur); err != nil {
-			return err
-		}
-		if err := txn.Set(nsKey(cube, nsDoc, id), meta.encode()); err != nil {
-			return err
-		}
-		for t := range oldTF {
-			if _, ok := newTF[t]; !ok {
-				if err := txn.Delete(postKey(cube, t, id)); err != nil {
-					return err
-				}
-			}
-		}
-		for t, c := range newTF {
-			if err := txn.Set(postKey(cube, t, id), binary.AppendUvarint(nil, uint64(c))); err != nil {
-				return err
-			}
-		}
-		if err := s.moveHash(txn, cube, id, old, cur); err != nil {
-			return err
-		}
-		if vec != nil {
-			if err := txn.Set(nsKey(cube, nsVec, id), encodeVector(s.opts.Embedder.Name(), vec)); err != nil {
-				return err
-			}
-		}
-		ix.mu.RLock()
-		st := cubeStats{analyzer: s.opts.Analyzer.Name(), docs: uint64(ix.live),
-			totalLen: uint64(ix.totalLen - int64(oldDL) + int64(dl))}
-		ix.mu.RUnlock()
-		return txn.Set(statsKey(cube), st.encode())
+		rw, err = s.rewriteTxn(txn, ix, old, cur, vec)
+		return err
 	})
 	if err != nil {
+		if errors.Is(err, ErrNotFound) {
+			return Memory{}, err
+		}
 		return Memory{}, fmt.Errorf("textmem: update %s in cube %s: %w", id, cube, err)
 	}
 	ix.mu.Lock()
-	ix.replaceDoc(id, oldTF, newTF, meta)
-	if n, ok := ix.byID[id]; ok && vec != nil && ix.vec != nil {
-		ix.vec.Add(n, vec)
-	}
+	rw.apply(ix)
 	ix.mu.Unlock()
-	return cur, nil
+	return rw.cur, nil
+}
+
+// rewrite is a committed new version of a memory, to apply to the index.
+type rewrite struct {
+	cur          Memory
+	oldTF, newTF map[string]int
+	meta         docMeta
+	vec          []float32
+}
+
+// apply updates ix after the rewrite committed; the caller holds ix.mu.
+func (rw rewrite) apply(ix *cubeIndex) {
+	ix.replaceDoc(rw.cur.ID, rw.oldTF, rw.newTF, rw.meta)
+	if n, ok := ix.byID[rw.cur.ID]; ok && rw.vec != nil && ix.vec != nil {
+		ix.vec.Add(n, rw.vec)
+	}
+}
+
+// rewriteTxn stores next (old with changed text or tags) as the new version
+// of old inside txn: old goes to history, next gets Version+1 and Updated
+// now, postings, doc record, duplicate key, vector and stats follow. The
+// caller holds ix.writeMu.
+func (s *Store) rewriteTxn(txn *bg.Txn, ix *cubeIndex, old, next Memory, vec []float32) (rewrite, error) {
+	cube, id := old.Cube, old.ID
+	next.Version = old.Version + 1
+	next.Updated = s.opts.Now().UTC()
+	rw := rewrite{cur: next, vec: vec}
+	var dl, oldDL int
+	rw.oldTF, oldDL = termFreqs(s.opts.Analyzer, old.Text)
+	rw.newTF, dl = termFreqs(s.opts.Analyzer, next.Text)
+	rw.meta = metaOf(next, dl)
+	if err := setJSON(txn, histKey(cube, id, old.Version), old); err != nil {
+		return rw, err
+	}
+	if err := setJSON(txn, nsKey(cube, nsMem, id), next); err != nil {
+		return rw, err
+	}
+	if err := txn.Set(nsKey(cube, nsDoc, id), rw.meta.encode()); err != nil {
+		return rw, err
+	}
+	for t := range rw.oldTF {
+		if _, ok := rw.newTF[t]; !ok {
+			if err := txn.Delete(postKey(cube, t, id)); err != nil {
+				return rw, err
+			}
+		}
+	}
+	for t, c := range rw.newTF {
+		if err := txn.Set(postKey(cube, t, id), binary.AppendUvarint(nil, uint64(c))); err != nil {
+			return rw, err
+		}
+	}
+	if err := s.moveHash(txn, cube, id, old, next); err != nil {
+		return rw, err
+	}
+	if vec != nil {
+		if err := txn.Set(nsKey(cube, nsVec, id), encodeVector(s.opts.Embedder.Name(), vec)); err != nil {
+			return rw, err
+		}
+	}
+	ix.mu.RLock()
+	st := cubeStats{analyzer: s.opts.Analyzer.Name(), docs: uint64(ix.live),
+		totalLen: uint64(ix.totalLen - int64(oldDL) + int64(dl))}
+	ix.mu.RUnlock()
+	return rw, txn.Set(statsKey(cube), st.encode())
 }
 
 // moveHash points the duplicate key at cur's content, dropping old's key

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"sort"
 
 	bg "github.com/dgraph-io/badger/v4"
 	"github.com/viterin/vek/vek32"
@@ -207,4 +208,82 @@ func (s *Store) loadVectors(txn *bg.Txn, cube string, ix *cubeIndex) error {
 		s.log.Warn("vectors of another embedder ignored", "cube", cube, "n", skipped, "embedder", name)
 	}
 	return nil
+}
+
+// near is the near-duplicate candidate of an Add.
+type near struct {
+	ids    []string // best first
+	cosine float32  // dense similarity; set when found by vector
+	dense  bool
+}
+
+// nearCandidate returns the memory most similar to m among those of the
+// same Kind and EventTime: by cosine when vec is set, else the best BM25
+// match of m's terms. The caller holds ix.writeMu.
+func (s *Store) nearCandidate(ix *cubeIndex, m Memory, tf map[string]int, vec []float32) near {
+	th := s.opts.NearDuplicate
+	if th <= 0 || len(tf) == 0 {
+		return near{}
+	}
+	var event int64
+	if !m.EventTime.IsZero() {
+		event = m.EventTime.UnixNano()
+	}
+	keep := func(d *docEntry) bool { return d.meta.kind == m.Kind && d.meta.event == event }
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	if vec != nil && ix.vec != nil {
+		h := ix.vec.Search(vec, 1, func(n uint32) bool { return ix.docs[n].live && keep(&ix.docs[n]) })
+		if len(h) == 0 || float64(h[0].Cosine) < th {
+			return near{}
+		}
+		return near{ids: []string{ix.docs[h[0].Slot].id}, cosine: h[0].Cosine, dense: true}
+	}
+	// A memory B with Jaccard(A, B) >= th misses at most (1-th)·|A| of A's
+	// terms, so it holds one of any floor((1-th)·|A|)+1 of them: query the
+	// rarest that many (short posting lists keep Add fast).
+	terms := make([]string, 0, len(tf))
+	for t := range tf {
+		terms = append(terms, t)
+	}
+	plen := func(t string) int {
+		if p := ix.terms[t]; p != nil {
+			return len(p.docs)
+		}
+		return 0
+	}
+	sort.Slice(terms, func(i, j int) bool {
+		if a, b := plen(terms[i]), plen(terms[j]); a != b {
+			return a < b
+		}
+		return terms[i] < terms[j]
+	})
+	nq := int((1-th)*float64(len(terms))) + 1
+	q := make(map[string]float64, nq)
+	for _, t := range terms[:min(nq, len(terms))] {
+		q[t] = 1
+	}
+	sc := ix.bm25(q, s.opts.K1, s.opts.B, keep)
+	defer ix.putScratch(sc)
+	top := ix.topK(sc.touched, func(n uint32) float64 { return sc.acc[n] }, 3)
+	return near{ids: ix.idsOf(top)}
+}
+
+// nearEnough reports whether old is a near duplicate of a text with terms
+// tf: cosine >= NearDuplicate for a dense candidate, else Jaccard
+// similarity of the distinct term sets >= NearDuplicate.
+func (s *Store) nearEnough(c near, old Memory, tf map[string]int) bool {
+	th := s.opts.NearDuplicate
+	if c.dense {
+		return float64(c.cosine) >= th
+	}
+	otf, _ := termFreqs(s.opts.Analyzer, old.Text)
+	inter := 0
+	for t := range tf {
+		if _, ok := otf[t]; ok {
+			inter++
+		}
+	}
+	union := len(tf) + len(otf) - inter
+	return union > 0 && float64(inter)/float64(union) >= th
 }

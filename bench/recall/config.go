@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"strings"
 
 	"github.com/memosrt/memosrt/embed"
 	"github.com/memosrt/memosrt/textmem"
@@ -21,10 +20,15 @@ type config struct {
 	query    textmem.Query // template; Text and K are set per question
 }
 
-func (c config) describe() string { return c.name }
+func (c config) describe() string {
+	q := c.query
+	return fmt.Sprintf("%s: %s analyzer, speaker+date in text, neighbours %d (decay %.2g), context %.2g, temporal cues %.2g, dense weight %.2g",
+		c.name, c.analyzer.Name(), q.Neighbors, q.NeighborDecay, q.ContextWeight, q.TemporalCues, q.DenseWeight)
+}
 
 func (c config) storeOptions(log *slog.Logger) textmem.Options {
-	return textmem.Options{Logger: log, Analyzer: c.analyzer, Embedder: c.embedder, K1: c.k1, B: c.b}
+	return textmem.Options{Logger: log, Analyzer: c.analyzer, Embedder: c.embedder, K1: c.k1, B: c.b,
+		NearDuplicate: -1} // every turn is its own memory
 }
 
 // baselineConfig is plain BM25: PlainAnalyzer over the turn text and image
@@ -77,10 +81,8 @@ func (c config) load(ctx context.Context, st *textmem.Store, cube string, s samp
 			if err != nil {
 				return d, fmt.Errorf("recall: %s %s: %w", s.ID, t.DiaID, err)
 			}
-			if prev, dup := d.byID[m.ID]; dup {
-				// An exact duplicate turn: keep the first dia_id.
-				_ = prev
-			} else {
+			if _, dup := d.byID[m.ID]; !dup {
+				// An exact duplicate turn keeps the first dia_id.
 				d.byID[m.ID] = t.DiaID
 			}
 			d.known[t.DiaID] = true
@@ -101,6 +103,5 @@ func (c config) search(ctx context.Context, st *textmem.Store, cube, question st
 	for i, h := range hits {
 		ids[i] = h.Memory.ID
 	}
-	_ = strings.TrimSpace
 	return ids, nil
 }

@@ -1,7 +1,9 @@
 package recall
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -67,7 +69,7 @@ var Categories = [...]struct {
 type Report struct {
 	// Recall maps "overall" or a category number ("1".."5") to k ("5") to
 	// recall@k in percent.
-	Recall map[string]map[string]float64 `json:"recall"`
+	Recall Table `json:"recall"`
 	// Questions is the number of questions scored: those with at least one
 	// valid evidence id.
 	Questions int `json:"questions"`
@@ -78,7 +80,7 @@ type Report struct {
 	// Baseline is the same table for plain BM25 (PlainAnalyzer over the
 	// turn text and image caption, no query processing), nil with
 	// Options.NoBaseline. Not part of the JSON.
-	Baseline map[string]map[string]float64 `json:"-"`
+	Baseline Table `json:"-"`
 	// K is the list of cut-offs, ascending. Not part of the JSON.
 	K []int `json:"-"`
 	// System names the configuration measured. Not part of the JSON.
@@ -124,6 +126,67 @@ func (r *Report) Table() string {
 		b.WriteByte('\n')
 	}
 	return b.String()
+}
+
+// Table maps "overall" or a category number ("1".."5") to k ("10") to
+// recall@k in percent, rounded to 0.01.
+type Table map[string]map[string]float64
+
+// MarshalJSON writes "overall" first, then the categories, each row's k in
+// ascending order, e.g. {"overall":{"5":50,"10":75},"1":{...}}.
+func (t Table) MarshalJSON() ([]byte, error) {
+	keys := make([]string, 0, len(t))
+	for k := range t {
+		keys = append(keys, k)
+	}
+	numFirst := func(a, b string) int {
+		switch {
+		case a == b:
+			return 0
+		case a == "overall":
+			return -1
+		case b == "overall":
+			return 1
+		}
+		x, errx := strconv.Atoi(a)
+		y, erry := strconv.Atoi(b)
+		if errx == nil && erry == nil {
+			return x - y
+		}
+		return strings.Compare(a, b)
+	}
+	slices.SortFunc(keys, numFirst)
+	var b bytes.Buffer
+	b.WriteByte('{')
+	for i, k := range keys {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		kb, _ := json.Marshal(k)
+		b.Write(kb)
+		b.WriteString(":{")
+		ks := make([]string, 0, len(t[k]))
+		for kk := range t[k] {
+			ks = append(ks, kk)
+		}
+		slices.SortFunc(ks, numFirst)
+		for j, kk := range ks {
+			if j > 0 {
+				b.WriteByte(',')
+			}
+			kb, _ := json.Marshal(kk)
+			vb, err := json.Marshal(t[k][kk])
+			if err != nil {
+				return nil, err
+			}
+			b.Write(kb)
+			b.WriteByte(':')
+			b.Write(vb)
+		}
+		b.WriteByte('}')
+	}
+	b.WriteByte('}')
+	return b.Bytes(), nil
 }
 
 // Run loads opts.LoCoMo, stores every dialog turn of each conversation as a
@@ -195,8 +258,8 @@ func (r *results) add(cat int, ks []int, rec map[int]float64) {
 	r.questions++
 }
 
-func (r *results) table(ks []int) map[string]map[string]float64 {
-	out := make(map[string]map[string]float64)
+func (r *results) table(ks []int) Table {
+	out := make(Table)
 	for key, sums := range r.sum {
 		row := make(map[string]float64)
 		for _, k := range ks {
