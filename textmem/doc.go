@@ -14,7 +14,18 @@
 //
 // Cubes are isolated: no call on cube A reads or writes a key of cube B.
 // Exact duplicates (same normalised text and event time) are detected inside
-// the write transaction, so concurrent identical Adds store one memory.
+// the write transaction, so concurrent identical Adds store one memory; near
+// duplicates (Options.NearDuplicate) are merged into the existing memory as
+// a new version. EventTime (when the remembered thing happened) is kept
+// apart from Created and Updated (when it was stored); all are UTC, and
+// ParseEventTime reads user input with its offset. Delete removes a
+// memory's text, history, postings and vector and then calls
+// Options.OnDelete.
+//
+// Dense retrieval goes through an embed.Embedder and a VectorIndex (exact
+// FlatIndex by default; an ANN index can be plugged in through
+// Options.NewVectorIndex). Vectors are stored next to the texts, tagged
+// with the embedder's Name.
 //
 // A Store is safe for concurrent use. Writes to one cube are serialised;
 // writes to different cubes and all reads run in parallel. Only one Store

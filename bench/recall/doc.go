@@ -17,6 +17,6 @@
 // counted in Report.SkippedEvidence; a question left without evidence is not
 // scored.
 //
-// Run is safe for concurrent use; each call uses its own in-memory Badger
+// Run is safe for concurrent use; each call uses its own temporary Badger
 // databases.
 package recall

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/memosrt/memosrt/embed"
 	"github.com/memosrt/memosrt/textmem"
 )
 
@@ -41,6 +42,9 @@ func TestExperiments(t *testing.T) {
 	for _, v := range strings.Split(os.Getenv("MEMOSRT_EXPERIMENTS"), ";") {
 		c := base
 		c.query = textmem.Query{}
+		if v == "default" {
+			c.query = textmem.DefaultQuery("", 0)
+		}
 		var ok bool
 		c, ok = variant(c, v)
 		if !ok {
@@ -53,7 +57,7 @@ func TestExperiments(t *testing.T) {
 // variant applies comma-separated settings name=value to c.
 func variant(c config, spec string) (config, bool) {
 	for _, kv := range strings.Split(spec, ",") {
-		if kv == "" || kv == "sys" {
+		if kv == "" || kv == "sys" || kv == "default" {
 			continue
 		}
 		name, val, _ := strings.Cut(kv, "=")
@@ -84,6 +88,14 @@ func variant(c config, spec string) (config, bool) {
 			c.query.Neighbors = int(f)
 		case "nbd":
 			c.query.NeighborDecay = f
+		case "hash":
+			h, err := embed.NewHash(int(f))
+			if err != nil {
+				return c, false
+			}
+			c.embedder = h
+		case "dw":
+			c.query.DenseWeight = f
 		default:
 			return c, false
 		}

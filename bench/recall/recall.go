@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -53,12 +54,24 @@ func (o Options) Validate() error {
 	return errors.Join(errs...)
 }
 
-// Categories names the LoCoMo question categories by their number in the
-// data.
-var Categories = [...]struct {
-	N    int
-	Name string
-}{{1, "multi-hop"}, {2, "temporal"}, {3, "open-domain"}, {4, "single-hop"}, {5, "adversarial"}}
+// CategoryName names a LoCoMo question category by its number in the data:
+// 1 multi-hop, 2 temporal, 3 open-domain, 4 single-hop, 5 adversarial; ""
+// for other numbers.
+func CategoryName(n int) string {
+	switch n {
+	case 1:
+		return "multi-hop"
+	case 2:
+		return "temporal"
+	case 3:
+		return "open-domain"
+	case 4:
+		return "single-hop"
+	case 5:
+		return "adversarial"
+	}
+	return ""
+}
 
 // Report is the result of Run. Its JSON is
 //
@@ -105,8 +118,8 @@ func (r *Report) Table() string {
 	}
 	b.WriteByte('\n')
 	rows := []struct{ key, name string }{}
-	for _, c := range Categories {
-		rows = append(rows, struct{ key, name string }{strconv.Itoa(c.N), fmt.Sprintf("%d %s", c.N, c.Name)})
+	for n := 1; n <= 5; n++ {
+		rows = append(rows, struct{ key, name string }{strconv.Itoa(n), fmt.Sprintf("%d %s", n, CategoryName(n))})
 	}
 	rows = append(rows, struct{ key, name string }{"overall", "overall"})
 	for _, row := range rows {
@@ -190,7 +203,8 @@ func (t Table) MarshalJSON() ([]byte, error) {
 }
 
 // Run loads opts.LoCoMo, stores every dialog turn of each conversation as a
-// memory in a cube of its own (in an in-memory Badger database), asks every
+// memory in a cube of its own (in a Badger database in a temporary
+// directory, removed afterwards), asks every
 // question and measures evidence recall@k.
 //
 // recall@k of one question is the fraction of its evidence turns that are
@@ -276,7 +290,14 @@ func round2(x float64) float64 {
 
 // measure runs one configuration over all samples.
 func measure(ctx context.Context, samples []sample, cfg config, ks []int, log *slog.Logger) (*results, error) {
-	db, err := badger.Open(badger.Options{InMemory: true})
+	// On disk, not InMemory: Badger's in-memory mode refuses values over
+	// its 1 KiB value threshold, which embedding vectors exceed.
+	dir, err := os.MkdirTemp("", "memosrt-recall-*")
+	if err != nil {
+		return nil, fmt.Errorf("recall: %w", err)
+	}
+	defer os.RemoveAll(dir)
+	db, err := badger.Open(badger.Options{Dir: dir, NoSync: true})
 	if err != nil {
 		return nil, err
 	}
