@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sort"
+	"strconv"
 	"sync"
 	"time"
 
@@ -221,6 +222,14 @@ func (s *Store) load(ctx context.Context, cube string, ix *cubeIndex) error {
 		(st.docs != uint64(ix.live) || st.totalLen != uint64(ix.totalLen)) {
 		s.log.Warn("cube stats disagree with records; using records",
 			"cube", cube, "stats_docs", st.docs, "docs", ix.live)
+	}
+	if len(ix.docs) > 0 && validID(ix.docs[len(ix.docs)-1].id) {
+		// Keep ids increasing across restarts even if the clock went back.
+		if n, err := strconv.ParseUint(ix.docs[len(ix.docs)-1].id[:16], 16, 64); err == nil {
+			s.mu.Lock()
+			s.lastNanos = max(s.lastNanos, n)
+			s.mu.Unlock()
+		}
 	}
 	ix.loaded = true
 	s.log.Debug("cube loaded", "cube", cube, "docs", ix.live, "terms", len(ix.terms))

@@ -358,6 +358,17 @@ func TestReopen(t *testing.T) {
 			t.Errorf("query %q after reopen:\n got %v\nwant %v", q, h, before[i])
 		}
 	}
+	// The clock restarted at t0, yet new ids sort after the old ones.
+	m := mustAdd(t, s, "c", Memory{Text: "added after reopen"})
+	list, _ := s.List(ctx, "c")
+	if len(list) != len(corpus)+1 {
+		t.Fatalf("list has %d", len(list))
+	}
+	for _, o := range list {
+		if o.ID != m.ID && o.ID >= m.ID {
+			t.Errorf("old id %s >= new id %s", o.ID, m.ID)
+		}
+	}
 	if got := texts(before[0]); !slices.Equal(got, []string{corpus[3], corpus[0]}) {
 		t.Errorf("support group hits %q", got)
 	}
