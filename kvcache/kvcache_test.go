@@ -115,7 +115,7 @@ func newFixture(t *testing.T) *fixture {
 	rest, _ := f.eng.Tokenize(" One day Lily and Max", false)
 	f.prompt = append(append([]int32{}, f.pack...), rest...)
 	f.cold = f.generate(t, 0)
-	if _, err := f.cache.Warm(context.Background(), f.eng, 0, f.pack, "", "cube"); err != nil {
+	if _, err := f.cache.Warm(context.Background(), f.eng, 0, f.pack, WarmOptions{Label: "cube"}); err != nil {
 		t.Fatal(err)
 	}
 	return f
@@ -176,7 +176,7 @@ func TestLookupLongestPrefix(t *testing.T) {
 	// long prompts: a 300-token pack is found through the block chain
 	long, _ := f.eng.Tokenize(string(bytes.Repeat([]byte("The sun was warm and the sky was blue. "), 30)), true)
 	long = long[:300]
-	if _, err := f.cache.Warm(context.Background(), f.eng, 0, long, "", "long"); err != nil {
+	if _, err := f.cache.Warm(context.Background(), f.eng, 0, long, WarmOptions{Label: "long"}); err != nil {
 		t.Fatal(err)
 	}
 	req := append(append([]int32{}, long...), 5, 6, 7)
@@ -300,7 +300,7 @@ func TestPersistAcrossReopen(t *testing.T) {
 		t.Fatal(err)
 	}
 	c, _ := Open(db, Options{})
-	info, err := c.Warm(context.Background(), eng, 0, pack, "", "tom")
+	info, err := c.Warm(context.Background(), eng, 0, pack, WarmOptions{Label: "tom"})
 	if err != nil {
 		t.Fatal(err)
 	}

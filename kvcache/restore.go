@@ -71,13 +71,21 @@ func (c *Cache) Restore(ctx context.Context, eng *runtime.Engine, seq int, toks 
 	return r, nil
 }
 
-// Warm prefills toks into seq (emptied first), saves the sequence state as a
-// pack labelled label, and returns its Info. If an identical pack exists it is
-// returned as is. seq holds toks afterwards.
-func (c *Cache) Warm(ctx context.Context, eng *runtime.Engine, seq int, toks []int32, adapterKey, label string) (Info, error) {
+// WarmOptions tune Warm.
+type WarmOptions struct {
+	Adapters   []runtime.AdapterRef // LoRA set the state is computed under
+	Label      string               // e.g. the cube
+	Background bool                 // prefill at background priority (runtime.Request.Background)
+}
+
+// Warm prefills toks into seq (emptied first) under the given adapters, saves
+// the sequence state as a pack, and returns its Info. If an identical pack
+// exists it is restored instead of recomputed. seq holds toks afterwards.
+func (c *Cache) Warm(ctx context.Context, eng *runtime.Engine, seq int, toks []int32, o WarmOptions) (Info, error) {
 	if len(toks) == 0 {
 		return Info{}, fmt.Errorf("kvcache: warm: no tokens")
 	}
+	adapterKey, label := runtime.AdapterKey(o.Adapters), o.Label
 	live := eng.KVConfig()
 	cfg := ConfigKey(live, adapterKey)
 	id := PackID(cfg, toks)
@@ -94,10 +102,7 @@ func (c *Cache) Warm(ctx context.Context, eng *runtime.Engine, seq int, toks []i
 			return c.info(rec), nil
 		}
 	}
-	if err := eng.ClearSeq(seq); err != nil {
-		return Info{}, err
-	}
-	if err := eng.Prefill(ctx, seq, toks, 0); err != nil {
+	if err := eng.PrefillRequest(ctx, seq, toks, o.Adapters, o.Background); err != nil {
 		return Info{}, err
 	}
 	state, err := eng.SaveSeq(seq)

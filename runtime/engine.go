@@ -13,6 +13,7 @@ import (
 	goruntime "runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -134,6 +135,11 @@ type Engine struct {
 	batch  *llama.Batch
 	kv     KVConfig
 	closed bool
+
+	closeOnce sync.Once
+	b         batcher      // queue of the batch goroutine (see batch.go)
+	stepID    atomic.Int64 // current decode step, for the abort callback
+	seqs      chan int     // free sequence ids (AcquireSeq)
 }
 
 // Load loads the model and creates the context, then probes the KV layout
@@ -189,9 +195,16 @@ func Load(ctx context.Context, opts Options) (*Engine, error) {
 	}
 	e := &Engine{opts: opts, log: log, model: m, shape: shape, fp: fp, ctx: c, batch: llama.NewBatch(opts.NBatch)}
 	if err := e.probe(); err != nil {
-		e.Close()
+		e.batch.Close()
+		c.Close()
+		m.Close()
 		return nil, err
 	}
+	e.seqs = make(chan int, opts.NSeqMax)
+	for i := 0; i < opts.NSeqMax; i++ {
+		e.seqs <- i
+	}
+	e.startBatcher()
 	log.Info("model loaded", "model", opts.ModelPath, "desc", shape.Desc, "n_layer", shape.NLayer,
 		"n_ctx", c.NCtx(), "n_seq_max", c.NSeqMax(), "type_k", opts.TypeK, "type_v", opts.TypeV,
 		"v_trans", e.kv.VTrans, "load_ms", time.Since(start).Milliseconds())
@@ -230,6 +243,7 @@ func (e *Engine) probe() error {
 
 // Close frees the context and model. Idempotent.
 func (e *Engine) Close() error {
+	e.closeOnce.Do(e.stopBatcher)
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.closed {
@@ -417,190 +431,6 @@ func (e *Engine) ShiftSeq(seq, p0, p1, delta int) error {
 	}
 	defer e.mu.Unlock()
 	return e.ctx.SeqShift(seq, p0, p1, delta)
-}
-
-// Prefill decodes toks into seq at positions [pos0, pos0+len(toks)) in
-// batches of NBatch, checking ctx between batches (and aborting a running
-// batch when ctx ends). No logits are kept. On error the positions from pos0
-// on are removed again.
-func (e *Engine) Prefill(ctx context.Context, seq int, toks []Token, pos0 int) error {
-	if err := e.lock(); err != nil {
-		return err
-	}
-	defer e.mu.Unlock()
-	return e.prefillLocked(ctx, seq, toks, pos0, false)
-}
-
-func (e *Engine) prefillLocked(ctx context.Context, seq int, toks []Token, pos0 int, lastLogits bool) (err error) {
-	if pos0+len(toks) > e.kv.NCtx {
-		return fmt.Errorf("%w: %d tokens at position %d, n_ctx %d", ErrPromptTooLong, len(toks), pos0, e.kv.NCtx)
-	}
-	stop := context.AfterFunc(ctx, func() { e.ctx.SetAbort(true) })
-	defer func() {
-		stop()
-		e.ctx.SetAbort(false)
-		if err != nil {
-			e.ctx.SeqRemove(seq, pos0, -1)
-		}
-	}()
-	nb := e.batch.Cap()
-	for i := 0; i < len(toks); i += nb {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		end := min(i+nb, len(toks))
-		e.batch.Clear()
-		for j := i; j < end; j++ {
-			e.batch.Add(toks[j], pos0+j, seq, lastLogits && j == len(toks)-1)
-		}
-		if err := e.ctx.Decode(e.batch); err != nil {
-			if errors.Is(err, llama.ErrAborted) && ctx.Err() != nil {
-				return ctx.Err()
-			}
-			return err
-		}
-	}
-	return nil
-}
-
-// Request is one generation on one sequence.
-type Request struct {
-	// Seq is the sequence to use, in [0, NSeqMax).
-	Seq int
-	// Tokens is the whole prompt.
-	Tokens []Token
-	// NPast is how many leading prompt tokens seq already holds (restored or
-	// left from an earlier turn); they are not decoded again. At least the
-	// last prompt token is always decoded, since restored state has no logits.
-	NPast int
-	// Sampling chooses the next token; zero value is greedy.
-	Sampling llama.SamplerParams
-	// MaxTokens caps generated tokens; <= 0 means until n_ctx or end of generation.
-	MaxTokens int
-	// Stop strings end generation; the stop string is not part of the output.
-	Stop []string
-	// OnText, if set, receives the output text as it is produced, in order
-	// (never a split UTF-8 character or a prefix of a stop string). An error
-	// from it ends generation with that error.
-	OnText func(string) error
-	// Start is when the request began, for TTFT; zero means Generate's start.
-	Start time.Time
-}
-
-// Result reports one generation. Durations are wall-clock.
-type Result struct {
-	Text         string        `json:"response"`
-	Tokens       []Token       `json:"-"`
-	PromptTokens int           `json:"prompt_tokens"` // len(Request.Tokens)
-	CachedTokens int           `json:"cached_tokens"` // prompt tokens not decoded (NPast used)
-	TTFT         time.Duration `json:"-"`             // Start to first generated token sampled
-	PrefillTime  time.Duration `json:"-"`             // decoding the uncached prompt tokens
-	EvalTokens   int           `json:"eval_tokens"`   // generated tokens
-	EvalTime     time.Duration `json:"-"`             // first token sampled to last
-	DoneReason   string        `json:"done_reason"`   // "stop" (EOG or stop string) or "length"
-}
-
-// Generate decodes the uncached prompt suffix and samples until an
-// end-of-generation token, a stop string, MaxTokens or n_ctx. Cancelling ctx
-// stops it within one batch; ctx's error is returned with the partial result.
-// After return seq holds the prompt plus the generated tokens (for reuse on
-// the next turn); on error from prefill it holds only the first NPast tokens.
-func (e *Engine) Generate(ctx context.Context, req Request) (Result, error) {
-	start := req.Start
-	if start.IsZero() {
-		start = time.Now()
-	}
-	res := Result{PromptTokens: len(req.Tokens)}
-	if len(req.Tokens) == 0 {
-		return res, ErrEmptyPrompt
-	}
-	if err := e.lock(); err != nil {
-		return res, err
-	}
-	defer e.mu.Unlock()
-	if req.Seq < 0 || req.Seq >= e.opts.NSeqMax {
-		return res, fmt.Errorf("runtime: seq %d not in [0, %d)", req.Seq, e.opts.NSeqMax)
-	}
-	if len(req.Tokens) >= e.kv.NCtx {
-		return res, fmt.Errorf("%w: %d prompt tokens, n_ctx %d", ErrPromptTooLong, len(req.Tokens), e.kv.NCtx)
-	}
-	npast := max(0, min(req.NPast, len(req.Tokens)-1))
-	e.ctx.SeqRemove(req.Seq, npast, -1)
-	res.CachedTokens = npast
-
-	sp := llama.NewSampler(req.Sampling)
-	defer sp.Close()
-	if req.Sampling.RepeatPenalty > 0 && req.Sampling.RepeatPenalty != 1 {
-		n := req.Sampling.RepeatLastN
-		if n == 0 {
-			n = 64
-		}
-		for _, t := range req.Tokens[max(0, len(req.Tokens)-n):] {
-			sp.Accept(t)
-		}
-	}
-
-	t0 := time.Now()
-	if err := e.prefillLocked(ctx, req.Seq, req.Tokens[npast:], npast, true); err != nil {
-		return res, err
-	}
-	res.PrefillTime = time.Since(t0)
-	out := newTextOut(req.Stop, req.OnText)
-	pos := len(req.Tokens)
-	idx := e.batch.Len() - 1
-	var first time.Time
-	stop := context.AfterFunc(ctx, func() { e.ctx.SetAbort(true) })
-	defer func() { stop(); e.ctx.SetAbort(false) }()
-	for {
-		tok := sp.Sample(e.ctx, idx)
-		if first.IsZero() {
-			first = time.Now()
-			res.TTFT = first.Sub(start)
-		}
-		if e.model.IsEOG(tok) {
-			res.DoneReason = "stop"
-			break
-		}
-		res.Tokens = append(res.Tokens, tok)
-		res.EvalTokens++
-		hit, err := out.add(e.model.TokenPiece(tok, false))
-		if err != nil {
-			res.Text = out.text()
-			res.EvalTime = time.Since(first)
-			return res, err
-		}
-		if hit {
-			res.DoneReason = "stop"
-			break
-		}
-		if req.MaxTokens > 0 && res.EvalTokens >= req.MaxTokens || pos+1 >= e.kv.NCtx {
-			res.DoneReason = "length"
-			break
-		}
-		if err := ctx.Err(); err != nil {
-			res.Text = out.text()
-			res.EvalTime = time.Since(first)
-			return res, err
-		}
-		e.batch.Clear()
-		e.batch.Add(tok, pos, req.Seq, true)
-		if err := e.ctx.Decode(e.batch); err != nil {
-			res.Text = out.text()
-			res.EvalTime = time.Since(first)
-			if ctx.Err() != nil {
-				return res, ctx.Err()
-			}
-			return res, err
-		}
-		pos++
-		idx = 0
-	}
-	if err := out.flush(); err != nil {
-		return res, err
-	}
-	res.Text = out.text()
-	res.EvalTime = time.Since(first)
-	return res, nil
 }
 
 // textOut assembles generated bytes into text, cutting at stop strings and

@@ -205,3 +205,64 @@ func TestSampling(t *testing.T) {
 		t.Fatalf("same seed, different output: %q vs %q", a, b)
 	}
 }
+
+// Requests on different sequences run in one batch and give the same greedy
+// output as when run alone.
+func TestParallelSequences(t *testing.T) {
+	e := openStories(t, Options{NCtx: 1024, NSeqMax: 4})
+	prompts := []string{"Once upon a time", "Tom and his dog", "The sun was hot", "Lily saw a bird"}
+	alone := make([]string, len(prompts))
+	toks := make([][]Token, len(prompts))
+	for i, p := range prompts {
+		toks[i], _ = e.Tokenize(p, true)
+		alone[i] = greedy(t, e, i, toks[i], 0, 40).Text
+	}
+	type out struct {
+		i   int
+		txt string
+		err error
+	}
+	ch := make(chan out)
+	for i := range prompts {
+		go func() {
+			r, err := e.Generate(context.Background(), Request{Seq: i, Tokens: toks[i], MaxTokens: 40})
+			ch <- out{i, r.Text, err}
+		}()
+	}
+	for range prompts {
+		o := <-ch
+		if o.err != nil {
+			t.Fatal(o.err)
+		}
+		if o.txt != alone[o.i] {
+			t.Errorf("seq %d batched %q, alone %q", o.i, o.txt, alone[o.i])
+		}
+	}
+	// the same sequence twice at once is refused
+	long := make([]Token, 0, 600)
+	for len(long) < 600 {
+		long = append(long, toks[0]...)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	started := make(chan struct{})
+	done := make(chan error)
+	go func() {
+		_, err := e.Generate(ctx, Request{Seq: 0, Tokens: long, MaxTokens: 300, OnText: func(string) error {
+			select {
+			case <-started:
+			default:
+				close(started)
+			}
+			return nil
+		}})
+		done <- err
+	}()
+	<-started
+	if _, err := e.Generate(context.Background(), Request{Seq: 0, Tokens: toks[0], MaxTokens: 2}); !errors.Is(err, ErrSeqBusy) {
+		t.Fatalf("err = %v", err)
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancel: %v", err)
+	}
+}

@@ -175,7 +175,7 @@ func (r *Runner) Warm(ctx context.Context, cube string, seq int) (kvcache.Info, 
 	if err != nil {
 		return kvcache.Info{}, p, err
 	}
-	info, err := r.kv.Warm(ctx, r.eng, seq, p.PackTokens, "", cube)
+	info, err := r.kv.Warm(ctx, r.eng, seq, p.PackTokens, kvcache.WarmOptions{Label: cube})
 	return info, p, err
 }
 
@@ -191,7 +191,10 @@ type RunRequest struct {
 	NoCache bool
 	// WarmOnMiss stores the pack when no cached prefix was found.
 	WarmOnMiss bool
-	OnText     func(string) error
+	// Adapters is the LoRA set (nil: none); packs are only reused under the
+	// same set and scales.
+	Adapters []runtime.AdapterRef
+	OnText   func(string) error
 }
 
 // RunResult reports a generation.
@@ -214,14 +217,14 @@ func (r *Runner) Run(ctx context.Context, req RunRequest) (RunResult, error) {
 	out.Prompt = p
 	npast := 0
 	if r.kv != nil && !req.NoCache {
-		rs, err := r.kv.Restore(ctx, r.eng, req.Seq, p.Tokens, "")
+		rs, err := r.kv.Restore(ctx, r.eng, req.Seq, p.Tokens, runtime.AdapterKey(req.Adapters))
 		if err != nil {
 			return out, err
 		}
 		out.Restored = rs
 		npast = rs.Tokens
 		if npast == 0 && req.WarmOnMiss && len(p.PackTokens) > 0 {
-			if _, err := r.kv.Warm(ctx, r.eng, req.Seq, p.PackTokens, "", req.Cube); err != nil {
+			if _, err := r.kv.Warm(ctx, r.eng, req.Seq, p.PackTokens, kvcache.WarmOptions{Adapters: req.Adapters, Label: req.Cube}); err != nil {
 				return out, err
 			}
 			npast = len(p.PackTokens)
@@ -230,7 +233,8 @@ func (r *Runner) Run(ctx context.Context, req RunRequest) (RunResult, error) {
 		return out, err
 	}
 	res, err := r.eng.Generate(ctx, runtime.Request{Seq: req.Seq, Tokens: p.Tokens, NPast: npast,
-		Sampling: req.Sampling, MaxTokens: req.MaxTokens, Stop: req.Stop, OnText: req.OnText, Start: start})
+		Sampling: req.Sampling, MaxTokens: req.MaxTokens, Stop: req.Stop, OnText: req.OnText, Start: start,
+		Adapters: req.Adapters})
 	res.CachedTokens = out.Restored.Tokens
 	out.Result = res
 	return out, err

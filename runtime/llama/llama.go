@@ -67,7 +67,7 @@ import (
 	"sync/atomic"
 	"unsafe" // unsafe: the cgo boundary; C buffers are viewed and copied into Go memory here only.
 
-	_ "github.com/ollama/ollama/llama/llama.cpp/src"       // compiles llama.cpp into the binary
+	_ "github.com/ollama/ollama/llama/llama.cpp/src"      // compiles llama.cpp into the binary
 	_ "github.com/ollama/ollama/ml/backend/ggml/ggml/src" // compiles ggml (CPU backend) into the binary
 )
 
@@ -463,9 +463,9 @@ type ContextParams struct {
 // Ctx is a llama context: a KV cache with NSeqMax sequences and the compute
 // graph. Not safe for concurrent use: one goroutine owns it.
 type Ctx struct {
-	c     *C.struct_llama_context
-	model *Model
-	abort *C.int // C memory polled by the abort callback
+	c      *C.struct_llama_context
+	model  *Model
+	abort  *C.int // C memory polled by the abort callback
 	nVocab int
 }
 
