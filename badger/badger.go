@@ -55,7 +55,9 @@ func Open(opts Options) (*DB, error) {
 		WithValueThreshold(1 << 10).
 		WithNumCompactors(2)
 	if opts.InMemory {
-		bo = bo.WithDir("").WithValueDir("")
+		// no value log in memory: every value stays in the LSM tree, whose
+		// limit is Badger's maximum value threshold (1 MiB)
+		bo = bo.WithDir("").WithValueDir("").WithValueThreshold(1 << 20)
 	}
 	if len(opts.EncryptionKey) > 0 {
 		bo = bo.WithEncryptionKey(opts.EncryptionKey).WithIndexCacheSize(16 << 20)
