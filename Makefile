@@ -15,7 +15,7 @@ GO       ?= go
 OLLAMA   := github.com/ollama/ollama
 TESTFLAGS ?= -count=1 -timeout 40m
 
-.PHONY: all build links test vet bench demo clean
+.PHONY: all build links test vet bench bench-ttft demo clean
 
 all: build
 
@@ -38,6 +38,12 @@ test: links vet
 
 bench: build
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./bench/...
+
+# Issue-2 TTFT benchmark: generated 1B shape, 1024-token pack, 16-token query, 2 threads.
+models/1b.gguf: | build
+	./bin/memosrt gen-model --preset 1b --out $@ --tokenizer ../shared/models/llama-2-tiny-random.gguf
+bench-ttft: build models/1b.gguf
+	./bin/memosrt bench ttft --model models/1b.gguf --prefix 1024 --threads 2 --reps 5
 
 # The main job on the shipped model: a cube of memories, its pack warmed into
 # the activation tier, then a generation that restores it (JSON with TTFT).

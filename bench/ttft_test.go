@@ -1,0 +1,64 @@
+package bench
+
+import (
+	"context"
+	"os"
+	"testing"
+
+	"github.com/memosrt/memosrt/internal/testmodels"
+	"github.com/memosrt/memosrt/runtime"
+)
+
+func loadEngine(tb testing.TB, path string, nctx int) *runtime.Engine {
+	tb.Helper()
+	e, err := runtime.Load(context.Background(), runtime.Options{ModelPath: path, NCtx: nctx, NSeqMax: 2, Threads: 2})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { e.Close() })
+	return e
+}
+
+// TestTTFTRuns checks the benchmark's mechanics on the tiny real model: one
+// row per prefix, a blob that decodes, every time measured.
+func TestTTFTRuns(t *testing.T) {
+	e := loadEngine(t, testmodels.Stories(t), 1024)
+	rows, err := TTFT(context.Background(), e, TTFTOptions{Prefixes: []int{64, 256}, Reps: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 2 || rows[0].Prefix != 64 || rows[1].Prefix != 256 {
+		t.Fatalf("rows %+v", rows)
+	}
+	for _, r := range rows {
+		if r.Query != 16 || r.ColdMs <= 0 || r.WarmMs <= 0 || r.FloorMs <= 0 || r.WarmDiskMs <= 0 || r.StateBytes <= r.BlobBytes/2 {
+			t.Fatalf("row %+v", r)
+		}
+	}
+	if e.SeqLen(0) != 0 || e.SeqLen(1) != 0 {
+		t.Fatal("sequences not cleared")
+	}
+}
+
+// BenchmarkTTFT reports cold, warm and floor TTFT and their ratios for a
+// 1024-token prefix and a 16-token query. The model is $MEMOSRT_BENCH_MODEL
+// (e.g. the generated 1B shape: `make bench-ttft`), else stories260K.
+func BenchmarkTTFT(b *testing.B) {
+	path := os.Getenv("MEMOSRT_BENCH_MODEL")
+	if path == "" {
+		path = testmodels.Stories(b)
+	}
+	e := loadEngine(b, path, 2048)
+	for i := 0; i < b.N; i++ {
+		rows, err := TTFT(context.Background(), e, TTFTOptions{Prefixes: []int{1024}, Reps: 5})
+		if err != nil {
+			b.Fatal(err)
+		}
+		r := rows[0]
+		b.ReportMetric(r.ColdMs, "cold_ms")
+		b.ReportMetric(r.WarmMs, "warm_ms")
+		b.ReportMetric(r.FloorMs, "floor_ms")
+		b.ReportMetric(r.ColdOverW, "cold/warm")
+		b.ReportMetric(r.WarmOverF, "warm/floor")
+	}
+}
