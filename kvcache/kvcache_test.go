@@ -335,3 +335,48 @@ func TestOrphanChunksRemoved(t *testing.T) {
 	}
 	db.Close()
 }
+
+func TestRAMBudget(t *testing.T) {
+	eng := openEngine(t, runtime.Options{})
+	db := openDB(t, t.TempDir())
+	a, _ := eng.Tokenize("Anna has a green hat.", true)
+	b, _ := eng.Tokenize("Bob rides a yellow bike to school.", true)
+	c0, _ := Open(db, Options{})
+	ia, _ := c0.Warm(context.Background(), eng, 0, a, WarmOptions{})
+	ib, _ := c0.Warm(context.Background(), eng, 0, b, WarmOptions{})
+	// budget for the larger state only: the older one is evicted
+	c, err := Open(db, Options{RAMBytes: max(ia.RawBytes, ib.RawBytes)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{ia.ID, ib.ID} {
+		if _, _, fromRAM, err := c.State(id); err != nil || fromRAM {
+			t.Fatalf("first read of %s: fromRAM %v, %v", id[:8], fromRAM, err)
+		}
+	}
+	ram, disk, n := c.Stats()
+	if ram > max(ia.RawBytes, ib.RawBytes) || n != 2 || disk != ia.BlobBytes+ib.BlobBytes {
+		t.Fatalf("stats ram %d disk %d packs %d", ram, disk, n)
+	}
+	if _, _, fromRAM, _ := c.State(ib.ID); !fromRAM {
+		t.Fatal("most recent state not in RAM")
+	}
+	if _, _, fromRAM, _ := c.State(ia.ID); fromRAM {
+		t.Fatal("evicted state still in RAM")
+	}
+}
+
+// A prompt exactly equal to the pack's tokens restores all but the last
+// token, decodes that one, and equals cold prefill.
+func TestPromptEqualToPack(t *testing.T) {
+	f := newFixture(t)
+	f.prompt = f.pack
+	cold := f.generate(t, 0)
+	r, err := f.cache.Restore(context.Background(), f.eng, 0, f.pack, "")
+	if err != nil || r.Tokens != len(f.pack)-1 || r.PackTotal != len(f.pack) {
+		t.Fatalf("restore %+v, %v", r, err)
+	}
+	if got := f.generate(t, r.Tokens); got != cold {
+		t.Fatalf("exact-prefix output %q, cold %q", got, cold)
+	}
+}

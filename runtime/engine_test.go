@@ -266,3 +266,35 @@ func TestParallelSequences(t *testing.T) {
 		t.Fatalf("cancel: %v", err)
 	}
 }
+
+// CopySeq shares a prefix into another sequence: generation from the copy
+// equals generation from the original.
+func TestCopyAndShiftSeq(t *testing.T) {
+	e := openStories(t, Options{NCtx: 512, NSeqMax: 3})
+	prefix, _ := e.Tokenize("Ben found a shiny stone by the river.", true)
+	query, _ := e.Tokenize(" He", false)
+	all := append(append([]Token{}, prefix...), query...)
+	cold := greedy(t, e, 0, all, 0, 30)
+	if err := e.Prefill(context.Background(), 1, prefix, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.CopySeq(1, 2, 0, -1); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.SeqLen(2); got != len(prefix) {
+		t.Fatalf("copy holds %d positions", got)
+	}
+	if got := greedy(t, e, 2, all, len(prefix), 30); got.Text != cold.Text {
+		t.Fatalf("from shared cells %q, cold %q", got.Text, cold.Text)
+	}
+	if err := e.CopySeq(1, 7, 0, -1); err == nil {
+		t.Fatal("copy into an out-of-range sequence accepted")
+	}
+	// shifting positions moves the sequence: its max position follows
+	if err := e.ShiftSeq(1, 0, -1, 5); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.SeqLen(1); got != len(prefix)+5 {
+		t.Fatalf("after shift max pos+1 = %d, want %d", got, len(prefix)+5)
+	}
+}

@@ -106,7 +106,13 @@ func cmdKV(ctx context.Context, args []string) error {
 		}
 		defer eng.Close()
 		r := scheduler.New(eng, s.mem, kv, scheduler.Options{Logger: logger()})
+		if isTerminal(os.Stderr) {
+			fmt.Fprintf(os.Stderr, "warming the pack of cube %s (prefill, then compress and store)...", *cube)
+		}
 		info, p, err := r.Warm(ctx, *cube, 0)
+		if isTerminal(os.Stderr) {
+			fmt.Fprint(os.Stderr, "\r\033[K")
+		}
 		if err != nil {
 			return err
 		}

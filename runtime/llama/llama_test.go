@@ -1,0 +1,88 @@
+package llama
+
+import (
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/memosrt/memosrt/internal/testmodels"
+)
+
+// The tokenizer matches the reference tokenizations that llama.cpp's own
+// test-tokenizer-0 checks (models/ggml-vocab-*.gguf with .inp/.out pairs).
+func TestTokenizerReference(t *testing.T) {
+	Init("")
+	for _, name := range []string{"ggml-vocab-llama-spm.gguf", "ggml-vocab-gpt-2.gguf", "ggml-vocab-bert-bge.gguf", "ggml-vocab-phi-3.gguf"} {
+		t.Run(name, func(t *testing.T) {
+			path := testmodels.Path(t, name)
+			inp, err := os.ReadFile(path + ".inp")
+			if err != nil {
+				t.Fatal(err)
+			}
+			outp, err := os.ReadFile(path + ".out")
+			if err != nil {
+				t.Fatal(err)
+			}
+			texts := strings.Split(strings.TrimSuffix(string(inp), "\n__ggml_vocab_test__\n"), "\n__ggml_vocab_test__\n")
+			lines := strings.Split(strings.TrimSuffix(string(outp), "\n"), "\n")
+			if len(texts) != len(lines) {
+				t.Fatalf("%d inputs, %d outputs", len(texts), len(lines))
+			}
+			m, err := LoadModel(path, ModelParams{VocabOnly: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			for i, text := range texts {
+				got, err := m.Tokenize(text, false, false)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var want []Token
+				for _, f := range strings.Fields(lines[i]) {
+					n, _ := strconv.Atoi(f)
+					want = append(want, Token(n))
+				}
+				if len(got) != len(want) {
+					t.Errorf("%q: got %v, want %v", text, got, want)
+					continue
+				}
+				for k := range got {
+					if got[k] != want[k] {
+						t.Errorf("%q: got %v, want %v", text, got, want)
+						break
+					}
+				}
+			}
+		})
+	}
+}
+
+func TestChatTemplate(t *testing.T) {
+	Init("")
+	m, err := LoadModel(testmodels.Path(t, "ggml-vocab-phi-3.gguf"), ModelParams{VocabOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if m.ChatTemplate() == "" {
+		t.Fatal("phi-3 vocab has a chat template")
+	}
+	msgs := []ChatMessage{{Role: "system", Content: "Be brief."}, {Role: "user", Content: "Hi"}}
+	got, err := m.ApplyChatTemplate("chatml", msgs, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+	if got != want {
+		t.Fatalf("chatml:\n%q\nwant\n%q", got, want)
+	}
+	phi, err := m.ApplyChatTemplate("", msgs[1:], true)
+	if err != nil || !strings.Contains(phi, "<|user|>") || !strings.HasSuffix(phi, "<|assistant|>\n") {
+		t.Fatalf("phi-3 template: %q, %v", phi, err)
+	}
+	if _, err := m.ApplyChatTemplate("{% no such template %}", msgs, true); err == nil {
+		t.Fatal("unknown template accepted")
+	}
+}
