@@ -46,6 +46,7 @@ func commands() []command {
 		{"kv", "kv warm|ls --db DIR [--model PATH --cube NAME]", cmdKV},
 		{"run", "run --db DIR --model PATH --cube NAME [--temperature T] [--seed N] [--num-predict N] [--no-cache] [--json] PROMPT", cmdRun},
 		{"bench", "bench ttft --model PATH --prefix N[,N...] [--query Q] [--threads T] [--ngl N] [--json]\n  bench recall --locomo FILE [--k 5,10,25] [--json]", cmdBench},
+		{"serve", serveUsage, cmdServe},
 		{"gen-model", "gen-model --preset 1b|8b|tiny --out PATH [--seed N]", cmdGenModel},
 		{"devices", "devices: list the compute devices ggml found", cmdDevices},
 		{"version", "version: print the version and devices", cmdVersion},

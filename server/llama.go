@@ -1,0 +1,532 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/memosrt/memosrt/kvcache"
+	"github.com/memosrt/memosrt/runtime"
+	"github.com/memosrt/memosrt/runtime/llama"
+	"github.com/memosrt/memosrt/scheduler"
+)
+
+// UseEngine attaches the llama backend over eng, which the caller keeps
+// owning (close it after Shutdown). Sequences [0, Parallel) serve requests;
+// the next ResidentPacks sequences hold resident packs.
+func (s *Server) UseEngine(eng *runtime.Engine, eo EngineOptions) error {
+	if eng == nil || eo.Name == "" {
+		return fmt.Errorf("%w: UseEngine needs an engine and a Name", ErrBadOptions)
+	}
+	n := eng.NSeqMax()
+	if eo.ResidentPacks < 0 || eo.ResidentPacks >= n {
+		return fmt.Errorf("%w: ResidentPacks %d with NSeqMax %d: need 0 <= ResidentPacks < NSeqMax", ErrBadOptions, eo.ResidentPacks, n)
+	}
+	if eo.Parallel == 0 {
+		eo.Parallel = n - eo.ResidentPacks
+	}
+	if eo.Parallel < 1 || eo.Parallel+eo.ResidentPacks > n {
+		return fmt.Errorf("%w: Parallel %d + ResidentPacks %d > NSeqMax %d", ErrBadOptions, eo.Parallel, eo.ResidentPacks, n)
+	}
+	b := &llamaBackend{s: s, eng: eng, eo: eo, kv: s.opts.KV, res: map[string]*residentPack{},
+		cfgKey:   kvcache.ConfigKey(eng.KVConfig(), ""),
+		writeSem: make(chan struct{}, 2)}
+	b.runner = scheduler.New(eng, s.opts.Store, s.opts.KV, scheduler.Options{Logger: s.log})
+	seqs := make([]int, eo.Parallel)
+	for i := range seqs {
+		seqs[i] = i
+	}
+	b.pool = newSlotPool(seqs, s.opts.MaxQueue)
+	for i := 0; i < eo.ResidentPacks; i++ {
+		b.resFree = append(b.resFree, eo.Parallel+i)
+	}
+	b.info = engineModelInfo(eng, eo)
+	if err := s.attach(b); err != nil {
+		return err
+	}
+	s.log.Info("llama backend ready", "model", eo.Name, "n_ctx", eng.NCtx(), "slots", eo.Parallel, "resident_slots", eo.ResidentPacks)
+	return nil
+}
+
+// llamaBackend serves requests from an in-process engine.
+type llamaBackend struct {
+	s      *Server
+	eng    *runtime.Engine
+	eo     EngineOptions
+	kv     *kvcache.Cache
+	runner *scheduler.Runner
+	pool   *slotPool
+	info   modelInfo
+	cfgKey string
+
+	// resMu guards res and resFree.
+	resMu   sync.Mutex
+	res     map[string]*residentPack // by cube
+	resFree []int                    // reserved sequences holding no pack
+
+	writes   sync.WaitGroup // background conversation pack writes
+	pending  atomic.Int64
+	writeSem chan struct{} // bounds concurrent writes; full: the write is skipped
+}
+
+// residentPack is a cube's pack held in a reserved sequence.
+type residentPack struct {
+	seq     int
+	toks    []int32
+	packID  string
+	created time.Time
+	used    time.Time
+}
+
+func engineModelInfo(eng *runtime.Engine, eo EngineOptions) modelInfo {
+	sh := eng.Shape()
+	mi := modelInfo{Name: eo.Name, Size: int64(sh.SizeBytes), Digest: eng.KVConfig().ModelFingerprint,
+		NCtx: eng.NCtx(), Template: eng.Model().ChatTemplate(), Modified: time.Now().UTC(),
+		ParamSize: paramSize(sh.NParams), Quant: quantOf(sh.Desc)}
+	if a, ok := eng.Model().Meta("general.architecture"); ok {
+		mi.Family = a
+	}
+	if eo.ModelPath != "" {
+		if st, err := os.Stat(eo.ModelPath); err == nil {
+			mi.Size, mi.Modified = st.Size(), st.ModTime().UTC()
+		}
+	}
+	mi.Info = map[string]any{"general.architecture": mi.Family, "general.parameter_count": sh.NParams,
+		mi.Family + ".context_length": sh.NCtxTrain, mi.Family + ".embedding_length": sh.NEmbd,
+		mi.Family + ".block_count": sh.NLayer, mi.Family + ".attention.head_count": sh.NHead,
+		mi.Family + ".attention.head_count_kv": sh.NHeadKV, "memosrt.n_ctx": eng.NCtx(), "memosrt.n_seq_max": eng.NSeqMax()}
+	return mi
+}
+
+func paramSize(n uint64) string {
+	switch {
+	case n >= 1e9:
+		return fmt.Sprintf("%.1fB", float64(n)/1e9)
+	case n >= 1e6:
+		return fmt.Sprintf("%.1fM", float64(n)/1e6)
+	case n >= 1e3:
+		return fmt.Sprintf("%.0fK", float64(n)/1e3)
+	}
+	return fmt.Sprint(n)
+}
+
+// quantOf takes the type from a llama_model_desc like "llama ?B F16".
+func quantOf(desc string) string {
+	f := strings.Fields(strings.ReplaceAll(desc, "(guessed)", ""))
+	if len(f) == 0 {
+		return ""
+	}
+	return f[len(f)-1]
+}
+
+func (b *llamaBackend) model() modelInfo { return b.info }
+
+// render assembles the prompt: with a cube, the system turn holding the
+// pack (scheduler's layout) then the request's turns, the last user turn
+// prefixed with retrieved memories; rendered with the model's chat template,
+// or without one as the pack text followed by "\n"+content per turn.
+func (b *llamaBackend) render(ctx context.Context, req *genRequest) (string, []int32, int, error) {
+	if req.Raw {
+		toks, err := b.eng.Tokenize(req.Prompt, true)
+		return req.Prompt, toks, 0, err
+	}
+	msgs := req.conversation()
+	var sys string
+	var packToks []int32
+	nMem := 0
+	if req.Cube != "" {
+		p, err := b.runner.Build(ctx, req.Cube, req.query())
+		if err != nil {
+			return "", nil, 0, err
+		}
+		sys, packToks, nMem = packText(p.Pack), p.PackTokens, len(p.Pack)+len(p.Retrieved)
+		msgs = withRetrieved(msgs, retrievedText(p.Retrieved))
+	}
+	model := b.eng.Model()
+	tmpl := model.ChatTemplate()
+	var head, rest string
+	if tmpl != "" {
+		var all []llama.ChatMessage
+		if req.Cube != "" {
+			all = append(all, llama.ChatMessage{Role: "system", Content: sys})
+		}
+		for _, m := range msgs {
+			all = append(all, llama.ChatMessage{Role: m.Role, Content: m.Content})
+		}
+		full, err := model.ApplyChatTemplate(tmpl, all, true)
+		if err != nil {
+			return "", nil, 0, badField("messages", "chat template: %v", err)
+		}
+		rest = full
+		if req.Cube != "" {
+			h, err := model.ApplyChatTemplate(tmpl, all[:1], false)
+			if err == nil && strings.HasPrefix(full, h) {
+				head, rest = h, full[len(h):]
+			}
+		}
+	} else {
+		var sb strings.Builder
+		for i, m := range msgs {
+			if i > 0 || req.Cube != "" {
+				sb.WriteString("\n")
+			}
+			sb.WriteString(m.Content)
+		}
+		head, rest = sys, sb.String()
+	}
+	var toks []int32
+	if head != "" {
+		ht, err := b.eng.Tokenize(head, true)
+		if err != nil {
+			return "", nil, 0, err
+		}
+		if !slices.Equal(ht, packToks) {
+			b.s.log.Debug("pack tokens differ from the scheduler's; warmed packs will not match", "cube", req.Cube)
+		}
+		rt, err := b.eng.Tokenize(rest, false)
+		if err != nil {
+			return "", nil, 0, err
+		}
+		toks = append(ht, rt...)
+	} else {
+		t, err := b.eng.Tokenize(rest, true)
+		if err != nil {
+			return "", nil, 0, err
+		}
+		toks = t
+	}
+	return head + rest, toks, nMem, nil
+}
+
+func promptField(req *genRequest) string {
+	if req.Messages != nil {
+		return "messages"
+	}
+	return "prompt"
+}
+
+func (b *llamaBackend) generate(ctx context.Context, req *genRequest) (genResult, error) {
+	var out genResult
+	rendered, toks, nMem, err := b.render(ctx, req)
+	if err != nil {
+		return out, err
+	}
+	out.PromptTokens, out.Memories, out.Rendered = len(toks), nMem, rendered
+	if req.RenderOnly {
+		return out, nil
+	}
+	limit := b.eng.NCtx()
+	if req.NumCtx > 0 && req.NumCtx < limit {
+		limit = req.NumCtx // served by the loaded context: no reload
+	}
+	if len(toks) == 0 {
+		return out, badField(promptField(req), "empty prompt")
+	}
+	if len(toks) >= limit {
+		return out, badField(promptField(req), "prompt is %d tokens, context is %d (num_ctx %d, loaded n_ctx %d)", len(toks), limit, req.NumCtx, b.eng.NCtx())
+	}
+	maxTok := req.NumPredict
+	if maxTok <= 0 {
+		maxTok = b.s.opts.DefaultNumPredict
+	}
+	if maxTok <= 0 || maxTok > limit-len(toks) {
+		maxTok = limit - len(toks)
+	}
+	sl, resN, err := b.pool.acquire(ctx, toks)
+	if err != nil {
+		return out, err
+	}
+	defer b.pool.release(sl)
+	npast, source, prev, err := b.prepare(ctx, sl, toks, resN)
+	if err != nil {
+		sl.toks = nil
+		return out, err
+	}
+	res, gerr := b.eng.Generate(ctx, runtime.Request{Seq: sl.seq, Tokens: toks, NPast: npast, Sampling: req.Sampling,
+		MaxTokens: maxTok, Stop: req.Stop, OnText: req.OnText, Start: req.Start})
+	out.Text, out.EvalTokens, out.TTFT, out.PromptTime, out.EvalTime, out.DoneReason =
+		res.Text, res.EvalTokens, res.TTFT, res.PrefillTime, res.EvalTime, res.DoneReason
+	out.CachedTokens, out.CacheSource = res.CachedTokens, source
+	// what the sequence holds now: a prefix of prompt + generated tokens
+	all := append(slices.Clip(toks), res.Tokens...)
+	held := b.eng.SeqLen(sl.seq)
+	if held > len(all) {
+		b.eng.ClearSeq(sl.seq)
+		held = 0
+	}
+	sl.toks = all[:held]
+	out.Context = make([]int, held)
+	for i, t := range sl.toks {
+		out.Context[i] = int(t)
+	}
+	if gerr != nil {
+		return out, gerr
+	}
+	if req.Persist && b.kv != nil && !b.s.opts.NoPersist && held >= b.s.opts.MinPersistTokens {
+		b.persist(sl, req.Cube, prev)
+	}
+	return out, nil
+}
+
+// prepare makes sl's sequence hold the longest available prefix of toks
+// (at most len(toks)-1 tokens): what the slot already holds, a resident
+// pack's cells shared into it, or a pack restored from the activation tier.
+// It returns the prefix length, its source, and the id of the
+// conversation pack the state continues ("" if none).
+func (b *llamaBackend) prepare(ctx context.Context, sl *slot, toks []int32, resN int) (int, string, string, error) {
+	usable := len(toks) - 1
+	best, source, prev := min(resN, usable), "", ""
+	if best > 0 {
+		source = "resident"
+		if best == len(sl.toks) {
+			prev = sl.convPack
+		}
+	}
+	b.resMu.Lock()
+	var rp *residentPack
+	rpN := 0
+	for _, r := range b.res {
+		if n := min(commonPrefix(r.toks, toks), usable); n > rpN {
+			rp, rpN = r, n
+		}
+	}
+	if rp != nil && rpN > best {
+		err := b.eng.ClearSeq(sl.seq)
+		if err == nil {
+			err = b.eng.CopySeq(rp.seq, sl.seq, 0, rpN)
+		}
+		rp.used = time.Now()
+		b.resMu.Unlock()
+		sl.convPack = ""
+		if err != nil {
+			return 0, "", "", err
+		}
+		return rpN, "shared", "", nil
+	}
+	b.resMu.Unlock()
+	if b.kv != nil {
+		if m := b.kv.Lookup(b.cfgKey, toks); min(m.Tokens, usable) > best {
+			rs, err := b.kv.Restore(ctx, b.eng, sl.seq, toks, "")
+			sl.convPack = ""
+			if err != nil {
+				return 0, "", "", err
+			}
+			if rs.Tokens > 0 {
+				if rs.Tokens == rs.PackTotal {
+					prev = rs.PackID
+				}
+				return rs.Tokens, "restored", prev, nil
+			}
+			return 0, "", "", nil
+		}
+	}
+	if best == 0 {
+		sl.convPack = ""
+	}
+	return best, source, prev, nil
+}
+
+// persist saves sl's state as a conversation pack in the background (the
+// state is copied now, so the slot is free again at once) and then drops
+// prev, the pack the new state extends. Skipped when two writes are already
+// running.
+func (b *llamaBackend) persist(sl *slot, cube, prev string) {
+	select {
+	case b.writeSem <- struct{}{}:
+	default:
+		b.s.log.Debug("conversation pack skipped: writes busy", "seq", sl.seq)
+		return
+	}
+	state, err := b.eng.SaveSeq(sl.seq)
+	if err != nil {
+		<-b.writeSem
+		b.s.log.Warn("conversation state not saved", "seq", sl.seq, "err", err)
+		return
+	}
+	toks := slices.Clone(sl.toks)
+	id := kvcache.PackID(b.cfgKey, toks)
+	sl.convPack = id
+	b.writes.Add(1)
+	b.pending.Add(1)
+	go func() {
+		defer func() { b.pending.Add(-1); <-b.writeSem; b.writes.Done() }()
+		start := time.Now()
+		info, err := b.kv.Put(context.Background(), kvcache.Header{KV: b.eng.KVConfig(), Tokens: toks, Label: "conv:" + cube}, state)
+		if err != nil {
+			b.s.log.Warn("conversation pack not stored", "cube", cube, "err", err)
+			return
+		}
+		if prev != "" && prev != info.ID && b.isConv(prev) {
+			if err := b.kv.Delete(prev); err != nil && !errors.Is(err, kvcache.ErrNotFound) {
+				b.s.log.Warn("old conversation pack not deleted", "pack", prev, "err", err)
+			}
+		}
+		b.s.log.Debug("conversation pack stored", "cube", cube, "pack", info.ID[:12], "n_tokens", info.NTokens,
+			"blob_bytes", info.BlobBytes, "ms", time.Since(start).Milliseconds())
+	}()
+}
+
+// isConv reports whether pack id is a conversation pack.
+func (b *llamaBackend) isConv(id string) bool {
+	for _, p := range b.kv.List("") {
+		if p.ID == id {
+			return strings.HasPrefix(p.Label, "conv:")
+		}
+	}
+	return false
+}
+
+func (b *llamaBackend) embed(ctx context.Context, texts []string) ([][]float32, int, error) {
+	e := b.s.opts.Embedder
+	if e == nil {
+		return nil, 0, fmt.Errorf("%w: the llama backend has no embedding call yet (needs runtime.Engine.Embed); start the server with --embed hash or --embed-ollama-model NAME", ErrNotSupported)
+	}
+	vecs, err := e.Embed(ctx, texts)
+	if err != nil {
+		return nil, 0, err
+	}
+	n := 0
+	for _, t := range texts {
+		if toks, err := b.eng.Tokenize(t, false); err == nil {
+			n += len(toks)
+		}
+	}
+	return vecs, n, nil
+}
+
+func (b *llamaBackend) warm(ctx context.Context, cube string, resident bool) (packStatus, error) {
+	if b.kv == nil {
+		return packStatus{}, fmt.Errorf("%w: no activation tier (KV cache)", ErrNotSupported)
+	}
+	start := time.Now()
+	p, err := b.runner.Build(ctx, cube, "")
+	if err != nil {
+		return packStatus{}, err
+	}
+	if len(p.PackTokens) == 0 {
+		return packStatus{}, badField("cube", "cube %s renders an empty pack", cube)
+	}
+	if !resident {
+		sl, _, err := b.pool.acquire(ctx, p.PackTokens)
+		if err != nil {
+			return packStatus{}, err
+		}
+		_, err = b.kv.Warm(ctx, b.eng, sl.seq, p.PackTokens, kvcache.WarmOptions{Label: cube, Background: true})
+		sl.toks, sl.convPack = nil, ""
+		if err == nil {
+			sl.toks = slices.Clone(p.PackTokens)
+		}
+		b.pool.release(sl)
+		if err != nil {
+			return packStatus{}, err
+		}
+	} else {
+		if b.eo.ResidentPacks == 0 {
+			return packStatus{}, badField("resident", "no resident slots (start the server with --resident N)")
+		}
+		seq := b.takeResidentSeq(cube)
+		info, err := b.kv.Warm(ctx, b.eng, seq, p.PackTokens, kvcache.WarmOptions{Label: cube, Background: true})
+		b.resMu.Lock()
+		if err != nil {
+			b.eng.ClearSeq(seq)
+			b.resFree = append(b.resFree, seq)
+		} else {
+			now := time.Now()
+			b.res[cube] = &residentPack{seq: seq, toks: slices.Clone(p.PackTokens), packID: info.ID, created: now, used: now}
+		}
+		b.resMu.Unlock()
+		if err != nil {
+			return packStatus{}, err
+		}
+	}
+	st, err := b.packs(cube)
+	st.Memories = len(p.Pack)
+	st.WarmMs = float64(time.Since(start).Microseconds()) / 1e3
+	return st, err
+}
+
+// takeResidentSeq returns a reserved sequence for cube's pack: the one it
+// holds already, a free one, or the least recently used one (evicted).
+func (b *llamaBackend) takeResidentSeq(cube string) int {
+	b.resMu.Lock()
+	defer b.resMu.Unlock()
+	if r, ok := b.res[cube]; ok {
+		delete(b.res, cube)
+		return r.seq
+	}
+	if n := len(b.resFree); n > 0 {
+		seq := b.resFree[n-1]
+		b.resFree = b.resFree[:n-1]
+		return seq
+	}
+	var lru string
+	for c, r := range b.res {
+		if lru == "" || r.used.Before(b.res[lru].used) {
+			lru = c
+		}
+	}
+	seq := b.res[lru].seq
+	delete(b.res, lru)
+	b.s.log.Info("resident pack evicted", "cube", lru, "seq", seq)
+	return seq
+}
+
+func (b *llamaBackend) packs(cube string) (packStatus, error) {
+	st := packStatus{Cube: cube, NCtx: b.eng.NCtx(), Packs: []packInfo{}}
+	if b.kv != nil {
+		for _, label := range []string{cube, "conv:" + cube} {
+			for _, i := range b.kv.List(label) {
+				st.Packs = append(st.Packs, packInfo{ID: i.ID, Label: i.Label, NTokens: i.NTokens, RawBytes: i.RawBytes,
+					BlobBytes: i.BlobBytes, InRAM: i.InRAM, Created: i.Created})
+			}
+		}
+	}
+	slices.SortFunc(st.Packs, func(a, b packInfo) int { return a.Created.Compare(b.Created) })
+	b.resMu.Lock()
+	defer b.resMu.Unlock()
+	if r, ok := b.res[cube]; ok {
+		st.Resident = &resident{Seq: r.seq, Tokens: len(r.toks), PackID: r.packID, Created: r.created}
+	}
+	for _, r := range b.res {
+		st.ResidentCells += len(r.toks)
+	}
+	return st, nil
+}
+
+func (b *llamaBackend) dropCube(cube string) {
+	b.resMu.Lock()
+	defer b.resMu.Unlock()
+	if r, ok := b.res[cube]; ok {
+		delete(b.res, cube)
+		b.eng.ClearSeq(r.seq)
+		b.resFree = append(b.resFree, r.seq)
+	}
+}
+
+func (b *llamaBackend) stats() backendStats {
+	st := backendStats{Kind: "llama", NCtx: b.eng.NCtx(), Slots: b.pool.size(), BusySlots: b.pool.busy(),
+		Queued: b.pool.queued(), PendingWrites: int(b.pending.Load())}
+	b.resMu.Lock()
+	for _, r := range b.res {
+		st.ResidentCells += len(r.toks)
+	}
+	b.resMu.Unlock()
+	return st
+}
+
+func (b *llamaBackend) close(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() { b.writes.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

@@ -1,0 +1,344 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/memosrt/memosrt/kvcache"
+	"github.com/memosrt/memosrt/textmem"
+)
+
+// cubeView is a cube as the memory API shows it.
+type cubeView struct {
+	cubeRecord
+	Memories int `json:"memories"`
+	Packs    int `json:"packs"`
+}
+
+func (s *Server) packsOf(cube string) []kvcache.Info {
+	if s.opts.KV == nil {
+		return nil
+	}
+	return append(s.opts.KV.List(cube), s.opts.KV.List("conv:"+cube)...)
+}
+
+func (s *Server) view(ctx context.Context, rec cubeRecord) (cubeView, error) {
+	mems, err := s.opts.Store.List(ctx, rec.Name)
+	if err != nil {
+		return cubeView{}, err
+	}
+	return cubeView{cubeRecord: rec, Memories: len(mems), Packs: len(s.packsOf(rec.Name))}, nil
+}
+
+type cubeCreateRequest struct {
+	Name        string            `json:"name"`
+	Description string            `json:"description"`
+	Metadata    map[string]string `json:"metadata"`
+}
+
+func (s *Server) handleCubeCreate(w http.ResponseWriter, r *http.Request) {
+	var req cubeCreateRequest
+	if err := decodeJSON(r, &req); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if !validCube(req.Name) {
+		s.writeError(w, r, badField("name", "%q is not a cube name (1..64 of [A-Za-z0-9._-])", req.Name))
+		return
+	}
+	rec, err := s.cubes.create(r.Context(), cubeRecord{Name: req.Name, Description: req.Description, Metadata: req.Metadata})
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, cubeView{cubeRecord: rec})
+}
+
+func (s *Server) handleCubeList(w http.ResponseWriter, r *http.Request) {
+	recs, err := s.cubes.list(r.Context())
+	out := []cubeView{}
+	for _, rec := range recs {
+		if err != nil {
+			break
+		}
+		var v cubeView
+		v, err = s.view(r.Context(), rec)
+		out = append(out, v)
+	}
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"cubes": out})
+}
+
+// pathCube reads and checks the {cube} path value.
+func (s *Server) pathCube(r *http.Request) (cubeRecord, error) {
+	name := r.PathValue("cube")
+	if !validCube(name) {
+		return cubeRecord{}, badField("cube", "%q is not a cube name (1..64 of [A-Za-z0-9._-])", name)
+	}
+	return s.cubes.get(r.Context(), name)
+}
+
+func (s *Server) handleCubeGet(w http.ResponseWriter, r *http.Request) {
+	rec, err := s.pathCube(r)
+	var v cubeView
+	if err == nil {
+		v, err = s.view(r.Context(), rec)
+	}
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, v)
+}
+
+func (s *Server) handleCubeDelete(w http.ResponseWriter, r *http.Request) {
+	rec, err := s.pathCube(r)
+	if err == nil {
+		err = s.deleteCube(r.Context(), rec.Name)
+	}
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// deleteCube removes a cube's memories, packs, resident state and record.
+func (s *Server) deleteCube(ctx context.Context, cube string) error {
+	if err := s.opts.Store.DeleteCube(ctx, cube); err != nil {
+		return err
+	}
+	for _, p := range s.packsOf(cube) {
+		if err := s.opts.KV.Delete(p.ID); err != nil && !errors.Is(err, kvcache.ErrNotFound) {
+			return err
+		}
+	}
+	if b, err := s.backend(); err == nil {
+		b.dropCube(cube)
+	}
+	return s.cubes.remove(ctx, cube)
+}
+
+// memoryInput is one memory to add.
+type memoryInput struct {
+	Text      string    `json:"text"`
+	Kind      string    `json:"kind"`
+	Tags      []string  `json:"tags"`
+	Source    string    `json:"source"`
+	EventTime time.Time `json:"event_time"`
+}
+
+type memoryAddRequest struct {
+	memoryInput
+	Memories []memoryInput `json:"memories"`
+}
+
+func (s *Server) handleMemoryAdd(w http.ResponseWriter, r *http.Request) {
+	var req memoryAddRequest
+	rec, err := s.pathCube(r)
+	if err == nil {
+		err = decodeJSON(r, &req)
+	}
+	if err == nil && req.Memories != nil && req.Text != "" {
+		err = badField("memories", "give either text or memories, not both")
+	}
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	batch := req.Memories != nil
+	in := req.Memories
+	if !batch {
+		in = []memoryInput{req.memoryInput}
+	}
+	out := make([]textmem.Memory, 0, len(in))
+	for i, m := range in {
+		field := "text"
+		if batch {
+			field = fmt.Sprintf("memories[%d].text", i)
+		}
+		if strings.TrimSpace(m.Text) == "" {
+			s.writeError(w, r, badField(field, "empty text"))
+			return
+		}
+		got, err := s.opts.Store.Add(r.Context(), rec.Name, textmem.Memory{Text: m.Text, Kind: m.Kind, Tags: m.Tags,
+			Source: m.Source, EventTime: m.EventTime.UTC()})
+		if err != nil {
+			if errors.Is(err, textmem.ErrTooLarge) || errors.Is(err, textmem.ErrInvalidUTF8) {
+				err = &fieldErrorWrap{field: field, err: err}
+			}
+			s.writeError(w, r, err)
+			return
+		}
+		out = append(out, got)
+	}
+	if batch {
+		writeJSON(w, http.StatusCreated, map[string]any{"memories": out})
+		return
+	}
+	writeJSON(w, http.StatusCreated, out[0])
+}
+
+// fieldErrorWrap names the field of a store error and keeps its status.
+type fieldErrorWrap struct {
+	field string
+	err   error
+}
+
+func (e *fieldErrorWrap) Error() string { return e.field + ": " + e.err.Error() }
+func (e *fieldErrorWrap) Unwrap() error { return e.err }
+
+func (s *Server) handleMemoryList(w http.ResponseWriter, r *http.Request) {
+	rec, err := s.pathCube(r)
+	var mems []textmem.Memory
+	if err == nil {
+		mems, err = s.opts.Store.List(r.Context(), rec.Name)
+	}
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"memories": mems})
+}
+
+func (s *Server) handleMemoryGet(w http.ResponseWriter, r *http.Request) {
+	rec, err := s.pathCube(r)
+	var m textmem.Memory
+	if err == nil {
+		m, err = s.opts.Store.Get(r.Context(), rec.Name, r.PathValue("id"))
+	}
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, m)
+}
+
+func (s *Server) handleMemoryUpdate(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Text string `json:"text"`
+	}
+	rec, err := s.pathCube(r)
+	if err == nil {
+		err = decodeJSON(r, &req)
+	}
+	if err == nil && strings.TrimSpace(req.Text) == "" {
+		err = badField("text", "empty text")
+	}
+	var m textmem.Memory
+	if err == nil {
+		m, err = s.opts.Store.Update(r.Context(), rec.Name, r.PathValue("id"), req.Text)
+	}
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, m)
+}
+
+func (s *Server) handleMemoryDelete(w http.ResponseWriter, r *http.Request) {
+	rec, err := s.pathCube(r)
+	if err == nil {
+		err = s.opts.Store.Delete(r.Context(), rec.Name, r.PathValue("id"))
+	}
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+type searchRequest struct {
+	Query string   `json:"query"`
+	K     int      `json:"k"`
+	Kinds []string `json:"kinds"`
+	Tags  []string `json:"tags"`
+}
+
+func (s *Server) handleSearch(w http.ResponseWriter, r *http.Request) {
+	var req searchRequest
+	rec, err := s.pathCube(r)
+	if err == nil {
+		if r.Method == http.MethodGet {
+			req.Query = r.URL.Query().Get("q")
+			if k := r.URL.Query().Get("k"); k != "" {
+				if req.K, err = strconv.Atoi(k); err != nil {
+					err = badField("k", "%q is not an integer", k)
+				}
+			}
+		} else {
+			err = decodeJSON(r, &req)
+		}
+	}
+	if err == nil && req.K < 0 {
+		err = badField("k", "%d < 0", req.K)
+	}
+	if err == nil && strings.TrimSpace(req.Query) == "" {
+		err = badField("query", "empty query")
+	}
+	var hits []textmem.Hit
+	if err == nil {
+		q := textmem.DefaultQuery(req.Query, req.K)
+		q.Kinds, q.Tags = req.Kinds, req.Tags
+		hits, err = s.opts.Store.SearchWith(r.Context(), rec.Name, q)
+	}
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if hits == nil {
+		hits = []textmem.Hit{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"hits": hits})
+}
+
+func (s *Server) handlePackWarm(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Resident bool `json:"resident"`
+	}
+	rec, err := s.pathCube(r)
+	if err == nil && r.ContentLength != 0 {
+		err = decodeJSON(r, &req)
+		if fe := (*fieldError)(nil); errors.As(err, &fe) && fe.Msg == "empty request body" {
+			err = nil
+		}
+	}
+	b, berr := s.backend()
+	if err == nil {
+		err = berr
+	}
+	var st packStatus
+	if err == nil {
+		st, err = b.warm(r.Context(), rec.Name, req.Resident)
+	}
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, st)
+}
+
+func (s *Server) handlePackStatus(w http.ResponseWriter, r *http.Request) {
+	rec, err := s.pathCube(r)
+	b, berr := s.backend()
+	if err == nil {
+		err = berr
+	}
+	var st packStatus
+	if err == nil {
+		st, err = b.packs(rec.Name)
+	}
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, st)
+}

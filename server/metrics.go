@@ -1,0 +1,96 @@
+package server
+
+import (
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// metrics are the server's Prometheus collectors, in a registry of their
+// own (no global state).
+type metrics struct {
+	reg          *prometheus.Registry
+	requests     *prometheus.CounterVec // route, code
+	ttft         prometheus.Histogram
+	promptTokens *prometheus.CounterVec // kind: cached, prefilled
+	decodeTokens prometheus.Counter
+	decodeRate   prometheus.Histogram
+	rejected     prometheus.Counter
+	canceled     prometheus.Counter
+}
+
+func newMetrics(s *Server) *metrics {
+	m := &metrics{reg: prometheus.NewRegistry()}
+	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "memosrt_http_requests_total",
+		Help: "HTTP requests by route pattern and status code."}, []string{"route", "code"})
+	m.ttft = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "memosrt_ttft_seconds",
+		Help:    "Time to first token: request start to first generated token sampled.",
+		Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)})
+	m.promptTokens = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "memosrt_prompt_tokens_total",
+		Help: "Prompt tokens: cached (resident, shared or restored KV) or prefilled (decoded)."}, []string{"kind"})
+	m.decodeTokens = prometheus.NewCounter(prometheus.CounterOpts{Name: "memosrt_decode_tokens_total",
+		Help: "Generated tokens."})
+	m.decodeRate = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "memosrt_decode_tokens_per_second",
+		Help:    "Per-request decode rate: generated tokens over the time from first to last token.",
+		Buckets: prometheus.ExponentialBuckets(1, 2, 14)})
+	m.rejected = prometheus.NewCounter(prometheus.CounterOpts{Name: "memosrt_rejected_requests_total",
+		Help: "Requests refused with 429 because the queue was full."})
+	m.canceled = prometheus.NewCounter(prometheus.CounterOpts{Name: "memosrt_canceled_requests_total",
+		Help: "Generations ended because the client went away."})
+	stat := func(f func(backendStats) float64) func() float64 {
+		return func() float64 {
+			b, err := s.backend()
+			if err != nil {
+				return 0
+			}
+			return f(b.stats())
+		}
+	}
+	kv := func(ram bool) func() float64 {
+		return func() float64 {
+			if s.opts.KV == nil {
+				return 0
+			}
+			r, d, _ := s.opts.KV.Stats()
+			if ram {
+				return float64(r)
+			}
+			return float64(d)
+		}
+	}
+	m.reg.MustRegister(m.requests, m.ttft, m.promptTokens, m.decodeTokens, m.decodeRate, m.rejected, m.canceled,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "memosrt_queue_depth",
+			Help: "Requests waiting for a slot."}, stat(func(b backendStats) float64 { return float64(b.Queued) })),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "memosrt_busy_slots",
+			Help: "Slots (sequences) serving a request."}, stat(func(b backendStats) float64 { return float64(b.BusySlots) })),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "memosrt_kv_resident_cells",
+			Help: "KV cells held by resident packs, counted against n_ctx."}, stat(func(b backendStats) float64 { return float64(b.ResidentCells) })),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "memosrt_n_ctx",
+			Help: "Loaded context size, cells."}, stat(func(b backendStats) float64 { return float64(b.NCtx) })),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "memosrt_kv_bytes", ConstLabels: prometheus.Labels{"where": "ram"},
+			Help: "Bytes of KV packs: decompressed in the RAM cache (where=ram) or stored compressed on disk (where=disk)."}, kv(true)),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "memosrt_kv_bytes", ConstLabels: prometheus.Labels{"where": "disk"},
+			Help: "Bytes of KV packs: decompressed in the RAM cache (where=ram) or stored compressed on disk (where=disk)."}, kv(false)),
+		collectors.NewGoCollector(),
+	)
+	return m
+}
+
+func (m *metrics) handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+}
+
+// observe records one finished generation.
+func (m *metrics) observe(res genResult) {
+	if res.TTFT > 0 {
+		m.ttft.Observe(res.TTFT.Seconds())
+	}
+	m.promptTokens.WithLabelValues("cached").Add(float64(res.CachedTokens))
+	m.promptTokens.WithLabelValues("prefilled").Add(float64(max(0, res.PromptTokens-res.CachedTokens)))
+	m.decodeTokens.Add(float64(res.EvalTokens))
+	if res.EvalTokens > 1 && res.EvalTime > 0 {
+		m.decodeRate.Observe(float64(res.EvalTokens) / res.EvalTime.Seconds())
+	}
+}

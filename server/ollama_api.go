@@ -1,0 +1,430 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/ollama/ollama/api"
+	"github.com/ollama/ollama/types/model"
+)
+
+// generate runs g and records metrics and a log line. With st set the
+// output is streamed: the backend's OnText (which runs on the engine's batch
+// goroutine and must not block) only queues text; this goroutine writes it,
+// coalescing what queued meanwhile into one chunk(text) object. A failed
+// write (client gone) cancels the generation.
+func (s *Server) generate(r *http.Request, b backend, g *genRequest, st *streamer, chunk func(string) any) (genResult, error) {
+	var res genResult
+	var err error
+	if st == nil {
+		res, err = b.generate(r.Context(), g)
+	} else {
+		ctx, cancel := context.WithCancelCause(r.Context())
+		defer cancel(nil)
+		p := newTextPipe(maxPendingText)
+		g.OnText = p.push
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			res, err = b.generate(ctx, g)
+		}()
+		var werr error
+		write := func() {
+			if t, ok := p.take(); ok && werr == nil {
+				if werr = st.send(chunk(t)); werr != nil {
+					p.fail(werr)
+					cancel(werr)
+				}
+			}
+		}
+		for running := true; running; {
+			select {
+			case <-p.signal:
+				write()
+			case <-done:
+				write()
+				running = false
+			}
+		}
+		if err == nil && werr != nil {
+			err = werr
+		}
+	}
+	switch {
+	case errors.Is(err, ErrBusy):
+		s.m.rejected.Inc()
+	case err != nil && r.Context().Err() != nil:
+		s.m.canceled.Inc()
+	}
+	if !g.RenderOnly && res.EvalTokens > 0 {
+		s.m.observe(res)
+	}
+	s.log.Debug("generation", "path", r.URL.Path, "cube", g.Cube, "prompt_tokens", res.PromptTokens,
+		"cached_tokens", res.CachedTokens, "cache", res.CacheSource, "memories", res.Memories,
+		"ttft_ms", res.TTFT.Milliseconds(), "eval_tokens", res.EvalTokens, "err", err)
+	return res, err
+}
+
+func ollamaMetrics(res genResult, start time.Time) api.Metrics {
+	return api.Metrics{TotalDuration: time.Since(start), PromptEvalCount: res.PromptTokens - res.CachedTokens,
+		PromptEvalDuration: res.PromptTime, EvalCount: res.EvalTokens, EvalDuration: res.EvalTime}
+}
+
+// formatOK accepts an absent or empty format; structured output is not
+// supported.
+func formatOK(f json.RawMessage) error {
+	switch strings.TrimSpace(string(f)) {
+	case "", `""`, "null":
+		return nil
+	}
+	return badField("format", "structured output (format) is not supported")
+}
+
+func (s *Server) handleOllamaChat(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	var req api.ChatRequest
+	if err := decodeJSON(r, &req); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	b, err := s.backend()
+	if err == nil {
+		err = s.checkModel(b, "model", req.Model)
+	}
+	if err == nil {
+		err = formatOK(req.Format)
+	}
+	if err == nil && len(req.Tools) > 0 {
+		err = badField("tools", "tools are not supported")
+	}
+	g := &genRequest{Start: start, Persist: true, Messages: []message{}, RenderOnly: req.DebugRenderOnly}
+	for i, m := range req.Messages {
+		if err != nil {
+			break
+		}
+		err = checkRole(fmt.Sprintf("messages[%d].role", i), m.Role)
+		if err == nil && len(m.Images) > 0 {
+			err = badField(fmt.Sprintf("messages[%d].images", i), "images are not supported")
+		}
+		g.Messages = append(g.Messages, message{Role: m.Role, Content: m.Content})
+	}
+	var sp sampling
+	if err == nil {
+		sp, err = parseOllamaOptions(req.Options)
+	}
+	if err == nil {
+		g.Cube, err = s.cube(r, sp.Cube)
+	}
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	name := b.model().Name
+	if len(req.Messages) == 0 {
+		writeJSON(w, http.StatusOK, api.ChatResponse{Model: name, CreatedAt: s.opts.Now().UTC(),
+			Message: api.Message{Role: "assistant"}, Done: true, DoneReason: "load"})
+		return
+	}
+	s.ollamaSampling(g, sp)
+	stream := (req.Stream == nil || *req.Stream) && !g.RenderOnly
+	var st *streamer
+	if stream {
+		st = newStreamer(w, false)
+	}
+	res, err := s.generate(r, b, g, st, func(t string) any {
+		return api.ChatResponse{Model: name, CreatedAt: s.opts.Now().UTC(), Message: api.Message{Role: "assistant", Content: t}}
+	})
+	if err != nil {
+		s.streamError(w, r, st, err)
+		return
+	}
+	out := api.ChatResponse{Model: name, CreatedAt: s.opts.Now().UTC(), Message: api.Message{Role: "assistant"},
+		Done: true, DoneReason: res.DoneReason, Metrics: ollamaMetrics(res, start)}
+	if g.RenderOnly {
+		out.DebugInfo = &api.DebugInfo{RenderedTemplate: res.Rendered}
+		out.Metrics = api.Metrics{PromptEvalCount: res.PromptTokens}
+	}
+	if st != nil {
+		st.send(out)
+		return
+	}
+	out.Message.Content = res.Text
+	writeJSON(w, http.StatusOK, out)
+}
+
+// streamError reports err: as a JSON error response when nothing was sent
+// yet, else as a final {"error": ...} line or event. A client that went away
+// gets nothing.
+func (s *Server) streamError(w http.ResponseWriter, r *http.Request, st *streamer, err error) {
+	if r.Context().Err() != nil {
+		return
+	}
+	if st == nil || !st.started {
+		s.writeError(w, r, err)
+		return
+	}
+	if st.sse {
+		code, typ := errStatus(err)
+		st.send(map[string]any{"error": map[string]any{"message": err.Error(), "type": typ, "code": code}})
+		return
+	}
+	st.send(map[string]string{"error": err.Error()})
+}
+
+// ollamaSampling applies Ollama's defaults (api.DefaultOptions: temperature
+// 0.8, top_k 40, top_p 0.9, repeat_penalty 1.1, num_predict -1).
+func (s *Server) ollamaSampling(g *genRequest, sp sampling) {
+	g.Sampling = sp.params(0.8, 0.9, 40, 1.1)
+	if sp.NumPredict != nil {
+		g.NumPredict = *sp.NumPredict
+	}
+	if sp.NumCtx != nil {
+		g.NumCtx = *sp.NumCtx
+	}
+	g.Stop = sp.Stop
+}
+
+func (s *Server) handleOllamaGenerate(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	var req api.GenerateRequest
+	if err := decodeJSON(r, &req); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	b, err := s.backend()
+	if err == nil {
+		err = s.checkModel(b, "model", req.Model)
+	}
+	if err == nil {
+		err = formatOK(req.Format)
+	}
+	switch {
+	case err != nil:
+	case len(req.Images) > 0:
+		err = badField("images", "images are not supported")
+	case req.Suffix != "":
+		err = badField("suffix", "fill-in-the-middle (suffix) is not supported")
+	case req.Template != "":
+		err = badField("template", "a request template is not supported; use raw with a rendered prompt")
+	}
+	var sp sampling
+	if err == nil {
+		sp, err = parseOllamaOptions(req.Options)
+	}
+	g := &genRequest{Start: start, Prompt: req.Prompt, System: req.System, Raw: req.Raw, RenderOnly: req.DebugRenderOnly}
+	if err == nil {
+		g.Cube, err = s.cube(r, sp.Cube)
+	}
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	name := b.model().Name
+	if req.Prompt == "" {
+		writeJSON(w, http.StatusOK, api.GenerateResponse{Model: name, CreatedAt: s.opts.Now().UTC(), Done: true, DoneReason: "load"})
+		return
+	}
+	s.ollamaSampling(g, sp)
+	stream := (req.Stream == nil || *req.Stream) && !g.RenderOnly
+	var st *streamer
+	if stream {
+		st = newStreamer(w, false)
+	}
+	res, err := s.generate(r, b, g, st, func(t string) any {
+		return api.GenerateResponse{Model: name, CreatedAt: s.opts.Now().UTC(), Response: t}
+	})
+	if err != nil {
+		s.streamError(w, r, st, err)
+		return
+	}
+	out := api.GenerateResponse{Model: name, CreatedAt: s.opts.Now().UTC(), Done: true, DoneReason: res.DoneReason,
+		Context: res.Context, Metrics: ollamaMetrics(res, start)}
+	if g.RenderOnly {
+		out.DebugInfo = &api.DebugInfo{RenderedTemplate: res.Rendered}
+		out.Metrics = api.Metrics{PromptEvalCount: res.PromptTokens}
+	}
+	if st != nil {
+		st.send(out)
+		return
+	}
+	out.Response = res.Text
+	writeJSON(w, http.StatusOK, out)
+}
+
+// embedInputs reads Ollama's input: a string or an array of strings.
+func embedInputs(field string, v any) ([]string, error) {
+	in, err := stringList(field, v)
+	if err != nil {
+		return nil, err
+	}
+	for i, t := range in {
+		if t == "" {
+			return nil, badField(fmt.Sprintf("%s[%d]", field, i), "empty text")
+		}
+	}
+	return in, nil
+}
+
+// truncateDims cuts each vector to dims and renormalises it (Matryoshka
+// truncation, as Ollama does for "dimensions").
+func truncateDims(vecs [][]float32, dims int) ([][]float32, error) {
+	if dims <= 0 {
+		return vecs, nil
+	}
+	for i, v := range vecs {
+		if dims > len(v) {
+			return nil, badField("dimensions", "%d > model dimension %d", dims, len(v))
+		}
+		vecs[i] = normalize(v[:dims])
+	}
+	return vecs, nil
+}
+
+func normalize(v []float32) []float32 {
+	var s float64
+	for _, x := range v {
+		s += float64(x) * float64(x)
+	}
+	if s == 0 {
+		return v
+	}
+	inv := float32(1 / math.Sqrt(s))
+	for i := range v {
+		v[i] *= inv
+	}
+	return v
+}
+
+func (s *Server) handleOllamaEmbed(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	var req api.EmbedRequest
+	if err := decodeJSON(r, &req); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	b, err := s.backend()
+	var in []string
+	if err == nil {
+		in, err = embedInputs("input", req.Input)
+	}
+	if err == nil && req.Dimensions < 0 {
+		err = badField("dimensions", "%d < 0", req.Dimensions)
+	}
+	var vecs [][]float32
+	n := 0
+	if err == nil && len(in) > 0 {
+		vecs, n, err = b.embed(r.Context(), in)
+	}
+	if err == nil {
+		vecs, err = truncateDims(vecs, req.Dimensions)
+	}
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if vecs == nil {
+		vecs = [][]float32{}
+	}
+	name := req.Model
+	if name == "" {
+		name = b.model().Name
+	}
+	writeJSON(w, http.StatusOK, api.EmbedResponse{Model: name, Embeddings: vecs, TotalDuration: time.Since(start), PromptEvalCount: n})
+}
+
+func (s *Server) handleOllamaEmbeddings(w http.ResponseWriter, r *http.Request) {
+	var req api.EmbeddingRequest
+	if err := decodeJSON(r, &req); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	b, err := s.backend()
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if req.Prompt == "" {
+		writeJSON(w, http.StatusOK, api.EmbeddingResponse{Embedding: []float64{}})
+		return
+	}
+	vecs, _, err := b.embed(r.Context(), []string{req.Prompt})
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	out := make([]float64, len(vecs[0]))
+	for i, x := range vecs[0] {
+		out[i] = float64(x)
+	}
+	writeJSON(w, http.StatusOK, api.EmbeddingResponse{Embedding: out})
+}
+
+func ollamaDetails(mi modelInfo) api.ModelDetails {
+	d := api.ModelDetails{Format: "gguf", Family: mi.Family, ParameterSize: mi.ParamSize, QuantizationLevel: mi.Quant}
+	if mi.Family != "" {
+		d.Families = []string{mi.Family}
+	}
+	return d
+}
+
+func (s *Server) handleOllamaTags(w http.ResponseWriter, r *http.Request) {
+	out := api.ListResponse{Models: []api.ListModelResponse{}}
+	if b, err := s.backend(); err == nil {
+		mi := b.model()
+		out.Models = append(out.Models, api.ListModelResponse{Name: mi.Name, Model: mi.Name, ModifiedAt: mi.Modified,
+			Size: mi.Size, Digest: mi.Digest, Details: ollamaDetails(mi)})
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) handleOllamaShow(w http.ResponseWriter, r *http.Request) {
+	var req api.ShowRequest
+	if err := decodeJSON(r, &req); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	b, err := s.backend()
+	name := req.Model
+	if name == "" {
+		name = req.Name
+	}
+	if err == nil && name == "" {
+		err = badField("model", "missing model name")
+	}
+	if err == nil {
+		err = s.checkModel(b, "model", name)
+	}
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	mi := b.model()
+	caps := []model.Capability{model.CapabilityCompletion}
+	if s.opts.Embedder != nil || b.stats().Kind == "ollama" {
+		caps = append(caps, model.CapabilityEmbedding)
+	}
+	writeJSON(w, http.StatusOK, api.ShowResponse{Modelfile: "# served by memosrt\nFROM " + mi.Name + "\n",
+		Parameters: fmt.Sprintf("num_ctx %d", mi.NCtx), Template: mi.Template, Details: ollamaDetails(mi),
+		ModelInfo: mi.Info, Capabilities: caps, ModifiedAt: mi.Modified})
+}
+
+func (s *Server) handleOllamaPS(w http.ResponseWriter, r *http.Request) {
+	out := api.ProcessResponse{Models: []api.ProcessModelResponse{}}
+	if b, err := s.backend(); err == nil {
+		mi := b.model()
+		out.Models = append(out.Models, api.ProcessModelResponse{Name: mi.Name, Model: mi.Name, Size: mi.Size,
+			Digest: mi.Digest, Details: ollamaDetails(mi), ExpiresAt: time.Date(2318, 1, 1, 0, 0, 0, 0, time.UTC),
+			ContextLength: b.stats().NCtx})
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) handleOllamaVersion(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]string{"version": s.opts.Version})
+}

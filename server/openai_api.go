@@ -1,0 +1,401 @@
+package server
+
+import (
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"math"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// OpenAI wire shapes (the subset memosrt serves), as the official clients
+// send and read them.
+
+type oaiMessage struct {
+	Role    string          `json:"role"`
+	Content json.RawMessage `json:"content"`
+}
+
+type oaiStreamOptions struct {
+	IncludeUsage bool `json:"include_usage"`
+}
+
+// oaiSampling are the sampling fields shared by chat and completions, plus
+// memosrt's extensions (top_k, min_p, repeat_penalty, num_ctx, cube).
+type oaiSampling struct {
+	Model               string            `json:"model"`
+	Stream              bool              `json:"stream"`
+	StreamOptions       *oaiStreamOptions `json:"stream_options"`
+	MaxTokens           *int              `json:"max_tokens"`
+	MaxCompletionTokens *int              `json:"max_completion_tokens"`
+	Temperature         *float64          `json:"temperature"`
+	TopP                *float64          `json:"top_p"`
+	Seed                *int              `json:"seed"`
+	Stop                any               `json:"stop"`
+	N                   *int              `json:"n"`
+	TopK                *int              `json:"top_k"`
+	MinP                *float64          `json:"min_p"`
+	RepeatPenalty       *float64          `json:"repeat_penalty"`
+	NumCtx              *int              `json:"num_ctx"`
+	Cube                string            `json:"cube"`
+	Metadata            map[string]any    `json:"metadata"`
+}
+
+type oaiChatRequest struct {
+	oaiSampling
+	Messages       []oaiMessage      `json:"messages"`
+	Tools          []json.RawMessage `json:"tools"`
+	ResponseFormat *struct {
+		Type string `json:"type"`
+	} `json:"response_format"`
+}
+
+type oaiCompletionRequest struct {
+	oaiSampling
+	Prompt any  `json:"prompt"`
+	Echo   bool `json:"echo"`
+	Suffix any  `json:"suffix"`
+}
+
+type oaiUsage struct {
+	PromptTokens        int `json:"prompt_tokens"`
+	CompletionTokens    int `json:"completion_tokens"`
+	TotalTokens         int `json:"total_tokens"`
+	PromptTokensDetails struct {
+		CachedTokens int `json:"cached_tokens"`
+	} `json:"prompt_tokens_details"`
+}
+
+func usageOf(res genResult) *oaiUsage {
+	u := &oaiUsage{PromptTokens: res.PromptTokens, CompletionTokens: res.EvalTokens, TotalTokens: res.PromptTokens + res.EvalTokens}
+	u.PromptTokensDetails.CachedTokens = res.CachedTokens
+	return u
+}
+
+func newID(prefix string) string {
+	var b [12]byte
+	rand.Read(b[:])
+	return prefix + hex.EncodeToString(b[:])
+}
+
+func finishReason(r string) string {
+	if r == "length" {
+		return "length"
+	}
+	return "stop"
+}
+
+// apply validates the shared fields and fills g (OpenAI defaults:
+// temperature 1, top_p 1, no top-k, no repeat penalty).
+func (s *Server) applyOpenAI(r *http.Request, b backend, o *oaiSampling, g *genRequest) error {
+	if o.Model == "" {
+		return badField("model", "missing model name")
+	}
+	if err := s.checkModel(b, "model", o.Model); err != nil {
+		return err
+	}
+	if o.N != nil && *o.N != 1 {
+		return badField("n", "only n=1 is supported, got %d", *o.N)
+	}
+	if o.Temperature != nil && (*o.Temperature < 0 || *o.Temperature > 2 || math.IsNaN(*o.Temperature)) {
+		return badField("temperature", "%v not in [0, 2]", *o.Temperature)
+	}
+	if o.TopP != nil && (*o.TopP < 0 || *o.TopP > 1) {
+		return badField("top_p", "%v not in [0, 1]", *o.TopP)
+	}
+	if o.MinP != nil && (*o.MinP < 0 || *o.MinP > 1) {
+		return badField("min_p", "%v not in [0, 1]", *o.MinP)
+	}
+	mt := o.MaxCompletionTokens
+	if mt == nil {
+		mt = o.MaxTokens
+	}
+	if mt != nil {
+		if *mt < 1 {
+			return badField("max_tokens", "%d < 1", *mt)
+		}
+		g.NumPredict = *mt
+	}
+	if o.NumCtx != nil {
+		if *o.NumCtx < 0 {
+			return badField("num_ctx", "%d < 0", *o.NumCtx)
+		}
+		g.NumCtx = *o.NumCtx
+	}
+	stop, err := stringList("stop", o.Stop)
+	if err != nil {
+		return err
+	}
+	if len(stop) > 4 {
+		return badField("stop", "at most 4 stop sequences, got %d", len(stop))
+	}
+	g.Stop = stop
+	sp := sampling{Temperature: o.Temperature, TopP: o.TopP, MinP: o.MinP, RepeatPenalty: o.RepeatPenalty, TopK: o.TopK, Seed: o.Seed}
+	g.Sampling = sp.params(1, 1, 0, 1)
+	cube := o.Cube
+	if c, ok := o.Metadata["cube"].(string); ok && cube == "" {
+		cube = c
+	}
+	if cube != "" && !validCube(cube) {
+		return badField("cube", "%q is not a cube name (1..64 of [A-Za-z0-9._-])", cube)
+	}
+	g.Cube, err = s.cube(r, cube)
+	return err
+}
+
+// messageText reads a message content: a string, null, or an array of
+// text parts.
+func messageText(field string, raw json.RawMessage) (string, error) {
+	t := strings.TrimSpace(string(raw))
+	if t == "" || t == "null" {
+		return "", nil
+	}
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return s, nil
+	}
+	var parts []struct {
+		Type string `json:"type"`
+		Text string `json:"text"`
+	}
+	if err := json.Unmarshal(raw, &parts); err != nil {
+		return "", badField(field, "want a string or an array of content parts")
+	}
+	var b strings.Builder
+	for i, p := range parts {
+		if p.Type != "text" {
+			return "", badField(fmt.Sprintf("%s[%d].type", field, i), "content part %q is not supported (text only)", p.Type)
+		}
+		b.WriteString(p.Text)
+	}
+	return b.String(), nil
+}
+
+func (s *Server) handleOpenAIChat(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	var req oaiChatRequest
+	if err := decodeJSON(r, &req); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	b, err := s.backend()
+	g := &genRequest{Start: start, Persist: true, Messages: []message{}}
+	if err == nil {
+		err = s.applyOpenAI(r, b, &req.oaiSampling, g)
+	}
+	if err == nil && len(req.Tools) > 0 {
+		err = badField("tools", "tools are not supported")
+	}
+	if err == nil && req.ResponseFormat != nil && req.ResponseFormat.Type != "" && req.ResponseFormat.Type != "text" {
+		err = badField("response_format", "only text is supported, got %q", req.ResponseFormat.Type)
+	}
+	if err == nil && len(req.Messages) == 0 {
+		err = badField("messages", "at least one message is required")
+	}
+	for i, m := range req.Messages {
+		if err != nil {
+			break
+		}
+		role := strings.ToLower(m.Role)
+		if role == "developer" {
+			role = "system"
+		}
+		err = checkRole(fmt.Sprintf("messages[%d].role", i), role)
+		var text string
+		if err == nil {
+			text, err = messageText(fmt.Sprintf("messages[%d].content", i), m.Content)
+		}
+		g.Messages = append(g.Messages, message{Role: role, Content: text})
+	}
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	id, created, name := newID("chatcmpl-"), s.opts.Now().Unix(), b.model().Name
+	chunk := func(delta map[string]any, finish any) map[string]any {
+		return map[string]any{"id": id, "object": "chat.completion.chunk", "created": created, "model": name,
+			"system_fingerprint": "memosrt", "choices": []any{map[string]any{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": nil}}}
+	}
+	var st *streamer
+	if req.Stream {
+		st = newStreamer(w, true)
+	}
+	first := true
+	res, err := s.generate(r, b, g, st, func(t string) any {
+		d := map[string]any{"content": t}
+		if first {
+			d["role"], first = "assistant", false
+		}
+		return chunk(d, nil)
+	})
+	if err != nil {
+		s.streamError(w, r, st, err)
+		return
+	}
+	if st != nil {
+		if err := st.send(chunk(map[string]any{}, finishReason(res.DoneReason))); err != nil {
+			return
+		}
+		if req.StreamOptions != nil && req.StreamOptions.IncludeUsage {
+			st.send(map[string]any{"id": id, "object": "chat.completion.chunk", "created": created, "model": name,
+				"system_fingerprint": "memosrt", "choices": []any{}, "usage": usageOf(res)})
+		}
+		st.sendRaw([]byte("[DONE]"))
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"id": id, "object": "chat.completion", "created": created, "model": name,
+		"system_fingerprint": "memosrt",
+		"choices": []any{map[string]any{"index": 0, "message": map[string]any{"role": "assistant", "content": res.Text},
+			"finish_reason": finishReason(res.DoneReason), "logprobs": nil}},
+		"usage": usageOf(res)})
+}
+
+func (s *Server) handleOpenAICompletion(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	var req oaiCompletionRequest
+	if err := decodeJSON(r, &req); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	b, err := s.backend()
+	g := &genRequest{Start: start, NumPredict: 16}
+	if err == nil {
+		err = s.applyOpenAI(r, b, &req.oaiSampling, g)
+	}
+	var prompts []string
+	if err == nil {
+		prompts, err = stringList("prompt", req.Prompt)
+	}
+	switch {
+	case err != nil:
+	case len(prompts) != 1:
+		err = badField("prompt", "exactly one prompt is supported, got %d", len(prompts))
+	case prompts[0] == "":
+		err = badField("prompt", "empty prompt")
+	case req.Echo:
+		err = badField("echo", "echo is not supported")
+	case req.Suffix != nil && req.Suffix != "":
+		err = badField("suffix", "suffix is not supported")
+	}
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	g.Prompt, g.Raw = prompts[0], g.Cube == ""
+	id, created, name := newID("cmpl-"), s.opts.Now().Unix(), b.model().Name
+	chunk := func(text string, finish any) map[string]any {
+		return map[string]any{"id": id, "object": "text_completion", "created": created, "model": name,
+			"choices": []any{map[string]any{"index": 0, "text": text, "finish_reason": finish, "logprobs": nil}}}
+	}
+	var st *streamer
+	if req.Stream {
+		st = newStreamer(w, true)
+	}
+	res, err := s.generate(r, b, g, st, func(t string) any { return chunk(t, nil) })
+	if err != nil {
+		s.streamError(w, r, st, err)
+		return
+	}
+	if st != nil {
+		if err := st.send(chunk("", finishReason(res.DoneReason))); err != nil {
+			return
+		}
+		if req.StreamOptions != nil && req.StreamOptions.IncludeUsage {
+			st.send(map[string]any{"id": id, "object": "text_completion", "created": created, "model": name,
+				"choices": []any{}, "usage": usageOf(res)})
+		}
+		st.sendRaw([]byte("[DONE]"))
+		return
+	}
+	out := chunk(res.Text, finishReason(res.DoneReason))
+	out["usage"] = usageOf(res)
+	writeJSON(w, http.StatusOK, out)
+}
+
+type oaiEmbeddingRequest struct {
+	Model          string `json:"model"`
+	Input          any    `json:"input"`
+	EncodingFormat string `json:"encoding_format"`
+	Dimensions     int    `json:"dimensions"`
+}
+
+func (s *Server) handleOpenAIEmbeddings(w http.ResponseWriter, r *http.Request) {
+	var req oaiEmbeddingRequest
+	if err := decodeJSON(r, &req); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	b, err := s.backend()
+	var in []string
+	switch {
+	case err != nil:
+	case req.EncodingFormat != "" && req.EncodingFormat != "float" && req.EncodingFormat != "base64":
+		err = badField("encoding_format", "want float or base64, got %q", req.EncodingFormat)
+	case req.Dimensions < 0:
+		err = badField("dimensions", "%d < 0", req.Dimensions)
+	default:
+		in, err = embedInputs("input", req.Input)
+		if err == nil && len(in) == 0 {
+			err = badField("input", "no input")
+		}
+	}
+	var vecs [][]float32
+	n := 0
+	if err == nil {
+		vecs, n, err = b.embed(r.Context(), in)
+	}
+	if err == nil {
+		vecs, err = truncateDims(vecs, req.Dimensions)
+	}
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	data := make([]any, len(vecs))
+	for i, v := range vecs {
+		var emb any = v
+		if req.EncodingFormat == "base64" {
+			buf := make([]byte, 4*len(v))
+			for j, x := range v {
+				binary.LittleEndian.PutUint32(buf[4*j:], math.Float32bits(x))
+			}
+			emb = base64.StdEncoding.EncodeToString(buf)
+		}
+		data[i] = map[string]any{"object": "embedding", "index": i, "embedding": emb}
+	}
+	name := req.Model
+	if name == "" {
+		name = b.model().Name
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data, "model": name,
+		"usage": map[string]int{"prompt_tokens": n, "total_tokens": n}})
+}
+
+func oaiModel(mi modelInfo) map[string]any {
+	return map[string]any{"id": mi.Name, "object": "model", "created": mi.Modified.Unix(), "owned_by": "memosrt"}
+}
+
+func (s *Server) handleOpenAIModels(w http.ResponseWriter, r *http.Request) {
+	data := []any{}
+	if b, err := s.backend(); err == nil {
+		data = append(data, oaiModel(b.model()))
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data})
+}
+
+func (s *Server) handleOpenAIModel(w http.ResponseWriter, r *http.Request) {
+	b, err := s.backend()
+	if err == nil {
+		err = s.checkModel(b, "model", r.PathValue("model"))
+	}
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, oaiModel(b.model()))
+}

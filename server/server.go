@@ -1,0 +1,368 @@
+package server
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/memosrt/memosrt/kvcache"
+	"github.com/memosrt/memosrt/runtime"
+	"github.com/memosrt/memosrt/textmem"
+)
+
+// CubeHeader is the request header naming the memory cube.
+const CubeHeader = "X-Memosrt-Cube"
+
+// Server serves the HTTP APIs. Safe for concurrent use.
+type Server struct {
+	opts    Options
+	log     *slog.Logger
+	handler http.Handler
+	m       *metrics
+	cubes   *cubeRegistry
+
+	be atomic.Pointer[backendRef]
+
+	// mu guards closed and the Add side of inflight.
+	mu       sync.RWMutex
+	closed   bool
+	inflight sync.WaitGroup
+}
+
+type backendRef struct{ b backend }
+
+// New returns a Server with no backend attached: the memory API works, the
+// inference endpoints answer 503 until UseEngine or UseOllama.
+func New(opts Options) (*Server, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	opts.ensureDefaults()
+	s := &Server{opts: opts, log: opts.Logger, cubes: &cubeRegistry{db: opts.DB.Badger(), store: opts.Store, now: opts.Now}}
+	if err := s.cubes.adopt(context.Background()); err != nil {
+		return nil, fmt.Errorf("server: cube registry: %w", err)
+	}
+	s.m = newMetrics(s)
+	mux := http.NewServeMux()
+	s.routes(mux)
+	s.handler = s.wrap(mux)
+	return s, nil
+}
+
+// Handler returns the root handler (all routes, auth, limits, logging).
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }
+
+func (s *Server) backend() (backend, error) {
+	ref := s.be.Load()
+	if ref == nil {
+		return nil, ErrLoading
+	}
+	return ref.b, nil
+}
+
+func (s *Server) attach(b backend) error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return ErrClosed
+	}
+	if !s.be.CompareAndSwap(nil, &backendRef{b}) {
+		return fmt.Errorf("%w: a backend is already attached", ErrBadOptions)
+	}
+	return nil
+}
+
+// Shutdown refuses new requests (503), waits for in-flight ones and for
+// the backend's background pack writes, or until ctx ends. Idempotent. The
+// engine and stores stay open; the caller closes them afterwards.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	done := make(chan struct{})
+	go func() { s.inflight.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if ref := s.be.Load(); ref != nil {
+		return ref.b.close(ctx)
+	}
+	return nil
+}
+
+func (s *Server) routes(mux *http.ServeMux) {
+	// Ollama
+	mux.HandleFunc("GET /{$}", s.handleRoot)
+	mux.HandleFunc("HEAD /{$}", s.handleRoot)
+	mux.HandleFunc("POST /api/chat", s.handleOllamaChat)
+	mux.HandleFunc("POST /api/generate", s.handleOllamaGenerate)
+	mux.HandleFunc("POST /api/embed", s.handleOllamaEmbed)
+	mux.HandleFunc("POST /api/embeddings", s.handleOllamaEmbeddings)
+	mux.HandleFunc("GET /api/tags", s.handleOllamaTags)
+	mux.HandleFunc("POST /api/show", s.handleOllamaShow)
+	mux.HandleFunc("GET /api/ps", s.handleOllamaPS)
+	mux.HandleFunc("GET /api/version", s.handleOllamaVersion)
+	// OpenAI
+	mux.HandleFunc("POST /v1/chat/completions", s.handleOpenAIChat)
+	mux.HandleFunc("POST /v1/completions", s.handleOpenAICompletion)
+	mux.HandleFunc("POST /v1/embeddings", s.handleOpenAIEmbeddings)
+	mux.HandleFunc("GET /v1/models", s.handleOpenAIModels)
+	mux.HandleFunc("GET /v1/models/{model...}", s.handleOpenAIModel)
+	// memory
+	mux.HandleFunc("POST /v1/cubes", s.handleCubeCreate)
+	mux.HandleFunc("GET /v1/cubes", s.handleCubeList)
+	mux.HandleFunc("POST /v1/cubes/import", s.handleCubeImport)
+	mux.HandleFunc("GET /v1/cubes/{cube}", s.handleCubeGet)
+	mux.HandleFunc("DELETE /v1/cubes/{cube}", s.handleCubeDelete)
+	mux.HandleFunc("POST /v1/cubes/{cube}/memories", s.handleMemoryAdd)
+	mux.HandleFunc("GET /v1/cubes/{cube}/memories", s.handleMemoryList)
+	mux.HandleFunc("GET /v1/cubes/{cube}/memories/{id}", s.handleMemoryGet)
+	mux.HandleFunc("PUT /v1/cubes/{cube}/memories/{id}", s.handleMemoryUpdate)
+	mux.HandleFunc("PATCH /v1/cubes/{cube}/memories/{id}", s.handleMemoryUpdate)
+	mux.HandleFunc("DELETE /v1/cubes/{cube}/memories/{id}", s.handleMemoryDelete)
+	mux.HandleFunc("POST /v1/cubes/{cube}/search", s.handleSearch)
+	mux.HandleFunc("GET /v1/cubes/{cube}/search", s.handleSearch)
+	mux.HandleFunc("POST /v1/cubes/{cube}/pack", s.handlePackWarm)
+	mux.HandleFunc("GET /v1/cubes/{cube}/pack", s.handlePackStatus)
+	mux.HandleFunc("GET /v1/cubes/{cube}/export", s.handleCubeExport)
+	// observability
+	mux.Handle("GET /metrics", s.m.handler())
+}
+
+// statusWriter records the status code for logs and metrics.
+type statusWriter struct {
+	http.ResponseWriter
+	code  int
+	bytes int64
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.code == 0 {
+		w.code = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.code == 0 {
+		w.code = http.StatusOK
+	}
+	n, err := w.ResponseWriter.Write(b)
+	w.bytes += int64(n)
+	return n, err
+}
+
+// Unwrap lets http.ResponseController reach Flush and deadlines.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// wrap adds, outermost first: shutdown gate, auth, body limit, logging and
+// request metrics.
+func (s *Server) wrap(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.mu.RLock()
+		if s.closed {
+			s.mu.RUnlock()
+			s.writeError(w, r, ErrClosed)
+			return
+		}
+		s.inflight.Add(1)
+		s.mu.RUnlock()
+		defer s.inflight.Done()
+
+		if s.opts.Token != "" && !s.authorized(r) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="memosrt"`)
+			s.writeError(w, r, errUnauthorized)
+			return
+		}
+		limit := s.opts.MaxBodyBytes
+		if r.URL.Path == "/v1/cubes/import" {
+			limit = s.opts.MaxImportBytes
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, limit)
+		sw := &statusWriter{ResponseWriter: w}
+		start := time.Now()
+		next.ServeHTTP(sw, r)
+		code := sw.code
+		if code == 0 {
+			code = http.StatusOK
+		}
+		route := r.Pattern
+		if route == "" {
+			route = "unmatched"
+		}
+		s.m.requests.WithLabelValues(route, fmt.Sprint(code)).Inc()
+		lvl := slog.LevelDebug
+		if code >= 500 {
+			lvl = slog.LevelWarn
+		}
+		s.log.Log(r.Context(), lvl, "request", "method", r.Method, "path", r.URL.Path, "status", code,
+			"bytes", sw.bytes, "ms", time.Since(start).Milliseconds())
+	})
+}
+
+var errUnauthorized = errors.New("server: missing or wrong bearer token")
+
+func (s *Server) authorized(r *http.Request) bool {
+	h := r.Header.Get("Authorization")
+	tok, ok := strings.CutPrefix(h, "Bearer ")
+	if !ok {
+		return false
+	}
+	return subtle.ConstantTimeCompare([]byte(strings.TrimSpace(tok)), []byte(s.opts.Token)) == 1
+}
+
+// fieldError is a 400 naming the bad request field.
+type fieldError struct {
+	Field string
+	Msg   string
+}
+
+func (e *fieldError) Error() string { return e.Field + ": " + e.Msg }
+
+func badField(field, format string, args ...any) error {
+	return &fieldError{Field: field, Msg: fmt.Sprintf(format, args...)}
+}
+
+// errStatus maps an error to its HTTP status and OpenAI error type.
+func errStatus(err error) (int, string) {
+	var fe *fieldError
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.As(err, &fe):
+		return http.StatusBadRequest, "invalid_request_error"
+	case errors.As(err, &mbe), errors.Is(err, textmem.ErrTooLarge):
+		return http.StatusRequestEntityTooLarge, "invalid_request_error"
+	case errors.Is(err, ErrBusy):
+		return http.StatusTooManyRequests, "rate_limit_error"
+	case errors.Is(err, ErrLoading), errors.Is(err, ErrClosed), errors.Is(err, runtime.ErrNoKVSlot), errors.Is(err, runtime.ErrClosed):
+		return http.StatusServiceUnavailable, "server_error"
+	case errors.Is(err, ErrUnknownCube), errors.Is(err, textmem.ErrNotFound), errors.Is(err, kvcache.ErrNotFound), errors.Is(err, errModelNotFound):
+		return http.StatusNotFound, "not_found_error"
+	case errors.Is(err, ErrCubeExists):
+		return http.StatusConflict, "invalid_request_error"
+	case errors.Is(err, ErrNotSupported):
+		return http.StatusNotImplemented, "not_implemented"
+	case errors.Is(err, ErrUpstream):
+		return http.StatusBadGateway, "server_error"
+	case errors.Is(err, errUnauthorized):
+		return http.StatusUnauthorized, "authentication_error"
+	case errors.Is(err, textmem.ErrBadCube), errors.Is(err, textmem.ErrEmptyText), errors.Is(err, textmem.ErrInvalidUTF8),
+		errors.Is(err, textmem.ErrBadQuery), errors.Is(err, ErrBadArchive), errors.Is(err, runtime.ErrPromptTooLong),
+		errors.Is(err, runtime.ErrEmptyPrompt), errors.Is(err, kvcache.ErrCorrupt), errors.Is(err, kvcache.ErrVersion):
+		return http.StatusBadRequest, "invalid_request_error"
+	case errors.Is(err, context.Canceled):
+		return 499, "canceled" // client gone; nobody reads it
+	case errors.Is(err, context.DeadlineExceeded):
+		return http.StatusGatewayTimeout, "timeout"
+	}
+	return http.StatusInternalServerError, "server_error"
+}
+
+// errField names the request field an error is about, for OpenAI "param".
+func errField(err error) string {
+	var fe *fieldError
+	var few *fieldErrorWrap
+	switch {
+	case errors.As(err, &fe):
+		return fe.Field
+	case errors.As(err, &few):
+		return few.field
+	case errors.Is(err, textmem.ErrBadCube):
+		return "cube"
+	case errors.Is(err, textmem.ErrEmptyText), errors.Is(err, textmem.ErrTooLarge):
+		return "text"
+	case errors.Is(err, runtime.ErrPromptTooLong), errors.Is(err, runtime.ErrEmptyPrompt):
+		return "prompt"
+	}
+	return ""
+}
+
+// writeError writes a JSON error: Ollama's {"error": "..."} under /api/
+// and elsewhere OpenAI's {"error": {"message", "type", "param", "code"}}.
+func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	code, typ := errStatus(err)
+	if code >= 500 && code != http.StatusServiceUnavailable {
+		s.log.Warn("request failed", "path", r.URL.Path, "status", code, "err", err)
+	}
+	if code == http.StatusServiceUnavailable || code == http.StatusTooManyRequests {
+		w.Header().Set("Retry-After", "1")
+	}
+	msg := err.Error()
+	if strings.HasPrefix(r.URL.Path, "/api/") {
+		writeJSON(w, code, map[string]string{"error": msg})
+		return
+	}
+	body := map[string]any{"message": msg, "type": typ, "param": nil, "code": nil}
+	if f := errField(err); f != "" {
+		body["param"] = f
+	}
+	if code == http.StatusTooManyRequests {
+		body["code"] = "queue_full"
+	}
+	writeJSON(w, code, map[string]any{"error": body})
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		code = http.StatusInternalServerError
+		b = []byte(`{"error":"encoding response failed"}`)
+	}
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	w.Header().Set("Content-Length", fmt.Sprint(len(b)+1))
+	w.WriteHeader(code)
+	w.Write(append(b, '\n'))
+}
+
+// decodeJSON reads the request body into v, rejecting trailing data and
+// naming the bad field on a type error.
+func decodeJSON(r *http.Request, v any) error {
+	dec := json.NewDecoder(r.Body)
+	if err := dec.Decode(v); err != nil {
+		var mbe *http.MaxBytesError
+		var te *json.UnmarshalTypeError
+		var se *json.SyntaxError
+		switch {
+		case errors.As(err, &mbe):
+			return err
+		case errors.As(err, &te):
+			f := te.Field
+			if f == "" {
+				f = "body"
+			}
+			return badField(f, "want %s, got JSON %s", te.Type, te.Value)
+		case errors.As(err, &se):
+			return badField("body", "invalid JSON at byte %d: %v", se.Offset, err)
+		case errors.Is(err, io.EOF):
+			return badField("body", "empty request body")
+		}
+		var fe *fieldError
+		if errors.As(err, &fe) {
+			return err
+		}
+		return badField("body", "%v", err)
+	}
+	if dec.More() {
+		return badField("body", "trailing data after the JSON value")
+	}
+	return nil
+}
+
+func (s *Server) handleRoot(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Write([]byte("memosrt is running (Ollama is running)"))
+}

@@ -1,0 +1,331 @@
+package server
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"net/http"
+	"strings"
+	"sync"
+
+	"github.com/memosrt/memosrt/runtime/llama"
+	"github.com/memosrt/memosrt/textmem"
+)
+
+// streamer writes a streamed response: NDJSON lines (Ollama) or SSE events
+// (OpenAI), each flushed through http.ResponseController.
+type streamer struct {
+	w       http.ResponseWriter
+	rc      *http.ResponseController
+	sse     bool
+	started bool
+}
+
+func newStreamer(w http.ResponseWriter, sse bool) *streamer {
+	return &streamer{w: w, rc: http.NewResponseController(w), sse: sse}
+}
+
+func (st *streamer) start() {
+	if st.started {
+		return
+	}
+	st.started = true
+	h := st.w.Header()
+	if st.sse {
+		h.Set("Content-Type", "text/event-stream")
+		h.Set("Cache-Control", "no-cache")
+	} else {
+		h.Set("Content-Type", "application/x-ndjson")
+	}
+	h.Set("X-Accel-Buffering", "no")
+	st.w.WriteHeader(http.StatusOK)
+}
+
+// send writes v as one line or event and flushes it.
+func (st *streamer) send(v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return st.sendRaw(b)
+}
+
+func (st *streamer) sendRaw(b []byte) error {
+	st.start()
+	var err error
+	if st.sse {
+		_, err = fmt.Fprintf(st.w, "data: %s\n\n", b)
+	} else {
+		b = append(b, '\n')
+		_, err = st.w.Write(b)
+	}
+	if err != nil {
+		return err
+	}
+	return st.rc.Flush()
+}
+
+// cube returns the request's cube: the X-Memosrt-Cube header, else opt.
+// A named cube must exist.
+func (s *Server) cube(r *http.Request, opt string) (string, error) {
+	c := r.Header.Get(CubeHeader)
+	if c == "" {
+		c = opt
+	}
+	if c == "" {
+		return "", nil
+	}
+	ok, err := s.cubes.exists(r.Context(), c)
+	if err != nil {
+		return "", err
+	}
+	if !ok {
+		return "", fmt.Errorf("%w: %q", ErrUnknownCube, c)
+	}
+	return c, nil
+}
+
+// sampling are the per-request generation settings, before defaults.
+type sampling struct {
+	Temperature, TopP, MinP, RepeatPenalty *float64
+	TopK, Seed, NumPredict, NumCtx, RepeatLastN *int
+	Stop  []string
+	Cube  string
+}
+
+// params turns s into sampler parameters with the given API defaults.
+func (s sampling) params(defTemp, defTopP float64, defTopK int, defRepeat float64) llama.SamplerParams {
+	f := func(p *float64, d float64) float32 {
+		if p == nil {
+			return float32(d)
+		}
+		return float32(*p)
+	}
+	p := llama.SamplerParams{Temperature: f(s.Temperature, defTemp), TopP: f(s.TopP, defTopP), MinP: f(s.MinP, 0),
+		RepeatPenalty: f(s.RepeatPenalty, defRepeat), TopK: defTopK}
+	if s.TopK != nil {
+		p.TopK = *s.TopK
+	}
+	if s.RepeatLastN != nil {
+		p.RepeatLastN = *s.RepeatLastN
+	}
+	if s.Seed != nil && *s.Seed >= 0 {
+		p.Seed = uint32(*s.Seed)
+	} else {
+		p.Seed = rand.Uint32()
+	}
+	return p
+}
+
+// ignoredOptions are Ollama options accepted and not used (load-time
+// settings of the loaded model, or samplers we do not have).
+var ignoredOptions = map[string]bool{"num_keep": true, "typical_p": true, "presence_penalty": true,
+	"frequency_penalty": true, "num_batch": true, "num_gpu": true, "main_gpu": true, "use_mmap": true,
+	"num_thread": true, "penalize_newline": true, "mirostat": true, "mirostat_tau": true, "mirostat_eta": true,
+	"numa": true, "low_vram": true, "vocab_only": true, "use_mlock": true, "tfs_z": true}
+
+// parseOllamaOptions reads Ollama's options map, naming the bad key.
+func parseOllamaOptions(m map[string]any) (sampling, error) {
+	var s sampling
+	num := func(k string, v any) (float64, error) {
+		f, ok := v.(float64)
+		if !ok || math.IsNaN(f) || math.IsInf(f, 0) {
+			return 0, badField("options."+k, "want a number, got %T", v)
+		}
+		return f, nil
+	}
+	integer := func(k string, v any) (*int, error) {
+		f, err := num(k, v)
+		if err != nil {
+			return nil, err
+		}
+		if f != math.Trunc(f) || math.Abs(f) > 1<<31 {
+			return nil, badField("options."+k, "want an integer, got %v", f)
+		}
+		n := int(f)
+		return &n, nil
+	}
+	float := func(k string, v any, lo, hi float64) (*float64, error) {
+		f, err := num(k, v)
+		if err != nil {
+			return nil, err
+		}
+		if f < lo || f > hi {
+			return nil, badField("options."+k, "%v not in [%v, %v]", f, lo, hi)
+		}
+		return &f, nil
+	}
+	var err error
+	for k, v := range m {
+		if v == nil {
+			continue
+		}
+		switch k {
+		case "temperature":
+			s.Temperature, err = float(k, v, 0, 100)
+		case "top_p":
+			s.TopP, err = float(k, v, 0, 1)
+		case "min_p":
+			s.MinP, err = float(k, v, 0, 1)
+		case "repeat_penalty":
+			s.RepeatPenalty, err = float(k, v, 0, 100)
+		case "top_k":
+			s.TopK, err = integer(k, v)
+		case "seed":
+			s.Seed, err = integer(k, v)
+		case "num_predict":
+			s.NumPredict, err = integer(k, v)
+		case "num_ctx":
+			s.NumCtx, err = integer(k, v)
+			if err == nil && *s.NumCtx < 0 {
+				err = badField("options.num_ctx", "%d < 0", *s.NumCtx)
+			}
+		case "repeat_last_n":
+			s.RepeatLastN, err = integer(k, v)
+		case "stop":
+			s.Stop, err = stringList("options.stop", v)
+		case "cube":
+			c, ok := v.(string)
+			if !ok {
+				err = badField("options.cube", "want a string, got %T", v)
+			}
+			s.Cube = c
+		default:
+			// unknown and load-time options are accepted, as Ollama does
+		}
+		if err != nil {
+			return s, err
+		}
+	}
+	if s.Cube != "" && !validCube(s.Cube) {
+		return s, badField("options.cube", "%q: %v", s.Cube, textmem.ErrBadCube)
+	}
+	return s, nil
+}
+
+// stringList accepts a string or an array of strings.
+func stringList(field string, v any) ([]string, error) {
+	switch x := v.(type) {
+	case nil:
+		return nil, nil
+	case string:
+		return []string{x}, nil
+	case []any:
+		out := make([]string, len(x))
+		for i, e := range x {
+			s, ok := e.(string)
+			if !ok {
+				return nil, badField(fmt.Sprintf("%s[%d]", field, i), "want a string, got %T", e)
+			}
+			out[i] = s
+		}
+		return out, nil
+	case []string:
+		return x, nil
+	}
+	return nil, badField(field, "want a string or an array of strings, got %T", v)
+}
+
+// validCube mirrors textmem's rule: 1..64 characters of [A-Za-z0-9._-].
+func validCube(c string) bool {
+	if len(c) == 0 || len(c) > 64 {
+		return false
+	}
+	for i := 0; i < len(c); i++ {
+		switch b := c[i]; {
+		case 'a' <= b && b <= 'z', 'A' <= b && b <= 'Z', '0' <= b && b <= '9', b == '.', b == '_', b == '-':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+var errModelNotFound = errors.New("model not found")
+
+// checkModel accepts "" and the served model's name, with or without the
+// ":latest" tag.
+func (s *Server) checkModel(b backend, field, name string) error {
+	if name == "" {
+		return nil
+	}
+	want := b.model().Name
+	if strings.TrimSuffix(name, ":latest") == strings.TrimSuffix(want, ":latest") {
+		return nil
+	}
+	return fmt.Errorf("%w: %q (this server serves %q)", errModelNotFound, name, want)
+}
+
+func checkRole(field, role string) error {
+	switch role {
+	case "system", "user", "assistant", "tool":
+		return nil
+	}
+	return badField(field, "unknown role %q (want system, user, assistant or tool)", role)
+}
+
+// maxPendingText bounds the text queued for a slow client, bytes; beyond it
+// the generation fails rather than buffer without limit.
+const maxPendingText = 4 << 20
+
+// errSlowClient ends a generation whose client does not keep up.
+var errSlowClient = errors.New("server: client reads too slowly")
+
+// textPipe hands generated text from the engine's goroutine to the HTTP
+// writer without blocking the engine. Safe for concurrent use.
+type textPipe struct {
+	signal chan struct{} // capacity 1: text is waiting
+	limit  int
+
+	// mu guards buf and err.
+	mu  sync.Mutex
+	buf strings.Builder
+	err error
+}
+
+func newTextPipe(limit int) *textPipe {
+	return &textPipe{signal: make(chan struct{}, 1), limit: limit}
+}
+
+// push queues t; it returns the writer's error once writing failed.
+func (p *textPipe) push(t string) error {
+	p.mu.Lock()
+	if p.err != nil {
+		p.mu.Unlock()
+		return p.err
+	}
+	if p.buf.Len()+len(t) > p.limit {
+		p.err = errSlowClient
+		p.mu.Unlock()
+		return errSlowClient
+	}
+	p.buf.WriteString(t)
+	p.mu.Unlock()
+	select {
+	case p.signal <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// take returns everything queued, coalesced.
+func (p *textPipe) take() (string, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.buf.Len() == 0 {
+		return "", false
+	}
+	t := p.buf.String()
+	p.buf.Reset()
+	return t, true
+}
+
+func (p *textPipe) fail(err error) {
+	p.mu.Lock()
+	if p.err == nil {
+		p.err = err
+	}
+	p.mu.Unlock()
+}
