@@ -12,6 +12,11 @@ import (
 // ErrClosed is returned by methods of a closed DB.
 var ErrClosed = errors.New("badger: closed")
 
+// ErrEncryptionKey is returned by Open when Options.EncryptionKey does not
+// open the directory: a wrong key, no key for an encrypted directory, or a
+// key for a directory that was created without one. Nothing is read.
+var ErrEncryptionKey = errors.New("badger: wrong or missing encryption key")
+
 // Options configure Open. The zero value of each field means its default.
 type Options struct {
 	// Dir is the data directory; created if missing. Required unless InMemory.
@@ -63,6 +68,13 @@ func Open(opts Options) (*DB, error) {
 		bo = bo.WithEncryptionKey(opts.EncryptionKey).WithIndexCacheSize(16 << 20)
 	}
 	db, err := bg.Open(bo)
+	if errors.Is(err, bg.ErrEncryptionKeyMismatch) {
+		state := "it is encrypted and no key was given"
+		if len(opts.EncryptionKey) > 0 {
+			state = fmt.Sprintf("the %d-byte key given is not the one it was created with, or it is not encrypted", len(opts.EncryptionKey))
+		}
+		return nil, fmt.Errorf("%w: %s: %s", ErrEncryptionKey, opts.Dir, state)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("badger: open %s: %w", opts.Dir, err)
 	}
