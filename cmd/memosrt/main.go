@@ -27,6 +27,7 @@ import (
 // envTable lists every environment variable memosrt reads.
 var envTable = [][2]string{
 	{"MEMOSRT_DB", "default for --db (data directory)"},
+	{"MEMOSRT_ENCRYPT_KEY_FILE", "default for --encrypt-key-file (hex AES key of the data directory)"},
 	{"MEMOSRT_MODEL", "default for --model (GGUF file)"},
 	{"MEMOSRT_LIB_PATH", "directory of ggml backend modules (libggml-cuda.so); default <binary dir>/../lib/memosrt"},
 	{"MEMOSRT_LOG", "log level on stderr: debug, info, warn (default), error"},

@@ -20,11 +20,20 @@ type stores struct {
 	mem *textmem.Store
 }
 
-func openStores(dir string) (*stores, error) {
+// openStores opens the data directory dir, encrypted with the key in
+// keyFile when it is not "" (see readKeyFile).
+func openStores(dir, keyFile string) (*stores, error) {
 	if dir == "" {
 		return nil, errors.New("--db is required (or set MEMOSRT_DB)")
 	}
-	db, err := badger.Open(badger.Options{Dir: dir, Logger: logger()})
+	key, err := readKeyFile(keyFile)
+	if err != nil {
+		return nil, err
+	}
+	db, err := badger.Open(badger.Options{Dir: dir, EncryptionKey: key, Logger: logger()})
+	if errors.Is(err, badger.ErrEncryptionKey) {
+		return nil, fmt.Errorf("%w (--encrypt-key-file)", err)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -47,6 +56,7 @@ func cmdMem(ctx context.Context, args []string) error {
 	sub := args[0]
 	fs := flag.NewFlagSet("mem "+sub, flag.ContinueOnError)
 	db := fs.String("db", envOr("MEMOSRT_DB", ""), "data directory")
+	keyFile := fs.String("encrypt-key-file", envOr("MEMOSRT_ENCRYPT_KEY_FILE", ""), keyFileUsage)
 	cube := fs.String("cube", "", "memory cube (namespace)")
 	kind := fs.String("kind", "", "memory kind (add): fact, preference, dialog, ...")
 	tags := fs.String("tags", "", "comma-separated tags (add)")
@@ -59,7 +69,7 @@ func cmdMem(ctx context.Context, args []string) error {
 	if *cube == "" {
 		return errors.New("--cube is required")
 	}
-	s, err := openStores(*db)
+	s, err := openStores(*db, *keyFile)
 	if err != nil {
 		return err
 	}
