@@ -141,7 +141,7 @@ func parseOllamaOptions(m map[string]any) (sampling, error) {
 		if err != nil {
 			return nil, err
 		}
-		if f != math.Trunc(f) || math.Abs(f) > 1<<31 {
+		if f != math.Trunc(f) || math.Abs(f) > 1<<53 {
 			return nil, badField("options."+k, "want an integer, got %v", f)
 		}
 		n := int(f)
