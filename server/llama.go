@@ -171,9 +171,12 @@ func (b *llamaBackend) render(ctx context.Context, req *genRequest) (string, []i
 			}
 		}
 	} else {
+		// one turn per line; an assistant turn continues the line before
+		// it, as the model wrote it, so that the next turn's prompt extends
+		// the tokens the sequence holds after this one
 		var sb strings.Builder
 		for i, m := range msgs {
-			if i > 0 || req.Cube != "" {
+			if (i > 0 || req.Cube != "") && m.Role != "assistant" {
 				sb.WriteString("\n")
 			}
 			sb.WriteString(m.Content)
@@ -284,7 +287,7 @@ func (b *llamaBackend) prepare(ctx context.Context, sl *slot, toks []int32, resN
 	best, source, prev := min(resN, usable), "", ""
 	if best > 0 {
 		source = "resident"
-		if best == len(sl.toks) {
+		if continues(best, len(sl.toks)) {
 			prev = sl.convPack
 		}
 	}
@@ -318,7 +321,7 @@ func (b *llamaBackend) prepare(ctx context.Context, sl *slot, toks []int32, resN
 				return 0, "", "", err
 			}
 			if rs.Tokens > 0 {
-				if rs.Tokens == rs.PackTotal {
+				if continues(rs.Tokens, rs.PackTotal) {
 					prev = rs.PackID
 				}
 				return rs.Tokens, "restored", prev, nil
@@ -331,6 +334,12 @@ func (b *llamaBackend) prepare(ctx context.Context, sl *slot, toks []int32, resN
 	}
 	return best, source, prev, nil
 }
+
+// continues reports whether a new state sharing n tokens with an old one
+// of total tokens continues that conversation (then the old conversation
+// pack is dropped once the new one is stored): at least 3/4 shared. A
+// branch from an early turn keeps the old pack.
+func continues(n, total int) bool { return total > 0 && 4*n >= 3*total }
 
 // persist saves sl's state as a conversation pack in the background (the
 // state is copied now, so the slot is free again at once) and then drops

@@ -141,6 +141,9 @@ func (s *Server) routes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /v1/cubes/{cube}/export", s.handleCubeExport)
 	// observability
 	mux.Handle("GET /metrics", s.m.handler())
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		s.writeError(w, r, fmt.Errorf("%w: %s %s", errRouteNotFound, r.Method, r.URL.Path))
+	})
 }
 
 // statusWriter records the status code for logs and metrics.
@@ -214,7 +217,10 @@ func (s *Server) wrap(next http.Handler) http.Handler {
 	})
 }
 
-var errUnauthorized = errors.New("server: missing or wrong bearer token")
+var (
+	errUnauthorized  = errors.New("server: missing or wrong bearer token")
+	errRouteNotFound = errors.New("server: no such endpoint")
+)
 
 func (s *Server) authorized(r *http.Request) bool {
 	h := r.Header.Get("Authorization")
@@ -250,7 +256,8 @@ func errStatus(err error) (int, string) {
 		return http.StatusTooManyRequests, "rate_limit_error"
 	case errors.Is(err, ErrLoading), errors.Is(err, ErrClosed), errors.Is(err, runtime.ErrNoKVSlot), errors.Is(err, runtime.ErrClosed):
 		return http.StatusServiceUnavailable, "server_error"
-	case errors.Is(err, ErrUnknownCube), errors.Is(err, textmem.ErrNotFound), errors.Is(err, kvcache.ErrNotFound), errors.Is(err, errModelNotFound):
+	case errors.Is(err, ErrUnknownCube), errors.Is(err, textmem.ErrNotFound), errors.Is(err, kvcache.ErrNotFound), errors.Is(err, errModelNotFound),
+		errors.Is(err, errRouteNotFound):
 		return http.StatusNotFound, "not_found_error"
 	case errors.Is(err, ErrCubeExists):
 		return http.StatusConflict, "invalid_request_error"
@@ -341,6 +348,9 @@ func decodeJSON(r *http.Request, v any) error {
 			return err
 		case errors.As(err, &te):
 			f := te.Field
+			for _, emb := range []string{"oaiSampling.", "memoryInput."} { // embedded structs
+				f = strings.ReplaceAll(f, emb, "")
+			}
 			if f == "" {
 				f = "body"
 			}

@@ -1,0 +1,363 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/openai/openai-go"
+	"github.com/openai/openai-go/option"
+)
+
+func llamaOf(t *testing.T, e *env) *llamaBackend {
+	t.Helper()
+	b, err := e.srv.backend()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b.(*llamaBackend)
+}
+
+func TestBadRequests(t *testing.T) {
+	e := newEnv(t, envConfig{nctx: 256})
+	long := strings.Repeat("the cat sat on the mat. ", 200)
+	chat := func(extra map[string]any) map[string]any {
+		m := map[string]any{"model": testModel, "messages": []map[string]any{{"role": "user", "content": "Hi"}}, "stream": false}
+		for k, v := range extra {
+			m[k] = v
+		}
+		return m
+	}
+	cases := []struct {
+		name, path string
+		body       any
+		code       int
+		field      string // in the message (Ollama) or param (OpenAI)
+	}{
+		{"ollama option type", "/api/chat", chat(map[string]any{"options": map[string]any{"temperature": "hot"}}), 400, "options.temperature"},
+		{"ollama option range", "/api/chat", chat(map[string]any{"options": map[string]any{"top_p": 2}}), 400, "options.top_p"},
+		{"ollama role", "/api/chat", chat(map[string]any{"messages": []map[string]any{{"role": "robot", "content": "x"}}}), 400, "messages[0].role"},
+		{"ollama stream type", "/api/chat", chat(map[string]any{"stream": "yes"}), 400, "stream"},
+		{"ollama format", "/api/chat", chat(map[string]any{"format": "json"}), 400, "format"},
+		{"ollama prompt too long", "/api/chat", chat(map[string]any{"messages": []map[string]any{{"role": "user", "content": long}}}), 400, "messages"},
+		{"ollama unknown model", "/api/chat", chat(map[string]any{"model": "llama9"}), 404, ""},
+		{"ollama unknown cube", "/api/chat", chat(map[string]any{"options": map[string]any{"cube": "ghost"}}), 404, ""},
+		{"ollama bad cube", "/api/chat", chat(map[string]any{"options": map[string]any{"cube": "a b"}}), 400, "options.cube"},
+		{"openai temperature", "/v1/chat/completions", chat(map[string]any{"temperature": 3}), 400, "temperature"},
+		{"openai n", "/v1/chat/completions", chat(map[string]any{"n": 2}), 400, "n"},
+		{"openai no messages", "/v1/chat/completions", chat(map[string]any{"messages": []any{}}), 400, "messages"},
+		{"openai image part", "/v1/chat/completions", chat(map[string]any{"messages": []map[string]any{{"role": "user",
+			"content": []map[string]any{{"type": "image_url", "image_url": map[string]string{"url": "x"}}}}}}), 400, "messages[0].content[0].type"},
+		{"openai max_tokens type", "/v1/chat/completions", chat(map[string]any{"max_tokens": "many"}), 400, "max_tokens"},
+		{"openai unknown model", "/v1/chat/completions", chat(map[string]any{"model": "gpt-9"}), 404, ""},
+		{"openai embeddings format", "/v1/embeddings", map[string]any{"model": "x", "input": "a", "encoding_format": "hex"}, 400, "encoding_format"},
+		{"openai completion echo", "/v1/completions", map[string]any{"model": testModel, "prompt": "a", "echo": true}, 400, "echo"},
+		{"not found", "/api/nothing", map[string]any{}, 404, ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var body map[string]any
+			code := do(t, "POST", e.url()+c.path, c.body, &body)
+			if code != c.code {
+				t.Fatalf("status %d, want %d: %v", code, c.code, body)
+			}
+			if c.field == "" {
+				return
+			}
+			if strings.HasPrefix(c.path, "/api/") {
+				if msg, _ := body["error"].(string); !strings.HasPrefix(msg, c.field+":") {
+					t.Fatalf("error %q does not name %s", msg, c.field)
+				}
+				return
+			}
+			eb, _ := body["error"].(map[string]any)
+			if p, _ := eb["param"].(string); p != c.field {
+				t.Fatalf("param %q, want %q (%v)", p, c.field, eb["message"])
+			}
+		})
+	}
+	t.Run("too large", func(t *testing.T) {
+		s := newEnv(t, envConfig{noEngine: true, opts: Options{MaxBodyBytes: 1024}})
+		if code := do(t, "POST", s.url()+"/api/chat", chat(map[string]any{"messages": []map[string]any{{"role": "user", "content": long}}}), nil); code != http.StatusRequestEntityTooLarge {
+			t.Fatalf("status %d", code)
+		}
+	})
+	t.Run("loading", func(t *testing.T) {
+		s := newEnv(t, envConfig{noEngine: true})
+		var body map[string]any
+		if code := do(t, "POST", s.url()+"/api/chat", chat(nil), &body); code != http.StatusServiceUnavailable {
+			t.Fatalf("status %d %v", code, body)
+		}
+		if code := do(t, "GET", s.url()+"/api/tags", nil, &body); code != http.StatusOK {
+			t.Fatalf("tags while loading: %d", code)
+		}
+		if code := do(t, "POST", s.url()+"/v1/cubes", map[string]string{"name": "early"}, nil); code != http.StatusCreated {
+			t.Fatalf("memory API while loading: %d", code)
+		}
+	})
+	t.Run("token", func(t *testing.T) {
+		s := newEnv(t, envConfig{noEngine: true, opts: Options{Token: "sesame"}})
+		if code := do(t, "GET", s.url()+"/api/tags", nil, nil); code != http.StatusUnauthorized {
+			t.Fatalf("no token: %d", code)
+		}
+		if code := do(t, "GET", s.url()+"/api/tags", nil, nil, "Authorization", "Bearer wrong"); code != http.StatusUnauthorized {
+			t.Fatalf("wrong token: %d", code)
+		}
+		if code := do(t, "GET", s.url()+"/api/tags", nil, nil, "Authorization", "Bearer sesame"); code != http.StatusOK {
+			t.Fatalf("token: %d", code)
+		}
+	})
+}
+
+// A full queue answers 429 at once; a bad request never disturbs one in
+// flight; a client that goes away frees its slot.
+func TestQueueAndCancel(t *testing.T) {
+	e := newEnv(t, envConfig{nseq: 1, opts: Options{MaxQueue: -1}})
+	b := llamaOf(t, e)
+	ctx := context.Background()
+	req := map[string]any{"model": testModel, "prompt": "Once upon a time", "raw": true, "options": greedyOpts(48)}
+
+	t.Run("429", func(t *testing.T) {
+		sl, _, err := b.pool.acquire(ctx, nil) // every slot taken
+		if err != nil {
+			t.Fatal(err)
+		}
+		var body map[string]any
+		code := do(t, "POST", e.url()+"/api/generate", req, &body)
+		b.pool.release(sl)
+		if code != http.StatusTooManyRequests {
+			t.Fatalf("status %d %v", code, body)
+		}
+		var oe oaiError
+		code = do(t, "POST", e.url()+"/v1/chat/completions", map[string]any{"model": testModel, "messages": []map[string]string{{"role": "user", "content": "x"}}}, &oe)
+		if code != http.StatusOK {
+			t.Fatalf("after release: %d %+v", code, oe)
+		}
+	})
+
+	t.Run("bad requests beside a stream", func(t *testing.T) {
+		want := streamText(t, e, req)
+		l := stream(t, ctx, e.url()+"/api/generate", req)
+		defer l.close()
+		var got strings.Builder
+		first, ok := l.next()
+		if !ok {
+			t.Fatal("no first line")
+		}
+		got.WriteString(first["response"].(string))
+		for _, bad := range []string{`{`, `{"model":"stories260K","prompt":"x","options":{"seed":"x"}}`, `{"model":"nope","prompt":"x"}`} {
+			if code := do(t, "POST", e.url()+"/api/generate", bad, nil); code/100 != 4 {
+				t.Fatalf("bad request got %d", code)
+			}
+		}
+		for {
+			m, ok := l.next()
+			if !ok {
+				break
+			}
+			if m["error"] != nil {
+				t.Fatalf("stream error %v", m["error"])
+			}
+			got.WriteString(m["response"].(string))
+		}
+		if got.String() != want {
+			t.Fatalf("stream beside bad requests %q, alone %q", got.String(), want)
+		}
+	})
+
+	t.Run("disconnect frees the slot", func(t *testing.T) {
+		e2 := newEnv(t, envConfig{nseq: 1, opts: Options{MaxQueue: 1}})
+		long := map[string]any{"model": testModel, "prompt": "Once upon a time", "raw": true, "options": greedyOpts(1500)}
+		cctx, cancel := context.WithCancel(ctx)
+		l := stream(t, cctx, e2.url()+"/api/generate", long)
+		if _, ok := l.next(); !ok {
+			t.Fatal("no first line")
+		}
+		cancel()
+		l.close()
+		// this request waits in the queue for the slot the first one held
+		wctx, wcancel := context.WithTimeout(ctx, 60*time.Second)
+		defer wcancel()
+		start := time.Now()
+		text := streamTextCtx(t, wctx, e2, req)
+		if text == "" {
+			t.Fatal("empty answer")
+		}
+		// 1500 tokens take several seconds: the slot came back on cancel
+		if d := time.Since(start); d > 3*time.Second {
+			t.Errorf("follow-up waited %v", d)
+		}
+		mustMetric(t, e2, "memosrt_canceled_requests_total", 1)
+	})
+}
+
+func streamText(t *testing.T, e *env, req map[string]any) string {
+	return streamTextCtx(t, context.Background(), e, req)
+}
+
+func streamTextCtx(t *testing.T, ctx context.Context, e *env, req map[string]any) string {
+	t.Helper()
+	l := stream(t, ctx, e.url()+"/api/generate", req)
+	defer l.close()
+	if l.resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d", l.resp.StatusCode)
+	}
+	var out strings.Builder
+	for {
+		m, ok := l.next()
+		if !ok {
+			return out.String()
+		}
+		if m["error"] != nil {
+			t.Fatalf("stream error %v", m["error"])
+		}
+		out.WriteString(m["response"].(string))
+	}
+}
+
+// mustMetric checks a metric's value in /metrics.
+func mustMetric(t *testing.T, e *env, name string, want float64) {
+	t.Helper()
+	resp, err := http.Get(e.url() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var b strings.Builder
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := resp.Body.Read(buf)
+		b.Write(buf[:n])
+		if err != nil {
+			break
+		}
+	}
+	for _, line := range strings.Split(b.String(), "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			var got float64
+			fmt.Sscan(v, &got)
+			if got != want {
+				t.Fatalf("%s = %v, want %v", name, got, want)
+			}
+			return
+		}
+	}
+	t.Fatalf("metric %s missing", name)
+}
+
+// A conversation's state is saved as a pack; after a restart (new engine,
+// same data directory) the second turn restores it.
+func TestConversationSurvivesRestart(t *testing.T) {
+	dir := t.TempDir()
+	e := newEnv(t, envConfig{dir: dir})
+	addCube(t, e, "lily", lilyMemories...)
+	c := openaiClient(e.url(), option.WithHeader(CubeHeader, "lily"))
+	ctx := context.Background()
+	p := openai.ChatCompletionNewParams{Model: testModel, MaxTokens: openai.Int(24), Temperature: openai.Float(0),
+		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Lily and Max went to the park")}}
+	r1, err := c.Chat.Completions.New(ctx, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.close(t) // waits for the pack write
+	e2 := newEnv(t, envConfig{dir: dir})
+	var ps packStatus
+	do(t, "GET", e2.url()+"/v1/cubes/lily/pack", nil, &ps)
+	if len(ps.Packs) != 1 || ps.Packs[0].Label != "conv:lily" {
+		t.Fatalf("packs after restart %+v", ps.Packs)
+	}
+	c2 := openaiClient(e2.url(), option.WithHeader(CubeHeader, "lily"))
+	p.Messages = append(p.Messages, openai.AssistantMessage(r1.Choices[0].Message.Content), openai.UserMessage("Max barked"))
+	r2, err := c2.Chat.Completions.New(ctx, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := r2.Usage.PromptTokensDetails.CachedTokens; got < r1.Usage.PromptTokens-1 {
+		t.Fatalf("restored %d tokens, first turn's prompt was %d", got, r1.Usage.PromptTokens)
+	}
+	// the new turn's pack replaces the old one
+	e2.close(t)
+	e3 := newEnv(t, envConfig{dir: dir})
+	do(t, "GET", e3.url()+"/v1/cubes/lily/pack", nil, &ps)
+	if len(ps.Packs) != 1 || int64(ps.Packs[0].NTokens) <= r1.Usage.PromptTokens+r1.Usage.CompletionTokens-1 {
+		t.Fatalf("packs after turn 2 %+v", ps.Packs)
+	}
+}
+
+// A resident pack is shared into request sequences (no restore) and its
+// cells are reported against n_ctx.
+func TestResidentPack(t *testing.T) {
+	e := newEnv(t, envConfig{nseq: 3, eo: EngineOptions{Parallel: 2, ResidentPacks: 1}, opts: Options{NoPersist: true}})
+	addCube(t, e, "lily", lilyMemories...)
+	var ps packStatus
+	if code := do(t, "POST", e.url()+"/v1/cubes/lily/pack", map[string]any{"resident": true}, &ps); code != http.StatusOK {
+		t.Fatalf("warm: %d", code)
+	}
+	if ps.Resident == nil || ps.Resident.Seq != 2 || ps.Resident.Tokens != ps.Packs[0].NTokens || ps.ResidentCells != ps.Resident.Tokens {
+		t.Fatalf("status %+v", ps)
+	}
+	mustMetric(t, e, "memosrt_kv_resident_cells", float64(ps.Resident.Tokens))
+	c := openaiClient(e.url(), option.WithHeader(CubeHeader, "lily"))
+	ctx := context.Background()
+	// two different questions: neither slot holds the prompt, both share the pack
+	for i, q := range []string{"Where is Max?", "What does Lily eat?"} {
+		r, err := c.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{Model: testModel, MaxTokens: openai.Int(8), Temperature: openai.Float(0),
+			Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage(q)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// the second question may reuse the first's slot, which holds the
+		// pack and a little more
+		if got := r.Usage.PromptTokensDetails.CachedTokens; got < int64(ps.Resident.Tokens) || i == 0 && got != int64(ps.Resident.Tokens) {
+			t.Fatalf("%q: cached %d, resident pack %d", q, got, ps.Resident.Tokens)
+		}
+	}
+	// deleting the cube frees the resident sequence
+	do(t, "DELETE", e.url()+"/v1/cubes/lily", nil, nil)
+	mustMetric(t, e, "memosrt_kv_resident_cells", 0)
+}
+
+// The fallback passes long lines whole and fails loudly on lines the
+// official client cannot read (over 8 MiB), never returning a cut answer.
+func TestFallbackLongLines(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		size int
+		ok   bool
+	}{{"600KB", 600 << 10, true}, {"9MB", 9 << 20, false}} {
+		t.Run(c.name, func(t *testing.T) {
+			text := strings.Repeat("a", c.size)
+			up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				enc := json.NewEncoder(w)
+				enc.Encode(map[string]any{"model": "m", "message": map[string]string{"role": "assistant", "content": "start "}, "done": false})
+				enc.Encode(map[string]any{"model": "m", "message": map[string]string{"role": "assistant", "content": text}, "done": false})
+				enc.Encode(map[string]any{"model": "m", "message": map[string]string{"role": "assistant", "content": ""}, "done": true, "done_reason": "stop", "eval_count": 2})
+			}))
+			defer up.Close()
+			f := newEnv(t, envConfig{noEngine: true, opts: Options{MaxBodyBytes: 1 << 20}})
+			if err := f.srv.UseOllama(OllamaOptions{URL: up.URL, Model: "m"}); err != nil {
+				t.Fatal(err)
+			}
+			var body map[string]any
+			code := do(t, "POST", f.url()+"/v1/chat/completions", map[string]any{"model": "m", "messages": []map[string]string{{"role": "user", "content": "x"}}}, &body)
+			if !c.ok {
+				if code != http.StatusBadGateway {
+					t.Fatalf("status %d, want 502", code)
+				}
+				return
+			}
+			if code != http.StatusOK {
+				t.Fatalf("status %d %v", code, body)
+			}
+			got := body["choices"].([]any)[0].(map[string]any)["message"].(map[string]any)["content"].(string)
+			if got != "start "+text {
+				t.Fatalf("content of %d bytes, want %d", len(got), len(text)+6)
+			}
+		})
+	}
+}
