@@ -87,7 +87,10 @@ var (
 func codecs() (*zstd.Encoder, *zstd.Decoder) {
 	encOnce.Do(func() {
 		enc, _ = zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedDefault), zstd.WithEncoderConcurrency(2))
-		dec, _ = zstd.NewReader(nil, zstd.WithDecoderConcurrency(0), zstd.WithDecoderMaxMemory(MaxRawBytes))
+		// DecodeAll writes at most cap(dst) bytes (Decode passes RawBytes):
+		// a hostile frame content size cannot make it allocate more.
+		dec, _ = zstd.NewReader(nil, zstd.WithDecoderConcurrency(0), zstd.WithDecoderMaxMemory(MaxRawBytes),
+			zstd.WithDecodeAllCapLimit(true))
 	})
 	return enc, dec
 }
@@ -181,6 +184,12 @@ func DecodeHeader(blob []byte) (Header, []byte, error) {
 	}
 	if h.RawBytes < 0 || h.RawBytes > MaxRawBytes || h.NTokens != len(h.Tokens) || TokensHash(h.Tokens) != h.TokensHash {
 		return h, nil, fmt.Errorf("%w: header fields inconsistent", ErrCorrupt)
+	}
+	// Every zstd block yields at most 128 KiB and takes at least 4 bytes (an
+	// RLE block, RFC 8878 §3.1.1.2), so a payload expands at most 32768
+	// times: a larger RawBytes is a lie that would make Decode allocate it.
+	if h.RawBytes > 32768*int64(pl) {
+		return h, nil, fmt.Errorf("%w: %d raw bytes cannot come from a %d-byte payload", ErrCorrupt, h.RawBytes, pl)
 	}
 	return h, body[10+hl+8:], nil
 }
