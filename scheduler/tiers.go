@@ -1,0 +1,603 @@
+package scheduler
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	bg "github.com/dgraph-io/badger/v4"
+
+	"github.com/memosrt/memosrt/badger"
+	"github.com/memosrt/memosrt/kvcache"
+	"github.com/memosrt/memosrt/runtime"
+	"github.com/memosrt/memosrt/textmem"
+)
+
+// Tier names used in transitions and tier state.
+const (
+	TierText       = "text"       // plaintext memory (textmem), retrieved per query
+	TierActivation = "activation" // inside the cube's pack: restored as KV state
+	LevelDisk      = "disk"       // activation level: compressed blob in Badger
+	LevelRAM       = "ram"        // activation level: decompressed state in the kvcache RAM LRU
+)
+
+// Scheduler state keys (prefix "s/", see package badger):
+//
+//	s/u/<cube>/<memory id>   Usage of a memory, JSON
+//	s/u/<cube>/~pack         Usage of the cube's pack, JSON
+//	s/p/<cube>               packState of the cube, JSON
+//	s/j/<seq %016x>          pending Job, JSON
+//	s/t/<cube>/<seq %016x>   Transition, JSON
+//	s/g/<pack id>            pack no state refers to any more, to delete
+//	s/n                      Badger sequence for job and transition numbers
+const (
+	keyUsage = "s/u/"
+	keyPack  = "s/p/"
+	keyJob   = "s/j/"
+	keyTrans = "s/t/"
+	keyGarb  = "s/g/"
+	keySeq   = "s/n"
+	packUse  = "~pack"
+)
+
+// TierOptions configure Tiers. Zero means the default given.
+type TierOptions struct {
+	// Heat weighs usage into heat and sets the thresholds (MemoryOS).
+	Heat HeatOptions
+	// Clock gives the time of accesses and ticks. Default SystemClock().
+	Clock Clock
+	// KVBytes bounds the KV state bytes (decompressed, what a restore puts
+	// in RAM and the KV cache) of all cubes' packs together, as committed:
+	// a promotion that would pass it first demotes cooler members (least
+	// heat first), or is refused. The compressed blobs on disk are smaller.
+	// The RAM level is bounded by kvcache.Options.RAMBytes. Default 256 MiB.
+	KVBytes int64
+	// Interval is the period of the background loop started by Start.
+	// Default 10 s.
+	Interval time.Duration
+	// Logger; nil discards.
+	Logger *slog.Logger
+
+	// afterPut, if set, runs after a job stored its pack and before it
+	// commits (tests: an error simulates a crash mid-job).
+	afterPut func(Job) error
+}
+
+// Tiers moves memories between the text and activation tiers by heat, in
+// background jobs persisted in Badger, and records every move. Safe for
+// concurrent use.
+type Tiers struct {
+	r    *Runner
+	db   *bg.DB
+	opts TierOptions
+	heat HeatOptions
+	log  *slog.Logger
+	seq  *bg.Sequence
+
+	// jobMu serializes job execution (one pack rebuild at a time).
+	jobMu sync.Mutex
+
+	// mu guards closed, cancel.
+	mu     sync.Mutex
+	closed bool
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	kick   chan struct{}
+}
+
+// NewTiers returns the tier scheduler over a Runner (whose engine, text
+// store and KV cache it uses; the Runner must have a KV cache) and the
+// database they live in. Pending jobs of an earlier process are kept and run
+// at the next Tick; packs left to delete by a crash are deleted now.
+func NewTiers(db *badger.DB, r *Runner, opts TierOptions) (*Tiers, error) {
+	if r == nil || r.kv == nil {
+		return nil, errors.New("scheduler: tiers need a Runner with a KV cache")
+	}
+	if err := opts.Heat.Validate(); err != nil {
+		return nil, fmt.Errorf("scheduler: %w", err)
+	}
+	if opts.KVBytes < 0 {
+		return nil, fmt.Errorf("scheduler: KVBytes %d < 0", opts.KVBytes)
+	}
+	if opts.Clock == nil {
+		opts.Clock = SystemClock()
+	}
+	if opts.KVBytes == 0 {
+		opts.KVBytes = 256 << 20
+	}
+	if opts.Interval == 0 {
+		opts.Interval = 10 * time.Second
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	seq, err := db.Badger().GetSequence([]byte(keySeq), 64)
+	if err != nil {
+		return nil, fmt.Errorf("scheduler: %w", err)
+	}
+	t := &Tiers{r: r, db: db.Badger(), opts: opts, heat: opts.Heat.withDefaults(), log: log.With("component", "tiers"),
+		seq: seq, kick: make(chan struct{}, 1)}
+	if err := t.collectGarbage(context.Background()); err != nil {
+		seq.Release()
+		return nil, err
+	}
+	return t, nil
+}
+
+// Close stops the background loop (waiting for a running job to end at its
+// next batch) and releases the job sequence. Pending jobs stay in Badger.
+// Idempotent.
+func (t *Tiers) Close() error {
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return nil
+	}
+	t.closed = true
+	if t.cancel != nil {
+		t.cancel()
+	}
+	t.mu.Unlock()
+	t.wg.Wait()
+	t.jobMu.Lock()
+	defer t.jobMu.Unlock()
+	return t.seq.Release()
+}
+
+func (t *Tiers) checkOpen() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return ErrClosed
+	}
+	return nil
+}
+
+// Start runs Tick every Interval (and soon after Kick) in a goroutine until
+// ctx ends or Close. Jobs decode at background priority
+// (runtime.Request.Background): foreground requests go first and a job
+// yields between decode batches.
+func (t *Tiers) Start(ctx context.Context) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed || t.cancel != nil {
+		return
+	}
+	ctx, t.cancel = context.WithCancel(ctx)
+	t.wg.Add(1)
+	go func() {
+		defer t.wg.Done()
+		tk := time.NewTicker(t.opts.Interval)
+		defer tk.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tk.C:
+			case <-t.kick:
+			}
+			if _, err := t.Tick(ctx); err != nil && ctx.Err() == nil {
+				t.log.Warn("tick failed", "err", err)
+			}
+		}
+	}()
+}
+
+// Kick asks the background loop for a Tick soon.
+func (t *Tiers) Kick() {
+	select {
+	case t.kick <- struct{}{}:
+	default:
+	}
+}
+
+func usageKey(cube, id string) []byte { return []byte(keyUsage + cube + "/" + id) }
+
+func getJSON(txn *bg.Txn, key []byte, v any) (bool, error) {
+	item, err := txn.Get(key)
+	if errors.Is(err, bg.ErrKeyNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return true, item.Value(func(b []byte) error { return json.Unmarshal(b, v) })
+}
+
+func setJSON(txn *bg.Txn, key []byte, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return txn.Set(key, b)
+}
+
+// record applies fn to the Usage of each id of cube in one transaction.
+func (t *Tiers) record(ctx context.Context, cube string, ids []string, fn func(Usage, time.Time) Usage) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	if err := t.checkOpen(); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	now := t.opts.Clock.Now()
+	err := t.db.Update(func(txn *bg.Txn) error {
+		for _, id := range ids {
+			var u Usage
+			if _, err := getJSON(txn, usageKey(cube, id), &u); err != nil {
+				return err
+			}
+			if err := setJSON(txn, usageKey(cube, id), fn(u, now)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("scheduler: record usage: %w", err)
+	}
+	return nil
+}
+
+// RecordVisits counts one retrieval hit (N_visit) for each memory id of cube.
+func (t *Tiers) RecordVisits(ctx context.Context, cube string, ids ...string) error {
+	return t.record(ctx, cube, ids, func(u Usage, now time.Time) Usage { return u.Visit(t.heat, now, 1) })
+}
+
+// RecordInteractions counts one turn (L_interaction) that used each memory id of cube.
+func (t *Tiers) RecordInteractions(ctx context.Context, cube string, ids ...string) error {
+	return t.record(ctx, cube, ids, func(u Usage, now time.Time) Usage { return u.Interact(t.heat, now, 1) })
+}
+
+// Search is textmem.Store.Search that records a visit for every hit.
+func (t *Tiers) Search(ctx context.Context, cube, query string, k int) ([]textmem.Hit, error) {
+	hits, err := t.r.mem.Search(ctx, cube, query, k)
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]string, len(hits))
+	for i, h := range hits {
+		ids[i] = h.Memory.ID
+	}
+	return hits, t.RecordVisits(ctx, cube, ids...)
+}
+
+// packState is the persisted activation-tier state of a cube.
+type packState struct {
+	Members   []string  `json:"members"` // memory ids in the pack, in pack (promotion) order
+	PackID    string    `json:"pack_id,omitempty"`
+	Tokens    int       `json:"tokens"`
+	RawBytes  int64     `json:"raw_bytes"`
+	BlobBytes int64     `json:"blob_bytes"`
+	Updated   time.Time `json:"updated"`
+}
+
+func (t *Tiers) packState(cube string) (packState, error) {
+	var st packState
+	err := t.db.View(func(txn *bg.Txn) error {
+		_, err := getJSON(txn, []byte(keyPack+cube), &st)
+		return err
+	})
+	return st, err
+}
+
+// HotSet returns the memories of cube in the activation tier, in pack
+// order (memories deleted from the text tier since are left out). This is
+// the pack Runner.BuildPack should build; see Run.
+func (t *Tiers) HotSet(ctx context.Context, cube string) ([]textmem.Memory, error) {
+	st, err := t.packState(cube)
+	if err != nil {
+		return nil, fmt.Errorf("scheduler: %w", err)
+	}
+	return t.loadMembers(ctx, cube, st.Members)
+}
+
+func (t *Tiers) loadMembers(ctx context.Context, cube string, ids []string) ([]textmem.Memory, error) {
+	var out []textmem.Memory
+	for _, id := range ids {
+		m, err := t.r.mem.Get(ctx, cube, id)
+		if errors.Is(err, textmem.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, m)
+	}
+	return out, nil
+}
+
+// Run is Runner.Run with the cube's hot set as the pack (Runner.RunPack),
+// recording the turn: an interaction for every memory in the prompt, a
+// visit for every memory retrieval added, a visit for the pack when its KV
+// was restored.
+func (t *Tiers) Run(ctx context.Context, req RunRequest) (RunResult, error) {
+	members, err := t.HotSet(ctx, req.Cube)
+	if err != nil {
+		return RunResult{}, err
+	}
+	res, err := t.r.RunPack(ctx, req, members)
+	if err != nil {
+		return res, err
+	}
+	var used, retrieved []string
+	for _, m := range res.Prompt.Pack {
+		used = append(used, m.ID)
+	}
+	for _, m := range res.Prompt.Retrieved {
+		used = append(used, m.ID)
+		retrieved = append(retrieved, m.ID)
+	}
+	err = errors.Join(t.RecordInteractions(ctx, req.Cube, used...), t.RecordVisits(ctx, req.Cube, retrieved...))
+	if res.Restored.PackID != "" {
+		err = errors.Join(err, t.RecordVisits(ctx, req.Cube, packUse))
+	}
+	return res, err
+}
+
+// Transition is one recorded tier move.
+type Transition struct {
+	Seq    uint64    `json:"seq"`
+	Cube   string    `json:"cube"`
+	Memory string    `json:"memory,omitempty"` // memory id; "" for a move of the whole pack between levels
+	Pack   string    `json:"pack,omitempty"`   // pack id after the move
+	From   string    `json:"from"`             // TierText, TierActivation, LevelDisk, LevelRAM
+	To     string    `json:"to"`
+	Reason string    `json:"reason"` // "heat", "cold", "budget", "deleted", "prefetch"
+	Heat   float64   `json:"heat"`
+	Time   time.Time `json:"time"`
+	// Tokens is the pack's length after the move; Decoded how many of them
+	// were computed (the rest were restored from the previous pack).
+	Tokens  int `json:"tokens"`
+	Decoded int `json:"decoded"`
+}
+
+// MemoryTier is one memory's place and heat.
+type MemoryTier struct {
+	ID    string  `json:"id"`
+	Text  string  `json:"text"`
+	Tier  string  `json:"tier"`
+	Heat  float64 `json:"heat"`
+	Usage Usage   `json:"usage"`
+}
+
+// CubeTiers is the tier state of a cube (GET /v1/cubes/{cube}/tiers).
+type CubeTiers struct {
+	Cube        string       `json:"cube"`
+	Memories    []MemoryTier `json:"memories"` // hottest first
+	PackID      string       `json:"pack_id,omitempty"`
+	PackTokens  int          `json:"pack_tokens"`
+	PackLevel   string       `json:"pack_level,omitempty"` // LevelRAM or LevelDisk
+	RawBytes    int64        `json:"raw_bytes"`
+	BlobBytes   int64        `json:"blob_bytes"`
+	PackHeat    float64      `json:"pack_heat"`
+	Jobs        []Job        `json:"jobs"`        // pending, oldest first
+	Transitions []Transition `json:"transitions"` // oldest first, at most the last limit
+	KVBytes     int64        `json:"kv_bytes"`    // all cubes' packs, committed
+	KVBudget    int64        `json:"kv_budget"`
+}
+
+// State returns cube's tier state with its last limit transitions (all if
+// limit <= 0). This is what GET /v1/cubes/{cube}/tiers serves.
+func (t *Tiers) State(ctx context.Context, cube string, limit int) (CubeTiers, error) {
+	out := CubeTiers{Cube: cube, Memories: []MemoryTier{}, Jobs: []Job{}, Transitions: []Transition{}, KVBudget: t.opts.KVBytes}
+	if err := t.checkOpen(); err != nil {
+		return out, err
+	}
+	mems, err := t.r.mem.List(ctx, cube)
+	if err != nil {
+		return out, err
+	}
+	now := t.opts.Clock.Now()
+	st, err := t.packState(cube)
+	if err != nil {
+		return out, err
+	}
+	usage, err := t.usages(ctx, cube)
+	if err != nil {
+		return out, err
+	}
+	for _, m := range mems {
+		tier := TierText
+		if slices.Contains(st.Members, m.ID) {
+			tier = TierActivation
+		}
+		u := usage[m.ID]
+		out.Memories = append(out.Memories, MemoryTier{ID: m.ID, Text: m.Text, Tier: tier, Heat: u.Heat(t.heat, now), Usage: u})
+	}
+	sort.SliceStable(out.Memories, func(i, j int) bool { return out.Memories[i].Heat > out.Memories[j].Heat })
+	out.PackID, out.PackTokens, out.RawBytes, out.BlobBytes = st.PackID, st.Tokens, st.RawBytes, st.BlobBytes
+	out.PackHeat = usage[packUse].Heat(t.heat, now)
+	if st.PackID != "" {
+		out.PackLevel = LevelDisk
+		for _, i := range t.r.kv.List(cube) {
+			if i.ID == st.PackID && i.InRAM {
+				out.PackLevel = LevelRAM
+			}
+		}
+	}
+	jobs, err := t.Jobs(ctx)
+	if err != nil {
+		return out, err
+	}
+	for _, j := range jobs {
+		if j.Cube == cube {
+			out.Jobs = append(out.Jobs, j)
+		}
+	}
+	if out.Transitions, err = t.Transitions(ctx, cube, limit); err != nil {
+		return out, err
+	}
+	out.KVBytes, err = t.kvBytes("")
+	return out, err
+}
+
+// usages returns every Usage record of cube by id.
+func (t *Tiers) usages(ctx context.Context, cube string) (map[string]Usage, error) {
+	out := map[string]Usage{}
+	pre := []byte(keyUsage + cube + "/")
+	err := t.db.View(func(txn *bg.Txn) error {
+		it := txn.NewIterator(bg.IteratorOptions{Prefix: pre, PrefetchValues: true})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			var u Usage
+			if err := it.Item().Value(func(b []byte) error { return json.Unmarshal(b, &u) }); err != nil {
+				return err
+			}
+			out[string(it.Item().Key()[len(pre):])] = u
+		}
+		return nil
+	})
+	return out, err
+}
+
+// Transitions returns cube's recorded moves, oldest first, the last limit
+// of them (all if limit <= 0).
+func (t *Tiers) Transitions(ctx context.Context, cube string, limit int) ([]Transition, error) {
+	out := []Transition{}
+	err := t.db.View(func(txn *bg.Txn) error {
+		it := txn.NewIterator(bg.IteratorOptions{Prefix: []byte(keyTrans + cube + "/"), PrefetchValues: true})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			var tr Transition
+			if err := it.Item().Value(func(b []byte) error { return json.Unmarshal(b, &tr) }); err != nil {
+				return err
+			}
+			out = append(out, tr)
+		}
+		return nil
+	})
+	if limit > 0 && len(out) > limit {
+		out = out[len(out)-limit:]
+	}
+	return out, err
+}
+
+// kvBytes sums the committed packs' KV bytes of every cube but skip.
+func (t *Tiers) kvBytes(skip string) (int64, error) {
+	var n int64
+	err := t.db.View(func(txn *bg.Txn) error {
+		it := txn.NewIterator(bg.IteratorOptions{Prefix: []byte(keyPack), PrefetchValues: true})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			if string(it.Item().Key()[len(keyPack):]) == skip {
+				continue
+			}
+			var st packState
+			if err := it.Item().Value(func(b []byte) error { return json.Unmarshal(b, &st) }); err != nil {
+				return err
+			}
+			n += st.RawBytes
+		}
+		return nil
+	})
+	return n, err
+}
+
+// cubes returns the cubes with usage or pack state, sorted.
+func (t *Tiers) cubes(ctx context.Context) ([]string, error) {
+	set := map[string]bool{}
+	err := t.db.View(func(txn *bg.Txn) error {
+		for _, pre := range []string{keyUsage, keyPack} {
+			it := txn.NewIterator(bg.IteratorOptions{Prefix: []byte(pre)})
+			for it.Rewind(); it.Valid(); it.Next() {
+				k := string(it.Item().Key()[len(pre):])
+				if i := strings.IndexByte(k, '/'); i >= 0 {
+					k = k[:i]
+				}
+				set[k] = true
+			}
+			it.Close()
+		}
+		return ctx.Err()
+	})
+	out := make([]string, 0, len(set))
+	for c := range set {
+		out = append(out, c)
+	}
+	slices.Sort(out)
+	return out, err
+}
+
+// Activate prefetches cube's pack one level up, disk → RAM (the kvcache RAM
+// LRU, within its RAMBytes), and records the move. Call it when a cube
+// becomes active (a session opens); it reads and decompresses the blob, so
+// call it off the request path.
+func (t *Tiers) Activate(ctx context.Context, cube string) error {
+	st, err := t.packState(cube)
+	if err != nil || st.PackID == "" {
+		return err
+	}
+	for _, i := range t.r.kv.List(cube) {
+		if i.ID == st.PackID && i.InRAM {
+			return nil
+		}
+	}
+	if _, _, _, err := t.r.kv.State(st.PackID); err != nil {
+		return err
+	}
+	u, err := t.usages(ctx, cube)
+	if err != nil {
+		return err
+	}
+	now := t.opts.Clock.Now()
+	tr := Transition{Cube: cube, Pack: st.PackID, From: LevelDisk, To: LevelRAM, Reason: "prefetch",
+		Heat: u[packUse].Heat(t.heat, now), Time: now, Tokens: st.Tokens}
+	return t.db.Update(func(txn *bg.Txn) error { return t.addTransition(txn, &tr) })
+}
+
+func (t *Tiers) addTransition(txn *bg.Txn, tr *Transition) error {
+	n, err := t.seq.Next()
+	if err != nil {
+		return err
+	}
+	tr.Seq = n
+	return setJSON(txn, fmt.Appendf(nil, "%s%s/%016x", keyTrans, tr.Cube, n), tr)
+}
+
+// collectGarbage deletes the packs recorded under s/g/.
+func (t *Tiers) collectGarbage(ctx context.Context) error {
+	var ids []string
+	err := t.db.View(func(txn *bg.Txn) error {
+		it := txn.NewIterator(bg.IteratorOptions{Prefix: []byte(keyGarb)})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			ids = append(ids, string(it.Item().Key()[len(keyGarb):]))
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("scheduler: %w", err)
+	}
+	for _, id := range ids {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := t.r.kv.Delete(id); err != nil && !errors.Is(err, kvcache.ErrNotFound) {
+			return err
+		}
+		if err := t.db.Update(func(txn *bg.Txn) error { return txn.Delete([]byte(keyGarb + id)) }); err != nil {
+			return fmt.Errorf("scheduler: %w", err)
+		}
+	}
+	return nil
+}
+
+var _ = runtime.AdapterKey
