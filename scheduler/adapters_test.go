@@ -1,0 +1,223 @@
+package scheduler
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/memosrt/memosrt/badger"
+	"github.com/memosrt/memosrt/internal/testmodels"
+	"github.com/memosrt/memosrt/kvcache"
+	"github.com/memosrt/memosrt/lora"
+	"github.com/memosrt/memosrt/runtime"
+	"github.com/memosrt/memosrt/textmem"
+)
+
+type loraEnv struct {
+	eng *runtime.Engine
+	mem *textmem.Store
+	kv  *kvcache.Cache
+	reg *lora.Registry
+	man *lora.Manager
+	r   *Runner
+}
+
+// newLoraEnv registers two random rank-4 adapters for stories260K: "a"
+// (global) and "b" (cube "c", on by default there).
+func newLoraEnv(t *testing.T) *loraEnv {
+	t.Helper()
+	ctx := context.Background()
+	e := &loraEnv{eng: loadEngine(t, 2)}
+	db, err := badger.Open(badger.Options{Dir: t.TempDir(), NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.mem, err = textmem.Open(db, textmem.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if e.kv, err = kvcache.Open(db, kvcache.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if e.reg, err = lora.NewRegistry(db, lora.RegistryOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	for i, a := range []struct {
+		name, cube string
+		def        bool
+	}{{"a", "", false}, {"b", "c", true}} {
+		p := filepath.Join(dir, a.name+".gguf")
+		if err := lora.WriteRandom(ctx, p, testmodels.Stories(t), lora.RandomSpec{Seed: uint64(i + 1), Std: 0.5}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.reg.Add(ctx, lora.AddRequest{Name: a.name, Cube: a.cube, Path: p, Default: a.def}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if e.man, err = lora.NewManager(e.eng.Model(), testmodels.Stories(t), e.reg, lora.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	e.r = New(e.eng, e.mem, e.kv, Options{})
+	t.Cleanup(func() {
+		e.man.Close()
+		e.kv.Close()
+		e.mem.Close()
+		db.Close()
+	})
+	return e
+}
+
+func (e *loraEnv) gen(t *testing.T, seq int, prompt string, refs []runtime.AdapterRef) string {
+	t.Helper()
+	toks, err := e.eng.Tokenize(prompt, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := e.eng.Generate(context.Background(), runtime.Request{Seq: seq, Tokens: toks, MaxTokens: 24, Adapters: refs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.EvalTokens == 0 {
+		t.Fatal("no output")
+	}
+	return res.Text
+}
+
+func (e *loraEnv) lease(t *testing.T, cube string, specs ...lora.Spec) *lora.Lease {
+	t.Helper()
+	l, err := e.man.Acquire(context.Background(), cube, specs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(l.Release)
+	return l
+}
+
+// Output under an adapter at scale 0 equals the base output, at scale 1
+// differs, and equals it again once the request carries no adapter; two
+// adapters at once give a third output; an explicitly empty list turns off
+// the cube's default adapter.
+func TestAdapterOutputs(t *testing.T) {
+	e := newLoraEnv(t)
+	const prompt = "Once upon a time, there was a little girl"
+	base := e.gen(t, 0, prompt, nil)
+	a0 := e.gen(t, 0, prompt, e.lease(t, "", lora.Spec{Name: "a", Scale: 0}).Refs)
+	a1 := e.gen(t, 0, prompt, e.lease(t, "", lora.Spec{Name: "a", Scale: 1}).Refs)
+	after := e.gen(t, 0, prompt, nil)
+	both := e.gen(t, 1, prompt, e.lease(t, "c", lora.Spec{Name: "a", Scale: 1}, lora.Spec{Name: "b", Scale: 1}).Refs)
+	b1 := e.gen(t, 1, prompt, e.lease(t, "c", lora.Spec{Name: "b", Scale: 1}).Refs)
+	def := e.gen(t, 0, prompt, e.lease(t, "c").Refs)                  // nil specs: cube c's default, b
+	off := e.gen(t, 0, prompt, e.lease(t, "c", []lora.Spec{}...).Refs) // explicitly none
+	t.Logf("base  %q\na@1   %q\na+b   %q\nb     %q", base, a1, both, b1)
+	if a0 != base {
+		t.Errorf("scale 0 differs from base:\n%q\n%q", a0, base)
+	}
+	if a1 == base {
+		t.Errorf("scale 1 equals base: %q", a1)
+	}
+	if after != base {
+		t.Errorf("after detach differs from base:\n%q\n%q", after, base)
+	}
+	if both == a1 || both == b1 || both == base {
+		t.Errorf("two adapters: %q (a %q, b %q)", both, a1, b1)
+	}
+	if def != b1 {
+		t.Errorf("default adapter of cube c:\n%q, want b's\n%q", def, b1)
+	}
+	if off != base {
+		t.Errorf("explicitly empty adapter list:\n%q, want base\n%q", off, base)
+	}
+	if again := e.gen(t, 1, prompt, e.lease(t, "c", lora.Spec{Name: "b", Scale: 1}, lora.Spec{Name: "a", Scale: 1}).Refs); again != both {
+		t.Errorf("a+b not deterministic (order b,a): %q vs %q", again, both)
+	}
+}
+
+// A pack computed under one adapter set is never restored under another
+// (another adapter, another scale, or none), and restoring it under its own
+// set gives the output of a cold prefill under that set.
+func TestAdapterKVIsolation(t *testing.T) {
+	e := newLoraEnv(t)
+	ctx := context.Background()
+	for _, s := range []string{"Lily has a dog named Max.", "Max likes to run."} {
+		if _, err := e.mem.Add(ctx, "d", textmem.Memory{Text: s}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	la := e.lease(t, "", lora.Spec{Name: "a", Scale: 1}).Refs
+	run := func(refs []runtime.AdapterRef, noCache bool) RunResult {
+		t.Helper()
+		res, err := e.r.Run(ctx, RunRequest{Cube: "d", Prompt: "One day", MaxTokens: 16, Adapters: refs, NoCache: noCache, WarmOnMiss: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	first := run(la, false) // miss: warms the pack under a@1
+	if first.CachedTokens != 0 {
+		t.Fatalf("first run restored %d tokens", first.CachedTokens)
+	}
+	warm := run(la, false)
+	cold := run(la, true)
+	if warm.CachedTokens != len(warm.Prompt.PackTokens) || warm.Text != cold.Text {
+		t.Fatalf("under a@1: cached %d of %d; warm %q cold %q", warm.CachedTokens, len(warm.Prompt.PackTokens), warm.Text, cold.Text)
+	}
+	pack := warm.Prompt.Tokens
+	for _, c := range []struct {
+		name string
+		refs []runtime.AdapterRef
+	}{
+		{"none", nil},
+		{"a@0.5", e.lease(t, "", lora.Spec{Name: "a", Scale: 0.5}).Refs},
+		{"b@1", e.lease(t, "c", lora.Spec{Name: "b", Scale: 1}).Refs},
+		{"a@1+b@1", e.lease(t, "c", lora.Spec{Name: "a", Scale: 1}, lora.Spec{Name: "b", Scale: 1}).Refs},
+	} {
+		rs, err := e.kv.Restore(ctx, e.eng, 0, pack, runtime.AdapterKey(c.refs))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rs.Tokens != 0 || rs.PackID != "" {
+			t.Errorf("%s restored %d tokens of the a@1 pack", c.name, rs.Tokens)
+		}
+	}
+}
+
+// After a request under an adapter, a request without one whose only
+// uncached token gives a one-token batch (the shape of the adapter
+// request's last decode) must not run on the adapter's graph: llama.cpp
+// reuses the previous graph when the batch shape is unchanged, and its
+// reuse check compares the adapter set by the address of the context's
+// map, which never changes (llama-graph.h llm_graph_params::allow_reuse).
+//
+// Known failure until runtime/llama disables or invalidates graph reuse on
+// an adapter switch (see the tiers/lora report); MEMOSRT_TEST_GRAPH_REUSE=1
+// runs it.
+func TestAdapterSwitchOneTokenBatch(t *testing.T) {
+	if os.Getenv("MEMOSRT_TEST_GRAPH_REUSE") == "" {
+		t.Skip("llama.cpp reuses the previous adapter's graph for an equal-shape batch; runtime fix pending (set MEMOSRT_TEST_GRAPH_REUSE=1 to run)")
+	}
+	e := newLoraEnv(t)
+	ctx := context.Background()
+	const prompt = "Once upon a time, there was a little girl"
+	base := e.gen(t, 0, prompt, nil)
+	toks, _ := e.eng.Tokenize(prompt, true)
+	for _, c := range []struct {
+		name string
+		refs []runtime.AdapterRef
+	}{{"a@1", e.lease(t, "", lora.Spec{Name: "a", Scale: 1}).Refs}, {"a@0.5", e.lease(t, "", lora.Spec{Name: "a", Scale: 0.5}).Refs}} {
+		if err := e.eng.ClearSeq(1); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.eng.Prefill(ctx, 1, toks[:len(toks)-1], 0); err != nil {
+			t.Fatal(err)
+		}
+		e.gen(t, 0, prompt, c.refs) // ends with one-token decodes under the adapter
+		res, err := e.eng.Generate(ctx, runtime.Request{Seq: 1, Tokens: toks, NPast: len(toks) - 1, MaxTokens: 24})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Text != base {
+			t.Errorf("after %s, base request with one uncached token:\n got %q\nwant %q", c.name, res.Text, base)
+		}
+	}
+}
