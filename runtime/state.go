@@ -124,8 +124,10 @@ func ParseSeqState(b []byte) (SeqState, error) {
 		if s.NCells != 0 {
 			return s, fmt.Errorf("%w: sequence spans several streams", ErrBadState)
 		}
-		if n > maxCells {
-			return s, fmt.Errorf("%w: %d cells", ErrBadState, n)
+		// each cell takes 12 bytes (pos, n_seq_id, seq id): refuse a count
+		// the input cannot hold before allocating for it
+		if n > maxCells || uint64(n)*12 > uint64(len(r.b)-r.off) {
+			return s, fmt.Errorf("%w: %d cells, %d bytes left at byte %d", ErrBadState, n, len(r.b)-r.off, r.off)
 		}
 		s.NCells = int(n)
 		s.Positions = make([]int32, 0, n)

@@ -1,0 +1,113 @@
+package runtime
+
+import (
+	"encoding/binary"
+	"errors"
+	"testing"
+)
+
+// seqState builds a llama_state_seq_get_data blob of the layout that
+// ParseSeqState walks: one stream of n cells at positions [0, n) in nLayer
+// layers with K and V rows of row bytes (V transposed when vTrans).
+func seqState(n, nLayer, row int, vTrans bool) []byte {
+	le := binary.LittleEndian
+	b := le.AppendUint32(nil, 1) // n_stream
+	b = le.AppendUint32(b, uint32(n))
+	if n == 0 {
+		return b
+	}
+	for i := 0; i < n; i++ {
+		b = le.AppendUint32(b, uint32(i)) // pos
+		b = le.AppendUint32(b, 1)         // n_seq_id
+		b = le.AppendUint32(b, 0)         // seq id
+	}
+	vt := uint32(0)
+	if vTrans {
+		vt = 1
+	}
+	b = le.AppendUint32(b, vt)
+	b = le.AppendUint32(b, uint32(nLayer))
+	for l := 0; l < nLayer; l++ {
+		b = le.AppendUint32(b, 1) // GGML_TYPE_F16
+		b = le.AppendUint64(b, uint64(row))
+		b = append(b, make([]byte, row*n)...)
+	}
+	for l := 0; l < nLayer; l++ {
+		b = le.AppendUint32(b, 1)
+		if vTrans {
+			b = le.AppendUint32(b, 2)             // element size
+			b = le.AppendUint32(b, uint32(row/2)) // n_embd_v_gqa
+		} else {
+			b = le.AppendUint64(b, uint64(row))
+		}
+		b = append(b, make([]byte, row*n)...)
+	}
+	return b
+}
+
+func TestSeqStateBuilder(t *testing.T) {
+	for _, vt := range []bool{false, true} {
+		s, err := ParseSeqState(seqState(3, 2, 8, vt))
+		if err != nil || s.NCells != 3 || s.NLayer != 2 || s.KRowBytes != 8 || s.VRowBytes != 8 || s.VTrans != vt {
+			t.Fatalf("vTrans=%v: %+v %v", vt, s, err)
+		}
+	}
+	if s, err := ParseSeqState(seqState(0, 0, 0, false)); err != nil || s.NCells != 0 {
+		t.Fatalf("empty: %+v %v", s, err)
+	}
+}
+
+// TestParseSeqStateHostileCounts: a few bytes claiming millions of cells are
+// refused as truncated, without allocating for the cells.
+func TestParseSeqStateHostileCounts(t *testing.T) {
+	b := binary.LittleEndian.AppendUint32(nil, 1)
+	b = binary.LittleEndian.AppendUint32(b, 1<<24) // maxCells
+	if _, err := ParseSeqState(b); !errors.Is(err, ErrBadState) {
+		t.Fatalf("err = %v", err)
+	}
+	res := testing.Benchmark(func(tb *testing.B) {
+		tb.ReportAllocs()
+		for range tb.N {
+			ParseSeqState(b)
+		}
+	})
+	if per := res.AllocedBytesPerOp(); per > 1<<10 {
+		t.Fatalf("refusing an 8-byte state allocated %d bytes", per)
+	}
+}
+
+// FuzzParseSeqState: ParseSeqState never panics on arbitrary bytes; it
+// returns an error wrapping ErrBadState or a layout that accounts for every
+// byte (cells, layers, rows) of the input.
+func FuzzParseSeqState(f *testing.F) {
+	f.Add(seqState(0, 0, 0, false))
+	f.Add(seqState(2, 1, 4, false))
+	f.Add(seqState(3, 2, 8, true))
+	f.Add([]byte{})
+	f.Add([]byte{1, 0, 0, 0, 255, 255, 255, 0})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		s, err := ParseSeqState(b)
+		if err != nil {
+			if !errors.Is(err, ErrBadState) {
+				t.Fatalf("error does not wrap ErrBadState: %v", err)
+			}
+			return
+		}
+		if len(s.Positions) != s.NCells || s.NStream < 1 {
+			t.Fatalf("accepted %+v", s)
+		}
+		if s.NCells == 0 {
+			if len(b) != 4+4*s.NStream {
+				t.Fatalf("empty state of %d bytes, %d streams", len(b), s.NStream)
+			}
+			return
+		}
+		// stream headers, cells, v_trans + n_layer, per-layer K and V
+		// a V layer header is type + row bytes, or type + element size +
+		// width when transposed: 12 bytes either way
+		want := 4 + 4*s.NStream + 12*s.NCells + 8 + s.NLayer*(12+s.KRowBytes*s.NCells) + s.NLayer*(12+s.VRowBytes*s.NCells)
+		if want != len(b) {
+			t.Fatalf("accepted %d bytes, layout accounts for %d: %+v", len(b), want, s)
+		}
+	})
+}
