@@ -107,7 +107,7 @@ func TestAdapterOutputs(t *testing.T) {
 	after := e.gen(t, 0, prompt, nil)
 	both := e.gen(t, 1, prompt, e.lease(t, "c", lora.Spec{Name: "a", Scale: 1}, lora.Spec{Name: "b", Scale: 1}).Refs)
 	b1 := e.gen(t, 1, prompt, e.lease(t, "c", lora.Spec{Name: "b", Scale: 1}).Refs)
-	def := e.gen(t, 0, prompt, e.lease(t, "c").Refs)                  // nil specs: cube c's default, b
+	def := e.gen(t, 0, prompt, e.lease(t, "c").Refs)                   // nil specs: cube c's default, b
 	off := e.gen(t, 0, prompt, e.lease(t, "c", []lora.Spec{}...).Refs) // explicitly none
 	t.Logf("base  %q\na@1   %q\na+b   %q\nb     %q", base, a1, both, b1)
 	if a0 != base {

@@ -107,6 +107,9 @@ func (t *Tiers) Tick(ctx context.Context) (TickReport, error) {
 	if err := t.checkOpen(); err != nil {
 		return rep, err
 	}
+	if t.r.eng == nil {
+		return rep, errors.New("scheduler: Tick needs a Runner with an engine (not ViewRunner)")
+	}
 	t.jobMu.Lock()
 	defer t.jobMu.Unlock()
 	jobs, err := t.plan(ctx)

@@ -601,3 +601,10 @@ func (t *Tiers) collectGarbage(ctx context.Context) error {
 }
 
 var _ = runtime.AdapterKey
+
+// ViewRunner returns a Runner without an engine, enough for Tiers' read-only
+// methods (State, Transitions, Jobs, HotSet) in tools that load no model.
+// Tick, Run and Activate need a Runner from New.
+func ViewRunner(mem *textmem.Store, kv *kvcache.Cache) *Runner {
+	return &Runner{mem: mem, kv: kv, opts: Options{Preamble: DefaultPreamble}}
+}

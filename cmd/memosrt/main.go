@@ -45,9 +45,11 @@ func commands() []command {
 	return []command{
 		{"mem", "mem add|ls|search|rm --db DIR --cube NAME [TEXT|QUERY|ID]", cmdMem},
 		{"kv", "kv warm|ls --db DIR [--model PATH --cube NAME]", cmdKV},
-		{"run", "run --db DIR --model PATH --cube NAME [--temperature T] [--seed N] [--num-predict N] [--no-cache] [--json] PROMPT", cmdRun},
+		{"run", "run --db DIR --model PATH --cube NAME [--temperature T] [--seed N] [--num-predict N] [--no-cache] [--lora NAME[:SCALE]] [--json] PROMPT", cmdRun},
 		{"bench", "bench ttft --model PATH --prefix N[,N...] [--query Q] [--threads T] [--ngl N] [--json]\n  bench recall --locomo FILE [--k 5,10,25] [--json]", cmdBench},
 		{"serve", serveUsage, cmdServe},
+		{"lora", loraUsage, cmdLora},
+		{"tiers", tiersUsage, cmdTiers},
 		{"gen-model", "gen-model --preset 1b|8b|tiny --out PATH [--seed N]", cmdGenModel},
 		{"devices", "devices: list the compute devices ggml found", cmdDevices},
 		{"version", "version: print the version and devices", cmdVersion},

@@ -171,6 +171,8 @@ func cmdRun(ctx context.Context, args []string) error {
 	n := fs.Int("num-predict", 128, "max tokens to generate")
 	noCache := fs.Bool("no-cache", false, "skip the activation tier: prefill the whole prompt")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of streaming text")
+	var loras loraFlag
+	fs.Var(&loras, "lora", "LoRA adapter NAME[:SCALE] (repeatable, or comma-separated; 'none': no adapter, not even the cube's defaults)")
 	ef := addEngineFlags(fs)
 	pos, err := parse(fs, args)
 	if err != nil {
@@ -194,8 +196,13 @@ func cmdRun(ctx context.Context, args []string) error {
 		return err
 	}
 	defer eng.Close()
+	adapters, release, err := leaseAdapters(ctx, s, eng, *cube, loras.adapterSpecs())
+	if err != nil {
+		return err
+	}
+	defer release()
 	r := scheduler.New(eng, s.mem, kv, scheduler.Options{Logger: logger()})
-	req := scheduler.RunRequest{Cube: *cube, Prompt: pos[0], NoCache: *noCache, WarmOnMiss: !*noCache, MaxTokens: *n,
+	req := scheduler.RunRequest{Cube: *cube, Prompt: pos[0], NoCache: *noCache, WarmOnMiss: !*noCache, MaxTokens: *n, Adapters: adapters,
 		Sampling: llama.SamplerParams{Temperature: float32(*temp), Seed: uint32(*seed), TopK: *topK,
 			TopP: float32(*topP), MinP: float32(*minP), RepeatPenalty: float32(*rep)}}
 	if !*asJSON {

@@ -1,0 +1,110 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"text/tabwriter"
+
+	"github.com/memosrt/memosrt/kvcache"
+	"github.com/memosrt/memosrt/scheduler"
+)
+
+const tiersUsage = "tiers --db DIR --cube NAME [--limit N] [--json] [--tick --model PATH]: memory tiers, heat, pack, pending jobs and transitions"
+
+func cmdTiers(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("tiers", flag.ContinueOnError)
+	db := fs.String("db", envOr("MEMOSRT_DB", ""), "data directory")
+	keyFile := fs.String("encrypt-key-file", envOr("MEMOSRT_ENCRYPT_KEY_FILE", ""), keyFileUsage)
+	cube := fs.String("cube", "default", "memory cube")
+	limit := fs.Int("limit", 20, "transitions to show (0: all)")
+	asJSON := fs.Bool("json", false, "print JSON")
+	tick := fs.Bool("tick", false, "run one scheduler tick first (plans and runs pending jobs; needs --model)")
+	ef := addEngineFlags(fs)
+	if _, err := parse(fs, args); err != nil {
+		return err
+	}
+	s, err := openStores(*db, *keyFile)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	kv, err := kvcache.Open(s.db, kvcache.Options{Logger: logger()})
+	if err != nil {
+		return err
+	}
+	defer kv.Close()
+	var r *scheduler.Runner
+	if *tick {
+		eng, err := ef.load(ctx, 1)
+		if err != nil {
+			return err
+		}
+		defer eng.Close()
+		r = scheduler.New(eng, s.mem, kv, scheduler.Options{Logger: logger()})
+	} else {
+		r = scheduler.ViewRunner(s.mem, kv)
+	}
+	t, err := scheduler.NewTiers(s.db, r, scheduler.TierOptions{Logger: logger()})
+	if err != nil {
+		return err
+	}
+	defer t.Close()
+	if *tick {
+		rep, err := t.Tick(ctx)
+		fmt.Fprintf(os.Stderr, "tick: %d planned, %d done, %d failed\n", rep.Planned, rep.Done, rep.Failed)
+		if err != nil {
+			return err
+		}
+	}
+	st, err := t.State(ctx, *cube, *limit)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetEscapeHTML(false)
+		return enc.Encode(st)
+	}
+	fmt.Printf("cube %s: pack %d tokens, %s KV (%s stored), level %s; all packs %s of %s budget\n", st.Cube, st.PackTokens,
+		bytesStr(st.RawBytes), bytesStr(st.BlobBytes), orDash(st.PackLevel), bytesStr(st.KVBytes), bytesStr(st.KVBudget))
+	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "MEMORY\tTIER\tHEAT\tVISITS\tTURNS\tTEXT")
+	for _, m := range st.Memories {
+		fmt.Fprintf(tw, "%s\t%s\t%.3f\t%.2f\t%.2f\t%s\n", m.ID, m.Tier, m.Heat, m.Usage.Visits, m.Usage.Interactions, clip(m.Text, 48))
+	}
+	tw.Flush()
+	if len(st.Jobs) > 0 {
+		fmt.Println("\npending jobs:")
+		for _, j := range st.Jobs {
+			fmt.Printf("  %d %s %s (%s, heat %.3f)\n", j.Seq, j.Kind, j.Memory, j.Reason, j.Heat)
+		}
+	}
+	if len(st.Transitions) > 0 {
+		fmt.Println("\ntransitions:")
+		tw = tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "TIME\tMEMORY\tFROM\tTO\tREASON\tHEAT\tTOKENS\tDECODED")
+		for _, tr := range st.Transitions {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%.3f\t%d\t%d\n", tr.Time.Format("2006-01-02 15:04:05"), orDash(tr.Memory), tr.From, tr.To, tr.Reason, tr.Heat, tr.Tokens, tr.Decoded)
+		}
+		tw.Flush()
+	}
+	return nil
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func clip(s string, n int) string {
+	r := []rune(s)
+	if len(r) <= n {
+		return s
+	}
+	return string(r[:n-1]) + "…"
+}
