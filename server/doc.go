@@ -20,6 +20,13 @@
 //     cube's memories into the prompt as text and generates through the
 //     official client github.com/ollama/ollama/api.
 //
+// The engine batches requests on different sequences into one llama_decode
+// (continuous batching); its OnText callback runs on the engine's batch
+// goroutine, so streamed text is only queued there and written to the
+// client by the request's own goroutine. num_ctx and the sampling options
+// are per request: a request never reloads the model; num_ctx below the
+// loaded n_ctx limits that request, above it is capped at n_ctx.
+//
 // A request picks its memory cube with the header X-Memosrt-Cube or the
 // option "cube"; without one it is plain inference. Requests wait in a
 // bounded queue for a slot; when Options.MaxQueue requests already wait the

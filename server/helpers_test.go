@@ -33,7 +33,9 @@ type envConfig struct {
 	eo       EngineOptions
 	nctx     int
 	nseq     int
-	noEngine bool // attach no backend
+	noEngine bool   // attach no backend
+	model    string // GGUF path; "" is stories260K
+	threads  int    // default 2
 }
 
 // env is a memosrt server over real resources, on a real loopback listener.
@@ -82,7 +84,14 @@ func newEnv(t testing.TB, c envConfig) *env {
 		if nseq == 0 {
 			nseq = 4
 		}
-		e.eng, err = runtime.Load(context.Background(), runtime.Options{ModelPath: testmodels.Stories(t), NCtx: nctx, NSeqMax: nseq, Threads: 2})
+		model, threads := c.model, c.threads
+		if model == "" {
+			model = testmodels.Stories(t)
+		}
+		if threads == 0 {
+			threads = 2
+		}
+		e.eng, err = runtime.Load(context.Background(), runtime.Options{ModelPath: model, NCtx: nctx, NSeqMax: nseq, Threads: threads})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -70,6 +70,11 @@ type llamaBackend struct {
 	res     map[string]*residentPack // by cube
 	resFree []int                    // reserved sequences holding no pack
 
+	// kvMu serialises this backend's pack writes (Put, Warm, Delete):
+	// kvcache's index takes a pack id twice when two Puts of the same pack
+	// race, and a later Delete then leaves a dangling entry.
+	kvMu sync.Mutex
+
 	writes   sync.WaitGroup // background conversation pack writes
 	pending  atomic.Int64
 	writeSem chan struct{} // bounds concurrent writes; full: the write is skipped
@@ -366,6 +371,11 @@ func (b *llamaBackend) persist(sl *slot, cube, prev string) {
 	go func() {
 		defer func() { b.pending.Add(-1); <-b.writeSem; b.writes.Done() }()
 		start := time.Now()
+		b.kvMu.Lock()
+		defer b.kvMu.Unlock()
+		if b.hasPack(id) {
+			return // the same conversation state is stored already
+		}
 		info, err := b.kv.Put(context.Background(), kvcache.Header{KV: b.eng.KVConfig(), Tokens: toks, Label: "conv:" + cube}, state)
 		if err != nil {
 			b.s.log.Warn("conversation pack not stored", "cube", cube, "err", err)
@@ -379,6 +389,15 @@ func (b *llamaBackend) persist(sl *slot, cube, prev string) {
 		b.s.log.Debug("conversation pack stored", "cube", cube, "pack", info.ID[:12], "n_tokens", info.NTokens,
 			"blob_bytes", info.BlobBytes, "ms", time.Since(start).Milliseconds())
 	}()
+}
+
+func (b *llamaBackend) hasPack(id string) bool {
+	for _, p := range b.kv.List("") {
+		if p.ID == id {
+			return true
+		}
+	}
+	return false
 }
 
 // isConv reports whether pack id is a conversation pack.
@@ -426,7 +445,9 @@ func (b *llamaBackend) warm(ctx context.Context, cube string, resident bool) (pa
 		if err != nil {
 			return packStatus{}, err
 		}
+		b.kvMu.Lock()
 		_, err = b.kv.Warm(ctx, b.eng, sl.seq, p.PackTokens, kvcache.WarmOptions{Label: cube, Background: true})
+		b.kvMu.Unlock()
 		sl.toks, sl.convPack = nil, ""
 		if err == nil {
 			sl.toks = slices.Clone(p.PackTokens)
@@ -440,7 +461,9 @@ func (b *llamaBackend) warm(ctx context.Context, cube string, resident bool) (pa
 			return packStatus{}, badField("resident", "no resident slots (start the server with --resident N)")
 		}
 		seq := b.takeResidentSeq(cube)
+		b.kvMu.Lock()
 		info, err := b.kv.Warm(ctx, b.eng, seq, p.PackTokens, kvcache.WarmOptions{Label: cube, Background: true})
+		b.kvMu.Unlock()
 		b.resMu.Lock()
 		if err != nil {
 			b.eng.ClearSeq(seq)

@@ -116,6 +116,8 @@ func (s *Server) deleteCube(ctx context.Context, cube string) error {
 	if err := s.opts.Store.DeleteCube(ctx, cube); err != nil {
 		return err
 	}
+	unlock := s.lockPacks()
+	defer unlock()
 	for _, p := range s.packsOf(cube) {
 		if err := s.opts.KV.Delete(p.ID); err != nil && !errors.Is(err, kvcache.ErrNotFound) {
 			return err
@@ -341,4 +343,16 @@ func (s *Server) handlePackStatus(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, st)
+}
+
+// lockPacks serialises a pack write with the llama backend's own (see
+// llamaBackend.kvMu) and returns the unlock.
+func (s *Server) lockPacks() func() {
+	if b, err := s.backend(); err == nil {
+		if lb, ok := b.(*llamaBackend); ok {
+			lb.kvMu.Lock()
+			return lb.kvMu.Unlock
+		}
+	}
+	return func() {}
 }

@@ -38,9 +38,10 @@ type Options struct {
 	MaxBodyBytes int64
 	// MaxImportBytes bounds an imported cube archive, bytes. Default 4 GiB.
 	MaxImportBytes int64
-	// PersistConversations saves a chat turn's sequence state as a pack
-	// labelled "conv:<cube>" (see package doc) when it holds at least
-	// MinPersistTokens tokens. Default on; set NoPersist to turn it off.
+	// NoPersist turns off saving a chat turn's sequence state as a pack
+	// labelled "conv:<cube>" (see package doc). By default a state of at
+	// least MinPersistTokens tokens is saved in the background after the
+	// turn, and the pack of the turn it continues is dropped.
 	NoPersist bool
 	// MinPersistTokens is the shortest conversation state worth a pack,
 	// tokens. Default 128.

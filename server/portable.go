@@ -280,7 +280,10 @@ func (s *Server) importCube(r *http.Request) (importResult, error) {
 			hd.Label = cube
 		}
 		hd.Created = time.Time{}
-		if _, err := s.opts.KV.Put(ctx, hd, state); err != nil {
+		unlock := s.lockPacks()
+		_, err = s.opts.KV.Put(ctx, hd, state)
+		unlock()
+		if err != nil {
 			return res, err
 		}
 		res.Packs++

@@ -361,3 +361,33 @@ func TestFallbackLongLines(t *testing.T) {
 		})
 	}
 }
+
+// num_ctx and sampling options change per request without a reload.
+func TestNumCtxPerRequest(t *testing.T) {
+	e := newEnv(t, envConfig{nctx: 512})
+	eng := e.eng
+	for _, n := range []int{64, 512, 8192, 0} {
+		var r map[string]any
+		body := map[string]any{"model": testModel, "prompt": "Once upon a time", "raw": true, "stream": false,
+			"options": map[string]any{"num_ctx": n, "num_predict": 200, "temperature": 0.5, "top_k": 10, "seed": 3}}
+		if code := do(t, "POST", e.url()+"/api/generate", body, &r); code != http.StatusOK {
+			t.Fatalf("num_ctx %d: %d %v", n, code, r)
+		}
+		got := len(r["context"].([]any)) // tokens the sequence holds
+		if n == 64 && got > 64 {
+			t.Fatalf("num_ctx 64: sequence holds %d tokens", got)
+		}
+	}
+	if b := llamaOf(t, e); b.eng != eng {
+		t.Fatal("engine replaced")
+	}
+	var ps struct {
+		Models []struct {
+			ContextLength int `json:"context_length"`
+		}
+	}
+	do(t, "GET", e.url()+"/api/ps", nil, &ps)
+	if len(ps.Models) != 1 || ps.Models[0].ContextLength != 512 {
+		t.Fatalf("ps %+v", ps)
+	}
+}
