@@ -109,7 +109,7 @@ func TestLoad(t *testing.T) {
 	// warm-up round, then the baseline
 	runLoad(t, e.url(), clients, 1, hc)
 	tr.CloseIdleConnections()
-	base := waitGoroutines(t, 0)
+	base := goruntime.NumGoroutine()
 	heap0 := heapMB()
 	start := time.Now()
 	r := runLoad(t, e.url(), clients, per, hc)

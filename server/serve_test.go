@@ -134,7 +134,7 @@ func TestQueueAndCancel(t *testing.T) {
 			t.Fatalf("status %d %v", code, body)
 		}
 		var oe oaiError
-		code = do(t, "POST", e.url()+"/v1/chat/completions", map[string]any{"model": testModel, "messages": []map[string]string{{"role": "user", "content": "x"}}}, &oe)
+		code = do(t, "POST", e.url()+"/v1/chat/completions", map[string]any{"model": testModel, "max_tokens": 4, "messages": []map[string]string{{"role": "user", "content": "x"}}}, &oe)
 		if code != http.StatusOK {
 			t.Fatalf("after release: %d %+v", code, oe)
 		}
