@@ -256,7 +256,7 @@ func (b *llamaBackend) generate(ctx context.Context, req *genRequest) (genResult
 		sl.toks = nil
 		return out, err
 	}
-	res, gerr := b.eng.Generate(ctx, runtime.Request{Seq: sl.seq, Tokens: toks, NPast: npast, Sampling: req.Sampling,
+	res, gerr := b.run(ctx, runtime.Request{Seq: sl.seq, Tokens: toks, NPast: npast, Sampling: req.Sampling,
 		MaxTokens: maxTok, Stop: req.Stop, OnText: req.OnText, Start: req.Start})
 	out.Text, out.EvalTokens, out.TTFT, out.PromptTime, out.EvalTime, out.DoneReason =
 		res.Text, res.EvalTokens, res.TTFT, res.PrefillTime, res.EvalTime, res.DoneReason
@@ -280,6 +280,43 @@ func (b *llamaBackend) generate(ctx context.Context, req *genRequest) (genResult
 		b.persist(sl, req.Cube, prev)
 	}
 	return out, nil
+}
+
+// run is Engine.Generate, retried while the engine still lists the
+// sequence's previous request: a finished job leaves the engine's active set
+// only after the batch step it finished in, so a slot reused at once can
+// meet runtime.ErrSeqBusy for up to one step.
+func (b *llamaBackend) run(ctx context.Context, req runtime.Request) (runtime.Result, error) {
+	for wait := 50 * time.Microsecond; ; wait *= 2 {
+		res, err := b.eng.Generate(ctx, req)
+		if !errors.Is(err, runtime.ErrSeqBusy) || wait > time.Second {
+			return res, err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return res, ctx.Err()
+		}
+	}
+}
+
+// retryBusy runs f while it fails with runtime.ErrSeqBusy (see run).
+func retryBusy(ctx context.Context, f func() error) error {
+	for wait := 50 * time.Microsecond; ; wait *= 2 {
+		err := f()
+		if !errors.Is(err, runtime.ErrSeqBusy) || wait > time.Second {
+			return err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		}
+	}
 }
 
 // prepare makes sl's sequence hold the longest available prefix of toks
@@ -320,7 +357,12 @@ func (b *llamaBackend) prepare(ctx context.Context, sl *slot, toks []int32, resN
 	b.resMu.Unlock()
 	if b.kv != nil {
 		if m := b.kv.Lookup(b.cfgKey, toks); min(m.Tokens, usable) > best {
-			rs, err := b.kv.Restore(ctx, b.eng, sl.seq, toks, "")
+			var rs kvcache.Restored
+			err := retryBusy(ctx, func() error {
+				var err error
+				rs, err = b.kv.Restore(ctx, b.eng, sl.seq, toks, "")
+				return err
+			})
 			sl.convPack = ""
 			if err != nil {
 				return 0, "", "", err
@@ -446,7 +488,10 @@ func (b *llamaBackend) warm(ctx context.Context, cube string, resident bool) (pa
 			return packStatus{}, err
 		}
 		b.kvMu.Lock()
-		_, err = b.kv.Warm(ctx, b.eng, sl.seq, p.PackTokens, kvcache.WarmOptions{Label: cube, Background: true})
+		err = retryBusy(ctx, func() error {
+			_, err := b.kv.Warm(ctx, b.eng, sl.seq, p.PackTokens, kvcache.WarmOptions{Label: cube, Background: true})
+			return err
+		})
 		b.kvMu.Unlock()
 		sl.toks, sl.convPack = nil, ""
 		if err == nil {
@@ -462,7 +507,12 @@ func (b *llamaBackend) warm(ctx context.Context, cube string, resident bool) (pa
 		}
 		seq := b.takeResidentSeq(cube)
 		b.kvMu.Lock()
-		info, err := b.kv.Warm(ctx, b.eng, seq, p.PackTokens, kvcache.WarmOptions{Label: cube, Background: true})
+		var info kvcache.Info
+		err := retryBusy(ctx, func() error {
+			var err error
+			info, err = b.kv.Warm(ctx, b.eng, seq, p.PackTokens, kvcache.WarmOptions{Label: cube, Background: true})
+			return err
+		})
 		b.kvMu.Unlock()
 		b.resMu.Lock()
 		if err != nil {

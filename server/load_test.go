@@ -104,13 +104,15 @@ func TestLoad(t *testing.T) {
 		}
 	}
 	e := newEnv(t, envConfig{nseq: 4, nctx: 4096, opts: Options{MaxQueue: clients / 2}})
+	pre := goruntime.NumGoroutine()
 	tr := &http.Transport{MaxIdleConnsPerHost: clients}
 	hc := &http.Client{Transport: tr, Timeout: 5 * time.Minute}
 	// warm-up round, then the baseline
 	runLoad(t, e.url(), clients, 1, hc)
 	tr.CloseIdleConnections()
-	base := goruntime.NumGoroutine()
+	base := waitGoroutines(t, pre+2)
 	heap0 := heapMB()
+	rejected0 := readMetric(t, e, "memosrt_rejected_requests_total")
 	start := time.Now()
 	r := runLoad(t, e.url(), clients, per, hc)
 	d := time.Since(start)
@@ -139,5 +141,7 @@ func TestLoad(t *testing.T) {
 			t.Fatalf("after the load: %+v", st)
 		}
 	}
-	mustMetric(t, e, "memosrt_rejected_requests_total", float64(r.busy.Load()))
+	if got := readMetric(t, e, "memosrt_rejected_requests_total") - rejected0; got != float64(r.busy.Load()) {
+		t.Fatalf("rejected metric grew by %v, clients saw %d 429s", got, r.busy.Load())
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -223,31 +224,32 @@ func streamTextCtx(t *testing.T, ctx context.Context, e *env, req map[string]any
 // mustMetric checks a metric's value in /metrics.
 func mustMetric(t *testing.T, e *env, name string, want float64) {
 	t.Helper()
+	if got := readMetric(t, e, name); got != want {
+		t.Fatalf("%s = %v, want %v", name, got, want)
+	}
+}
+
+// readMetric returns an unlabelled metric's value from /metrics.
+func readMetric(t *testing.T, e *env, name string) float64 {
+	t.Helper()
 	resp, err := http.Get(e.url() + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	var b strings.Builder
-	buf := make([]byte, 64<<10)
-	for {
-		n, err := resp.Body.Read(buf)
-		b.Write(buf[:n])
-		if err != nil {
-			break
-		}
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
 	}
-	for _, line := range strings.Split(b.String(), "\n") {
+	for _, line := range strings.Split(string(b), "\n") {
 		if v, ok := strings.CutPrefix(line, name+" "); ok {
 			var got float64
 			fmt.Sscan(v, &got)
-			if got != want {
-				t.Fatalf("%s = %v, want %v", name, got, want)
-			}
-			return
+			return got
 		}
 	}
 	t.Fatalf("metric %s missing", name)
+	return 0
 }
 
 // A conversation's state is saved as a pack; after a restart (new engine,
