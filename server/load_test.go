@@ -110,6 +110,7 @@ func TestLoad(t *testing.T) {
 	// warm-up round, then the baseline
 	runLoad(t, e.url(), clients, 1, hc)
 	tr.CloseIdleConnections()
+	http.DefaultClient.CloseIdleConnections()
 	base := waitGoroutines(t, pre+2)
 	heap0 := heapMB()
 	rejected0 := readMetric(t, e, "memosrt_rejected_requests_total")
@@ -117,6 +118,7 @@ func TestLoad(t *testing.T) {
 	r := runLoad(t, e.url(), clients, per, hc)
 	d := time.Since(start)
 	tr.CloseIdleConnections()
+	http.DefaultClient.CloseIdleConnections() // readMetric's
 	heap1 := heapMB()
 	g := waitGoroutines(t, base+2)
 	total := int64(clients * per)
