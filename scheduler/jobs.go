@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	goruntime "runtime"
 	"slices"
 	"time"
 
@@ -365,7 +366,7 @@ func (t *Tiers) computePack(ctx context.Context, cube string, toks []int32) (kvc
 	if err != nil {
 		return kvcache.Info{}, 0, err
 	}
-	if _, err := eng.Generate(ctx, runtime.Request{Seq: seq, Tokens: toks, NPast: rs.Tokens, PrefillOnly: true, Background: true}); err != nil {
+	if err := prefillBackground(ctx, eng, seq, toks, rs.Tokens, t.opts.JobChunk); err != nil {
 		return kvcache.Info{}, 0, err
 	}
 	state, err := eng.SaveSeq(seq)
@@ -374,6 +375,28 @@ func (t *Tiers) computePack(ctx context.Context, cube string, toks []int32) (kvc
 	}
 	info, err := kv.Put(ctx, kvcache.Header{KV: eng.KVConfig(), Tokens: toks, Label: cube}, state)
 	return info, len(toks) - rs.Tokens, err
+}
+
+// prefillBackground decodes toks[npast:] into seq (which holds toks[:npast])
+// as a series of background requests of at most chunk tokens, so that a
+// foreground request waits for at most one small batch of it.
+func prefillBackground(ctx context.Context, eng *runtime.Engine, seq int, toks []int32, npast, chunk int) error {
+	for npast < len(toks) {
+		end := min(len(toks), npast+chunk)
+		_, err := eng.Generate(ctx, runtime.Request{Seq: seq, Tokens: toks[:end], NPast: npast, PrefillOnly: true, Background: true})
+		// Stopgap: the engine reports a request done before its batch loop
+		// drops it from the active set, so the next request on the same seq
+		// can briefly see ErrSeqBusy (reported to runtime's owner).
+		for try := 0; errors.Is(err, runtime.ErrSeqBusy) && try < 100000; try++ {
+			goruntime.Gosched()
+			_, err = eng.Generate(ctx, runtime.Request{Seq: seq, Tokens: toks[:end], NPast: npast, PrefillOnly: true, Background: true})
+		}
+		if err != nil {
+			return err
+		}
+		npast = end
+	}
+	return nil
 }
 
 // finish commits a job: the new pack state (nil: unchanged), its transition

@@ -59,6 +59,10 @@ type TierOptions struct {
 	// heat first), or is refused. The compressed blobs on disk are smaller.
 	// The RAM level is bounded by kvcache.Options.RAMBytes. Default 256 MiB.
 	KVBytes int64
+	// JobChunk is the most tokens a job decodes per background request:
+	// a foreground request arriving mid-job waits for at most one such
+	// batch (plus the engine's own runtime.BackgroundChunk bound). Default 16.
+	JobChunk int
 	// Interval is the period of the background loop started by Start.
 	// Default 10 s.
 	Interval time.Duration
@@ -111,6 +115,9 @@ func NewTiers(db *badger.DB, r *Runner, opts TierOptions) (*Tiers, error) {
 	}
 	if opts.KVBytes == 0 {
 		opts.KVBytes = 256 << 20
+	}
+	if opts.JobChunk <= 0 {
+		opts.JobChunk = 16
 	}
 	if opts.Interval == 0 {
 		opts.Interval = 10 * time.Second
