@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	goruntime "runtime"
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -26,23 +27,33 @@ import (
 // They run on stories260K and, when present, on the generated 1B model
 // (models/1b.gguf, `memosrt gen-model --preset 1b --out models/1b.gguf`;
 // MEMOSRT_BENCH_1B overrides the path, MEMOSRT_BENCH_1B=off skips it).
+// On a GPU: MEMOSRT_BENCH_NGL=-1 MEMOSRT_LIB_PATH=$PWD/lib/memosrt (after
+// `make cuda`).
 
 type benchModel struct {
 	name, path string
 	decode     int // tokens generated per stream
 	ttftReps   int
 	threads    int
+	ngl        int
+	libDir     string
 }
 
 func benchModels(b *testing.B) []benchModel {
 	threads := goruntime.NumCPU()
-	ms := []benchModel{{"stories260K", testmodels.Stories(b), 256, 40, threads}}
+	ngl, _ := strconv.Atoi(os.Getenv("MEMOSRT_BENCH_NGL"))
+	lib := os.Getenv("MEMOSRT_LIB_PATH")
+	ms := []benchModel{{"stories260K", testmodels.Stories(b), 256, 40, threads, ngl, lib}}
 	p := os.Getenv("MEMOSRT_BENCH_1B")
 	if p == "" {
 		p = filepath.Join("..", "models", "1b.gguf")
 	}
 	if _, err := os.Stat(p); err == nil && p != "off" {
-		ms = append(ms, benchModel{"1b", p, 24, 7, threads})
+		decode, reps := 24, 7
+		if ngl != 0 {
+			decode, reps = 128, 40
+		}
+		ms = append(ms, benchModel{"1b", p, decode, reps, threads, ngl, lib})
 	}
 	return ms
 }
@@ -97,7 +108,7 @@ func aggregate(b *testing.B, streams int, gen func(i int) (int, error)) float64 
 func BenchmarkParallelDecode(b *testing.B) {
 	for _, m := range benchModels(b) {
 		b.Run(m.name, func(b *testing.B) {
-			e := newEnv(b, envConfig{model: m.path, threads: m.threads, nseq: 4, nctx: 2048, opts: Options{NoPersist: true}})
+			e := newEnv(b, envConfig{model: m.path, threads: m.threads, ngl: m.ngl, libDir: m.libDir, nseq: 4, nctx: 2048, opts: Options{NoPersist: true}})
 			hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 8}}
 			ctx := context.Background()
 			overHTTP := func(streams int) float64 {
@@ -143,7 +154,7 @@ func p50(d []time.Duration) time.Duration {
 func BenchmarkTTFT(b *testing.B) {
 	for _, m := range benchModels(b) {
 		b.Run(m.name, func(b *testing.B) {
-			e := newEnv(b, envConfig{model: m.path, threads: m.threads, nseq: 1, nctx: 1024, opts: Options{NoPersist: true}})
+			e := newEnv(b, envConfig{model: m.path, threads: m.threads, ngl: m.ngl, libDir: m.libDir, nseq: 1, nctx: 1024, opts: Options{NoPersist: true}})
 			ctx := context.Background()
 			hc := &http.Client{Transport: &http.Transport{}}
 			prompt := func(i int) string {

@@ -36,6 +36,8 @@ type envConfig struct {
 	noEngine bool   // attach no backend
 	model    string // GGUF path; "" is stories260K
 	threads  int    // default 2
+	ngl      int    // layers on a GPU (benchmarks: MEMOSRT_BENCH_NGL)
+	libDir   string // ggml backend modules (benchmarks: MEMOSRT_LIB_PATH)
 }
 
 // env is a memosrt server over real resources, on a real loopback listener.
@@ -91,7 +93,8 @@ func newEnv(t testing.TB, c envConfig) *env {
 		if threads == 0 {
 			threads = 2
 		}
-		e.eng, err = runtime.Load(context.Background(), runtime.Options{ModelPath: model, NCtx: nctx, NSeqMax: nseq, Threads: threads})
+		e.eng, err = runtime.Load(context.Background(), runtime.Options{ModelPath: model, NCtx: nctx, NSeqMax: nseq, Threads: threads,
+			NGPULayers: c.ngl, LibDir: c.libDir})
 		if err != nil {
 			t.Fatal(err)
 		}

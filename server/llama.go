@@ -18,8 +18,9 @@ import (
 )
 
 // UseEngine attaches the llama backend over eng, which the caller keeps
-// owning (close it after Shutdown). Sequences [0, Parallel) serve requests;
-// the next ResidentPacks sequences hold resident packs.
+// owning (close it after Shutdown). Parallel sequences serve requests;
+// ResidentPacks more hold resident packs. All are taken from the engine's
+// sequence pool (Engine.TryAcquireSeq) and returned by Shutdown.
 func (s *Server) UseEngine(eng *runtime.Engine, eo EngineOptions) error {
 	if eng == nil || eo.Name == "" {
 		return fmt.Errorf("%w: UseEngine needs an engine and a Name", ErrBadOptions)
@@ -38,16 +39,29 @@ func (s *Server) UseEngine(eng *runtime.Engine, eo EngineOptions) error {
 		cfgKey:   kvcache.ConfigKey(eng.KVConfig(), ""),
 		writeSem: make(chan struct{}, 2)}
 	b.runner = scheduler.New(eng, s.opts.Store, s.opts.KV, scheduler.Options{Logger: s.log})
-	seqs := make([]int, eo.Parallel)
-	for i := range seqs {
-		seqs[i] = i
+	// The server's sequences come from the engine's pool and are held until
+	// close, so that other users of the pool never get them.
+	var seqs []int
+	for len(seqs) < eo.Parallel+eo.ResidentPacks {
+		seq, ok := eng.TryAcquireSeq()
+		if !ok {
+			for _, q := range seqs {
+				eng.ReleaseSeq(q)
+			}
+			return fmt.Errorf("%w: the engine's pool has %d free sequences, want Parallel %d + ResidentPacks %d",
+				ErrBadOptions, len(seqs), eo.Parallel, eo.ResidentPacks)
+		}
+		seqs = append(seqs, seq)
 	}
-	b.pool = newSlotPool(seqs, s.opts.MaxQueue)
-	for i := 0; i < eo.ResidentPacks; i++ {
-		b.resFree = append(b.resFree, eo.Parallel+i)
-	}
+	slices.Sort(seqs)
+	b.seqs = seqs
+	b.pool = newSlotPool(seqs[:eo.Parallel], s.opts.MaxQueue)
+	b.resFree = slices.Clone(seqs[eo.Parallel:])
 	b.info = engineModelInfo(eng, eo)
 	if err := s.attach(b); err != nil {
+		for _, q := range seqs {
+			eng.ReleaseSeq(q)
+		}
 		return err
 	}
 	s.log.Info("llama backend ready", "model", eo.Name, "n_ctx", eng.NCtx(), "slots", eo.Parallel, "resident_slots", eo.ResidentPacks)
@@ -64,6 +78,7 @@ type llamaBackend struct {
 	pool   *slotPool
 	info   modelInfo
 	cfgKey string
+	seqs   []int // taken from the engine's pool, returned by close
 
 	// resMu guards res and resFree.
 	resMu   sync.Mutex
@@ -602,13 +617,24 @@ func (b *llamaBackend) stats() backendStats {
 	return st
 }
 
+// close waits for background pack writes, then returns the sequences to
+// the engine's pool (emptied). Requests have ended (Server.Shutdown).
 func (b *llamaBackend) close(ctx context.Context) error {
 	done := make(chan struct{})
 	go func() { b.writes.Wait(); close(done) }()
 	select {
 	case <-done:
-		return nil
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+	b.resMu.Lock()
+	seqs := b.seqs
+	b.seqs = nil
+	b.res = map[string]*residentPack{}
+	b.resMu.Unlock()
+	for _, q := range seqs {
+		b.eng.ClearSeq(q)
+		b.eng.ReleaseSeq(q)
+	}
+	return nil
 }
