@@ -18,6 +18,10 @@ import (
 // running request is using.
 var ErrSeqBusy = errors.New("runtime: sequence busy")
 
+// ErrNoLoRA is returned for a request with adapters on an engine loaded
+// without Options.LoRA.
+var ErrNoLoRA = errors.New("runtime: engine loaded without LoRA support (Options.LoRA)")
+
 // AdapterRef is a loaded LoRA adapter attached to a request at a scale.
 type AdapterRef struct {
 	Name    string         // registry name, part of AdapterKey
@@ -165,6 +169,9 @@ func (e *Engine) Generate(ctx context.Context, req Request) (Result, error) {
 	if req.Seq < 0 || req.Seq >= e.opts.NSeqMax {
 		return j.res, fmt.Errorf("runtime: seq %d not in [0, %d)", req.Seq, e.opts.NSeqMax)
 	}
+	if len(req.Adapters) > 0 && !e.opts.LoRA {
+		return j.res, ErrNoLoRA
+	}
 	if len(req.Tokens) >= e.kv.NCtx || req.PrefillOnly && len(req.Tokens) > e.kv.NCtx {
 		return j.res, fmt.Errorf("%w: %d prompt tokens, n_ctx %d", ErrPromptTooLong, len(req.Tokens), e.kv.NCtx)
 	}
@@ -198,7 +205,7 @@ func (e *Engine) Generate(ctx context.Context, req Request) (Result, error) {
 		}
 	}
 	for _, o := range e.b.active {
-		if o.req.Seq == req.Seq {
+		if o.req.Seq == req.Seq && !o.finished() {
 			e.b.mu.Unlock()
 			return j.res, fmt.Errorf("%w: %d", ErrSeqBusy, req.Seq)
 		}
@@ -236,6 +243,17 @@ func (e *Engine) Prefill(ctx context.Context, seq int, toks []Token, pos0 int) e
 func (e *Engine) PrefillRequest(ctx context.Context, seq int, toks []Token, adapters []AdapterRef, background bool) error {
 	_, err := e.Generate(ctx, Request{Seq: seq, Tokens: toks, PrefillOnly: true, Adapters: adapters, Background: background})
 	return err
+}
+
+// finished reports whether j has completed (it may still sit in the active
+// list until the current step ends).
+func (j *job) finished() bool {
+	select {
+	case <-j.done:
+		return true
+	default:
+		return false
+	}
 }
 
 // finish completes j. Caller holds e.b.mu.
@@ -287,14 +305,7 @@ func (e *Engine) loop() {
 		e.step(step)
 		e.mu.Unlock()
 		e.b.mu.Lock()
-		e.b.active = slices.DeleteFunc(e.b.active, func(j *job) bool {
-			select {
-			case <-j.done:
-				return true
-			default:
-				return false
-			}
-		})
+		e.b.active = slices.DeleteFunc(e.b.active, (*job).finished)
 		e.b.nActive.Store(int32(len(e.b.active)))
 		e.b.mu.Unlock()
 	}

@@ -46,6 +46,11 @@ type Options struct {
 	TypeK, TypeV string
 	// FlashAttn is "auto" (default), "on" or "off".
 	FlashAttn string
+	// LoRA allows requests to attach LoRA adapters (Request.Adapters). It
+	// turns off llama.cpp's graph reuse, which cannot see adapter switches
+	// (see llama.ContextParams.NoGraphReuse); each decode then rebuilds its
+	// graph, a small cost on the CPU. Default false: adapters are refused.
+	LoRA bool
 	// Logger receives load information and llama.cpp warnings; nil discards.
 	Logger *slog.Logger
 	// Progress, if set, is called with the load fraction in [0, 1].
@@ -187,7 +192,7 @@ func Load(ctx context.Context, opts Options) (*Engine, error) {
 	c, err := llama.NewContext(m, llama.ContextParams{
 		NCtx: nctx, NBatch: opts.NBatch, NUBatch: opts.NUBatch, NSeqMax: opts.NSeqMax,
 		Threads: opts.Threads, TypeK: kvTypes[opts.TypeK], TypeV: kvTypes[opts.TypeV],
-		FlashAttn: faModes[opts.FlashAttn], KVUnified: true,
+		FlashAttn: faModes[opts.FlashAttn], KVUnified: true, NoGraphReuse: opts.LoRA,
 	})
 	if err != nil {
 		m.Close()

@@ -2,7 +2,6 @@ package scheduler
 
 import (
 	"context"
-	"os"
 	"path/filepath"
 	"testing"
 
@@ -189,13 +188,8 @@ func TestAdapterKVIsolation(t *testing.T) {
 // reuse check compares the adapter set by the address of the context's
 // map, which never changes (llama-graph.h llm_graph_params::allow_reuse).
 //
-// Known failure until runtime/llama disables or invalidates graph reuse on
-// an adapter switch (see the tiers/lora report); MEMOSRT_TEST_GRAPH_REUSE=1
-// runs it.
+// runtime.Options.LoRA turns graph reuse off for this reason.
 func TestAdapterSwitchOneTokenBatch(t *testing.T) {
-	if os.Getenv("MEMOSRT_TEST_GRAPH_REUSE") == "" {
-		t.Skip("llama.cpp reuses the previous adapter's graph for an equal-shape batch; runtime fix pending (set MEMOSRT_TEST_GRAPH_REUSE=1 to run)")
-	}
 	e := newLoraEnv(t)
 	ctx := context.Background()
 	const prompt = "Once upon a time, there was a little girl"

@@ -53,7 +53,7 @@ type tierEnv struct {
 
 func loadEngine(t testing.TB, nseq int) *runtime.Engine {
 	t.Helper()
-	eng, err := runtime.Load(context.Background(), runtime.Options{ModelPath: testmodels.Stories(t), NCtx: 1024, NSeqMax: nseq, Threads: 1})
+	eng, err := runtime.Load(context.Background(), runtime.Options{ModelPath: testmodels.Stories(t), NCtx: 1024, NSeqMax: nseq, Threads: 1, LoRA: true})
 	if err != nil {
 		t.Fatal(err)
 	}

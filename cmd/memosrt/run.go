@@ -17,6 +17,7 @@ import (
 
 // engineFlags are the load-time flags shared by commands that load a model.
 type engineFlags struct {
+	lora    bool // allow LoRA adapters (runtime.Options.LoRA)
 	model   *string
 	threads *int
 	ctx     *int
@@ -58,7 +59,7 @@ func (f engineFlags) load(ctx context.Context, nseq int) (*runtime.Engine, error
 	}
 	return runtime.Load(ctx, runtime.Options{ModelPath: *f.model, LibDir: libDir(), NGPULayers: ngl,
 		NCtx: *f.ctx, NSeqMax: nseq, Threads: *f.threads, TypeK: *f.typeK, TypeV: *f.typeV,
-		FlashAttn: *f.fa, Logger: logger(), Progress: progress("loading model")})
+		FlashAttn: *f.fa, LoRA: f.lora, Logger: logger(), Progress: progress("loading model")})
 }
 
 func cmdKV(ctx context.Context, args []string) error {
@@ -191,6 +192,7 @@ func cmdRun(ctx context.Context, args []string) error {
 		return err
 	}
 	defer kv.Close()
+	ef.lora = true
 	eng, err := ef.load(ctx, 1)
 	if err != nil {
 		return err

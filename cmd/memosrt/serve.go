@@ -81,6 +81,7 @@ func cmdServe(ctx context.Context, args []string) error {
 			hs.Close()
 			return errors.New("--model is required (or set MEMOSRT_MODEL)")
 		}
+		ef.lora = true
 		eng, err := ef.load(ctx, *parallel+*resident)
 		if err != nil {
 			hs.Close()

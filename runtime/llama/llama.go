@@ -458,7 +458,16 @@ type ContextParams struct {
 	TypeV     int // KV value type; see TypeK
 	FlashAttn int // FlashAttnAuto, FlashAttnDisabled, FlashAttnEnabled
 	KVUnified bool
+	// NoGraphReuse turns off llama.cpp's reuse of the previous compute graph
+	// (LLAMA_GRAPH_REUSE_DISABLE). Needed when LoRA adapters change between
+	// decodes: llm_graph_params::allow_reuse (llama-graph.h) compares the
+	// adapter map by address, so it cannot see an adapter switch.
+	NoGraphReuse bool
 }
+
+// envMu serializes the setenv/unsetenv around context creation (llama.cpp
+// reads LLAMA_GRAPH_REUSE_DISABLE in the llama_context constructor).
+var envMu sync.Mutex
 
 // Ctx is a llama context: a KV cache with NSeqMax sequences and the compute
 // graph. Not safe for concurrent use: one goroutine owns it.
@@ -498,7 +507,21 @@ func NewContext(m *Model, p ContextParams) (*Ctx, error) {
 	cp.flash_attn_type = C.enum_llama_flash_attn_type(p.FlashAttn)
 	cp.kv_unified = C._Bool(p.KVUnified)
 	cp.no_perf = true
-	c := C.llama_init_from_model(m.m, cp)
+	var c *C.struct_llama_context
+	if p.NoGraphReuse {
+		envMu.Lock()
+		old, had := os.LookupEnv("LLAMA_GRAPH_REUSE_DISABLE")
+		os.Setenv("LLAMA_GRAPH_REUSE_DISABLE", "1")
+		c = C.llama_init_from_model(m.m, cp)
+		if had {
+			os.Setenv("LLAMA_GRAPH_REUSE_DISABLE", old)
+		} else {
+			os.Unsetenv("LLAMA_GRAPH_REUSE_DISABLE")
+		}
+		envMu.Unlock()
+	} else {
+		c = C.llama_init_from_model(m.m, cp)
+	}
 	if c == nil {
 		return nil, fmt.Errorf("%w: n_ctx=%d n_batch=%d n_seq_max=%d type_k=%s type_v=%s", ErrContext,
 			p.NCtx, p.NBatch, p.NSeqMax, TypeName(p.TypeK), TypeName(p.TypeV))
