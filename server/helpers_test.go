@@ -34,6 +34,7 @@ type envConfig struct {
 	nctx     int
 	nseq     int
 	noEngine bool   // attach no backend
+	noEmbed  bool   // no Embedder (default: a 64-dim hash embedder)
 	model    string // GGUF path; "" is stories260K
 	threads  int    // default 2
 	ngl      int    // layers on a GPU (benchmarks: MEMOSRT_BENCH_NGL)
@@ -69,7 +70,7 @@ func newEnv(t testing.TB, c envConfig) *env {
 	}
 	o := c.opts
 	o.DB, o.Store, o.KV = e.db, e.mem, e.kv
-	if o.Embedder == nil {
+	if o.Embedder == nil && !c.noEmbed {
 		o.Embedder, _ = embed.NewHash(64)
 	}
 	if o.MinPersistTokens == 0 {

@@ -38,7 +38,11 @@ func (s *Server) UseEngine(eng *runtime.Engine, eo EngineOptions) error {
 	b := &llamaBackend{s: s, eng: eng, eo: eo, kv: s.opts.KV, res: map[string]*residentPack{},
 		cfgKey:   kvcache.ConfigKey(eng.KVConfig(), ""),
 		writeSem: make(chan struct{}, 2)}
-	b.runner = scheduler.New(eng, s.opts.Store, s.opts.KV, scheduler.Options{Logger: s.log})
+	b.runner = scheduler.New(eng, s.opts.Store, s.opts.KV, scheduler.Options{Logger: s.log, ChatTemplate: eo.ChatTemplate})
+	b.tmpl = eo.ChatTemplate
+	if b.tmpl == "" {
+		b.tmpl = eng.Model().ChatTemplate()
+	}
 	// The server's sequences come from the engine's pool and are held until
 	// close, so that other users of the pool never get them.
 	var seqs []int
@@ -79,6 +83,7 @@ type llamaBackend struct {
 	info   modelInfo
 	cfgKey string
 	seqs   []int // taken from the engine's pool, returned by close
+	tmpl   string // chat template; "" for the plain layout
 
 	// resMu guards res and resFree.
 	resMu   sync.Mutex
@@ -107,8 +112,11 @@ type residentPack struct {
 func engineModelInfo(eng *runtime.Engine, eo EngineOptions) modelInfo {
 	sh := eng.Shape()
 	mi := modelInfo{Name: eo.Name, Size: int64(sh.SizeBytes), Digest: eng.KVConfig().ModelFingerprint,
-		NCtx: eng.NCtx(), Template: eng.Model().ChatTemplate(), Modified: time.Now().UTC(),
+		NCtx: eng.NCtx(), Template: eo.ChatTemplate, Modified: time.Now().UTC(),
 		ParamSize: paramSize(sh.NParams), Quant: quantOf(sh.Desc)}
+	if mi.Template == "" {
+		mi.Template = eng.Model().ChatTemplate()
+	}
 	if a, ok := eng.Model().Meta("general.architecture"); ok {
 		mi.Family = a
 	}
@@ -169,7 +177,7 @@ func (b *llamaBackend) render(ctx context.Context, req *genRequest) (string, []i
 		msgs = withRetrieved(msgs, retrievedText(p.Retrieved))
 	}
 	model := b.eng.Model()
-	tmpl := model.ChatTemplate()
+	tmpl := b.tmpl
 	var head, rest string
 	if tmpl != "" {
 		var all []llama.ChatMessage

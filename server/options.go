@@ -129,6 +129,10 @@ type EngineOptions struct {
 	ResidentPacks int
 	// ModelPath, shown by /api/show; optional.
 	ModelPath string
+	// ChatTemplate overrides the model's chat template: a template text or
+	// a llama.cpp built-in name such as "chatml". Default: the model's; a
+	// model without one gets the plain layout (see llamaBackend.render).
+	ChatTemplate string
 }
 
 // OllamaOptions configure the text-only fallback backend (UseOllama).

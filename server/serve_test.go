@@ -101,6 +101,16 @@ func TestBadRequests(t *testing.T) {
 			t.Fatalf("memory API while loading: %d", code)
 		}
 	})
+	t.Run("no embedder", func(t *testing.T) {
+		s := newEnv(t, envConfig{noEmbed: true})
+		var body map[string]any
+		if code := do(t, "POST", s.url()+"/api/embed", map[string]any{"model": testModel, "input": "x"}, &body); code != http.StatusNotImplemented {
+			t.Fatalf("status %d %v", code, body)
+		}
+		if msg, _ := body["error"].(string); !strings.Contains(msg, "--embed") {
+			t.Fatalf("error %q does not say what to do", msg)
+		}
+	})
 	t.Run("token", func(t *testing.T) {
 		s := newEnv(t, envConfig{noEngine: true, opts: Options{Token: "sesame"}})
 		if code := do(t, "GET", s.url()+"/api/tags", nil, nil); code != http.StatusUnauthorized {
@@ -391,5 +401,44 @@ func TestNumCtxPerRequest(t *testing.T) {
 	do(t, "GET", e.url()+"/api/ps", nil, &ps)
 	if len(ps.Models) != 1 || ps.Models[0].ContextLength != 512 {
 		t.Fatalf("ps %+v", ps)
+	}
+}
+
+// With a chat template the cube's pack (as `kv warm` computes it) is a
+// prefix of chat prompts, and a conversation's turns extend each other.
+func TestChatTemplate(t *testing.T) {
+	e := newEnv(t, envConfig{eo: EngineOptions{ChatTemplate: "chatml"}, opts: Options{NoPersist: true}})
+	addCube(t, e, "lily", lilyMemories...)
+	var ps packStatus
+	if code := do(t, "POST", e.url()+"/v1/cubes/lily/pack", nil, &ps); code != http.StatusOK {
+		t.Fatalf("warm: %d", code)
+	}
+	var r map[string]any
+	body := map[string]any{"model": testModel, "stream": false, "_debug_render_only": true, "options": map[string]any{"cube": "lily"},
+		"messages": []map[string]string{{"role": "user", "content": "Where is Max?"}}}
+	do(t, "POST", e.url()+"/api/chat", body, &r)
+	rendered := r["_debug_info"].(map[string]any)["rendered_template"].(string)
+	if !strings.HasPrefix(rendered, "<|im_start|>system\n") || !strings.Contains(rendered, lilyMemories[1]) || !strings.HasSuffix(rendered, "<|im_start|>assistant\n") {
+		t.Fatalf("rendered %q", rendered)
+	}
+	// the warm's slot holds the pack: the first turn reuses it
+	c := openaiClient(e.url(), option.WithHeader(CubeHeader, "lily"))
+	ctx := context.Background()
+	p := openai.ChatCompletionNewParams{Model: testModel, MaxTokens: openai.Int(12), Temperature: openai.Float(0),
+		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Where is Max?")}}
+	r1, err := c.Chat.Completions.New(ctx, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := r1.Usage.PromptTokensDetails.CachedTokens; got != int64(ps.Packs[0].NTokens) {
+		t.Fatalf("first turn cached %d, pack has %d tokens", got, ps.Packs[0].NTokens)
+	}
+	p.Messages = append(p.Messages, openai.AssistantMessage(r1.Choices[0].Message.Content), openai.UserMessage("And Lily?"))
+	r2, err := c.Chat.Completions.New(ctx, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := r2.Usage.PromptTokensDetails.CachedTokens; got < r1.Usage.PromptTokens {
+		t.Fatalf("second turn cached %d, first prompt %d", got, r1.Usage.PromptTokens)
 	}
 }
