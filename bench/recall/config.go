@@ -31,12 +31,15 @@ func (c config) storeOptions(log *slog.Logger) textmem.Options {
 		NearDuplicate: -1} // every turn is its own memory
 }
 
-// baselineConfig is plain BM25: PlainAnalyzer over the turn text and image
-// caption, Lucene's k1 and b, the question as the query.
+// baselineConfig is plain BM25 over the same indexed turns as the system
+// (speaker, text, image caption, session date): PlainAnalyzer (no stemming,
+// no stop words), Lucene's k1 and b, the question as the query.
 func baselineConfig() config {
 	return config{
 		name:     "bm25 plain",
 		analyzer: textmem.PlainAnalyzer{},
+		speaker:  true,
+		date:     true,
 	}
 }
 
