@@ -91,6 +91,8 @@ type backendStats struct {
 	ResidentCells int
 	PendingWrites int
 	Queued        int // requests waiting for a slot
+	EngineActive  int // requests in the engine's running batch
+	EngineQueued  int // requests waiting for the engine's admission
 }
 
 // packStatus is the body of GET/POST /v1/cubes/{cube}/pack.

@@ -617,6 +617,7 @@ func (b *llamaBackend) dropCube(cube string) {
 func (b *llamaBackend) stats() backendStats {
 	st := backendStats{Kind: "llama", NCtx: b.eng.NCtx(), Slots: b.pool.size(), BusySlots: b.pool.busy(),
 		Queued: b.pool.queued(), PendingWrites: int(b.pending.Load())}
+	st.EngineActive, st.EngineQueued = b.eng.Queue()
 	b.resMu.Lock()
 	for _, r := range b.res {
 		st.ResidentCells += len(r.toks)
