@@ -20,6 +20,9 @@ type genRequest struct {
 	Prompt   string    // completion prompt (Messages == nil)
 	System   string    // completion system text (Ollama /api/generate)
 	Raw      bool      // completion without template or memories
+	// Context is Ollama's /api/generate "context": tokens of the previous
+	// exchange; the rendered prompt's tokens follow them.
+	Context []int32
 	Sampling llama.SamplerParams
 	// NumPredict caps generated tokens; <= 0 means the server default.
 	NumPredict int

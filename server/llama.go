@@ -160,6 +160,29 @@ func (b *llamaBackend) model() modelInfo { return b.info }
 // prefixed with retrieved memories; rendered with the model's chat template,
 // or without one as the pack text followed by "\n"+content per turn.
 func (b *llamaBackend) render(ctx context.Context, req *genRequest) (string, []int32, int, error) {
+	if len(req.Context) > 0 {
+		n := int32(b.eng.Shape().NVocab)
+		for i, t := range req.Context {
+			if t < 0 || t >= n {
+				return "", nil, 0, badField(fmt.Sprintf("context[%d]", i), "token %d not in [0, %d)", t, n)
+			}
+		}
+		text := req.Prompt
+		if !req.Raw && b.tmpl != "" {
+			t, err := b.eng.Model().ApplyChatTemplate(b.tmpl, []llama.ChatMessage{{Role: "user", Content: req.Prompt}}, true)
+			if err != nil {
+				return "", nil, 0, badField("prompt", "chat template: %v", err)
+			}
+			text = t
+		} else if !req.Raw {
+			text = "\n" + text
+		}
+		rt, err := b.eng.Tokenize(text, false)
+		if err != nil {
+			return "", nil, 0, err
+		}
+		return b.eng.Detokenize(req.Context) + text, append(slices.Clone(req.Context), rt...), 0, nil
+	}
 	if req.Raw {
 		toks, err := b.eng.Tokenize(req.Prompt, true)
 		return req.Prompt, toks, 0, err

@@ -218,6 +218,9 @@ func (s *Server) handleOllamaGenerate(w http.ResponseWriter, r *http.Request) {
 		sp, err = parseOllamaOptions(req.Options)
 	}
 	g := &genRequest{Start: start, Prompt: req.Prompt, System: req.System, Raw: req.Raw, RenderOnly: req.DebugRenderOnly}
+	for _, t := range req.Context {
+		g.Context = append(g.Context, int32(t))
+	}
 	if err == nil {
 		g.Cube, err = s.cube(r, sp.Cube)
 	}

@@ -172,13 +172,18 @@ func (b *ollamaBackend) generate(ctx context.Context, req *genRequest) (genResul
 		if mem != "" {
 			sys = mem + "\n" + sys
 		}
+		var hist []int
+		for _, t := range req.Context {
+			hist = append(hist, int(t))
+		}
 		err = b.c.Generate(ctx, &api.GenerateRequest{Model: b.o.Model, Prompt: req.Prompt, System: sys, Raw: req.Raw,
-			Stream: &stream, Options: b.options(req), DebugRenderOnly: req.RenderOnly}, func(r api.GenerateResponse) error {
+			Context: hist, Stream: &stream, Options: b.options(req), DebugRenderOnly: req.RenderOnly}, func(r api.GenerateResponse) error {
 			if err := onText(r.Response); err != nil {
 				return err
 			}
 			if r.Done {
 				final(r.Metrics, r.DoneReason, r.DebugInfo)
+				out.Context = r.Context
 			}
 			return nil
 		})

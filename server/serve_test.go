@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -440,5 +441,35 @@ func TestChatTemplate(t *testing.T) {
 	}
 	if got := r2.Usage.PromptTokensDetails.CachedTokens; got < r1.Usage.PromptTokens {
 		t.Fatalf("second turn cached %d, first prompt %d", got, r1.Usage.PromptTokens)
+	}
+}
+
+// Ollama's /api/generate context continues the previous exchange; the
+// slot still holds it, so only the new prompt is decoded.
+func TestGenerateContext(t *testing.T) {
+	e := newEnv(t, envConfig{})
+	var r1, r2 struct {
+		Response        string `json:"response"`
+		Context         []int  `json:"context"`
+		PromptEvalCount int    `json:"prompt_eval_count"`
+	}
+	body := map[string]any{"model": testModel, "prompt": "Once upon a time", "stream": false, "options": greedyOpts(12)}
+	if code := do(t, "POST", e.url()+"/api/generate", body, &r1); code != http.StatusOK || len(r1.Context) == 0 {
+		t.Fatalf("turn 1: %d %+v", code, r1)
+	}
+	body["prompt"], body["context"] = "The dog", r1.Context
+	if code := do(t, "POST", e.url()+"/api/generate", body, &r2); code != http.StatusOK {
+		t.Fatalf("turn 2: %d", code)
+	}
+	if len(r2.Context) <= len(r1.Context) || !slices.Equal(r2.Context[:len(r1.Context)], r1.Context) {
+		t.Fatalf("context %v does not extend %v", r2.Context, r1.Context)
+	}
+	if r2.PromptEvalCount > 8 {
+		t.Fatalf("turn 2 decoded %d prompt tokens", r2.PromptEvalCount)
+	}
+	body["context"] = []int{1, 1 << 30}
+	var oe map[string]any
+	if code := do(t, "POST", e.url()+"/api/generate", body, &oe); code != http.StatusBadRequest || !strings.HasPrefix(oe["error"].(string), "context[1]") {
+		t.Fatalf("bad context: %d %v", code, oe)
 	}
 }
