@@ -83,6 +83,11 @@ type Cache struct {
 	opts Options
 	log  *slog.Logger
 
+	// writeMu serializes Put and Delete, from their first Badger write to
+	// their index update: otherwise a Delete between a Put's chunk writes
+	// and its header write leaves a header without chunks.
+	writeMu sync.Mutex
+
 	// mu guards packs, chain, lru, ram, ramBytes, closed.
 	mu       sync.Mutex
 	packs    map[string]*packRecord
@@ -270,7 +275,9 @@ func (c *Cache) Put(ctx context.Context, h Header, state []byte) (Info, error) {
 	cfg := ConfigKey(h.KV, h.AdapterKey)
 	rec := &packRecord{ID: PackID(cfg, h.Tokens), ConfigKey: cfg, Header: h, BlobBytes: int64(len(blob))}
 	rec.Chunks = (len(blob) + chunkBytes - 1) / chunkBytes
-	if err := c.Delete(rec.ID); err != nil && !errors.Is(err, ErrNotFound) {
+	c.writeMu.Lock()
+	defer c.writeMu.Unlock()
+	if err := c.delete(rec.ID); err != nil && !errors.Is(err, ErrNotFound) {
 		return Info{}, err
 	}
 	for i := 0; i < rec.Chunks; i++ {
@@ -328,6 +335,13 @@ func (c *Cache) deleteChunks(id string) error {
 
 // Delete removes a pack: header first (it stops being found), then chunks.
 func (c *Cache) Delete(id string) error {
+	c.writeMu.Lock()
+	defer c.writeMu.Unlock()
+	return c.delete(id)
+}
+
+// delete is Delete; the caller holds writeMu.
+func (c *Cache) delete(id string) error {
 	c.mu.Lock()
 	_, ok := c.packs[id]
 	c.unindex(id)
