@@ -23,7 +23,9 @@ var (
 	ErrBadCube = errors.New("textmem: bad cube name")
 
 	// ErrTooLarge is returned by Add and Update when the text is longer than
-	// Options.MaxTextBytes.
+	// Options.MaxTextBytes, or when its index postings do not fit one Badger
+	// transaction (with package badger's defaults, about 20 000 distinct
+	// terms: more than a 64 KiB text can hold). Nothing is stored.
 	ErrTooLarge = errors.New("textmem: text too large")
 
 	// ErrClosed is returned by every method of a closed Store.

@@ -377,6 +377,9 @@ func (s *Store) Add(ctx context.Context, cube string, m Memory) (Memory, error) 
 	if err := checkMeta(&m); err != nil {
 		return Memory{}, err
 	}
+	if err := s.checkTermKeys(cube, m.Text); err != nil {
+		return Memory{}, err
+	}
 	ix, err := s.index(ctx, cube)
 	if err != nil {
 		return Memory{}, err
@@ -477,6 +480,9 @@ func (s *Store) Add(ctx context.Context, cube string, m Memory) (Memory, error) 
 		}
 		return txn.Set(statsKey(cube), st.encode())
 	})
+	if errors.Is(err, bg.ErrTxnTooBig) {
+		err = fmt.Errorf("%w: %d distinct index terms do not fit one transaction (%v)", ErrTooLarge, len(tf), err)
+	}
 	if err != nil {
 		return Memory{}, fmt.Errorf("textmem: add to cube %s: %w", cube, err)
 	}
@@ -556,6 +562,9 @@ func (s *Store) Update(ctx context.Context, cube, id string, text string) (Memor
 	if err := checkText(text, s.opts.MaxTextBytes); err != nil {
 		return Memory{}, err
 	}
+	if err := s.checkTermKeys(cube, text); err != nil {
+		return Memory{}, err
+	}
 	ix, err := s.index(ctx, cube)
 	if err != nil {
 		return Memory{}, err
@@ -583,6 +592,9 @@ func (s *Store) Update(ctx context.Context, cube, id string, text string) (Memor
 	if err != nil {
 		if errors.Is(err, ErrNotFound) {
 			return Memory{}, err
+		}
+		if errors.Is(err, bg.ErrTxnTooBig) {
+			err = fmt.Errorf("%w: %d distinct index terms do not fit one transaction (%v)", ErrTooLarge, len(rw.newTF), err)
 		}
 		return Memory{}, fmt.Errorf("textmem: update %s in cube %s: %w", id, cube, err)
 	}
