@@ -94,21 +94,22 @@ type Result struct {
 
 // job is a Request in flight on the batch goroutine.
 type job struct {
-	ctx     context.Context
-	req     Request
-	key     string // AdapterKey(req.Adapters)
-	res     Result
-	sampler *llama.Sampler
-	out     *textOut
-	pending []Token // tokens still to decode
-	pos     int     // position of pending[0]
-	stepPos int     // pos at the start of the current step
-	idx     int     // batch index of this job's logits row, -1 if none this step
-	start   time.Time
-	tPre    time.Time
-	first   time.Time
-	err     error
-	done    chan struct{}
+	ctx         context.Context
+	req         Request
+	key         string // AdapterKey(req.Adapters)
+	res         Result
+	sampler     *llama.Sampler
+	out         *textOut
+	pending     []Token // tokens still to decode
+	pos         int     // position of pending[0]
+	stepPos     int     // pos at the start of the current step
+	stepPending []Token // pending at the start of the current step
+	idx         int     // batch index of this job's logits row, -1 if none this step
+	start       time.Time
+	tPre        time.Time
+	first       time.Time
+	err         error
+	done        chan struct{}
 }
 
 // batcher holds the queue of the batch goroutine.
@@ -210,6 +211,9 @@ func (e *Engine) Generate(ctx context.Context, req Request) (Result, error) {
 			return j.res, fmt.Errorf("%w: %d", ErrSeqBusy, req.Seq)
 		}
 	}
+	if !req.Background {
+		defer e.BeginForeground()()
+	}
 	e.b.queue = append(e.b.queue, j)
 	e.b.nQueued.Add(1)
 	e.b.cond.Broadcast()
@@ -302,13 +306,58 @@ func (e *Engine) loop() {
 			continue
 		}
 		e.mu.Lock()
-		e.step(step)
+		worked := e.step(step)
 		e.mu.Unlock()
 		e.b.mu.Lock()
 		e.b.active = slices.DeleteFunc(e.b.active, (*job).finished)
 		e.b.nActive.Store(int32(len(e.b.active)))
+		if !worked {
+			// only background work, held back while a foreground caller is
+			// in flight: sleep until it leaves or new work arrives
+			for !e.b.stopped && len(e.b.queue) == 0 && e.fg.Load() > 0 {
+				e.b.cond.Wait()
+			}
+		}
 		e.b.mu.Unlock()
 	}
+}
+
+// BeginForeground marks a foreground request in flight until the returned
+// function is called (once). While any is in flight, background requests get
+// no batch room, and a running background-only decode is aborted and retried
+// later, so foreground TTFT does not wait behind background prefill. Generate
+// marks its own non-background requests; callers bracket the whole request
+// (restore, then Generate) with it.
+func (e *Engine) BeginForeground() (end func()) {
+	e.fg.Add(1)
+	if id := e.bgStep.Load(); id != 0 && id == e.stepID.Load() {
+		e.ctx.SetAbort(true) // the step retries its background work
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			if e.fg.Add(-1) == 0 {
+				e.b.mu.Lock()
+				e.b.cond.Broadcast()
+				e.b.mu.Unlock()
+			}
+		})
+	}
+}
+
+// DetachAdapter removes a from the context if attached and forgets the
+// current adapter set, so the next request re-applies its own. Call it before
+// freeing an adapter that requests may have used.
+func (e *Engine) DetachAdapter(a *llama.Adapter) {
+	e.b.mu.Lock()
+	defer e.b.mu.Unlock()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return
+	}
+	e.ctx.RemoveAdapter(a)
+	e.b.curKey = "\x00detached"
 }
 
 // admit moves queued jobs into the active set: cancelled ones are failed;
@@ -378,8 +427,9 @@ func (e *Engine) applyAdapters(refs []AdapterRef) error {
 	return nil
 }
 
-// step runs one llama_decode over the jobs. Caller holds e.mu.
-func (e *Engine) step(jobs []*job) {
+// step runs one llama_decode over the jobs and reports whether it decoded
+// anything. Caller holds e.mu.
+func (e *Engine) step(jobs []*job) bool {
 	var live []*job
 	for _, j := range jobs {
 		if err := j.ctx.Err(); err != nil {
@@ -390,9 +440,9 @@ func (e *Engine) step(jobs []*job) {
 		live = append(live, j)
 	}
 	if len(live) == 0 {
-		return
+		return true
 	}
-	fg := false
+	fg := e.fg.Load() > 0
 	for _, j := range live {
 		if !j.req.Background {
 			fg = true
@@ -409,6 +459,7 @@ func (e *Engine) step(jobs []*job) {
 	for _, j := range live {
 		j.idx = -1
 		j.stepPos = j.pos
+		j.stepPending = j.pending
 		if j.req.Background && fg {
 			continue
 		}
@@ -432,7 +483,7 @@ func (e *Engine) step(jobs []*job) {
 		in = append(in, j)
 	}
 	if len(in) == 0 {
-		return
+		return false
 	}
 	// abort the decode only if every request in it has been cancelled
 	// (a callback firing after its step ended checks the step id first)
@@ -440,6 +491,13 @@ func (e *Engine) step(jobs []*job) {
 	n := int32(len(in))
 	id := e.stepID.Add(1)
 	e.ctx.SetAbort(false)
+	bgOnly := true
+	for _, j := range in {
+		bgOnly = bgOnly && j.req.Background
+	}
+	if bgOnly {
+		e.bgStep.Store(id)
+	}
 	stops := make([]func() bool, 0, len(in))
 	for _, j := range in {
 		stops = append(stops, context.AfterFunc(j.ctx, func() {
@@ -450,10 +508,27 @@ func (e *Engine) step(jobs []*job) {
 	}
 	err := e.ctx.Decode(e.batch)
 	e.stepID.Add(1)
+	e.bgStep.Store(0)
 	for _, s := range stops {
 		s()
 	}
 	e.ctx.SetAbort(false)
+	if errors.Is(err, llama.ErrAborted) {
+		// aborted for a foreground arrival or a cancellation: cancelled
+		// requests end, the others rewind this step and run again later
+		for _, j := range in {
+			e.ctx.SeqRemove(j.req.Seq, j.stepPos, -1)
+			if cerr := j.ctx.Err(); cerr != nil {
+				if j.res.EvalTokens == 0 {
+					e.ctx.SeqRemove(j.req.Seq, j.res.CachedTokens, -1)
+				}
+				e.fail(j, cerr)
+				continue
+			}
+			j.pos, j.pending, j.idx = j.stepPos, j.stepPending, -1
+		}
+		return true
+	}
 	if err != nil {
 		for _, j := range in {
 			// drop what this step wrote; a failure in the prompt leaves NPast tokens
@@ -468,7 +543,7 @@ func (e *Engine) step(jobs []*job) {
 				e.fail(j, err)
 			}
 		}
-		return
+		return true
 	}
 	for _, j := range in {
 		if len(j.pending) == 0 && j.req.PrefillOnly {
@@ -481,6 +556,7 @@ func (e *Engine) step(jobs []*job) {
 		}
 		e.sampleOne(j)
 	}
+	return true
 }
 
 func rank(j *job) int {

@@ -144,6 +144,8 @@ type Engine struct {
 	closeOnce sync.Once
 	b         batcher      // queue of the batch goroutine (see batch.go)
 	stepID    atomic.Int64 // current decode step, for the abort callback
+	bgStep    atomic.Int64 // stepID of a running background-only step, else 0
+	fg        atomic.Int32 // foreground callers in flight (BeginForeground)
 	seqs      chan int     // free sequence ids (AcquireSeq)
 }
 

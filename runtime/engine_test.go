@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	"errors"
+	goruntime "runtime"
 	"strings"
 	"testing"
 
@@ -296,5 +297,39 @@ func TestCopyAndShiftSeq(t *testing.T) {
 	}
 	if got := e.SeqLen(1); got != len(prefix)+5 {
 		t.Fatalf("after shift max pos+1 = %d, want %d", got, len(prefix)+5)
+	}
+}
+
+// Background prefill yields to foreground requests (its steps are skipped or
+// aborted and retried) and still produces a sequence whose greedy
+// continuation equals a cold prefill's.
+func TestBackgroundYieldsToForeground(t *testing.T) {
+	e := openStories(t, Options{NCtx: 2048, NSeqMax: 3})
+	var long []Token
+	for len(long) < 640 {
+		more, _ := e.Tokenize(" Lily and Tom went to the park to play with a big red ball and a small blue kite.", len(long) == 0)
+		long = append(long, more...)
+	}
+	bgDone := make(chan error, 1)
+	go func() { bgDone <- e.PrefillRequest(context.Background(), 1, long, nil, true) }()
+	for e.SeqLen(1) == 0 {
+		goruntime.Gosched()
+	}
+	q, _ := e.Tokenize("Once upon a time", true)
+	fg := greedy(t, e, 0, q, 0, 8)
+	if fg.EvalTokens != 8 {
+		t.Fatalf("foreground: %+v", fg)
+	}
+	if err := <-bgDone; err != nil {
+		t.Fatal(err)
+	}
+	if got := e.SeqLen(1); got != len(long) {
+		t.Fatalf("background prefill holds %d of %d", got, len(long))
+	}
+	all := append(append([]Token{}, long...), q[1:]...)
+	warm := greedy(t, e, 1, all, len(long), 20)
+	cold := greedy(t, e, 2, all, 0, 20)
+	if warm.Text != cold.Text {
+		t.Fatalf("after background prefill %q, cold %q", warm.Text, cold.Text)
 	}
 }

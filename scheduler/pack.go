@@ -85,6 +85,7 @@ func (r *Runner) BuildPack(ctx context.Context, cube, query string, members []te
 // RunPack is Run with the pack's members given (see BuildPack).
 func (r *Runner) RunPack(ctx context.Context, req RunRequest, members []textmem.Memory) (RunResult, error) {
 	start := time.Now()
+	defer r.eng.BeginForeground()() // restore and generate ahead of background work
 	var out RunResult
 	p, err := r.BuildPack(ctx, req.Cube, req.Prompt, members)
 	if err != nil {

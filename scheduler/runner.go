@@ -3,10 +3,8 @@ package scheduler
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"strings"
-	"time"
 
 	"github.com/memosrt/memosrt/kvcache"
 	"github.com/memosrt/memosrt/runtime"
@@ -28,6 +26,10 @@ type Options struct {
 	// ChatTemplate overrides the model's template ("" uses the model's; a
 	// model without one gets the plain layout described at Build).
 	ChatTemplate string
+	// PackMembers, if set, gives the memories that form a cube's pack, in
+	// pack order (Tiers.HotSet: the activation tier's hot set). Default: all
+	// of the cube's memories in canonical order.
+	PackMembers func(ctx context.Context, cube string) ([]textmem.Memory, error)
 	// Logger for warnings; nil discards.
 	Logger *slog.Logger
 }
@@ -90,80 +92,22 @@ func (r *Runner) packText(mems []textmem.Memory) string {
 	return b.String()
 }
 
-// Build assembles the prompt for query in cube. The pack holds the cube's
-// memories in canonical order (creation time, then id) while they fit
-// MaxPackTokens; retrieval (text-tier search) adds up to RetrieveK memories
-// outside the pack just before the query. With a chat template the pack is
-// the rendered system turn; without one the layout is
-// "<preamble>\n- m1\n- m2\n" then "\n<retrieved lines>\n<query>".
-// The pack and the rest are tokenized separately, so the pack's tokens are
-// a prefix of every prompt of the cube whatever the query.
+// Build assembles the prompt for query in cube: BuildPack with the pack
+// members given by Options.PackMembers, or by default the cube's memories in
+// canonical order (creation time, then id). See BuildPack for the layout.
 func (r *Runner) Build(ctx context.Context, cube, query string) (Prompt, error) {
-	var p Prompt
-	all, err := r.mem.List(ctx, cube)
+	members, err := r.members(ctx, cube)
 	if err != nil {
-		return p, err
+		return Prompt{}, err
 	}
-	// pack: memories in canonical order while they fit
-	inPack := map[string]bool{}
-	budget := r.opts.MaxPackTokens
-	if t, err := r.eng.Tokenize(r.opts.Preamble, true); err == nil {
-		budget -= len(t)
-	}
-	for _, m := range all {
-		t, err := r.eng.Tokenize(bullet(m), false)
-		if err != nil {
-			return p, err
-		}
-		if len(t) > budget {
-			break
-		}
-		budget -= len(t)
-		p.Pack = append(p.Pack, m)
-		inPack[m.ID] = true
-	}
-	if query != "" && len(p.Pack) < len(all) {
-		hits, err := r.mem.Search(ctx, cube, query, r.opts.RetrieveK+len(p.Pack))
-		if err != nil {
-			return p, err
-		}
-		for _, h := range hits {
-			if !inPack[h.Memory.ID] && len(p.Retrieved) < r.opts.RetrieveK {
-				p.Retrieved = append(p.Retrieved, h.Memory)
-			}
-		}
-	}
-	system := r.packText(p.Pack)
-	var rest strings.Builder
-	if len(p.Retrieved) > 0 {
-		rest.WriteString("Also relevant:\n")
-		for _, m := range p.Retrieved {
-			rest.WriteString(bullet(m))
-		}
-	}
-	userText := rest.String() + query
+	return r.BuildPack(ctx, cube, query, members)
+}
 
-	packStr, restStr := system, "\n"+userText
-	if tmpl := r.template(); tmpl != "" {
-		full, err1 := r.eng.Model().ApplyChatTemplate(tmpl, []llama.ChatMessage{{Role: "system", Content: system}, {Role: "user", Content: userText}}, true)
-		sys, err2 := r.eng.Model().ApplyChatTemplate(tmpl, []llama.ChatMessage{{Role: "system", Content: system}}, false)
-		if err := errors.Join(err1, err2); err != nil {
-			return p, err
-		}
-		if !strings.HasPrefix(full, sys) {
-			return p, fmt.Errorf("scheduler: chat template does not render the system turn as a prefix")
-		}
-		packStr, restStr = sys, full[len(sys):]
+func (r *Runner) members(ctx context.Context, cube string) ([]textmem.Memory, error) {
+	if r.opts.PackMembers != nil {
+		return r.opts.PackMembers(ctx, cube)
 	}
-	if p.PackTokens, err = r.eng.Tokenize(packStr, true); err != nil {
-		return p, err
-	}
-	restToks, err := r.eng.Tokenize(restStr, false)
-	if err != nil {
-		return p, err
-	}
-	p.Tokens = append(append([]int32{}, p.PackTokens...), restToks...)
-	return p, nil
+	return r.mem.List(ctx, cube)
 }
 
 // Warm computes and stores the pack of cube in the activation tier.
@@ -205,37 +149,12 @@ type RunResult struct {
 }
 
 // Run builds the prompt, restores the longest cached prefix (unless
-// NoCache), decodes the rest and generates. TTFT counts from the call,
-// retrieval and restore included.
+// NoCache), decodes the rest and generates: RunPack with the members of
+// Build. TTFT counts from the call, retrieval and restore included.
 func (r *Runner) Run(ctx context.Context, req RunRequest) (RunResult, error) {
-	start := time.Now()
-	var out RunResult
-	p, err := r.Build(ctx, req.Cube, req.Prompt)
+	members, err := r.members(ctx, req.Cube)
 	if err != nil {
-		return out, err
+		return RunResult{}, err
 	}
-	out.Prompt = p
-	npast := 0
-	if r.kv != nil && !req.NoCache {
-		rs, err := r.kv.Restore(ctx, r.eng, req.Seq, p.Tokens, runtime.AdapterKey(req.Adapters))
-		if err != nil {
-			return out, err
-		}
-		out.Restored = rs
-		npast = rs.Tokens
-		if npast == 0 && req.WarmOnMiss && len(p.PackTokens) > 0 {
-			if _, err := r.kv.Warm(ctx, r.eng, req.Seq, p.PackTokens, kvcache.WarmOptions{Adapters: req.Adapters, Label: req.Cube}); err != nil {
-				return out, err
-			}
-			npast = len(p.PackTokens)
-		}
-	} else if err := r.eng.ClearSeq(req.Seq); err != nil {
-		return out, err
-	}
-	res, err := r.eng.Generate(ctx, runtime.Request{Seq: req.Seq, Tokens: p.Tokens, NPast: npast,
-		Sampling: req.Sampling, MaxTokens: req.MaxTokens, Stop: req.Stop, OnText: req.OnText, Start: start,
-		Adapters: req.Adapters})
-	res.CachedTokens = out.Restored.Tokens
-	out.Result = res
-	return out, err
+	return r.RunPack(ctx, req, members)
 }
