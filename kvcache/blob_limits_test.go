@@ -2,13 +2,11 @@ package kvcache
 
 import (
 	"bytes"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	goruntime "runtime"
 	"testing"
 
-	"github.com/cespare/xxhash/v2"
 	"github.com/klauspost/compress/zstd"
 )
 
@@ -20,15 +18,7 @@ func frame(t testing.TB, h Header, payload []byte) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var buf bytes.Buffer
-	buf.WriteString(magic)
-	binary.Write(&buf, binary.LittleEndian, uint16(FormatVersion))
-	binary.Write(&buf, binary.LittleEndian, uint32(len(hj)))
-	buf.Write(hj)
-	binary.Write(&buf, binary.LittleEndian, uint64(len(payload)))
-	buf.Write(payload)
-	binary.Write(&buf, binary.LittleEndian, xxhash.Sum64(buf.Bytes()))
-	return buf.Bytes()
+	return frameRaw(hj, payload)
 }
 
 // allocated returns the bytes fn allocates.
