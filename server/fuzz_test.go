@@ -115,3 +115,35 @@ func FuzzCubeImport(f *testing.F) {
 		checkAnswer(t, rec, "import")
 	})
 }
+
+var inferenceRoutes = []string{"/api/generate", "/api/chat", "/v1/chat/completions", "/v1/completions", "/api/embed",
+	"/api/embeddings", "/v1/embeddings", "/api/show"}
+
+// FuzzInferenceAPI sends fuzzed JSON bodies to the Ollama and OpenAI
+// endpoints of a server with the stories260K engine (n_ctx 256, at most 4
+// generated tokens by default): a 2xx or a 4xx with a JSON error, 503 or
+// 429 under load, never another 5xx or a panic.
+func FuzzInferenceAPI(f *testing.F) {
+	e := newEnv(f, envConfig{nctx: 256, nseq: 2, opts: Options{DefaultNumPredict: 4}})
+	seeds := []string{
+		`{"model":"stories260K","prompt":"Once upon a time","stream":false}`,
+		`{"model":"stories260K","messages":[{"role":"user","content":"Hi"}],"options":{"temperature":0.5,"num_predict":3,"cube":"c"}}`,
+		`{"model":"stories260K","messages":[{"role":"system","content":"s"},{"role":"user","content":"猫 🐈"}],"max_tokens":3,"stream":true}`,
+		`{"model":"stories260K","prompt":["a","b"],"max_tokens":2}`,
+		`{"model":"stories260K","input":["a","b"]}`,
+		`{"model":"stories260K","prompt":"x","options":{"num_ctx":100000,"stop":["\u0000"]}}`,
+		`{"model":"stories260K","prompt":"\ud800"}`,
+		`{}`, `null`, ``,
+	}
+	for i, s := range seeds {
+		f.Add(uint8(i), []byte(s))
+	}
+	f.Fuzz(func(t *testing.T, route uint8, body []byte) {
+		path := inferenceRoutes[int(route)%len(inferenceRoutes)]
+		rec := serve(e.srv, "POST", path, body)
+		if rec.Code == http.StatusTooManyRequests {
+			return
+		}
+		checkAnswer(t, rec, "POST "+path)
+	})
+}
