@@ -131,3 +131,28 @@ cuda-src:
 	cp -R "$$dir/ml/backend/ggml/ggml" .cache/ollama-src/ml/backend/ggml/ && \
 	chmod -R u+w .cache/ollama-src && \
 	echo "make cuda-src: copied $$dir sources to .cache/ollama-src ($$(du -sh .cache/ollama-src | cut -f1))"
+
+# ---- Hardening (issue 6) ----------------------------------------------------
+# `make race`: go test -race over every package whose tests link none of our
+# cgo code (computed: runtime/llama and its importers are left out, they are
+# slow under the race detector). About 15 s.
+# `make fuzz FUZZTIME=60s`: every fuzz target for FUZZTIME each (bench/fuzz.sh;
+# 6 targets: about 6 × FUZZTIME plus a one-time instrumented build of llama.cpp).
+# `make crash CYCLES=100`: the SIGKILL crash harness alone (make test runs it too).
+FUZZTIME ?= 60s
+CYCLES   ?= 100
+
+.PHONY: race fuzz crash
+
+race: links
+	@pkgs=$$(for p in $$($(GO) list ./...); do \
+		$(GO) list -deps -test -f '{{if .CgoFiles}}{{.ImportPath}}{{end}}' $$p | grep -q '^github.com/memosrt/' || echo $$p; \
+	done); \
+	echo "race: $$pkgs"; \
+	$(GO) test -race -count=1 $$pkgs
+
+fuzz: links
+	FUZZTIME=$(FUZZTIME) GO=$(GO) ./bench/fuzz.sh
+
+crash: links
+	MEMOSRT_CRASH_CYCLES=$(CYCLES) $(GO) test -count=1 -v -run TestCrashRecovery ./bench/crash
