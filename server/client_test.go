@@ -80,7 +80,9 @@ func ollamaSuite(t *testing.T, base, cube string) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(parts) < 3 || !last.Done || last.EvalCount != got[0].EvalCount {
+		// chunks that queue while one is written are coalesced: at least one
+		// content chunk and the final one
+		if len(parts) < 2 || !last.Done || last.EvalCount != got[0].EvalCount {
 			t.Fatalf("streamed %d parts, last %+v", len(parts), last)
 		}
 		if s := strings.Join(parts, ""); s != whole {
@@ -184,7 +186,7 @@ func openaiSuite(t *testing.T, base, cube string, wantCached bool) {
 		if err := s.Err(); err != nil {
 			t.Fatal(err)
 		}
-		if n < 3 || len(acc.Choices) != 1 {
+		if n < 2 || len(acc.Choices) != 1 {
 			t.Fatalf("%d chunks, %+v", n, acc.ChatCompletion)
 		}
 		if got := acc.Choices[0].Message.Content; got != whole {
