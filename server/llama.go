@@ -292,12 +292,13 @@ func (b *llamaBackend) generate(ctx context.Context, req *genRequest) (genResult
 	if maxTok <= 0 || maxTok > limit-len(toks) {
 		maxTok = limit - len(toks)
 	}
-	sl, resN, err := b.pool.acquire(ctx, toks)
+	sl, resN, err := b.pool.acquire(ctx, toks, req.Cube)
 	if err != nil {
 		return out, err
 	}
 	defer b.pool.release(sl)
-	npast, source, prev, err := b.prepare(ctx, sl, toks, resN)
+	npast, source, prev, err := b.prepare(ctx, sl, toks, resN, req.Cube)
+	sl.scope = req.Cube
 	if err != nil {
 		sl.toks = nil
 		return out, err
@@ -366,11 +367,12 @@ func retryBusy(ctx context.Context, f func() error) error {
 }
 
 // prepare makes sl's sequence hold the longest available prefix of toks
-// (at most len(toks)-1 tokens): what the slot already holds, a resident
-// pack's cells shared into it, or a pack restored from the activation tier.
-// It returns the prefix length, its source, and the id of the
+// (at most len(toks)-1 tokens): what the slot already holds, the cube's
+// resident pack's cells shared into it, or a pack of the cube restored from
+// the activation tier. Only state of the request's own cube is reused (see
+// slot.scope). It returns the prefix length, its source, and the id of the
 // conversation pack the state continues ("" if none).
-func (b *llamaBackend) prepare(ctx context.Context, sl *slot, toks []int32, resN int) (int, string, string, error) {
+func (b *llamaBackend) prepare(ctx context.Context, sl *slot, toks []int32, resN int, cube string) (int, string, string, error) {
 	usable := len(toks) - 1
 	best, source, prev := min(resN, usable), "", ""
 	if best > 0 {
@@ -382,10 +384,8 @@ func (b *llamaBackend) prepare(ctx context.Context, sl *slot, toks []int32, resN
 	b.resMu.Lock()
 	var rp *residentPack
 	rpN := 0
-	for _, r := range b.res {
-		if n := min(commonPrefix(r.toks, toks), usable); n > rpN {
-			rp, rpN = r, n
-		}
+	if r, ok := b.res[cube]; ok && cube != "" {
+		rp, rpN = r, min(commonPrefix(r.toks, toks), usable)
 	}
 	if rp != nil && rpN > best {
 		err := b.eng.ClearSeq(sl.seq)
@@ -402,7 +402,7 @@ func (b *llamaBackend) prepare(ctx context.Context, sl *slot, toks []int32, resN
 	}
 	b.resMu.Unlock()
 	if b.kv != nil {
-		if m := b.kv.Lookup(b.cfgKey, toks); min(m.Tokens, usable) > best {
+		if m := b.kv.Lookup(b.cfgKey, toks); min(m.Tokens, usable) > best && b.packInScope(m.ID, cube) {
 			var rs kvcache.Restored
 			err := retryBusy(ctx, func() error {
 				var err error
@@ -488,6 +488,18 @@ func (b *llamaBackend) hasPack(id string) bool {
 	return false
 }
 
+// packInScope reports whether pack id belongs to cube: labelled cube or
+// "conv:"+cube. kvcache's lookup is not scoped; a pack of another cube is
+// treated as a miss (a shorter pack of this cube is then not found).
+func (b *llamaBackend) packInScope(id, cube string) bool {
+	for _, p := range b.kv.List("") {
+		if p.ID == id {
+			return p.Label == "conv:"+cube || cube != "" && p.Label == cube
+		}
+	}
+	return false
+}
+
 // isConv reports whether pack id is a conversation pack.
 func (b *llamaBackend) isConv(id string) bool {
 	for _, p := range b.kv.List("") {
@@ -529,7 +541,7 @@ func (b *llamaBackend) warm(ctx context.Context, cube string, resident bool) (pa
 		return packStatus{}, badField("cube", "cube %s renders an empty pack", cube)
 	}
 	if !resident {
-		sl, _, err := b.pool.acquire(ctx, p.PackTokens)
+		sl, _, err := b.pool.acquire(ctx, p.PackTokens, cube)
 		if err != nil {
 			return packStatus{}, err
 		}
@@ -539,7 +551,7 @@ func (b *llamaBackend) warm(ctx context.Context, cube string, resident bool) (pa
 			return err
 		})
 		b.kvMu.Unlock()
-		sl.toks, sl.convPack = nil, ""
+		sl.toks, sl.convPack, sl.scope = nil, "", cube
 		if err == nil {
 			sl.toks = slices.Clone(p.PackTokens)
 		}
@@ -628,6 +640,7 @@ func (b *llamaBackend) packs(cube string) (packStatus, error) {
 }
 
 func (b *llamaBackend) dropCube(cube string) {
+	b.pool.forget(cube)
 	b.resMu.Lock()
 	defer b.resMu.Unlock()
 	if r, ok := b.res[cube]; ok {

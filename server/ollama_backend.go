@@ -118,7 +118,7 @@ func (b *ollamaBackend) generate(ctx context.Context, req *genRequest) (genResul
 		}
 	}
 	out.Memories = nMem
-	sl, _, err := b.pool.acquire(ctx, nil)
+	sl, _, err := b.pool.acquire(ctx, nil, "")
 	if err != nil {
 		return out, err
 	}
@@ -210,7 +210,7 @@ func (b *ollamaBackend) generate(ctx context.Context, req *genRequest) (genResul
 }
 
 func (b *ollamaBackend) embed(ctx context.Context, texts []string) ([][]float32, int, error) {
-	sl, _, err := b.pool.acquire(ctx, nil)
+	sl, _, err := b.pool.acquire(ctx, nil, "")
 	if err != nil {
 		return nil, 0, err
 	}

@@ -10,6 +10,11 @@ import (
 // slot is one request sequence and what it holds between requests.
 type slot struct {
 	seq int
+	// scope is the cube of the request that filled toks ("" for plain
+	// inference): a slot's state is reused only within its scope, so that
+	// cached token counts and timing never tell one cube about another's
+	// prompts.
+	scope string
 	// toks are the tokens the sequence holds, positions [0, len(toks)).
 	// Set by the request that holds the slot, read by acquire when idle.
 	toks []int32
@@ -39,10 +44,11 @@ func newSlotPool(seqs []int, maxQueue int) *slotPool {
 }
 
 // acquire waits for a free slot; with none free and maxQueue requests
-// already waiting it returns ErrBusy at once. It picks the free slot whose
-// held tokens share the longest prefix with prompt (ties: least recently
-// used) and returns that prefix length.
-func (p *slotPool) acquire(ctx context.Context, prompt []int32) (*slot, int, error) {
+// already waiting it returns ErrBusy at once. It picks the free slot of
+// scope whose held tokens share the longest prefix with prompt (ties, and
+// no match in scope: least recently used) and returns that prefix length
+// (0 for a slot of another scope).
+func (p *slotPool) acquire(ctx context.Context, prompt []int32, scope string) (*slot, int, error) {
 	select {
 	case p.sem <- struct{}{}:
 	default:
@@ -62,7 +68,10 @@ func (p *slotPool) acquire(ctx context.Context, prompt []int32) (*slot, int, err
 	defer p.mu.Unlock()
 	best, bestN := 0, -1
 	for i, s := range p.free {
-		n := commonPrefix(s.toks, prompt)
+		n := 0
+		if s.scope == scope {
+			n = commonPrefix(s.toks, prompt)
+		}
 		if n > bestN || n == bestN && s.used.Before(p.free[best].used) {
 			best, bestN = i, n
 		}
@@ -79,6 +88,17 @@ func (p *slotPool) release(s *slot) {
 	p.free = append(p.free, s)
 	p.mu.Unlock()
 	<-p.sem
+}
+
+// forget drops what idle slots of scope hold (their cube was deleted).
+func (p *slotPool) forget(scope string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, s := range p.free {
+		if s.scope == scope {
+			s.toks, s.convPack = nil, ""
+		}
+	}
 }
 
 func (p *slotPool) size() int { return cap(p.sem) }

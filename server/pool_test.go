@@ -10,12 +10,12 @@ import (
 func TestSlotPool(t *testing.T) {
 	ctx := context.Background()
 	p := newSlotPool([]int{3, 5}, 1)
-	a, n, err := p.acquire(ctx, []int32{1, 2, 3})
+	a, n, err := p.acquire(ctx, []int32{1, 2, 3}, "")
 	if err != nil || n != 0 || a.seq != 3 {
 		t.Fatalf("first: seq %d n %d %v", a.seq, n, err)
 	}
 	a.toks = []int32{1, 2, 3, 4}
-	b, _, _ := p.acquire(ctx, nil)
+	b, _, _ := p.acquire(ctx, nil, "")
 	if b.seq != 5 {
 		t.Fatalf("second: seq %d", b.seq)
 	}
@@ -28,24 +28,26 @@ func TestSlotPool(t *testing.T) {
 	cases := []struct {
 		name   string
 		prompt []int32
+		scope  string
 		seq, n int
 	}{
-		{"longest prefix", []int32{1, 2, 3, 7}, 3, 3},
-		{"other prefix", []int32{1, 9, 9}, 5, 2},
-		{"tie: least recently used", []int32{8}, 3, 0},
+		{"longest prefix", []int32{1, 2, 3, 7}, "", 3, 3},
+		{"other prefix", []int32{1, 9, 9}, "", 5, 2},
+		{"tie: least recently used", []int32{8}, "", 3, 0},
+		{"other scope: no reuse", []int32{1, 2, 3, 7}, "alice", 5, 0},
 	}
 	for _, c := range cases {
-		s, n, err := p.acquire(ctx, c.prompt)
+		s, n, err := p.acquire(ctx, c.prompt, c.scope)
 		if err != nil || s.seq != c.seq || n != c.n {
 			t.Fatalf("%s: seq %d n %d %v, want seq %d n %d", c.name, s.seq, n, err, c.seq, c.n)
 		}
 		p.release(s)
 	}
 	// full: one may wait, the next is refused at once
-	x, _, _ := p.acquire(ctx, nil)
-	y, _, _ := p.acquire(ctx, nil)
+	x, _, _ := p.acquire(ctx, nil, "")
+	y, _, _ := p.acquire(ctx, nil, "")
 	got := make(chan *slot)
-	go func() { s, _, _ := p.acquire(ctx, nil); got <- s }()
+	go func() { s, _, _ := p.acquire(ctx, nil, ""); got <- s }()
 	for p.queued() != 1 {
 		// the waiter registers itself before blocking
 		select {
@@ -55,7 +57,7 @@ func TestSlotPool(t *testing.T) {
 			goruntime.Gosched()
 		}
 	}
-	if _, _, err := p.acquire(ctx, nil); !errors.Is(err, ErrBusy) {
+	if _, _, err := p.acquire(ctx, nil, ""); !errors.Is(err, ErrBusy) {
 		t.Fatalf("queue full: %v", err)
 	}
 	p.release(x)
@@ -63,7 +65,7 @@ func TestSlotPool(t *testing.T) {
 		t.Fatalf("waiter got seq %d", s.seq)
 	}
 	cctx, cancel := context.WithCancel(ctx)
-	go func() { _, _, err := p.acquire(cctx, nil); got <- &slot{seq: -1, toks: nil, convPack: errString(err)} }()
+	go func() { _, _, err := p.acquire(cctx, nil, ""); got <- &slot{seq: -1, toks: nil, convPack: errString(err)} }()
 	for p.queued() != 1 {
 		goruntime.Gosched()
 	}

@@ -135,7 +135,7 @@ func TestQueueAndCancel(t *testing.T) {
 	req := map[string]any{"model": testModel, "prompt": "Once upon a time", "raw": true, "options": greedyOpts(48)}
 
 	t.Run("429", func(t *testing.T) {
-		sl, _, err := b.pool.acquire(ctx, nil) // every slot taken
+		sl, _, err := b.pool.acquire(ctx, nil, "") // every slot taken
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -471,5 +471,38 @@ func TestGenerateContext(t *testing.T) {
 	var oe map[string]any
 	if code := do(t, "POST", e.url()+"/api/generate", body, &oe); code != http.StatusBadRequest || !strings.HasPrefix(oe["error"].(string), "context[1]") {
 		t.Fatalf("bad context: %d %v", code, oe)
+	}
+}
+
+// One cube's state never serves another: a guessed memory in cube mallory
+// gets no cached tokens from cube alice's pack, slot or resident state,
+// whether the guess is right or wrong.
+func TestCubeIsolation(t *testing.T) {
+	e := newEnv(t, envConfig{nseq: 3, eo: EngineOptions{Parallel: 2, ResidentPacks: 1}})
+	addCube(t, e, "alice", "Alice's PIN is 4821.", "Alice likes tea.")
+	if code := do(t, "POST", e.url()+"/v1/cubes/alice/pack", map[string]any{"resident": true}, nil); code != http.StatusOK {
+		t.Fatalf("warm alice: %d", code)
+	}
+	if code := do(t, "POST", e.url()+"/v1/cubes/alice/pack", nil, nil); code != http.StatusOK {
+		t.Fatalf("warm alice: %d", code)
+	}
+	ask := func(cube string) int64 {
+		c := openaiClient(e.url(), option.WithHeader(CubeHeader, cube))
+		r, err := c.Chat.Completions.New(context.Background(), openai.ChatCompletionNewParams{Model: testModel, MaxTokens: openai.Int(4),
+			Temperature: openai.Float(0), Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hi")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.Usage.PromptTokensDetails.CachedTokens
+	}
+	if n := ask("alice"); n < 10 {
+		t.Fatalf("alice's own pack: %d cached", n)
+	}
+	for _, guess := range []string{"Alice's PIN is 4821.", "Alice's PIN is 1111."} {
+		addCube(t, e, "mallory", guess)
+		if n := ask("mallory"); n != 0 {
+			t.Errorf("guess %q: %d tokens cached from another cube", guess, n)
+		}
+		do(t, "DELETE", e.url()+"/v1/cubes/mallory", nil, nil)
 	}
 }
