@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -17,7 +18,7 @@ import (
 	"github.com/memosrt/memosrt/server"
 )
 
-const serveUsage = "serve --db DIR --model PATH [--addr 127.0.0.1:11435] [--parallel N] [--resident N] [--ctx N] [--token T] [--insecure]\n" +
+const serveUsage = "serve --db DIR --model PATH [--addr 127.0.0.1:11435] [--parallel N] [--resident N] [--ctx N] [--token T] [--insecure] [--chat-template T]\n" +
 	"        [--backend llama|ollama --ollama-host URL --ollama-model NAME] [--embed none|hash[:DIM]|ollama:MODEL]"
 
 func cmdServe(ctx context.Context, args []string) error {
@@ -38,6 +39,7 @@ func cmdServe(ctx context.Context, args []string) error {
 	ollamaHost := fs.String("ollama-host", "http://127.0.0.1:11434", "Ollama server URL (--backend ollama, --embed ollama:MODEL)")
 	ollamaModel := fs.String("ollama-model", "", "upstream model (--backend ollama)")
 	embedFlag := fs.String("embed", "none", "embeddings for /api/embed and /v1/embeddings: none, hash[:DIM] or ollama:MODEL")
+	chatTemplate := fs.String("chat-template", "", "chat template (text or llama.cpp built-in name such as chatml); default: the model's")
 	ef := addEngineFlags(fs)
 	if _, err := parse(fs, args); err != nil {
 		return err
@@ -72,7 +74,7 @@ func cmdServe(ctx context.Context, args []string) error {
 	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- hs.Serve(ln) }()
-	log.Warn("memosrt listening", "addr", ln.Addr().String(), "backend", *backend)
+	fmt.Fprintf(os.Stderr, "memosrt: listening on http://%s (%s backend loading)\n", ln.Addr(), *backend)
 
 	var closeEngine func() error
 	switch *backend {
@@ -92,7 +94,8 @@ func cmdServe(ctx context.Context, args []string) error {
 		if n == "" {
 			n = strings.TrimSuffix(filepath.Base(*ef.model), ".gguf")
 		}
-		if err := srv.UseEngine(eng, server.EngineOptions{Name: n, Parallel: *parallel, ResidentPacks: *resident, ModelPath: *ef.model}); err != nil {
+		if err := srv.UseEngine(eng, server.EngineOptions{Name: n, Parallel: *parallel, ResidentPacks: *resident, ModelPath: *ef.model,
+			ChatTemplate: *chatTemplate}); err != nil {
 			hs.Close()
 			eng.Close()
 			return err
@@ -106,7 +109,7 @@ func cmdServe(ctx context.Context, args []string) error {
 		hs.Close()
 		return fmt.Errorf("--backend %q: want llama or ollama", *backend)
 	}
-	log.Warn("memosrt ready", "addr", ln.Addr().String())
+	fmt.Fprintf(os.Stderr, "memosrt: ready on http://%s\n", ln.Addr())
 	select {
 	case err = <-serveErr:
 	case <-ctx.Done():
