@@ -282,10 +282,11 @@ func startServer(t *testing.T, db, model, keyFile string) *server {
 		for sc.Scan() {
 			line := sc.Text()
 			fmt.Fprintln(s.stderr, line)
-			if strings.Contains(line, "memosrt listening") {
-				s.listening <- field(line, "addr")
+			// "memosrt: listening on http://ADDR (...)", later "memosrt: ready on http://ADDR"
+			if strings.HasPrefix(line, "memosrt: listening on ") {
+				s.listening <- httpAddr(line)
 			}
-			if strings.Contains(line, "memosrt ready") {
+			if strings.HasPrefix(line, "memosrt: ready on ") {
 				close(s.ready)
 			}
 		}
@@ -296,14 +297,11 @@ func startServer(t *testing.T, db, model, keyFile string) *server {
 	return s
 }
 
-// field returns the value of key=value in a slog text line.
-func field(line, key string) string {
-	for _, f := range strings.Fields(line) {
-		if v, ok := strings.CutPrefix(f, key+"="); ok {
-			return v
-		}
-	}
-	return ""
+// httpAddr returns the host:port of the first http:// URL in line.
+func httpAddr(line string) string {
+	_, rest, _ := strings.Cut(line, "http://")
+	addr, _, _ := strings.Cut(rest, " ")
+	return addr
 }
 
 func (s *server) waitListening() error {
