@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/memosrt/memosrt/lora"
 	"github.com/memosrt/memosrt/runtime/llama"
 )
 
@@ -20,9 +21,12 @@ type genRequest struct {
 	Prompt   string    // completion prompt (Messages == nil)
 	System   string    // completion system text (Ollama /api/generate)
 	Raw      bool      // completion without template or memories
+	// Adapters are the LoRA adapters asked for: nil means the cube's
+	// defaults, empty means none.
+	Adapters []lora.Spec
 	// Context is Ollama's /api/generate "context": tokens of the previous
 	// exchange; the rendered prompt's tokens follow them.
-	Context []int32
+	Context  []int32
 	Sampling llama.SamplerParams
 	// NumPredict caps generated tokens; <= 0 means the server default.
 	NumPredict int
@@ -50,6 +54,7 @@ type genResult struct {
 	PromptTime   time.Duration
 	EvalTime     time.Duration
 	DoneReason   string // "stop" or "length"
+	Adapters     string // active adapter set (runtime.AdapterKey), "" for none
 	Memories     int    // memories put into the prompt
 	CacheSource  string // "", "resident", "shared", "restored"
 }
@@ -120,8 +125,8 @@ type packInfo struct {
 }
 
 type resident struct {
-	Seq     int    `json:"seq"`
-	Tokens  int    `json:"tokens"`
-	PackID  string `json:"pack_id"`
+	Seq     int       `json:"seq"`
+	Tokens  int       `json:"tokens"`
+	PackID  string    `json:"pack_id"`
 	Created time.Time `json:"created"`
 }

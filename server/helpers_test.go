@@ -20,6 +20,7 @@ import (
 	"github.com/memosrt/memosrt/embed"
 	"github.com/memosrt/memosrt/internal/testmodels"
 	"github.com/memosrt/memosrt/kvcache"
+	"github.com/memosrt/memosrt/lora"
 	"github.com/memosrt/memosrt/runtime"
 	"github.com/memosrt/memosrt/textmem"
 )
@@ -35,6 +36,7 @@ type envConfig struct {
 	nseq     int
 	noEngine bool   // attach no backend
 	noEmbed  bool   // no Embedder (default: a 64-dim hash embedder)
+	lora     bool   // engine with LoRA; EngineOptions.Adapters over e.reg
 	model    string // GGUF path; "" is stories260K
 	threads  int    // default 2
 	ngl      int    // layers on a GPU (benchmarks: MEMOSRT_BENCH_NGL)
@@ -50,6 +52,8 @@ type env struct {
 	db  *badger.DB
 	mem *textmem.Store
 	kv  *kvcache.Cache
+	reg *lora.Registry
+	man *lora.Manager
 }
 
 func newEnv(t testing.TB, c envConfig) *env {
@@ -95,11 +99,20 @@ func newEnv(t testing.TB, c envConfig) *env {
 			threads = 2
 		}
 		e.eng, err = runtime.Load(context.Background(), runtime.Options{ModelPath: model, NCtx: nctx, NSeqMax: nseq, Threads: threads,
-			NGPULayers: c.ngl, LibDir: c.libDir})
+			NGPULayers: c.ngl, LibDir: c.libDir, LoRA: c.lora})
 		if err != nil {
 			t.Fatal(err)
 		}
 		eo := c.eo
+		if c.lora {
+			if e.reg, err = lora.NewRegistry(e.db, lora.RegistryOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			if e.man, err = lora.NewManager(e.eng.Model(), model, e.reg, lora.Options{Detach: e.eng.DetachAdapter}); err != nil {
+				t.Fatal(err)
+			}
+			eo.Adapters = e.man
+		}
 		if eo.Name == "" {
 			eo.Name = testModel
 		}
@@ -124,6 +137,9 @@ func (e *env) close(t testing.TB) {
 	}
 	if err := e.srv.Shutdown(context.Background()); err != nil {
 		t.Errorf("second Shutdown: %v", err)
+	}
+	if e.man != nil {
+		e.man.Close()
 	}
 	if e.eng != nil {
 		if err := e.eng.Close(); err != nil {

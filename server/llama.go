@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/memosrt/memosrt/kvcache"
+	"github.com/memosrt/memosrt/lora"
 	"github.com/memosrt/memosrt/runtime"
 	"github.com/memosrt/memosrt/runtime/llama"
 	"github.com/memosrt/memosrt/scheduler"
@@ -82,7 +83,7 @@ type llamaBackend struct {
 	pool   *slotPool
 	info   modelInfo
 	cfgKey string
-	seqs   []int // taken from the engine's pool, returned by close
+	seqs   []int  // taken from the engine's pool, returned by close
 	tmpl   string // chat template; "" for the plain layout
 
 	// resMu guards res and resFree.
@@ -102,11 +103,12 @@ type llamaBackend struct {
 
 // residentPack is a cube's pack held in a reserved sequence.
 type residentPack struct {
-	seq     int
-	toks    []int32
-	packID  string
-	created time.Time
-	used    time.Time
+	seq      int
+	adapters string // adapter set the pack was computed under
+	toks     []int32
+	packID   string
+	created  time.Time
+	used     time.Time
 }
 
 func engineModelInfo(eng *runtime.Engine, eo EngineOptions) modelInfo {
@@ -292,19 +294,26 @@ func (b *llamaBackend) generate(ctx context.Context, req *genRequest) (genResult
 	if maxTok <= 0 || maxTok > limit-len(toks) {
 		maxTok = limit - len(toks)
 	}
-	sl, resN, err := b.pool.acquire(ctx, toks, req.Cube)
+	ad, err := b.adapters(ctx, req.Cube, req.Adapters)
+	if err != nil {
+		return out, err
+	}
+	defer ad.release()
+	out.Adapters = ad.key
+	scope := scopeOf(req.Cube, ad.key)
+	sl, resN, err := b.pool.acquire(ctx, toks, scope)
 	if err != nil {
 		return out, err
 	}
 	defer b.pool.release(sl)
-	npast, source, prev, err := b.prepare(ctx, sl, toks, resN, req.Cube)
-	sl.scope = req.Cube
+	npast, source, prev, err := b.prepare(ctx, sl, toks, resN, req.Cube, ad)
+	sl.scope = scope
 	if err != nil {
 		sl.toks = nil
 		return out, err
 	}
 	res, gerr := b.run(ctx, runtime.Request{Seq: sl.seq, Tokens: toks, NPast: npast, Sampling: req.Sampling,
-		MaxTokens: maxTok, Stop: req.Stop, OnText: req.OnText, Start: req.Start})
+		MaxTokens: maxTok, Stop: req.Stop, OnText: req.OnText, Start: req.Start, Adapters: ad.refs})
 	out.Text, out.EvalTokens, out.TTFT, out.PromptTime, out.EvalTime, out.DoneReason =
 		res.Text, res.EvalTokens, res.TTFT, res.PrefillTime, res.EvalTime, res.DoneReason
 	out.CachedTokens, out.CacheSource = res.CachedTokens, source
@@ -324,7 +333,7 @@ func (b *llamaBackend) generate(ctx context.Context, req *genRequest) (genResult
 		return out, gerr
 	}
 	if req.Persist && b.kv != nil && !b.s.opts.NoPersist && held >= b.s.opts.MinPersistTokens {
-		b.persist(sl, req.Cube, prev)
+		b.persist(sl, req.Cube, prev, ad)
 	}
 	return out, nil
 }
@@ -372,7 +381,7 @@ func retryBusy(ctx context.Context, f func() error) error {
 // the activation tier. Only state of the request's own cube is reused (see
 // slot.scope). It returns the prefix length, its source, and the id of the
 // conversation pack the state continues ("" if none).
-func (b *llamaBackend) prepare(ctx context.Context, sl *slot, toks []int32, resN int, cube string) (int, string, string, error) {
+func (b *llamaBackend) prepare(ctx context.Context, sl *slot, toks []int32, resN int, cube string, ad adapterSet) (int, string, string, error) {
 	usable := len(toks) - 1
 	best, source, prev := min(resN, usable), "", ""
 	if best > 0 {
@@ -384,7 +393,7 @@ func (b *llamaBackend) prepare(ctx context.Context, sl *slot, toks []int32, resN
 	b.resMu.Lock()
 	var rp *residentPack
 	rpN := 0
-	if r, ok := b.res[cube]; ok && cube != "" {
+	if r, ok := b.res[cube]; ok && cube != "" && r.adapters == ad.key {
 		rp, rpN = r, min(commonPrefix(r.toks, toks), usable)
 	}
 	if rp != nil && rpN > best {
@@ -402,11 +411,11 @@ func (b *llamaBackend) prepare(ctx context.Context, sl *slot, toks []int32, resN
 	}
 	b.resMu.Unlock()
 	if b.kv != nil {
-		if m := b.kv.Lookup(b.cfgKey, toks); min(m.Tokens, usable) > best && b.packInScope(m.ID, cube) {
+		if m := b.kv.Lookup(ad.cfgKey, toks); min(m.Tokens, usable) > best && b.packInScope(m.ID, cube) {
 			var rs kvcache.Restored
 			err := retryBusy(ctx, func() error {
 				var err error
-				rs, err = b.kv.Restore(ctx, b.eng, sl.seq, toks, "")
+				rs, err = b.kv.Restore(ctx, b.eng, sl.seq, toks, ad.key)
 				return err
 			})
 			sl.convPack = ""
@@ -438,7 +447,7 @@ func continues(n, total int) bool { return total > 0 && 4*n >= 3*total }
 // state is copied now, so the slot is free again at once) and then drops
 // prev, the pack the new state extends. Skipped when two writes are already
 // running.
-func (b *llamaBackend) persist(sl *slot, cube, prev string) {
+func (b *llamaBackend) persist(sl *slot, cube, prev string, ad adapterSet) {
 	select {
 	case b.writeSem <- struct{}{}:
 	default:
@@ -452,7 +461,7 @@ func (b *llamaBackend) persist(sl *slot, cube, prev string) {
 		return
 	}
 	toks := slices.Clone(sl.toks)
-	id := kvcache.PackID(b.cfgKey, toks)
+	id := kvcache.PackID(ad.cfgKey, toks)
 	sl.convPack = id
 	b.writes.Add(1)
 	b.pending.Add(1)
@@ -464,7 +473,7 @@ func (b *llamaBackend) persist(sl *slot, cube, prev string) {
 		if b.hasPack(id) {
 			return // the same conversation state is stored already
 		}
-		info, err := b.kv.Put(context.Background(), kvcache.Header{KV: b.eng.KVConfig(), Tokens: toks, Label: "conv:" + cube}, state)
+		info, err := b.kv.Put(context.Background(), kvcache.Header{KV: b.eng.KVConfig(), AdapterKey: ad.key, Tokens: toks, Label: "conv:" + cube}, state)
 		if err != nil {
 			b.s.log.Warn("conversation pack not stored", "cube", cube, "err", err)
 			return
@@ -537,21 +546,27 @@ func (b *llamaBackend) warm(ctx context.Context, cube string, resident bool) (pa
 	if err != nil {
 		return packStatus{}, err
 	}
+	ad, err := b.adapters(ctx, cube, nil) // the cube's default adapters
+	if err != nil {
+		return packStatus{}, err
+	}
+	defer ad.release()
+	wo := kvcache.WarmOptions{Label: cube, Background: true, Adapters: ad.refs}
 	if len(p.PackTokens) == 0 {
 		return packStatus{}, badField("cube", "cube %s renders an empty pack", cube)
 	}
 	if !resident {
-		sl, _, err := b.pool.acquire(ctx, p.PackTokens, cube)
+		sl, _, err := b.pool.acquire(ctx, p.PackTokens, scopeOf(cube, ad.key))
 		if err != nil {
 			return packStatus{}, err
 		}
 		b.kvMu.Lock()
 		err = retryBusy(ctx, func() error {
-			_, err := b.kv.Warm(ctx, b.eng, sl.seq, p.PackTokens, kvcache.WarmOptions{Label: cube, Background: true})
+			_, err := b.kv.Warm(ctx, b.eng, sl.seq, p.PackTokens, wo)
 			return err
 		})
 		b.kvMu.Unlock()
-		sl.toks, sl.convPack, sl.scope = nil, "", cube
+		sl.toks, sl.convPack, sl.scope = nil, "", scopeOf(cube, ad.key)
 		if err == nil {
 			sl.toks = slices.Clone(p.PackTokens)
 		}
@@ -568,7 +583,7 @@ func (b *llamaBackend) warm(ctx context.Context, cube string, resident bool) (pa
 		var info kvcache.Info
 		err := retryBusy(ctx, func() error {
 			var err error
-			info, err = b.kv.Warm(ctx, b.eng, seq, p.PackTokens, kvcache.WarmOptions{Label: cube, Background: true})
+			info, err = b.kv.Warm(ctx, b.eng, seq, p.PackTokens, wo)
 			return err
 		})
 		b.kvMu.Unlock()
@@ -578,7 +593,7 @@ func (b *llamaBackend) warm(ctx context.Context, cube string, resident bool) (pa
 			b.resFree = append(b.resFree, seq)
 		} else {
 			now := time.Now()
-			b.res[cube] = &residentPack{seq: seq, toks: slices.Clone(p.PackTokens), packID: info.ID, created: now, used: now}
+			b.res[cube] = &residentPack{seq: seq, adapters: ad.key, toks: slices.Clone(p.PackTokens), packID: info.ID, created: now, used: now}
 		}
 		b.resMu.Unlock()
 		if err != nil {
@@ -682,4 +697,47 @@ func (b *llamaBackend) close(ctx context.Context) error {
 		b.eng.ReleaseSeq(q)
 	}
 	return nil
+}
+
+// adapterSet is a request's leased LoRA adapters and the keys KV state is
+// valid under.
+type adapterSet struct {
+	refs   []runtime.AdapterRef
+	key    string // runtime.AdapterKey(refs), "" for none
+	cfgKey string // kvcache.ConfigKey of the live KV config and key
+	lease  *lora.Lease
+}
+
+func (a adapterSet) release() { a.lease.Release() }
+
+// adapters leases specs in cube (nil: the cube's defaults) from the
+// EngineOptions.Adapters manager.
+func (b *llamaBackend) adapters(ctx context.Context, cube string, specs []lora.Spec) (adapterSet, error) {
+	none := adapterSet{cfgKey: b.cfgKey}
+	man := b.eo.Adapters
+	if man == nil {
+		if len(specs) > 0 {
+			return none, badField("adapters", "this server has no LoRA adapters (runtime loaded without them)")
+		}
+		return none, nil
+	}
+	l, err := man.Acquire(ctx, cube, specs)
+	if err != nil {
+		return none, err
+	}
+	if len(l.Refs) == 0 {
+		l.Release()
+		return none, nil
+	}
+	key := l.Key()
+	return adapterSet{refs: l.Refs, key: key, cfgKey: kvcache.ConfigKey(b.eng.KVConfig(), key), lease: l}, nil
+}
+
+// scopeOf is the slot scope of a cube under an adapter set: state computed
+// with other adapters is not valid for this request.
+func scopeOf(cube, adapterKey string) string {
+	if adapterKey == "" {
+		return cube
+	}
+	return cube + "\x00" + adapterKey
 }

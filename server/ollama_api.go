@@ -181,6 +181,7 @@ func (s *Server) streamError(w http.ResponseWriter, r *http.Request, st *streame
 // 0.8, top_k 40, top_p 0.9, repeat_penalty 1.1, num_predict -1).
 func (s *Server) ollamaSampling(g *genRequest, sp sampling) {
 	g.Sampling = sp.params(0.8, 0.9, 40, 1.1)
+	g.Adapters = sp.Adapters
 	if sp.NumPredict != nil {
 		g.NumPredict = *sp.NumPredict
 	}

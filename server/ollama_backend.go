@@ -109,6 +109,9 @@ func (b *ollamaBackend) options(req *genRequest) map[string]any {
 
 func (b *ollamaBackend) generate(ctx context.Context, req *genRequest) (genResult, error) {
 	var out genResult
+	if len(req.Adapters) > 0 {
+		return out, badField("adapters", "the ollama backend has no LoRA adapters")
+	}
 	mem, nMem := "", 0
 	if req.Cube != "" && !req.Raw {
 		var err error

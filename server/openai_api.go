@@ -43,6 +43,7 @@ type oaiSampling struct {
 	RepeatPenalty       *float64          `json:"repeat_penalty"`
 	NumCtx              *int              `json:"num_ctx"`
 	Cube                string            `json:"cube"`
+	Adapters            any               `json:"adapters"`
 	Metadata            map[string]any    `json:"metadata"`
 }
 
@@ -137,6 +138,9 @@ func (s *Server) applyOpenAI(r *http.Request, b backend, o *oaiSampling, g *genR
 	g.Stop = stop
 	sp := sampling{Temperature: o.Temperature, TopP: o.TopP, MinP: o.MinP, RepeatPenalty: o.RepeatPenalty, TopK: o.TopK, Seed: o.Seed}
 	g.Sampling = sp.params(1, 1, 0, 1)
+	if g.Adapters, err = adapterSpecs("adapters", o.Adapters); err != nil {
+		return err
+	}
 	cube := o.Cube
 	if c, ok := o.Metadata["cube"].(string); ok && cube == "" {
 		cube = c

@@ -9,6 +9,7 @@ import (
 	"github.com/memosrt/memosrt/badger"
 	"github.com/memosrt/memosrt/embed"
 	"github.com/memosrt/memosrt/kvcache"
+	"github.com/memosrt/memosrt/lora"
 	"github.com/memosrt/memosrt/textmem"
 )
 
@@ -129,6 +130,11 @@ type EngineOptions struct {
 	ResidentPacks int
 	// ModelPath, shown by /api/show; optional.
 	ModelPath string
+	// Adapters lends LoRA adapters to requests (the request's "adapters",
+	// else its cube's defaults); nil: requests naming adapters get 400. The
+	// engine must be loaded with runtime.Options.LoRA and the Manager
+	// created with Options.Detach = eng.DetachAdapter. Owned by the caller.
+	Adapters *lora.Manager
 	// ChatTemplate overrides the model's chat template: a template text or
 	// a llama.cpp built-in name such as "chatml". Default: the model's; a
 	// model without one gets the plain layout (see llamaBackend.render).

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -95,14 +96,14 @@ func (p *slotPool) forget(scope string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, s := range p.free {
-		if s.scope == scope {
+		if s.scope == scope || strings.HasPrefix(s.scope, scope+"\x00") {
 			s.toks, s.convPack = nil, ""
 		}
 	}
 }
 
-func (p *slotPool) size() int { return cap(p.sem) }
-func (p *slotPool) busy() int { return len(p.sem) }
+func (p *slotPool) size() int   { return cap(p.sem) }
+func (p *slotPool) busy() int   { return len(p.sem) }
 func (p *slotPool) queued() int { return int(p.waiting.Load()) }
 
 func commonPrefix(a, b []int32) int {

@@ -65,7 +65,10 @@ func TestSlotPool(t *testing.T) {
 		t.Fatalf("waiter got seq %d", s.seq)
 	}
 	cctx, cancel := context.WithCancel(ctx)
-	go func() { _, _, err := p.acquire(cctx, nil, ""); got <- &slot{seq: -1, toks: nil, convPack: errString(err)} }()
+	go func() {
+		_, _, err := p.acquire(cctx, nil, "")
+		got <- &slot{seq: -1, toks: nil, convPack: errString(err)}
+	}()
 	for p.queued() != 1 {
 		goruntime.Gosched()
 	}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/memosrt/memosrt/kvcache"
+	"github.com/memosrt/memosrt/lora"
 	"github.com/memosrt/memosrt/runtime"
 	"github.com/memosrt/memosrt/textmem"
 )
@@ -256,7 +257,12 @@ func errStatus(err error) (int, string) {
 		return http.StatusTooManyRequests, "rate_limit_error"
 	case errors.Is(err, ErrLoading), errors.Is(err, ErrClosed), errors.Is(err, runtime.ErrNoKVSlot), errors.Is(err, runtime.ErrClosed):
 		return http.StatusServiceUnavailable, "server_error"
+	case errors.Is(err, lora.ErrBadName), errors.Is(err, lora.ErrBadAdapter), errors.Is(err, lora.ErrChanged):
+		return http.StatusBadRequest, "invalid_request_error"
+	case errors.Is(err, lora.ErrBudget):
+		return http.StatusServiceUnavailable, "server_error"
 	case errors.Is(err, ErrUnknownCube), errors.Is(err, textmem.ErrNotFound), errors.Is(err, kvcache.ErrNotFound), errors.Is(err, errModelNotFound),
+		errors.Is(err, lora.ErrNotFound),
 		errors.Is(err, errRouteNotFound):
 		return http.StatusNotFound, "not_found_error"
 	case errors.Is(err, ErrCubeExists):
@@ -294,6 +300,8 @@ func errField(err error) string {
 		return "text"
 	case errors.Is(err, runtime.ErrPromptTooLong), errors.Is(err, runtime.ErrEmptyPrompt):
 		return "prompt"
+	case errors.Is(err, lora.ErrNotFound), errors.Is(err, lora.ErrBadName), errors.Is(err, lora.ErrBadAdapter):
+		return "adapters"
 	}
 	return ""
 }

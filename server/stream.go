@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/memosrt/memosrt/lora"
 	"github.com/memosrt/memosrt/runtime/llama"
 	"github.com/memosrt/memosrt/textmem"
 )
@@ -89,10 +90,11 @@ func (s *Server) cube(r *http.Request, opt string) (string, error) {
 
 // sampling are the per-request generation settings, before defaults.
 type sampling struct {
-	Temperature, TopP, MinP, RepeatPenalty *float64
+	Temperature, TopP, MinP, RepeatPenalty      *float64
 	TopK, Seed, NumPredict, NumCtx, RepeatLastN *int
-	Stop  []string
-	Cube  string
+	Stop                                        []string
+	Cube                                        string
+	Adapters                                    []lora.Spec // nil: not given (the cube's defaults)
 }
 
 // params turns s into sampler parameters with the given API defaults.
@@ -186,6 +188,8 @@ func parseOllamaOptions(m map[string]any) (sampling, error) {
 			s.RepeatLastN, err = integer(k, v)
 		case "stop":
 			s.Stop, err = stringList("options.stop", v)
+		case "adapters":
+			s.Adapters, err = adapterSpecs("options.adapters", v)
 		case "cube":
 			c, ok := v.(string)
 			if !ok {
@@ -328,4 +332,32 @@ func (p *textPipe) fail(err error) {
 		p.err = err
 	}
 	p.mu.Unlock()
+}
+
+// adapterSpecs reads LoRA adapters: "a:0.5,b", "none", or an array of
+// "NAME[:SCALE]". An empty list means no adapter at all.
+func adapterSpecs(field string, v any) ([]lora.Spec, error) {
+	if v == nil {
+		return nil, nil
+	}
+	if str, ok := v.(string); ok {
+		sp, err := lora.ParseSpecs(str)
+		if err != nil {
+			return nil, badField(field, "%v", err)
+		}
+		return sp, nil
+	}
+	list, err := stringList(field, v)
+	if err != nil {
+		return nil, err
+	}
+	out := []lora.Spec{}
+	for i, x := range list {
+		sp, err := lora.ParseSpec(x)
+		if err != nil {
+			return nil, badField(fmt.Sprintf("%s[%d]", field, i), "%v", err)
+		}
+		out = append(out, sp)
+	}
+	return out, nil
 }

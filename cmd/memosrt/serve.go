@@ -15,6 +15,7 @@ import (
 
 	"github.com/memosrt/memosrt/embed"
 	"github.com/memosrt/memosrt/kvcache"
+	"github.com/memosrt/memosrt/lora"
 	"github.com/memosrt/memosrt/server"
 )
 
@@ -89,15 +90,27 @@ func cmdServe(ctx context.Context, args []string) error {
 			hs.Close()
 			return err
 		}
-		closeEngine = eng.Close
+		reg, err := lora.NewRegistry(st.db, lora.RegistryOptions{Logger: log})
+		if err != nil {
+			hs.Close()
+			eng.Close()
+			return err
+		}
+		man, err := lora.NewManager(eng.Model(), *ef.model, reg, lora.Options{Detach: eng.DetachAdapter, Logger: log})
+		if err != nil {
+			hs.Close()
+			eng.Close()
+			return err
+		}
+		closeEngine = func() error { return errors.Join(man.Close(), eng.Close()) }
 		n := *name
 		if n == "" {
 			n = strings.TrimSuffix(filepath.Base(*ef.model), ".gguf")
 		}
 		if err := srv.UseEngine(eng, server.EngineOptions{Name: n, Parallel: *parallel, ResidentPacks: *resident, ModelPath: *ef.model,
-			ChatTemplate: *chatTemplate}); err != nil {
+			ChatTemplate: *chatTemplate, Adapters: man}); err != nil {
 			hs.Close()
-			eng.Close()
+			closeEngine()
 			return err
 		}
 	case "ollama":
