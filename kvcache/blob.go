@@ -52,6 +52,10 @@ type Header struct {
 	RawXXHash  uint64           `json:"raw_xxhash"`
 	Created    time.Time        `json:"created"`
 	Label      string           `json:"label,omitempty"` // e.g. the cube the pack belongs to
+	// Scope is the isolation domain (the cube): a pack is only ever found by
+	// lookups in the same scope ("" = unscoped), so one cube can never
+	// restore, or probe through cached-token counts, another cube's pack.
+	Scope string `json:"scope,omitempty"`
 }
 
 // ConfigKey is the hex key of the KV config and adapter set under which a
@@ -64,6 +68,16 @@ func ConfigKey(kv runtime.KVConfig, adapterKey string) string {
 		A  string
 	}{kv, adapterKey})
 	s := sha256.Sum256(b)
+	return hex.EncodeToString(s[:])
+}
+
+// ScopedKey seeds the prefix chain of one scope: cfgKey itself for the
+// empty scope, else a hash of both.
+func ScopedKey(cfgKey, scope string) string {
+	if scope == "" {
+		return cfgKey
+	}
+	s := sha256.Sum256([]byte(cfgKey + "\x00scope\x00" + scope))
 	return hex.EncodeToString(s[:])
 }
 

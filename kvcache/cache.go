@@ -232,7 +232,7 @@ type Match struct {
 }
 
 // Lookup returns the pack sharing the longest token prefix with toks under
-// cfgKey (ConfigKey of the live context and adapter set).
+// key: ScopedKey(ConfigKey(live KV config, adapter set), scope).
 func (c *Cache) Lookup(cfgKey string, toks []int32) Match {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -272,7 +272,7 @@ func (c *Cache) Put(ctx context.Context, h Header, state []byte) (Info, error) {
 		return Info{}, err
 	}
 	h, _, _ = DecodeHeader(blob) // the filled-in header
-	cfg := ConfigKey(h.KV, h.AdapterKey)
+	cfg := ScopedKey(ConfigKey(h.KV, h.AdapterKey), h.Scope)
 	rec := &packRecord{ID: PackID(cfg, h.Tokens), ConfigKey: cfg, Header: h, BlobBytes: int64(len(blob))}
 	rec.Chunks = (len(blob) + chunkBytes - 1) / chunkBytes
 	c.writeMu.Lock()

@@ -47,7 +47,7 @@ func TestRestoreMissingBlob(t *testing.T) {
 	}
 	f.cache.DropRAM()
 	f.eng.Prefill(context.Background(), 0, f.pack[:4], 0) // junk in the target seq
-	r, err := f.cache.Restore(context.Background(), f.eng, 0, f.prompt, "")
+	r, err := f.cache.Restore(context.Background(), f.eng, 0, f.prompt, RestoreOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +57,7 @@ func TestRestoreMissingBlob(t *testing.T) {
 	if got := f.generate(t, 0); got != f.cold {
 		t.Fatalf("fallback %q, cold %q", got, f.cold)
 	}
-	r, err = f.cache.Restore(context.Background(), f.eng, 0, f.prompt, "")
+	r, err = f.cache.Restore(context.Background(), f.eng, 0, f.prompt, RestoreOptions{})
 	if err != nil || r.PackID != "" || r.Refused != nil || r.Tokens != 0 || f.eng.SeqLen(0) != 0 {
 		t.Fatalf("after the refusal: %+v, %v, seq 0 holds %d; want a clean miss", r, err, f.eng.SeqLen(0))
 	}
@@ -86,7 +86,7 @@ func TestRestoreEmptyState(t *testing.T) {
 	if err != nil || info.NTokens != 0 {
 		t.Fatalf("Put(empty) = %+v, %v", info, err)
 	}
-	r, err := f.cache.Restore(context.Background(), f.eng, 0, []int32{999, 998}, "")
+	r, err := f.cache.Restore(context.Background(), f.eng, 0, []int32{999, 998}, RestoreOptions{})
 	if err != nil || r.PackID != "" || r.Tokens != 0 || r.Refused != nil {
 		t.Fatalf("restore with only an empty pack stored: %+v, %v", r, err)
 	}

@@ -140,7 +140,7 @@ func TestRestoreEqualsColdPrefill(t *testing.T) {
 			f.cache.DropRAM()
 		}
 		f.eng.ClearSeq(0)
-		r, err := f.cache.Restore(context.Background(), f.eng, 0, f.prompt, "")
+		r, err := f.cache.Restore(context.Background(), f.eng, 0, f.prompt, RestoreOptions{})
 		if err != nil || r.Refused != nil {
 			t.Fatal(err, r.Refused)
 		}
@@ -244,7 +244,7 @@ func TestDamagedPacksAreRefused(t *testing.T) {
 			seq1, _ := f.eng.SaveSeq(1)
 			tc.fn(t, f)
 			f.eng.Prefill(context.Background(), 0, f.pack[:5], 0) // junk in the target seq
-			r, err := f.cache.Restore(context.Background(), f.eng, 0, f.prompt, "")
+			r, err := f.cache.Restore(context.Background(), f.eng, 0, f.prompt, RestoreOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -372,11 +372,35 @@ func TestPromptEqualToPack(t *testing.T) {
 	f := newFixture(t)
 	f.prompt = f.pack
 	cold := f.generate(t, 0)
-	r, err := f.cache.Restore(context.Background(), f.eng, 0, f.pack, "")
+	r, err := f.cache.Restore(context.Background(), f.eng, 0, f.pack, RestoreOptions{})
 	if err != nil || r.Tokens != len(f.pack)-1 || r.PackTotal != len(f.pack) {
 		t.Fatalf("restore %+v, %v", r, err)
 	}
 	if got := f.generate(t, r.Tokens); got != cold {
 		t.Fatalf("exact-prefix output %q, cold %q", got, cold)
+	}
+}
+
+// A pack is only found in its own scope (cube).
+func TestScopes(t *testing.T) {
+	eng := openEngine(t, runtime.Options{})
+	c, err := Open(openDB(t, t.TempDir()), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pack, _ := eng.Tokenize("Alice's PIN is 4821.", true)
+	info, err := c.Warm(context.Background(), eng, 0, pack, WarmOptions{Label: "alice", Scope: "alice"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := append(append([]int32{}, pack...), 5)
+	for _, scope := range []string{"", "mallory", "alic"} {
+		if r, err := c.Restore(context.Background(), eng, 0, req, RestoreOptions{Scope: scope}); err != nil || r.Tokens != 0 {
+			t.Fatalf("scope %q restored %d tokens of alice's pack (%v)", scope, r.Tokens, err)
+		}
+	}
+	r, err := c.Restore(context.Background(), eng, 0, req, RestoreOptions{Scope: "alice"})
+	if err != nil || r.PackID != info.ID || r.Tokens != len(pack) {
+		t.Fatalf("own scope: %+v, %v", r, err)
 	}
 }

@@ -27,15 +27,21 @@ type Restored struct {
 // and reported in Restored.Refused; seq is then empty and the caller
 // prefills normally. The returned error is non-nil only for ctx or engine
 // failures.
-func (c *Cache) Restore(ctx context.Context, eng *runtime.Engine, seq int, toks []int32, adapterKey string) (Restored, error) {
+// RestoreOptions select which packs a restore may use.
+type RestoreOptions struct {
+	AdapterKey string // runtime.AdapterKey of the request's adapters ("" = none)
+	Scope      string // isolation domain, the cube ("" = unscoped packs only)
+}
+
+func (c *Cache) Restore(ctx context.Context, eng *runtime.Engine, seq int, toks []int32, o RestoreOptions) (Restored, error) {
+	adapterKey := o.AdapterKey
 	start := time.Now()
 	var r Restored
 	if err := ctx.Err(); err != nil {
 		return r, err
 	}
 	live := eng.KVConfig()
-	cfg := ConfigKey(live, adapterKey)
-	m := c.Lookup(cfg, toks)
+	m := c.Lookup(ScopedKey(ConfigKey(live, adapterKey), o.Scope), toks)
 	usable := min(m.Tokens, len(toks)-1)
 	if m.ID == "" || usable <= 0 {
 		err := eng.ClearSeq(seq)
@@ -75,6 +81,7 @@ func (c *Cache) Restore(ctx context.Context, eng *runtime.Engine, seq int, toks 
 type WarmOptions struct {
 	Adapters   []runtime.AdapterRef // LoRA set the state is computed under
 	Label      string               // e.g. the cube
+	Scope      string               // isolation domain (Header.Scope), the cube; "" = unscoped
 	Background bool                 // prefill at background priority (runtime.Request.Background)
 }
 
@@ -85,15 +92,14 @@ func (c *Cache) Warm(ctx context.Context, eng *runtime.Engine, seq int, toks []i
 	if len(toks) == 0 {
 		return Info{}, fmt.Errorf("kvcache: warm: no tokens")
 	}
-	adapterKey, label := runtime.AdapterKey(o.Adapters), o.Label
+	adapterKey, label, scope := runtime.AdapterKey(o.Adapters), o.Label, o.Scope
 	live := eng.KVConfig()
-	cfg := ConfigKey(live, adapterKey)
-	id := PackID(cfg, toks)
+	id := PackID(ScopedKey(ConfigKey(live, adapterKey), scope), toks)
 	c.mu.Lock()
 	rec := c.packs[id]
 	c.mu.Unlock()
 	if rec != nil {
-		if _, err := c.Restore(ctx, eng, seq, append(append([]int32{}, toks...), 0), adapterKey); err != nil {
+		if _, err := c.Restore(ctx, eng, seq, append(append([]int32{}, toks...), 0), RestoreOptions{AdapterKey: adapterKey, Scope: scope}); err != nil {
 			return Info{}, err
 		}
 		if eng.SeqLen(seq) == len(toks) {
@@ -109,5 +115,5 @@ func (c *Cache) Warm(ctx context.Context, eng *runtime.Engine, seq int, toks []i
 	if err != nil {
 		return Info{}, err
 	}
-	return c.Put(ctx, Header{KV: live, AdapterKey: adapterKey, Tokens: toks, Label: label}, state)
+	return c.Put(ctx, Header{KV: live, AdapterKey: adapterKey, Tokens: toks, Label: label, Scope: scope}, state)
 }

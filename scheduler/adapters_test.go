@@ -171,7 +171,7 @@ func TestAdapterKVIsolation(t *testing.T) {
 		{"b@1", e.lease(t, "c", lora.Spec{Name: "b", Scale: 1}).Refs},
 		{"a@1+b@1", e.lease(t, "c", lora.Spec{Name: "a", Scale: 1}, lora.Spec{Name: "b", Scale: 1}).Refs},
 	} {
-		rs, err := e.kv.Restore(ctx, e.eng, 0, pack, runtime.AdapterKey(c.refs))
+		rs, err := e.kv.Restore(ctx, e.eng, 0, pack, kvcache.RestoreOptions{AdapterKey: runtime.AdapterKey(c.refs), Scope: "d"})
 		if err != nil {
 			t.Fatal(err)
 		}

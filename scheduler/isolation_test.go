@@ -8,15 +8,11 @@ import (
 )
 
 // TestPacksStayInTheirCube: a run in one cube never restores another
-// cube's pack. Today it does (kvcache.Lookup matches any pack under the same
-// KV config and adapter set), and the restored length is reported as
-// CachedTokens: a cube that guesses another cube's memory text learns, token
-// by token, how much of the guess is right ("PIN 4821" restores 63 tokens,
-// "PIN 1111" 57). Skipped until kvcache scopes its prefix chain by cube
-// (issue 6 report: Header.Scope mixed into the chain seed, Restore and Warm
-// taking the scope).
+// cube's pack. Without scoping, the restored length reported as CachedTokens
+// would tell a cube that guesses another cube's memory text, token by token,
+// how much of the guess is right ("PIN 4821" restored 63 tokens, "PIN 1111"
+// 57); kvcache seeds each cube's prefix chain with its scope.
 func TestPacksStayInTheirCube(t *testing.T) {
-	t.Skip("known cross-cube leak: kvcache lookups are not scoped by cube (issue 6 report)")
 	e := newEnv(t)
 	ctx := context.Background()
 	for _, s := range []string{"Alice's PIN is 4821.", "Alice likes tea."} {

@@ -345,7 +345,7 @@ func (t *Tiers) makeRoom(ctx context.Context, j Job, need int64) error {
 // rest is decoded (background priority). decoded is the tokens computed.
 func (t *Tiers) computePack(ctx context.Context, cube string, toks []int32) (kvcache.Info, int, error) {
 	eng, kv := t.r.eng, t.r.kv
-	cfg := kvcache.ConfigKey(eng.KVConfig(), "")
+	cfg := kvcache.ScopedKey(kvcache.ConfigKey(eng.KVConfig(), ""), cube)
 	id := kvcache.PackID(cfg, toks)
 	if m := kv.Lookup(cfg, toks); m.ID == id && m.Tokens == len(toks) {
 		for _, i := range kv.List(cube) {
@@ -362,7 +362,7 @@ func (t *Tiers) computePack(ctx context.Context, cube string, toks []int32) (kvc
 		eng.ClearSeq(seq)
 		eng.ReleaseSeq(seq)
 	}()
-	rs, err := kv.Restore(ctx, eng, seq, append(slices.Clone(toks), 0), "")
+	rs, err := kv.Restore(ctx, eng, seq, append(slices.Clone(toks), 0), kvcache.RestoreOptions{Scope: cube})
 	if err != nil {
 		return kvcache.Info{}, 0, err
 	}
@@ -373,7 +373,7 @@ func (t *Tiers) computePack(ctx context.Context, cube string, toks []int32) (kvc
 	if err != nil {
 		return kvcache.Info{}, 0, err
 	}
-	info, err := kv.Put(ctx, kvcache.Header{KV: eng.KVConfig(), Tokens: toks, Label: cube}, state)
+	info, err := kv.Put(ctx, kvcache.Header{KV: eng.KVConfig(), Tokens: toks, Label: cube, Scope: cube}, state)
 	return info, len(toks) - rs.Tokens, err
 }
 

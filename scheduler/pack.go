@@ -94,14 +94,14 @@ func (r *Runner) RunPack(ctx context.Context, req RunRequest, members []textmem.
 	out.Prompt = p
 	npast := 0
 	if r.kv != nil && !req.NoCache {
-		rs, err := r.kv.Restore(ctx, r.eng, req.Seq, p.Tokens, runtime.AdapterKey(req.Adapters))
+		rs, err := r.kv.Restore(ctx, r.eng, req.Seq, p.Tokens, kvcache.RestoreOptions{AdapterKey: runtime.AdapterKey(req.Adapters), Scope: req.Cube})
 		if err != nil {
 			return out, err
 		}
 		out.Restored = rs
 		npast = rs.Tokens
 		if npast == 0 && req.WarmOnMiss && len(p.PackTokens) > 0 {
-			if _, err := r.kv.Warm(ctx, r.eng, req.Seq, p.PackTokens, kvcache.WarmOptions{Adapters: req.Adapters, Label: req.Cube}); err != nil {
+			if _, err := r.kv.Warm(ctx, r.eng, req.Seq, p.PackTokens, kvcache.WarmOptions{Adapters: req.Adapters, Label: req.Cube, Scope: req.Cube}); err != nil {
 				return out, err
 			}
 			npast = len(p.PackTokens)

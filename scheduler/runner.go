@@ -119,7 +119,7 @@ func (r *Runner) Warm(ctx context.Context, cube string, seq int) (kvcache.Info, 
 	if err != nil {
 		return kvcache.Info{}, p, err
 	}
-	info, err := r.kv.Warm(ctx, r.eng, seq, p.PackTokens, kvcache.WarmOptions{Label: cube})
+	info, err := r.kv.Warm(ctx, r.eng, seq, p.PackTokens, kvcache.WarmOptions{Label: cube, Scope: cube})
 	return info, p, err
 }
 

@@ -411,11 +411,11 @@ func (b *llamaBackend) prepare(ctx context.Context, sl *slot, toks []int32, resN
 	}
 	b.resMu.Unlock()
 	if b.kv != nil {
-		if m := b.kv.Lookup(ad.cfgKey, toks); min(m.Tokens, usable) > best && b.packInScope(m.ID, cube) {
+		if m := b.kv.Lookup(kvcache.ScopedKey(ad.cfgKey, cube), toks); min(m.Tokens, usable) > best && b.packInScope(m.ID, cube) {
 			var rs kvcache.Restored
 			err := retryBusy(ctx, func() error {
 				var err error
-				rs, err = b.kv.Restore(ctx, b.eng, sl.seq, toks, ad.key)
+				rs, err = b.kv.Restore(ctx, b.eng, sl.seq, toks, kvcache.RestoreOptions{AdapterKey: ad.key, Scope: cube})
 				return err
 			})
 			sl.convPack = ""
@@ -461,7 +461,7 @@ func (b *llamaBackend) persist(sl *slot, cube, prev string, ad adapterSet) {
 		return
 	}
 	toks := slices.Clone(sl.toks)
-	id := kvcache.PackID(ad.cfgKey, toks)
+	id := kvcache.PackID(kvcache.ScopedKey(ad.cfgKey, cube), toks)
 	sl.convPack = id
 	b.writes.Add(1)
 	b.pending.Add(1)
@@ -473,7 +473,7 @@ func (b *llamaBackend) persist(sl *slot, cube, prev string, ad adapterSet) {
 		if b.hasPack(id) {
 			return // the same conversation state is stored already
 		}
-		info, err := b.kv.Put(context.Background(), kvcache.Header{KV: b.eng.KVConfig(), AdapterKey: ad.key, Tokens: toks, Label: "conv:" + cube}, state)
+		info, err := b.kv.Put(context.Background(), kvcache.Header{KV: b.eng.KVConfig(), AdapterKey: ad.key, Tokens: toks, Label: "conv:" + cube, Scope: cube}, state)
 		if err != nil {
 			b.s.log.Warn("conversation pack not stored", "cube", cube, "err", err)
 			return
@@ -551,7 +551,7 @@ func (b *llamaBackend) warm(ctx context.Context, cube string, resident bool) (pa
 		return packStatus{}, err
 	}
 	defer ad.release()
-	wo := kvcache.WarmOptions{Label: cube, Background: true, Adapters: ad.refs}
+	wo := kvcache.WarmOptions{Label: cube, Scope: cube, Background: true, Adapters: ad.refs}
 	if len(p.PackTokens) == 0 {
 		return packStatus{}, badField("cube", "cube %s renders an empty pack", cube)
 	}
