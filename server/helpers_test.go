@@ -22,6 +22,7 @@ import (
 	"github.com/memosrt/memosrt/kvcache"
 	"github.com/memosrt/memosrt/lora"
 	"github.com/memosrt/memosrt/runtime"
+	"github.com/memosrt/memosrt/scheduler"
 	"github.com/memosrt/memosrt/textmem"
 )
 
@@ -41,6 +42,7 @@ type envConfig struct {
 	threads  int    // default 2
 	ngl      int    // layers on a GPU (benchmarks: MEMOSRT_BENCH_NGL)
 	libDir   string // ggml backend modules (benchmarks: MEMOSRT_LIB_PATH)
+	tiers    bool   // Options.Tiers over a read-only scheduler.Tiers
 }
 
 // env is a memosrt server over real resources, on a real loopback listener.
@@ -74,6 +76,14 @@ func newEnv(t testing.TB, c envConfig) *env {
 	}
 	o := c.opts
 	o.DB, o.Store, o.KV = e.db, e.mem, e.kv
+	if c.tiers {
+		tiers, err := scheduler.NewTiers(e.db, scheduler.ViewRunner(e.mem, e.kv), scheduler.TierOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { tiers.Close() })
+		o.Tiers = tiers
+	}
 	if o.Embedder == nil && !c.noEmbed {
 		o.Embedder, _ = embed.NewHash(64)
 	}

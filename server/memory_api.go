@@ -292,6 +292,13 @@ func (s *Server) handleSearch(w http.ResponseWriter, r *http.Request) {
 		q.Kinds, q.Tags = req.Kinds, req.Tags
 		hits, err = s.opts.Store.SearchWith(r.Context(), rec.Name, q)
 	}
+	if err == nil && s.opts.Tiers != nil && len(hits) > 0 {
+		ids := make([]string, len(hits))
+		for i, h := range hits {
+			ids[i] = h.Memory.ID
+		}
+		err = s.opts.Tiers.RecordVisits(r.Context(), rec.Name, ids...)
+	}
 	if err != nil {
 		s.writeError(w, r, err)
 		return

@@ -10,6 +10,7 @@ import (
 	"github.com/memosrt/memosrt/embed"
 	"github.com/memosrt/memosrt/kvcache"
 	"github.com/memosrt/memosrt/lora"
+	"github.com/memosrt/memosrt/scheduler"
 	"github.com/memosrt/memosrt/textmem"
 )
 
@@ -23,6 +24,9 @@ type Options struct {
 	// KV is the activation tier; nil disables packs and conversation reuse
 	// across restarts.
 	KV *kvcache.Cache
+	// Tiers, if set, answers GET /v1/cubes/{cube}/tiers and counts search
+	// hits as visits (heat); nil answers 501 there.
+	Tiers *scheduler.Tiers
 	// Embedder answers /api/embed and /v1/embeddings for the llama backend
 	// (the engine has no embedding call yet); nil answers 501 there.
 	Embedder embed.Embedder

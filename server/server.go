@@ -140,6 +140,7 @@ func (s *Server) routes(mux *http.ServeMux) {
 	mux.HandleFunc("POST /v1/cubes/{cube}/pack", s.handlePackWarm)
 	mux.HandleFunc("GET /v1/cubes/{cube}/pack", s.handlePackStatus)
 	mux.HandleFunc("GET /v1/cubes/{cube}/export", s.handleCubeExport)
+	mux.HandleFunc("GET /v1/cubes/{cube}/tiers", s.handleTiers)
 	// observability
 	mux.Handle("GET /metrics", s.m.handler())
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {

@@ -16,6 +16,7 @@ import (
 	"github.com/memosrt/memosrt/embed"
 	"github.com/memosrt/memosrt/kvcache"
 	"github.com/memosrt/memosrt/lora"
+	"github.com/memosrt/memosrt/scheduler"
 	"github.com/memosrt/memosrt/server"
 )
 
@@ -63,7 +64,14 @@ func cmdServe(ctx context.Context, args []string) error {
 	}
 	defer kv.Close()
 	log := logger()
-	srv, err := server.New(server.Options{DB: st.db, Store: st.mem, KV: kv, Embedder: emb, Token: *token, Version: version,
+	// tier state (heat, transitions) is served read-only; ticks that move
+	// memories between tiers run from `memosrt tiers --tick`
+	tiers, err := scheduler.NewTiers(st.db, scheduler.ViewRunner(st.mem, kv), scheduler.TierOptions{Logger: log})
+	if err != nil {
+		return err
+	}
+	defer tiers.Close()
+	srv, err := server.New(server.Options{DB: st.db, Store: st.mem, KV: kv, Tiers: tiers, Embedder: emb, Token: *token, Version: version,
 		MaxQueue: *maxQueue, NoPersist: *noPersist, MinPersistTokens: *minPersist, DefaultNumPredict: *numPredict, Logger: log})
 	if err != nil {
 		return err
