@@ -147,6 +147,8 @@ type Engine struct {
 	bgStep    atomic.Int64 // stepID of a running background-only step, else 0
 	fg        atomic.Int32 // foreground callers in flight (BeginForeground)
 	seqs      chan int     // free sequence ids (AcquireSeq)
+	embCtx    *llama.Ctx   // embedding context (Embed), created on first use; guarded by mu
+	embBatch  *llama.Batch
 }
 
 // Load loads the model and creates the context, then probes the KV layout
@@ -259,6 +261,10 @@ func (e *Engine) Close() error {
 	e.closed = true
 	e.batch.Close()
 	e.ctx.Close()
+	if e.embCtx != nil {
+		e.embBatch.Close()
+		e.embCtx.Close()
+	}
 	return e.model.Close()
 }
 

@@ -333,3 +333,37 @@ func TestBackgroundYieldsToForeground(t *testing.T) {
 		t.Fatalf("after background prefill %q, cold %q", warm.Text, cold.Text)
 	}
 }
+
+func TestEmbed(t *testing.T) {
+	e := openStories(t, Options{NCtx: 256})
+	toks, _ := e.Tokenize("Once upon a time", true)
+	if err := e.Prefill(context.Background(), 0, toks, 0); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := e.SaveSeq(0)
+	vs, err := e.Embed(context.Background(), []string{"Lily has a dog.", "Lily has a dog.", "The sun is hot today.", ""})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(vs) != 4 || len(vs[0]) != e.Shape().NEmbd {
+		t.Fatalf("%d vectors of %d", len(vs), len(vs[0]))
+	}
+	dot := func(a, b []float32) (s float64) {
+		for i := range a {
+			s += float64(a[i]) * float64(b[i])
+		}
+		return s
+	}
+	if n := dot(vs[0], vs[0]); n < 0.9999 || n > 1.0001 {
+		t.Fatalf("norm² %v", n)
+	}
+	if dot(vs[0], vs[1]) < 0.99999 {
+		t.Fatal("same text, different embedding")
+	}
+	if d := dot(vs[0], vs[2]); d > 0.9999 {
+		t.Fatalf("different texts, cosine %v", d)
+	}
+	if after, _ := e.SaveSeq(0); string(after) != string(before) {
+		t.Fatal("embedding disturbed the generation context")
+	}
+}

@@ -520,11 +520,13 @@ func (b *llamaBackend) isConv(id string) bool {
 }
 
 func (b *llamaBackend) embed(ctx context.Context, texts []string) ([][]float32, int, error) {
-	e := b.s.opts.Embedder
-	if e == nil {
-		return nil, 0, fmt.Errorf("%w: the llama backend has no embedding call yet (needs runtime.Engine.Embed); start the server with --embed hash or --embed-ollama-model NAME", ErrNotSupported)
+	var vecs [][]float32
+	var err error
+	if e := b.s.opts.Embedder; e != nil {
+		vecs, err = e.Embed(ctx, texts)
+	} else {
+		vecs, err = b.eng.Embed(ctx, texts) // the loaded model, mean-pooled
 	}
-	vecs, err := e.Embed(ctx, texts)
 	if err != nil {
 		return nil, 0, err
 	}

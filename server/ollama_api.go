@@ -410,7 +410,7 @@ func (s *Server) handleOllamaShow(w http.ResponseWriter, r *http.Request) {
 	}
 	mi := b.model()
 	caps := []model.Capability{model.CapabilityCompletion}
-	if s.opts.Embedder != nil || b.stats().Kind == "ollama" {
+	if s.opts.Embedder != nil || b.stats().Kind == "ollama" || b.stats().Kind == "llama" {
 		caps = append(caps, model.CapabilityEmbedding)
 	}
 	writeJSON(w, http.StatusOK, api.ShowResponse{Modelfile: "# served by memosrt\nFROM " + mi.Name + "\n",

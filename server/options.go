@@ -27,8 +27,8 @@ type Options struct {
 	// Tiers, if set, answers GET /v1/cubes/{cube}/tiers and counts search
 	// hits as visits (heat); nil answers 501 there.
 	Tiers *scheduler.Tiers
-	// Embedder answers /api/embed and /v1/embeddings for the llama backend
-	// (the engine has no embedding call yet); nil answers 501 there.
+	// Embedder answers /api/embed and /v1/embeddings for the llama backend;
+	// nil embeds with the loaded model (runtime.Engine.Embed).
 	Embedder embed.Embedder
 	// Token, when set, is required as "Authorization: Bearer <Token>" on
 	// every request.

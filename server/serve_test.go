@@ -102,14 +102,18 @@ func TestBadRequests(t *testing.T) {
 			t.Fatalf("memory API while loading: %d", code)
 		}
 	})
-	t.Run("no embedder", func(t *testing.T) {
+	t.Run("no embedder: the loaded model embeds", func(t *testing.T) {
 		s := newEnv(t, envConfig{noEmbed: true})
-		var body map[string]any
-		if code := do(t, "POST", s.url()+"/api/embed", map[string]any{"model": testModel, "input": "x"}, &body); code != http.StatusNotImplemented {
+		var body struct{ Embeddings [][]float32 }
+		if code := do(t, "POST", s.url()+"/api/embed", map[string]any{"model": testModel, "input": []string{"Lily has a dog.", "Lily has a dog."}}, &body); code != http.StatusOK {
 			t.Fatalf("status %d %v", code, body)
 		}
-		if msg, _ := body["error"].(string); !strings.Contains(msg, "--embed") {
-			t.Fatalf("error %q does not say what to do", msg)
+		want, err := s.eng.Embed(context.Background(), []string{"Lily has a dog."})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(body.Embeddings) != 2 || !slices.Equal(body.Embeddings[0], want[0]) || !slices.Equal(body.Embeddings[1], want[0]) {
+			t.Fatalf("embeddings %v, engine %v", body.Embeddings, want)
 		}
 	})
 	t.Run("token", func(t *testing.T) {

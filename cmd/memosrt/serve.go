@@ -21,7 +21,7 @@ import (
 )
 
 const serveUsage = "serve --db DIR --model PATH [--addr 127.0.0.1:11435] [--parallel N] [--resident N] [--ctx N] [--token T] [--insecure] [--chat-template T]\n" +
-	"        [--backend llama|ollama --ollama-host URL --ollama-model NAME] [--embed none|hash[:DIM]|ollama:MODEL]"
+	"        [--backend llama|ollama --ollama-host URL --ollama-model NAME] [--embed model|hash[:DIM]|ollama:MODEL]"
 
 func cmdServe(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
@@ -40,7 +40,7 @@ func cmdServe(ctx context.Context, args []string) error {
 	backend := fs.String("backend", "llama", "llama (in-process) or ollama (text-only fallback)")
 	ollamaHost := fs.String("ollama-host", "http://127.0.0.1:11434", "Ollama server URL (--backend ollama, --embed ollama:MODEL)")
 	ollamaModel := fs.String("ollama-model", "", "upstream model (--backend ollama)")
-	embedFlag := fs.String("embed", "none", "embeddings for /api/embed and /v1/embeddings: none, hash[:DIM] or ollama:MODEL")
+	embedFlag := fs.String("embed", "model", "embeddings for /api/embed and /v1/embeddings: model (the loaded model, mean-pooled), hash[:DIM] or ollama:MODEL")
 	chatTemplate := fs.String("chat-template", "", "chat template (text or llama.cpp built-in name such as chatml); default: the model's")
 	ef := addEngineFlags(fs)
 	if _, err := parse(fs, args); err != nil {
@@ -170,8 +170,8 @@ func checkListen(addr, token string, insecure bool) error {
 
 func embedderFromFlag(ctx context.Context, v, ollamaHost string) (embed.Embedder, error) {
 	switch {
-	case v == "" || v == "none":
-		return nil, nil
+	case v == "" || v == "model" || v == "none":
+		return nil, nil // the llama backend embeds with its loaded model
 	case v == "hash" || strings.HasPrefix(v, "hash:"):
 		dim := 768
 		if d, ok := strings.CutPrefix(v, "hash:"); ok {
@@ -185,5 +185,5 @@ func embedderFromFlag(ctx context.Context, v, ollamaHost string) (embed.Embedder
 	case strings.HasPrefix(v, "ollama:"):
 		return embed.NewOllama(ctx, embed.OllamaOptions{URL: ollamaHost, Model: strings.TrimPrefix(v, "ollama:")})
 	}
-	return nil, fmt.Errorf("--embed %q: want none, hash[:DIM] or ollama:MODEL", v)
+	return nil, fmt.Errorf("--embed %q: want model, hash[:DIM] or ollama:MODEL", v)
 }

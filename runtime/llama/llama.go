@@ -463,7 +463,21 @@ type ContextParams struct {
 	// decodes: llm_graph_params::allow_reuse (llama-graph.h) compares the
 	// adapter map by address, so it cannot see an adapter switch.
 	NoGraphReuse bool
+	// Embeddings makes Decode produce embeddings (llama_get_embeddings_seq)
+	// pooled per sequence with Pooling.
+	Embeddings bool
+	// Pooling is the pooling type with Embeddings: PoolingMean, PoolingCLS,
+	// PoolingLast, or PoolingUnspecified for the model's own.
+	Pooling int
 }
+
+// Pooling types (enum llama_pooling_type).
+const (
+	PoolingUnspecified = int(C.LLAMA_POOLING_TYPE_UNSPECIFIED)
+	PoolingMean        = int(C.LLAMA_POOLING_TYPE_MEAN)
+	PoolingCLS         = int(C.LLAMA_POOLING_TYPE_CLS)
+	PoolingLast        = int(C.LLAMA_POOLING_TYPE_LAST)
+)
 
 // envMu serializes the setenv/unsetenv around context creation (llama.cpp
 // reads LLAMA_GRAPH_REUSE_DISABLE in the llama_context constructor).
@@ -507,6 +521,10 @@ func NewContext(m *Model, p ContextParams) (*Ctx, error) {
 	cp.flash_attn_type = C.enum_llama_flash_attn_type(p.FlashAttn)
 	cp.kv_unified = C._Bool(p.KVUnified)
 	cp.no_perf = true
+	if p.Embeddings {
+		cp.embeddings = true
+		cp.pooling_type = C.enum_llama_pooling_type(p.Pooling)
+	}
 	var c *C.struct_llama_context
 	if p.NoGraphReuse {
 		envMu.Lock()
@@ -644,7 +662,11 @@ func (c *Ctx) Logits(i int, dst []float32) []float32 {
 	return dst
 }
 
-// Embeddings copies the pooled embedding of seq ([n_embd]float32), or nil.
+// PoolingType returns the context's resolved pooling type.
+func (c *Ctx) PoolingType() int { return int(C.llama_pooling_type(c.c)) }
+
+// Embeddings copies the pooled embedding of seq ([n]float32, n = n_embd),
+// or nil when the context has none.
 func (c *Ctx) Embeddings(seq int, n int) []float32 {
 	p := C.llama_get_embeddings_seq(c.c, C.llama_seq_id(seq))
 	if p == nil {
