@@ -5,13 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"net/http"
 	"strings"
 	"time"
 
 	"github.com/ollama/ollama/api"
 	"github.com/ollama/ollama/types/model"
+
+	"github.com/memosrt/memosrt/embed"
 )
 
 // generate runs g and records metrics and a log line. With st set the
@@ -285,24 +286,9 @@ func truncateDims(vecs [][]float32, dims int) ([][]float32, error) {
 		if dims > len(v) {
 			return nil, badField("dimensions", "%d > model dimension %d", dims, len(v))
 		}
-		vecs[i] = normalize(v[:dims])
+		vecs[i] = embed.Normalize(v[:dims])
 	}
 	return vecs, nil
-}
-
-func normalize(v []float32) []float32 {
-	var s float64
-	for _, x := range v {
-		s += float64(x) * float64(x)
-	}
-	if s == 0 {
-		return v
-	}
-	inv := float32(1 / math.Sqrt(s))
-	for i := range v {
-		v[i] *= inv
-	}
-	return v
 }
 
 func (s *Server) handleOllamaEmbed(w http.ResponseWriter, r *http.Request) {
