@@ -11,6 +11,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/memosrt/memosrt/badger"
+	"github.com/memosrt/memosrt/kvcache"
 	"github.com/memosrt/memosrt/textmem"
 )
 
@@ -18,6 +19,7 @@ import (
 type stores struct {
 	db  *badger.DB
 	mem *textmem.Store
+	kv  *kvcache.Cache
 }
 
 // openStores opens the data directory dir, encrypted with the key in
@@ -42,11 +44,17 @@ func openStores(dir, keyFile string) (*stores, error) {
 		db.Close()
 		return nil, err
 	}
-	return &stores{db: db, mem: mem}, nil
+	kv, err := kvcache.Open(db, kvcache.Options{Logger: logger()})
+	if err != nil {
+		mem.Close()
+		db.Close()
+		return nil, err
+	}
+	return &stores{db: db, mem: mem, kv: kv}, nil
 }
 
 func (s *stores) Close() error {
-	return errors.Join(s.mem.Close(), s.db.Close())
+	return errors.Join(s.kv.Close(), s.mem.Close(), s.db.Close())
 }
 
 func cmdMem(ctx context.Context, args []string) error {

@@ -9,7 +9,6 @@ import (
 	"os"
 	"text/tabwriter"
 
-	"github.com/memosrt/memosrt/kvcache"
 	"github.com/memosrt/memosrt/runtime"
 	"github.com/memosrt/memosrt/runtime/llama"
 	"github.com/memosrt/memosrt/scheduler"
@@ -81,11 +80,7 @@ func cmdKV(ctx context.Context, args []string) error {
 		return err
 	}
 	defer s.Close()
-	kv, err := kvcache.Open(s.db, kvcache.Options{Logger: logger()})
-	if err != nil {
-		return err
-	}
-	defer kv.Close()
+	kv := s.kv
 	switch sub {
 	case "ls":
 		infos := kv.List(*cube)
@@ -187,11 +182,7 @@ func cmdRun(ctx context.Context, args []string) error {
 		return err
 	}
 	defer s.Close()
-	kv, err := kvcache.Open(s.db, kvcache.Options{Logger: logger()})
-	if err != nil {
-		return err
-	}
-	defer kv.Close()
+	kv := s.kv
 	ef.lora = true
 	eng, err := ef.load(ctx, 1)
 	if err != nil {

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/memosrt/memosrt/embed"
-	"github.com/memosrt/memosrt/kvcache"
 	"github.com/memosrt/memosrt/lora"
 	"github.com/memosrt/memosrt/scheduler"
 	"github.com/memosrt/memosrt/server"
@@ -58,11 +57,7 @@ func cmdServe(ctx context.Context, args []string) error {
 		return err
 	}
 	defer st.Close()
-	kv, err := kvcache.Open(st.db, kvcache.Options{Logger: logger()})
-	if err != nil {
-		return err
-	}
-	defer kv.Close()
+	kv := st.kv
 	log := logger()
 	// tier state (heat, transitions) is served read-only; ticks that move
 	// memories between tiers run from `memosrt tiers --tick`

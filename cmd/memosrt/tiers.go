@@ -8,7 +8,6 @@ import (
 	"os"
 	"text/tabwriter"
 
-	"github.com/memosrt/memosrt/kvcache"
 	"github.com/memosrt/memosrt/scheduler"
 )
 
@@ -31,11 +30,7 @@ func cmdTiers(ctx context.Context, args []string) error {
 		return err
 	}
 	defer s.Close()
-	kv, err := kvcache.Open(s.db, kvcache.Options{Logger: logger()})
-	if err != nil {
-		return err
-	}
-	defer kv.Close()
+	kv := s.kv
 	var r *scheduler.Runner
 	if *tick {
 		eng, err := ef.load(ctx, 1)
