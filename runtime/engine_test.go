@@ -312,7 +312,7 @@ func TestBackgroundYieldsToForeground(t *testing.T) {
 	}
 	bgDone := make(chan error, 1)
 	go func() { bgDone <- e.PrefillRequest(context.Background(), 1, long, nil, true) }()
-	for e.SeqLen(1) == 0 {
+	for e.SeqLen(1) == 0 && len(bgDone) == 0 {
 		goruntime.Gosched()
 	}
 	q, _ := e.Tokenize("Once upon a time", true)
