@@ -1,10 +1,16 @@
-package embed
+// Package llamaembed is the in-process embed.Embedder over a loaded
+// llama.cpp model. It lives apart from package embed so that embed (and the
+// text tier above it) stays pure Go: this package pulls in cgo.
+package llamaembed
 
 import (
 	"context"
 
+	"github.com/memosrt/memosrt/embed"
 	"github.com/memosrt/memosrt/runtime"
 )
+
+var _ embed.Embedder = (*Llama)(nil)
 
 // Llama embeds in process with a loaded llama.cpp model
 // (runtime.Engine.Embed): the model's pooling for embedding models (BERT:
@@ -15,9 +21,9 @@ type Llama struct {
 	name string
 }
 
-// NewLlama returns an Embedder over eng; name identifies the model (it is
+// New returns an Embedder over eng; name identifies the model (it is
 // part of Name, which tags stored vectors).
-func NewLlama(eng *runtime.Engine, name string) *Llama { return &Llama{eng: eng, name: name} }
+func New(eng *runtime.Engine, name string) *Llama { return &Llama{eng: eng, name: name} }
 
 // Embed returns one [Dim()]float32 unit vector per text.
 func (l *Llama) Embed(ctx context.Context, texts []string) ([][]float32, error) {
