@@ -9,10 +9,11 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
-	"path/filepath"
 	"slices"
 
 	"github.com/ollama/ollama/fs/ggml"
+
+	"github.com/memosrt/memosrt/internal/atomicfile"
 )
 
 // TensorData is one tensor for WriteFile.
@@ -60,28 +61,9 @@ func WriteFile(path string, meta map[string]any, tensors []TensorData) (err erro
 		ts = append(ts, &ggml.Tensor{Name: t.Name, Kind: uint32(kind), Shape: slices.Clone(t.Shape),
 			WriterTo: tensorWriter{n: n, kind: kind, data: t.Data}})
 	}
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+	err = atomicfile.Write(path, 0o644, func(f *os.File) error { return ggml.WriteGGUF(f, kv, ts) })
 	if err != nil {
-		return fmt.Errorf("lora: %w", err)
-	}
-	tmp := f.Name()
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(tmp)
-		}
-	}()
-	if err := ggml.WriteGGUF(f, kv, ts); err != nil {
 		return fmt.Errorf("lora: write %s: %w", path, err)
-	}
-	if err := f.Chmod(0o644); err != nil {
-		return fmt.Errorf("lora: %w", err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("lora: close %s: %w", tmp, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("lora: %w", err)
 	}
 	return nil
 }

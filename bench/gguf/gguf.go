@@ -10,9 +10,10 @@ import (
 	"math"
 	"math/bits"
 	"os"
-	"path/filepath"
 
 	"github.com/ollama/ollama/fs/ggml"
+
+	"github.com/memosrt/memosrt/internal/atomicfile"
 )
 
 // Spec is the shape of a llama-architecture model. Zero values of the
@@ -243,37 +244,14 @@ func Write(ctx context.Context, path string, spec Spec, tokenizerFrom string, se
 		})
 	}
 
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+	err = atomicfile.Write(path, 0o644, func(f *os.File) error {
+		if err := ggml.WriteGGUF(f, kv, ts); err != nil && ctx.Err() == nil {
+			return err
+		}
+		return ctx.Err()
+	})
 	if err != nil {
-		return fmt.Errorf("gguf: %w", err)
-	}
-	tmp := f.Name()
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(tmp)
-		}
-	}()
-	if err := ggml.WriteGGUF(f, kv, ts); err != nil {
-		if ctx.Err() != nil {
-			return fmt.Errorf("gguf: write %s: %w", path, ctx.Err())
-		}
 		return fmt.Errorf("gguf: write %s: %w", path, err)
-	}
-	if err := f.Chmod(0o644); err != nil {
-		return fmt.Errorf("gguf: %w", err)
-	}
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("gguf: sync %s: %w", tmp, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("gguf: close %s: %w", tmp, err)
-	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("gguf: write %s: %w", path, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("gguf: %w", err)
 	}
 	return nil
 }
