@@ -139,8 +139,14 @@ func unshuffle2(s []byte) []byte {
 // Encode wraps state (llama_state_seq_get_data bytes) in a blob. Fields of h
 // derived from state (codec, sizes, hashes) are filled in.
 func Encode(h Header, state []byte) ([]byte, error) {
+	_, blob, err := encode(h, state)
+	return blob, err
+}
+
+// encode is Encode that also returns the header as written.
+func encode(h Header, state []byte) (Header, []byte, error) {
 	if int64(len(state)) > MaxRawBytes {
-		return nil, fmt.Errorf("%w: %d bytes", ErrTooLarge, len(state))
+		return h, nil, fmt.Errorf("%w: %d bytes", ErrTooLarge, len(state))
 	}
 	h.Codec = CodecZstdShuffle2
 	h.RawBytes = int64(len(state))
@@ -152,7 +158,7 @@ func Encode(h Header, state []byte) ([]byte, error) {
 	}
 	hj, err := json.Marshal(h)
 	if err != nil {
-		return nil, fmt.Errorf("kvcache: header: %w", err)
+		return h, nil, fmt.Errorf("kvcache: header: %w", err)
 	}
 	e, _ := codecs()
 	payload := e.EncodeAll(shuffle2(state), nil)
@@ -165,7 +171,7 @@ func Encode(h Header, state []byte) ([]byte, error) {
 	binary.Write(&buf, binary.LittleEndian, uint64(len(payload)))
 	buf.Write(payload)
 	binary.Write(&buf, binary.LittleEndian, xxhash.Sum64(buf.Bytes()))
-	return buf.Bytes(), nil
+	return h, buf.Bytes(), nil
 }
 
 // DecodeHeader checks a blob's framing and checksum and returns its header

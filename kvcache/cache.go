@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -267,11 +268,11 @@ func (c *Cache) Put(ctx context.Context, h Header, state []byte) (Info, error) {
 	if h.Created.IsZero() {
 		h.Created = c.opts.Now().UTC()
 	}
-	blob, err := Encode(h, state)
+	h.Tokens = slices.Clone(h.Tokens) // the index keeps them
+	h, blob, err := encode(h, state)
 	if err != nil {
 		return Info{}, err
 	}
-	h, _, _ = DecodeHeader(blob) // the filled-in header
 	cfg := ScopedKey(ConfigKey(h.KV, h.AdapterKey), h.Scope)
 	rec := &packRecord{ID: PackID(cfg, h.Tokens), ConfigKey: cfg, Header: h, BlobBytes: int64(len(blob))}
 	rec.Chunks = (len(blob) + chunkBytes - 1) / chunkBytes
