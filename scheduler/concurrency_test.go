@@ -7,8 +7,6 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/memosrt/memosrt/badger"
-	"github.com/memosrt/memosrt/internal/testmodels"
 	"github.com/memosrt/memosrt/kvcache"
 	"github.com/memosrt/memosrt/runtime"
 	"github.com/memosrt/memosrt/textmem"
@@ -20,29 +18,8 @@ import (
 // and another cube is untouched: same memories, same pack, same output.
 func TestConcurrentRunWarmDelete(t *testing.T) {
 	ctx := context.Background()
-	eng, err := runtime.Load(ctx, runtime.Options{ModelPath: testmodels.Stories(t), NCtx: 1024, NSeqMax: 3, Threads: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	db, err := badger.Open(badger.Options{Dir: t.TempDir(), NoSync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	mem, err := textmem.Open(db, textmem.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	kv, err := kvcache.Open(db, kvcache.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		kv.Close()
-		mem.Close()
-		db.Close()
-		eng.Close()
-	})
-	r := New(eng, mem, kv, Options{})
+	e := newEnvWith(t, runtime.Options{NCtx: 1024, NSeqMax: 3, Threads: 2})
+	mem, kv, r := e.mem, e.kv, e.r
 	for _, s := range []string{"Lily has a dog named Max.", "Max likes to run in the park."} {
 		if _, err := mem.Add(ctx, "a", textmem.Memory{Text: s}); err != nil {
 			t.Fatal(err)

@@ -20,7 +20,14 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	eng, err := runtime.Load(context.Background(), runtime.Options{ModelPath: testmodels.Stories(t), NCtx: 1024, Threads: 2})
+	return newEnvWith(t, runtime.Options{NCtx: 1024, Threads: 2})
+}
+
+// newEnvWith is newEnv with engine options (ModelPath is stories260K).
+func newEnvWith(t *testing.T, o runtime.Options) *env {
+	t.Helper()
+	o.ModelPath = testmodels.Stories(t)
+	eng, err := runtime.Load(context.Background(), o)
 	if err != nil {
 		t.Fatal(err)
 	}
