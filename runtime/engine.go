@@ -453,7 +453,6 @@ type textOut struct {
 	onText  func(string) error
 	buf     []byte // all output so far
 	emitted int    // bytes of buf already sent to onText
-	done    bool
 }
 
 func newTextOut(stops []string, on func(string) error) *textOut {
@@ -474,7 +473,6 @@ func (o *textOut) add(piece []byte) (bool, error) {
 		from := max(0, o.emitted-len(s))
 		if i := strings.Index(string(o.buf[from:]), s); i >= 0 {
 			o.buf = o.buf[:from+i]
-			o.done = true
 			return true, o.flush()
 		}
 	}
