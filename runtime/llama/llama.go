@@ -9,6 +9,7 @@ package llama
 #include "llama.h"
 #include "ggml.h"
 #include "ggml-backend.h"
+#include "ggml-cpu.h"
 
 extern void memosrtLog(int level, char *text);
 extern _Bool memosrtProgress(float p, uintptr_t h);
@@ -453,8 +454,8 @@ type ContextParams struct {
 	NBatch    int // max tokens per Decode call; 0 = 2048
 	NUBatch   int // physical micro-batch, tokens; 0 = 512
 	NSeqMax   int // max distinct sequences; 0 = 1
-	Threads   int // decode threads; 0 = all cores
-	TypeK     int // KV key type (TypeF16, TypeQ8_0, TypeQ4_0); 0 means F32? no: use -1 for default f16
+	Threads   int // CPU threads for prefill and decode (one persistent ggml threadpool); 0 = llama.cpp's default
+	TypeK     int // KV key type: TypeF16, TypeQ8_0, TypeQ4_0 or TypeF32 (the zero value is TypeF32)
 	TypeV     int // KV value type; see TypeK
 	FlashAttn int // FlashAttnAuto, FlashAttnDisabled, FlashAttnEnabled
 	KVUnified bool
@@ -489,6 +490,7 @@ type Ctx struct {
 	c      *C.struct_llama_context
 	model  *Model
 	abort  *C.int // C memory polled by the abort callback
+	pool   *C.struct_ggml_threadpool // CPU worker threads, nil with one thread
 	nVocab int
 }
 
@@ -546,7 +548,20 @@ func NewContext(m *Model, p ContextParams) (*Ctx, error) {
 	}
 	flag := (*C.int)(C.calloc(1, C.size_t(unsafe.Sizeof(C.int(0)))))
 	C.memosrt_set_abort(c, flag)
-	return &Ctx{c: c, model: m, abort: flag, nVocab: int(C.llama_vocab_n_tokens(m.vocab))}, nil
+	ctx := &Ctx{c: c, model: m, abort: flag, nVocab: int(C.llama_vocab_n_tokens(m.vocab))}
+	// A persistent ggml threadpool, as llama-server attaches one. Without
+	// it ggml-cpu starts and joins its worker threads on every graph; and
+	// the OpenMP alternative (GGML_USE_OPENMP) keeps one libgomp team per
+	// calling OS thread, which Go's scheduler multiplies until libgomp's
+	// barriers sleep in futex instead of spinning (see README, Build).
+	if n := int(cp.n_threads); n > 1 {
+		tpp := C.ggml_threadpool_params_default(C.int(n))
+		ctx.pool = C.ggml_threadpool_new(&tpp)
+		if ctx.pool != nil {
+			C.llama_attach_threadpool(c, ctx.pool, ctx.pool)
+		}
+	}
+	return ctx, nil
 }
 
 // Close frees the context. Idempotent.
@@ -554,6 +569,10 @@ func (c *Ctx) Close() error {
 	if c.c != nil {
 		C.llama_free(c.c)
 		c.c = nil
+		if c.pool != nil {
+			C.ggml_threadpool_free(c.pool)
+			c.pool = nil
+		}
 		C.free(unsafe.Pointer(c.abort))
 		c.abort = nil
 	}
@@ -570,7 +589,8 @@ func (c *Ctx) NBatch() int  { return int(C.llama_n_batch(c.c)) }
 func (c *Ctx) NUBatch() int { return int(C.llama_n_ubatch(c.c)) }
 func (c *Ctx) NSeqMax() int { return int(C.llama_n_seq_max(c.c)) }
 
-// SetThreads sets the decode and batch thread counts.
+// SetThreads sets the decode and batch thread counts; with a threadpool
+// (Threads > 1 at NewContext) they are capped at its size.
 func (c *Ctx) SetThreads(n int) { C.llama_set_n_threads(c.c, C.int32_t(n), C.int32_t(n)) }
 
 // SetAbort raises (true) or clears (false) the abort flag that llama_decode
