@@ -152,6 +152,9 @@ func (f *loraFlag) Set(v string) error {
 	return nil
 }
 
+// none reports --lora none: no adapter at all.
+func (f *loraFlag) none() bool { return f.set && len(f.specs) == 0 }
+
 // adapterSpecs returns nil (the cube's default adapters) when --lora was not
 // given, else the listed ones (empty: none).
 func (f *loraFlag) adapterSpecs() []lora.Spec {
@@ -178,4 +181,12 @@ func leaseAdapters(ctx context.Context, s *stores, eng *runtime.Engine, cube str
 		return nil, nil, err
 	}
 	return l.Refs, func() { l.Release(); man.Close() }, nil
+}
+
+// hasAdapters reports whether any adapter is registered that cube can see
+// ("*": any at all). Without one the engine is loaded with LoRA off, which
+// keeps llama.cpp's graph reuse: 15-30% faster decode on small models.
+func hasAdapters(ctx context.Context, reg *lora.Registry, cube string) (bool, error) {
+	recs, err := reg.List(ctx, cube)
+	return len(recs) > 0, err
 }

@@ -121,3 +121,35 @@ func TestCLIErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestRunLoRA: with no adapter registered, run loads the engine without
+// LoRA support (graph reuse on); once one is registered, --lora applies it
+// in a new process, --lora none and the cube default (none set) do not.
+func TestRunLoRA(t *testing.T) {
+	db := t.TempDir()
+	model := testmodels.Stories(t)
+	run := func(extra ...string) runJSON {
+		args := append([]string{"run", "--db", db, "--model", model, "--num-predict", "24", "--json"}, extra...)
+		return runJSONOut(t, append(args, "Once upon a time")...)
+	}
+	base := run()
+	file := filepath.Join(t.TempDir(), "a.gguf")
+	must(t, "lora", "gen", "--model", model, "--out", file, "--std", "0.5", "--seed", "7")
+	if out, err := memosrt(t, "run", "--db", db, "--model", model, "--lora", "story", "--json", "x"); err == nil || !strings.Contains(out, "story") {
+		t.Fatalf("unregistered adapter: err %v, output %q", err, out)
+	}
+	must(t, "lora", "add", "--db", db, "--model", model, "story", file)
+	with := run("--lora", "story")
+	if with.Response == base.Response || with.Response == "" {
+		t.Fatalf("adapter did not change the output: %q", with.Response)
+	}
+	if again := run("--lora", "story"); again.Response != with.Response {
+		t.Fatalf("same adapter, different output:\n%q\n%q", with.Response, again.Response)
+	}
+	if none := run("--lora", "none"); none.Response != base.Response {
+		t.Fatalf("--lora none: %q, want %q", none.Response, base.Response)
+	}
+	if def := run(); def.Response != base.Response {
+		t.Fatalf("no default adapter: %q, want %q", def.Response, base.Response)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"text/tabwriter"
 
+	"github.com/memosrt/memosrt/lora"
 	"github.com/memosrt/memosrt/runtime"
 	"github.com/memosrt/memosrt/runtime/llama"
 	"github.com/memosrt/memosrt/scheduler"
@@ -183,7 +184,15 @@ func cmdRun(ctx context.Context, args []string) error {
 	}
 	defer s.Close()
 	kv := s.kv
-	ef.lora = true
+	if !loras.none() {
+		reg, err := lora.NewRegistry(s.db, lora.RegistryOptions{Logger: logger()})
+		if err != nil {
+			return err
+		}
+		if ef.lora, err = hasAdapters(ctx, reg, *cube); err != nil {
+			return err
+		}
+	}
 	eng, err := ef.load(ctx, 1)
 	if err != nil {
 		return err

@@ -87,16 +87,21 @@ func cmdServe(ctx context.Context, args []string) error {
 			hs.Close()
 			return errors.New("--model is required (or set MEMOSRT_MODEL)")
 		}
-		ef.lora = true
-		eng, err := ef.load(ctx, *parallel+*resident)
+		reg, err := lora.NewRegistry(st.db, lora.RegistryOptions{Logger: log})
 		if err != nil {
 			hs.Close()
 			return err
 		}
-		reg, err := lora.NewRegistry(st.db, lora.RegistryOptions{Logger: log})
+		// Adapters are registered with `memosrt lora add` while the server
+		// is stopped, so an empty registry means no request can name one:
+		// the engine then keeps llama.cpp's graph reuse (runtime.Options.LoRA).
+		if ef.lora, err = hasAdapters(ctx, reg, "*"); err != nil {
+			hs.Close()
+			return err
+		}
+		eng, err := ef.load(ctx, *parallel+*resident)
 		if err != nil {
 			hs.Close()
-			eng.Close()
 			return err
 		}
 		man, err := lora.NewManager(eng.Model(), *ef.model, reg, lora.Options{Detach: eng.DetachAdapter, Logger: log})
