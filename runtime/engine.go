@@ -46,6 +46,15 @@ type Options struct {
 	TypeK, TypeV string
 	// FlashAttn is "auto" (default), "on" or "off".
 	FlashAttn string
+	// Mmap maps the GGUF file (llama.cpp's use_mmap) instead of reading the
+	// weights into memory. Mapping loads faster and shares pages between
+	// processes, but on this AVX-512 machine the mapped 1B shape decoded
+	// 12-20% slower (BenchmarkDecodeBatch with MEMOSRT_BENCH_MMAP=1, side by
+	// side). A likely cause: mapped weights keep the file's alignment (GGUF
+	// aligns tensors to 32 bytes, general.alignment; all of the 1B's start at
+	// 32 mod 64), so 64-byte vector loads straddle cache lines, while read
+	// weights land in ggml's 64-byte-aligned CPU buffers. Default false.
+	Mmap bool
 	// LoRA allows requests to attach LoRA adapters (Request.Adapters). It
 	// turns off llama.cpp's graph reuse, which cannot see adapter switches
 	// (see llama.ContextParams.NoGraphReuse); each decode then rebuilds its
@@ -172,7 +181,7 @@ func Load(ctx context.Context, opts Options) (*Engine, error) {
 		return nil, err
 	}
 	start := time.Now()
-	mp := llama.ModelParams{NGPULayers: opts.NGPULayers, UseMmap: true}
+	mp := llama.ModelParams{NGPULayers: opts.NGPULayers, UseMmap: opts.Mmap}
 	mp.Progress = func(f float32) bool {
 		if opts.Progress != nil {
 			opts.Progress(f)

@@ -25,6 +25,7 @@ type engineFlags struct {
 	typeK   *string
 	typeV   *string
 	fa      *string
+	mmap    *bool
 }
 
 func addEngineFlags(fs *flag.FlagSet) engineFlags {
@@ -36,6 +37,7 @@ func addEngineFlags(fs *flag.FlagSet) engineFlags {
 		typeK:   fs.String("type-k", "f16", "KV cache K type: f16, q8_0, q4_0"),
 		typeV:   fs.String("type-v", "f16", "KV cache V type: f16, q8_0, q4_0"),
 		fa:      fs.String("flash-attn", "auto", "flash attention: auto, on, off"),
+		mmap:    fs.Bool("mmap", false, "map the model file instead of reading it: faster load, pages shared between processes, slower CPU decode (see README)"),
 	}
 }
 
@@ -59,7 +61,7 @@ func (f engineFlags) load(ctx context.Context, nseq int) (*runtime.Engine, error
 	}
 	return runtime.Load(ctx, runtime.Options{ModelPath: *f.model, LibDir: libDir(), NGPULayers: ngl,
 		NCtx: *f.ctx, NSeqMax: nseq, Threads: *f.threads, TypeK: *f.typeK, TypeV: *f.typeV,
-		FlashAttn: *f.fa, LoRA: f.lora, Logger: logger(), Progress: progress("loading model")})
+		FlashAttn: *f.fa, Mmap: *f.mmap, LoRA: f.lora, Logger: logger(), Progress: progress("loading model")})
 }
 
 func cmdKV(ctx context.Context, args []string) error {

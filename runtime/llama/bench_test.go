@@ -22,7 +22,8 @@ import (
 //	go test -run '^$' -bench DecodeBatch -benchtime 1x ./runtime/llama/
 //
 // The generated 1B shape is included when ../../models/1b.gguf exists
-// (32 steps there).
+// (32 steps there). Weights are read into memory as the engine does by
+// default; MEMOSRT_BENCH_MMAP=1 maps the file instead (runtime.Options.Mmap).
 func BenchmarkDecodeBatch(b *testing.B) {
 	type model struct {
 		name, path string
@@ -36,7 +37,7 @@ func BenchmarkDecodeBatch(b *testing.B) {
 	for _, mm := range ms {
 		for _, threads := range []int{1, goruntime.NumCPU()} {
 			b.Run(fmt.Sprintf("%s/threads=%d", mm.name, threads), func(b *testing.B) {
-				m, err := LoadModel(mm.path, ModelParams{})
+				m, err := LoadModel(mm.path, ModelParams{UseMmap: os.Getenv("MEMOSRT_BENCH_MMAP") != ""})
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -489,7 +489,7 @@ var envMu sync.Mutex
 type Ctx struct {
 	c      *C.struct_llama_context
 	model  *Model
-	abort  *C.int // C memory polled by the abort callback
+	abort  *C.int                    // C memory polled by the abort callback
 	pool   *C.struct_ggml_threadpool // CPU worker threads, nil with one thread
 	nVocab int
 }
