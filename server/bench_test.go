@@ -54,7 +54,7 @@ func benchModels(b *testing.B) []benchModel {
 		if ngl != 0 {
 			decode, reps = 128, 40
 		}
-		ms = append(ms, benchModel{"1b", p, decode, 1, reps, threads, ngl, lib})
+		ms = append(ms, benchModel{"1b", p, decode, 3, reps, threads, ngl, lib})
 	}
 	return ms
 }
