@@ -194,20 +194,32 @@ func (e *Engine) Generate(ctx context.Context, req Request) (Result, error) {
 		e.ctx.SeqRemove(req.Seq, npast, -1)
 		return j.res, nil
 	}
+	if !req.PrefillOnly {
+		// made here, not at admission, so a bad grammar is an error before
+		// anything is queued; the prompt seeds the repeat-penalty window
+		s, err := llama.NewSampler(e.model, req.Sampling, req.Tokens)
+		if err != nil {
+			return j.res, fmt.Errorf("runtime: sampler: %w", err)
+		}
+		j.sampler = s
+	}
 	e.b.mu.Lock()
 	if e.b.stopped {
 		e.b.mu.Unlock()
+		j.sampler.Close()
 		return j.res, ErrClosed
 	}
 	for _, o := range e.b.queue {
 		if o.req.Seq == req.Seq {
 			e.b.mu.Unlock()
+			j.sampler.Close()
 			return j.res, fmt.Errorf("%w: %d", ErrSeqBusy, req.Seq)
 		}
 	}
 	for _, o := range e.b.active {
 		if o.req.Seq == req.Seq && !o.finished() {
 			e.b.mu.Unlock()
+			j.sampler.Close()
 			return j.res, fmt.Errorf("%w: %d", ErrSeqBusy, req.Seq)
 		}
 	}
@@ -386,16 +398,6 @@ func (e *Engine) admit() {
 		}
 		e.mu.Lock()
 		if !j.req.PrefillOnly {
-			j.sampler = llama.NewSampler(j.req.Sampling)
-			if p := j.req.Sampling; p.RepeatPenalty > 0 && p.RepeatPenalty != 1 {
-				n := p.RepeatLastN
-				if n == 0 {
-					n = 64
-				}
-				for _, t := range j.req.Tokens[max(0, len(j.req.Tokens)-n):] {
-					j.sampler.Accept(t)
-				}
-			}
 			j.out = newTextOut(j.req.Stop, j.req.OnText)
 		}
 		e.ctx.SeqRemove(j.req.Seq, j.pos, -1)
@@ -580,7 +582,11 @@ func (e *Engine) fail(j *job, err error) {
 // sampleOne samples j's next token from its logits row and queues it.
 // Caller holds e.mu.
 func (e *Engine) sampleOne(j *job) {
-	tok := j.sampler.Sample(e.ctx, j.idx)
+	tok, err := j.sampler.Sample(e.ctx, j.idx)
+	if err != nil {
+		e.fail(j, err)
+		return
+	}
 	if j.first.IsZero() {
 		j.first = time.Now()
 		j.res.TTFT = j.first.Sub(j.start)

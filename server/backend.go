@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"time"
 
 	"github.com/memosrt/memosrt/lora"
@@ -28,6 +29,12 @@ type genRequest struct {
 	// exchange; the rendered prompt's tokens follow them.
 	Context  []int32
 	Sampling llama.SamplerParams
+	// Format is the structured-output format as Ollama's API takes it
+	// ("json" or a JSON schema), nil for free text. The llama backend
+	// enforces it through Grammar; the ollama backend forwards it.
+	Format json.RawMessage
+	// Grammar is Format as GBNF (runtime/grammar), "" for free text.
+	Grammar string
 	// NumPredict caps generated tokens; <= 0 means the server default.
 	NumPredict int
 	Stop       []string

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"strings"
@@ -10,7 +11,26 @@ import (
 	"github.com/ollama/ollama/api"
 	"github.com/openai/openai-go"
 	"github.com/openai/openai-go/option"
+	"github.com/openai/openai-go/shared"
 )
+
+// petSchema is the structured-output schema of the client suites; on
+// stories260K only the grammar can make the output follow it.
+const petSchema = `{"type":"object","properties":{"name":{"enum":["Lily","Tom"]},"happy":{"type":"boolean"}},"required":["name","happy"]}`
+
+// checkPet fails unless text is one finished petSchema document.
+func checkPet(t *testing.T, text, doneReason string) {
+	t.Helper()
+	var doc struct {
+		Name  string `json:"name"`
+		Happy *bool  `json:"happy"`
+	}
+	d := json.NewDecoder(strings.NewReader(text))
+	d.DisallowUnknownFields()
+	if err := d.Decode(&doc); err != nil || doneReason != "stop" || doc.Name != "Lily" && doc.Name != "Tom" || doc.Happy == nil {
+		t.Fatalf("structured output %q (done %q): %v", text, doneReason, err)
+	}
+}
 
 func greedyOpts(n int) map[string]any {
 	return map[string]any{"temperature": 0, "num_predict": n, "seed": 1}
@@ -99,6 +119,28 @@ func ollamaSuite(t *testing.T, base, cube string) {
 		}
 		if out.Len() == 0 || !last.Done || last.EvalCount < 1 || last.EvalCount > 8 {
 			t.Fatalf("generate %q %+v", out.String(), last)
+		}
+	})
+	t.Run("structured output", func(t *testing.T) {
+		f := false
+		var got api.ChatResponse
+		err := c.Chat(ctx, &api.ChatRequest{Model: testModel, Messages: msgs, Stream: &f, Format: json.RawMessage(petSchema), Options: greedyOpts(128)},
+			func(r api.ChatResponse) error { got = r; return nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkPet(t, got.Message.Content, got.DoneReason)
+		var out strings.Builder
+		err = c.Generate(ctx, &api.GenerateRequest{Model: testModel, Prompt: "Once upon a time", Raw: true, Format: json.RawMessage(`"json"`), Options: greedyOpts(8)},
+			func(r api.GenerateResponse) error { out.WriteString(r.Response); return nil })
+		if err != nil || !strings.HasPrefix(strings.TrimSpace(out.String()), "{") {
+			t.Fatalf("format json: %q, %v", out.String(), err)
+		}
+		err = c.Chat(ctx, &api.ChatRequest{Model: testModel, Messages: msgs, Stream: &f, Format: json.RawMessage(`{"type":"string","pattern":"^a"}`)},
+			func(api.ChatResponse) error { return nil })
+		var se api.StatusError
+		if !errors.As(err, &se) || se.StatusCode != http.StatusBadRequest || !strings.Contains(se.ErrorMessage, "format") || !strings.Contains(se.ErrorMessage, "pattern") {
+			t.Fatalf("unsupported schema: %v", err)
 		}
 	})
 	t.Run("embed", func(t *testing.T) {
@@ -194,6 +236,26 @@ func openaiSuite(t *testing.T, base, cube string, wantCached bool) {
 		}
 		if acc.Usage.CompletionTokens < 1 || acc.Usage.PromptTokens < 1 {
 			t.Fatalf("usage %+v", acc.Usage)
+		}
+	})
+	t.Run("structured output", func(t *testing.T) {
+		var schema map[string]any
+		if err := json.Unmarshal([]byte(petSchema), &schema); err != nil {
+			t.Fatal(err)
+		}
+		p := params
+		p.MaxTokens = openai.Int(128)
+		p.ResponseFormat = openai.ChatCompletionNewParamsResponseFormatUnion{OfJSONSchema: &shared.ResponseFormatJSONSchemaParam{
+			JSONSchema: shared.ResponseFormatJSONSchemaJSONSchemaParam{Name: "pet", Schema: schema, Strict: openai.Bool(true)}}}
+		r, err := c.Chat.Completions.New(ctx, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkPet(t, r.Choices[0].Message.Content, string(r.Choices[0].FinishReason))
+		p.MaxTokens = openai.Int(8)
+		p.ResponseFormat = openai.ChatCompletionNewParamsResponseFormatUnion{OfJSONObject: &shared.ResponseFormatJSONObjectParam{}}
+		if r, err = c.Chat.Completions.New(ctx, p); err != nil || !strings.HasPrefix(strings.TrimSpace(r.Choices[0].Message.Content), "{") {
+			t.Fatalf("json_object: %+v, %v", r, err)
 		}
 	})
 	t.Run("completion", func(t *testing.T) {

@@ -312,7 +312,9 @@ func (b *llamaBackend) generate(ctx context.Context, req *genRequest) (genResult
 		sl.toks = nil
 		return out, err
 	}
-	res, gerr := b.run(ctx, runtime.Request{Seq: sl.seq, Tokens: toks, NPast: npast, Sampling: req.Sampling,
+	sp := req.Sampling
+	sp.Grammar = req.Grammar
+	res, gerr := b.run(ctx, runtime.Request{Seq: sl.seq, Tokens: toks, NPast: npast, Sampling: sp,
 		MaxTokens: maxTok, Stop: req.Stop, OnText: req.OnText, Start: req.Start, Adapters: ad.refs})
 	out.Text, out.EvalTokens, out.TTFT, out.PromptTime, out.EvalTime, out.DoneReason =
 		res.Text, res.EvalTokens, res.TTFT, res.PrefillTime, res.EvalTime, res.DoneReason

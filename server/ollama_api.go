@@ -1,18 +1,19 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/ollama/ollama/api"
 	"github.com/ollama/ollama/types/model"
 
 	"github.com/memosrt/memosrt/embed"
+	"github.com/memosrt/memosrt/runtime/grammar"
 )
 
 // generate runs g and records metrics and a log line. With st set the
@@ -77,14 +78,27 @@ func ollamaMetrics(res genResult, start time.Time) api.Metrics {
 		PromptEvalDuration: res.PromptTime, EvalCount: res.EvalTokens, EvalDuration: res.EvalTime}
 }
 
-// formatOK accepts an absent or empty format; structured output is not
-// supported.
-func formatOK(f json.RawMessage) error {
-	switch strings.TrimSpace(string(f)) {
-	case "", `""`, "null":
+// setFormat validates Ollama's "format" (absent, "json", or a JSON schema
+// object) and puts it on g: as is for the ollama backend, as a grammar
+// (runtime/grammar) for the llama backend. A schema outside the supported
+// subset is a 400 naming the keyword.
+func setFormat(g *genRequest, field string, f json.RawMessage) error {
+	t := bytes.TrimSpace(f)
+	switch {
+	case len(t) == 0 || string(t) == `""` || string(t) == "null":
+		return nil
+	case string(t) == `"json"`:
+		g.Format, g.Grammar = json.RawMessage(`"json"`), grammar.JSON
+		return nil
+	case t[0] == '{':
+		gr, err := grammar.FromSchema(t)
+		if err != nil {
+			return badField(field, "%v", err)
+		}
+		g.Format, g.Grammar = json.RawMessage(t), gr
 		return nil
 	}
-	return badField("format", "structured output (format) is not supported")
+	return badField(field, `want "json" or a JSON schema object, got %.40s`, t)
 }
 
 func (s *Server) handleOllamaChat(w http.ResponseWriter, r *http.Request) {
@@ -98,13 +112,13 @@ func (s *Server) handleOllamaChat(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		err = s.checkModel(b, "model", req.Model)
 	}
+	g := &genRequest{Start: start, Persist: true, Messages: []message{}, RenderOnly: req.DebugRenderOnly}
 	if err == nil {
-		err = formatOK(req.Format)
+		err = setFormat(g, "format", req.Format)
 	}
 	if err == nil && len(req.Tools) > 0 {
 		err = badField("tools", "tools are not supported")
 	}
-	g := &genRequest{Start: start, Persist: true, Messages: []message{}, RenderOnly: req.DebugRenderOnly}
 	for i, m := range req.Messages {
 		if err != nil {
 			break
@@ -203,8 +217,9 @@ func (s *Server) handleOllamaGenerate(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		err = s.checkModel(b, "model", req.Model)
 	}
+	g := &genRequest{Start: start, Prompt: req.Prompt, System: req.System, Raw: req.Raw, RenderOnly: req.DebugRenderOnly}
 	if err == nil {
-		err = formatOK(req.Format)
+		err = setFormat(g, "format", req.Format)
 	}
 	switch {
 	case err != nil:
@@ -219,7 +234,6 @@ func (s *Server) handleOllamaGenerate(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		sp, err = parseOllamaOptions(req.Options)
 	}
-	g := &genRequest{Start: start, Prompt: req.Prompt, System: req.System, Raw: req.Raw, RenderOnly: req.DebugRenderOnly}
 	for _, t := range req.Context {
 		g.Context = append(g.Context, int32(t))
 	}

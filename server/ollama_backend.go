@@ -161,7 +161,7 @@ func (b *ollamaBackend) generate(ctx context.Context, req *genRequest) (genResul
 			msgs = append(msgs, api.Message{Role: m.Role, Content: m.Content})
 		}
 		err = b.c.Chat(ctx, &api.ChatRequest{Model: b.o.Model, Messages: msgs, Stream: &stream, Options: b.options(req),
-			DebugRenderOnly: req.RenderOnly}, func(r api.ChatResponse) error {
+			Format: req.Format, DebugRenderOnly: req.RenderOnly}, func(r api.ChatResponse) error {
 			if err := onText(r.Message.Content); err != nil {
 				return err
 			}
@@ -180,16 +180,17 @@ func (b *ollamaBackend) generate(ctx context.Context, req *genRequest) (genResul
 			hist = append(hist, int(t))
 		}
 		err = b.c.Generate(ctx, &api.GenerateRequest{Model: b.o.Model, Prompt: req.Prompt, System: sys, Raw: req.Raw,
-			Context: hist, Stream: &stream, Options: b.options(req), DebugRenderOnly: req.RenderOnly}, func(r api.GenerateResponse) error {
-			if err := onText(r.Response); err != nil {
-				return err
-			}
-			if r.Done {
-				final(r.Metrics, r.DoneReason, r.DebugInfo)
-				out.Context = r.Context
-			}
-			return nil
-		})
+			Context: hist, Stream: &stream, Options: b.options(req), Format: req.Format, DebugRenderOnly: req.RenderOnly},
+			func(r api.GenerateResponse) error {
+				if err := onText(r.Response); err != nil {
+					return err
+				}
+				if r.Done {
+					final(r.Metrics, r.DoneReason, r.DebugInfo)
+					out.Context = r.Context
+				}
+				return nil
+			})
 	}
 	if err != nil {
 		if ctx.Err() != nil {

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/binary"
@@ -52,7 +53,12 @@ type oaiChatRequest struct {
 	Messages       []oaiMessage      `json:"messages"`
 	Tools          []json.RawMessage `json:"tools"`
 	ResponseFormat *struct {
-		Type string `json:"type"`
+		Type       string `json:"type"` // text, json_object, json_schema
+		JSONSchema *struct {
+			Name   string          `json:"name"`
+			Schema json.RawMessage `json:"schema"`
+			Strict *bool           `json:"strict"` // accepted; the schema is always enforced
+		} `json:"json_schema"`
 	} `json:"response_format"`
 }
 
@@ -195,8 +201,20 @@ func (s *Server) handleOpenAIChat(w http.ResponseWriter, r *http.Request) {
 	if err == nil && len(req.Tools) > 0 {
 		err = badField("tools", "tools are not supported")
 	}
-	if err == nil && req.ResponseFormat != nil && req.ResponseFormat.Type != "" && req.ResponseFormat.Type != "text" {
-		err = badField("response_format", "only text is supported, got %q", req.ResponseFormat.Type)
+	if rf := req.ResponseFormat; err == nil && rf != nil {
+		switch rf.Type {
+		case "", "text":
+		case "json_object":
+			err = setFormat(g, "response_format", json.RawMessage(`"json"`))
+		case "json_schema":
+			if rf.JSONSchema == nil || len(bytes.TrimSpace(rf.JSONSchema.Schema)) == 0 {
+				err = badField("response_format.json_schema.schema", "a JSON schema is required")
+			} else {
+				err = setFormat(g, "response_format.json_schema.schema", rf.JSONSchema.Schema)
+			}
+		default:
+			err = badField("response_format.type", "want text, json_object or json_schema, got %q", rf.Type)
+		}
 	}
 	if err == nil && len(req.Messages) == 0 {
 		err = badField("messages", "at least one message is required")

@@ -198,6 +198,7 @@ var (
 	ErrAdapter    = errors.New("llama: LoRA adapter failed")
 	ErrBadSeqID   = errors.New("llama: sequence id out of range")
 	ErrBatchFull  = errors.New("llama: batch full")
+	ErrGrammar    = errors.New("llama: grammar")
 	ErrEmptyBatch = errors.New("llama: empty batch")
 )
 

@@ -1,9 +1,16 @@
 package llama
 
 /*
+#include <stdlib.h>
 #include "llama.h"
+#include "sample.h"
 */
 import "C"
+
+import (
+	"fmt"
+	"unsafe"
+)
 
 // SamplerParams configure a llama.cpp sampler chain. Zero values mean "off"
 // for each stage; Temperature <= 0 selects greedy (argmax) sampling.
@@ -15,6 +22,10 @@ type SamplerParams struct {
 	RepeatPenalty float32 // penalty on the last RepeatLastN tokens; 0 or 1: off
 	RepeatLastN   int     // window of the repeat penalty, tokens; 0: 64
 	Seed          uint32  // RNG seed for the dist sampler
+	// Grammar, if set, is a GBNF grammar (start rule "root") that the output
+	// must follow (llama_sampler_init_grammar); see package runtime/grammar.
+	// Once the grammar is complete only end-of-generation can be sampled.
+	Grammar string
 }
 
 // Sampler is a llama_sampler chain. Not safe for concurrent use.
@@ -22,20 +33,47 @@ type Sampler struct {
 	s *C.struct_llama_sampler
 }
 
-// NewSampler builds the chain penalties → top-k → top-p → min-p → temp → dist,
-// in the order of llama.cpp common_sampler (common/sampling.cpp), or greedy.
-func NewSampler(p SamplerParams) *Sampler {
+// NewSampler builds the chain penalties → grammar → top-k → top-p → min-p →
+// temp → dist, in the order of llama.cpp common_sampler
+// (common/sampling.cpp), or penalties → grammar → greedy. history (e.g. the
+// prompt) seeds the repeat penalty's window; it is not matched against the
+// grammar. An error is returned, and nothing allocated, if p.Grammar does
+// not parse (ErrGrammar).
+func NewSampler(m *Model, p SamplerParams, history []Token) (*Sampler, error) {
+	var grammar *C.struct_llama_sampler
+	if p.Grammar != "" {
+		m.mu.RLock()
+		if m.m == nil {
+			m.mu.RUnlock()
+			return nil, ErrClosed
+		}
+		gs, root := C.CString(p.Grammar), C.CString("root")
+		grammar = C.llama_sampler_init_grammar(m.vocab, gs, root)
+		C.free(unsafe.Pointer(gs))
+		C.free(unsafe.Pointer(root))
+		m.mu.RUnlock()
+		if grammar == nil {
+			return nil, fmt.Errorf("%w: llama_sampler_init_grammar rejected it", ErrGrammar)
+		}
+	}
 	chain := C.llama_sampler_chain_init(C.llama_sampler_chain_default_params())
 	if p.RepeatPenalty > 0 && p.RepeatPenalty != 1 {
 		n := p.RepeatLastN
 		if n == 0 {
 			n = 64
 		}
-		C.llama_sampler_chain_add(chain, C.llama_sampler_init_penalties(C.int32_t(n), C.float(p.RepeatPenalty), 0, 0))
+		pen := C.llama_sampler_init_penalties(C.int32_t(n), C.float(p.RepeatPenalty), 0, 0)
+		for _, t := range history[max(0, len(history)-n):] {
+			C.llama_sampler_accept(pen, C.llama_token(t))
+		}
+		C.llama_sampler_chain_add(chain, pen)
+	}
+	if grammar != nil {
+		C.llama_sampler_chain_add(chain, grammar)
 	}
 	if p.Temperature <= 0 {
 		C.llama_sampler_chain_add(chain, C.llama_sampler_init_greedy())
-		return &Sampler{s: chain}
+		return &Sampler{s: chain}, nil
 	}
 	if p.TopK > 0 {
 		C.llama_sampler_chain_add(chain, C.llama_sampler_init_top_k(C.int32_t(p.TopK)))
@@ -48,24 +86,28 @@ func NewSampler(p SamplerParams) *Sampler {
 	}
 	C.llama_sampler_chain_add(chain, C.llama_sampler_init_temp(C.float(p.Temperature)))
 	C.llama_sampler_chain_add(chain, C.llama_sampler_init_dist(C.uint32_t(p.Seed)))
-	return &Sampler{s: chain}
+	return &Sampler{s: chain}, nil
 }
 
 // Sample picks the next token from output row i of the last Decode and
-// accepts it into the chain's state (penalty history, RNG).
-func (s *Sampler) Sample(c *Ctx, i int) Token {
-	return Token(C.llama_sampler_sample(s.s, c.c, C.int32_t(i)))
+// accepts it into the chain's state (penalty history, grammar, RNG). It
+// fails with ErrGrammar when the grammar reaches a dead end (llama.cpp
+// throws; the sampler is unusable afterwards).
+func (s *Sampler) Sample(c *Ctx, i int) (Token, error) {
+	var failed C.int
+	tok := C.memosrt_sample(s.s, c.c, C.int32_t(i), &failed)
+	if failed != 0 {
+		return -1, fmt.Errorf("%w: no token continues the grammar", ErrGrammar)
+	}
+	return Token(tok), nil
 }
-
-// Accept records tok (e.g. prompt tokens) in the penalty history.
-func (s *Sampler) Accept(tok Token) { C.llama_sampler_accept(s.s, C.llama_token(tok)) }
 
 // Reset clears the chain's history.
 func (s *Sampler) Reset() { C.llama_sampler_reset(s.s) }
 
-// Close frees the chain. Idempotent.
+// Close frees the chain. Idempotent; a nil Sampler is a no-op.
 func (s *Sampler) Close() error {
-	if s.s != nil {
+	if s != nil && s.s != nil {
 		C.llama_sampler_free(s.s)
 		s.s = nil
 	}
