@@ -30,12 +30,17 @@ type SamplerParams struct {
 
 // Sampler is a llama_sampler chain. Not safe for concurrent use.
 type Sampler struct {
-	s *C.struct_llama_sampler
+	s       *C.struct_llama_sampler // the chain
+	grammar *C.struct_llama_sampler // nil without a grammar
+	buf     *C.llama_token_data     // n_vocab candidates (C memory), with a grammar
+	nVocab  int
 }
 
-// NewSampler builds the chain penalties → grammar → top-k → top-p → min-p →
-// temp → dist, in the order of llama.cpp common_sampler
-// (common/sampling.cpp), or penalties → grammar → greedy. history (e.g. the
+// NewSampler builds the chain penalties → top-k → top-p → min-p → temp →
+// dist, in the order of llama.cpp common_sampler (common/sampling.cpp), or
+// penalties → greedy; a grammar is checked against the chain's choice and
+// applied to all candidates only when it rejects it, as common_sampler
+// does (exact for greedy decoding). history (e.g. the
 // prompt) seeds the repeat penalty's window; it is not matched against the
 // grammar. An error is returned, and nothing allocated, if p.Grammar does
 // not parse (ErrGrammar).
@@ -68,12 +73,15 @@ func NewSampler(m *Model, p SamplerParams, history []Token) (*Sampler, error) {
 		}
 		C.llama_sampler_chain_add(chain, pen)
 	}
+	smp := &Sampler{s: chain}
 	if grammar != nil {
-		C.llama_sampler_chain_add(chain, grammar)
+		smp.grammar = grammar
+		smp.nVocab = int(C.llama_vocab_n_tokens(m.vocab))
+		smp.buf = (*C.llama_token_data)(C.malloc(C.size_t(smp.nVocab) * C.size_t(unsafe.Sizeof(C.llama_token_data{}))))
 	}
 	if p.Temperature <= 0 {
 		C.llama_sampler_chain_add(chain, C.llama_sampler_init_greedy())
-		return &Sampler{s: chain}, nil
+		return smp, nil
 	}
 	if p.TopK > 0 {
 		C.llama_sampler_chain_add(chain, C.llama_sampler_init_top_k(C.int32_t(p.TopK)))
@@ -86,7 +94,7 @@ func NewSampler(m *Model, p SamplerParams, history []Token) (*Sampler, error) {
 	}
 	C.llama_sampler_chain_add(chain, C.llama_sampler_init_temp(C.float(p.Temperature)))
 	C.llama_sampler_chain_add(chain, C.llama_sampler_init_dist(C.uint32_t(p.Seed)))
-	return &Sampler{s: chain}, nil
+	return smp, nil
 }
 
 // Sample picks the next token from output row i of the last Decode and
@@ -95,21 +103,36 @@ func NewSampler(m *Model, p SamplerParams, history []Token) (*Sampler, error) {
 // throws; the sampler is unusable afterwards).
 func (s *Sampler) Sample(c *Ctx, i int) (Token, error) {
 	var failed C.int
-	tok := C.memosrt_sample(s.s, c.c, C.int32_t(i), &failed)
+	var tok C.int32_t
+	if s.grammar != nil {
+		tok = C.memosrt_sample_grammar(s.s, s.grammar, c.c, C.int32_t(i), s.buf, C.int32_t(s.nVocab), &failed)
+	} else {
+		tok = C.memosrt_sample(s.s, c.c, C.int32_t(i), &failed)
+	}
 	if failed != 0 {
 		return -1, fmt.Errorf("%w: no token continues the grammar", ErrGrammar)
 	}
 	return Token(tok), nil
 }
 
-// Reset clears the chain's history.
-func (s *Sampler) Reset() { C.llama_sampler_reset(s.s) }
+// Reset clears the chain's history and restarts the grammar.
+func (s *Sampler) Reset() {
+	C.llama_sampler_reset(s.s)
+	if s.grammar != nil {
+		C.llama_sampler_reset(s.grammar)
+	}
+}
 
 // Close frees the chain. Idempotent; a nil Sampler is a no-op.
 func (s *Sampler) Close() error {
 	if s != nil && s.s != nil {
 		C.llama_sampler_free(s.s)
 		s.s = nil
+		if s.grammar != nil {
+			C.llama_sampler_free(s.grammar)
+			C.free(unsafe.Pointer(s.buf))
+			s.grammar, s.buf = nil, nil
+		}
 	}
 	return nil
 }
