@@ -12,6 +12,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/memosrt/memosrt/runtime/grammar"
 )
 
 // OpenAI wire shapes (the subset memosrt serves), as the official clients
@@ -48,17 +50,20 @@ type oaiSampling struct {
 	Metadata            map[string]any    `json:"metadata"`
 }
 
+// oaiJSONSchema is response_format.json_schema.
+type oaiJSONSchema struct {
+	Name   string          `json:"name"`
+	Schema json.RawMessage `json:"schema"`
+	Strict *bool           `json:"strict"` // accepted; the schema is always enforced
+}
+
 type oaiChatRequest struct {
 	oaiSampling
 	Messages       []oaiMessage      `json:"messages"`
 	Tools          []json.RawMessage `json:"tools"`
 	ResponseFormat *struct {
-		Type       string `json:"type"` // text, json_object, json_schema
-		JSONSchema *struct {
-			Name   string          `json:"name"`
-			Schema json.RawMessage `json:"schema"`
-			Strict *bool           `json:"strict"` // accepted; the schema is always enforced
-		} `json:"json_schema"`
+		Type       string         `json:"type"` // text, json_object, json_schema
+		JSONSchema *oaiJSONSchema `json:"json_schema"`
 	} `json:"response_format"`
 }
 
@@ -207,11 +212,7 @@ func (s *Server) handleOpenAIChat(w http.ResponseWriter, r *http.Request) {
 		case "json_object":
 			err = setFormat(g, "response_format", json.RawMessage(`"json"`))
 		case "json_schema":
-			if rf.JSONSchema == nil || len(bytes.TrimSpace(rf.JSONSchema.Schema)) == 0 {
-				err = badField("response_format.json_schema.schema", "a JSON schema is required")
-			} else {
-				err = setFormat(g, "response_format.json_schema.schema", rf.JSONSchema.Schema)
-			}
+			err = setSchema(g, rf.JSONSchema)
 		default:
 			err = badField("response_format.type", "want text, json_object or json_schema, got %q", rf.Type)
 		}
@@ -420,4 +421,23 @@ func (s *Server) handleOpenAIModel(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, oaiModel(b.model()))
+}
+
+// setSchema puts response_format.json_schema.schema (a JSON schema: an
+// object or a boolean) on g, as setFormat does for Ollama's format.
+func setSchema(g *genRequest, js *oaiJSONSchema) error {
+	const field = "response_format.json_schema.schema"
+	var t []byte
+	if js != nil {
+		t = bytes.TrimSpace(js.Schema)
+	}
+	if len(t) == 0 || t[0] != '{' && string(t) != "true" && string(t) != "false" {
+		return badField(field, "a JSON schema (an object or a boolean) is required")
+	}
+	gr, err := grammar.FromSchema(t)
+	if err != nil {
+		return badField(field, "%v", err)
+	}
+	g.Format, g.Grammar = json.RawMessage(t), gr
+	return nil
 }

@@ -5,14 +5,18 @@
 // json_schema).
 //
 // JSON produces a grammar for any JSON object. FromSchema converts a subset
-// of JSON Schema: type (one or a list), properties and required, items,
-// minItems and maxItems (up to 256), enum, const, anyOf and oneOf, and the
-// annotations title, description,
-// default, examples, $schema, $id, $comment and format (ignored).
-// additionalProperties may be false (nothing extra is ever generated).
-// Every other keyword is refused with ErrUnsupported rather than silently
-// not enforced. Properties are generated in the schema's order; optional
-// ones are generated too (the output still satisfies the schema).
+// of JSON Schema: type (one or a list); properties, required (names among
+// the properties) and additionalProperties false for objects; items,
+// minItems and maxItems (up to 256) for arrays; enum and const (alone or
+// with a type every value has); anyOf; oneOf when its branches cannot
+// overlap (distinct types, or distinct constants); and the annotations
+// title, description, default, examples, $schema, $id, $comment and format
+// (ignored). Object and array keywords without a type imply it. Every other
+// keyword, or combination, is refused with ErrUnsupported rather than
+// silently not enforced. Properties are generated in the schema's order;
+// optional ones are generated too (the output still satisfies the schema).
+// An enum or anyOf/oneOf takes at most MaxAlternatives alternatives and the
+// grammar at most MaxGrammarBytes.
 //
 // Pure Go; the grammar text is checked by llama.cpp when the sampler is made.
 package grammar
@@ -23,6 +27,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -66,6 +71,9 @@ func FromSchema(schema []byte) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	if c.out.Len() > MaxGrammarBytes {
+		return "", fmt.Errorf("%w: the grammar exceeds %d bytes", ErrUnsupported, MaxGrammarBytes)
+	}
 	return "root ::= ws " + root + "\n" + c.out.String() + common, nil
 }
 
@@ -78,9 +86,29 @@ type conv struct {
 var annotations = map[string]bool{"title": true, "description": true, "default": true, "examples": true,
 	"$schema": true, "$id": true, "$comment": true, "format": true}
 
+// owner maps each supported constraint keyword to the type it constrains.
+var owner = map[string]string{"properties": "object", "required": "object", "additionalProperties": "object",
+	"items": "array", "minItems": "array", "maxItems": "array"}
+
+// Limits keep a hostile schema from making a grammar that llama.cpp takes
+// seconds to build or to match per token: it keeps one parse stack per
+// alternative and prunes duplicates in quadratic time
+// (llama_grammar_advance_stack).
+const (
+	// MaxAlternatives bounds the values of one enum and the branches of
+	// one anyOf or oneOf.
+	MaxAlternatives = 256
+	// MaxGrammarBytes bounds the generated grammar.
+	MaxGrammarBytes = 64 << 10
+)
+
 // rule writes the rules for schema n and returns the expression that
-// matches it (a rule name or a shared rule).
+// matches it (a rule name or a shared rule). Every constraint keyword of n
+// is either enforced or refused.
 func (c *conv) rule(n *node, path string) (string, error) {
+	if c.out.Len() > MaxGrammarBytes {
+		return "", fmt.Errorf("%w: the grammar exceeds %d bytes", ErrUnsupported, MaxGrammarBytes)
+	}
 	if n.kind == kBool {
 		if n.b {
 			return "value", nil
@@ -90,39 +118,67 @@ func (c *conv) rule(n *node, path string) (string, error) {
 	if n.kind != kObject {
 		return "", fmt.Errorf("%w: %s: a schema must be an object or a boolean", ErrBadSchema, path)
 	}
+	var constraints []string // keywords other than annotations and type
 	for _, k := range n.keys {
 		switch {
-		case annotations[k]:
-		case k == "type", k == "properties", k == "required", k == "items", k == "enum", k == "const", k == "anyOf", k == "oneOf",
-			k == "minItems", k == "maxItems":
-		case k == "additionalProperties":
-			if v := n.get(k); v.kind != kBool || v.b {
-				return "", fmt.Errorf("%w: %s: additionalProperties other than false", ErrUnsupported, path)
-			}
+		case annotations[k], k == "type":
+		case owner[k] != "", k == "enum", k == "const", k == "anyOf", k == "oneOf":
+			constraints = append(constraints, k)
 		default:
 			return "", fmt.Errorf("%w: %s: keyword %q", ErrUnsupported, path, k)
 		}
 	}
-	if v := n.get("const"); v != nil {
-		return c.define(literal(v)), nil
+	if v := n.get("additionalProperties"); v != nil && (v.kind != kBool || v.b) {
+		return "", fmt.Errorf("%w: %s: additionalProperties other than false", ErrUnsupported, path)
 	}
-	if v := n.get("enum"); v != nil {
-		if v.kind != kArray || len(v.arr) == 0 {
-			return "", fmt.Errorf("%w: %s: enum must be a non-empty array", ErrBadSchema, path)
-		}
-		alts := make([]string, len(v.arr))
-		for i, e := range v.arr {
-			alts[i] = literal(e)
-		}
-		return c.define(strings.Join(alts, " | ")), nil
+	types, err := typeList(n, path)
+	if err != nil {
+		return "", err
 	}
-	for _, k := range []string{"anyOf", "oneOf"} {
-		if v := n.get(k); v != nil {
+	// const, enum, anyOf, oneOf: alone (type allowed next to const/enum,
+	// where every value must have one of the types)
+	for _, k := range []string{"const", "enum", "anyOf", "oneOf"} {
+		v := n.get(k)
+		if v == nil {
+			continue
+		}
+		for _, o := range constraints {
+			if o != k {
+				return "", fmt.Errorf("%w: %s: %s next to %s", ErrUnsupported, path, k, o)
+			}
+		}
+		switch k {
+		case "const", "enum":
+			vals := []*node{v}
+			if k == "enum" {
+				if v.kind != kArray || len(v.arr) == 0 {
+					return "", fmt.Errorf("%w: %s: enum must be a non-empty array", ErrBadSchema, path)
+				}
+				vals = v.arr
+			}
+			if len(vals) > MaxAlternatives {
+				return "", fmt.Errorf("%w: %s: enum of %d values (at most %d)", ErrUnsupported, path, len(vals), MaxAlternatives)
+			}
+			alts := make([]string, 0, len(vals))
+			for _, e := range vals {
+				if types != nil && !hasType(e, types) {
+					return "", fmt.Errorf("%w: %s: %s value %s is not of type %s", ErrBadSchema, path, k, e.json(), strings.Join(types, " or "))
+				}
+				alts = append(alts, literal(e))
+			}
+			return c.define(strings.Join(alts, " | ")), nil
+		default:
+			if types != nil {
+				return "", fmt.Errorf("%w: %s: %s next to type", ErrUnsupported, path, k)
+			}
 			if v.kind != kArray || len(v.arr) == 0 {
 				return "", fmt.Errorf("%w: %s: %s must be a non-empty array", ErrBadSchema, path, k)
 			}
-			if n.get("type") != nil || n.get("properties") != nil || n.get("items") != nil {
-				return "", fmt.Errorf("%w: %s: %s next to type, properties or items", ErrUnsupported, path, k)
+			if len(v.arr) > MaxAlternatives {
+				return "", fmt.Errorf("%w: %s: %s of %d branches (at most %d)", ErrUnsupported, path, k, len(v.arr), MaxAlternatives)
+			}
+			if k == "oneOf" && !disjoint(v.arr) {
+				return "", fmt.Errorf("%w: %s: oneOf whose branches may overlap (only branches of distinct types or distinct constants are supported; anyOf is)", ErrUnsupported, path)
 			}
 			alts := make([]string, len(v.arr))
 			for i, e := range v.arr {
@@ -135,27 +191,19 @@ func (c *conv) rule(n *node, path string) (string, error) {
 			return c.define(strings.Join(alts, " | ")), nil
 		}
 	}
-	var types []string
-	switch t := n.get("type"); {
-	case t == nil:
-		if n.get("properties") != nil {
-			types = []string{"object"}
-		} else if n.get("items") != nil {
-			types = []string{"array"}
-		} else {
-			return "value", nil
+	// type-owned keywords: without a type they imply it; with one, their
+	// type must be among the types
+	for _, k := range constraints {
+		t := owner[k]
+		if types == nil {
+			types = []string{t}
 		}
-	case t.kind == kString:
-		types = []string{t.str}
-	case t.kind == kArray && len(t.arr) > 0:
-		for _, e := range t.arr {
-			if e.kind != kString {
-				return "", fmt.Errorf("%w: %s: type must be a string or an array of strings", ErrBadSchema, path)
-			}
-			types = append(types, e.str)
+		if !slices.Contains(types, t) {
+			return "", fmt.Errorf("%w: %s: %s constrains type %s, which the schema does not allow", ErrUnsupported, path, k, t)
 		}
-	default:
-		return "", fmt.Errorf("%w: %s: type must be a string or an array of strings", ErrBadSchema, path)
+	}
+	if types == nil {
+		return "value", nil
 	}
 	alts := make([]string, len(types))
 	for i, t := range types {
@@ -167,8 +215,6 @@ func (c *conv) rule(n *node, path string) (string, error) {
 			alts[i], err = c.object(n, path)
 		case "array":
 			alts[i], err = c.array(n, path)
-		default:
-			err = fmt.Errorf("%w: %s: unknown type %q", ErrBadSchema, path, t)
 		}
 		if err != nil {
 			return "", err
@@ -180,9 +226,108 @@ func (c *conv) rule(n *node, path string) (string, error) {
 	return c.define(strings.Join(alts, " | ")), nil
 }
 
+var knownTypes = []string{"string", "number", "integer", "boolean", "null", "object", "array"}
+
+// typeList returns n's "type" as a list, nil when absent.
+func typeList(n *node, path string) ([]string, error) {
+	t := n.get("type")
+	var types []string
+	switch {
+	case t == nil:
+		return nil, nil
+	case t.kind == kString:
+		types = []string{t.str}
+	case t.kind == kArray && len(t.arr) > 0:
+		for _, e := range t.arr {
+			if e.kind != kString {
+				return nil, fmt.Errorf("%w: %s: type must be a string or an array of strings", ErrBadSchema, path)
+			}
+			types = append(types, e.str)
+		}
+	default:
+		return nil, fmt.Errorf("%w: %s: type must be a string or an array of strings", ErrBadSchema, path)
+	}
+	for _, t := range types {
+		if !slices.Contains(knownTypes, t) {
+			return nil, fmt.Errorf("%w: %s: unknown type %q", ErrBadSchema, path, t)
+		}
+	}
+	return types, nil
+}
+
+// hasType reports whether JSON value v is of one of the types.
+func hasType(v *node, types []string) bool {
+	for _, t := range types {
+		switch {
+		case t == "null" && v.kind == kNull, t == "boolean" && v.kind == kBool, t == "string" && v.kind == kString,
+			t == "array" && v.kind == kArray, t == "object" && v.kind == kObject, t == "number" && v.kind == kNumber:
+			return true
+		case t == "integer" && v.kind == kNumber:
+			if _, err := strconv.ParseInt(v.str, 10, 64); err == nil {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// disjoint reports whether no JSON value can match two of the oneOf
+// branches, as far as this package can tell: every branch has one type and
+// the types differ (integer and number overlap), or every branch is a
+// const or an enum and no value repeats.
+func disjoint(branches []*node) bool {
+	seen := map[string]bool{}
+	byType := true
+	for _, b := range branches {
+		t := b.get("type")
+		if b.kind != kObject || t == nil || t.kind != kString || b.get("const") != nil || b.get("enum") != nil {
+			byType = false
+			break
+		}
+		k := t.str
+		if k == "integer" {
+			k = "number"
+		}
+		if seen[k] {
+			return false
+		}
+		seen[k] = true
+	}
+	if byType {
+		return true
+	}
+	vals := map[string]bool{}
+	for _, b := range branches {
+		var vs []*node
+		if b.kind != kObject {
+			return false
+		}
+		if c := b.get("const"); c != nil {
+			vs = []*node{c}
+		} else if e := b.get("enum"); e != nil && e.kind == kArray {
+			vs = e.arr
+		} else {
+			return false
+		}
+		for _, v := range vs {
+			if vals[v.json()] {
+				return false
+			}
+			vals[v.json()] = true
+		}
+	}
+	return true
+}
+
 func (c *conv) object(n *node, path string) (string, error) {
 	props := n.get("properties")
 	if props == nil {
+		switch {
+		case n.get("required") != nil:
+			return "", fmt.Errorf("%w: %s: required without properties", ErrUnsupported, path)
+		case n.get("additionalProperties") != nil: // false: no property at all
+			return c.define(`"{" ws "}" ws`), nil
+		}
 		return "object", nil
 	}
 	if props.kind != kObject {
@@ -193,8 +338,11 @@ func (c *conv) object(n *node, path string) (string, error) {
 			return "", fmt.Errorf("%w: %s: required must be an array", ErrBadSchema, path)
 		}
 		for _, r := range req.arr {
-			if r.kind != kString || props.get(r.str) == nil {
-				return "", fmt.Errorf("%w: %s: required names %s, which is not among the properties", ErrUnsupported, path, literal(r))
+			if r.kind != kString {
+				return "", fmt.Errorf("%w: %s: required holds %s, not a property name", ErrBadSchema, path, r.json())
+			}
+			if props.get(r.str) == nil {
+				return "", fmt.Errorf("%w: %s: required names %s, which is not among the properties", ErrUnsupported, path, r.json())
 			}
 		}
 	}
@@ -207,8 +355,7 @@ func (c *conv) object(n *node, path string) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		name, _ := json.Marshal(k)
-		parts[i] = gbnfString(string(name)) + ` ws ":" ws ` + r
+		parts[i] = gbnfString(quote(k)) + ` ws ":" ws ` + r
 	}
 	return c.define(`"{" ws ` + strings.Join(parts, ` "," ws `) + ` "}" ws`), nil
 }
@@ -336,8 +483,7 @@ func (n *node) json() string {
 	case kNumber:
 		return n.str
 	case kString:
-		b, _ := json.Marshal(n.str)
-		return string(b)
+		return quote(n.str)
 	case kArray:
 		parts := make([]string, len(n.arr))
 		for i, e := range n.arr {
@@ -347,11 +493,20 @@ func (n *node) json() string {
 	default:
 		parts := make([]string, len(n.keys))
 		for i, k := range n.keys {
-			kb, _ := json.Marshal(k)
-			parts[i] = string(kb) + ":" + n.vals[i].json()
+			parts[i] = quote(k) + ":" + n.vals[i].json()
 		}
 		return "{" + strings.Join(parts, ",") + "}"
 	}
+}
+
+// quote is s as a JSON string, without encoding/json's HTML escaping of
+// <, > and &, so the output keeps the schema's text.
+func quote(s string) string {
+	var b bytes.Buffer
+	e := json.NewEncoder(&b)
+	e.SetEscapeHTML(false)
+	_ = e.Encode(s) // a string always encodes
+	return strings.TrimSuffix(b.String(), "\n")
 }
 
 // maxDepth bounds schema nesting (a hostile schema cannot exhaust the stack).

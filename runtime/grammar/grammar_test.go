@@ -2,6 +2,7 @@ package grammar
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -29,16 +30,20 @@ s6 ::= "{" ws "\"name\"" ws ":" ws string "," ws "\"kind\"" ws ":" ws s1 "," ws 
 
 func TestFromSchemaArrays(t *testing.T) {
 	for schema, rule := range map[string]string{
-		`{"type":"array"}`:                              "root ::= ws array\n",
-		`{"type":"array","maxItems":0}`:                 `s1 ::= "[" ws "]" ws`,
-		`{"items":{"type":"boolean"}}`:                  `s1 ::= "[" ws ( boolean ( "," ws boolean ){0,} )? "]" ws`,
-		`{"type":"array","minItems":2}`:                 `s1 ::= "[" ws value ( "," ws value ){1,} "]" ws`,
-		`{"type":"array","minItems":0,"maxItems":1}`:    `s1 ::= "[" ws ( value ( "," ws value ){0,0} )? "]" ws`,
-		`{"type":"object"}`:                             "root ::= ws object\n",
-		`{"type":"object","properties":{}}`:             `s1 ::= "{" ws "}" ws`,
-		`true`:                                          "root ::= ws value\n",
-		`{"const":"\u00e9\n"}`:                          `s1 ::= "\"é\\n\"" ws`,
-		`{"oneOf":[{"type":"string"},{"type":"null"}]}`: `s1 ::= string | null`,
+		`{"type":"array"}`:                               "root ::= ws array\n",
+		`{"type":"array","maxItems":0}`:                  `s1 ::= "[" ws "]" ws`,
+		`{"items":{"type":"boolean"}}`:                   `s1 ::= "[" ws ( boolean ( "," ws boolean ){0,} )? "]" ws`,
+		`{"type":"array","minItems":2}`:                  `s1 ::= "[" ws value ( "," ws value ){1,} "]" ws`,
+		`{"type":"array","minItems":0,"maxItems":1}`:     `s1 ::= "[" ws ( value ( "," ws value ){0,0} )? "]" ws`,
+		`{"type":"object"}`:                              "root ::= ws object\n",
+		`{"type":"object","properties":{}}`:              `s1 ::= "{" ws "}" ws`,
+		`true`:                                           "root ::= ws value\n",
+		`{"const":"\u00e9\n"}`:                           `s1 ::= "\"é\\n\"" ws`,
+		`{"oneOf":[{"type":"string"},{"type":"null"}]}`:  `s1 ::= string | null`,
+		`{"oneOf":[{"const":1},{"enum":[2,"<&>"]}]}`:     `s2 ::= "2" ws | "\"<&>\"" ws`,
+		`{"minItems":2}`:                                 `s1 ::= "[" ws value ( "," ws value ){1,} "]" ws`,
+		`{"type":"object","additionalProperties":false}`: `s1 ::= "{" ws "}" ws`,
+		`{"type":["integer","string"],"enum":[1,"a"]}`:   `s1 ::= "1" ws | "\"a\"" ws`,
 	} {
 		g, err := FromSchema([]byte(schema))
 		if err != nil {
@@ -53,6 +58,11 @@ func TestFromSchemaArrays(t *testing.T) {
 
 func TestFromSchemaRefused(t *testing.T) {
 	deep := strings.Repeat(`{"items":`, 100) + `{}` + strings.Repeat(`}`, 100)
+	var props []string
+	for i := 0; i < 2000; i++ {
+		props = append(props, fmt.Sprintf(`"property_with_a_long_name_%04d":{"type":"string"}`, i))
+	}
+	bigObject := `{"type":"object","properties":{` + strings.Join(props, ",") + `}}`
 	for schema, want := range map[string]error{
 		`{"type":"string","pattern":"^a"}`:                         ErrUnsupported,
 		`{"$ref":"#/$defs/x"}`:                                     ErrUnsupported,
@@ -84,14 +94,32 @@ func TestFromSchemaRefused(t *testing.T) {
 		`{"type":"object","properties":{"x":{"allOf":[{"type":"string"}]}}}`:     ErrUnsupported,
 		`{"type":"object","properties":{"x":{"if":{},"then":{}}}}`:               ErrUnsupported,
 		`{"type":"object","properties":{"x":{"type":"array","prefixItems":[]}}}`: ErrUnsupported,
+		`{"type":"object","required":["name"]}`:                                  ErrUnsupported,
+		`{"required":["a"]}`:                                                     ErrUnsupported,
+		`{"anyOf":[{"type":"array"}],"maxItems":1}`:                              ErrUnsupported,
+		`{"enum":[1],"minItems":1}`:                                              ErrUnsupported,
+		`{"type":"string","enum":["a",1]}`:                                       ErrBadSchema,
+		`{"type":"integer","const":1.5}`:                                         ErrBadSchema,
+		`{"oneOf":[{"type":"integer"},{"type":"number"}]}`:                       ErrUnsupported,
+		`{"oneOf":[{"const":1},{"enum":[1,3]}]}`:                                 ErrUnsupported,
+		`{"oneOf":[{"type":"string"},{"type":"string","enum":["a"]}]}`:           ErrUnsupported,
+		`{"type":"string","items":{}}`:                                           ErrUnsupported,
+		`{"type":"object","required":[1],"properties":{}}`:                       ErrBadSchema,
+		`{"enum":[` + strings.Repeat(`1,`, 256) + `1]}`:                          ErrUnsupported,
+		`{"anyOf":[` + strings.Repeat(`{},`, 256) + `{}]}`:                       ErrUnsupported,
+		bigObject: ErrUnsupported,
 	} {
 		_, err := FromSchema([]byte(schema))
 		if !errors.Is(err, want) {
 			t.Errorf("%.60s: got %v, want %v", schema, err, want)
 		}
 	}
+	_, err := FromSchema([]byte(`{"type":"object","properties":{"a":{}},"required":["b"]}`))
+	if err == nil || !strings.Contains(err.Error(), `required names "b"`) {
+		t.Fatalf("error %v", err)
+	}
 	// the error names the place and the keyword
-	_, err := FromSchema([]byte(`{"type":"object","properties":{"x":{"type":"string","minLength":1}}}`))
+	_, err = FromSchema([]byte(`{"type":"object","properties":{"x":{"type":"string","minLength":1}}}`))
 	if err == nil || !strings.Contains(err.Error(), `$.x`) || !strings.Contains(err.Error(), `"minLength"`) {
 		t.Fatalf("error %v", err)
 	}

@@ -1,7 +1,8 @@
 // C++ shims for sampling. llama.cpp's grammar sampler throws
-// std::runtime_error when a token leaves the grammar (a dead end: no token
-// can continue it); an exception must not cross into Go, so every call that
-// can reach it is wrapped here.
+// std::runtime_error when an accepted token leaves the grammar; an exception
+// must not cross into Go, so every call that can reach it is wrapped here,
+// and a dead end (no candidate left by the grammar) is reported before any
+// token is accepted.
 #include <cmath>
 
 #include "llama.h"
@@ -52,6 +53,17 @@ extern "C" int32_t memosrt_sample_grammar(struct llama_sampler * chain, struct l
             fill(buf, logits, n_vocab);
             cur = {buf, (size_t) n_vocab, -1, false};
             llama_sampler_apply(grammar, &cur);
+            bool any = false;
+            for (int32_t t = 0; t < n_vocab && !any; t++) {
+                any = !(std::isinf(buf[t].logit) && buf[t].logit < 0);
+            }
+            if (!any) {
+                // a dead end: no token continues the grammar. Accepting
+                // whatever the chain picks could hit GGML_ABORT (an end of
+                // generation while the grammar is unfinished).
+                *failed = 1;
+                return -1;
+            }
             llama_sampler_apply(chain, &cur);
             if (cur.selected < 0 || cur.selected >= (int64_t) cur.size) {
                 *failed = 1;

@@ -46,6 +46,7 @@ type Sampler struct {
 // not parse (ErrGrammar).
 func NewSampler(m *Model, p SamplerParams, history []Token) (*Sampler, error) {
 	var grammar *C.struct_llama_sampler
+	nVocab := 0
 	if p.Grammar != "" {
 		m.mu.RLock()
 		if m.m == nil {
@@ -54,6 +55,7 @@ func NewSampler(m *Model, p SamplerParams, history []Token) (*Sampler, error) {
 		}
 		gs, root := C.CString(p.Grammar), C.CString("root")
 		grammar = C.llama_sampler_init_grammar(m.vocab, gs, root)
+		nVocab = int(C.llama_vocab_n_tokens(m.vocab))
 		C.free(unsafe.Pointer(gs))
 		C.free(unsafe.Pointer(root))
 		m.mu.RUnlock()
@@ -76,7 +78,7 @@ func NewSampler(m *Model, p SamplerParams, history []Token) (*Sampler, error) {
 	smp := &Sampler{s: chain}
 	if grammar != nil {
 		smp.grammar = grammar
-		smp.nVocab = int(C.llama_vocab_n_tokens(m.vocab))
+		smp.nVocab = nVocab
 		smp.buf = (*C.llama_token_data)(C.malloc(C.size_t(smp.nVocab) * C.size_t(unsafe.Sizeof(C.llama_token_data{}))))
 	}
 	if p.Temperature <= 0 {
