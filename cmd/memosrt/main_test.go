@@ -153,3 +153,28 @@ func TestRunLoRA(t *testing.T) {
 		t.Fatalf("no default adapter: %q, want %q", def.Response, base.Response)
 	}
 }
+
+// TestRunFormat: --format makes the output a schema-valid document (inline
+// and @FILE), and a schema outside the supported subset is an error.
+func TestRunFormat(t *testing.T) {
+	db := t.TempDir()
+	model := testmodels.Stories(t)
+	schema := `{"type":"object","properties":{"name":{"enum":["Lily","Tom"]},"age":{"type":"integer"}},"required":["name","age"]}`
+	file := filepath.Join(t.TempDir(), "s.json")
+	if err := os.WriteFile(file, []byte(schema), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{schema, "@" + file} {
+		r := runJSONOut(t, "run", "--db", db, "--model", model, "--num-predict", "128", "--format", f, "--json", "Once upon a time")
+		var doc struct {
+			Name string `json:"name"`
+			Age  *int   `json:"age"`
+		}
+		if err := json.Unmarshal([]byte(r.Response), &doc); err != nil || r.DoneReason != "stop" || doc.Name != "Lily" && doc.Name != "Tom" || doc.Age == nil {
+			t.Fatalf("--format %.10s: %q (%s): %v", f, r.Response, r.DoneReason, err)
+		}
+	}
+	if out, err := memosrt(t, "run", "--db", db, "--model", model, "--format", `{"type":"string","pattern":"x"}`, "x"); err == nil || !strings.Contains(out, "pattern") {
+		t.Fatalf("unsupported schema: %v %q", err, out)
+	}
+}

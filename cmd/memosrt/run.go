@@ -7,10 +7,12 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/memosrt/memosrt/lora"
 	"github.com/memosrt/memosrt/runtime"
+	"github.com/memosrt/memosrt/runtime/grammar"
 	"github.com/memosrt/memosrt/runtime/llama"
 	"github.com/memosrt/memosrt/scheduler"
 )
@@ -170,6 +172,7 @@ func cmdRun(ctx context.Context, args []string) error {
 	n := fs.Int("num-predict", 128, "max tokens to generate")
 	noCache := fs.Bool("no-cache", false, "skip the activation tier: prefill the whole prompt")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of streaming text")
+	format := fs.String("format", "", "structured output: json, a JSON schema, or @FILE holding one (as Ollama's format)")
 	var loras loraFlag
 	fs.Var(&loras, "lora", "LoRA adapter NAME[:SCALE] (repeatable, or comma-separated; 'none': no adapter, not even the cube's defaults)")
 	ef := addEngineFlags(fs)
@@ -185,6 +188,10 @@ func cmdRun(ctx context.Context, args []string) error {
 		return err
 	}
 	defer s.Close()
+	gram, err := formatGrammar(*format)
+	if err != nil {
+		return err
+	}
 	kv := s.kv
 	if !loras.none() {
 		reg, err := lora.NewRegistry(s.db, lora.RegistryOptions{Logger: logger()})
@@ -208,7 +215,7 @@ func cmdRun(ctx context.Context, args []string) error {
 	r := scheduler.New(eng, s.mem, kv, scheduler.Options{Logger: logger()})
 	req := scheduler.RunRequest{Cube: *cube, Prompt: pos[0], NoCache: *noCache, WarmOnMiss: !*noCache, MaxTokens: *n, Adapters: adapters,
 		Sampling: llama.SamplerParams{Temperature: float32(*temp), Seed: uint32(*seed), TopK: *topK,
-			TopP: float32(*topP), MinP: float32(*minP), RepeatPenalty: float32(*rep)}}
+			TopP: float32(*topP), MinP: float32(*minP), RepeatPenalty: float32(*rep), Grammar: gram}}
 	if !*asJSON {
 		req.OnText = func(s string) error { _, err := os.Stdout.WriteString(s); return err }
 	}
@@ -234,4 +241,29 @@ func cmdRun(ctx context.Context, args []string) error {
 	enc := json.NewEncoder(os.Stdout)
 	enc.SetEscapeHTML(false)
 	return enc.Encode(out)
+}
+
+// formatGrammar turns --format into a GBNF grammar: "" none, "json" any JSON
+// object, "{...}" an inline JSON schema, "@FILE" a schema read from FILE.
+func formatGrammar(f string) (string, error) {
+	switch {
+	case f == "":
+		return "", nil
+	case f == "json":
+		return grammar.JSON, nil
+	case strings.HasPrefix(f, "@"):
+		b, err := os.ReadFile(f[1:])
+		if err != nil {
+			return "", fmt.Errorf("--format: %w", err)
+		}
+		f = string(b)
+	}
+	if !strings.HasPrefix(strings.TrimSpace(f), "{") {
+		return "", fmt.Errorf("--format: want json, a JSON schema object or @FILE, got %.40q", f)
+	}
+	g, err := grammar.FromSchema([]byte(f))
+	if err != nil {
+		return "", fmt.Errorf("--format: %w", err)
+	}
+	return g, nil
 }
