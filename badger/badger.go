@@ -50,6 +50,9 @@ func Open(opts Options) (*DB, error) {
 		if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
 			return nil, fmt.Errorf("badger: %w", err)
 		}
+		if err := removeEmptyLogs(opts.Dir, opts.Logger); err != nil {
+			return nil, err
+		}
 	}
 	bo := bg.DefaultOptions(opts.Dir).
 		WithInMemory(opts.InMemory).
