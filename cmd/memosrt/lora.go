@@ -26,8 +26,7 @@ func cmdLora(ctx context.Context, args []string) error {
 	}
 	sub := args[0]
 	fs := flag.NewFlagSet("lora "+sub, flag.ContinueOnError)
-	db := fs.String("db", envOr("MEMOSRT_DB", ""), "data directory")
-	keyFile := fs.String("encrypt-key-file", envOr("MEMOSRT_ENCRYPT_KEY_FILE", ""), keyFileUsage)
+	sf := addStoreFlags(fs)
 	cube := fs.String("cube", "", "cube the adapter belongs to (default: global)")
 	def := fs.Bool("default", false, "attach to every request of its scope that lists no adapters")
 	replace := fs.Bool("replace", false, "overwrite an adapter of the same name and scope")
@@ -51,7 +50,7 @@ func cmdLora(ctx context.Context, args []string) error {
 		fmt.Printf("wrote %s (rank %d, attn_q and attn_v of every block)\n", *out, *rank)
 		return nil
 	}
-	s, err := openStores(*db, *keyFile)
+	s, err := sf.open()
 	if err != nil {
 		return err
 	}

@@ -22,6 +22,21 @@ type stores struct {
 	kv  *kvcache.Cache
 }
 
+// storeFlags are the data-directory flags of every command that opens one.
+type storeFlags struct {
+	db, keyFile *string
+}
+
+func addStoreFlags(fs *flag.FlagSet) storeFlags {
+	return storeFlags{
+		db:      fs.String("db", envOr("MEMOSRT_DB", ""), "data directory"),
+		keyFile: fs.String("encrypt-key-file", envOr("MEMOSRT_ENCRYPT_KEY_FILE", ""), keyFileUsage),
+	}
+}
+
+// open opens the data directory the flags name.
+func (f storeFlags) open() (*stores, error) { return openStores(*f.db, *f.keyFile) }
+
 // openStores opens the data directory dir, encrypted with the key in
 // keyFile when it is not "" (see readKeyFile).
 func openStores(dir, keyFile string) (*stores, error) {
@@ -63,8 +78,7 @@ func cmdMem(ctx context.Context, args []string) error {
 	}
 	sub := args[0]
 	fs := flag.NewFlagSet("mem "+sub, flag.ContinueOnError)
-	db := fs.String("db", envOr("MEMOSRT_DB", ""), "data directory")
-	keyFile := fs.String("encrypt-key-file", envOr("MEMOSRT_ENCRYPT_KEY_FILE", ""), keyFileUsage)
+	sf := addStoreFlags(fs)
 	cube := fs.String("cube", "", "memory cube (namespace)")
 	kind := fs.String("kind", "", "memory kind (add): fact, preference, dialog, ...")
 	tags := fs.String("tags", "", "comma-separated tags (add)")
@@ -77,7 +91,7 @@ func cmdMem(ctx context.Context, args []string) error {
 	if *cube == "" {
 		return errors.New("--cube is required")
 	}
-	s, err := openStores(*db, *keyFile)
+	s, err := sf.open()
 	if err != nil {
 		return err
 	}

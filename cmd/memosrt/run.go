@@ -72,15 +72,14 @@ func cmdKV(ctx context.Context, args []string) error {
 	}
 	sub := args[0]
 	fs := flag.NewFlagSet("kv "+sub, flag.ContinueOnError)
-	db := fs.String("db", envOr("MEMOSRT_DB", ""), "data directory")
-	keyFile := fs.String("encrypt-key-file", envOr("MEMOSRT_ENCRYPT_KEY_FILE", ""), keyFileUsage)
+	sf := addStoreFlags(fs)
 	cube := fs.String("cube", "", "memory cube")
 	asJSON := fs.Bool("json", false, "print JSON")
 	ef := addEngineFlags(fs)
 	if _, err := parse(fs, args[1:]); err != nil {
 		return err
 	}
-	s, err := openStores(*db, *keyFile)
+	s, err := sf.open()
 	if err != nil {
 		return err
 	}
@@ -160,8 +159,7 @@ type runJSON struct {
 
 func cmdRun(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
-	db := fs.String("db", envOr("MEMOSRT_DB", ""), "data directory")
-	keyFile := fs.String("encrypt-key-file", envOr("MEMOSRT_ENCRYPT_KEY_FILE", ""), keyFileUsage)
+	sf := addStoreFlags(fs)
 	cube := fs.String("cube", "default", "memory cube")
 	temp := fs.Float64("temperature", 0, "sampling temperature (0: greedy)")
 	seed := fs.Uint("seed", 0, "sampling seed")
@@ -183,7 +181,7 @@ func cmdRun(ctx context.Context, args []string) error {
 	if len(pos) != 1 {
 		return errors.New("run takes one PROMPT argument")
 	}
-	s, err := openStores(*db, *keyFile)
+	s, err := sf.open()
 	if err != nil {
 		return err
 	}

@@ -24,8 +24,7 @@ const serveUsage = "serve --db DIR --model PATH [--addr 127.0.0.1:11435] [--para
 
 func cmdServe(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	db := fs.String("db", envOr("MEMOSRT_DB", ""), "data directory")
-	keyFile := fs.String("encrypt-key-file", envOr("MEMOSRT_ENCRYPT_KEY_FILE", ""), keyFileUsage)
+	sf := addStoreFlags(fs)
 	addr := fs.String("addr", "127.0.0.1:11435", "listen address (host:port)")
 	parallel := fs.Int("parallel", 4, "requests generating at once (sequences)")
 	resident := fs.Int("resident", 0, "sequences reserved for resident packs (POST /v1/cubes/{cube}/pack {\"resident\":true})")
@@ -52,7 +51,7 @@ func cmdServe(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	st, err := openStores(*db, *keyFile)
+	st, err := sf.open()
 	if err != nil {
 		return err
 	}

@@ -15,8 +15,7 @@ const tiersUsage = "tiers --db DIR --cube NAME [--limit N] [--json] [--tick --mo
 
 func cmdTiers(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("tiers", flag.ContinueOnError)
-	db := fs.String("db", envOr("MEMOSRT_DB", ""), "data directory")
-	keyFile := fs.String("encrypt-key-file", envOr("MEMOSRT_ENCRYPT_KEY_FILE", ""), keyFileUsage)
+	sf := addStoreFlags(fs)
 	cube := fs.String("cube", "default", "memory cube")
 	limit := fs.Int("limit", 20, "transitions to show (0: all)")
 	asJSON := fs.Bool("json", false, "print JSON")
@@ -25,7 +24,7 @@ func cmdTiers(ctx context.Context, args []string) error {
 	if _, err := parse(fs, args); err != nil {
 		return err
 	}
-	s, err := openStores(*db, *keyFile)
+	s, err := sf.open()
 	if err != nil {
 		return err
 	}
