@@ -3,13 +3,12 @@ package badger
 import (
 	"bytes"
 	"errors"
-	"io"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	bg "github.com/dgraph-io/badger/v4"
+	"github.com/memosrt/memosrt/internal/testutil"
 )
 
 // secret is written in a small value (kept in the LSM tree and the
@@ -27,35 +26,6 @@ func writeSecret(t *testing.T, db *DB) {
 	if err != nil {
 		t.Fatal(err)
 	}
-}
-
-// filesContaining returns the files under dir whose first 8 MiB contain s
-// (an open value log is a 2 GiB sparse file written from its start).
-func filesContaining(t *testing.T, dir, s string) []string {
-	t.Helper()
-	var out []string
-	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		f, err := os.Open(p)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		b, err := io.ReadAll(io.LimitReader(f, 8<<20))
-		if err != nil {
-			return err
-		}
-		if bytes.Contains(b, []byte(s)) {
-			out = append(out, filepath.Base(p))
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
 }
 
 func key(n int, b byte) []byte { return bytes.Repeat([]byte{b}, n) }
@@ -82,11 +52,11 @@ func TestEncryptionAtRest(t *testing.T) {
 				t.Fatal(err)
 			}
 			writeSecret(t, db)
-			open := filesContaining(t, dir, secret)
+			open := testutil.FilesContaining(t, dir, secret)
 			if err := db.Close(); err != nil {
 				t.Fatal(err)
 			}
-			closed := filesContaining(t, dir, secret)
+			closed := testutil.FilesContaining(t, dir, secret)
 			if tc.plaintext {
 				if len(open) == 0 || len(closed) == 0 {
 					t.Fatalf("control: plaintext not found in a plain directory (open %v, closed %v)", open, closed)

@@ -27,28 +27,15 @@ import (
 
 	"github.com/memosrt/memosrt/badger"
 	"github.com/memosrt/memosrt/internal/testmodels"
+	"github.com/memosrt/memosrt/internal/testutil"
 	"github.com/memosrt/memosrt/kvcache"
 	"github.com/memosrt/memosrt/textmem"
 )
 
 var binPath string
 
-// TestMain builds bin/memosrt once into a temporary directory.
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "memosrt-crash")
-	if err != nil {
-		panic(err)
-	}
-	binPath = filepath.Join(dir, "memosrt")
-	out, err := exec.Command("go", "build", "-o", binPath, "github.com/memosrt/memosrt/cmd/memosrt").CombinedOutput()
-	if err != nil {
-		os.Stderr.Write(out)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
+// TestMain builds the memosrt binary once for the tests.
+func TestMain(m *testing.M) { testutil.RunWithMemosrt(m, &binPath) }
 
 // Raw key prefixes of kvcache (kvcache/cache.go): pack headers and blob chunks.
 const (

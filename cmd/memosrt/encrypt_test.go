@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bytes"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,36 +8,8 @@ import (
 	"testing"
 
 	"github.com/memosrt/memosrt/internal/testmodels"
+	"github.com/memosrt/memosrt/internal/testutil"
 )
-
-// grepDir returns the files under dir whose first 8 MiB contain s (an open
-// Badger value log is a sparse 2 GiB file; ours are closed, but stay safe).
-func grepDir(t *testing.T, dir, s string) []string {
-	t.Helper()
-	var out []string
-	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		f, err := os.Open(p)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		b, err := io.ReadAll(io.LimitReader(f, 8<<20))
-		if err != nil {
-			return err
-		}
-		if bytes.Contains(b, []byte(s)) {
-			out = append(out, filepath.Base(p))
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
 
 func writeKey(t *testing.T, content string) string {
 	t.Helper()
@@ -61,7 +31,7 @@ func TestEncryptKeyFile(t *testing.T) {
 	must(t, "mem", "add", "--db", db, "--encrypt-key-file", key, "--cube", "z", secret)
 	must(t, "mem", "add", "--db", db, "--encrypt-key-file", key, "--cube", "z", "Zephyrine likes tea.")
 	must(t, "kv", "warm", "--db", db, "--encrypt-key-file", key, "--model", testmodels.Stories(t), "--cube", "z")
-	if files := grepDir(t, db, "Zephyrine"); len(files) != 0 {
+	if files := testutil.FilesContaining(t, db, "Zephyrine"); len(files) != 0 {
 		t.Fatalf("memory text in plaintext in %v", files)
 	}
 	if out := must(t, "mem", "ls", "--db", db, "--encrypt-key-file", key, "--cube", "z"); !strings.Contains(out, secret) {

@@ -10,27 +10,13 @@ import (
 	"testing"
 
 	"github.com/memosrt/memosrt/internal/testmodels"
+	"github.com/memosrt/memosrt/internal/testutil"
 )
 
 var binPath string
 
-// TestMain builds the memosrt binary once; the tests run it as separate
-// processes, so state crosses real process restarts.
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "memosrt-bin")
-	if err != nil {
-		panic(err)
-	}
-	binPath = filepath.Join(dir, "memosrt")
-	out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
-	if err != nil {
-		os.Stderr.Write(out)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
+// TestMain builds the memosrt binary once for the tests.
+func TestMain(m *testing.M) { testutil.RunWithMemosrt(m, &binPath) }
 
 func memosrt(t *testing.T, args ...string) (string, error) {
 	t.Helper()
