@@ -146,31 +146,40 @@ func (s *Server) handleOllamaChat(w http.ResponseWriter, r *http.Request) {
 			Message: api.Message{Role: "assistant"}, Done: true, DoneReason: "load"})
 		return
 	}
+	s.ollamaRun(w, r, b, g, sp, req.Stream, start, func(t string) any {
+		return api.ChatResponse{Model: name, CreatedAt: s.opts.Now().UTC(), Message: api.Message{Role: "assistant", Content: t}}
+	}, func(res genResult, text string, m api.Metrics, dbg *api.DebugInfo) any {
+		return api.ChatResponse{Model: name, CreatedAt: s.opts.Now().UTC(), Message: api.Message{Role: "assistant", Content: text},
+			Done: true, DoneReason: res.DoneReason, Metrics: m, DebugInfo: dbg}
+	})
+}
+
+// ollamaRun generates g for an Ollama chat or generate request: Ollama's
+// sampling defaults, streamed unless stream is false (never with
+// _debug_render_only), each chunk as chunk(text) makes it. The last line,
+// or the whole answer when not streamed, is final(res, text, metrics,
+// debug), text being the full output only when not streamed.
+func (s *Server) ollamaRun(w http.ResponseWriter, r *http.Request, b backend, g *genRequest, sp sampling, stream *bool,
+	start time.Time, chunk func(text string) any, final func(res genResult, text string, m api.Metrics, dbg *api.DebugInfo) any) {
 	s.ollamaSampling(g, sp)
-	stream := (req.Stream == nil || *req.Stream) && !g.RenderOnly
 	var st *streamer
-	if stream {
+	if (stream == nil || *stream) && !g.RenderOnly {
 		st = newStreamer(w, false)
 	}
-	res, err := s.generate(r, b, g, st, func(t string) any {
-		return api.ChatResponse{Model: name, CreatedAt: s.opts.Now().UTC(), Message: api.Message{Role: "assistant", Content: t}}
-	})
+	res, err := s.generate(r, b, g, st, chunk)
 	if err != nil {
 		s.streamError(w, r, st, err)
 		return
 	}
-	out := api.ChatResponse{Model: name, CreatedAt: s.opts.Now().UTC(), Message: api.Message{Role: "assistant"},
-		Done: true, DoneReason: res.DoneReason, Metrics: ollamaMetrics(res, start)}
+	m, dbg := ollamaMetrics(res, start), (*api.DebugInfo)(nil)
 	if g.RenderOnly {
-		out.DebugInfo = &api.DebugInfo{RenderedTemplate: res.Rendered}
-		out.Metrics = api.Metrics{PromptEvalCount: res.PromptTokens}
+		m, dbg = api.Metrics{PromptEvalCount: res.PromptTokens}, &api.DebugInfo{RenderedTemplate: res.Rendered}
 	}
 	if st != nil {
-		st.send(out)
+		st.send(final(res, "", m, dbg))
 		return
 	}
-	out.Message.Content = res.Text
-	writeJSON(w, http.StatusOK, out)
+	writeJSON(w, http.StatusOK, final(res, res.Text, m, dbg))
 }
 
 // streamError reports err: as a JSON error response when nothing was sent
@@ -249,31 +258,12 @@ func (s *Server) handleOllamaGenerate(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, api.GenerateResponse{Model: name, CreatedAt: s.opts.Now().UTC(), Done: true, DoneReason: "load"})
 		return
 	}
-	s.ollamaSampling(g, sp)
-	stream := (req.Stream == nil || *req.Stream) && !g.RenderOnly
-	var st *streamer
-	if stream {
-		st = newStreamer(w, false)
-	}
-	res, err := s.generate(r, b, g, st, func(t string) any {
+	s.ollamaRun(w, r, b, g, sp, req.Stream, start, func(t string) any {
 		return api.GenerateResponse{Model: name, CreatedAt: s.opts.Now().UTC(), Response: t}
+	}, func(res genResult, text string, m api.Metrics, dbg *api.DebugInfo) any {
+		return api.GenerateResponse{Model: name, CreatedAt: s.opts.Now().UTC(), Response: text, Done: true,
+			DoneReason: res.DoneReason, Context: res.Context, Metrics: m, DebugInfo: dbg}
 	})
-	if err != nil {
-		s.streamError(w, r, st, err)
-		return
-	}
-	out := api.GenerateResponse{Model: name, CreatedAt: s.opts.Now().UTC(), Done: true, DoneReason: res.DoneReason,
-		Context: res.Context, Metrics: ollamaMetrics(res, start)}
-	if g.RenderOnly {
-		out.DebugInfo = &api.DebugInfo{RenderedTemplate: res.Rendered}
-		out.Metrics = api.Metrics{PromptEvalCount: res.PromptTokens}
-	}
-	if st != nil {
-		st.send(out)
-		return
-	}
-	out.Response = res.Text
-	writeJSON(w, http.StatusOK, out)
 }
 
 // embedInputs reads Ollama's input: a string or an array of strings.
