@@ -19,6 +19,7 @@ import (
 	bg "github.com/dgraph-io/badger/v4"
 
 	"github.com/memosrt/memosrt/badger"
+	"github.com/memosrt/memosrt/textmem"
 )
 
 // Registry keys (see package badger):
@@ -79,22 +80,6 @@ func NewRegistry(db *badger.DB, opts RegistryOptions) (*Registry, error) {
 	return &Registry{db: db.Badger(), now: opts.Now, log: opts.Logger}, nil
 }
 
-// validName reports whether s is 1..64 characters of [A-Za-z0-9._-] (adapter
-// and cube names alike).
-func validName(s string) bool {
-	if len(s) == 0 || len(s) > 64 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		switch b := s[i]; {
-		case 'a' <= b && b <= 'z', 'A' <= b && b <= 'Z', '0' <= b && b <= '9', b == '.', b == '_', b == '-':
-		default:
-			return false
-		}
-	}
-	return true
-}
-
 func recordKey(cube, name string) []byte {
 	if cube == "" {
 		return []byte(keyGlobal + name)
@@ -103,10 +88,10 @@ func recordKey(cube, name string) []byte {
 }
 
 func checkScope(cube, name string) error {
-	if !validName(name) {
+	if !textmem.ValidCube(name) {
 		return fmt.Errorf("%w: adapter name %q: want 1..64 of [A-Za-z0-9._-]", ErrBadName, name)
 	}
-	if cube != "" && !validName(cube) {
+	if cube != "" && !textmem.ValidCube(cube) {
 		return fmt.Errorf("%w: cube %q", ErrBadName, cube)
 	}
 	return nil
@@ -317,7 +302,7 @@ func (r *Registry) scan(ctx context.Context, prefix string, fn func(Record)) err
 // own, then global ones it does not shadow. cube "" lists global adapters;
 // cube "*" lists every record of every scope (global first, then by cube).
 func (r *Registry) List(ctx context.Context, cube string) ([]Record, error) {
-	if cube != "" && cube != "*" && !validName(cube) {
+	if cube != "" && cube != "*" && !textmem.ValidCube(cube) {
 		return nil, fmt.Errorf("%w: cube %q", ErrBadName, cube)
 	}
 	var out []Record
@@ -379,7 +364,7 @@ func (s Spec) String() string {
 func ParseSpec(s string) (Spec, error) {
 	name, sc, hasScale := strings.Cut(s, ":")
 	sp := Spec{Name: name, Scale: 1}
-	if !validName(name) {
+	if !textmem.ValidCube(name) {
 		return sp, fmt.Errorf("%w: %q: want NAME[:SCALE], NAME 1..64 of [A-Za-z0-9._-]", ErrBadName, s)
 	}
 	if hasScale {

@@ -51,7 +51,7 @@ func (c *cubeRegistry) adopt(ctx context.Context) error {
 
 func (c *cubeRegistry) get(ctx context.Context, name string) (cubeRecord, error) {
 	var rec cubeRecord
-	if !validCube(name) {
+	if !textmem.ValidCube(name) {
 		return rec, fmt.Errorf("%w: %q", textmem.ErrBadCube, name)
 	}
 	if err := ctx.Err(); err != nil {
@@ -80,7 +80,7 @@ func (c *cubeRegistry) exists(ctx context.Context, name string) (bool, error) {
 
 // create stores rec; ErrCubeExists if the name is taken.
 func (c *cubeRegistry) create(ctx context.Context, rec cubeRecord) (cubeRecord, error) {
-	if !validCube(rec.Name) {
+	if !textmem.ValidCube(rec.Name) {
 		return rec, fmt.Errorf("%w: %q", textmem.ErrBadCube, rec.Name)
 	}
 	if err := ctx.Err(); err != nil {

@@ -47,7 +47,7 @@ func (s *Server) handleCubeCreate(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	if !validCube(req.Name) {
+	if !textmem.ValidCube(req.Name) {
 		s.writeError(w, r, badField("name", "%q is not a cube name (1..64 of [A-Za-z0-9._-])", req.Name))
 		return
 	}
@@ -80,7 +80,7 @@ func (s *Server) handleCubeList(w http.ResponseWriter, r *http.Request) {
 // pathCube reads and checks the {cube} path value.
 func (s *Server) pathCube(r *http.Request) (cubeRecord, error) {
 	name := r.PathValue("cube")
-	if !validCube(name) {
+	if !textmem.ValidCube(name) {
 		return cubeRecord{}, badField("cube", "%q is not a cube name (1..64 of [A-Za-z0-9._-])", name)
 	}
 	return s.cubes.get(r.Context(), name)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/memosrt/memosrt/runtime/grammar"
+	"github.com/memosrt/memosrt/textmem"
 )
 
 // OpenAI wire shapes (the subset memosrt serves), as the official clients
@@ -156,7 +157,7 @@ func (s *Server) applyOpenAI(r *http.Request, b backend, o *oaiSampling, g *genR
 	if c, ok := o.Metadata["cube"].(string); ok && cube == "" {
 		cube = c
 	}
-	if cube != "" && !validCube(cube) {
+	if cube != "" && !textmem.ValidCube(cube) {
 		return badField("cube", "%q is not a cube name (1..64 of [A-Za-z0-9._-])", cube)
 	}
 	g.Cube, err = s.cube(r, cube)

@@ -196,7 +196,7 @@ func (s *Server) importCube(r *http.Request) (importResult, error) {
 	if c := r.URL.Query().Get("cube"); c != "" {
 		cube = c
 	}
-	if !validCube(cube) {
+	if !textmem.ValidCube(cube) {
 		return res, badField("cube", "%q is not a cube name", cube)
 	}
 	res.Cube = cube

@@ -203,7 +203,7 @@ func parseOllamaOptions(m map[string]any) (sampling, error) {
 			return s, err
 		}
 	}
-	if s.Cube != "" && !validCube(s.Cube) {
+	if s.Cube != "" && !textmem.ValidCube(s.Cube) {
 		return s, badField("options.cube", "%q: %v", s.Cube, textmem.ErrBadCube)
 	}
 	return s, nil
@@ -230,21 +230,6 @@ func stringList(field string, v any) ([]string, error) {
 		return x, nil
 	}
 	return nil, badField(field, "want a string or an array of strings, got %T", v)
-}
-
-// validCube mirrors textmem's rule: 1..64 characters of [A-Za-z0-9._-].
-func validCube(c string) bool {
-	if len(c) == 0 || len(c) > 64 {
-		return false
-	}
-	for i := 0; i < len(c); i++ {
-		switch b := c[i]; {
-		case 'a' <= b && b <= 'z', 'A' <= b && b <= 'Z', '0' <= b && b <= '9', b == '.', b == '_', b == '-':
-		default:
-			return false
-		}
-	}
-	return true
 }
 
 var errModelNotFound = errors.New("model not found")

@@ -41,8 +41,10 @@ type Hit struct {
 	Score float64 `json:"score"`
 }
 
-// validCube reports whether c is 1..64 characters of [A-Za-z0-9._-].
-func validCube(c string) bool {
+// ValidCube reports whether c is a valid cube name: 1..64 characters of
+// [A-Za-z0-9._-]. The server and the LoRA registry (cube and adapter names)
+// apply the same rule.
+func ValidCube(c string) bool {
 	if len(c) == 0 || len(c) > 64 {
 		return false
 	}
@@ -57,7 +59,7 @@ func validCube(c string) bool {
 }
 
 func checkCube(c string) error {
-	if !validCube(c) {
+	if !ValidCube(c) {
 		return fmt.Errorf("%w: %q", ErrBadCube, c)
 	}
 	return nil

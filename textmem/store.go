@@ -828,7 +828,7 @@ func (s *Store) Cubes(ctx context.Context) ([]string, error) {
 			cube := string(k[:slash])
 			mem := nsPrefix(cube, nsMem)
 			it.Seek(mem)
-			if it.Valid() && bytes.HasPrefix(it.Item().Key(), mem) && validCube(cube) {
+			if it.Valid() && bytes.HasPrefix(it.Item().Key(), mem) && ValidCube(cube) {
 				out = append(out, cube)
 			}
 			// '0' is the byte after '/': the first key past "t/<cube>/...".
