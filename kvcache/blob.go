@@ -161,7 +161,13 @@ func encode(h Header, state []byte) (Header, []byte, error) {
 		return h, nil, fmt.Errorf("kvcache: header: %w", err)
 	}
 	e, _ := codecs()
-	payload := e.EncodeAll(shuffle2(state), nil)
+	return h, frameBlob(hj, e.EncodeAll(shuffle2(state), nil)), nil
+}
+
+// frameBlob lays out a blob: magic, format version (u16), header length (u32),
+// header JSON, payload length (u64), payload, xxhash64 of all before (u64),
+// little-endian.
+func frameBlob(hj, payload []byte) []byte {
 	var buf bytes.Buffer
 	buf.Grow(4 + 2 + 4 + len(hj) + 8 + len(payload) + 8)
 	buf.WriteString(magic)
@@ -171,7 +177,7 @@ func encode(h Header, state []byte) (Header, []byte, error) {
 	binary.Write(&buf, binary.LittleEndian, uint64(len(payload)))
 	buf.Write(payload)
 	binary.Write(&buf, binary.LittleEndian, xxhash.Sum64(buf.Bytes()))
-	return h, buf.Bytes(), nil
+	return buf.Bytes()
 }
 
 // DecodeHeader checks a blob's framing and checksum and returns its header

@@ -18,7 +18,7 @@ func frame(t testing.TB, h Header, payload []byte) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return frameRaw(hj, payload)
+	return frameBlob(hj, payload)
 }
 
 // allocated returns the bytes fn allocates.

@@ -2,7 +2,6 @@ package kvcache
 
 import (
 	"bytes"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"testing"
@@ -86,7 +85,7 @@ func FuzzDecodeFramed(f *testing.F) {
 	}
 	f.Add([]byte(`{"tokens":[],"tokens_hash":"e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855","codec":"zstd+shuffle2","raw_bytes":0}`), []byte{})
 	f.Fuzz(func(t *testing.T, hj, payload []byte) {
-		blob := frameRaw(hj, payload)
+		blob := frameBlob(hj, payload)
 		h, state, err := Decode(blob)
 		if err != nil {
 			if !errors.Is(err, ErrCorrupt) && !errors.Is(err, ErrVersion) {
@@ -98,17 +97,4 @@ func FuzzDecodeFramed(f *testing.F) {
 			t.Fatalf("accepted state of %d bytes for header %+v", len(state), h)
 		}
 	})
-}
-
-// frameRaw wraps raw header bytes and a payload in valid blob framing.
-func frameRaw(hj, payload []byte) []byte {
-	var buf bytes.Buffer
-	buf.WriteString(magic)
-	binary.Write(&buf, binary.LittleEndian, uint16(FormatVersion))
-	binary.Write(&buf, binary.LittleEndian, uint32(len(hj)))
-	buf.Write(hj)
-	binary.Write(&buf, binary.LittleEndian, uint64(len(payload)))
-	buf.Write(payload)
-	binary.Write(&buf, binary.LittleEndian, xxhash.Sum64(buf.Bytes()))
-	return buf.Bytes()
 }
