@@ -3,10 +3,10 @@ package bench
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
+	"github.com/memosrt/memosrt/internal/stats"
 	"github.com/memosrt/memosrt/kvcache"
 	"github.com/memosrt/memosrt/runtime"
 )
@@ -55,15 +55,6 @@ func Tokens(e *runtime.Engine, n int, bos bool) ([]int32, error) {
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1e3 }
-
-func median(xs []float64) float64 {
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	if len(s) == 0 {
-		return 0
-	}
-	return s[len(s)/2]
-}
 
 // TTFT measures, for each prefix length N, cold prefill TTFT, warm TTFT
 // (restore the prefix's KV state, decode only the query) and the floor
@@ -122,7 +113,7 @@ func TTFT(ctx context.Context, e *runtime.Engine, o TTFTOptions) ([]TTFTRow, err
 			}
 			cold = append(cold, ms(d))
 		}
-		row.ColdMs = median(cold)
+		row.ColdMs = stats.Median(cold)
 		// the pack: prefix state saved from seq 1, which keeps holding it for the floor
 		say("prefix %d: building the pack", n)
 		e.ClearSeq(1)
@@ -175,7 +166,7 @@ func TTFT(ctx context.Context, e *runtime.Engine, o TTFTOptions) ([]TTFTRow, err
 			}
 			warmDisk = append(warmDisk, ms(d))
 		}
-		row.WarmMs, row.WarmDiskMs, row.FloorMs, row.RestoreMs = median(warm), median(warmDisk), median(floor), median(restore)
+		row.WarmMs, row.WarmDiskMs, row.FloorMs, row.RestoreMs = stats.Median(warm), stats.Median(warmDisk), stats.Median(floor), stats.Median(restore)
 		row.ColdOverW = row.ColdMs / row.WarmMs
 		row.WarmOverF = row.WarmMs / row.FloorMs
 		rows = append(rows, row)

@@ -10,12 +10,12 @@ import (
 	"os"
 	"path/filepath"
 	goruntime "runtime"
-	"slices"
 	"strconv"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/memosrt/memosrt/internal/stats"
 	"github.com/memosrt/memosrt/internal/testmodels"
 	"github.com/memosrt/memosrt/runtime"
 )
@@ -135,7 +135,7 @@ func BenchmarkParallelDecode(b *testing.B) {
 				hs1, hs4 = append(hs1, overHTTP(1)), append(hs4, overHTTP(4))
 				ps1, ps4 = append(ps1, inProc(1)), append(ps4, inProc(4))
 			}
-			h1, h4, p1, p4 := median(hs1), median(hs4), median(ps1), median(ps4)
+			h1, h4, p1, p4 := stats.Median(hs1), stats.Median(hs4), stats.Median(ps1), stats.Median(ps4)
 			b.ReportMetric(h1, "tok/s_1stream")
 			b.ReportMetric(h4, "tok/s_4streams")
 			b.ReportMetric(h4/h1, "speedup_http")
@@ -144,18 +144,6 @@ func BenchmarkParallelDecode(b *testing.B) {
 				m.name, h1, h4, h4/h1, p1, p4, p4/p1, len(hs1))
 		})
 	}
-}
-
-func median(v []float64) float64 {
-	s := slices.Clone(v)
-	slices.Sort(s)
-	return s[len(s)/2]
-}
-
-func p50(d []time.Duration) time.Duration {
-	s := slices.Clone(d)
-	slices.Sort(s)
-	return s[len(s)/2]
 }
 
 // BenchmarkTTFT compares time to first token over HTTP (client send to the
@@ -205,7 +193,7 @@ func BenchmarkTTFT(b *testing.B) {
 					hs = append(hs, overHTTP(1000*n+i+500))
 				}
 			}
-			h, p := p50(hs), p50(ps)
+			h, p := stats.Median(hs), stats.Median(ps)
 			b.ReportMetric(float64(h.Microseconds())/1e3, "ms_http_p50")
 			b.ReportMetric(float64(p.Microseconds())/1e3, "ms_inproc_p50")
 			b.ReportMetric(float64((h-p).Microseconds())/1e3, "ms_overhead_p50")

@@ -5,10 +5,10 @@ import (
 	"os"
 	"path/filepath"
 	goruntime "runtime"
-	"slices"
 	"testing"
 	"time"
 
+	"github.com/memosrt/memosrt/internal/stats"
 	"github.com/memosrt/memosrt/internal/testmodels"
 )
 
@@ -81,19 +81,13 @@ func BenchmarkDecodeBatch(b *testing.B) {
 				for i := 0; i < b.N*mm.reps; i++ {
 					r1, r4 = append(r1, run(1)), append(r4, run(4))
 				}
-				t1, t4 := median(r1), median(r4)
+				t1, t4 := stats.Median(r1), stats.Median(r4)
 				b.ReportMetric(t1, "tok/s_1seq")
 				b.ReportMetric(t4, "tok/s_4seq")
 				b.ReportMetric(t4/t1, "speedup")
 			})
 		}
 	}
-}
-
-func median(v []float64) float64 {
-	s := slices.Clone(v)
-	slices.Sort(s)
-	return s[len(s)/2]
 }
 
 func fileExists(p string) bool {
