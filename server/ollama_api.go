@@ -91,14 +91,21 @@ func setFormat(g *genRequest, field string, f json.RawMessage) error {
 		g.Format, g.Grammar = json.RawMessage(`"json"`), grammar.JSON
 		return nil
 	case t[0] == '{':
-		gr, err := grammar.FromSchema(t)
-		if err != nil {
-			return badField(field, "%v", err)
-		}
-		g.Format, g.Grammar = json.RawMessage(t), gr
-		return nil
+		return useSchema(g, field, t)
 	}
 	return badField(field, `want "json" or a JSON schema object, got %.40s`, t)
+}
+
+// useSchema puts JSON schema t on g: as is for the ollama backend, as a
+// grammar for the llama backend; a schema outside runtime/grammar's subset
+// is a 400 on field.
+func useSchema(g *genRequest, field string, t []byte) error {
+	gr, err := grammar.FromSchema(t)
+	if err != nil {
+		return badField(field, "%v", err)
+	}
+	g.Format, g.Grammar = json.RawMessage(t), gr
+	return nil
 }
 
 func (s *Server) handleOllamaChat(w http.ResponseWriter, r *http.Request) {

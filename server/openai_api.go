@@ -13,7 +13,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/memosrt/memosrt/runtime/grammar"
 	"github.com/memosrt/memosrt/textmem"
 )
 
@@ -435,10 +434,5 @@ func setSchema(g *genRequest, js *oaiJSONSchema) error {
 	if len(t) == 0 || t[0] != '{' && string(t) != "true" && string(t) != "false" {
 		return badField(field, "a JSON schema (an object or a boolean) is required")
 	}
-	gr, err := grammar.FromSchema(t)
-	if err != nil {
-		return badField(field, "%v", err)
-	}
-	g.Format, g.Grammar = json.RawMessage(t), gr
-	return nil
+	return useSchema(g, field, t)
 }
