@@ -181,15 +181,15 @@ func cmdRun(ctx context.Context, args []string) error {
 	if len(pos) != 1 {
 		return errors.New("run takes one PROMPT argument")
 	}
+	gram, err := formatGrammar(*format)
+	if err != nil {
+		return err
+	}
 	s, err := sf.open()
 	if err != nil {
 		return err
 	}
 	defer s.Close()
-	gram, err := formatGrammar(*format)
-	if err != nil {
-		return err
-	}
 	kv := s.kv
 	if !loras.none() {
 		reg, err := lora.NewRegistry(s.db, lora.RegistryOptions{Logger: logger()})
