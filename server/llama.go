@@ -314,6 +314,9 @@ func (b *llamaBackend) generate(ctx context.Context, req *genRequest) (genResult
 	}
 	sp := req.Sampling
 	sp.Grammar = req.Grammar
+	if sp.RepeatLastN == repeatWholeContext {
+		sp.RepeatLastN = limit
+	}
 	res, gerr := b.run(ctx, runtime.Request{Seq: sl.seq, Tokens: toks, NPast: npast, Sampling: sp,
 		MaxTokens: maxTok, Stop: req.Stop, OnText: req.OnText, Start: req.Start, Adapters: ad.refs})
 	out.Text, out.EvalTokens, out.TTFT, out.PromptTime, out.EvalTime, out.DoneReason =

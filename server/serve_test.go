@@ -25,6 +25,34 @@ func llamaOf(t *testing.T, e *env) *llamaBackend {
 	return b.(*llamaBackend)
 }
 
+// TestRepeatLastN: Ollama's -1 (num_ctx) and 0 (off) keep their meaning;
+// -1 once panicked in the sampler and killed the server.
+func TestRepeatLastN(t *testing.T) {
+	e := newEnv(t, envConfig{nctx: 256})
+	gen := func(opts map[string]any) string {
+		t.Helper()
+		opts["temperature"] = 0
+		opts["num_predict"] = 48
+		var body struct{ Response string }
+		req := map[string]any{"model": testModel, "prompt": "Once upon a time", "stream": false, "options": opts}
+		if code := do(t, "POST", e.url()+"/api/generate", req, &body); code != http.StatusOK {
+			t.Fatalf("options %v: status %d %v", opts, code, body)
+		}
+		return body.Response
+	}
+	whole := gen(map[string]any{"repeat_last_n": -1, "repeat_penalty": 5.0})
+	if want := gen(map[string]any{"repeat_last_n": 256, "repeat_penalty": 5.0}); whole != want {
+		t.Fatalf("repeat_last_n -1 gave %q, num_ctx (256) gave %q", whole, want)
+	}
+	off := gen(map[string]any{"repeat_last_n": 0, "repeat_penalty": 5.0})
+	if want := gen(map[string]any{"repeat_penalty": 1}); off != want {
+		t.Fatalf("repeat_last_n 0 gave %q, repeat_penalty 1 gave %q", off, want)
+	}
+	if whole == off {
+		t.Fatalf("the penalty over the whole context changed nothing: %q", whole)
+	}
+}
+
 func TestBadRequests(t *testing.T) {
 	e := newEnv(t, envConfig{nctx: 256})
 	long := strings.Repeat("the cat sat on the mat. ", 200)
@@ -43,6 +71,7 @@ func TestBadRequests(t *testing.T) {
 	}{
 		{"ollama option type", "/api/chat", chat(map[string]any{"options": map[string]any{"temperature": "hot"}}), 400, "options.temperature"},
 		{"ollama option range", "/api/chat", chat(map[string]any{"options": map[string]any{"top_p": 2}}), 400, "options.top_p"},
+		{"ollama repeat_last_n below -1", "/api/chat", chat(map[string]any{"options": map[string]any{"repeat_last_n": -2}}), 400, "options.repeat_last_n"},
 		{"ollama role", "/api/chat", chat(map[string]any{"messages": []map[string]any{{"role": "robot", "content": "x"}}}), 400, "messages[0].role"},
 		{"ollama stream type", "/api/chat", chat(map[string]any{"stream": "yes"}), 400, "stream"},
 		{"ollama format", "/api/chat", chat(map[string]any{"format": "yaml"}), 400, "format"},

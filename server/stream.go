@@ -111,7 +111,14 @@ func (s sampling) params(defTemp, defTopP float64, defTopK int, defRepeat float6
 		p.TopK = *s.TopK
 	}
 	if s.RepeatLastN != nil {
-		p.RepeatLastN = *s.RepeatLastN
+		switch n := *s.RepeatLastN; {
+		case n == 0: // Ollama: 0 disables the repeat penalty
+			p.RepeatPenalty = 1
+		case n == -1: // Ollama: -1 is num_ctx, resolved where the context is known
+			p.RepeatLastN = repeatWholeContext
+		default:
+			p.RepeatLastN = n
+		}
 	}
 	if s.Seed != nil && *s.Seed >= 0 {
 		p.Seed = uint32(*s.Seed)
@@ -120,6 +127,10 @@ func (s sampling) params(defTemp, defTopP float64, defTopK int, defRepeat float6
 	}
 	return p
 }
+
+// repeatWholeContext marks Ollama's repeat_last_n -1 in SamplerParams until
+// the request's context size is known (llamaBackend.generate).
+const repeatWholeContext = -1
 
 // ignoredOptions are Ollama options accepted and not used (load-time
 // settings of the loaded model, or samplers we do not have).
@@ -186,6 +197,9 @@ func parseOllamaOptions(m map[string]any) (sampling, error) {
 			}
 		case "repeat_last_n":
 			s.RepeatLastN, err = integer(k, v)
+			if err == nil && *s.RepeatLastN < -1 {
+				err = badField("options.repeat_last_n", "%d < -1 (-1: num_ctx, 0: off)", *s.RepeatLastN)
+			}
 		case "stop":
 			s.Stop, err = stringList("options.stop", v)
 		case "adapters":

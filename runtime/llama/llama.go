@@ -200,6 +200,7 @@ var (
 	ErrBatchFull  = errors.New("llama: batch full")
 	ErrGrammar    = errors.New("llama: grammar")
 	ErrEmptyBatch = errors.New("llama: empty batch")
+	ErrBadParams  = errors.New("llama: sampler parameter out of range")
 )
 
 // ModelParams are load-time model settings.

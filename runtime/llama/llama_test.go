@@ -1,6 +1,7 @@
 package llama
 
 import (
+	"errors"
 	"os"
 	"strconv"
 	"strings"
@@ -85,4 +86,26 @@ func TestChatTemplate(t *testing.T) {
 	if _, err := m.ApplyChatTemplate("{% no such template %}", msgs, true); err == nil {
 		t.Fatal("unknown template accepted")
 	}
+}
+
+// A negative repeat window is refused with ErrBadParams instead of slicing
+// the history out of range (Ollama's -1 is resolved by callers).
+func TestSamplerBadRepeatLastN(t *testing.T) {
+	Init("")
+	m, err := LoadModel(testmodels.Path(t, "stories260K.gguf"), ModelParams{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	for _, n := range []int{-1, -2, -1 << 40} {
+		s, err := NewSampler(m, SamplerParams{RepeatPenalty: 1.1, RepeatLastN: n}, []Token{1, 2, 3})
+		if !errors.Is(err, ErrBadParams) || s != nil {
+			t.Fatalf("RepeatLastN %d: sampler %v, err %v; want ErrBadParams", n, s, err)
+		}
+	}
+	s, err := NewSampler(m, SamplerParams{RepeatPenalty: 1.1, RepeatLastN: 1 << 20}, []Token{1, 2, 3})
+	if err != nil {
+		t.Fatalf("a window longer than the history: %v", err)
+	}
+	s.Close()
 }

@@ -20,7 +20,7 @@ type SamplerParams struct {
 	TopP          float32 // nucleus threshold in (0, 1); 0 or 1: off
 	MinP          float32 // drop tokens below min_p × p(max); 0: off
 	RepeatPenalty float32 // penalty on the last RepeatLastN tokens; 0 or 1: off
-	RepeatLastN   int     // window of the repeat penalty, tokens; 0: 64
+	RepeatLastN   int     // window of the repeat penalty, tokens; 0: 64; < 0 is ErrBadParams (callers map Ollama's -1 to num_ctx)
 	Seed          uint32  // RNG seed for the dist sampler
 	// Grammar, if set, is a GBNF grammar (start rule "root") that the output
 	// must follow (llama_sampler_init_grammar); see package runtime/grammar.
@@ -43,8 +43,11 @@ type Sampler struct {
 // does (exact for greedy decoding). history (e.g. the
 // prompt) seeds the repeat penalty's window; it is not matched against the
 // grammar. An error is returned, and nothing allocated, if p.Grammar does
-// not parse (ErrGrammar).
+// not parse (ErrGrammar) or a parameter is out of range (ErrBadParams).
 func NewSampler(m *Model, p SamplerParams, history []Token) (*Sampler, error) {
+	if p.RepeatLastN < 0 {
+		return nil, fmt.Errorf("%w: repeat_last_n %d < 0", ErrBadParams, p.RepeatLastN)
+	}
 	var grammar *C.struct_llama_sampler
 	nVocab := 0
 	if p.Grammar != "" {
