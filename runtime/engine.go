@@ -376,17 +376,23 @@ func (e *Engine) SeqLen(seq int) int {
 	return e.ctx.SeqPosMax(seq) + 1
 }
 
-// SaveSeq serializes seq's KV state (llama_state_seq_get_data).
+// SaveSeq serializes seq's KV state (llama_state_seq_get_data) with its
+// cells in position order (SortSeqState).
 func (e *Engine) SaveSeq(seq int) ([]byte, error) {
 	if err := e.lock(); err != nil {
 		return nil, err
 	}
-	defer e.mu.Unlock()
-	return e.ctx.StateSeqGet(seq)
+	st, err := e.ctx.StateSeqGet(seq)
+	e.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	return SortSeqState(st)
 }
 
-// RestoreSeq replaces seq's KV with state. The state is parsed and checked
-// against the live KVConfig before llama.cpp sees it; on any error seq is
+// RestoreSeq replaces seq's KV with state, which must hold positions
+// [0, n) (in any cell order). The state is parsed and checked against the
+// live KVConfig before llama.cpp sees it; on any error seq is
 // left empty (never half-restored) and other sequences are untouched.
 // Restoring an empty state (no cells) empties seq and returns nil.
 // Returns the number of cells restored.
@@ -396,11 +402,16 @@ func (e *Engine) RestoreSeq(seq int, state []byte) (int, error) {
 		err = s.CheckAgainst(e.kv)
 	}
 	if err == nil {
+		// the cells hold positions [0, n) in any order: a sequence that
+		// shared a resident pack's cells (CopySeq) and then decoded more
+		// serializes in cache order, its own new cells first
+		seen := make([]bool, len(s.Positions))
 		for i, p := range s.Positions {
-			if int(p) != i {
+			if p < 0 || int(p) >= len(seen) || seen[p] {
 				err = fmt.Errorf("%w: cell %d at position %d; only prefix states [0, n) restore", ErrBadState, i, p)
 				break
 			}
+			seen[p] = true
 		}
 	}
 	if lerr := e.lock(); lerr != nil {
@@ -418,7 +429,8 @@ func (e *Engine) RestoreSeq(seq int, state []byte) (int, error) {
 		return 0, nil
 	}
 	if err := e.ctx.StateSeqSet(seq, state); err != nil {
-		return 0, fmt.Errorf("%w: %w", ErrBadState, err)
+		e.ctx.SeqRemove(seq, -1, -1)
+		return 0, fmt.Errorf("%w (%d cells; n_ctx %d): %w", ErrRestoreFailed, s.NCells, e.kv.NCtx, err)
 	}
 	return s.NCells, nil
 }

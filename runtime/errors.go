@@ -19,6 +19,11 @@ var (
 	// ErrBadState is returned when serialized sequence state does not parse
 	// or does not match the live context; the target sequence is left empty.
 	ErrBadState = errors.New("runtime: sequence state rejected")
+	// ErrRestoreFailed is returned by RestoreSeq when llama.cpp refuses a
+	// state that parsed and matches the live KV layout: most often no free
+	// cells for it (llama_state_seq_set_data finds no slot). The state is
+	// not proven bad; the sequence is left empty.
+	ErrRestoreFailed = errors.New("runtime: sequence state not restored")
 	// ErrNoKVSlot is returned when the KV cache has no room for a batch.
 	ErrNoKVSlot = llama.ErrNoKVSlot
 )

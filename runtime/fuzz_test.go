@@ -111,3 +111,120 @@ func FuzzParseSeqState(f *testing.F) {
 		}
 	})
 }
+
+// SortSeqState moves every cell's K and V data with its position: a state
+// holding positions [2 0 3 1] comes out as [0 1 2 3], each row still the
+// one of its position (row bytes encode the position), for both V layouts;
+// an ordered state is returned unchanged.
+func TestSortSeqState(t *testing.T) {
+	le := binary.LittleEndian
+	perm := []int{2, 0, 3, 1}
+	const nLayer, row = 2, 4 // row bytes; transposed V: 2 channels of 2-byte elements
+	for _, vt := range []bool{false, true} {
+		b := seqState(len(perm), nLayer, row, vt)
+		s, err := ParseSeqState(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		meta := 8 // n_stream, cell count
+		for i, p := range perm {
+			le.PutUint32(b[meta+12*i:], uint32(p))
+		}
+		// fill rows: byte value 16*layer + position (K), 128 + ... (V)
+		off := meta + 12*len(perm) + 8
+		for l := range nLayer {
+			off += 12
+			for i, p := range perm {
+				for k := range row {
+					b[off+row*i+k] = byte(16*l + p)
+				}
+			}
+			off += row * len(perm)
+		}
+		for l := range nLayer {
+			off += 12
+			if !vt {
+				for i, p := range perm {
+					for k := range row {
+						b[off+row*i+k] = byte(128 + 16*l + p)
+					}
+				}
+				off += row * len(perm)
+				continue
+			}
+			for ch := range s.NEmbdVGQA {
+				for i, p := range perm {
+					b[off+2*i], b[off+2*i+1] = byte(128+16*l+p), byte(ch)
+				}
+				off += 2 * len(perm)
+			}
+		}
+		out, err := SortSeqState(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := ParseSeqState(out)
+		if err != nil || len(out) != len(b) {
+			t.Fatalf("sorted state: %v (%d bytes, want %d)", err, len(out), len(b))
+		}
+		for i, p := range got.Positions {
+			if int(p) != i {
+				t.Fatalf("vTrans=%v: positions %v", vt, got.Positions)
+			}
+		}
+		off = meta + 12*len(perm) + 8
+		for l := range nLayer {
+			off += 12
+			for i := range perm {
+				if out[off+row*i] != byte(16*l+i) {
+					t.Fatalf("vTrans=%v: K layer %d cell %d holds position %d's row", vt, l, i, out[off+row*i]-byte(16*l))
+				}
+			}
+			off += row * len(perm)
+		}
+		for l := range nLayer {
+			off += 12
+			for ch := 0; ch < max(1, s.NEmbdVGQA) && (vt || ch == 0); ch++ {
+				for i := range perm {
+					stride := row
+					if vt {
+						stride = 2
+					}
+					if out[off+stride*i] != byte(128+16*l+i) || vt && out[off+stride*i+1] != byte(ch) {
+						t.Fatalf("vTrans=%v: V layer %d channel %d cell %d wrong", vt, l, ch, i)
+					}
+				}
+				if vt {
+					off += 2 * len(perm)
+				} else {
+					off += row * len(perm)
+				}
+			}
+		}
+		if same, _ := SortSeqState(out); &same[0] != &out[0] {
+			t.Fatal("an ordered state was copied")
+		}
+	}
+}
+
+// TruncateSeqState keeps positions [0, n) with their rows, for both V
+// layouts, and the result parses; n past the end returns the state.
+func TestTruncateSeqState(t *testing.T) {
+	for _, vt := range []bool{false, true} {
+		b := seqState(5, 2, 4, vt)
+		out, err := TruncateSeqState(b, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := ParseSeqState(out)
+		if err != nil || s.NCells != 3 || len(s.Positions) != 3 || s.Positions[2] != 2 {
+			t.Fatalf("vTrans=%v: %+v %v", vt, s, err)
+		}
+		if want := len(b) - 2*12 - 2*2*4*2; len(out) != want { // 2 cells: metadata, K and V rows of 2 layers
+			t.Fatalf("vTrans=%v: %d bytes, want %d", vt, len(out), want)
+		}
+		if same, err := TruncateSeqState(b, 9); err != nil || len(same) != len(b) {
+			t.Fatalf("n past the end: %d bytes, %v", len(same), err)
+		}
+	}
+}

@@ -3,6 +3,9 @@ package runtime
 import (
 	"encoding/binary"
 	"fmt"
+	"slices"
+
+	"github.com/memosrt/memosrt/runtime/llama"
 )
 
 // KVConfig is what makes a serialized sequence state valid for a context:
@@ -206,10 +209,159 @@ func (s SeqState) CheckAgainst(c KVConfig) error {
 		return fmt.Errorf("%w: n_layer %d, live %d", ErrBadState, s.NLayer, c.NLayer)
 	case s.VTrans != c.VTrans:
 		return fmt.Errorf("%w: V transposed=%v, live %v", ErrBadState, s.VTrans, c.VTrans)
+	case llama.TypeName(s.TypeK) != c.TypeK || llama.TypeName(s.TypeV) != c.TypeV:
+		return fmt.Errorf("%w: KV types %s/%s, live %s/%s", ErrBadState, llama.TypeName(s.TypeK), llama.TypeName(s.TypeV), c.TypeK, c.TypeV)
 	case s.KRowBytes != c.KRowBytes || s.VRowBytes != c.VRowBytes:
 		return fmt.Errorf("%w: row bytes K %d V %d, live K %d V %d", ErrBadState, s.KRowBytes, s.VRowBytes, c.KRowBytes, c.VRowBytes)
 	case s.NCells > c.NCtx:
 		return fmt.Errorf("%w: %d cells, n_ctx %d", ErrBadState, s.NCells, c.NCtx)
 	}
 	return nil
+}
+
+// SortSeqState returns state with its cells in position order. A sequence
+// that shared another's cells (CopySeq) and then decoded more may hold its
+// positions in any cache order, and llama_state_seq_get_data writes cells
+// in cache order; attention sums over cells in that order, so a state
+// restored out of order gives slightly different floats than a prefill
+// (greedy output can diverge). Sorting makes stored states canonical: the
+// cells of positions [0, n) come out as a prefill lays them. A state
+// already in order is returned as is. Errors wrap ErrBadState.
+func SortSeqState(state []byte) ([]byte, error) {
+	s, err := ParseSeqState(state)
+	if err != nil || s.NCells == 0 {
+		return state, err
+	}
+	n := s.NCells
+	order := make([]int, n) // order[k] = cell index holding the k-th smallest position
+	for i := range order {
+		order[i] = i
+	}
+	sorted := true
+	for i := 1; i < n; i++ {
+		if s.Positions[i] < s.Positions[i-1] {
+			sorted = false
+			break
+		}
+	}
+	if sorted {
+		return state, nil
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return int(s.Positions[a]) - int(s.Positions[b]) })
+	out := make([]byte, len(state))
+	// header: n_stream, then per stream its cell count; find the stream
+	// holding the cells by walking as ParseSeqState does
+	off := 4
+	for {
+		c := int(binary.LittleEndian.Uint32(state[off:]))
+		off += 4
+		if c != 0 {
+			break
+		}
+	}
+	copy(out, state[:off])
+	// cell metadata: 12 bytes each
+	for k, i := range order {
+		copy(out[off+12*k:off+12*k+12], state[off+12*i:off+12*i+12])
+	}
+	off += 12 * n
+	copy(out[off:off+8], state[off:off+8]) // v_trans, n_layer
+	off += 8
+	rows := func(hdr, row int) {
+		copy(out[off:off+hdr], state[off:off+hdr])
+		off += hdr
+		for k, i := range order {
+			copy(out[off+row*k:off+row*k+row], state[off+row*i:off+row*i+row])
+		}
+		off += row * n
+	}
+	for range s.NLayer {
+		rows(12, s.KRowBytes) // type i32, row size u64
+	}
+	for range s.NLayer {
+		if !s.VTrans {
+			rows(12, s.VRowBytes)
+			continue
+		}
+		// type i32, element size u32, n_embd_v_gqa u32, then per channel
+		// one element per cell
+		copy(out[off:off+12], state[off:off+12])
+		el := int(binary.LittleEndian.Uint32(state[off+4:]))
+		off += 12
+		for range s.NEmbdVGQA {
+			for k, i := range order {
+				copy(out[off+el*k:off+el*k+el], state[off+el*i:off+el*i+el])
+			}
+			off += el * n
+		}
+	}
+	// trailing streams (empty for a one-sequence state)
+	copy(out[off:], state[off:])
+	return out, nil
+}
+
+// TruncateSeqState returns state holding only positions [0, n): restoring
+// it fills n cells, not every cell of the saved sequence (a conversation
+// pack restored for a shorter prompt). Cells are sorted first
+// (SortSeqState). n >= the state's cells returns it as is. Errors wrap
+// ErrBadState.
+func TruncateSeqState(state []byte, n int) ([]byte, error) {
+	state, err := SortSeqState(state)
+	if err != nil {
+		return nil, err
+	}
+	s, err := ParseSeqState(state)
+	if err != nil {
+		return nil, err
+	}
+	if n >= s.NCells {
+		return state, nil
+	}
+	if n < 0 {
+		return nil, fmt.Errorf("%w: truncate to %d cells", ErrBadState, n)
+	}
+	for i := range n {
+		if int(s.Positions[i]) != i {
+			return nil, fmt.Errorf("%w: positions are not [0, %d)", ErrBadState, s.NCells)
+		}
+	}
+	le := binary.LittleEndian
+	out := make([]byte, 0, len(state))
+	off := 4
+	for {
+		c := le.Uint32(state[off:])
+		if c != 0 {
+			break
+		}
+		off += 4
+	}
+	out = append(out, state[:off]...)
+	out = le.AppendUint32(out, uint32(n))
+	off += 4
+	out = append(out, state[off:off+12*n]...)
+	off += 12 * s.NCells
+	out = append(out, state[off:off+8]...) // v_trans, n_layer
+	off += 8
+	for range s.NLayer {
+		out = append(out, state[off:off+12]...)
+		off += 12
+		out = append(out, state[off:off+s.KRowBytes*n]...)
+		off += s.KRowBytes * s.NCells
+	}
+	for range s.NLayer {
+		out = append(out, state[off:off+12]...)
+		if !s.VTrans {
+			off += 12
+			out = append(out, state[off:off+s.VRowBytes*n]...)
+			off += s.VRowBytes * s.NCells
+			continue
+		}
+		el := int(le.Uint32(state[off+4:]))
+		off += 12
+		for range s.NEmbdVGQA {
+			out = append(out, state[off:off+el*n]...)
+			off += el * s.NCells
+		}
+	}
+	return append(out, state[off:]...), nil
 }

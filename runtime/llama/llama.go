@@ -1,7 +1,12 @@
 package llama
 
 /*
+// llama.h and ggml.h come from the pinned ollama module: through
+// third_party/ in a checkout (links made by `make links`), or, when this
+// module is itself in the module cache (`go get`), from the ollama module
+// beside it there.
 #cgo CPPFLAGS: -I${SRCDIR}/../../third_party/llama.cpp/include -I${SRCDIR}/../../third_party/ggml/include
+#cgo CPPFLAGS: -I${SRCDIR}/../../../../ollama/ollama@v0.17.4/llama/llama.cpp/include -I${SRCDIR}/../../../../ollama/ollama@v0.17.4/ml/backend/ggml/ggml/include
 #cgo CXXFLAGS: -std=c++17
 #include <stdlib.h>
 #include <string.h>
