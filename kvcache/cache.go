@@ -260,6 +260,17 @@ func (c *Cache) Lookup(cfgKey string, toks []int32) Match {
 	return best
 }
 
+// Info returns the stored pack id, if any.
+func (c *Cache) Info(id string) (Info, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	rec := c.packs[id]
+	if rec == nil {
+		return Info{}, false
+	}
+	return c.info(rec), true
+}
+
 // Put stores the state of a sequence holding exactly h.Tokens, computed under
 // the config h.KV and h.AdapterKey, and returns the pack id. Chunks are
 // written before the header, so a crash leaves either the whole pack or
@@ -278,9 +289,16 @@ func (c *Cache) Put(ctx context.Context, h Header, state []byte) (Info, error) {
 	rec.Chunks = (len(blob) + chunkBytes - 1) / chunkBytes
 	c.writeMu.Lock()
 	defer c.writeMu.Unlock()
-	if err := c.delete(rec.ID); err != nil && !errors.Is(err, ErrNotFound) {
-		return Info{}, err
+	c.mu.Lock()
+	if old := c.packs[rec.ID]; old != nil {
+		// ids are content addresses (config, scope and tokens): the pack is
+		// stored already; rewriting it would delete a committed pack that a
+		// crash could then leave without its header
+		defer c.mu.Unlock()
+		c.putRAM(rec.ID, state)
+		return c.info(old), nil
 	}
+	c.mu.Unlock()
 	for i := 0; i < rec.Chunks; i++ {
 		if err := ctx.Err(); err != nil {
 			c.deleteChunks(rec.ID)
@@ -391,8 +409,11 @@ func (c *Cache) Blob(id string) ([]byte, error) {
 	err := c.db.View(func(txn *bg.Txn) error {
 		for i := 0; i < rec.Chunks; i++ {
 			item, err := txn.Get(chunkKey(id, i))
+			if errors.Is(err, bg.ErrKeyNotFound) {
+				return fmt.Errorf("%w: chunk %d of %d is missing", ErrCorrupt, i, rec.Chunks)
+			}
 			if err != nil {
-				return fmt.Errorf("%w: chunk %d: %v", ErrCorrupt, i, err)
+				return fmt.Errorf("kvcache: read chunk %d: %w", i, err) // I/O: the pack may be fine
 			}
 			if err := item.Value(func(v []byte) error { blob = append(blob, v...); return nil }); err != nil {
 				return err

@@ -228,6 +228,13 @@ func TestDamagedPacksAreRefused(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			// Put never rewrites a stored pack (ids are content addresses):
+			// delete the good one, then store the liar under its id
+			for _, i := range f.cache.List("cube") {
+				if err := f.cache.Delete(i.ID); err != nil {
+					t.Fatal(err)
+				}
+			}
 			if _, err := f.cache.Put(context.Background(), Header{KV: f.eng.KVConfig(), Tokens: f.pack, Label: "cube"}, st); err != nil {
 				t.Fatal(err)
 			}
@@ -402,5 +409,28 @@ func TestScopes(t *testing.T) {
 	r, err := c.Restore(context.Background(), eng, 0, req, RestoreOptions{Scope: "alice"})
 	if err != nil || r.PackID != info.ID || r.Tokens != len(pack) {
 		t.Fatalf("own scope: %+v, %v", r, err)
+	}
+}
+
+// Put of a pack that is stored already keeps the stored one: it never
+// deletes a committed pack to write it again (a crash in between would
+// lose it), and returns its Info.
+func TestPutExistingKeepsIt(t *testing.T) {
+	f := newFixture(t)
+	infos := f.cache.List("cube")
+	if len(infos) != 1 {
+		t.Fatalf("%d packs", len(infos))
+	}
+	blob, _ := f.cache.Blob(infos[0].ID)
+	h, state, err := Decode(blob)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := f.cache.Put(context.Background(), Header{KV: h.KV, Tokens: h.Tokens, Label: "cube"}, state)
+	if err != nil || got.ID != infos[0].ID || !got.Created.Equal(infos[0].Created) {
+		t.Fatalf("Put again: %+v %v, stored %+v", got, err, infos[0])
+	}
+	if again, _ := f.cache.Blob(infos[0].ID); !bytes.Equal(again, blob) {
+		t.Fatal("the stored blob was rewritten")
 	}
 }

@@ -23,10 +23,10 @@ type Restored struct {
 // config and adapterKey, restores it into seq and truncates seq to the usable
 // prefix: at most len(toks)-1 tokens, so the caller always decodes the last
 // prompt token (a restored state has no logits). On a miss seq is emptied.
-// A pack that fails its checks is refused before llama.cpp sees it, deleted,
-// and reported in Restored.Refused; seq is then empty and the caller
-// prefills normally. The returned error is non-nil only for ctx or engine
-// failures.
+// A pack that cannot be restored is reported in Restored.Refused, seq is
+// then empty and the caller prefills normally; the pack is deleted only when
+// the failure proves its bytes bad (Proven), else kept (no free cells, a read
+// error). The returned error is non-nil only for ctx or engine failures.
 // RestoreOptions select which packs a restore may use.
 type RestoreOptions struct {
 	AdapterKey string // runtime.AdapterKey of the request's adapters ("" = none)
@@ -52,22 +52,32 @@ func (c *Cache) Restore(ctx context.Context, eng *runtime.Engine, seq int, toks 
 	if err == nil {
 		err = h.Check(live, adapterKey)
 	}
+	if err == nil && h.NTokens > usable {
+		// restore only the cells used: no transient use of the rest
+		state, err = runtime.TruncateSeqState(state, usable)
+	}
 	if err == nil {
 		_, err = eng.RestoreSeq(seq, state)
 	}
 	if err == nil {
-		if h.NTokens > usable {
-			err = eng.TruncateSeq(seq, usable)
+		// the sequence must hold exactly the usable prefix: never report
+		// cached tokens that would in fact be prefilled again
+		if got := eng.SeqLen(seq); got != usable {
+			err = fmt.Errorf("%w: sequence holds %d positions after restoring %d", runtime.ErrRestoreFailed, got, usable)
 		}
 	}
 	if err != nil {
 		if errors.Is(err, runtime.ErrClosed) {
 			return r, err
 		}
-		c.log.Warn("kvcache: pack refused; falling back to prefill", "pack", m.ID[:12], "err", err)
-		c.Delete(m.ID)
 		if cerr := eng.ClearSeq(seq); cerr != nil {
 			return r, cerr
+		}
+		if Proven(err) {
+			c.log.Warn("kvcache: pack refused and deleted; falling back to prefill", "pack", m.ID[:12], "err", err)
+			c.Delete(m.ID)
+		} else {
+			c.log.Info("kvcache: pack not restored (kept); falling back to prefill", "pack", m.ID[:12], "err", err)
 		}
 		r.Refused = err
 		r.Duration = time.Since(start)
@@ -75,6 +85,17 @@ func (c *Cache) Restore(ctx context.Context, eng *runtime.Engine, seq int, toks 
 	}
 	r = Restored{PackID: m.ID, Tokens: usable, FromRAM: fromRAM, Duration: time.Since(start), PackTotal: h.NTokens}
 	return r, nil
+}
+
+// Proven reports whether err proves a pack's bytes bad, so that it may be
+// deleted: a failed checksum, framing or header (ErrCorrupt, ErrVersion), a
+// header for another KV config (ErrMismatch), a state that does not parse
+// or fit the live layout (runtime.ErrBadState). A read error, no room in
+// the KV cache (runtime.ErrRestoreFailed) or a busy sequence proves
+// nothing: the pack is kept.
+func Proven(err error) bool {
+	return errors.Is(err, ErrCorrupt) || errors.Is(err, ErrVersion) || errors.Is(err, ErrMismatch) ||
+		errors.Is(err, runtime.ErrBadState) || errors.Is(err, ErrTooLarge)
 }
 
 // WarmOptions tune Warm.
