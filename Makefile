@@ -17,7 +17,7 @@ GO       ?= go
 OLLAMA   := github.com/ollama/ollama
 TESTFLAGS ?= -count=1 -timeout 40m
 
-.PHONY: all build links test vet bench bench-ttft demo clean
+.PHONY: all build links test vet bench bench-ttft demo example clean
 
 all: build
 
@@ -61,6 +61,15 @@ demo: build
 	./bin/memosrt kv warm --db $(DEMO_DB) --model $(MODEL) --cube lily
 	./bin/memosrt run --db $(DEMO_DB) --model $(MODEL) --cube lily --num-predict 48 --json "Once upon a time, Lily"
 	./bin/memosrt run --db $(DEMO_DB) --model $(MODEL) --cube lily --num-predict 48 --json --no-cache "Once upon a time, Lily"
+
+# The Go embedding example: its own module (examples/assistant/go.mod) that
+# imports github.com/memosrt/memosrt; `make links` is its one setup step in
+# a checkout (cgo finds llama.h through third_party/).
+example: links
+	cd examples/assistant && $(GO) build -o ../../bin/assistant .
+	rm -rf .cache/assistant-db
+	./bin/assistant --db .cache/assistant-db --model $(MODEL) \
+		"Lily has a dog named Max." "Max likes to run in the park." -- "Where does the dog Max run?" "Once upon a time, Lily"
 
 clean:
 	rm -rf bin third_party

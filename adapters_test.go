@@ -1,25 +1,21 @@
-package scheduler
+package memosrt
 
 import (
 	"context"
 	"path/filepath"
+	"strings"
 	"testing"
 
-	"github.com/memosrt/memosrt/badger"
 	"github.com/memosrt/memosrt/internal/testmodels"
 	"github.com/memosrt/memosrt/kvcache"
 	"github.com/memosrt/memosrt/lora"
 	"github.com/memosrt/memosrt/runtime"
-	"github.com/memosrt/memosrt/textmem"
 )
 
 type loraEnv struct {
+	o   *OS
 	eng *runtime.Engine
-	mem *textmem.Store
-	kv  *kvcache.Cache
-	reg *lora.Registry
 	man *lora.Manager
-	r   *Runner
 }
 
 // newLoraEnv registers two random rank-4 adapters for stories260K: "a"
@@ -27,20 +23,10 @@ type loraEnv struct {
 func newLoraEnv(t *testing.T) *loraEnv {
 	t.Helper()
 	ctx := context.Background()
-	e := &loraEnv{eng: loadEngine(t, 2)}
-	db, err := badger.Open(badger.Options{Dir: t.TempDir(), NoSync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if e.mem, err = textmem.Open(db, textmem.Options{}); err != nil {
-		t.Fatal(err)
-	}
-	if e.kv, err = kvcache.Open(db, kvcache.Options{}); err != nil {
-		t.Fatal(err)
-	}
-	if e.reg, err = lora.NewRegistry(db, lora.RegistryOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	opts := testOptions(t, t.TempDir())
+	opts.LoRA = true
+	o := openOS(t, opts)
+	e := &loraEnv{o: o, eng: o.Engine(), man: o.man}
 	dir := t.TempDir()
 	for i, a := range []struct {
 		name, cube string
@@ -50,30 +36,21 @@ func newLoraEnv(t *testing.T) *loraEnv {
 		if err := lora.WriteRandom(ctx, p, testmodels.Stories(t), lora.RandomSpec{Seed: uint64(i + 1), Std: 0.5}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := e.reg.Add(ctx, lora.AddRequest{Name: a.name, Cube: a.cube, Path: p, Default: a.def}); err != nil {
+		if _, err := o.AdapterRegistry().Add(ctx, lora.AddRequest{Name: a.name, Cube: a.cube, Path: p, Default: a.def}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if e.man, err = lora.NewManager(e.eng.Model(), testmodels.Stories(t), e.reg, lora.Options{}); err != nil {
-		t.Fatal(err)
-	}
-	e.r = New(e.eng, e.mem, e.kv, Options{})
-	t.Cleanup(func() {
-		e.man.Close()
-		e.kv.Close()
-		e.mem.Close()
-		db.Close()
-	})
 	return e
 }
 
-func (e *loraEnv) gen(t *testing.T, seq int, prompt string, refs []runtime.AdapterRef) string {
+// gen generates on the OS's i-th sequence directly (the pool is idle).
+func (e *loraEnv) gen(t *testing.T, i int, prompt string, refs []runtime.AdapterRef) string {
 	t.Helper()
 	toks, err := e.eng.Tokenize(prompt, true)
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := e.eng.Generate(context.Background(), runtime.Request{Seq: seq, Tokens: toks, MaxTokens: 24, Adapters: refs})
+	res, err := e.eng.Generate(context.Background(), runtime.Request{Seq: e.o.seqs[i], Tokens: toks, MaxTokens: 24, Adapters: refs})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,36 +109,40 @@ func TestAdapterOutputs(t *testing.T) {
 	}
 }
 
-// A pack computed under one adapter set is never restored under another
-// (another adapter, another scale, or none), and restoring it under its own
-// set gives the output of a cold prefill under that set.
+// A conversation pack computed under one adapter set is never restored
+// under another (another adapter, another scale, or none), and reusing it
+// under its own set gives the output of a cold prefill under that set.
 func TestAdapterKVIsolation(t *testing.T) {
 	e := newLoraEnv(t)
 	ctx := context.Background()
-	for _, s := range []string{"Lily has a dog named Max.", "Max likes to run."} {
-		if _, err := e.mem.Add(ctx, "d", textmem.Memory{Text: s}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	la := e.lease(t, "", lora.Spec{Name: "a", Scale: 1}).Refs
-	run := func(refs []runtime.AdapterRef, noCache bool) RunResult {
+	addMemories(t, e.o, "d", "Lily has a dog named Max.", "Max likes to run.")
+	a1 := []lora.Spec{{Name: "a", Scale: 1}}
+	turn := []Message{{Role: "user", Content: "One day"}}
+	chat := func(specs []lora.Spec, noCache bool) *Response {
 		t.Helper()
-		res, err := e.r.Run(ctx, RunRequest{Cube: "d", Prompt: "One day", MaxTokens: 16, Adapters: refs, NoCache: noCache, WarmOnMiss: true})
+		res, err := e.o.Chat(ctx, Request{Cube: "d", Messages: turn, NumPredict: 16, Adapters: specs, NoCache: noCache})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return res
 	}
-	first := run(la, false) // miss: warms the pack under a@1
-	if first.CachedTokens != 0 {
-		t.Fatalf("first run restored %d tokens", first.CachedTokens)
+	cold := chat(a1, true) // its state is saved as a conversation pack under a@1
+	warm := chat(a1, false)
+	if warm.Usage.CachedTokens == 0 || warm.Text != cold.Text || !strings.HasPrefix(warm.Adapters, "a@") {
+		t.Fatalf("under a@1: cached %d (%s); warm %q cold %q", warm.Usage.CachedTokens, warm.Adapters, warm.Text, cold.Text)
 	}
-	warm := run(la, false)
-	cold := run(la, true)
-	if warm.CachedTokens != len(warm.Prompt.PackTokens) || warm.Text != cold.Text {
-		t.Fatalf("under a@1: cached %d of %d; warm %q cold %q", warm.CachedTokens, len(warm.Prompt.PackTokens), warm.Text, cold.Text)
+	e.o.writes.Wait()
+	var conv []int32
+	for _, p := range e.o.KVCache().List("conv:d") {
+		h, _, _, err := e.o.KVCache().State(p.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conv = append(h.Tokens, 0)
 	}
-	pack := warm.Prompt.Tokens
+	if conv == nil {
+		t.Fatal("no conversation pack under a@1")
+	}
 	for _, c := range []struct {
 		name string
 		refs []runtime.AdapterRef
@@ -171,7 +152,7 @@ func TestAdapterKVIsolation(t *testing.T) {
 		{"b@1", e.lease(t, "c", lora.Spec{Name: "b", Scale: 1}).Refs},
 		{"a@1+b@1", e.lease(t, "c", lora.Spec{Name: "a", Scale: 1}, lora.Spec{Name: "b", Scale: 1}).Refs},
 	} {
-		rs, err := e.kv.Restore(ctx, e.eng, 0, pack, kvcache.RestoreOptions{AdapterKey: runtime.AdapterKey(c.refs), Scope: "d"})
+		rs, err := e.o.KVCache().Restore(ctx, e.eng, e.o.seqs[0], conv, kvcache.RestoreOptions{AdapterKey: runtime.AdapterKey(c.refs), Scope: "d"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -199,14 +180,15 @@ func TestAdapterSwitchOneTokenBatch(t *testing.T) {
 		name string
 		refs []runtime.AdapterRef
 	}{{"a@1", e.lease(t, "", lora.Spec{Name: "a", Scale: 1}).Refs}, {"a@0.5", e.lease(t, "", lora.Spec{Name: "a", Scale: 0.5}).Refs}} {
-		if err := e.eng.ClearSeq(1); err != nil {
+		s1 := e.o.seqs[1]
+		if err := e.eng.ClearSeq(s1); err != nil {
 			t.Fatal(err)
 		}
-		if err := e.eng.Prefill(ctx, 1, toks[:len(toks)-1], 0); err != nil {
+		if err := e.eng.Prefill(ctx, s1, toks[:len(toks)-1], 0); err != nil {
 			t.Fatal(err)
 		}
 		e.gen(t, 0, prompt, c.refs) // ends with one-token decodes under the adapter
-		res, err := e.eng.Generate(ctx, runtime.Request{Seq: 1, Tokens: toks, NPast: len(toks) - 1, MaxTokens: 24})
+		res, err := e.eng.Generate(ctx, runtime.Request{Seq: s1, Tokens: toks, NPast: len(toks) - 1, MaxTokens: 24})
 		if err != nil {
 			t.Fatal(err)
 		}

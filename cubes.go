@@ -1,4 +1,4 @@
-package server
+package memosrt
 
 import (
 	"context"
@@ -10,21 +10,27 @@ import (
 
 	bg "github.com/dgraph-io/badger/v4"
 
+	"github.com/memosrt/memosrt/badger"
+	"github.com/memosrt/memosrt/kvcache"
+	"github.com/memosrt/memosrt/scheduler"
 	"github.com/memosrt/memosrt/textmem"
 )
 
-// keyCube is the server's key prefix for cube records in the shared
-// database: srv/cube/<name> → cubeRecord JSON.
+// keyCube is the key prefix of cube records in the data directory:
+// srv/cube/<name> → Cube JSON (the prefix predates the root package).
 const keyCube = "srv/cube/"
 
-// cubeRecord is a created cube. textmem knows a cube only once it holds a
-// memory; the registry lets a cube exist empty and carry a description.
-type cubeRecord struct {
+// Cube is a memory namespace: one user's, agent's or project's. textmem
+// knows a cube only once it holds a memory; the record lets a cube exist
+// empty and carry a description.
+type Cube struct {
 	Name        string            `json:"name"`
 	Description string            `json:"description,omitempty"`
 	Metadata    map[string]string `json:"metadata,omitempty"`
 	Created     time.Time         `json:"created"`
 }
+
+type cubeRecord = Cube
 
 // cubeRegistry stores cube records. Safe for concurrent use (Badger
 // transactions).
@@ -34,8 +40,15 @@ type cubeRegistry struct {
 	now   func() time.Time
 }
 
-// adopt registers every cube that holds memories but has no record (cubes
-// filled by `memosrt mem add` before the server ran).
+func openCubes(ctx context.Context, db *badger.DB, store *textmem.Store, now func() time.Time) (*cubeRegistry, error) {
+	c := &cubeRegistry{db: db.Badger(), store: store, now: now}
+	if err := c.adopt(ctx); err != nil {
+		return nil, fmt.Errorf("memosrt: cube registry: %w", err)
+	}
+	return c, nil
+}
+
+// adopt registers every cube that holds memories but has no record.
 func (c *cubeRegistry) adopt(ctx context.Context) error {
 	names, err := c.store.Cubes(ctx)
 	if err != nil {
@@ -127,4 +140,164 @@ func (c *cubeRegistry) list(ctx context.Context) ([]cubeRecord, error) {
 
 func (c *cubeRegistry) remove(ctx context.Context, name string) error {
 	return c.db.Update(func(txn *bg.Txn) error { return txn.Delete([]byte(keyCube + name)) })
+}
+
+// CreateCube creates an empty cube. Errors: textmem.ErrBadCube for a name
+// outside 1..64 of [A-Za-z0-9._-], ErrCubeExists, ErrClosed.
+func (o *OS) CreateCube(ctx context.Context, c Cube) (Cube, error) {
+	if err := o.enter(); err != nil {
+		return c, err
+	}
+	defer o.leave()
+	c.Created = time.Time{}
+	return o.cubes.create(ctx, c)
+}
+
+// Cube returns the record of cube. Errors: ErrUnknownCube, textmem.ErrBadCube.
+func (o *OS) Cube(ctx context.Context, cube string) (Cube, error) {
+	if err := o.enter(); err != nil {
+		return Cube{}, err
+	}
+	defer o.leave()
+	return o.cubes.get(ctx, cube)
+}
+
+// Cubes returns every cube, by name.
+func (o *OS) Cubes(ctx context.Context) ([]Cube, error) {
+	if err := o.enter(); err != nil {
+		return nil, err
+	}
+	defer o.leave()
+	return o.cubes.list(ctx)
+}
+
+// DeleteCube removes a cube and everything derived from it: memories and
+// their vectors, packs (the cube's and its conversation packs), tier state
+// (usage, pack state, jobs, transitions), resident state, idle sequences'
+// reuse, and the record. Errors: ErrUnknownCube, storage errors (repeat the
+// call: a delete cut short leaves part of the cube).
+func (o *OS) DeleteCube(ctx context.Context, cube string) error {
+	if err := o.enter(); err != nil {
+		return err
+	}
+	defer o.leave()
+	return o.deleteCube(ctx, cube)
+}
+
+func (o *OS) deleteCube(ctx context.Context, cube string) error {
+	if _, err := o.cubes.get(ctx, cube); err != nil {
+		return err
+	}
+	if err := o.mem.DeleteCube(ctx, cube); err != nil {
+		return err
+	}
+	if err := o.tiers.DeleteCube(ctx, cube); err != nil {
+		return err
+	}
+	o.kvMu.Lock()
+	for _, p := range o.cubePacks(cube) {
+		if err := o.kv.Delete(p.ID); err != nil && !errors.Is(err, kvcache.ErrNotFound) {
+			o.kvMu.Unlock()
+			return err
+		}
+	}
+	o.kvMu.Unlock()
+	if o.eng != nil {
+		o.pool.forget(cube, o.clearSeq)
+		o.dropResident(cube)
+	}
+	return o.cubes.remove(ctx, cube)
+}
+
+// cubePacks returns the stored packs of cube: its tier packs and its
+// conversation packs.
+func (o *OS) cubePacks(cube string) []kvcache.Info {
+	return append(o.kv.List(cube), o.kv.List(convLabel(cube))...)
+}
+
+// AddMemory adds m to cube, creating the cube if needed (as `memosrt mem
+// add` and Mem0's add do), and returns it with its id and times. An
+// identical memory (same normalized text and event time) returns the
+// existing one. Errors: textmem.ErrBadCube, textmem.ErrEmptyText,
+// textmem.ErrTooLarge, textmem.ErrInvalidUTF8, storage errors.
+func (o *OS) AddMemory(ctx context.Context, cube string, m textmem.Memory) (textmem.Memory, error) {
+	if err := o.enter(); err != nil {
+		return m, err
+	}
+	defer o.leave()
+	if !textmem.ValidCube(cube) {
+		return m, fmt.Errorf("%w: %q", textmem.ErrBadCube, cube)
+	}
+	got, err := o.mem.Add(ctx, cube, m)
+	if err != nil {
+		return got, err
+	}
+	if _, err := o.cubes.create(ctx, Cube{Name: cube}); err != nil && !errors.Is(err, ErrCubeExists) {
+		return got, err
+	}
+	return got, nil
+}
+
+// Memories returns cube's memories in canonical order (creation time, then id).
+func (o *OS) Memories(ctx context.Context, cube string) ([]textmem.Memory, error) {
+	if err := o.enter(); err != nil {
+		return nil, err
+	}
+	defer o.leave()
+	return o.mem.List(ctx, cube)
+}
+
+// Memory returns one memory. Errors: textmem.ErrNotFound.
+func (o *OS) Memory(ctx context.Context, cube, id string) (textmem.Memory, error) {
+	if err := o.enter(); err != nil {
+		return textmem.Memory{}, err
+	}
+	defer o.leave()
+	return o.mem.Get(ctx, cube, id)
+}
+
+// UpdateMemory replaces a memory's text (its history keeps the old one).
+// A pack holding it is recomputed at the next tick; until then requests
+// prefill the changed part. Errors: textmem.ErrNotFound, textmem.ErrEmptyText, ...
+func (o *OS) UpdateMemory(ctx context.Context, cube, id, text string) (textmem.Memory, error) {
+	if err := o.enter(); err != nil {
+		return textmem.Memory{}, err
+	}
+	defer o.leave()
+	m, err := o.mem.Update(ctx, cube, id, text)
+	if err == nil {
+		o.Kick()
+	}
+	return m, err
+}
+
+// DeleteMemory deletes a memory; it leaves the cube's pack at the next
+// tick (requests never see it again: the pack is rendered from the text
+// tier). Errors: textmem.ErrNotFound.
+func (o *OS) DeleteMemory(ctx context.Context, cube, id string) error {
+	if err := o.enter(); err != nil {
+		return err
+	}
+	defer o.leave()
+	return o.mem.Delete(ctx, cube, id)
+}
+
+// Search finds cube's memories for q (textmem.Store.SearchWith: BM25 with
+// stemming, neighbours, optional dense fusion) and counts each hit as a
+// visit towards its heat.
+func (o *OS) Search(ctx context.Context, cube string, q textmem.Query) ([]textmem.Hit, error) {
+	if err := o.enter(); err != nil {
+		return nil, err
+	}
+	defer o.leave()
+	hits, err := o.mem.SearchWith(ctx, cube, q)
+	if err != nil {
+		return nil, err
+	}
+	uses := make([]scheduler.Use, len(hits))
+	for i, h := range hits {
+		uses[i] = scheduler.Use{Cube: cube, ID: h.Memory.ID, Visits: 1}
+	}
+	o.addUses(uses)
+	return hits, nil
 }

@@ -1,14 +1,15 @@
-package server
+package memosrt
 
 import (
 	"archive/tar"
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -25,9 +26,11 @@ import (
 //
 // Import adds the memories in file order (new ids, new creation times in the
 // same order, so the cube's pack renders to the same tokens and its packs
-// stay valid) and stores each pack blob after checking it; packs computed
-// for another model or KV layout are stored too but only ever match under
-// their own config.
+// stay valid), stores each pack blob after checking it (packs computed for
+// another model or KV layout are stored too but only ever match under their
+// own config), and, with a model loaded, puts the memories that were in the
+// activation tier (tier_members, pinned) back into it: their stored pack
+// is found and nothing is decoded again.
 const (
 	archiveFormat  = "memosrt-cube"
 	ArchiveVersion = 1
@@ -43,6 +46,11 @@ type archiveManifest struct {
 	Exported    time.Time         `json:"exported"`
 	Memories    int               `json:"memories"`
 	Packs       []archivePack     `json:"packs"`
+	// TierMembers are the ids (as exported) of the memories in the cube's
+	// activation tier, pack order; Pinned those of them pinned by a warm.
+	TierMembers []string `json:"tier_members,omitempty"`
+	Pinned      []string `json:"pinned,omitempty"`
+	Resident    bool     `json:"resident,omitempty"`
 }
 
 type archivePack struct {
@@ -52,35 +60,44 @@ type archivePack struct {
 	File    string `json:"file"`
 }
 
-func (s *Server) handleCubeExport(w http.ResponseWriter, r *http.Request) {
-	rec, err := s.pathCube(r)
-	var mems []textmem.Memory
-	if err == nil {
-		mems, err = s.opts.Store.List(r.Context(), rec.Name)
+// ExportCube writes cube as one archive (see the layout above) to w:
+// memories, KV pack blobs and tier membership. Errors: ErrUnknownCube,
+// storage errors, w's errors (part of the archive may have been written).
+func (o *OS) ExportCube(ctx context.Context, cube string, w io.Writer) error {
+	if err := o.enter(); err != nil {
+		return err
+	}
+	defer o.leave()
+	rec, err := o.cubes.get(ctx, cube)
+	if err != nil {
+		return err
+	}
+	mems, err := o.mem.List(ctx, cube)
+	if err != nil {
+		return err
+	}
+	members, pinned, resident, err := o.tiers.Membership(cube)
+	if err != nil {
+		return err
 	}
 	type blob struct {
 		p archivePack
 		b []byte
 	}
 	var blobs []blob
-	for _, p := range s.packsOf(rec.Name) {
-		if err != nil {
-			break
-		}
-		var b []byte
-		b, err = s.opts.KV.Blob(p.ID)
+	for _, p := range o.cubePacks(cube) {
+		b, err := o.kv.Blob(p.ID)
 		if errors.Is(err, kvcache.ErrNotFound) {
-			err = nil // deleted meanwhile
-			continue
+			continue // deleted meanwhile
+		}
+		if err != nil {
+			return err
 		}
 		blobs = append(blobs, blob{archivePack{ID: p.ID, Label: p.Label, NTokens: p.NTokens, File: "packs/" + p.ID + ".mkvb"}, b})
 	}
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
 	man := archiveManifest{Format: archiveFormat, Version: ArchiveVersion, Cube: rec.Name, Description: rec.Description,
-		Metadata: rec.Metadata, Created: rec.Created, Exported: s.opts.Now().UTC(), Memories: len(mems), Packs: []archivePack{}}
+		Metadata: rec.Metadata, Created: rec.Created, Exported: o.opts.Clock.Now().UTC(), Memories: len(mems), Packs: []archivePack{},
+		TierMembers: members, Pinned: pinned, Resident: resident}
 	for _, b := range blobs {
 		man.Packs = append(man.Packs, b.p)
 	}
@@ -91,8 +108,6 @@ func (s *Server) handleCubeExport(w http.ResponseWriter, r *http.Request) {
 		enc.Encode(m)
 	}
 	manJSON, _ := json.MarshalIndent(man, "", "  ")
-	w.Header().Set("Content-Type", "application/x-tar")
-	w.Header().Set("Content-Disposition", fmt.Sprintf(`attachment; filename="%s.memosrt.tar"`, rec.Name))
 	tw := tar.NewWriter(w)
 	put := func(name string, b []byte) error {
 		if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(b)), ModTime: man.Exported, Typeflag: tar.TypeReg}); err != nil {
@@ -114,43 +129,43 @@ func (s *Server) handleCubeExport(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		err = tw.Close()
 	}
-	if err != nil {
-		s.log.Warn("export failed mid-stream", "cube", rec.Name, "err", err)
-	}
+	return err
 }
 
-type importResult struct {
+// ImportResult reports an ImportCube.
+type ImportResult struct {
 	Cube     string `json:"cube"`
 	Memories int    `json:"memories"`
 	Packs    int    `json:"packs"`
 }
 
-// handleCubeImport reads a cube archive. ?cube=NAME imports under another
-// name; ?replace=true replaces an existing cube of that name (else 409).
-func (s *Server) handleCubeImport(w http.ResponseWriter, r *http.Request) {
-	res, err := s.importCube(r)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusCreated, res)
+// ImportOptions tune ImportCube.
+type ImportOptions struct {
+	// Cube imports under this name instead of the archive's.
+	Cube string
+	// Replace replaces an existing cube of that name; otherwise that is
+	// ErrCubeExists.
+	Replace bool
 }
 
-func (s *Server) importCube(r *http.Request) (importResult, error) {
-	var res importResult
-	ctx := r.Context()
-	tr := tar.NewReader(r.Body)
+// ImportCube reads a cube archive (ExportCube's) from r. A failed import
+// leaves no part of the cube behind. Errors: ErrBadArchive (wrapping r's
+// error when reading failed), ErrCubeExists, *FieldError for a bad name,
+// storage errors.
+func (o *OS) ImportCube(ctx context.Context, r io.Reader, opts ImportOptions) (ImportResult, error) {
+	var res ImportResult
+	if err := o.enter(); err != nil {
+		return res, err
+	}
+	defer o.leave()
+	tr := tar.NewReader(r)
 	next := func(want string) (*tar.Header, error) {
 		h, err := tr.Next()
 		if err == io.EOF {
 			return nil, err
 		}
 		if err != nil {
-			var mbe *http.MaxBytesError
-			if errors.As(err, &mbe) {
-				return nil, err
-			}
-			return nil, fmt.Errorf("%w: %v", ErrBadArchive, err)
+			return nil, fmt.Errorf("%w: %w", ErrBadArchive, err)
 		}
 		if want != "" && h.Name != want {
 			return nil, fmt.Errorf("%w: entry %q where %q belongs", ErrBadArchive, h.Name, want)
@@ -162,12 +177,8 @@ func (s *Server) importCube(r *http.Request) (importResult, error) {
 			return nil, fmt.Errorf("%w: %s is %d bytes", ErrBadArchive, h.Name, h.Size)
 		}
 		b, err := io.ReadAll(tr)
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return nil, err
-		}
 		if err != nil {
-			return nil, fmt.Errorf("%w: %s: %v", ErrBadArchive, h.Name, err)
+			return nil, fmt.Errorf("%w: %s: %w", ErrBadArchive, h.Name, err)
 		}
 		return b, nil
 	}
@@ -193,32 +204,33 @@ func (s *Server) importCube(r *http.Request) (importResult, error) {
 		return res, fmt.Errorf("%w: version %d (this build reads %d)", ErrBadArchive, man.Version, ArchiveVersion)
 	}
 	cube := man.Cube
-	if c := r.URL.Query().Get("cube"); c != "" {
-		cube = c
+	if opts.Cube != "" {
+		cube = opts.Cube
 	}
 	if !textmem.ValidCube(cube) {
 		return res, badField("cube", "%q is not a cube name", cube)
 	}
 	res.Cube = cube
-	if ok, err := s.cubes.exists(ctx, cube); err != nil {
+	if ok, err := o.cubes.exists(ctx, cube); err != nil {
 		return res, err
 	} else if ok {
-		if r.URL.Query().Get("replace") != "true" {
-			return res, fmt.Errorf("%w: %q (import with ?replace=true or ?cube=OTHER)", ErrCubeExists, cube)
+		if !opts.Replace {
+			return res, fmt.Errorf("%w: %q (import with replace, or under another name)", ErrCubeExists, cube)
 		}
-		if err := s.deleteCube(ctx, cube); err != nil {
+		if err := o.deleteCube(ctx, cube); err != nil {
 			return res, err
 		}
 	}
-	if _, err := s.cubes.create(ctx, cubeRecord{Name: cube, Description: man.Description, Metadata: man.Metadata}); err != nil {
+	if _, err := o.cubes.create(ctx, cubeRecord{Name: cube, Description: man.Description, Metadata: man.Metadata}); err != nil {
 		return res, err
 	}
 	ok := false
 	defer func() {
 		if !ok {
-			s.deleteCube(ctx, cube) // never leave half a cube
+			o.deleteCube(context.WithoutCancel(ctx), cube) // never leave half a cube
 		}
 	}()
+	newID := map[string]string{}
 	h, err = next("memories.jsonl")
 	if err == io.EOF {
 		return res, fmt.Errorf("%w: no memories.jsonl", ErrBadArchive)
@@ -237,17 +249,15 @@ func (s *Server) importCube(r *http.Request) (importResult, error) {
 		if err := json.Unmarshal(line, &m); err != nil {
 			return res, fmt.Errorf("%w: memories.jsonl line %d: %v", ErrBadArchive, res.Memories+1, err)
 		}
-		if _, err := s.opts.Store.Add(ctx, cube, textmem.Memory{Text: m.Text, Kind: m.Kind, Tags: m.Tags, Source: m.Source, EventTime: m.EventTime}); err != nil {
+		got, err := o.mem.Add(ctx, cube, textmem.Memory{Text: m.Text, Kind: m.Kind, Tags: m.Tags, Source: m.Source, EventTime: m.EventTime})
+		if err != nil {
 			return res, err
 		}
+		newID[m.ID] = got.ID
 		res.Memories++
 	}
 	if err := sc.Err(); err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return res, err
-		}
-		return res, fmt.Errorf("%w: memories.jsonl: %v", ErrBadArchive, err)
+		return res, fmt.Errorf("%w: memories.jsonl: %w", ErrBadArchive, err)
 	}
 	if res.Memories != man.Memories {
 		return res, fmt.Errorf("%w: %d memories, manifest says %d", ErrBadArchive, res.Memories, man.Memories)
@@ -267,9 +277,6 @@ func (s *Server) importCube(r *http.Request) (importResult, error) {
 		if err != nil {
 			return res, err
 		}
-		if s.opts.KV == nil {
-			continue
-		}
 		hd, state, err := kvcache.Decode(blob)
 		if err != nil {
 			return res, fmt.Errorf("%w: %s: %w", ErrBadArchive, h.Name, err)
@@ -279,14 +286,35 @@ func (s *Server) importCube(r *http.Request) (importResult, error) {
 		} else {
 			hd.Label = cube
 		}
+		hd.Scope = cube // found by this cube's lookups only (never the exporter's)
 		hd.Created = time.Time{}
-		unlock := s.lockPacks()
-		_, err = s.opts.KV.Put(ctx, hd, state)
-		unlock()
+		o.kvMu.Lock()
+		_, err = o.kv.Put(ctx, hd, state)
+		o.kvMu.Unlock()
 		if err != nil {
 			return res, err
 		}
 		res.Packs++
+	}
+	if o.eng != nil && len(man.TierMembers) > 0 {
+		var ids, pins []string
+		for _, id := range man.TierMembers {
+			if n, ok := newID[id]; ok {
+				ids = append(ids, n)
+				if slices.Contains(man.Pinned, id) {
+					pins = append(pins, n)
+				}
+			}
+		}
+		o.kvMu.Lock()
+		_, err := o.tiers.Promote(ctx, cube, ids, "import", false, man.Resident)
+		if err == nil && len(pins) > 0 {
+			_, err = o.tiers.Promote(ctx, cube, pins, "import", true, man.Resident)
+		}
+		o.kvMu.Unlock()
+		if err != nil {
+			return res, err
+		}
 	}
 	ok = true
 	return res, nil

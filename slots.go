@@ -1,7 +1,9 @@
-package server
+package memosrt
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,11 +19,18 @@ type slot struct {
 	// prompts.
 	scope string
 	// toks are the tokens the sequence holds, positions [0, len(toks)).
-	// Set by the request that holds the slot, read by acquire when idle.
+	// Set through slotPool.hold (under slotPool.mu) by the request that
+	// holds the slot, read by acquire when idle.
 	toks []int32
+	// held is len(toks) as admissions count it (guarded by slotPool.mu).
+	held int
 	// convPack is the id of the conversation pack saved from toks, "" if none.
 	convPack string
 	used     time.Time
+	// reserved is the KV cells the request holding the slot may fill
+	// (prompt plus generation budget), 0 while idle. Guarded by
+	// slotPool.mu.
+	reserved int
 }
 
 // slotPool lends slots to requests through a bounded queue. Safe for
@@ -31,17 +40,32 @@ type slotPool struct {
 	maxQueue int64
 	waiting  atomic.Int64
 
-	// mu guards free.
+	// mu guards free, every slot's reserved and an idle slot's toks, and
+	// wake.
 	mu   sync.Mutex
 	free []*slot
+	all  []*slot
+	wake chan struct{} // closed (and replaced) when reserved cells are given back
 }
 
 func newSlotPool(seqs []int, maxQueue int) *slotPool {
-	p := &slotPool{sem: make(chan struct{}, len(seqs)), maxQueue: int64(maxQueue)}
+	p := &slotPool{sem: make(chan struct{}, len(seqs)), maxQueue: int64(maxQueue), wake: make(chan struct{})}
 	for _, s := range seqs {
-		p.free = append(p.free, &slot{seq: s})
+		sl := &slot{seq: s}
+		p.free = append(p.free, sl)
+		p.all = append(p.all, sl)
 	}
 	return p
+}
+
+// pseudo adds a slot that is never lent to requests, only reserves cells
+// (a tier job's sequence, reserveNow).
+func (p *slotPool) pseudo() *slot {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	sl := &slot{seq: -1}
+	p.all = append(p.all, sl)
+	return sl
 }
 
 // acquire waits for a free slot; with none free and maxQueue requests
@@ -82,24 +106,145 @@ func (p *slotPool) acquire(ctx context.Context, prompt []int32, scope string) (*
 	return s, bestN, nil
 }
 
-// release returns s to the pool.
+// hold records that s's sequence now holds toks (positions [0, len)).
+func (p *slotPool) hold(s *slot, toks []int32) {
+	p.mu.Lock()
+	s.toks, s.held = toks, len(toks)
+	p.mu.Unlock()
+}
+
+// release returns s to the pool; its reservation ends (it holds
+// len(s.toks) cells from now on).
 func (p *slotPool) release(s *slot) {
 	s.used = time.Now()
 	p.mu.Lock()
 	p.free = append(p.free, s)
+	if s.reserved > 0 {
+		s.reserved = 0
+		close(p.wake)
+		p.wake = make(chan struct{})
+	}
 	p.mu.Unlock()
 	<-p.sem
 }
 
-// forget drops what idle slots of scope hold (their cube was deleted).
-func (p *slotPool) forget(scope string) {
+// forget drops what idle slots of scope hold (their cube was deleted),
+// emptying their sequences with clear.
+func (p *slotPool) forget(scope string, clear func(seq int)) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, s := range p.free {
 		if s.scope == scope || strings.HasPrefix(s.scope, scope+"\x00") {
-			s.toks, s.convPack = nil, ""
+			clear(s.seq)
+			s.toks, s.held, s.convPack = nil, 0, ""
 		}
 	}
+}
+
+// fixedCells are KV cells held outside the slots: resident packs. They
+// are a cache: a request that cannot fit otherwise evicts them.
+type fixedCells interface {
+	// cells returns the cells held now.
+	cells() int
+	// evict frees at least n cells if it can (least recently used first)
+	// and returns the cells freed. It is called with slotPool.mu held.
+	evict(n int) int
+}
+
+// admit reserves KV cells for the request holding sl: at most want cells
+// (prompt plus generation budget) and at least least. The unified KV cache
+// of nctx cells holds the fixed cells (resident packs), the reservations
+// of busy slots and tier jobs, and the tokens idle slots keep. Idle slots
+// are emptied, least recently used first, until want fits, and the request
+// takes what is free; resident packs are evicted only when least would not
+// fit otherwise. With less than least free it waits for reservations to end
+// (or ctx); a request that could not fit even in an empty KV cache is
+// ErrNoRoom. It returns the cells reserved. clear empties a sequence; it
+// and fixed.evict are called with p.mu held (lock order: slotPool.mu, then
+// the resident level's, then the engine's).
+func (p *slotPool) admit(ctx context.Context, sl *slot, least, want, nctx int, fixed fixedCells, clear func(seq int)) (int, error) {
+	if least > nctx {
+		return 0, fmt.Errorf("%w: it needs at least %d cells, n_ctx is %d", ErrNoRoom, least, nctx)
+	}
+	for {
+		p.mu.Lock()
+		// a busy slot holds its reservation, or more until its request has
+		// trimmed what the sequence kept from before
+		used := 0
+		for _, s := range p.all {
+			if s != sl {
+				used += max(s.reserved, s.held)
+			}
+		}
+		free := func() int { return nctx - fixed.cells() - used }
+		for free() < want {
+			// the least recently used idle slot that holds something
+			var lru *slot
+			for _, s := range p.free {
+				if s.held > 0 && (lru == nil || s.used.Before(lru.used)) {
+					lru = s
+				}
+			}
+			if lru == nil {
+				break
+			}
+			clear(lru.seq)
+			used -= lru.held
+			lru.toks, lru.held, lru.convPack = nil, 0, ""
+		}
+		if f := free(); f < least {
+			fixed.evict(least - f)
+		}
+		if f := free(); f >= least {
+			sl.reserved = min(want, f)
+			p.mu.Unlock()
+			return sl.reserved, nil
+		}
+		wake := p.wake
+		p.mu.Unlock()
+		select {
+		case <-wake:
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+}
+
+// reserveNow reserves n cells for sl (a tier job's pseudo-slot) without
+// waiting: idle slots are emptied as admit does; with less room it returns
+// ErrNoRoom. release gives the cells back.
+func (p *slotPool) reserveNow(sl *slot, n, nctx int, fixed fixedCells, clear func(seq int)) (release func(), err error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // admit returns instead of waiting
+	if _, err := p.admit(ctx, sl, n, n, nctx, fixed, clear); err != nil {
+		if errors.Is(err, context.Canceled) {
+			err = fmt.Errorf("%w: %d cells for a tier job are not free now", ErrNoRoom, n)
+		}
+		return nil, err
+	}
+	return func() { p.unreserve(sl) }, nil
+}
+
+// unreserve ends sl's reservation and wakes admissions waiting for cells.
+func (p *slotPool) unreserve(sl *slot) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if sl.reserved > 0 {
+		sl.reserved = 0
+		close(p.wake)
+		p.wake = make(chan struct{})
+	}
+}
+
+// heldCells returns the cells slots hold or have reserved.
+func (p *slotPool) heldCells() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for _, s := range p.all {
+		n += max(s.reserved, s.held)
+	}
+	return n
 }
 
 func (p *slotPool) size() int   { return cap(p.sem) }

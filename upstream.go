@@ -1,4 +1,4 @@
-package server
+package memosrt
 
 import (
 	"context"
@@ -6,57 +6,45 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/ollama/ollama/api"
+
+	"github.com/memosrt/memosrt/scheduler"
 )
 
-// UseOllama attaches the text-only fallback backend: memories go into the
-// prompt as text (a system turn) and generation goes through the official
-// client to an Ollama-compatible server. KV packs are not available.
-func (s *Server) UseOllama(o OllamaOptions) error {
-	u, err := url.Parse(o.URL)
-	if err != nil || u.Scheme == "" || u.Host == "" {
-		return fmt.Errorf("%w: Ollama URL %q is not an absolute URL", ErrBadOptions, o.URL)
-	}
-	if o.Model == "" {
-		return fmt.Errorf("%w: Ollama Model is empty", ErrBadOptions)
-	}
-	if o.EmbedModel == "" {
-		o.EmbedModel = o.Model
-	}
-	if o.Name == "" {
-		o.Name = o.Model
-	}
-	if o.Parallel <= 0 {
-		o.Parallel = 4
-	}
-	if o.MaxMemoryBytes <= 0 {
-		o.MaxMemoryBytes = 32 << 10
-	}
-	if o.Timeout <= 0 {
-		o.Timeout = 10 * time.Minute
-	}
-	b := &ollamaBackend{s: s, o: o, c: api.NewClient(u, &http.Client{Timeout: o.Timeout}),
-		pool: newSlotPool(make([]int, o.Parallel), s.opts.MaxQueue)}
-	b.info = modelInfo{Name: o.Name, Modified: time.Now().UTC(), Info: map[string]any{"memosrt.backend": "ollama", "memosrt.upstream": o.URL}}
-	if err := s.attach(b); err != nil {
-		return err
-	}
-	s.log.Info("ollama backend ready", "url", o.URL, "model", o.Model)
-	return nil
-}
-
-// ollamaBackend forwards generation to an Ollama server.
-type ollamaBackend struct {
-	s    *Server
-	o    OllamaOptions
+// upstream generates through an Ollama server (Options.Upstream): memories
+// go into the prompt as text, in the same layout as the llama backend's
+// (scheduler.Layout without tokens), and generation goes through the
+// official client github.com/ollama/ollama/api. No KV packs, no adapters.
+type upstream struct {
+	o    *OS
+	opts UpstreamOptions
 	c    *api.Client
 	pool *slotPool
-	info modelInfo
 }
 
-func (b *ollamaBackend) model() modelInfo { return b.info }
+func newUpstream(o *OS, uo UpstreamOptions) (*upstream, error) {
+	u, err := url.Parse(uo.URL)
+	if err != nil || u.Scheme == "" || u.Host == "" {
+		return nil, fmt.Errorf("%w: Upstream URL %q is not an absolute URL", ErrBadOptions, uo.URL)
+	}
+	if uo.EmbedModel == "" {
+		uo.EmbedModel = uo.Model
+	}
+	if uo.Timeout <= 0 {
+		uo.Timeout = 10 * time.Minute
+	}
+	name := o.opts.ModelName
+	if name == "" {
+		name = uo.Model
+	}
+	o.info = ModelInfo{Name: name, Backend: "ollama", Modified: time.Now().UTC(),
+		Info: map[string]any{"memosrt.backend": "ollama", "memosrt.upstream": uo.URL}}
+	return &upstream{o: o, opts: uo, c: api.NewClient(u, &http.Client{Timeout: uo.Timeout}),
+		pool: newSlotPool(make([]int, o.opts.Parallel), o.opts.MaxQueue)}, nil
+}
 
 // upstreamErr maps a client error: the upstream's 4xx statuses keep their
 // meaning, the rest is ErrUpstream.
@@ -69,7 +57,7 @@ func upstreamErr(err error) error {
 		case se.StatusCode == http.StatusBadRequest:
 			return badField("upstream", "%s", se.ErrorMessage)
 		case se.StatusCode == http.StatusNotFound:
-			return fmt.Errorf("%w: upstream: %s", errModelNotFound, se.ErrorMessage)
+			return fmt.Errorf("%w: upstream: %s", ErrModelNotFound, se.ErrorMessage)
 		}
 	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
@@ -78,7 +66,7 @@ func upstreamErr(err error) error {
 	return fmt.Errorf("%w: %w", ErrUpstream, err)
 }
 
-func (b *ollamaBackend) options(req *genRequest) map[string]any {
+func (b *upstream) options(req *Request) map[string]any {
 	p := req.Sampling
 	o := map[string]any{"temperature": p.Temperature, "seed": int(p.Seed)}
 	if p.TopK > 0 {
@@ -95,8 +83,8 @@ func (b *ollamaBackend) options(req *genRequest) map[string]any {
 	}
 	if req.NumPredict > 0 {
 		o["num_predict"] = req.NumPredict
-	} else if b.s.opts.DefaultNumPredict > 0 {
-		o["num_predict"] = b.s.opts.DefaultNumPredict
+	} else if b.o.opts.DefaultNumPredict > 0 {
+		o["num_predict"] = b.o.opts.DefaultNumPredict
 	}
 	if len(req.Stop) > 0 {
 		o["stop"] = req.Stop
@@ -107,37 +95,60 @@ func (b *ollamaBackend) options(req *genRequest) map[string]any {
 	return o
 }
 
-func (b *ollamaBackend) generate(ctx context.Context, req *genRequest) (genResult, error) {
-	var out genResult
+func (b *upstream) generate(ctx context.Context, req *Request, start time.Time) (*Response, error) {
+	out := &Response{}
 	if len(req.Adapters) > 0 {
-		return out, badField("adapters", "the ollama backend has no LoRA adapters")
+		return nil, badField("adapters", "the ollama backend has no LoRA adapters")
 	}
-	mem, nMem := "", 0
-	if req.Cube != "" && !req.Raw {
-		var err error
-		mem, nMem, err = textMemories(ctx, b.s.opts.Store, req.Cube, req.query(), b.o.MaxMemoryBytes, 5)
+	var msgs []api.Message
+	sys := req.System
+	if req.Cube != "" && !req.Raw && len(req.Context) == 0 {
+		members, err := b.o.tiers.HotSet(ctx, req.Cube)
 		if err != nil {
-			return out, err
+			return nil, err
+		}
+		p, err := b.o.lay.Assemble(ctx, scheduler.Input{Cube: req.Cube, Members: members, Messages: conversation(req)})
+		if err != nil {
+			return nil, err
+		}
+		out.PackMemories, out.Retrieved = len(p.Pack), len(p.Retrieved)
+		msgs = append(msgs, api.Message{Role: "system", Content: p.System})
+		for _, m := range p.Messages {
+			msgs = append(msgs, api.Message{Role: m.Role, Content: m.Content})
+		}
+		if req.Messages == nil {
+			// a completion: the pack as system text, retrieved block in the prompt
+			sys = p.System
+			if req.System != "" {
+				sys += "\n" + req.System
+			}
+		}
+		if !req.NoUsage {
+			b.o.recordUse(req.Cube, p)
+		}
+	} else {
+		for _, m := range req.Messages {
+			msgs = append(msgs, api.Message{Role: m.Role, Content: m.Content})
 		}
 	}
-	out.Memories = nMem
 	sl, _, err := b.pool.acquire(ctx, nil, "")
 	if err != nil {
-		return out, err
+		return nil, err
 	}
 	defer b.pool.release(sl)
 	stream := true
 	done := false
 	var firstText time.Time
-	onText := func(t string) error {
+	var text strings.Builder
+	emit := func(t string) error {
 		if t == "" {
 			return nil
 		}
 		if firstText.IsZero() {
 			firstText = time.Now()
-			out.TTFT = firstText.Sub(req.Start)
+			out.Usage.TTFT = firstText.Sub(start)
 		}
-		out.Text += t
+		text.WriteString(t)
 		if req.OnText != nil {
 			return req.OnText(t)
 		}
@@ -146,23 +157,16 @@ func (b *ollamaBackend) generate(ctx context.Context, req *genRequest) (genResul
 	final := func(m api.Metrics, reason string, dbg *api.DebugInfo) {
 		done = true
 		out.DoneReason = reason
-		out.PromptTokens, out.EvalTokens = m.PromptEvalCount, m.EvalCount
-		out.PromptTime, out.EvalTime = m.PromptEvalDuration, m.EvalDuration
+		out.Usage.PromptTokens, out.Usage.EvalTokens = m.PromptEvalCount, m.EvalCount
+		out.Usage.PromptDuration, out.Usage.EvalDuration = m.PromptEvalDuration, m.EvalDuration
 		if dbg != nil {
 			out.Rendered = dbg.RenderedTemplate
 		}
 	}
 	if req.Messages != nil {
-		var msgs []api.Message
-		if mem != "" {
-			msgs = append(msgs, api.Message{Role: "system", Content: mem})
-		}
-		for _, m := range req.Messages {
-			msgs = append(msgs, api.Message{Role: m.Role, Content: m.Content})
-		}
-		err = b.c.Chat(ctx, &api.ChatRequest{Model: b.o.Model, Messages: msgs, Stream: &stream, Options: b.options(req),
+		err = b.c.Chat(ctx, &api.ChatRequest{Model: b.opts.Model, Messages: msgs, Stream: &stream, Options: b.options(req),
 			Format: req.Format, DebugRenderOnly: req.RenderOnly}, func(r api.ChatResponse) error {
-			if err := onText(r.Message.Content); err != nil {
+			if err := emit(r.Message.Content); err != nil {
 				return err
 			}
 			if r.Done {
@@ -171,27 +175,30 @@ func (b *ollamaBackend) generate(ctx context.Context, req *genRequest) (genResul
 			return nil
 		})
 	} else {
-		sys := req.System
-		if mem != "" {
-			sys = mem + "\n" + sys
+		prompt := req.Prompt
+		if len(msgs) > 0 && req.Cube != "" && !req.Raw {
+			prompt = msgs[len(msgs)-1].Content // the prompt with the retrieved block
 		}
 		var hist []int
 		for _, t := range req.Context {
 			hist = append(hist, int(t))
 		}
-		err = b.c.Generate(ctx, &api.GenerateRequest{Model: b.o.Model, Prompt: req.Prompt, System: sys, Raw: req.Raw,
+		err = b.c.Generate(ctx, &api.GenerateRequest{Model: b.opts.Model, Prompt: prompt, System: sys, Raw: req.Raw,
 			Context: hist, Stream: &stream, Options: b.options(req), Format: req.Format, DebugRenderOnly: req.RenderOnly},
 			func(r api.GenerateResponse) error {
-				if err := onText(r.Response); err != nil {
+				if err := emit(r.Response); err != nil {
 					return err
 				}
 				if r.Done {
 					final(r.Metrics, r.DoneReason, r.DebugInfo)
-					out.Context = r.Context
+					for _, t := range r.Context {
+						out.Context = append(out.Context, int32(t))
+					}
 				}
 				return nil
 			})
 	}
+	out.Text = text.String()
 	if err != nil {
 		if ctx.Err() != nil {
 			return out, context.Cause(ctx)
@@ -202,28 +209,29 @@ func (b *ollamaBackend) generate(ctx context.Context, req *genRequest) (genResul
 		// The client stops without an error when a line exceeds its 8 MiB
 		// buffer (bufio.ErrTooLong is dropped): never pass that off as a
 		// complete answer.
-		return out, fmt.Errorf("%w: stream from %s ended without its final message (a response line over the client's 8 MiB limit?)", ErrUpstream, b.o.URL)
+		return out, fmt.Errorf("%w: stream from %s ended without its final message (a response line over the client's 8 MiB limit?)", ErrUpstream, b.opts.URL)
 	}
 	if out.DoneReason == "" {
 		out.DoneReason = "stop"
 	}
 	if !firstText.IsZero() {
-		out.EvalTime = time.Since(firstText)
+		out.Usage.EvalDuration = time.Since(firstText)
 	}
+	out.Usage.TotalDuration = time.Since(start)
 	return out, nil
 }
 
-func (b *ollamaBackend) embed(ctx context.Context, texts []string) ([][]float32, int, error) {
+func (b *upstream) embed(ctx context.Context, texts []string) ([][]float32, int, error) {
 	sl, _, err := b.pool.acquire(ctx, nil, "")
 	if err != nil {
 		return nil, 0, err
 	}
 	defer b.pool.release(sl)
-	if b.s.opts.Embedder != nil {
-		v, err := b.s.opts.Embedder.Embed(ctx, texts)
+	if b.o.opts.Embedder != nil {
+		v, err := b.o.opts.Embedder.Embed(ctx, texts)
 		return v, 0, err
 	}
-	res, err := b.c.Embed(ctx, &api.EmbedRequest{Model: b.o.EmbedModel, Input: texts})
+	res, err := b.c.Embed(ctx, &api.EmbedRequest{Model: b.opts.EmbedModel, Input: texts})
 	if err != nil {
 		return nil, 0, upstreamErr(err)
 	}
@@ -232,19 +240,3 @@ func (b *ollamaBackend) embed(ctx context.Context, texts []string) ([][]float32,
 	}
 	return res.Embeddings, res.PromptEvalCount, nil
 }
-
-func (b *ollamaBackend) warm(ctx context.Context, cube string, resident bool) (packStatus, error) {
-	return packStatus{}, fmt.Errorf("%w: the ollama backend is text-only (no KV packs)", ErrNotSupported)
-}
-
-func (b *ollamaBackend) packs(cube string) (packStatus, error) {
-	return packStatus{Cube: cube, Packs: []packInfo{}}, nil
-}
-
-func (b *ollamaBackend) dropCube(string) {}
-
-func (b *ollamaBackend) stats() backendStats {
-	return backendStats{Kind: "ollama", Slots: b.pool.size(), BusySlots: b.pool.busy(), Queued: b.pool.queued()}
-}
-
-func (b *ollamaBackend) close(context.Context) error { return nil }

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/memosrt/memosrt/badger"
 	"github.com/memosrt/memosrt/internal/testmodels"
@@ -38,7 +39,9 @@ func BenchmarkTTFTUnderJobs(b *testing.B) {
 	for i := range 8 {
 		mem.Add(ctx, "c", textmem.Memory{Text: fmt.Sprintf("Memory %d: Lily has a dog named Max who likes the park number %d.", i, i)})
 	}
-	r := New(eng, mem, kv, Options{})
+	l := NewLayout(eng, mem, LayoutOptions{})
+	mems, _ := mem.List(ctx, "c")
+	_ = kv
 	// a background job: ~600 tokens of pack prefill, repeated
 	var job []int32
 	for len(job) < 600 {
@@ -81,7 +84,19 @@ func BenchmarkTTFTUnderJobs(b *testing.B) {
 				if mode == "jobs" {
 					<-chunk // a job is running: its next chunk is being queued now
 				}
-				res, err := r.Run(ctx, RunRequest{Cube: "c", Prompt: "What is the dog called?", NoCache: true, MaxTokens: 1})
+				// a foreground request as the pipeline runs it: assemble, cold
+				// prefill (no cached prefix), first token
+				start := time.Now()
+				end := eng.BeginForeground()
+				p, err := l.Assemble(ctx, Input{Cube: "c", Members: mems, Messages: []Message{{Role: "user", Content: "What is the dog called?"}}})
+				if err == nil {
+					err = eng.ClearSeq(0)
+				}
+				var res runtime.Result
+				if err == nil {
+					res, err = eng.Generate(ctx, runtime.Request{Seq: 0, Tokens: p.Tokens, MaxTokens: 1, Start: start})
+				}
+				end()
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -9,4 +9,11 @@ var (
 	// promotion cannot fit TierOptions.KVBytes even after demoting every
 	// cooler member; the memory stays in the text tier.
 	ErrKVBudget = errors.New("scheduler: activation tier KV budget exceeded")
+	// ErrDeferred is wrapped by a TierOptions.Reserve error when the KV
+	// cells a job needs are not free now: the job stays pending for a later
+	// tick, counted in TickReport.Deferred, not as a failure.
+	ErrDeferred = errors.New("scheduler: job deferred")
+	// ErrReadOnly is returned by Tick and Promote of a Tiers made without
+	// a Layout and an Engine (tools that load no model).
+	ErrReadOnly = errors.New("scheduler: tiers opened without a model (read-only)")
 )

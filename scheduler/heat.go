@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sync"
 	"time"
 )
 
@@ -147,4 +148,26 @@ func (u Usage) Heat(o HeatOptions, now time.Time) float64 {
 	d := u.decay(o, now)
 	dt := max(0, now.Sub(u.Last))
 	return o.Alpha*d.Visits + o.Beta*d.Interactions + o.Gamma*math.Exp(-float64(dt)/float64(o.Tau))
+}
+
+// OffsetClock is the wall clock moved forward by Advance: a test moves a
+// real server's heat through days (memosrt serve --debug-clock). Safe for
+// concurrent use.
+type OffsetClock struct {
+	mu  sync.Mutex
+	off time.Duration
+}
+
+// Now returns the wall clock plus the advances so far.
+func (c *OffsetClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return time.Now().Add(c.off)
+}
+
+// Advance moves the clock forward by d.
+func (c *OffsetClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.off += d
 }

@@ -13,12 +13,14 @@ import (
 
 	"github.com/memosrt/memosrt/kvcache"
 	"github.com/memosrt/memosrt/runtime"
+	"github.com/memosrt/memosrt/textmem"
 )
 
 // Job kinds.
 const (
 	JobPromote = "promote" // text → activation: append the memory to the cube's pack
 	JobDemote  = "demote"  // activation → text: drop the memory from the cube's pack
+	JobRefresh = "refresh" // recompute the cube's pack: a member's text changed (Memory is "")
 )
 
 // Job is a pending tier move, persisted under s/j/ until it commits: after a
@@ -31,7 +33,7 @@ type Job struct {
 	Kind    string    `json:"kind"`
 	Cube    string    `json:"cube"`
 	Memory  string    `json:"memory"`
-	Reason  string    `json:"reason"` // "heat", "cold", "budget"
+	Reason  string    `json:"reason"` // "heat", "cold", "budget", "deleted", "changed"
 	Heat    float64   `json:"heat"`   // when planned
 	Created time.Time `json:"created"`
 }
@@ -72,7 +74,7 @@ func (t *Tiers) enqueue(ctx context.Context, jobs []Job) (int, error) {
 	n := 0
 	err = t.db.Update(func(txn *bg.Txn) error {
 		for _, j := range jobs {
-			if slices.ContainsFunc(pending, func(p Job) bool { return p.Cube == j.Cube && p.Memory == j.Memory }) {
+			if slices.ContainsFunc(pending, func(p Job) bool { return p.Cube == j.Cube && p.Memory == j.Memory && p.Kind == j.Kind }) {
 				continue
 			}
 			s, err := t.seq.Next()
@@ -93,9 +95,10 @@ func (t *Tiers) enqueue(ctx context.Context, jobs []Job) (int, error) {
 
 // TickReport says what a Tick did.
 type TickReport struct {
-	Planned int // jobs added
-	Done    int // jobs committed (no-ops included)
-	Failed  int // jobs that failed and stay pending
+	Planned  int // jobs added
+	Done     int // jobs committed (no-ops included)
+	Failed   int // jobs that failed and stay pending
+	Deferred int // jobs whose KV cells were busy (ErrDeferred); they stay pending
 }
 
 // Tick plans moves from the current heat (promote at PromoteAt when the
@@ -108,8 +111,8 @@ func (t *Tiers) Tick(ctx context.Context) (TickReport, error) {
 	if err := t.checkOpen(); err != nil {
 		return rep, err
 	}
-	if t.r.eng == nil {
-		return rep, errors.New("scheduler: Tick needs a Runner with an engine (not ViewRunner)")
+	if t.eng == nil {
+		return rep, ErrReadOnly
 	}
 	t.jobMu.Lock()
 	defer t.jobMu.Unlock()
@@ -138,6 +141,8 @@ func (t *Tiers) Tick(ctx context.Context) (TickReport, error) {
 				rep.Done++
 			case errors.Is(err, errRequeued):
 				requeued = true
+			case errors.Is(err, ErrDeferred):
+				rep.Deferred++
 			case errors.Is(err, ErrKVBudget):
 				t.log.Info("promotion refused", "cube", j.Cube, "memory", j.Memory, "err", err)
 				rep.Done++
@@ -153,7 +158,12 @@ func (t *Tiers) Tick(ctx context.Context) (TickReport, error) {
 	return rep, errors.Join(errs...)
 }
 
-// plan returns the moves the heat calls for now.
+// plan returns the moves the heat and the text tier call for now: a
+// member deleted from the text tier is demoted ("deleted"), an unpinned
+// member below DemoteBelow is demoted ("cold"), a memory of the text tier
+// at or above PromoteAt is promoted ("heat"), and a pack whose members'
+// text changed is recomputed ("changed"). Usage records of memories that
+// no longer exist are dropped.
 func (t *Tiers) plan(ctx context.Context) ([]Job, error) {
 	cubes, err := t.cubes(ctx)
 	if err != nil {
@@ -161,6 +171,7 @@ func (t *Tiers) plan(ctx context.Context) ([]Job, error) {
 	}
 	now := t.opts.Clock.Now()
 	var jobs []Job
+	var gone [][]byte
 	for _, cube := range cubes {
 		st, err := t.packState(cube)
 		if err != nil {
@@ -170,9 +181,27 @@ func (t *Tiers) plan(ctx context.Context) ([]Job, error) {
 		if err != nil {
 			return nil, err
 		}
+		exists := func(id string) (bool, error) {
+			_, err := t.mem.Get(ctx, cube, id)
+			if errors.Is(err, textmem.ErrNotFound) || errors.Is(err, textmem.ErrBadCube) {
+				return false, nil
+			}
+			return err == nil, err
+		}
+		demoted := false
 		for _, id := range st.Members {
-			if h := usage[id].Heat(t.heat, now); h < t.heat.DemoteBelow {
+			ok, err := exists(id)
+			if err != nil {
+				return nil, err
+			}
+			h := usage[id].Heat(t.heat, now)
+			switch {
+			case !ok:
+				jobs = append(jobs, Job{Kind: JobDemote, Cube: cube, Memory: id, Reason: "deleted", Heat: h, Created: now})
+				demoted = true
+			case h < t.heat.DemoteBelow && !slices.Contains(st.Pinned, id):
 				jobs = append(jobs, Job{Kind: JobDemote, Cube: cube, Memory: id, Reason: "cold", Heat: h, Created: now})
+				demoted = true
 			}
 		}
 		var ids []string
@@ -183,12 +212,112 @@ func (t *Tiers) plan(ctx context.Context) ([]Job, error) {
 		}
 		slices.Sort(ids)
 		for _, id := range ids {
+			ok, err := exists(id)
+			if err != nil {
+				return nil, err
+			}
+			if !ok {
+				gone = append(gone, usageKey(cube, id))
+				continue
+			}
 			if h := usage[id].Heat(t.heat, now); h >= t.heat.PromoteAt {
 				jobs = append(jobs, Job{Kind: JobPromote, Cube: cube, Memory: id, Reason: "heat", Heat: h, Created: now})
 			}
 		}
+		if !demoted && st.PackID != "" && t.lay != nil {
+			mems, err := t.loadMembers(ctx, cube, st.Members)
+			if err != nil {
+				return nil, err
+			}
+			p, err := t.lay.Pack(ctx, cube, mems)
+			if err != nil {
+				return nil, err
+			}
+			if kvcache.PackID(t.packKey(cube), p.PackTokens) != st.PackID {
+				jobs = append(jobs, Job{Kind: JobRefresh, Cube: cube, Reason: "changed", Heat: usage[packUse].Heat(t.heat, now), Created: now})
+			}
+		}
+	}
+	budget, err := t.planBudget(ctx, now, jobs)
+	if err != nil {
+		return nil, err
+	}
+	jobs = append(jobs, budget...)
+	if len(gone) > 0 {
+		err := t.db.Update(func(txn *bg.Txn) error {
+			for _, k := range gone {
+				if err := txn.Delete(k); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil && !errors.Is(err, bg.ErrConflict) {
+			return nil, err
+		}
 	}
 	return jobs, nil
+}
+
+// planBudget returns demotions ("budget") of the coolest unpinned members,
+// least heat first, while the committed packs hold more KV bytes than
+// KVBytes (a refresh made a pack larger, the budget was lowered). Members
+// already planned to leave are skipped.
+func (t *Tiers) planBudget(ctx context.Context, now time.Time, planned []Job) ([]Job, error) {
+	total, err := t.kvBytes("")
+	if err != nil || total <= t.opts.KVBytes {
+		return nil, err
+	}
+	cubes, err := t.cubes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	type cand struct {
+		cube, id string
+		heat     float64
+		bytes    int64
+	}
+	var cands []cand
+	for _, c := range cubes {
+		st, err := t.packState(c)
+		if err != nil {
+			return nil, err
+		}
+		usage, err := t.usages(ctx, c)
+		if err != nil {
+			return nil, err
+		}
+		for _, id := range st.Members {
+			if slices.Contains(st.Pinned, id) || slices.ContainsFunc(planned, func(j Job) bool { return j.Cube == c && j.Memory == id }) {
+				continue
+			}
+			cands = append(cands, cand{c, id, usage[id].Heat(t.heat, now), st.RawBytes / int64(len(st.Members))})
+		}
+	}
+	slices.SortStableFunc(cands, func(a, b cand) int {
+		switch {
+		case a.heat < b.heat:
+			return -1
+		case a.heat > b.heat:
+			return 1
+		}
+		return 0
+	})
+	var out []Job
+	for _, c := range cands {
+		if total <= t.opts.KVBytes {
+			break
+		}
+		out = append(out, Job{Kind: JobDemote, Cube: c.cube, Memory: c.id, Reason: "budget", Heat: c.heat, Created: now})
+		total -= c.bytes
+	}
+	return out, nil
+}
+
+// packKey is the prefix-chain key of cube's tier packs: the live KV config
+// without adapters, scoped to the cube.
+func (t *Tiers) packKey(cube string) string {
+	return kvcache.ScopedKey(kvcache.ConfigKey(t.eng.KVConfig(), ""), cube)
 }
 
 // runJob executes j: computes the cube's new pack, restoring the longest
@@ -206,17 +335,34 @@ func (t *Tiers) runJob(ctx context.Context, j Job) error {
 	from, to := TierText, TierActivation
 	switch j.Kind {
 	case JobPromote:
-		if !in {
-			members = append(members, j.Memory)
+		if in {
+			return t.finish(j, nil, nil, nil) // already done (a job run twice)
 		}
+		members = append(members, j.Memory)
 	case JobDemote:
+		if !in {
+			return t.finish(j, nil, nil, nil)
+		}
+		if j.Reason != "deleted" && slices.Contains(st.Pinned, j.Memory) {
+			return t.finish(j, nil, nil, nil) // pinned since it was planned (a warm)
+		}
+		if j.Reason == "cold" {
+			usage, err := t.usages(ctx, cube)
+			if err != nil {
+				return err
+			}
+			if h := usage[j.Memory].Heat(t.heat, t.opts.Clock.Now()); h >= t.heat.DemoteBelow {
+				return t.finish(j, nil, nil, nil) // used again since it was planned
+			}
+		}
 		from, to = TierActivation, TierText
 		members = slices.DeleteFunc(members, func(id string) bool { return id == j.Memory })
+	case JobRefresh:
+		if len(members) == 0 {
+			return t.finish(j, nil, nil, nil)
+		}
 	default:
 		return t.finish(j, nil, nil, nil)
-	}
-	if (j.Kind == JobPromote) == in {
-		return t.finish(j, nil, nil, nil) // already done (a job run twice)
 	}
 	mems, err := t.loadMembers(ctx, cube, members)
 	if err != nil {
@@ -224,22 +370,28 @@ func (t *Tiers) runJob(ctx context.Context, j Job) error {
 	}
 	now := t.opts.Clock.Now()
 	tr := &Transition{Cube: cube, Memory: j.Memory, From: from, To: to, Reason: j.Reason, Heat: j.Heat, Time: now}
+	if j.Kind == JobRefresh {
+		tr = nil
+	}
+	keep := func(ids []string) []string {
+		return slices.DeleteFunc(slices.Clone(ids), func(id string) bool { return !slices.Contains(members, id) })
+	}
 	if len(mems) == 0 {
 		next := &packState{Updated: now}
 		return t.finish(j, next, tr, &st)
 	}
-	p, err := t.r.BuildPack(ctx, cube, "", mems)
+	p, err := t.lay.Pack(ctx, cube, mems)
 	if err != nil {
 		return err
 	}
-	next := &packState{Updated: now}
+	next := &packState{Updated: now, Pinned: keep(st.Pinned), Resident: st.Resident}
 	for _, m := range p.Pack {
 		next.Members = append(next.Members, m.ID)
 	}
 	if j.Kind == JobPromote && !slices.Contains(next.Members, j.Memory) {
-		return fmt.Errorf("%w: memory %s does not fit the pack's %d tokens", ErrKVBudget, j.Memory, t.r.opts.MaxPackTokens)
+		return fmt.Errorf("%w: memory %s does not fit the pack's %d tokens", ErrKVBudget, j.Memory, t.lay.opts.MaxPackTokens)
 	}
-	info, decoded, err := t.computePack(ctx, cube, p.PackTokens)
+	info, decoded, err := t.computePack(ctx, cube, p.PackTokens, false)
 	if err != nil {
 		return err
 	}
@@ -247,24 +399,26 @@ func (t *Tiers) runJob(ctx context.Context, j Job) error {
 	if err != nil {
 		return err
 	}
-	if others+info.RawBytes > t.opts.KVBytes {
+	if others+info.RawBytes > t.opts.KVBytes && j.Kind == JobPromote {
 		if info.ID != st.PackID {
-			t.r.kv.Delete(info.ID)
+			t.kv.Delete(info.ID)
 		}
-		if j.Kind == JobPromote {
-			if err := t.makeRoom(ctx, j, others+info.RawBytes-t.opts.KVBytes); err != nil {
-				return t.finish(j, nil, nil, nil, err)
-			}
-			return errRequeued
+		if err := t.makeRoom(ctx, j, others+info.RawBytes-t.opts.KVBytes); err != nil {
+			return t.finish(j, nil, nil, nil, err)
 		}
+		return errRequeued
 	}
-	if t.opts.afterPut != nil {
-		if err := t.opts.afterPut(j); err != nil {
+	// a demotion or refresh always commits (a refresh over the budget is
+	// brought back under it by the next tick's budget demotions)
+	if t.opts.AfterPut != nil {
+		if err := t.opts.AfterPut(j); err != nil {
 			return err
 		}
 	}
 	next.PackID, next.Tokens, next.RawBytes, next.BlobBytes = info.ID, info.NTokens, info.RawBytes, info.BlobBytes
-	tr.Pack, tr.Tokens, tr.Decoded = info.ID, info.NTokens, decoded
+	if tr != nil {
+		tr.Pack, tr.Tokens, tr.Decoded = info.ID, info.NTokens, decoded
+	}
 	return t.finish(j, next, tr, &st)
 }
 
@@ -342,17 +496,21 @@ func (t *Tiers) makeRoom(ctx context.Context, j Job, need int64) error {
 
 // computePack returns the stored pack of toks, computing it if missing:
 // the longest cached prefix is restored into a pool sequence and only the
-// rest is decoded (background priority). decoded is the tokens computed.
-func (t *Tiers) computePack(ctx context.Context, cube string, toks []int32) (kvcache.Info, int, error) {
-	eng, kv := t.r.eng, t.r.kv
-	cfg := kvcache.ScopedKey(kvcache.ConfigKey(eng.KVConfig(), ""), cube)
-	id := kvcache.PackID(cfg, toks)
-	if m := kv.Lookup(cfg, toks); m.ID == id && m.Tokens == len(toks) {
-		for _, i := range kv.List(cube) {
-			if i.ID == id {
-				return i, 0, nil // computed by an earlier run of this job
-			}
+// rest is decoded (background priority), in cells reserved through
+// TierOptions.Reserve (waiting for them with wait). decoded is the tokens
+// computed.
+func (t *Tiers) computePack(ctx context.Context, cube string, toks []int32, wait bool) (kvcache.Info, int, error) {
+	eng, kv := t.eng, t.kv
+	cfg := t.packKey(cube)
+	if i, ok := kv.Info(kvcache.PackID(cfg, toks)); ok {
+		return i, 0, nil // computed by an earlier run of this job, or before
+	}
+	if t.opts.Reserve != nil {
+		release, err := t.opts.Reserve(ctx, len(toks)+1, wait)
+		if err != nil {
+			return kvcache.Info{}, 0, err
 		}
+		defer release()
 	}
 	seq, err := eng.AcquireSeq(ctx)
 	if err != nil {
@@ -422,6 +580,12 @@ func (t *Tiers) finish(j Job, next *packState, tr *Transition, old *packState, c
 					return err
 				}
 			}
+			if next.PackID != "" {
+				// the pack is live again (a state before held it)
+				if err := txn.Delete([]byte(keyGarb + next.PackID)); err != nil {
+					return err
+				}
+			}
 		}
 		if tr != nil {
 			if err := t.addTransition(txn, tr); err != nil {
@@ -437,4 +601,115 @@ func (t *Tiers) finish(j Job, next *packState, tr *Transition, old *packState, c
 		return cause[0]
 	}
 	return t.collectGarbage(context.Background())
+}
+
+// Promoted reports a Promote.
+type Promoted struct {
+	Pack     kvcache.Info // the cube's pack after the move (zero Info for none)
+	Members  int          // memories in the pack
+	Promoted int          // memories that entered it now
+	Decoded  int          // tokens computed (the rest restored from the previous pack)
+}
+
+// Promote moves memories ids of cube into the activation tier now: they
+// join the pack after its current members, in the order given, while they
+// fit MaxPackTokens (the rest stay in the text tier); the pack is computed
+// at background priority (restoring the longest stored prefix) and its
+// state, pins and one transition per memory that entered (reason) commit in
+// one transaction. With pin the memories are pinned: low heat never
+// demotes them (an explicit warm by the user); with resident the cube's pack
+// is pinned at the resident level. It is refused with ErrKVBudget when the
+// pack would pass KVBytes, and with ErrReadOnly without an engine.
+func (t *Tiers) Promote(ctx context.Context, cube string, ids []string, reason string, pin, resident bool) (Promoted, error) {
+	var out Promoted
+	if err := t.checkOpen(); err != nil {
+		return out, err
+	}
+	if t.eng == nil {
+		return out, ErrReadOnly
+	}
+	t.jobMu.Lock()
+	defer t.jobMu.Unlock()
+	st, err := t.packState(cube)
+	if err != nil {
+		return out, err
+	}
+	members := slices.Clone(st.Members)
+	for _, id := range ids {
+		if !slices.Contains(members, id) {
+			members = append(members, id)
+		}
+	}
+	mems, err := t.loadMembers(ctx, cube, members)
+	if err != nil {
+		return out, err
+	}
+	p, err := t.lay.Pack(ctx, cube, mems)
+	if err != nil {
+		return out, err
+	}
+	now := t.opts.Clock.Now()
+	next := &packState{Updated: now, Pinned: slices.Clone(st.Pinned), Resident: st.Resident || resident}
+	for _, m := range p.Pack {
+		next.Members = append(next.Members, m.ID)
+		if pin && slices.Contains(ids, m.ID) && !slices.Contains(next.Pinned, m.ID) {
+			next.Pinned = append(next.Pinned, m.ID)
+		}
+	}
+	info, decoded, err := t.computePack(ctx, cube, p.PackTokens, true)
+	if err != nil {
+		return out, err
+	}
+	others, err := t.kvBytes(cube)
+	if err != nil {
+		return out, err
+	}
+	if others+info.RawBytes > t.opts.KVBytes {
+		if info.ID != st.PackID {
+			t.kv.Delete(info.ID)
+		}
+		return out, fmt.Errorf("%w: cube %s's pack of %d tokens needs %d bytes, %d of %d are taken",
+			ErrKVBudget, cube, info.NTokens, info.RawBytes, others, t.opts.KVBytes)
+	}
+	next.PackID, next.Tokens, next.RawBytes, next.BlobBytes = info.ID, info.NTokens, info.RawBytes, info.BlobBytes
+	usage, err := t.usages(ctx, cube)
+	if err != nil {
+		return out, err
+	}
+	var trs []*Transition
+	for _, id := range next.Members {
+		if slices.Contains(st.Members, id) {
+			continue
+		}
+		trs = append(trs, &Transition{Cube: cube, Memory: id, Pack: info.ID, From: TierText, To: TierActivation, Reason: reason,
+			Heat: usage[id].Heat(t.heat, now), Time: now, Tokens: info.NTokens, Decoded: decoded})
+		decoded = 0 // counted once, on the first transition
+	}
+	err = t.db.Update(func(txn *bg.Txn) error {
+		if err := setJSON(txn, []byte(keyPack+cube), next); err != nil {
+			return err
+		}
+		if st.PackID != "" && st.PackID != next.PackID {
+			if err := txn.Set([]byte(keyGarb+st.PackID), nil); err != nil {
+				return err
+			}
+		}
+		if err := txn.Delete([]byte(keyGarb + next.PackID)); err != nil {
+			return err
+		}
+		for _, tr := range trs {
+			if err := t.addTransition(txn, tr); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return out, fmt.Errorf("scheduler: commit promotion of %s: %w", cube, err)
+	}
+	out = Promoted{Pack: info, Members: len(next.Members), Promoted: len(trs)}
+	if len(trs) > 0 {
+		out.Decoded = trs[0].Decoded
+	}
+	return out, t.collectGarbage(context.Background())
 }

@@ -26,6 +26,7 @@ const (
 	TierActivation = "activation" // inside the cube's pack: restored as KV state
 	LevelDisk      = "disk"       // activation level: compressed blob in Badger
 	LevelRAM       = "ram"        // activation level: decompressed state in the kvcache RAM LRU
+	LevelResident  = "resident"   // activation level: cells held in the llama KV cache, shared into requests
 )
 
 // Scheduler state keys (prefix "s/", see package badger):
@@ -69,16 +70,39 @@ type TierOptions struct {
 	// Logger; nil discards.
 	Logger *slog.Logger
 
-	// afterPut, if set, runs after a job stored its pack and before it
-	// commits (tests: an error simulates a crash mid-job).
-	afterPut func(Job) error
+	// Reserve, if set, is called before a job or a promotion computes a
+	// pack of cells KV cells (its prompt restored and decoded into the
+	// job's sequence) and returns once they are reserved, or an error
+	// (wrapping ErrDeferred when they are only busy now); with wait it
+	// waits for them (Promote, a user's warm), else not (background jobs).
+	// release gives them back. The owner of the KV cache's budget
+	// (memosrt.OS) sets it.
+	Reserve func(ctx context.Context, cells int, wait bool) (release func(), err error)
+	// AfterPut, if set, runs after a job stored its pack and before it
+	// commits: a test seam (an error simulates a crash mid-job). Nil in
+	// production.
+	AfterPut func(Job) error
+}
+
+// Deps are what Tiers works on. Layout and Engine are nil for a read-only
+// Tiers (State, Transitions, Jobs, HotSet, usage recording) in tools that
+// load no model; Tick and Promote need both.
+type Deps struct {
+	DB     *badger.DB
+	Mem    *textmem.Store
+	KV     *kvcache.Cache
+	Layout *Layout
+	Engine *runtime.Engine
 }
 
 // Tiers moves memories between the text and activation tiers by heat, in
 // background jobs persisted in Badger, and records every move. Safe for
 // concurrent use.
 type Tiers struct {
-	r    *Runner
+	mem  *textmem.Store
+	kv   *kvcache.Cache
+	lay  *Layout
+	eng  *runtime.Engine
 	db   *bg.DB
 	opts TierOptions
 	heat HeatOptions
@@ -88,22 +112,27 @@ type Tiers struct {
 	// jobMu serializes job execution (one pack rebuild at a time).
 	jobMu sync.Mutex
 
-	// mu guards closed, cancel.
-	mu     sync.Mutex
-	closed bool
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-	kick   chan struct{}
+	// mu guards closed, cancel and resident.
+	mu       sync.Mutex
+	closed   bool
+	cancel   context.CancelFunc
+	resident map[string]string // cube → pack id held at the resident level (SetResident)
+	wg       sync.WaitGroup
+	kick     chan struct{}
 }
 
-// NewTiers returns the tier scheduler over a Runner (whose engine, text
-// store and KV cache it uses; the Runner must have a KV cache) and the
-// database they live in. Pending jobs of an earlier process are kept and run
-// at the next Tick; packs left to delete by a crash are deleted now.
-func NewTiers(db *badger.DB, r *Runner, opts TierOptions) (*Tiers, error) {
-	if r == nil || r.kv == nil {
-		return nil, errors.New("scheduler: tiers need a Runner with a KV cache")
+// NewTiers returns the tier scheduler over d (DB, Mem and KV required).
+// Pending jobs of an earlier process are kept and run at the next Tick;
+// packs left to delete by a crash, and tier packs no committed state
+// refers to (a job cut short), are deleted now.
+func NewTiers(d Deps, opts TierOptions) (*Tiers, error) {
+	if d.DB == nil || d.Mem == nil || d.KV == nil {
+		return nil, errors.New("scheduler: tiers need a DB, a text store and a KV cache")
 	}
+	if (d.Layout == nil) != (d.Engine == nil) {
+		return nil, errors.New("scheduler: tiers need both a Layout and an Engine, or neither (read-only)")
+	}
+	db := d.DB
 	if err := opts.Heat.Validate(); err != nil {
 		return nil, fmt.Errorf("scheduler: %w", err)
 	}
@@ -130,13 +159,51 @@ func NewTiers(db *badger.DB, r *Runner, opts TierOptions) (*Tiers, error) {
 	if err != nil {
 		return nil, fmt.Errorf("scheduler: %w", err)
 	}
-	t := &Tiers{r: r, db: db.Badger(), opts: opts, heat: opts.Heat.withDefaults(), log: log.With("component", "tiers"),
-		seq: seq, kick: make(chan struct{}, 1)}
+	t := &Tiers{mem: d.Mem, kv: d.KV, lay: d.Layout, eng: d.Engine, db: db.Badger(), opts: opts, heat: opts.Heat.withDefaults(), log: log.With("component", "tiers"),
+		seq: seq, kick: make(chan struct{}, 1), resident: map[string]string{}}
 	if err := t.collectGarbage(context.Background()); err != nil {
 		seq.Release()
 		return nil, err
 	}
+	if err := t.removeOrphans(); err != nil {
+		seq.Release()
+		return nil, err
+	}
 	return t, nil
+}
+
+// removeOrphans deletes the tier packs (labelled with their cube, not
+// "conv:") that no committed pack state refers to: a job or warm that
+// stored its pack and was cut short before its commit leaves one, and
+// nothing would ever find or delete it. Conversation packs, and the packs
+// of cubes with pending jobs, are left alone.
+func (t *Tiers) removeOrphans() error {
+	jobs, err := t.Jobs(context.Background())
+	if err != nil {
+		return fmt.Errorf("scheduler: %w", err)
+	}
+	for _, p := range t.kv.List("") {
+		if p.Label == "" || strings.HasPrefix(p.Label, "conv:") {
+			continue
+		}
+		// a pending job of the cube may have stored this pack before it was
+		// cut short: it finds and commits it when it runs again
+		if slices.ContainsFunc(jobs, func(j Job) bool { return j.Cube == p.Label }) {
+			continue
+		}
+		st, err := t.packState(p.Label)
+		if err != nil {
+			return fmt.Errorf("scheduler: %w", err)
+		}
+		if st.PackID == p.ID {
+			continue
+		}
+		t.log.Info("uncommitted tier pack removed", "cube", p.Label, "pack", p.ID[:12])
+		if err := t.kv.Delete(p.ID); err != nil && !errors.Is(err, kvcache.ErrNotFound) {
+			return err
+		}
+	}
+	return nil
 }
 
 // Close stops the background loop (waiting for a running job to end at its
@@ -227,30 +294,68 @@ func setJSON(txn *bg.Txn, key []byte, v any) error {
 	return txn.Set(key, b)
 }
 
-// record applies fn to the Usage of each id of cube in one transaction.
-func (t *Tiers) record(ctx context.Context, cube string, ids []string, fn func(Usage, time.Time) Usage) error {
-	if len(ids) == 0 {
+// Use is one recorded use of a memory (or, with ID PackUse, of a cube's
+// pack): Visits retrieval hits and Interactions turns that used it.
+type Use struct {
+	Cube         string
+	ID           string
+	Visits       int
+	Interactions int
+	At           time.Time // when it was used; zero: now
+}
+
+// PackUse is the Use.ID that records a use of a cube's pack KV state (a
+// restore, a shared resident pack): the pack's heat decides its level.
+const PackUse = packUse
+
+// conflictRetries bounds the retries of a usage transaction that lost a
+// read-modify-write race (badger.ErrConflict) to a concurrent one.
+const conflictRetries = 8
+
+// RecordUse applies uses in one transaction: each memory's counts decay to
+// the use's time (At, else the clock's now), then grow (Usage.Visit,
+// Usage.Interact).
+// A transaction that conflicts with a concurrent one is retried; uses of a
+// memory deleted meanwhile are kept (plan drops them at the next Tick).
+func (t *Tiers) RecordUse(ctx context.Context, uses []Use) error {
+	if len(uses) == 0 {
 		return nil
 	}
 	if err := t.checkOpen(); err != nil {
 		return err
 	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
 	now := t.opts.Clock.Now()
-	err := t.db.Update(func(txn *bg.Txn) error {
-		for _, id := range ids {
-			var u Usage
-			if _, err := getJSON(txn, usageKey(cube, id), &u); err != nil {
-				return err
-			}
-			if err := setJSON(txn, usageKey(cube, id), fn(u, now)); err != nil {
-				return err
-			}
+	var err error
+	for try := 0; try < conflictRetries; try++ {
+		if err = ctx.Err(); err != nil {
+			return err
 		}
-		return nil
-	})
+		err = t.db.Update(func(txn *bg.Txn) error {
+			for _, u := range uses {
+				var rec Usage
+				if _, err := getJSON(txn, usageKey(u.Cube, u.ID), &rec); err != nil {
+					return err
+				}
+				now := now
+				if !u.At.IsZero() {
+					now = u.At
+				}
+				if u.Visits > 0 {
+					rec = rec.Visit(t.heat, now, u.Visits)
+				}
+				if u.Interactions > 0 {
+					rec = rec.Interact(t.heat, now, u.Interactions)
+				}
+				if err := setJSON(txn, usageKey(u.Cube, u.ID), rec); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if !errors.Is(err, bg.ErrConflict) {
+			break
+		}
+	}
 	if err != nil {
 		return fmt.Errorf("scheduler: record usage: %w", err)
 	}
@@ -259,30 +364,27 @@ func (t *Tiers) record(ctx context.Context, cube string, ids []string, fn func(U
 
 // RecordVisits counts one retrieval hit (N_visit) for each memory id of cube.
 func (t *Tiers) RecordVisits(ctx context.Context, cube string, ids ...string) error {
-	return t.record(ctx, cube, ids, func(u Usage, now time.Time) Usage { return u.Visit(t.heat, now, 1) })
+	uses := make([]Use, len(ids))
+	for i, id := range ids {
+		uses[i] = Use{Cube: cube, ID: id, Visits: 1}
+	}
+	return t.RecordUse(ctx, uses)
 }
 
 // RecordInteractions counts one turn (L_interaction) that used each memory id of cube.
 func (t *Tiers) RecordInteractions(ctx context.Context, cube string, ids ...string) error {
-	return t.record(ctx, cube, ids, func(u Usage, now time.Time) Usage { return u.Interact(t.heat, now, 1) })
-}
-
-// Search is textmem.Store.Search that records a visit for every hit.
-func (t *Tiers) Search(ctx context.Context, cube, query string, k int) ([]textmem.Hit, error) {
-	hits, err := t.r.mem.Search(ctx, cube, query, k)
-	if err != nil {
-		return nil, err
+	uses := make([]Use, len(ids))
+	for i, id := range ids {
+		uses[i] = Use{Cube: cube, ID: id, Interactions: 1}
 	}
-	ids := make([]string, len(hits))
-	for i, h := range hits {
-		ids[i] = h.Memory.ID
-	}
-	return hits, t.RecordVisits(ctx, cube, ids...)
+	return t.RecordUse(ctx, uses)
 }
 
 // packState is the persisted activation-tier state of a cube.
 type packState struct {
-	Members   []string  `json:"members"` // memory ids in the pack, in pack (promotion) order
+	Members   []string  `json:"members"`            // memory ids in the pack, in pack (promotion) order
+	Pinned    []string  `json:"pinned,omitempty"`   // members put there by Promote with pin: never demoted for low heat
+	Resident  bool      `json:"resident,omitempty"` // pinned at the resident level (Promote with resident)
 	PackID    string    `json:"pack_id,omitempty"`
 	Tokens    int       `json:"tokens"`
 	RawBytes  int64     `json:"raw_bytes"`
@@ -313,7 +415,7 @@ func (t *Tiers) HotSet(ctx context.Context, cube string) ([]textmem.Memory, erro
 func (t *Tiers) loadMembers(ctx context.Context, cube string, ids []string) ([]textmem.Memory, error) {
 	var out []textmem.Memory
 	for _, id := range ids {
-		m, err := t.r.mem.Get(ctx, cube, id)
+		m, err := t.mem.Get(ctx, cube, id)
 		if errors.Is(err, textmem.ErrNotFound) {
 			continue
 		}
@@ -323,34 +425,6 @@ func (t *Tiers) loadMembers(ctx context.Context, cube string, ids []string) ([]t
 		out = append(out, m)
 	}
 	return out, nil
-}
-
-// Run is Runner.Run with the cube's hot set as the pack (Runner.RunPack),
-// recording the turn: an interaction for every memory in the prompt, a
-// visit for every memory retrieval added, a visit for the pack when its KV
-// was restored.
-func (t *Tiers) Run(ctx context.Context, req RunRequest) (RunResult, error) {
-	members, err := t.HotSet(ctx, req.Cube)
-	if err != nil {
-		return RunResult{}, err
-	}
-	res, err := t.r.RunPack(ctx, req, members)
-	if err != nil {
-		return res, err
-	}
-	var used, retrieved []string
-	for _, m := range res.Prompt.Pack {
-		used = append(used, m.ID)
-	}
-	for _, m := range res.Prompt.Retrieved {
-		used = append(used, m.ID)
-		retrieved = append(retrieved, m.ID)
-	}
-	err = errors.Join(t.RecordInteractions(ctx, req.Cube, used...), t.RecordVisits(ctx, req.Cube, retrieved...))
-	if res.Restored.PackID != "" {
-		err = errors.Join(err, t.RecordVisits(ctx, req.Cube, packUse))
-	}
-	return res, err
 }
 
 // Transition is one recorded tier move.
@@ -372,11 +446,12 @@ type Transition struct {
 
 // MemoryTier is one memory's place and heat.
 type MemoryTier struct {
-	ID    string  `json:"id"`
-	Text  string  `json:"text"`
-	Tier  string  `json:"tier"`
-	Heat  float64 `json:"heat"`
-	Usage Usage   `json:"usage"`
+	ID     string  `json:"id"`
+	Text   string  `json:"text"`
+	Tier   string  `json:"tier"`
+	Heat   float64 `json:"heat"`
+	Pinned bool    `json:"pinned,omitempty"`
+	Usage  Usage   `json:"usage"`
 }
 
 // CubeTiers is the tier state of a cube (GET /v1/cubes/{cube}/tiers).
@@ -385,7 +460,7 @@ type CubeTiers struct {
 	Memories    []MemoryTier `json:"memories"` // hottest first
 	PackID      string       `json:"pack_id,omitempty"`
 	PackTokens  int          `json:"pack_tokens"`
-	PackLevel   string       `json:"pack_level,omitempty"` // LevelRAM or LevelDisk
+	PackLevel   string       `json:"pack_level,omitempty"` // LevelResident, LevelRAM or LevelDisk
 	RawBytes    int64        `json:"raw_bytes"`
 	BlobBytes   int64        `json:"blob_bytes"`
 	PackHeat    float64      `json:"pack_heat"`
@@ -402,7 +477,7 @@ func (t *Tiers) State(ctx context.Context, cube string, limit int) (CubeTiers, e
 	if err := t.checkOpen(); err != nil {
 		return out, err
 	}
-	mems, err := t.r.mem.List(ctx, cube)
+	mems, err := t.mem.List(ctx, cube)
 	if err != nil {
 		return out, err
 	}
@@ -421,18 +496,24 @@ func (t *Tiers) State(ctx context.Context, cube string, limit int) (CubeTiers, e
 			tier = TierActivation
 		}
 		u := usage[m.ID]
-		out.Memories = append(out.Memories, MemoryTier{ID: m.ID, Text: m.Text, Tier: tier, Heat: u.Heat(t.heat, now), Usage: u})
+		out.Memories = append(out.Memories, MemoryTier{ID: m.ID, Text: m.Text, Tier: tier, Heat: u.Heat(t.heat, now),
+			Pinned: slices.Contains(st.Pinned, m.ID), Usage: u})
 	}
 	sort.SliceStable(out.Memories, func(i, j int) bool { return out.Memories[i].Heat > out.Memories[j].Heat })
 	out.PackID, out.PackTokens, out.RawBytes, out.BlobBytes = st.PackID, st.Tokens, st.RawBytes, st.BlobBytes
 	out.PackHeat = usage[packUse].Heat(t.heat, now)
 	if st.PackID != "" {
 		out.PackLevel = LevelDisk
-		for _, i := range t.r.kv.List(cube) {
+		for _, i := range t.kv.List(cube) {
 			if i.ID == st.PackID && i.InRAM {
 				out.PackLevel = LevelRAM
 			}
 		}
+		t.mu.Lock()
+		if t.resident[cube] == st.PackID {
+			out.PackLevel = LevelResident
+		}
+		t.mu.Unlock()
 	}
 	jobs, err := t.Jobs(ctx)
 	if err != nil {
@@ -552,12 +633,12 @@ func (t *Tiers) Activate(ctx context.Context, cube string) error {
 	if err != nil || st.PackID == "" {
 		return err
 	}
-	for _, i := range t.r.kv.List(cube) {
+	for _, i := range t.kv.List(cube) {
 		if i.ID == st.PackID && i.InRAM {
 			return nil
 		}
 	}
-	if _, _, _, err := t.r.kv.State(st.PackID); err != nil {
+	if _, _, _, err := t.kv.State(st.PackID); err != nil {
 		return err
 	}
 	u, err := t.usages(ctx, cube)
@@ -579,6 +660,26 @@ func (t *Tiers) addTransition(txn *bg.Txn, tr *Transition) error {
 	return setJSON(txn, fmt.Appendf(nil, "%s%s/%016x", keyTrans, tr.Cube, n), tr)
 }
 
+// livePacks returns the pack ids committed pack states refer to.
+func (t *Tiers) livePacks() (map[string]bool, error) {
+	live := map[string]bool{}
+	err := t.db.View(func(txn *bg.Txn) error {
+		it := txn.NewIterator(bg.IteratorOptions{Prefix: []byte(keyPack), PrefetchValues: true})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			var st packState
+			if err := it.Item().Value(func(b []byte) error { return json.Unmarshal(b, &st) }); err != nil {
+				return err
+			}
+			if st.PackID != "" {
+				live[st.PackID] = true
+			}
+		}
+		return nil
+	})
+	return live, err
+}
+
 // collectGarbage deletes the packs recorded under s/g/.
 func (t *Tiers) collectGarbage(ctx context.Context) error {
 	var ids []string
@@ -593,12 +694,20 @@ func (t *Tiers) collectGarbage(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("scheduler: %w", err)
 	}
+	live, err := t.livePacks()
+	if err != nil {
+		return err
+	}
 	for _, id := range ids {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		if err := t.r.kv.Delete(id); err != nil && !errors.Is(err, kvcache.ErrNotFound) {
-			return err
+		// never delete a pack a committed state refers to (a marker left by
+		// an interrupted collection for a pack that became live again)
+		if !live[id] {
+			if err := t.kv.Delete(id); err != nil && !errors.Is(err, kvcache.ErrNotFound) {
+				return err
+			}
 		}
 		if err := t.db.Update(func(txn *bg.Txn) error { return txn.Delete([]byte(keyGarb + id)) }); err != nil {
 			return fmt.Errorf("scheduler: %w", err)
@@ -607,11 +716,164 @@ func (t *Tiers) collectGarbage(ctx context.Context) error {
 	return nil
 }
 
-var _ = runtime.AdapterKey
+// SetResident records that cube's pack packID is (on) or is no longer
+// (off) held at the resident level, and records the move. The owner of the
+// resident sequences calls it (memosrt.OS); State reports the level.
+func (t *Tiers) SetResident(ctx context.Context, cube, packID string, on bool, reason string) error {
+	t.mu.Lock()
+	was := t.resident[cube]
+	if on {
+		t.resident[cube] = packID
+	} else {
+		delete(t.resident, cube)
+	}
+	t.mu.Unlock()
+	if on && was == packID || !on && was == "" {
+		return nil
+	}
+	st, err := t.packState(cube)
+	if err != nil {
+		return err
+	}
+	u, err := t.usages(ctx, cube)
+	if err != nil {
+		return err
+	}
+	now := t.opts.Clock.Now()
+	tr := Transition{Cube: cube, Pack: packID, From: LevelRAM, To: LevelResident, Reason: reason,
+		Heat: u[packUse].Heat(t.heat, now), Time: now, Tokens: st.Tokens}
+	if !on {
+		tr.From, tr.To, tr.Pack = LevelResident, LevelRAM, was
+	}
+	return t.db.Update(func(txn *bg.Txn) error { return t.addTransition(txn, &tr) })
+}
 
-// ViewRunner returns a Runner without an engine, enough for Tiers' read-only
-// methods (State, Transitions, Jobs, HotSet) in tools that load no model.
-// Tick, Run and Activate need a Runner from New.
-func ViewRunner(mem *textmem.Store, kv *kvcache.Cache) *Runner {
-	return &Runner{mem: mem, kv: kv, opts: Options{Preamble: DefaultPreamble}}
+// PackHeat is a cube's committed pack and its heat.
+type PackHeat struct {
+	Cube     string
+	PackID   string
+	Tokens   int
+	Heat     float64
+	Resident bool // pinned at the resident level (Promote with resident)
+}
+
+// HotPacks returns every cube's committed pack with its heat (the heat of
+// PackUse), hottest first; pinned resident packs first of all.
+func (t *Tiers) HotPacks(ctx context.Context) ([]PackHeat, error) {
+	cubes, err := t.cubes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	now := t.opts.Clock.Now()
+	var out []PackHeat
+	for _, c := range cubes {
+		st, err := t.packState(c)
+		if err != nil {
+			return nil, err
+		}
+		if st.PackID == "" {
+			continue
+		}
+		u, err := t.usages(ctx, c)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, PackHeat{Cube: c, PackID: st.PackID, Tokens: st.Tokens, Heat: u[packUse].Heat(t.heat, now), Resident: st.Resident})
+	}
+	slices.SortStableFunc(out, func(a, b PackHeat) int {
+		if a.Resident != b.Resident {
+			if a.Resident {
+				return -1
+			}
+			return 1
+		}
+		switch {
+		case a.Heat > b.Heat:
+			return -1
+		case a.Heat < b.Heat:
+			return 1
+		}
+		return 0
+	})
+	return out, nil
+}
+
+// HeatOptions returns the effective heat options.
+func (t *Tiers) HeatOptions() HeatOptions { return t.heat }
+
+// Clock returns the scheduler's clock.
+func (t *Tiers) Clock() Clock { return t.opts.Clock }
+
+// DeleteCube removes cube's tier state: usage records, pack state (its
+// pack is deleted), pending jobs and transitions. Call it after the cube's
+// memories are deleted; a running job of the cube finishes first.
+func (t *Tiers) DeleteCube(ctx context.Context, cube string) error {
+	if err := t.checkOpen(); err != nil {
+		return err
+	}
+	t.jobMu.Lock()
+	defer t.jobMu.Unlock()
+	st, err := t.packState(cube)
+	if err != nil {
+		return fmt.Errorf("scheduler: %w", err)
+	}
+	jobs, err := t.Jobs(ctx)
+	if err != nil {
+		return err
+	}
+	var keys [][]byte
+	err = t.db.View(func(txn *bg.Txn) error {
+		for _, pre := range []string{keyUsage + cube + "/", keyTrans + cube + "/"} {
+			it := txn.NewIterator(bg.IteratorOptions{Prefix: []byte(pre)})
+			for it.Rewind(); it.Valid(); it.Next() {
+				keys = append(keys, it.Item().KeyCopy(nil))
+			}
+			it.Close()
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("scheduler: %w", err)
+	}
+	keys = append(keys, []byte(keyPack+cube))
+	for _, j := range jobs {
+		if j.Cube == cube {
+			keys = append(keys, jobKey(j.Seq))
+		}
+	}
+	// in batches: one Badger transaction holds a bounded number of writes
+	for len(keys) > 0 {
+		n := min(len(keys), 1000)
+		batch := keys[:n]
+		keys = keys[n:]
+		last := len(keys) == 0
+		err := t.db.Update(func(txn *bg.Txn) error {
+			for _, k := range batch {
+				if err := txn.Delete(k); err != nil {
+					return err
+				}
+			}
+			if last && st.PackID != "" {
+				return txn.Set([]byte(keyGarb+st.PackID), nil)
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("scheduler: delete cube %s: %w", cube, err)
+		}
+	}
+	t.mu.Lock()
+	delete(t.resident, cube)
+	t.mu.Unlock()
+	return t.collectGarbage(ctx)
+}
+
+// Membership returns cube's activation tier: member ids in pack order, the
+// pinned ones, and whether the pack is pinned resident.
+func (t *Tiers) Membership(cube string) (members, pinned []string, resident bool, err error) {
+	st, err := t.packState(cube)
+	if err != nil {
+		return nil, nil, false, fmt.Errorf("scheduler: %w", err)
+	}
+	return st.Members, st.Pinned, st.Resident, nil
 }

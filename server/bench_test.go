@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/memosrt/memosrt"
 	"github.com/memosrt/memosrt/internal/stats"
 	"github.com/memosrt/memosrt/internal/testmodels"
 	"github.com/memosrt/memosrt/runtime"
@@ -109,7 +110,7 @@ func aggregate(b *testing.B, streams int, gen func(i int) (int, error)) float64 
 func BenchmarkParallelDecode(b *testing.B) {
 	for _, m := range benchModels(b) {
 		b.Run(m.name, func(b *testing.B) {
-			e := newEnv(b, envConfig{model: m.path, threads: m.threads, ngl: m.ngl, libDir: m.libDir, nseq: 4, nctx: 2048, opts: Options{NoPersist: true}})
+			e := newEnv(b, envConfig{model: m.path, threads: m.threads, ngl: m.ngl, libDir: m.libDir, nseq: 4, nctx: 2048, mo: memosrt.Options{NoPersist: true}})
 			hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 8}}
 			ctx := context.Background()
 			overHTTP := func(streams int) float64 {
@@ -152,7 +153,7 @@ func BenchmarkParallelDecode(b *testing.B) {
 func BenchmarkTTFT(b *testing.B) {
 	for _, m := range benchModels(b) {
 		b.Run(m.name, func(b *testing.B) {
-			e := newEnv(b, envConfig{model: m.path, threads: m.threads, ngl: m.ngl, libDir: m.libDir, nseq: 1, nctx: 1024, opts: Options{NoPersist: true}})
+			e := newEnv(b, envConfig{model: m.path, threads: m.threads, ngl: m.ngl, libDir: m.libDir, nseq: 1, nctx: 1024, mo: memosrt.Options{NoPersist: true}})
 			ctx := context.Background()
 			hc := &http.Client{Transport: &http.Transport{}}
 			prompt := func(i int) string {

@@ -1,6 +1,8 @@
 package server
 
 import (
+	"github.com/memosrt/memosrt"
+
 	"context"
 	"encoding/json"
 	"errors"
@@ -312,10 +314,7 @@ func TestClients(t *testing.T) {
 	// The fallback backend: a text-only memosrt whose upstream is the
 	// memosrt above, through its Ollama endpoint; same clients, same tests.
 	t.Run("fallback", func(t *testing.T) {
-		f := newEnv(t, envConfig{noEngine: true})
-		if err := f.srv.UseOllama(OllamaOptions{URL: e.url(), Model: testModel}); err != nil {
-			t.Fatal(err)
-		}
+		f := newEnv(t, envConfig{noEngine: true, mo: memosrt.Options{Upstream: &memosrt.UpstreamOptions{URL: e.url(), Model: testModel}}})
 		addCube(t, f, "lily", lilyMemories...)
 		t.Run("ollama", func(t *testing.T) { ollamaSuite(t, f.url(), "lily") })
 		t.Run("openai", func(t *testing.T) { openaiSuite(t, f.url(), "lily", false) })

@@ -4,38 +4,26 @@ import (
 	"context"
 	"net/http"
 
-	"github.com/memosrt/memosrt/badger"
-	"github.com/memosrt/memosrt/kvcache"
-	"github.com/memosrt/memosrt/runtime"
+	"github.com/memosrt/memosrt"
 	"github.com/memosrt/memosrt/server"
-	"github.com/memosrt/memosrt/textmem"
 )
 
-// A server over a data directory and an in-process model: it listens at
-// once (inference answers 503 until the model is attached), then serves the
-// Ollama, OpenAI and memory APIs.
+// A server over one memory OS: it serves the Ollama, OpenAI and memory APIs
+// for the loaded model; the OS runs the tier scheduler behind them.
 func Example() {
 	ctx := context.Background()
-	db, _ := badger.Open(badger.Options{Dir: "/var/lib/memosrt"})
-	defer db.Close()
-	mem, _ := textmem.Open(db, textmem.Options{})
-	defer mem.Close()
-	kv, _ := kvcache.Open(db, kvcache.Options{})
-	defer kv.Close()
-	srv, err := server.New(server.Options{DB: db, Store: mem, KV: kv})
+	os, err := memosrt.Open(ctx, memosrt.Options{Dir: "/var/lib/memosrt", Model: "model.gguf", Parallel: 4})
+	if err != nil {
+		return
+	}
+	srv, err := server.New(os, server.Options{})
 	if err != nil {
 		return
 	}
 	hs := &http.Server{Addr: "127.0.0.1:11435", Handler: srv}
 	go hs.ListenAndServe()
-	eng, err := runtime.Load(ctx, runtime.Options{ModelPath: "model.gguf", NSeqMax: 5})
-	if err != nil {
-		return
-	}
-	defer eng.Close()
-	// 4 request slots, 1 sequence for a resident pack
-	srv.UseEngine(eng, server.EngineOptions{Name: "model", Parallel: 4, ResidentPacks: 1})
-	// ... on exit: stop HTTP, then drain requests and pack writes
+	// ... on exit: stop HTTP, drain requests, then close the OS (pack writes, stores)
 	hs.Shutdown(ctx)
 	srv.Shutdown(ctx)
+	os.Close(ctx)
 }

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/memosrt/memosrt"
 )
 
 // serve runs one request through the server's handler in process.
@@ -124,7 +126,7 @@ var inferenceRoutes = []string{"/api/generate", "/api/chat", "/v1/chat/completio
 // generated tokens by default): a 2xx or a 4xx with a JSON error, 503 or
 // 429 under load, never another 5xx or a panic.
 func FuzzInferenceAPI(f *testing.F) {
-	e := newEnv(f, envConfig{nctx: 256, nseq: 2, opts: Options{DefaultNumPredict: 4}})
+	e := newEnv(f, envConfig{nctx: 256, nseq: 2, mo: memosrt.Options{DefaultNumPredict: 4}})
 	seeds := []string{
 		`{"model":"stories260K","prompt":"Once upon a time","stream":false}`,
 		`{"model":"stories260K","messages":[{"role":"user","content":"Hi"}],"options":{"temperature":0.5,"num_predict":3,"cube":"c"}}`,

@@ -16,13 +16,13 @@ import (
 	"github.com/openai/openai-go"
 	"github.com/openai/openai-go/option"
 
+	"github.com/memosrt/memosrt"
 	"github.com/memosrt/memosrt/badger"
 	"github.com/memosrt/memosrt/embed"
 	"github.com/memosrt/memosrt/internal/testmodels"
 	"github.com/memosrt/memosrt/kvcache"
 	"github.com/memosrt/memosrt/lora"
 	"github.com/memosrt/memosrt/runtime"
-	"github.com/memosrt/memosrt/scheduler"
 	"github.com/memosrt/memosrt/textmem"
 )
 
@@ -30,24 +30,25 @@ const testModel = "stories260K"
 
 // envConfig shapes a test server. Zero fields take test defaults.
 type envConfig struct {
-	dir      string // data directory; "" uses a new t.TempDir()
-	opts     Options
-	eo       EngineOptions
-	nctx     int
-	nseq     int
-	noEngine bool   // attach no backend
-	noEmbed  bool   // no Embedder (default: a 64-dim hash embedder)
-	lora     bool   // engine with LoRA; EngineOptions.Adapters over e.reg
-	model    string // GGUF path; "" is stories260K
-	threads  int    // default 2
-	ngl      int    // layers on a GPU (benchmarks: MEMOSRT_BENCH_NGL)
-	libDir   string // ggml backend modules (benchmarks: MEMOSRT_LIB_PATH)
-	tiers    bool   // Options.Tiers over a read-only scheduler.Tiers
+	dir      string          // data directory; "" uses a new t.TempDir()
+	opts     Options         // server options
+	mo       memosrt.Options // OS options over the test defaults (model, stores)
+	nctx     int             // n_ctx; default 2048
+	nseq     int             // request sequences (Parallel); default 4
+	noEngine bool            // no model: the memory API only
+	noEmbed  bool            // no Embedder (default: a 64-dim hash embedder)
+	lora     bool            // engine with LoRA (memosrt.Options.LoRA)
+	model    string          // GGUF path; "" is stories260K
+	threads  int             // default 2
+	ngl      int             // layers on a GPU (benchmarks: MEMOSRT_BENCH_NGL)
+	libDir   string          // ggml backend modules (benchmarks: MEMOSRT_LIB_PATH)
 }
 
-// env is a memosrt server over real resources, on a real loopback listener.
+// env is a memosrt server over a real memosrt.OS, on a real loopback
+// listener.
 type env struct {
 	dir string
+	os  *memosrt.OS
 	srv *Server
 	ts  *httptest.Server
 	eng *runtime.Engine
@@ -55,7 +56,6 @@ type env struct {
 	mem *textmem.Store
 	kv  *kvcache.Cache
 	reg *lora.Registry
-	man *lora.Manager
 }
 
 func newEnv(t testing.TB, c envConfig) *env {
@@ -64,71 +64,45 @@ func newEnv(t testing.TB, c envConfig) *env {
 	if e.dir == "" {
 		e.dir = t.TempDir()
 	}
-	var err error
-	if e.db, err = badger.Open(badger.Options{Dir: e.dir, NoSync: true}); err != nil {
+	mo := c.mo
+	mo.Dir, mo.NoSync = e.dir, true
+	if mo.Embedder == nil && !c.noEmbed {
+		mo.Embedder, _ = embed.NewHash(64)
+	}
+	if mo.MinPersistTokens == 0 {
+		mo.MinPersistTokens = 1
+	}
+	if !c.noEngine && mo.Upstream == nil {
+		mo.Model = c.model
+		if mo.Model == "" {
+			mo.Model = testmodels.Stories(t)
+		}
+		if mo.ModelName == "" {
+			mo.ModelName = testModel
+		}
+		mo.Engine.NCtx, mo.Engine.Threads = c.nctx, c.threads
+		if mo.Engine.NCtx == 0 {
+			mo.Engine.NCtx = 2048
+		}
+		if mo.Engine.Threads == 0 {
+			mo.Engine.Threads = 2
+		}
+		mo.Engine.NGPULayers, mo.Engine.LibDir = c.ngl, c.libDir
+		if mo.Parallel == 0 {
+			mo.Parallel = c.nseq
+		}
+		if mo.Parallel == 0 {
+			mo.Parallel = 4
+		}
+		mo.LoRA = mo.LoRA || c.lora
+	}
+	o, err := memosrt.Open(context.Background(), mo)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if e.mem, err = textmem.Open(e.db, textmem.Options{}); err != nil {
+	e.os, e.eng, e.db, e.mem, e.kv, e.reg = o, o.Engine(), o.DB(), o.TextStore(), o.KVCache(), o.AdapterRegistry()
+	if e.srv, err = New(o, c.opts); err != nil {
 		t.Fatal(err)
-	}
-	if e.kv, err = kvcache.Open(e.db, kvcache.Options{}); err != nil {
-		t.Fatal(err)
-	}
-	o := c.opts
-	o.DB, o.Store, o.KV = e.db, e.mem, e.kv
-	if c.tiers {
-		tiers, err := scheduler.NewTiers(e.db, scheduler.ViewRunner(e.mem, e.kv), scheduler.TierOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { tiers.Close() })
-		o.Tiers = tiers
-	}
-	if o.Embedder == nil && !c.noEmbed {
-		o.Embedder, _ = embed.NewHash(64)
-	}
-	if o.MinPersistTokens == 0 {
-		o.MinPersistTokens = 1
-	}
-	if e.srv, err = New(o); err != nil {
-		t.Fatal(err)
-	}
-	if !c.noEngine {
-		nctx, nseq := c.nctx, c.nseq
-		if nctx == 0 {
-			nctx = 2048
-		}
-		if nseq == 0 {
-			nseq = 4
-		}
-		model, threads := c.model, c.threads
-		if model == "" {
-			model = testmodels.Stories(t)
-		}
-		if threads == 0 {
-			threads = 2
-		}
-		e.eng, err = runtime.Load(context.Background(), runtime.Options{ModelPath: model, NCtx: nctx, NSeqMax: nseq, Threads: threads,
-			NGPULayers: c.ngl, LibDir: c.libDir, LoRA: c.lora})
-		if err != nil {
-			t.Fatal(err)
-		}
-		eo := c.eo
-		if c.lora {
-			if e.reg, err = lora.NewRegistry(e.db, lora.RegistryOptions{}); err != nil {
-				t.Fatal(err)
-			}
-			if e.man, err = lora.NewManager(e.eng.Model(), model, e.reg, lora.Options{Detach: e.eng.DetachAdapter}); err != nil {
-				t.Fatal(err)
-			}
-			eo.Adapters = e.man
-		}
-		if eo.Name == "" {
-			eo.Name = testModel
-		}
-		if err := e.srv.UseEngine(e.eng, eo); err != nil {
-			t.Fatal(err)
-		}
 	}
 	e.ts = httptest.NewServer(e.srv)
 	t.Cleanup(func() { e.close(t) })
@@ -148,20 +122,8 @@ func (e *env) close(t testing.TB) {
 	if err := e.srv.Shutdown(context.Background()); err != nil {
 		t.Errorf("second Shutdown: %v", err)
 	}
-	if e.man != nil {
-		e.man.Close()
-	}
-	if e.eng != nil {
-		if err := e.eng.Close(); err != nil {
-			t.Errorf("engine Close: %v", err)
-		}
-	}
-	e.kv.Close()
-	if err := e.mem.Close(); err != nil {
-		t.Errorf("store Close: %v", err)
-	}
-	if err := e.db.Close(); err != nil {
-		t.Errorf("db Close: %v", err)
+	if err := e.os.Close(context.Background()); err != nil {
+		t.Errorf("OS Close: %v", err)
 	}
 }
 

@@ -9,30 +9,28 @@ import (
 	"strings"
 	"time"
 
+	"github.com/memosrt/memosrt"
 	"github.com/memosrt/memosrt/kvcache"
 	"github.com/memosrt/memosrt/textmem"
 )
 
 // cubeView is a cube as the memory API shows it.
 type cubeView struct {
-	cubeRecord
+	memosrt.Cube
 	Memories int `json:"memories"`
 	Packs    int `json:"packs"`
 }
 
-func (s *Server) packsOf(cube string) []kvcache.Info {
-	if s.opts.KV == nil {
-		return nil
-	}
-	return append(s.opts.KV.List(cube), s.opts.KV.List("conv:"+cube)...)
-}
-
-func (s *Server) view(ctx context.Context, rec cubeRecord) (cubeView, error) {
-	mems, err := s.opts.Store.List(ctx, rec.Name)
+func (s *Server) view(ctx context.Context, rec memosrt.Cube) (cubeView, error) {
+	mems, err := s.os.Memories(ctx, rec.Name)
 	if err != nil {
 		return cubeView{}, err
 	}
-	return cubeView{cubeRecord: rec, Memories: len(mems), Packs: len(s.packsOf(rec.Name))}, nil
+	st, err := s.os.Packs(ctx, rec.Name)
+	if err != nil {
+		return cubeView{}, err
+	}
+	return cubeView{Cube: rec, Memories: len(mems), Packs: len(st.Packs)}, nil
 }
 
 type cubeCreateRequest struct {
@@ -51,16 +49,16 @@ func (s *Server) handleCubeCreate(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, badField("name", "%q is not a cube name (1..64 of [A-Za-z0-9._-])", req.Name))
 		return
 	}
-	rec, err := s.cubes.create(r.Context(), cubeRecord{Name: req.Name, Description: req.Description, Metadata: req.Metadata})
+	rec, err := s.os.CreateCube(r.Context(), memosrt.Cube{Name: req.Name, Description: req.Description, Metadata: req.Metadata})
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, cubeView{cubeRecord: rec})
+	writeJSON(w, http.StatusCreated, cubeView{Cube: rec})
 }
 
 func (s *Server) handleCubeList(w http.ResponseWriter, r *http.Request) {
-	recs, err := s.cubes.list(r.Context())
+	recs, err := s.os.Cubes(r.Context())
 	out := []cubeView{}
 	for _, rec := range recs {
 		if err != nil {
@@ -78,12 +76,22 @@ func (s *Server) handleCubeList(w http.ResponseWriter, r *http.Request) {
 }
 
 // pathCube reads and checks the {cube} path value.
-func (s *Server) pathCube(r *http.Request) (cubeRecord, error) {
+func (s *Server) pathCube(r *http.Request) (memosrt.Cube, error) {
 	name := r.PathValue("cube")
 	if !textmem.ValidCube(name) {
-		return cubeRecord{}, badField("cube", "%q is not a cube name (1..64 of [A-Za-z0-9._-])", name)
+		return memosrt.Cube{}, badField("cube", "%q is not a cube name (1..64 of [A-Za-z0-9._-])", name)
 	}
-	return s.cubes.get(r.Context(), name)
+	return s.os.Cube(r.Context(), name)
+}
+
+// pathCubeName reads and checks the {cube} path value without requiring
+// the cube to exist (adding a memory creates it).
+func (s *Server) pathCubeName(r *http.Request) (string, error) {
+	name := r.PathValue("cube")
+	if !textmem.ValidCube(name) {
+		return "", badField("cube", "%q is not a cube name (1..64 of [A-Za-z0-9._-])", name)
+	}
+	return name, nil
 }
 
 func (s *Server) handleCubeGet(w http.ResponseWriter, r *http.Request) {
@@ -102,31 +110,13 @@ func (s *Server) handleCubeGet(w http.ResponseWriter, r *http.Request) {
 func (s *Server) handleCubeDelete(w http.ResponseWriter, r *http.Request) {
 	rec, err := s.pathCube(r)
 	if err == nil {
-		err = s.deleteCube(r.Context(), rec.Name)
+		err = s.os.DeleteCube(r.Context(), rec.Name)
 	}
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
-}
-
-// deleteCube removes a cube's memories, packs, resident state and record.
-func (s *Server) deleteCube(ctx context.Context, cube string) error {
-	if err := s.opts.Store.DeleteCube(ctx, cube); err != nil {
-		return err
-	}
-	unlock := s.lockPacks()
-	defer unlock()
-	for _, p := range s.packsOf(cube) {
-		if err := s.opts.KV.Delete(p.ID); err != nil && !errors.Is(err, kvcache.ErrNotFound) {
-			return err
-		}
-	}
-	if b, err := s.backend(); err == nil {
-		b.dropCube(cube)
-	}
-	return s.cubes.remove(ctx, cube)
 }
 
 // memoryInput is one memory to add.
@@ -145,7 +135,7 @@ type memoryAddRequest struct {
 
 func (s *Server) handleMemoryAdd(w http.ResponseWriter, r *http.Request) {
 	var req memoryAddRequest
-	rec, err := s.pathCube(r)
+	cube, err := s.pathCubeName(r)
 	if err == nil {
 		err = decodeJSON(r, &req)
 	}
@@ -171,7 +161,7 @@ func (s *Server) handleMemoryAdd(w http.ResponseWriter, r *http.Request) {
 			s.writeError(w, r, badField(field, "empty text"))
 			return
 		}
-		got, err := s.opts.Store.Add(r.Context(), rec.Name, textmem.Memory{Text: m.Text, Kind: m.Kind, Tags: m.Tags,
+		got, err := s.os.AddMemory(r.Context(), cube, textmem.Memory{Text: m.Text, Kind: m.Kind, Tags: m.Tags,
 			Source: m.Source, EventTime: m.EventTime.UTC()})
 		if err != nil {
 			if errors.Is(err, textmem.ErrTooLarge) || errors.Is(err, textmem.ErrInvalidUTF8) {
@@ -202,7 +192,7 @@ func (s *Server) handleMemoryList(w http.ResponseWriter, r *http.Request) {
 	rec, err := s.pathCube(r)
 	var mems []textmem.Memory
 	if err == nil {
-		mems, err = s.opts.Store.List(r.Context(), rec.Name)
+		mems, err = s.os.Memories(r.Context(), rec.Name)
 	}
 	if err != nil {
 		s.writeError(w, r, err)
@@ -215,7 +205,7 @@ func (s *Server) handleMemoryGet(w http.ResponseWriter, r *http.Request) {
 	rec, err := s.pathCube(r)
 	var m textmem.Memory
 	if err == nil {
-		m, err = s.opts.Store.Get(r.Context(), rec.Name, r.PathValue("id"))
+		m, err = s.os.Memory(r.Context(), rec.Name, r.PathValue("id"))
 	}
 	if err != nil {
 		s.writeError(w, r, err)
@@ -237,7 +227,7 @@ func (s *Server) handleMemoryUpdate(w http.ResponseWriter, r *http.Request) {
 	}
 	var m textmem.Memory
 	if err == nil {
-		m, err = s.opts.Store.Update(r.Context(), rec.Name, r.PathValue("id"), req.Text)
+		m, err = s.os.UpdateMemory(r.Context(), rec.Name, r.PathValue("id"), req.Text)
 	}
 	if err != nil {
 		s.writeError(w, r, err)
@@ -249,7 +239,7 @@ func (s *Server) handleMemoryUpdate(w http.ResponseWriter, r *http.Request) {
 func (s *Server) handleMemoryDelete(w http.ResponseWriter, r *http.Request) {
 	rec, err := s.pathCube(r)
 	if err == nil {
-		err = s.opts.Store.Delete(r.Context(), rec.Name, r.PathValue("id"))
+		err = s.os.DeleteMemory(r.Context(), rec.Name, r.PathValue("id"))
 	}
 	if err != nil {
 		s.writeError(w, r, err)
@@ -290,14 +280,7 @@ func (s *Server) handleSearch(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		q := textmem.DefaultQuery(req.Query, req.K)
 		q.Kinds, q.Tags = req.Kinds, req.Tags
-		hits, err = s.opts.Store.SearchWith(r.Context(), rec.Name, q)
-	}
-	if err == nil && s.opts.Tiers != nil && len(hits) > 0 {
-		ids := make([]string, len(hits))
-		for i, h := range hits {
-			ids[i] = h.Memory.ID
-		}
-		err = s.opts.Tiers.RecordVisits(r.Context(), rec.Name, ids...)
+		hits, err = s.os.Search(r.Context(), rec.Name, q)
 	}
 	if err != nil {
 		s.writeError(w, r, err)
@@ -320,13 +303,9 @@ func (s *Server) handlePackWarm(w http.ResponseWriter, r *http.Request) {
 			err = nil
 		}
 	}
-	b, berr := s.backend()
+	var st memosrt.PackStatus
 	if err == nil {
-		err = berr
-	}
-	var st packStatus
-	if err == nil {
-		st, err = b.warm(r.Context(), rec.Name, req.Resident)
+		st, err = s.os.Warm(r.Context(), rec.Name, memosrt.WarmOptions{Resident: req.Resident})
 	}
 	if err != nil {
 		s.writeError(w, r, err)
@@ -337,13 +316,9 @@ func (s *Server) handlePackWarm(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) handlePackStatus(w http.ResponseWriter, r *http.Request) {
 	rec, err := s.pathCube(r)
-	b, berr := s.backend()
+	var st memosrt.PackStatus
 	if err == nil {
-		err = berr
-	}
-	var st packStatus
-	if err == nil {
-		st, err = b.packs(rec.Name)
+		st, err = s.os.Packs(r.Context(), rec.Name)
 	}
 	if err != nil {
 		s.writeError(w, r, err)
@@ -352,14 +327,44 @@ func (s *Server) handlePackStatus(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, st)
 }
 
-// lockPacks serialises a pack write with the llama backend's own (see
-// llamaBackend.kvMu) and returns the unlock.
-func (s *Server) lockPacks() func() {
-	if b, err := s.backend(); err == nil {
-		if lb, ok := b.(*llamaBackend); ok {
-			lb.kvMu.Lock()
-			return lb.kvMu.Unlock
-		}
+// handlePackList answers GET /v1/packs: every stored pack (memosrt kv ls).
+func (s *Server) handlePackList(w http.ResponseWriter, r *http.Request) {
+	packs, err := s.os.AllPacks(r.Context())
+	if err != nil {
+		s.writeError(w, r, err)
+		return
 	}
-	return func() {}
+	if packs == nil {
+		packs = []kvcache.Info{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"packs": packs})
+}
+
+func (s *Server) handleCubeExport(w http.ResponseWriter, r *http.Request) {
+	rec, err := s.pathCube(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/x-tar")
+	w.Header().Set("Content-Disposition", fmt.Sprintf(`attachment; filename="%s.memosrt.tar"`, rec.Name))
+	if err := s.os.ExportCube(r.Context(), rec.Name, w); err != nil {
+		s.log.Warn("export failed mid-stream", "cube", rec.Name, "err", err)
+	}
+}
+
+// handleCubeImport reads a cube archive. ?cube=NAME imports under another
+// name; ?replace=true replaces an existing cube of that name (else 409).
+func (s *Server) handleCubeImport(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	if c := q.Get("cube"); c != "" && !textmem.ValidCube(c) {
+		s.writeError(w, r, badField("cube", "%q is not a cube name", c))
+		return
+	}
+	res, err := s.os.ImportCube(r.Context(), r.Body, memosrt.ImportOptions{Cube: q.Get("cube"), Replace: q.Get("replace") == "true"})
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, res)
 }

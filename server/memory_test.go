@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"testing"
 
+	"github.com/memosrt/memosrt"
+	"github.com/memosrt/memosrt/scheduler"
 	"github.com/memosrt/memosrt/textmem"
 )
 
@@ -27,7 +29,7 @@ func TestMemoryAPI(t *testing.T) {
 		{"duplicate cube", "POST", "", map[string]any{"name": "work"}, http.StatusConflict, ""},
 		{"bad cube name", "POST", "", map[string]any{"name": "a/b"}, http.StatusBadRequest, "name"},
 		{"unknown cube", "GET", "/nope", nil, http.StatusNotFound, ""},
-		{"unknown cube memories", "POST", "/nope/memories", map[string]any{"text": "x"}, http.StatusNotFound, ""},
+		{"unknown cube memories", "GET", "/nope/memories", nil, http.StatusNotFound, ""},
 		{"empty text", "POST", "/work/memories", map[string]any{"text": "  "}, http.StatusBadRequest, "text"},
 		{"wrong type", "POST", "/work/memories", map[string]any{"text": 3}, http.StatusBadRequest, "text"},
 		{"bad json", "POST", "/work/memories", "{", http.StatusBadRequest, "body"},
@@ -45,6 +47,13 @@ func TestMemoryAPI(t *testing.T) {
 				t.Fatalf("param %v, want %q (%s)", oe.Error.Param, c.param, oe.Error.Message)
 			}
 		})
+	}
+	// adding a memory creates its cube, as `memosrt mem add` and Mem0 do
+	if code := do(t, "POST", u+"/fresh/memories", map[string]any{"text": "A new cube."}, nil); code != http.StatusCreated {
+		t.Fatalf("add to a new cube: %d", code)
+	}
+	if code := do(t, "DELETE", u+"/fresh", nil, nil); code != http.StatusNoContent {
+		t.Fatalf("delete the new cube: %d", code)
 	}
 	var m textmem.Memory
 	if code := do(t, "POST", u+"/work/memories", map[string]any{"text": "The launch is on Friday.", "kind": "fact", "tags": []string{"launch"}}, &m); code != http.StatusCreated || m.ID == "" || m.Kind != "fact" {
@@ -80,15 +89,21 @@ func TestMemoryAPI(t *testing.T) {
 	}
 
 	// pack warm and status
-	var ps packStatus
+	var ps memosrt.PackStatus
 	if code := do(t, "POST", u+"/work/pack", nil, &ps); code != http.StatusOK || len(ps.Packs) != 1 || ps.Packs[0].NTokens == 0 || ps.Memories != 2 {
 		t.Fatalf("warm: %d %+v", code, ps)
 	}
 	if code := do(t, "GET", u+"/work/pack", nil, &ps); code != http.StatusOK || len(ps.Packs) != 1 || ps.NCtx != 2048 {
 		t.Fatalf("status: %d %+v", code, ps)
 	}
-	if code := do(t, "POST", u+"/work/pack", map[string]any{"resident": true}, &oe); code != http.StatusBadRequest || *oe.Error.Param != "resident" {
-		t.Fatalf("resident without slots: %d %+v", code, oe)
+	var rs memosrt.PackStatus
+	if code := do(t, "POST", u+"/work/pack", map[string]any{"resident": true}, &rs); code != http.StatusOK || rs.Resident == nil || rs.Resident.PackID != ps.Packs[0].ID {
+		t.Fatalf("resident: %d %+v", code, rs)
+	}
+	nores := newEnv(t, envConfig{mo: memosrt.Options{ResidentSeqs: -1}})
+	do(t, "POST", nores.url()+"/v1/cubes/work/memories", map[string]any{"text": "x y z"}, nil)
+	if code := do(t, "POST", nores.url()+"/v1/cubes/work/pack", map[string]any{"resident": true}, &oe); code != http.StatusBadRequest || *oe.Error.Param != "resident" {
+		t.Fatalf("resident without resident sequences: %d %+v", code, oe)
 	}
 
 	// export, then import under another name: same memories, same pack
@@ -105,7 +120,7 @@ func TestMemoryAPI(t *testing.T) {
 	if len(names) != 3 || names[0] != "manifest.json" || names[1] != "memories.jsonl" {
 		t.Fatalf("archive entries %v", names)
 	}
-	var ir importResult
+	var ir memosrt.ImportResult
 	if code := do(t, "POST", u+"/import?cube=work2", archive, &ir); code != http.StatusCreated || ir.Memories != 2 || ir.Packs != 1 {
 		t.Fatalf("import: %d %+v", code, ir)
 	}
@@ -121,10 +136,20 @@ func TestMemoryAPI(t *testing.T) {
 		t.Fatalf("imported %+v", l2.Memories)
 	}
 	// the imported pack serves the imported cube: its prompt restores it
-	var p2 packStatus
+	var p2 memosrt.PackStatus
 	do(t, "GET", u+"/work2/pack", nil, &p2)
-	if len(p2.Packs) != 1 || p2.Packs[0].ID != ps.Packs[0].ID {
-		t.Fatalf("imported packs %+v, original %+v", p2.Packs, ps.Packs)
+	if len(p2.Packs) != 1 || p2.Packs[0].NTokens != ps.Packs[0].NTokens || p2.Packs[0].ID == ps.Packs[0].ID {
+		t.Fatalf("imported packs %+v, original %+v (same tokens, scoped to the new cube)", p2.Packs, ps.Packs)
+	}
+	var tiers scheduler.CubeTiers
+	if do(t, "GET", u+"/work2/tiers", nil, &tiers); tiers.PackID != p2.Packs[0].ID || tiers.Transitions[len(tiers.Transitions)-1].Decoded != 0 {
+		t.Fatalf("the imported pack is not the tier's (nothing decoded again): %+v", tiers)
+	}
+	var gen map[string]any
+	do(t, "POST", e.url()+"/api/generate", map[string]any{"model": testModel, "prompt": "When?", "stream": false,
+		"options": map[string]any{"cube": "work2", "num_predict": 4, "temperature": 0}}, &gen)
+	if n := gen["prompt_eval_count"].(float64); n >= float64(ps.Packs[0].NTokens) {
+		t.Fatalf("work2's prompt prefilled %v tokens: its imported pack of %d was not restored", n, ps.Packs[0].NTokens)
 	}
 	if code := do(t, "POST", u+"/import", []byte("not a tar"), &oe); code != http.StatusBadRequest {
 		t.Fatalf("bad archive: %d %s", code, oe.Error.Message)

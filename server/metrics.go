@@ -3,6 +3,8 @@ package server
 import (
 	"net/http"
 
+	"github.com/memosrt/memosrt"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -39,44 +41,35 @@ func newMetrics(s *Server) *metrics {
 		Help: "Requests refused with 429 because the queue was full."})
 	m.canceled = prometheus.NewCounter(prometheus.CounterOpts{Name: "memosrt_canceled_requests_total",
 		Help: "Generations ended because the client went away."})
-	stat := func(f func(backendStats) float64) func() float64 {
-		return func() float64 {
-			b, err := s.backend()
-			if err != nil {
-				return 0
-			}
-			return f(b.stats())
-		}
+	stat := func(f func(memosrt.Stats) float64) func() float64 {
+		return func() float64 { return f(s.os.Stats()) }
 	}
 	kv := func(ram bool) func() float64 {
 		return func() float64 {
-			if s.opts.KV == nil {
-				return 0
-			}
-			r, d, _ := s.opts.KV.Stats()
+			st := s.os.Stats()
 			if ram {
-				return float64(r)
+				return float64(st.KVRAMBytes)
 			}
-			return float64(d)
+			return float64(st.KVDiskBytes)
 		}
 	}
 	m.reg.MustRegister(m.requests, m.ttft, m.promptTokens, m.decodeTokens, m.decodeRate, m.rejected, m.canceled,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "memosrt_queue_depth",
-			Help: "Requests waiting for a slot."}, stat(func(b backendStats) float64 { return float64(b.Queued) })),
+			Help: "Requests waiting for a slot."}, stat(func(b memosrt.Stats) float64 { return float64(b.Queued) })),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "memosrt_busy_slots",
-			Help: "Slots (sequences) serving a request."}, stat(func(b backendStats) float64 { return float64(b.BusySlots) })),
+			Help: "Slots (sequences) serving a request."}, stat(func(b memosrt.Stats) float64 { return float64(b.BusySlots) })),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "memosrt_engine_requests", ConstLabels: prometheus.Labels{"state": "active"},
 			Help: "Requests in the engine: in the running batch (state=active) or waiting for admission (state=queued)."},
-			stat(func(b backendStats) float64 { return float64(b.EngineActive) })),
+			stat(func(b memosrt.Stats) float64 { return float64(b.EngineActive) })),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "memosrt_engine_requests", ConstLabels: prometheus.Labels{"state": "queued"},
 			Help: "Requests in the engine: in the running batch (state=active) or waiting for admission (state=queued)."},
-			stat(func(b backendStats) float64 { return float64(b.EngineQueued) })),
+			stat(func(b memosrt.Stats) float64 { return float64(b.EngineQueued) })),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "memosrt_pack_writes_pending",
-			Help: "Conversation packs being written in the background."}, stat(func(b backendStats) float64 { return float64(b.PendingWrites) })),
+			Help: "Conversation packs being written in the background."}, stat(func(b memosrt.Stats) float64 { return float64(b.PendingWrites) })),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "memosrt_kv_resident_cells",
-			Help: "KV cells held by resident packs, counted against n_ctx."}, stat(func(b backendStats) float64 { return float64(b.ResidentCells) })),
+			Help: "KV cells held by resident packs, counted against n_ctx."}, stat(func(b memosrt.Stats) float64 { return float64(b.ResidentCells) })),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "memosrt_n_ctx",
-			Help: "Loaded context size, cells."}, stat(func(b backendStats) float64 { return float64(b.NCtx) })),
+			Help: "Loaded context size, cells."}, stat(func(b memosrt.Stats) float64 { return float64(b.NCtx) })),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "memosrt_kv_bytes", ConstLabels: prometheus.Labels{"where": "ram"},
 			Help: "Bytes of KV packs: decompressed in the RAM cache (where=ram) or stored compressed on disk (where=disk)."}, kv(true)),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "memosrt_kv_bytes", ConstLabels: prometheus.Labels{"where": "disk"},
@@ -91,14 +84,15 @@ func (m *metrics) handler() http.Handler {
 }
 
 // observe records one finished generation.
-func (m *metrics) observe(res genResult) {
-	if res.TTFT > 0 {
-		m.ttft.Observe(res.TTFT.Seconds())
+func (m *metrics) observe(res *memosrt.Response) {
+	u := res.Usage
+	if u.TTFT > 0 {
+		m.ttft.Observe(u.TTFT.Seconds())
 	}
-	m.promptTokens.WithLabelValues("cached").Add(float64(res.CachedTokens))
-	m.promptTokens.WithLabelValues("prefilled").Add(float64(max(0, res.PromptTokens-res.CachedTokens)))
-	m.decodeTokens.Add(float64(res.EvalTokens))
-	if res.EvalTokens > 1 && res.EvalTime > 0 {
-		m.decodeRate.Observe(float64(res.EvalTokens) / res.EvalTime.Seconds())
+	m.promptTokens.WithLabelValues("cached").Add(float64(u.CachedTokens))
+	m.promptTokens.WithLabelValues("prefilled").Add(float64(max(0, u.PromptTokens-u.CachedTokens)))
+	m.decodeTokens.Add(float64(u.EvalTokens))
+	if u.EvalTokens > 1 && u.EvalDuration > 0 {
+		m.decodeRate.Observe(float64(u.EvalTokens) / u.EvalDuration.Seconds())
 	}
 }

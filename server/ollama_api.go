@@ -2,7 +2,6 @@ package server
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,83 +11,61 @@ import (
 	"github.com/ollama/ollama/api"
 	"github.com/ollama/ollama/types/model"
 
+	"github.com/memosrt/memosrt"
 	"github.com/memosrt/memosrt/embed"
 	"github.com/memosrt/memosrt/runtime/grammar"
 )
 
-// generate runs g and records metrics and a log line. With st set the
-// output is streamed: the backend's OnText (which runs on the engine's batch
-// goroutine and must not block) only queues text; this goroutine writes it,
-// coalescing what queued meanwhile into one chunk(text) object. A failed
-// write (client gone) cancels the generation.
-func (s *Server) generate(r *http.Request, b backend, g *genRequest, st *streamer, chunk func(string) any) (genResult, error) {
-	var res genResult
+// generate runs g (a chat turn or a completion) on the OS and records
+// metrics and a log line. With st set the output is streamed, each text
+// chunk as chunk(text) makes it; a failed write (client gone) ends the
+// generation.
+func (s *Server) generate(r *http.Request, g *memosrt.Request, chat bool, st *streamer, chunk func(string) any) (*memosrt.Response, error) {
+	if st != nil {
+		g.OnText = func(t string) error { return st.send(chunk(t)) }
+	}
+	var res *memosrt.Response
 	var err error
-	if st == nil {
-		res, err = b.generate(r.Context(), g)
+	if chat {
+		res, err = s.os.Chat(r.Context(), *g)
 	} else {
-		ctx, cancel := context.WithCancelCause(r.Context())
-		defer cancel(nil)
-		p := newTextPipe(maxPendingText)
-		g.OnText = p.push
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			res, err = b.generate(ctx, g)
-		}()
-		var werr error
-		write := func() {
-			if t, ok := p.take(); ok && werr == nil {
-				if werr = st.send(chunk(t)); werr != nil {
-					p.fail(werr)
-					cancel(werr)
-				}
-			}
-		}
-		for running := true; running; {
-			select {
-			case <-p.signal:
-				write()
-			case <-done:
-				write()
-				running = false
-			}
-		}
-		if err == nil && werr != nil {
-			err = werr
-		}
+		res, err = s.os.Generate(r.Context(), *g)
+	}
+	if res == nil {
+		res = &memosrt.Response{}
 	}
 	switch {
-	case errors.Is(err, ErrBusy):
+	case errors.Is(err, memosrt.ErrBusy):
 		s.m.rejected.Inc()
 	case err != nil && r.Context().Err() != nil:
 		s.m.canceled.Inc()
 	}
-	if !g.RenderOnly && res.EvalTokens > 0 {
+	if !g.RenderOnly && res.Usage.EvalTokens > 0 {
 		s.m.observe(res)
 	}
-	s.log.Debug("generation", "path", r.URL.Path, "cube", g.Cube, "prompt_tokens", res.PromptTokens,
-		"cached_tokens", res.CachedTokens, "cache", res.CacheSource, "memories", res.Memories,
-		"ttft_ms", res.TTFT.Milliseconds(), "eval_tokens", res.EvalTokens, "err", err)
+	s.log.Debug("generation", "path", r.URL.Path, "cube", g.Cube, "prompt_tokens", res.Usage.PromptTokens,
+		"cached_tokens", res.Usage.CachedTokens, "cache", res.CacheSource, "memories", res.PackMemories+res.Retrieved,
+		"ttft_ms", res.Usage.TTFT.Milliseconds(), "eval_tokens", res.Usage.EvalTokens, "err", err)
 	return res, err
 }
 
-func ollamaMetrics(res genResult, start time.Time) api.Metrics {
-	return api.Metrics{TotalDuration: time.Since(start), PromptEvalCount: res.PromptTokens - res.CachedTokens,
-		PromptEvalDuration: res.PromptTime, EvalCount: res.EvalTokens, EvalDuration: res.EvalTime}
+func ollamaMetrics(res *memosrt.Response, start time.Time) api.Metrics {
+	u := res.Usage
+	return api.Metrics{TotalDuration: time.Since(start), PromptEvalCount: u.PromptTokens - u.CachedTokens,
+		PromptEvalDuration: u.PromptDuration, EvalCount: u.EvalTokens, EvalDuration: u.EvalDuration}
 }
 
 // setFormat validates Ollama's "format" (absent, "json", or a JSON schema
 // object) and puts it on g: as is for the ollama backend, as a grammar
 // (runtime/grammar) for the llama backend. A schema outside the supported
 // subset is a 400 naming the keyword.
-func setFormat(g *genRequest, field string, f json.RawMessage) error {
+func setFormat(g *memosrt.Request, field string, f json.RawMessage) error {
 	t := bytes.TrimSpace(f)
 	switch {
 	case len(t) == 0 || string(t) == `""` || string(t) == "null":
 		return nil
 	case string(t) == `"json"`:
-		g.Format, g.Grammar = json.RawMessage(`"json"`), grammar.JSON
+		g.Format, g.Sampling.Grammar = json.RawMessage(`"json"`), grammar.JSON
 		return nil
 	case t[0] == '{':
 		return useSchema(g, field, t)
@@ -99,12 +76,12 @@ func setFormat(g *genRequest, field string, f json.RawMessage) error {
 // useSchema puts JSON schema t on g: as is for the ollama backend, as a
 // grammar for the llama backend; a schema outside runtime/grammar's subset
 // is a 400 on field.
-func useSchema(g *genRequest, field string, t []byte) error {
+func useSchema(g *memosrt.Request, field string, t []byte) error {
 	gr, err := grammar.FromSchema(t)
 	if err != nil {
 		return badField(field, "%v", err)
 	}
-	g.Format, g.Grammar = json.RawMessage(t), gr
+	g.Format, g.Sampling.Grammar = json.RawMessage(t), gr
 	return nil
 }
 
@@ -115,11 +92,8 @@ func (s *Server) handleOllamaChat(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	b, err := s.backend()
-	if err == nil {
-		err = s.checkModel(b, "model", req.Model)
-	}
-	g := &genRequest{Start: start, Persist: true, Messages: []message{}, RenderOnly: req.DebugRenderOnly}
+	err := s.checkModel("model", req.Model)
+	g := &memosrt.Request{Start: start, Messages: []memosrt.Message{}, RenderOnly: req.DebugRenderOnly}
 	if err == nil {
 		err = setFormat(g, "format", req.Format)
 	}
@@ -134,7 +108,7 @@ func (s *Server) handleOllamaChat(w http.ResponseWriter, r *http.Request) {
 		if err == nil && len(m.Images) > 0 {
 			err = badField(fmt.Sprintf("messages[%d].images", i), "images are not supported")
 		}
-		g.Messages = append(g.Messages, message{Role: m.Role, Content: m.Content})
+		g.Messages = append(g.Messages, memosrt.Message{Role: m.Role, Content: m.Content})
 	}
 	var sp sampling
 	if err == nil {
@@ -147,15 +121,15 @@ func (s *Server) handleOllamaChat(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	name := b.model().Name
+	name := s.os.Model().Name
 	if len(req.Messages) == 0 {
 		writeJSON(w, http.StatusOK, api.ChatResponse{Model: name, CreatedAt: s.opts.Now().UTC(),
 			Message: api.Message{Role: "assistant"}, Done: true, DoneReason: "load"})
 		return
 	}
-	s.ollamaRun(w, r, b, g, sp, req.Stream, start, func(t string) any {
+	s.ollamaRun(w, r, g, true, sp, req.Stream, start, func(t string) any {
 		return api.ChatResponse{Model: name, CreatedAt: s.opts.Now().UTC(), Message: api.Message{Role: "assistant", Content: t}}
-	}, func(res genResult, text string, m api.Metrics, dbg *api.DebugInfo) any {
+	}, func(res *memosrt.Response, text string, m api.Metrics, dbg *api.DebugInfo) any {
 		return api.ChatResponse{Model: name, CreatedAt: s.opts.Now().UTC(), Message: api.Message{Role: "assistant", Content: text},
 			Done: true, DoneReason: res.DoneReason, Metrics: m, DebugInfo: dbg}
 	})
@@ -166,21 +140,21 @@ func (s *Server) handleOllamaChat(w http.ResponseWriter, r *http.Request) {
 // _debug_render_only), each chunk as chunk(text) makes it. The last line,
 // or the whole answer when not streamed, is final(res, text, metrics,
 // debug), text being the full output only when not streamed.
-func (s *Server) ollamaRun(w http.ResponseWriter, r *http.Request, b backend, g *genRequest, sp sampling, stream *bool,
-	start time.Time, chunk func(text string) any, final func(res genResult, text string, m api.Metrics, dbg *api.DebugInfo) any) {
+func (s *Server) ollamaRun(w http.ResponseWriter, r *http.Request, g *memosrt.Request, chat bool, sp sampling, stream *bool,
+	start time.Time, chunk func(text string) any, final func(res *memosrt.Response, text string, m api.Metrics, dbg *api.DebugInfo) any) {
 	s.ollamaSampling(g, sp)
 	var st *streamer
 	if (stream == nil || *stream) && !g.RenderOnly {
 		st = newStreamer(w, false)
 	}
-	res, err := s.generate(r, b, g, st, chunk)
+	res, err := s.generate(r, g, chat, st, chunk)
 	if err != nil {
 		s.streamError(w, r, st, err)
 		return
 	}
 	m, dbg := ollamaMetrics(res, start), (*api.DebugInfo)(nil)
 	if g.RenderOnly {
-		m, dbg = api.Metrics{PromptEvalCount: res.PromptTokens}, &api.DebugInfo{RenderedTemplate: res.Rendered}
+		m, dbg = api.Metrics{PromptEvalCount: res.Usage.PromptTokens}, &api.DebugInfo{RenderedTemplate: res.Rendered}
 	}
 	if st != nil {
 		st.send(final(res, "", m, dbg))
@@ -210,8 +184,10 @@ func (s *Server) streamError(w http.ResponseWriter, r *http.Request, st *streame
 
 // ollamaSampling applies Ollama's defaults (api.DefaultOptions: temperature
 // 0.8, top_k 40, top_p 0.9, repeat_penalty 1.1, num_predict -1).
-func (s *Server) ollamaSampling(g *genRequest, sp sampling) {
+func (s *Server) ollamaSampling(g *memosrt.Request, sp sampling) {
+	grammar := g.Sampling.Grammar
 	g.Sampling = sp.params(0.8, 0.9, 40, 1.1)
+	g.Sampling.Grammar = grammar
 	g.Adapters = sp.Adapters
 	if sp.NumPredict != nil {
 		g.NumPredict = *sp.NumPredict
@@ -229,11 +205,8 @@ func (s *Server) handleOllamaGenerate(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	b, err := s.backend()
-	if err == nil {
-		err = s.checkModel(b, "model", req.Model)
-	}
-	g := &genRequest{Start: start, Prompt: req.Prompt, System: req.System, Raw: req.Raw, RenderOnly: req.DebugRenderOnly}
+	err := s.checkModel("model", req.Model)
+	g := &memosrt.Request{Start: start, Prompt: req.Prompt, System: req.System, Raw: req.Raw, RenderOnly: req.DebugRenderOnly}
 	if err == nil {
 		err = setFormat(g, "format", req.Format)
 	}
@@ -260,16 +233,20 @@ func (s *Server) handleOllamaGenerate(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	name := b.model().Name
+	name := s.os.Model().Name
 	if req.Prompt == "" {
 		writeJSON(w, http.StatusOK, api.GenerateResponse{Model: name, CreatedAt: s.opts.Now().UTC(), Done: true, DoneReason: "load"})
 		return
 	}
-	s.ollamaRun(w, r, b, g, sp, req.Stream, start, func(t string) any {
+	s.ollamaRun(w, r, g, false, sp, req.Stream, start, func(t string) any {
 		return api.GenerateResponse{Model: name, CreatedAt: s.opts.Now().UTC(), Response: t}
-	}, func(res genResult, text string, m api.Metrics, dbg *api.DebugInfo) any {
+	}, func(res *memosrt.Response, text string, m api.Metrics, dbg *api.DebugInfo) any {
+		ctx := make([]int, len(res.Context))
+		for i, t := range res.Context {
+			ctx[i] = int(t)
+		}
 		return api.GenerateResponse{Model: name, CreatedAt: s.opts.Now().UTC(), Response: text, Done: true,
-			DoneReason: res.DoneReason, Context: res.Context, Metrics: m, DebugInfo: dbg}
+			DoneReason: res.DoneReason, Context: ctx, Metrics: m, DebugInfo: dbg}
 	})
 }
 
@@ -309,18 +286,15 @@ func (s *Server) handleOllamaEmbed(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	b, err := s.backend()
 	var in []string
-	if err == nil {
-		in, err = embedInputs("input", req.Input)
-	}
+	in, err := embedInputs("input", req.Input)
 	if err == nil && req.Dimensions < 0 {
 		err = badField("dimensions", "%d < 0", req.Dimensions)
 	}
 	var vecs [][]float32
 	n := 0
 	if err == nil && len(in) > 0 {
-		vecs, n, err = b.embed(r.Context(), in)
+		vecs, n, err = s.os.Embed(r.Context(), in)
 	}
 	if err == nil {
 		vecs, err = truncateDims(vecs, req.Dimensions)
@@ -334,7 +308,7 @@ func (s *Server) handleOllamaEmbed(w http.ResponseWriter, r *http.Request) {
 	}
 	name := req.Model
 	if name == "" {
-		name = b.model().Name
+		name = s.os.Model().Name
 	}
 	writeJSON(w, http.StatusOK, api.EmbedResponse{Model: name, Embeddings: vecs, TotalDuration: time.Since(start), PromptEvalCount: n})
 }
@@ -345,16 +319,11 @@ func (s *Server) handleOllamaEmbeddings(w http.ResponseWriter, r *http.Request) 
 		s.writeError(w, r, err)
 		return
 	}
-	b, err := s.backend()
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
 	if req.Prompt == "" {
 		writeJSON(w, http.StatusOK, api.EmbeddingResponse{Embedding: []float64{}})
 		return
 	}
-	vecs, _, err := b.embed(r.Context(), []string{req.Prompt})
+	vecs, _, err := s.os.Embed(r.Context(), []string{req.Prompt})
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -366,7 +335,7 @@ func (s *Server) handleOllamaEmbeddings(w http.ResponseWriter, r *http.Request) 
 	writeJSON(w, http.StatusOK, api.EmbeddingResponse{Embedding: out})
 }
 
-func ollamaDetails(mi modelInfo) api.ModelDetails {
+func ollamaDetails(mi memosrt.ModelInfo) api.ModelDetails {
 	d := api.ModelDetails{Format: "gguf", Family: mi.Family, ParameterSize: mi.ParamSize, QuantizationLevel: mi.Quant}
 	if mi.Family != "" {
 		d.Families = []string{mi.Family}
@@ -376,8 +345,7 @@ func ollamaDetails(mi modelInfo) api.ModelDetails {
 
 func (s *Server) handleOllamaTags(w http.ResponseWriter, r *http.Request) {
 	out := api.ListResponse{Models: []api.ListModelResponse{}}
-	if b, err := s.backend(); err == nil {
-		mi := b.model()
+	if mi := s.os.Model(); mi.Name != "" {
 		out.Models = append(out.Models, api.ListModelResponse{Name: mi.Name, Model: mi.Name, ModifiedAt: mi.Modified,
 			Size: mi.Size, Digest: mi.Digest, Details: ollamaDetails(mi)})
 	}
@@ -390,26 +358,23 @@ func (s *Server) handleOllamaShow(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	b, err := s.backend()
 	name := req.Model
 	if name == "" {
 		name = req.Name
 	}
-	if err == nil && name == "" {
+	var err error
+	if name == "" {
 		err = badField("model", "missing model name")
 	}
 	if err == nil {
-		err = s.checkModel(b, "model", name)
+		err = s.checkModel("model", name)
 	}
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	mi := b.model()
-	caps := []model.Capability{model.CapabilityCompletion}
-	if s.opts.Embedder != nil || b.stats().Kind == "ollama" || b.stats().Kind == "llama" {
-		caps = append(caps, model.CapabilityEmbedding)
-	}
+	mi := s.os.Model()
+	caps := []model.Capability{model.CapabilityCompletion, model.CapabilityEmbedding}
 	writeJSON(w, http.StatusOK, api.ShowResponse{Modelfile: "# served by memosrt\nFROM " + mi.Name + "\n",
 		Parameters: fmt.Sprintf("num_ctx %d", mi.NCtx), Template: mi.Template, Details: ollamaDetails(mi),
 		ModelInfo: mi.Info, Capabilities: caps, ModifiedAt: mi.Modified})
@@ -417,11 +382,10 @@ func (s *Server) handleOllamaShow(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) handleOllamaPS(w http.ResponseWriter, r *http.Request) {
 	out := api.ProcessResponse{Models: []api.ProcessModelResponse{}}
-	if b, err := s.backend(); err == nil {
-		mi := b.model()
+	if mi := s.os.Model(); mi.Name != "" {
 		out.Models = append(out.Models, api.ProcessModelResponse{Name: mi.Name, Model: mi.Name, Size: mi.Size,
 			Digest: mi.Digest, Details: ollamaDetails(mi), ExpiresAt: time.Date(2318, 1, 1, 0, 0, 0, 0, time.UTC),
-			ContextLength: b.stats().NCtx})
+			ContextLength: mi.NCtx})
 	}
 	writeJSON(w, http.StatusOK, out)
 }

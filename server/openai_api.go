@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/memosrt/memosrt"
 	"github.com/memosrt/memosrt/textmem"
 )
 
@@ -83,9 +84,10 @@ type oaiUsage struct {
 	} `json:"prompt_tokens_details"`
 }
 
-func usageOf(res genResult) *oaiUsage {
-	u := &oaiUsage{PromptTokens: res.PromptTokens, CompletionTokens: res.EvalTokens, TotalTokens: res.PromptTokens + res.EvalTokens}
-	u.PromptTokensDetails.CachedTokens = res.CachedTokens
+func usageOf(res *memosrt.Response) *oaiUsage {
+	r := res.Usage
+	u := &oaiUsage{PromptTokens: r.PromptTokens, CompletionTokens: r.EvalTokens, TotalTokens: r.PromptTokens + r.EvalTokens}
+	u.PromptTokensDetails.CachedTokens = r.CachedTokens
 	return u
 }
 
@@ -104,12 +106,12 @@ func finishReason(r string) string {
 
 // apply validates the shared fields and fills g (OpenAI defaults:
 // temperature 1, top_p 1, no top-k, no repeat penalty).
-func (s *Server) applyOpenAI(r *http.Request, b backend, o *oaiSampling, g *genRequest) error {
+func (s *Server) applyOpenAI(r *http.Request, o *oaiSampling, g *memosrt.Request) error {
+	if err := s.checkModel("model", o.Model); err != nil {
+		return err
+	}
 	if o.Model == "" {
 		return badField("model", "missing model name")
-	}
-	if err := s.checkModel(b, "model", o.Model); err != nil {
-		return err
 	}
 	if o.N != nil && *o.N != 1 {
 		return badField("n", "only n=1 is supported, got %d", *o.N)
@@ -198,11 +200,8 @@ func (s *Server) handleOpenAIChat(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	b, err := s.backend()
-	g := &genRequest{Start: start, Persist: true, Messages: []message{}}
-	if err == nil {
-		err = s.applyOpenAI(r, b, &req.oaiSampling, g)
-	}
+	g := &memosrt.Request{Start: start, Messages: []memosrt.Message{}}
+	err := s.applyOpenAI(r, &req.oaiSampling, g)
 	if err == nil && len(req.Tools) > 0 {
 		err = badField("tools", "tools are not supported")
 	}
@@ -233,13 +232,13 @@ func (s *Server) handleOpenAIChat(w http.ResponseWriter, r *http.Request) {
 		if err == nil {
 			text, err = messageText(fmt.Sprintf("messages[%d].content", i), m.Content)
 		}
-		g.Messages = append(g.Messages, message{Role: role, Content: text})
+		g.Messages = append(g.Messages, memosrt.Message{Role: role, Content: text})
 	}
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	id, created, name := newID("chatcmpl-"), s.opts.Now().Unix(), b.model().Name
+	id, created, name := newID("chatcmpl-"), s.opts.Now().Unix(), s.os.Model().Name
 	chunk := func(delta map[string]any, finish any) map[string]any {
 		return map[string]any{"id": id, "object": "chat.completion.chunk", "created": created, "model": name,
 			"system_fingerprint": "memosrt", "choices": []any{map[string]any{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": nil}}}
@@ -249,7 +248,7 @@ func (s *Server) handleOpenAIChat(w http.ResponseWriter, r *http.Request) {
 		st = newStreamer(w, true)
 	}
 	first := true
-	res, err := s.generate(r, b, g, st, func(t string) any {
+	res, err := s.generate(r, g, true, st, func(t string) any {
 		d := map[string]any{"content": t}
 		if first {
 			d["role"], first = "assistant", false
@@ -285,11 +284,8 @@ func (s *Server) handleOpenAICompletion(w http.ResponseWriter, r *http.Request) 
 		s.writeError(w, r, err)
 		return
 	}
-	b, err := s.backend()
-	g := &genRequest{Start: start, NumPredict: 16}
-	if err == nil {
-		err = s.applyOpenAI(r, b, &req.oaiSampling, g)
-	}
+	g := &memosrt.Request{Start: start, NumPredict: 16}
+	err := s.applyOpenAI(r, &req.oaiSampling, g)
 	var prompts []string
 	if err == nil {
 		prompts, err = stringList("prompt", req.Prompt)
@@ -310,7 +306,7 @@ func (s *Server) handleOpenAICompletion(w http.ResponseWriter, r *http.Request) 
 		return
 	}
 	g.Prompt, g.Raw = prompts[0], g.Cube == ""
-	id, created, name := newID("cmpl-"), s.opts.Now().Unix(), b.model().Name
+	id, created, name := newID("cmpl-"), s.opts.Now().Unix(), s.os.Model().Name
 	chunk := func(text string, finish any) map[string]any {
 		return map[string]any{"id": id, "object": "text_completion", "created": created, "model": name,
 			"choices": []any{map[string]any{"index": 0, "text": text, "finish_reason": finish, "logprobs": nil}}}
@@ -319,7 +315,7 @@ func (s *Server) handleOpenAICompletion(w http.ResponseWriter, r *http.Request) 
 	if req.Stream {
 		st = newStreamer(w, true)
 	}
-	res, err := s.generate(r, b, g, st, func(t string) any { return chunk(t, nil) })
+	res, err := s.generate(r, g, false, st, func(t string) any { return chunk(t, nil) })
 	if err != nil {
 		s.streamError(w, r, st, err)
 		return
@@ -353,10 +349,9 @@ func (s *Server) handleOpenAIEmbeddings(w http.ResponseWriter, r *http.Request) 
 		s.writeError(w, r, err)
 		return
 	}
-	b, err := s.backend()
 	var in []string
+	var err error
 	switch {
-	case err != nil:
 	case req.EncodingFormat != "" && req.EncodingFormat != "float" && req.EncodingFormat != "base64":
 		err = badField("encoding_format", "want float or base64, got %q", req.EncodingFormat)
 	case req.Dimensions < 0:
@@ -370,7 +365,7 @@ func (s *Server) handleOpenAIEmbeddings(w http.ResponseWriter, r *http.Request) 
 	var vecs [][]float32
 	n := 0
 	if err == nil {
-		vecs, n, err = b.embed(r.Context(), in)
+		vecs, n, err = s.os.Embed(r.Context(), in)
 	}
 	if err == nil {
 		vecs, err = truncateDims(vecs, req.Dimensions)
@@ -393,39 +388,39 @@ func (s *Server) handleOpenAIEmbeddings(w http.ResponseWriter, r *http.Request) 
 	}
 	name := req.Model
 	if name == "" {
-		name = b.model().Name
+		name = s.os.Model().Name
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data, "model": name,
 		"usage": map[string]int{"prompt_tokens": n, "total_tokens": n}})
 }
 
-func oaiModel(mi modelInfo) map[string]any {
+func oaiModel(mi memosrt.ModelInfo) map[string]any {
 	return map[string]any{"id": mi.Name, "object": "model", "created": mi.Modified.Unix(), "owned_by": "memosrt"}
 }
 
 func (s *Server) handleOpenAIModels(w http.ResponseWriter, r *http.Request) {
 	data := []any{}
-	if b, err := s.backend(); err == nil {
-		data = append(data, oaiModel(b.model()))
+	if mi := s.os.Model(); mi.Name != "" {
+		data = append(data, oaiModel(mi))
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data})
 }
 
 func (s *Server) handleOpenAIModel(w http.ResponseWriter, r *http.Request) {
-	b, err := s.backend()
-	if err == nil {
-		err = s.checkModel(b, "model", r.PathValue("model"))
+	err := s.checkModel("model", r.PathValue("model"))
+	if err == nil && r.PathValue("model") == "" {
+		err = badField("model", "missing model name")
 	}
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, oaiModel(b.model()))
+	writeJSON(w, http.StatusOK, oaiModel(s.os.Model()))
 }
 
 // setSchema puts response_format.json_schema.schema (a JSON schema: an
 // object or a boolean) on g, as setFormat does for Ollama's format.
-func setSchema(g *genRequest, js *oaiJSONSchema) error {
+func setSchema(g *memosrt.Request, js *oaiJSONSchema) error {
 	const field = "response_format.json_schema.schema"
 	var t []byte
 	if js != nil {

@@ -11,27 +11,27 @@ import (
 	"net/http"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
+	"github.com/memosrt/memosrt"
 	"github.com/memosrt/memosrt/kvcache"
 	"github.com/memosrt/memosrt/lora"
 	"github.com/memosrt/memosrt/runtime"
+	"github.com/memosrt/memosrt/runtime/llama"
+	"github.com/memosrt/memosrt/scheduler"
 	"github.com/memosrt/memosrt/textmem"
 )
 
 // CubeHeader is the request header naming the memory cube.
 const CubeHeader = "X-Memosrt-Cube"
 
-// Server serves the HTTP APIs. Safe for concurrent use.
+// Server serves the HTTP APIs over one memosrt.OS. Safe for concurrent use.
 type Server struct {
 	opts    Options
+	os      *memosrt.OS
 	log     *slog.Logger
 	handler http.Handler
 	m       *metrics
-	cubes   *cubeRegistry
-
-	be atomic.Pointer[backendRef]
 
 	// mu guards closed and the Add side of inflight.
 	mu       sync.RWMutex
@@ -39,19 +39,18 @@ type Server struct {
 	inflight sync.WaitGroup
 }
 
-type backendRef struct{ b backend }
-
-// New returns a Server with no backend attached: the memory API works, the
-// inference endpoints answer 503 until UseEngine or UseOllama.
-func New(opts Options) (*Server, error) {
+// New returns a Server over o, which the caller keeps owning (close it
+// after Shutdown). Without a model in o the memory API works and the
+// inference endpoints answer 503.
+func New(o *memosrt.OS, opts Options) (*Server, error) {
+	if o == nil {
+		return nil, fmt.Errorf("%w: no memosrt.OS", ErrBadOptions)
+	}
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
 	opts.ensureDefaults()
-	s := &Server{opts: opts, log: opts.Logger, cubes: &cubeRegistry{db: opts.DB.Badger(), store: opts.Store, now: opts.Now}}
-	if err := s.cubes.adopt(context.Background()); err != nil {
-		return nil, fmt.Errorf("server: cube registry: %w", err)
-	}
+	s := &Server{opts: opts, os: o, log: opts.Logger}
 	s.m = newMetrics(s)
 	mux := http.NewServeMux()
 	s.routes(mux)
@@ -65,29 +64,9 @@ func (s *Server) Handler() http.Handler { return s.handler }
 // ServeHTTP implements http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }
 
-func (s *Server) backend() (backend, error) {
-	ref := s.be.Load()
-	if ref == nil {
-		return nil, ErrLoading
-	}
-	return ref.b, nil
-}
-
-func (s *Server) attach(b backend) error {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	if s.closed {
-		return ErrClosed
-	}
-	if !s.be.CompareAndSwap(nil, &backendRef{b}) {
-		return fmt.Errorf("%w: a backend is already attached", ErrBadOptions)
-	}
-	return nil
-}
-
-// Shutdown refuses new requests (503), waits for in-flight ones and for
-// the backend's background pack writes, or until ctx ends. Idempotent. The
-// engine and stores stay open; the caller closes them afterwards.
+// Shutdown refuses new requests (503) and waits for in-flight ones, or
+// until ctx ends. Idempotent. The OS stays open; the caller closes it
+// afterwards (which waits for its background pack writes).
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	s.closed = true
@@ -96,13 +75,10 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	go func() { s.inflight.Wait(); close(done) }()
 	select {
 	case <-done:
+		return nil
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	if ref := s.be.Load(); ref != nil {
-		return ref.b.close(ctx)
-	}
-	return nil
 }
 
 func (s *Server) routes(mux *http.ServeMux) {
@@ -141,6 +117,12 @@ func (s *Server) routes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /v1/cubes/{cube}/pack", s.handlePackStatus)
 	mux.HandleFunc("GET /v1/cubes/{cube}/export", s.handleCubeExport)
 	mux.HandleFunc("GET /v1/cubes/{cube}/tiers", s.handleTiers)
+	mux.HandleFunc("GET /v1/packs", s.handlePackList)
+	mux.HandleFunc("POST /v1/generate", s.handleNativeGenerate)
+	mux.HandleFunc("POST /v1/tiers/tick", s.handleTick)
+	if s.opts.DebugClock != nil {
+		mux.HandleFunc("POST /v1/debug/clock", s.handleDebugClock)
+	}
 	// observability
 	mux.Handle("GET /metrics", s.m.handler())
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -230,7 +212,11 @@ func (s *Server) authorized(r *http.Request) bool {
 	if !ok {
 		return false
 	}
-	return subtle.ConstantTimeCompare([]byte(strings.TrimSpace(tok)), []byte(s.opts.Token)) == 1
+	tok = strings.TrimSpace(tok)
+	if subtle.ConstantTimeCompare([]byte(tok), []byte(s.opts.Token)) == 1 {
+		return true
+	}
+	return s.opts.LocalToken != "" && subtle.ConstantTimeCompare([]byte(tok), []byte(s.opts.LocalToken)) == 1
 }
 
 // fieldError is a 400 naming the bad request field.
@@ -248,35 +234,40 @@ func badField(field, format string, args ...any) error {
 // errStatus maps an error to its HTTP status and OpenAI error type.
 func errStatus(err error) (int, string) {
 	var fe *fieldError
+	var mfe *memosrt.FieldError
 	var mbe *http.MaxBytesError
 	switch {
-	case errors.As(err, &fe):
+	case errors.As(err, &fe), errors.As(err, &mfe):
 		return http.StatusBadRequest, "invalid_request_error"
 	case errors.As(err, &mbe), errors.Is(err, textmem.ErrTooLarge):
 		return http.StatusRequestEntityTooLarge, "invalid_request_error"
-	case errors.Is(err, ErrBusy):
+	case errors.Is(err, memosrt.ErrBusy):
 		return http.StatusTooManyRequests, "rate_limit_error"
-	case errors.Is(err, ErrLoading), errors.Is(err, ErrClosed), errors.Is(err, runtime.ErrNoKVSlot), errors.Is(err, runtime.ErrClosed):
+	case errors.Is(err, memosrt.ErrNoModel), errors.Is(err, ErrClosed), errors.Is(err, memosrt.ErrClosed),
+		errors.Is(err, runtime.ErrNoKVSlot), errors.Is(err, runtime.ErrClosed):
 		return http.StatusServiceUnavailable, "server_error"
 	case errors.Is(err, lora.ErrBadName), errors.Is(err, lora.ErrBadAdapter), errors.Is(err, lora.ErrChanged):
 		return http.StatusBadRequest, "invalid_request_error"
 	case errors.Is(err, lora.ErrBudget):
 		return http.StatusServiceUnavailable, "server_error"
-	case errors.Is(err, ErrUnknownCube), errors.Is(err, textmem.ErrNotFound), errors.Is(err, kvcache.ErrNotFound), errors.Is(err, errModelNotFound),
-		errors.Is(err, lora.ErrNotFound),
+	case errors.Is(err, memosrt.ErrUnknownCube), errors.Is(err, textmem.ErrNotFound), errors.Is(err, kvcache.ErrNotFound),
+		errors.Is(err, errModelNotFound), errors.Is(err, memosrt.ErrModelNotFound), errors.Is(err, lora.ErrNotFound),
 		errors.Is(err, errRouteNotFound):
 		return http.StatusNotFound, "not_found_error"
-	case errors.Is(err, ErrCubeExists):
+	case errors.Is(err, memosrt.ErrCubeExists):
 		return http.StatusConflict, "invalid_request_error"
-	case errors.Is(err, ErrNotSupported):
+	case errors.Is(err, memosrt.ErrNotSupported), errors.Is(err, scheduler.ErrReadOnly):
 		return http.StatusNotImplemented, "not_implemented"
-	case errors.Is(err, ErrUpstream):
+	case errors.Is(err, memosrt.ErrUpstream):
 		return http.StatusBadGateway, "server_error"
 	case errors.Is(err, errUnauthorized):
 		return http.StatusUnauthorized, "authentication_error"
+	case errors.Is(err, scheduler.ErrKVBudget):
+		return http.StatusInsufficientStorage, "server_error"
 	case errors.Is(err, textmem.ErrBadCube), errors.Is(err, textmem.ErrEmptyText), errors.Is(err, textmem.ErrInvalidUTF8),
-		errors.Is(err, textmem.ErrBadQuery), errors.Is(err, ErrBadArchive), errors.Is(err, runtime.ErrPromptTooLong),
-		errors.Is(err, runtime.ErrEmptyPrompt), errors.Is(err, kvcache.ErrCorrupt), errors.Is(err, kvcache.ErrVersion):
+		errors.Is(err, textmem.ErrBadQuery), errors.Is(err, memosrt.ErrBadArchive), errors.Is(err, runtime.ErrPromptTooLong),
+		errors.Is(err, runtime.ErrEmptyPrompt), errors.Is(err, kvcache.ErrCorrupt), errors.Is(err, kvcache.ErrVersion),
+		errors.Is(err, llama.ErrGrammar), errors.Is(err, llama.ErrBadParams):
 		return http.StatusBadRequest, "invalid_request_error"
 	case errors.Is(err, context.Canceled):
 		return 499, "canceled" // client gone; nobody reads it
@@ -289,10 +280,13 @@ func errStatus(err error) (int, string) {
 // errField names the request field an error is about, for OpenAI "param".
 func errField(err error) string {
 	var fe *fieldError
+	var mfe *memosrt.FieldError
 	var few *fieldErrorWrap
 	switch {
 	case errors.As(err, &fe):
 		return fe.Field
+	case errors.As(err, &mfe):
+		return mfe.Field
 	case errors.As(err, &few):
 		return few.field
 	case errors.Is(err, textmem.ErrBadCube):

@@ -8,8 +8,8 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"strings"
-	"sync"
 
+	"github.com/memosrt/memosrt"
 	"github.com/memosrt/memosrt/lora"
 	"github.com/memosrt/memosrt/runtime/llama"
 	"github.com/memosrt/memosrt/textmem"
@@ -69,21 +69,14 @@ func (st *streamer) sendRaw(b []byte) error {
 }
 
 // cube returns the request's cube: the X-Memosrt-Cube header, else opt.
-// A named cube must exist.
+// The OS refuses a cube that does not exist.
 func (s *Server) cube(r *http.Request, opt string) (string, error) {
 	c := r.Header.Get(CubeHeader)
 	if c == "" {
 		c = opt
 	}
-	if c == "" {
-		return "", nil
-	}
-	ok, err := s.cubes.exists(r.Context(), c)
-	if err != nil {
-		return "", err
-	}
-	if !ok {
-		return "", fmt.Errorf("%w: %q", ErrUnknownCube, c)
+	if c != "" && !textmem.ValidCube(c) {
+		return "", badField("cube", "%q: %v", c, textmem.ErrBadCube)
 	}
 	return c, nil
 }
@@ -114,8 +107,8 @@ func (s sampling) params(defTemp, defTopP float64, defTopK int, defRepeat float6
 		switch n := *s.RepeatLastN; {
 		case n == 0: // Ollama: 0 disables the repeat penalty
 			p.RepeatPenalty = 1
-		case n == -1: // Ollama: -1 is num_ctx, resolved where the context is known
-			p.RepeatLastN = repeatWholeContext
+		case n == -1: // Ollama: -1 is num_ctx (memosrt.Sampling takes it as is)
+			p.RepeatLastN = -1
 		default:
 			p.RepeatLastN = n
 		}
@@ -127,10 +120,6 @@ func (s sampling) params(defTemp, defTopP float64, defTopK int, defRepeat float6
 	}
 	return p
 }
-
-// repeatWholeContext marks Ollama's repeat_last_n -1 in SamplerParams until
-// the request's context size is known (llamaBackend.generate).
-const repeatWholeContext = -1
 
 // ignoredOptions are Ollama options accepted and not used (load-time
 // settings of the loaded model, or samplers we do not have).
@@ -249,12 +238,15 @@ func stringList(field string, v any) ([]string, error) {
 var errModelNotFound = errors.New("model not found")
 
 // checkModel accepts "" and the served model's name, with or without the
-// ":latest" tag.
-func (s *Server) checkModel(b backend, field, name string) error {
+// ":latest" tag. Without a model it is memosrt.ErrNoModel.
+func (s *Server) checkModel(field, name string) error {
+	want := s.os.Model().Name
+	if want == "" {
+		return memosrt.ErrNoModel
+	}
 	if name == "" {
 		return nil
 	}
-	want := b.model().Name
 	if strings.TrimSuffix(name, ":latest") == strings.TrimSuffix(want, ":latest") {
 		return nil
 	}
@@ -267,70 +259,6 @@ func checkRole(field, role string) error {
 		return nil
 	}
 	return badField(field, "unknown role %q (want system, user, assistant or tool)", role)
-}
-
-// maxPendingText bounds the text queued for a slow client, bytes; beyond it
-// the generation fails rather than buffer without limit.
-const maxPendingText = 4 << 20
-
-// errSlowClient ends a generation whose client does not keep up.
-var errSlowClient = errors.New("server: client reads too slowly")
-
-// textPipe hands generated text from the engine's goroutine to the HTTP
-// writer without blocking the engine. Safe for concurrent use.
-type textPipe struct {
-	signal chan struct{} // capacity 1: text is waiting
-	limit  int
-
-	// mu guards buf and err.
-	mu  sync.Mutex
-	buf strings.Builder
-	err error
-}
-
-func newTextPipe(limit int) *textPipe {
-	return &textPipe{signal: make(chan struct{}, 1), limit: limit}
-}
-
-// push queues t; it returns the writer's error once writing failed.
-func (p *textPipe) push(t string) error {
-	p.mu.Lock()
-	if p.err != nil {
-		p.mu.Unlock()
-		return p.err
-	}
-	if p.buf.Len()+len(t) > p.limit {
-		p.err = errSlowClient
-		p.mu.Unlock()
-		return errSlowClient
-	}
-	p.buf.WriteString(t)
-	p.mu.Unlock()
-	select {
-	case p.signal <- struct{}{}:
-	default:
-	}
-	return nil
-}
-
-// take returns everything queued, coalesced.
-func (p *textPipe) take() (string, bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.buf.Len() == 0 {
-		return "", false
-	}
-	t := p.buf.String()
-	p.buf.Reset()
-	return t, true
-}
-
-func (p *textPipe) fail(err error) {
-	p.mu.Lock()
-	if p.err == nil {
-		p.err = err
-	}
-	p.mu.Unlock()
 }
 
 // adapterSpecs reads LoRA adapters: "a:0.5,b", "none", or an array of

@@ -1,9 +1,10 @@
 package server
 
 import (
-	"fmt"
+	"encoding/json"
 	"net/http"
 	"strconv"
+	"time"
 )
 
 // handleTiers answers GET /v1/cubes/{cube}/tiers[?limit=N]: each memory's
@@ -11,9 +12,6 @@ import (
 // (scheduler.Tiers.State).
 func (s *Server) handleTiers(w http.ResponseWriter, r *http.Request) {
 	rec, err := s.pathCube(r)
-	if err == nil && s.opts.Tiers == nil {
-		err = fmt.Errorf("%w: tiers are not enabled on this server", ErrNotSupported)
-	}
 	limit := 50
 	if v := r.URL.Query().Get("limit"); err == nil && v != "" {
 		if limit, err = strconv.Atoi(v); err != nil || limit < 0 {
@@ -24,10 +22,36 @@ func (s *Server) handleTiers(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	st, err := s.opts.Tiers.State(r.Context(), rec.Name, limit)
+	st, err := s.os.Tiers(r.Context(), rec.Name, limit)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, st)
+}
+
+// handleTick answers POST /v1/tiers/tick: one scheduler tick now
+// (memosrt.OS.Tick), reporting what it planned and ran.
+func (s *Server) handleTick(w http.ResponseWriter, r *http.Request) {
+	rep, err := s.os.Tick(r.Context())
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]int{"planned": rep.Planned, "done": rep.Done, "failed": rep.Failed})
+}
+
+// handleDebugClock answers POST /v1/debug/clock {"advance_s": N} when the
+// server runs with a debug clock (Options.DebugClock, serve --debug-clock).
+func (s *Server) handleDebugClock(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		AdvanceS float64 `json:"advance_s"`
+	}
+	err := json.NewDecoder(r.Body).Decode(&req)
+	if err != nil || req.AdvanceS < 0 {
+		s.writeError(w, r, badField("advance_s", "want a number of seconds >= 0"))
+		return
+	}
+	s.opts.DebugClock.Advance(time.Duration(req.AdvanceS * float64(time.Second)))
+	w.WriteHeader(http.StatusNoContent)
 }

@@ -92,11 +92,12 @@ func runHarness(t *testing.T, seed uint64, cycles int, keyFile string) {
 	rng := rand.New(rand.NewPCG(seed, 0xc0ffee))
 	ws := make([]*worker, workers)
 	for i := range ws {
-		ws[i] = &worker{id: i, cube: fmt.Sprintf("crash%d", i), mem: map[string]string{}, packs: map[string]bool{},
+		ws[i] = &worker{id: i, cube: fmt.Sprintf("crash%d", i), mem: map[string]string{},
 			rng: rand.New(rand.NewPCG(seed, uint64(i)))}
 	}
 	var st stats
 	start := time.Now()
+	prev := "" // the stderr of the server killed last (what it did before the kill)
 	for cycle := 0; cycle < cycles && !t.Failed(); cycle++ {
 		p := startServer(t, db, model, keyFile)
 		if rng.IntN(7) == 0 {
@@ -120,7 +121,7 @@ func runHarness(t *testing.T, seed uint64, cycles int, keyFile string) {
 			w.reconcilePacks(t, cycle, c, &st)
 		}
 		if t.Failed() {
-			t.Fatalf("cycle %d: server stderr:\n%s", cycle, p.stderr.String())
+			t.Fatalf("cycle %d: server stderr:\n%s\nthe server before it:\n%s", cycle, p.stderr.String(), prev)
 		}
 		// load, then SIGKILL after a random number of acknowledgements
 		ctx, cancel := context.WithCancel(context.Background())
@@ -146,6 +147,7 @@ func runHarness(t *testing.T, seed uint64, cycles int, keyFile string) {
 		p.kill(t)
 		cancel()
 		wg.Wait()
+		prev = p.stderr.String()
 		c.hc.CloseIdleConnections()
 		for _, w := range ws {
 			for k, n := range w.acked {
@@ -205,10 +207,10 @@ func checkTheChecker(t *testing.T, c *client, ws []*worker) {
 		}
 	}
 	f := *w
-	f.mem, f.packs, f.pending = maps.Clone(w.mem), maps.Clone(w.packs), nil
+	f.mem, f.pending = maps.Clone(w.mem), nil
 	f.mem["ffffffffffffffffffffffff"] = "forged"
 	f.mem[w.anyID()] = "not what was written"
-	f.packs[strings.Repeat("f", 64)] = true
+	f.pack, f.packSure = strings.Repeat("f", 64), true
 	rec := &recorder{TB: t}
 	var st stats
 	f.reconcileMemories(rec, -1, c, &st)
@@ -247,13 +249,15 @@ func (l *lockedBuffer) String() string {
 
 func startServer(t *testing.T, db, model, keyFile string) *server {
 	t.Helper()
+	// ticks every 20 ms: tier jobs (promotions of chatted memories, pack
+	// refreshes after updates and deletes) run while the kill comes
 	args := []string{"serve", "--db", db, "--model", model, "--addr", "127.0.0.1:0", "--parallel", "2", "--ctx", "512",
-		"--threads", "1", "--ngl", "0"}
+		"--threads", "1", "--ngl", "0", "--tick-interval", "20ms"}
 	if keyFile != "" {
 		args = append(args, "--encrypt-key-file", keyFile)
 	}
 	cmd := exec.Command(binPath, args...)
-	cmd.Env = append(os.Environ(), "MEMOSRT_LOG=warn")
+	cmd.Env = append(os.Environ(), "MEMOSRT_LOG="+envOr("MEMOSRT_CRASH_LOG", "warn"))
 	pr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -269,11 +273,9 @@ func startServer(t *testing.T, db, model, keyFile string) *server {
 		for sc.Scan() {
 			line := sc.Text()
 			fmt.Fprintln(s.stderr, line)
-			// "memosrt: listening on http://ADDR (...)", later "memosrt: ready on http://ADDR"
-			if strings.HasPrefix(line, "memosrt: listening on ") {
-				s.listening <- httpAddr(line)
-			}
+			// "memosrt: ready on http://ADDR (...)" once it listens and serves
 			if strings.HasPrefix(line, "memosrt: ready on ") {
+				s.listening <- httpAddr(line)
 				close(s.ready)
 			}
 		}
@@ -392,9 +394,10 @@ const (
 	opDelete
 	opWarm
 	opDeleteCube
+	opChat // not a write: a chat turn whose retrieval heats memories (tier jobs follow)
 )
 
-var opNames = [...]string{"create", "add", "update", "delete", "warm", "delete-cube"}
+var opNames = [...]string{"create", "add", "update", "delete", "warm", "delete-cube", "chat"}
 
 // op is a write whose answer has not been read (yet).
 type op struct {
@@ -417,10 +420,14 @@ type worker struct {
 	rng     *rand.Rand
 	created bool
 	mem     map[string]string // acknowledged memories: id → text
-	packs   map[string]bool   // acknowledged packs
-	pending *op               // the write in flight at the kill, if any
-	seq     int
-	acked   [len(opNames)]int // by opKind, this cycle
+	// pack is the tier pack the last acknowledged warm reported; packSure
+	// while no later write could have changed it (an update or delete of a
+	// member recomputes the pack at a tick)
+	pack     string
+	packSure bool
+	pending  *op // the write in flight at the kill, if any
+	seq      int
+	acked    [len(opNames)]int // by opKind, this cycle
 }
 
 var words = strings.Fields(`apple river garden lantern violin harbor meadow pepper candle
@@ -469,14 +476,18 @@ func (w *worker) load(ctx context.Context, t *testing.T, c *client, acks chan<- 
 			o = op{kind: opAdd, text: w.text()}
 		case r < 60:
 			o = op{kind: opUpdate, id: w.anyID(), text: w.text()}
-		case r < 78:
+		case r < 72:
 			o = op{kind: opDelete, id: w.anyID()}
+		case r < 84:
+			o = op{kind: opChat, text: w.mem[w.anyID()]}
 		case r < 98:
 			o = op{kind: opWarm}
 		default:
 			o = op{kind: opDeleteCube}
 		}
-		w.pending = &o
+		if o.kind != opChat {
+			w.pending = &o
+		}
 		if err := w.apply(ctx, c, &o); err != nil {
 			if ctx.Err() == nil && !isTransport(err) {
 				t.Errorf("%s: %s: %v", w.cube, &o, err)
@@ -528,6 +539,9 @@ func (w *worker) apply(ctx context.Context, c *client, o *op) error {
 		if code != http.StatusCreated || m.ID == "" || m.Cube != w.cube || m.Text != o.text {
 			return &answerError{code, fmt.Sprintf("%+v", m)}
 		}
+		if _, merged := w.mem[m.ID]; merged {
+			w.packSure = false // a near-duplicate merge changed a member's text: a refresh follows
+		}
 		w.mem[m.ID] = m.Text // a near-duplicate merge returns an existing id
 	case opUpdate:
 		var m textmem.Memory
@@ -562,11 +576,31 @@ func (w *worker) apply(ctx context.Context, c *client, o *op) error {
 		if code != http.StatusOK || len(st.Packs) == 0 {
 			return &answerError{code, fmt.Sprintf("%+v", st)}
 		}
+		var tiers struct {
+			PackID string `json:"pack_id"`
+		}
 		for _, p := range st.Packs {
-			if p.Label != w.cube {
+			if p.Label != w.cube && p.Label != "conv:"+w.cube {
 				return &answerError{code, fmt.Sprintf("pack %s of %q listed in cube %s", p.ID, p.Label, w.cube)}
 			}
-			w.packs[p.ID] = true
+		}
+		// the warm committed the tier state: its pack is the one to keep
+		if code, err := c.do(ctx, "GET", base+"/tiers?limit=1", nil, &tiers); err != nil {
+			return err
+		} else if code != http.StatusOK || tiers.PackID == "" {
+			return &answerError{code, fmt.Sprintf("tiers after a warm: %+v", tiers)}
+		}
+		w.pack, w.packSure = tiers.PackID, true
+	case opChat:
+		// the memory's own words retrieve it: a visit and an interaction
+		req := map[string]any{"model": "stories260K", "stream": false, "options": map[string]any{"cube": w.cube, "num_predict": 2},
+			"messages": []map[string]string{{"role": "user", "content": o.text}}}
+		code, err := c.do(ctx, "POST", "/api/chat", req, &body)
+		if err != nil {
+			return err
+		}
+		if code != http.StatusOK {
+			return &answerError{code, body}
 		}
 	case opDeleteCube:
 		code, err := c.do(ctx, "DELETE", base, nil, &body)
@@ -578,7 +612,10 @@ func (w *worker) apply(ctx context.Context, c *client, o *op) error {
 		}
 		w.created = false
 		clear(w.mem)
-		clear(w.packs)
+		w.pack, w.packSure = "", false
+	}
+	if o.kind == opUpdate || o.kind == opDelete || o.kind == opChat {
+		w.packSure = false // a tick may recompute the pack (a changed member, a hot one)
 	}
 	return nil
 }
@@ -604,7 +641,7 @@ func (w *worker) reconcileMemories(t testing.TB, cycle int, c *client, st *stats
 		case p != nil && p.kind == opDeleteCube:
 			w.created = false
 			clear(w.mem)
-			clear(w.packs)
+			w.pack, w.packSure = "", false
 			st.pendingDone++
 		default:
 			t.Errorf("cycle %d: cube %s is gone (acknowledged: %d memories, pending %s)", cycle, w.cube, len(w.mem), p)
@@ -667,8 +704,11 @@ func (w *worker) reconcileMemories(t testing.TB, cycle int, c *client, st *stats
 	w.mem = got
 }
 
-// reconcilePacks checks that every acknowledged pack of the cube is listed
-// and that an unacknowledged one appears only after a pending warm.
+// reconcilePacks checks the cube's activation tier after a restart: the
+// tier state's pack is stored (never a dangling reference), no other tier
+// pack of the cube is left (a job or warm cut short leaves its pack
+// uncommitted; the next start removes it), and the pack of the last
+// acknowledged warm is still the tier's unless a later write changed it.
 func (w *worker) reconcilePacks(t testing.TB, cycle int, c *client, st *stats) {
 	t.Helper()
 	p := w.pending
@@ -682,33 +722,54 @@ func (w *worker) reconcilePacks(t testing.TB, cycle int, c *client, st *stats) {
 			Label string `json:"label"`
 		} `json:"packs"`
 	}
-	code, err := c.do(context.Background(), "GET", "/v1/cubes/"+w.cube+"/pack", nil, &status)
+	ctx := context.Background()
+	code, err := c.do(ctx, "GET", "/v1/cubes/"+w.cube+"/pack", nil, &status)
 	if err != nil || code != http.StatusOK {
 		t.Fatalf("cycle %d: pack status %s: %d %v", cycle, w.cube, code, err)
 	}
-	got := map[string]bool{}
+	var tiers struct {
+		PackID string            `json:"pack_id"`
+		Jobs   []json.RawMessage `json:"jobs"`
+	}
+	if code, err := c.do(ctx, "GET", "/v1/cubes/"+w.cube+"/tiers?limit=1", nil, &tiers); err != nil || code != http.StatusOK {
+		t.Fatalf("cycle %d: tiers %s: %d %v", cycle, w.cube, code, err)
+	}
+	listed, uncommitted := false, 0
 	for _, pk := range status.Packs {
-		got[pk.ID] = true
-	}
-	for id := range w.packs {
-		if !got[id] && (p == nil || p.kind != opDeleteCube) {
-			t.Errorf("cycle %d: LOST: cube %s pack %.12s (pending %s)", cycle, w.cube, id, p)
-			st.lost++
+		switch {
+		case pk.ID == tiers.PackID:
+			listed = true
+		case pk.Label == w.cube:
+			uncommitted++
 		}
 	}
-	for id := range got {
-		if !w.packs[id] && (p == nil || p.kind != opWarm) {
-			t.Errorf("cycle %d: cube %s lists pack %.12s that was never acknowledged (pending %s)", cycle, w.cube, id, p)
-		}
+	// a pending job may have stored its pack before the kill: it commits
+	// it when it runs again; any other uncommitted pack was left behind
+	if uncommitted > len(tiers.Jobs) {
+		t.Errorf("cycle %d: cube %s keeps %d packs that no tier state refers to, %d jobs pending (tier pack %.12s, pending %s)",
+			cycle, w.cube, uncommitted, len(tiers.Jobs), tiers.PackID, p)
+	}
+	if tiers.PackID != "" && !listed {
+		t.Errorf("cycle %d: LOST: cube %s's tier state refers to pack %.12s, which is not stored (pending %s)", cycle, w.cube, tiers.PackID, p)
+		st.lost++
+	}
+	if w.packSure && tiers.PackID != w.pack && (p == nil || p.kind != opWarm && p.kind != opUpdate && p.kind != opDelete && p.kind != opDeleteCube) {
+		var trs map[string]any
+		c.do(ctx, "GET", "/v1/cubes/"+w.cube+"/tiers?limit=8", nil, &trs)
+		t.Errorf("cycle %d: LOST: cube %s's warmed pack %.12s is gone (tier pack %.12s, pending %s); tiers %v", cycle, w.cube, w.pack, tiers.PackID, p, trs)
+		st.lost++
 	}
 	if p != nil && p.kind == opWarm {
-		if len(got) > len(w.packs) {
+		if tiers.PackID != "" && tiers.PackID != w.pack {
 			st.pendingDone++
 		} else {
 			st.pendingUndone++
 		}
 	}
-	w.packs = got
+	// a pending write that may have been applied (an update, a delete, an
+	// add merged into a member) changes the pack at a later tick
+	sure := w.packSure && tiers.PackID == w.pack && (p == nil || p.kind == opWarm || p.kind == opCreate)
+	w.pack, w.packSure = tiers.PackID, sure
 }
 
 // rawCheck opens the directory in this process (recovering it) and checks
@@ -753,7 +814,7 @@ func rawCheck(t *testing.T, cycle int, dir, keyFile string, ws []*worker, st *st
 		if err != nil {
 			t.Errorf("cycle %d: pack %.12s (cube %s) is listed but its blob is not whole: %v", cycle, info.ID, info.Label, err)
 		}
-		if !slices.ContainsFunc(ws, func(w *worker) bool { return w.cube == info.Label }) {
+		if !slices.ContainsFunc(ws, func(w *worker) bool { return w.cube == info.Label || "conv:"+w.cube == info.Label }) {
 			t.Errorf("cycle %d: pack %.12s has label %q", cycle, info.ID, info.Label)
 		}
 	}
@@ -807,4 +868,11 @@ func rawCheck(t *testing.T, cycle int, dir, keyFile string, ws []*worker, st *st
 			}
 		}
 	}
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
 }

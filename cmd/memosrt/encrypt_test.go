@@ -70,7 +70,7 @@ func TestEncryptKeyFile(t *testing.T) {
 	}
 	for _, tc := range bad {
 		t.Run(tc.name, func(t *testing.T) {
-			out, err := memosrt(t, tc.args...)
+			out, err := runCLI(t, tc.args...)
 			if err == nil {
 				t.Fatalf("no error:\n%s", out)
 			}

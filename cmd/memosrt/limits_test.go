@@ -25,11 +25,11 @@ func TestCLIHostileInput(t *testing.T) {
 		{"text-over-64KiB", []string{"mem", "add", "--db", db, "--cube", "c", strings.Repeat("a ", 33<<10)}, "textmem: text too large"},
 		{"invalid-utf8", []string{"mem", "add", "--db", db, "--cube", "c", "bad \xff byte"}, "textmem: invalid utf-8"},
 		{"bad-cube", []string{"mem", "add", "--db", db, "--cube", "../etc", "x"}, "textmem: bad cube name"},
-		{"prompt-over-n_ctx", []string{"run", "--db", db, "--model", model, "--cube", "c", "--ctx", "128", "--num-predict", "4", long}, "runtime: prompt longer than the context (n_ctx)"},
+		{"prompt-over-n_ctx", []string{"run", "--db", db, "--model", model, "--cube", "c", "--ctx", "128", "--num-predict", "4", long}, "tokens, context is"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			out, err := memosrt(t, tc.args...)
+			out, err := runCLI(t, tc.args...)
 			if err == nil {
 				t.Fatalf("no error:\n%.300s", out)
 			}

@@ -11,7 +11,6 @@ import (
 	"text/tabwriter"
 
 	"github.com/memosrt/memosrt/lora"
-	"github.com/memosrt/memosrt/runtime"
 )
 
 const loraUsage = "lora add|ls|rm|gen --db DIR [--cube NAME] ...\n" +
@@ -50,15 +49,15 @@ func cmdLora(ctx context.Context, args []string) error {
 		fmt.Printf("wrote %s (rank %d, attn_q and attn_v of every block)\n", *out, *rank)
 		return nil
 	}
-	s, err := sf.open()
+	if r, ok := runningServer(*sf.db); ok && *sf.db != "" {
+		return fmt.Errorf("memosrt serve is running on %s (%s): stop it to change or list adapters (the server loads LoRA support at start)", *sf.db, r.info.URL)
+	}
+	o, err := sf.openOS(ctx, nil)
 	if err != nil {
 		return err
 	}
-	defer s.Close()
-	reg, err := lora.NewRegistry(s.db, lora.RegistryOptions{Logger: logger()})
-	if err != nil {
-		return err
-	}
+	defer o.Close(context.WithoutCancel(ctx))
+	reg := o.AdapterRegistry()
 	switch sub {
 	case "add":
 		if len(pos) != 2 {
@@ -161,31 +160,4 @@ func (f *loraFlag) adapterSpecs() []lora.Spec {
 		return nil
 	}
 	return f.specs
-}
-
-// leaseAdapters resolves and loads the request's adapters. The returned
-// release frees the lease and the manager (call it after generation).
-func leaseAdapters(ctx context.Context, s *stores, eng *runtime.Engine, cube string, specs []lora.Spec) ([]runtime.AdapterRef, func(), error) {
-	reg, err := lora.NewRegistry(s.db, lora.RegistryOptions{Logger: logger()})
-	if err != nil {
-		return nil, nil, err
-	}
-	man, err := lora.NewManager(eng.Model(), eng.Options().ModelPath, reg, lora.Options{Logger: logger()})
-	if err != nil {
-		return nil, nil, err
-	}
-	l, err := man.Acquire(ctx, cube, specs)
-	if err != nil {
-		man.Close()
-		return nil, nil, err
-	}
-	return l.Refs, func() { l.Release(); man.Close() }, nil
-}
-
-// hasAdapters reports whether any adapter is registered that cube can see
-// ("*": any at all). Without one the engine is loaded with LoRA off, which
-// keeps llama.cpp's graph reuse: 15-30% faster decode on small models.
-func hasAdapters(ctx context.Context, reg *lora.Registry, cube string) (bool, error) {
-	recs, err := reg.List(ctx, cube)
-	return len(recs) > 0, err
 }

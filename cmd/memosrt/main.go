@@ -31,6 +31,7 @@ var envTable = [][2]string{
 	{"MEMOSRT_MODEL", "default for --model (GGUF file)"},
 	{"MEMOSRT_LIB_PATH", "directory of ggml backend modules (libggml-cuda.so); default <binary dir>/../lib/memosrt"},
 	{"MEMOSRT_LOG", "log level on stderr: debug, info, warn (default), error"},
+	{"MEMOSRT_FAILPOINT", "tests only: tiers-after-put makes serve exit after a tier job stored its pack, before it commits"},
 }
 
 const version = "0.1.0"

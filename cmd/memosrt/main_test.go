@@ -18,7 +18,7 @@ var binPath string
 // TestMain builds the memosrt binary once for the tests.
 func TestMain(m *testing.M) { testutil.RunWithMemosrt(m, &binPath) }
 
-func memosrt(t *testing.T, args ...string) (string, error) {
+func runCLI(t *testing.T, args ...string) (string, error) {
 	t.Helper()
 	cmd := exec.Command(binPath, args...)
 	var stdout, stderr bytes.Buffer
@@ -32,7 +32,7 @@ func memosrt(t *testing.T, args ...string) (string, error) {
 
 func must(t *testing.T, args ...string) string {
 	t.Helper()
-	out, err := memosrt(t, args...)
+	out, err := runCLI(t, args...)
 	if err != nil {
 		t.Fatalf("memosrt %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
@@ -95,7 +95,7 @@ func TestCLIErrors(t *testing.T) {
 		{"nosuch"},
 	}
 	for _, args := range cases {
-		out, err := memosrt(t, args...)
+		out, err := runCLI(t, args...)
 		if err == nil {
 			t.Errorf("%v: no error", args)
 			continue
@@ -121,7 +121,7 @@ func TestRunLoRA(t *testing.T) {
 	base := run()
 	file := filepath.Join(t.TempDir(), "a.gguf")
 	must(t, "lora", "gen", "--model", model, "--out", file, "--std", "0.5", "--seed", "7")
-	if out, err := memosrt(t, "run", "--db", db, "--model", model, "--lora", "story", "--json", "x"); err == nil || !strings.Contains(out, "story") {
+	if out, err := runCLI(t, "run", "--db", db, "--model", model, "--lora", "story", "--json", "x"); err == nil || !strings.Contains(out, "story") {
 		t.Fatalf("unregistered adapter: err %v, output %q", err, out)
 	}
 	must(t, "lora", "add", "--db", db, "--model", model, "story", file)
@@ -160,7 +160,7 @@ func TestRunFormat(t *testing.T) {
 			t.Fatalf("--format %.10s: %q (%s): %v", f, r.Response, r.DoneReason, err)
 		}
 	}
-	if out, err := memosrt(t, "run", "--db", db, "--model", model, "--format", `{"type":"string","pattern":"x"}`, "x"); err == nil || !strings.Contains(out, "pattern") {
+	if out, err := runCLI(t, "run", "--db", db, "--model", model, "--format", `{"type":"string","pattern":"x"}`, "x"); err == nil || !strings.Contains(out, "pattern") {
 		t.Fatalf("unsupported schema: %v %q", err, out)
 	}
 }

@@ -10,16 +10,27 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/memosrt/memosrt"
 	"github.com/memosrt/memosrt/badger"
 	"github.com/memosrt/memosrt/kvcache"
+	"github.com/memosrt/memosrt/scheduler"
 	"github.com/memosrt/memosrt/textmem"
 )
 
-// stores is what a command opens in a data directory.
-type stores struct {
-	db  *badger.DB
-	mem *textmem.Store
-	kv  *kvcache.Cache
+// dirBackend is what the CLI's commands do on a data directory: a
+// memosrt.OS opened here, or the `memosrt serve` already running on it
+// (remote), reached over HTTP because Badger lets one process open it.
+type dirBackend interface {
+	AddMemory(ctx context.Context, cube string, m textmem.Memory) (textmem.Memory, error)
+	Memories(ctx context.Context, cube string) ([]textmem.Memory, error)
+	Search(ctx context.Context, cube string, q textmem.Query) ([]textmem.Hit, error)
+	DeleteMemory(ctx context.Context, cube, id string) error
+	AllPacks(ctx context.Context) ([]kvcache.Info, error)
+	Tiers(ctx context.Context, cube string, limit int) (scheduler.CubeTiers, error)
+	Tick(ctx context.Context) (scheduler.TickReport, error)
+	Warm(ctx context.Context, cube string, wo memosrt.WarmOptions) (memosrt.PackStatus, error)
+	Generate(ctx context.Context, req memosrt.Request) (*memosrt.Response, error)
+	Close(ctx context.Context) error
 }
 
 // storeFlags are the data-directory flags of every command that opens one.
@@ -34,42 +45,54 @@ func addStoreFlags(fs *flag.FlagSet) storeFlags {
 	}
 }
 
-// open opens the data directory the flags name.
-func (f storeFlags) open() (*stores, error) { return openStores(*f.db, *f.keyFile) }
-
-// openStores opens the data directory dir, encrypted with the key in
-// keyFile when it is not "" (see readKeyFile).
-func openStores(dir, keyFile string) (*stores, error) {
-	if dir == "" {
-		return nil, errors.New("--db is required (or set MEMOSRT_DB)")
+// options returns the OS options of the flags (no model).
+func (f storeFlags) options() (memosrt.Options, error) {
+	if *f.db == "" {
+		return memosrt.Options{}, errors.New("--db is required (or set MEMOSRT_DB)")
 	}
-	key, err := readKeyFile(keyFile)
+	key, err := readKeyFile(*f.keyFile)
 	if err != nil {
-		return nil, err
+		return memosrt.Options{}, err
 	}
-	db, err := badger.Open(badger.Options{Dir: dir, EncryptionKey: key, Logger: logger()})
-	if errors.Is(err, badger.ErrEncryptionKey) {
-		return nil, fmt.Errorf("%w (--encrypt-key-file)", err)
-	}
-	if err != nil {
-		return nil, err
-	}
-	mem, err := textmem.Open(db, textmem.Options{Logger: logger()})
-	if err != nil {
-		db.Close()
-		return nil, err
-	}
-	kv, err := kvcache.Open(db, kvcache.Options{Logger: logger()})
-	if err != nil {
-		mem.Close()
-		db.Close()
-		return nil, err
-	}
-	return &stores{db: db, mem: mem, kv: kv}, nil
+	return memosrt.Options{Dir: *f.db, EncryptionKey: key, Logger: logger(), NoScheduler: true}, nil
 }
 
-func (s *stores) Close() error {
-	return errors.Join(s.kv.Close(), s.mem.Close(), s.db.Close())
+// open returns the server running on the directory, else the OS opened
+// here; ef, when not nil, names the model to load (unused with a server:
+// the server's model serves).
+func (f storeFlags) open(ctx context.Context, ef *engineFlags) (dirBackend, error) {
+	if *f.db == "" {
+		return nil, errors.New("--db is required (or set MEMOSRT_DB)")
+	}
+	if r, ok := runningServer(*f.db); ok {
+		return r, nil
+	}
+	o, err := f.openOS(ctx, ef)
+	if err != nil {
+		return nil, err
+	}
+	return o, nil
+}
+
+// openOS opens the data directory here (never through a server).
+func (f storeFlags) openOS(ctx context.Context, ef *engineFlags) (*memosrt.OS, error) {
+	opts, err := f.options()
+	if err != nil {
+		return nil, err
+	}
+	if ef != nil {
+		if err := ef.apply(&opts); err != nil {
+			return nil, err
+		}
+	}
+	o, err := memosrt.Open(ctx, opts)
+	if errors.Is(err, errEncryptionKey) {
+		return nil, fmt.Errorf("%w (--encrypt-key-file)", err)
+	}
+	if err != nil && isLocked(err) {
+		return nil, fmt.Errorf("%w: the data directory %s is in use by another process (a `memosrt serve` that did not record %s?)", err, *f.db, serveFile)
+	}
+	return o, err
 }
 
 func cmdMem(ctx context.Context, args []string) error {
@@ -91,11 +114,16 @@ func cmdMem(ctx context.Context, args []string) error {
 	if *cube == "" {
 		return errors.New("--cube is required")
 	}
-	s, err := sf.open()
+	switch sub {
+	case "add", "ls", "search", "rm":
+	default:
+		return fmt.Errorf("unknown mem command %q (add, ls, search, rm)", sub)
+	}
+	s, err := sf.open(ctx, nil)
 	if err != nil {
 		return err
 	}
-	defer s.Close()
+	defer s.Close(context.WithoutCancel(ctx))
 	out := func(v any) error {
 		enc := json.NewEncoder(os.Stdout)
 		enc.SetIndent("", "  ")
@@ -110,7 +138,7 @@ func cmdMem(ctx context.Context, args []string) error {
 		if *tags != "" {
 			m.Tags = strings.Split(*tags, ",")
 		}
-		got, err := s.mem.Add(ctx, *cube, m)
+		got, err := s.AddMemory(ctx, *cube, m)
 		if err != nil {
 			return err
 		}
@@ -119,11 +147,14 @@ func cmdMem(ctx context.Context, args []string) error {
 		}
 		fmt.Println(got.ID)
 	case "ls":
-		ms, err := s.mem.List(ctx, *cube)
+		ms, err := s.Memories(ctx, *cube)
 		if err != nil {
 			return err
 		}
 		if *asJSON {
+			if ms == nil {
+				ms = []textmem.Memory{}
+			}
 			return out(ms)
 		}
 		tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
@@ -136,11 +167,14 @@ func cmdMem(ctx context.Context, args []string) error {
 		if len(pos) != 1 {
 			return errors.New("mem search takes one QUERY argument")
 		}
-		hits, err := s.mem.Search(ctx, *cube, pos[0], *k)
+		hits, err := s.Search(ctx, *cube, textmem.DefaultQuery(pos[0], *k))
 		if err != nil {
 			return err
 		}
 		if *asJSON {
+			if hits == nil {
+				hits = []textmem.Hit{}
+			}
 			return out(hits)
 		}
 		tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
@@ -153,9 +187,7 @@ func cmdMem(ctx context.Context, args []string) error {
 		if len(pos) != 1 {
 			return errors.New("mem rm takes one ID argument")
 		}
-		return s.mem.Delete(ctx, *cube, pos[0])
-	default:
-		return fmt.Errorf("unknown mem command %q (add, ls, search, rm)", sub)
+		return s.DeleteMemory(ctx, *cube, pos[0])
 	}
 	return nil
 }
@@ -166,4 +198,11 @@ func oneLine(s string, n int) string {
 		return string(r[:n-1]) + "…"
 	}
 	return s
+}
+
+var errEncryptionKey = badger.ErrEncryptionKey
+
+// isLocked reports Badger's directory lock held by another process.
+func isLocked(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "Another process is using this Badger database")
 }

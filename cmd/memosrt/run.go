@@ -7,14 +7,15 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 
-	"github.com/memosrt/memosrt/lora"
+	"github.com/memosrt/memosrt"
+	"github.com/memosrt/memosrt/kvcache"
 	"github.com/memosrt/memosrt/runtime"
 	"github.com/memosrt/memosrt/runtime/grammar"
 	"github.com/memosrt/memosrt/runtime/llama"
-	"github.com/memosrt/memosrt/scheduler"
 )
 
 // engineFlags are the load-time flags shared by commands that load a model.
@@ -52,18 +53,40 @@ func gpuPresent() bool {
 	return false
 }
 
-func (f engineFlags) load(ctx context.Context, nseq int) (*runtime.Engine, error) {
+// engineOptions returns the runtime options of the flags (ModelPath set).
+func (f engineFlags) engineOptions() (runtime.Options, error) {
 	if *f.model == "" {
-		return nil, errors.New("--model is required (or set MEMOSRT_MODEL)")
+		return runtime.Options{}, errors.New("--model is required (or set MEMOSRT_MODEL)")
 	}
 	llama.Init(libDir())
 	ngl := *f.ngl
 	if ngl < 0 && !gpuPresent() {
 		ngl = 0
 	}
-	return runtime.Load(ctx, runtime.Options{ModelPath: *f.model, LibDir: libDir(), NGPULayers: ngl,
-		NCtx: *f.ctx, NSeqMax: nseq, Threads: *f.threads, TypeK: *f.typeK, TypeV: *f.typeV,
-		FlashAttn: *f.fa, Mmap: *f.mmap, LoRA: f.lora, Logger: logger(), Progress: progress("loading model")})
+	return runtime.Options{ModelPath: *f.model, LibDir: libDir(), NGPULayers: ngl,
+		NCtx: *f.ctx, Threads: *f.threads, TypeK: *f.typeK, TypeV: *f.typeV,
+		FlashAttn: *f.fa, Mmap: *f.mmap, LoRA: f.lora, Logger: logger(), Progress: progress("loading model")}, nil
+}
+
+// load loads an engine alone (benchmarks).
+func (f engineFlags) load(ctx context.Context, nseq int) (*runtime.Engine, error) {
+	o, err := f.engineOptions()
+	if err != nil {
+		return nil, err
+	}
+	o.NSeqMax = nseq
+	return runtime.Load(ctx, o)
+}
+
+// apply puts the model and engine flags into OS options.
+func (f engineFlags) apply(o *memosrt.Options) error {
+	e, err := f.engineOptions()
+	if err != nil {
+		return err
+	}
+	o.Model, o.Engine = e.ModelPath, e
+	o.LoRA = f.lora
+	return nil
 }
 
 func cmdKV(ctx context.Context, args []string) error {
@@ -74,21 +97,30 @@ func cmdKV(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("kv "+sub, flag.ContinueOnError)
 	sf := addStoreFlags(fs)
 	cube := fs.String("cube", "", "memory cube")
+	resident := fs.Bool("resident", false, "warm: also keep the pack resident in the KV cache (a running server)")
 	asJSON := fs.Bool("json", false, "print JSON")
 	ef := addEngineFlags(fs)
 	if _, err := parse(fs, args[1:]); err != nil {
 		return err
 	}
-	s, err := sf.open()
-	if err != nil {
-		return err
-	}
-	defer s.Close()
-	kv := s.kv
 	switch sub {
 	case "ls":
-		infos := kv.List(*cube)
+		s, err := sf.open(ctx, nil)
+		if err != nil {
+			return err
+		}
+		defer s.Close(context.WithoutCancel(ctx))
+		infos, err := s.AllPacks(ctx)
+		if err != nil {
+			return err
+		}
+		if *cube != "" {
+			infos = slices.DeleteFunc(infos, func(i kvcache.Info) bool { return i.Label != *cube && i.Label != "conv:"+*cube })
+		}
 		if *asJSON {
+			if infos == nil {
+				infos = []kvcache.Info{}
+			}
 			return json.NewEncoder(os.Stdout).Encode(infos)
 		}
 		tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
@@ -101,27 +133,38 @@ func cmdKV(ctx context.Context, args []string) error {
 		if *cube == "" {
 			return errors.New("--cube is required")
 		}
-		eng, err := ef.load(ctx, 1)
-		if err != nil {
-			return err
+		var s dirBackend
+		if r, ok := runningServer(*sf.db); ok {
+			s = r
+		} else {
+			o, err := sf.openOS(ctx, &ef)
+			if err != nil {
+				return err
+			}
+			s = o
 		}
-		defer eng.Close()
-		r := scheduler.New(eng, s.mem, kv, scheduler.Options{Logger: logger()})
+		defer s.Close(context.WithoutCancel(ctx))
 		if isTerminal(os.Stderr) {
 			fmt.Fprintf(os.Stderr, "warming the pack of cube %s (prefill, then compress and store)...", *cube)
 		}
-		info, p, err := r.Warm(ctx, *cube, 0)
+		st, err := s.Warm(ctx, *cube, memosrt.WarmOptions{Resident: *resident})
 		if isTerminal(os.Stderr) {
 			fmt.Fprint(os.Stderr, "\r\033[K")
 		}
 		if err != nil {
 			return err
 		}
+		var info kvcache.Info
+		for _, p := range st.Packs {
+			if p.Label == *cube && p.Created.After(info.Created) {
+				info = p
+			}
+		}
 		if *asJSON {
-			return json.NewEncoder(os.Stdout).Encode(map[string]any{"pack": info, "memories": len(p.Pack), "ratio": info.Ratio()})
+			return json.NewEncoder(os.Stdout).Encode(map[string]any{"pack": info, "memories": st.Memories, "ratio": info.Ratio()})
 		}
 		fmt.Printf("warmed cube %s: %d memories, %d tokens, %s state → %s stored (%.2fx), pack %.12s\n",
-			*cube, len(p.Pack), info.NTokens, bytesStr(info.RawBytes), bytesStr(info.BlobBytes), info.Ratio(), info.ID)
+			*cube, st.Memories, info.NTokens, bytesStr(info.RawBytes), bytesStr(info.BlobBytes), info.Ratio(), info.ID)
 		return nil
 	default:
 		return fmt.Errorf("unknown kv command %q (warm, ls)", sub)
@@ -155,12 +198,13 @@ type runJSON struct {
 	Retrieved    int     `json:"retrieved_memories"`
 	RestoreMs    float64 `json:"restore_ms"`
 	Refused      string  `json:"refused,omitempty"`
+	CacheSource  string  `json:"cache_source,omitempty"`
 }
 
 func cmdRun(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	sf := addStoreFlags(fs)
-	cube := fs.String("cube", "default", "memory cube")
+	cube := fs.String("cube", "", "memory cube whose memories the prompt carries (default: none, plain inference)")
 	temp := fs.Float64("temperature", 0, "sampling temperature (0: greedy)")
 	seed := fs.Uint("seed", 0, "sampling seed")
 	topK := fs.Int("top-k", 40, "top-k (with temperature > 0)")
@@ -185,39 +229,24 @@ func cmdRun(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	s, err := sf.open()
-	if err != nil {
-		return err
-	}
-	defer s.Close()
-	kv := s.kv
-	if !loras.none() {
-		reg, err := lora.NewRegistry(s.db, lora.RegistryOptions{Logger: logger()})
+	var s dirBackend
+	if r, ok := runningServer(*sf.db); ok && *sf.db != "" {
+		s = r // the server's loaded model serves the request
+	} else {
+		o, err := sf.openOS(ctx, &ef)
 		if err != nil {
 			return err
 		}
-		if ef.lora, err = hasAdapters(ctx, reg, *cube); err != nil {
-			return err
-		}
+		s = o
 	}
-	eng, err := ef.load(ctx, 1)
-	if err != nil {
-		return err
-	}
-	defer eng.Close()
-	adapters, release, err := leaseAdapters(ctx, s, eng, *cube, loras.adapterSpecs())
-	if err != nil {
-		return err
-	}
-	defer release()
-	r := scheduler.New(eng, s.mem, kv, scheduler.Options{Logger: logger()})
-	req := scheduler.RunRequest{Cube: *cube, Prompt: pos[0], NoCache: *noCache, WarmOnMiss: !*noCache, MaxTokens: *n, Adapters: adapters,
-		Sampling: llama.SamplerParams{Temperature: float32(*temp), Seed: uint32(*seed), TopK: *topK,
+	defer s.Close(context.WithoutCancel(ctx))
+	req := memosrt.Request{Cube: *cube, Prompt: pos[0], NoCache: *noCache, NumPredict: *n, Adapters: loras.adapterSpecs(),
+		Sampling: memosrt.Sampling{Temperature: float32(*temp), Seed: uint32(*seed), TopK: *topK,
 			TopP: float32(*topP), MinP: float32(*minP), RepeatPenalty: float32(*rep), Grammar: gram}}
 	if !*asJSON {
 		req.OnText = func(s string) error { _, err := os.Stdout.WriteString(s); return err }
 	}
-	res, err := r.Run(ctx, req)
+	res, err := s.Generate(ctx, req)
 	if err != nil {
 		return err
 	}
@@ -226,15 +255,13 @@ func cmdRun(ctx context.Context, args []string) error {
 		return nil
 	}
 	ms := func(d interface{ Seconds() float64 }) float64 { return float64(int64(d.Seconds()*1e6)) / 1e3 }
-	out := runJSON{Response: res.Text, PromptTokens: res.PromptTokens, CachedTokens: res.CachedTokens,
-		TTFTms: ms(res.TTFT), EvalTokens: res.EvalTokens, EvalMs: ms(res.EvalTime), DoneReason: res.DoneReason,
-		PackID: res.Restored.PackID, PackMemories: len(res.Prompt.Pack), Retrieved: len(res.Prompt.Retrieved),
-		RestoreMs: ms(res.Restored.Duration)}
-	if res.EvalTime > 0 {
-		out.TokensPerSec = float64(res.EvalTokens) / res.EvalTime.Seconds()
-	}
-	if res.Restored.Refused != nil {
-		out.Refused = res.Restored.Refused.Error()
+	u := res.Usage
+	out := runJSON{Response: res.Text, PromptTokens: u.PromptTokens, CachedTokens: u.CachedTokens,
+		TTFTms: ms(u.TTFT), EvalTokens: u.EvalTokens, EvalMs: ms(u.EvalDuration), DoneReason: res.DoneReason,
+		PackID: res.PackID, PackMemories: res.PackMemories, Retrieved: res.Retrieved,
+		RestoreMs: ms(u.RestoreTime), Refused: res.Refused, CacheSource: res.CacheSource}
+	if u.EvalDuration > 0 {
+		out.TokensPerSec = float64(u.EvalTokens) / u.EvalDuration.Seconds()
 	}
 	enc := json.NewEncoder(os.Stdout)
 	enc.SetEscapeHTML(false)

@@ -8,26 +8,26 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/memosrt/memosrt"
 	"github.com/memosrt/memosrt/embed"
-	"github.com/memosrt/memosrt/lora"
 	"github.com/memosrt/memosrt/scheduler"
 	"github.com/memosrt/memosrt/server"
 )
 
 const serveUsage = "serve --db DIR --model PATH [--addr 127.0.0.1:11435] [--parallel N] [--resident N] [--ctx N] [--token T] [--insecure] [--chat-template T]\n" +
-	"        [--backend llama|ollama --ollama-host URL --ollama-model NAME] [--embed model|hash[:DIM]|ollama:MODEL]"
+	"        [--tick-interval 10s] [--backend llama|ollama --ollama-host URL --ollama-model NAME] [--embed model|hash[:DIM]|ollama:MODEL]"
 
 func cmdServe(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	sf := addStoreFlags(fs)
 	addr := fs.String("addr", "127.0.0.1:11435", "listen address (host:port)")
 	parallel := fs.Int("parallel", 4, "requests generating at once (sequences)")
-	resident := fs.Int("resident", 0, "sequences reserved for resident packs (POST /v1/cubes/{cube}/pack {\"resident\":true})")
+	resident := fs.Int("resident", 2, "sequences for resident packs: the hottest cubes' packs kept in the KV cache (0: none)")
+	residentCells := fs.Int("resident-cells", 0, "KV cells resident packs may hold together (default n_ctx/4)")
 	token := fs.String("token", "", "require this bearer token on every request")
 	insecure := fs.Bool("insecure", false, "allow a non-loopback --addr without --token")
 	name := fs.String("name", "", "model name clients use (default: the GGUF file name without .gguf)")
@@ -35,6 +35,9 @@ func cmdServe(ctx context.Context, args []string) error {
 	numPredict := fs.Int("num-predict", 0, "default cap on generated tokens when a request sets none (0: until n_ctx)")
 	noPersist := fs.Bool("no-persist", false, "do not save conversation KV states as packs")
 	minPersist := fs.Int("min-persist-tokens", 128, "shortest conversation state saved as a pack, tokens")
+	tickEvery := fs.Duration("tick-interval", 10*time.Second, "period of the tier scheduler's ticks (heat, promotions, demotions, resident packs)")
+	kvBudget := fs.Int64("kv-budget", 0, "bytes of KV state all packs of the activation tier may hold (default 256 MiB)")
+	debugClock := fs.Bool("debug-clock", false, "serve POST /v1/debug/clock to move the scheduler's clock (tests)")
 	backend := fs.String("backend", "llama", "llama (in-process) or ollama (text-only fallback)")
 	ollamaHost := fs.String("ollama-host", "http://127.0.0.1:11434", "Ollama server URL (--backend ollama, --embed ollama:MODEL)")
 	ollamaModel := fs.String("ollama-model", "", "upstream model (--backend ollama)")
@@ -51,85 +54,85 @@ func cmdServe(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	st, err := sf.open()
+	opts, err := sf.options()
 	if err != nil {
 		return err
 	}
-	defer st.Close()
-	kv := st.kv
+	if r, ok := runningServer(*sf.db); ok {
+		return fmt.Errorf("memosrt serve is already running on %s (%s)", *sf.db, r.info.URL)
+	}
+	opts.NoScheduler = false
+	opts.Parallel, opts.ResidentSeqs, opts.ResidentCells = *parallel, *resident, *residentCells
+	if *resident == 0 {
+		opts.ResidentSeqs = -1
+	}
+	opts.MaxQueue, opts.NoPersist, opts.MinPersistTokens, opts.DefaultNumPredict = *maxQueue, *noPersist, *minPersist, *numPredict
+	opts.ModelName, opts.Embedder, opts.Layout.ChatTemplate = *name, emb, *chatTemplate
+	opts.Tiers.Interval, opts.Tiers.KVBytes = *tickEvery, *kvBudget
+	var clock *scheduler.OffsetClock
+	if *debugClock {
+		clock = &scheduler.OffsetClock{}
+		opts.Clock = clock
+	}
+	switch *backend {
+	case "llama":
+		if err := ef.apply(&opts); err != nil {
+			return err
+		}
+	case "ollama":
+		if *ollamaModel == "" {
+			return errors.New("--backend ollama needs --ollama-model")
+		}
+		opts.Upstream = &memosrt.UpstreamOptions{URL: *ollamaHost, Model: *ollamaModel}
+	default:
+		return fmt.Errorf("--backend %q: want llama or ollama", *backend)
+	}
+	if os.Getenv("MEMOSRT_FAILPOINT") == "tiers-after-put" {
+		// tests: die like a crash once a tier job has stored its pack and
+		// before it commits (the next start must finish the job)
+		opts.Tiers.AfterPut = func(scheduler.Job) error {
+			fmt.Fprintln(os.Stderr, "memosrt: failpoint tiers-after-put: exiting")
+			os.Exit(3)
+			return nil
+		}
+	}
 	log := logger()
-	// tier state (heat, transitions) is served read-only; ticks that move
-	// memories between tiers run from `memosrt tiers --tick`
-	tiers, err := scheduler.NewTiers(st.db, scheduler.ViewRunner(st.mem, kv), scheduler.TierOptions{Logger: log})
+	o, err := memosrt.Open(ctx, opts)
 	if err != nil {
+		if errors.Is(err, errEncryptionKey) {
+			return fmt.Errorf("%w (--encrypt-key-file)", err)
+		}
 		return err
 	}
-	defer tiers.Close()
-	srv, err := server.New(server.Options{DB: st.db, Store: st.mem, KV: kv, Tiers: tiers, Embedder: emb, Token: *token, Version: version,
-		MaxQueue: *maxQueue, NoPersist: *noPersist, MinPersistTokens: *minPersist, DefaultNumPredict: *numPredict, Logger: log})
-	if err != nil {
-		return err
+	defer func() {
+		if o != nil {
+			o.Close(context.Background())
+		}
+	}()
+	so := server.Options{Token: *token, Version: version, Logger: log}
+	if clock != nil {
+		so.DebugClock = clock
 	}
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
 		return err
 	}
+	local, unpublish, err := publishServe(*sf.db, ln.Addr().String())
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	defer unpublish()
+	so.LocalToken = local
+	srv, err := server.New(o, so)
+	if err != nil {
+		ln.Close()
+		return err
+	}
 	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- hs.Serve(ln) }()
-	fmt.Fprintf(os.Stderr, "memosrt: listening on http://%s (%s backend loading)\n", ln.Addr(), *backend)
-
-	var closeEngine func() error
-	switch *backend {
-	case "llama":
-		if *ef.model == "" {
-			hs.Close()
-			return errors.New("--model is required (or set MEMOSRT_MODEL)")
-		}
-		reg, err := lora.NewRegistry(st.db, lora.RegistryOptions{Logger: log})
-		if err != nil {
-			hs.Close()
-			return err
-		}
-		// Adapters are registered with `memosrt lora add` while the server
-		// is stopped, so an empty registry means no request can name one:
-		// the engine then keeps llama.cpp's graph reuse (runtime.Options.LoRA).
-		if ef.lora, err = hasAdapters(ctx, reg, "*"); err != nil {
-			hs.Close()
-			return err
-		}
-		eng, err := ef.load(ctx, *parallel+*resident)
-		if err != nil {
-			hs.Close()
-			return err
-		}
-		man, err := lora.NewManager(eng.Model(), *ef.model, reg, lora.Options{Detach: eng.DetachAdapter, Logger: log})
-		if err != nil {
-			hs.Close()
-			eng.Close()
-			return err
-		}
-		closeEngine = func() error { return errors.Join(man.Close(), eng.Close()) }
-		n := *name
-		if n == "" {
-			n = strings.TrimSuffix(filepath.Base(*ef.model), ".gguf")
-		}
-		if err := srv.UseEngine(eng, server.EngineOptions{Name: n, Parallel: *parallel, ResidentPacks: *resident, ModelPath: *ef.model,
-			ChatTemplate: *chatTemplate, Adapters: man}); err != nil {
-			hs.Close()
-			closeEngine()
-			return err
-		}
-	case "ollama":
-		if err := srv.UseOllama(server.OllamaOptions{URL: *ollamaHost, Model: *ollamaModel, Name: *name, Parallel: *parallel}); err != nil {
-			hs.Close()
-			return err
-		}
-	default:
-		hs.Close()
-		return fmt.Errorf("--backend %q: want llama or ollama", *backend)
-	}
-	fmt.Fprintf(os.Stderr, "memosrt: ready on http://%s\n", ln.Addr())
+	fmt.Fprintf(os.Stderr, "memosrt: ready on http://%s (%s backend, model %s)\n", ln.Addr(), *backend, o.Model().Name)
 	select {
 	case err = <-serveErr:
 	case <-ctx.Done():
@@ -137,10 +140,9 @@ func cmdServe(ctx context.Context, args []string) error {
 	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	err = errors.Join(ignoreClosed(err), hs.Shutdown(sctx), srv.Shutdown(sctx))
-	if closeEngine != nil {
-		err = errors.Join(err, closeEngine())
-	}
-	return err
+	cerr := o.Close(sctx)
+	o = nil
+	return errors.Join(err, cerr)
 }
 
 func ignoreClosed(err error) error {

@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"os"
 	"text/tabwriter"
-
-	"github.com/memosrt/memosrt/scheduler"
 )
 
 const tiersUsage = "tiers --db DIR --cube NAME [--limit N] [--json] [--tick --model PATH]: memory tiers, heat, pack, pending jobs and transitions"
@@ -19,41 +17,34 @@ func cmdTiers(ctx context.Context, args []string) error {
 	cube := fs.String("cube", "default", "memory cube")
 	limit := fs.Int("limit", 20, "transitions to show (0: all)")
 	asJSON := fs.Bool("json", false, "print JSON")
-	tick := fs.Bool("tick", false, "run one scheduler tick first (plans and runs pending jobs; needs --model)")
+	tick := fs.Bool("tick", false, "run one scheduler tick first (plans and runs pending jobs; needs --model, or a running server)")
 	ef := addEngineFlags(fs)
 	if _, err := parse(fs, args); err != nil {
 		return err
 	}
-	s, err := sf.open()
-	if err != nil {
-		return err
-	}
-	defer s.Close()
-	kv := s.kv
-	var r *scheduler.Runner
-	if *tick {
-		eng, err := ef.load(ctx, 1)
+	var s dirBackend
+	if r, ok := runningServer(*sf.db); ok && *sf.db != "" {
+		s = r
+	} else {
+		var e *engineFlags
+		if *tick {
+			e = &ef
+		}
+		o, err := sf.openOS(ctx, e)
 		if err != nil {
 			return err
 		}
-		defer eng.Close()
-		r = scheduler.New(eng, s.mem, kv, scheduler.Options{Logger: logger()})
-	} else {
-		r = scheduler.ViewRunner(s.mem, kv)
+		s = o
 	}
-	t, err := scheduler.NewTiers(s.db, r, scheduler.TierOptions{Logger: logger()})
-	if err != nil {
-		return err
-	}
-	defer t.Close()
+	defer s.Close(context.WithoutCancel(ctx))
 	if *tick {
-		rep, err := t.Tick(ctx)
+		rep, err := s.Tick(ctx)
 		fmt.Fprintf(os.Stderr, "tick: %d planned, %d done, %d failed\n", rep.Planned, rep.Done, rep.Failed)
 		if err != nil {
 			return err
 		}
 	}
-	st, err := t.State(ctx, *cube, *limit)
+	st, err := s.Tiers(ctx, *cube, *limit)
 	if err != nil {
 		return err
 	}
@@ -67,7 +58,11 @@ func cmdTiers(ctx context.Context, args []string) error {
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "MEMORY\tTIER\tHEAT\tVISITS\tTURNS\tTEXT")
 	for _, m := range st.Memories {
-		fmt.Fprintf(tw, "%s\t%s\t%.3f\t%.2f\t%.2f\t%s\n", m.ID, m.Tier, m.Heat, m.Usage.Visits, m.Usage.Interactions, clip(m.Text, 48))
+		tier := m.Tier
+		if m.Pinned {
+			tier += " (pinned)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%.3f\t%.2f\t%.2f\t%s\n", m.ID, tier, m.Heat, m.Usage.Visits, m.Usage.Interactions, clip(m.Text, 48))
 	}
 	tw.Flush()
 	if len(st.Jobs) > 0 {

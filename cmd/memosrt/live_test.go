@@ -1,0 +1,286 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/memosrt/memosrt"
+	"github.com/memosrt/memosrt/internal/testmodels"
+	"github.com/memosrt/memosrt/scheduler"
+)
+
+// serveProc is a `memosrt serve` started by a test.
+type serveProc struct {
+	cmd    *exec.Cmd
+	url    string
+	stderr bytes.Buffer
+	done   chan error
+}
+
+// startServe starts `memosrt serve` on db (stories260K, a free loopback
+// port) and waits until it is ready; the test's end stops it.
+func startServe(t *testing.T, db string, env []string, args ...string) *serveProc {
+	t.Helper()
+	full := append([]string{"serve", "--db", db, "--model", testmodels.Stories(t), "--addr", "127.0.0.1:0",
+		"--threads", "2", "--ctx", "1024", "--parallel", "2", "--min-persist-tokens", "1"}, args...)
+	p := &serveProc{cmd: exec.Command(binPath, full...), done: make(chan error, 1)}
+	p.cmd.Env = append(os.Environ(), env...)
+	pr, err := p.cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ready := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			line := sc.Text()
+			p.stderr.WriteString(line + "\n")
+			if rest, ok := strings.CutPrefix(line, "memosrt: ready on "); ok {
+				ready <- strings.Fields(rest)[0]
+			}
+		}
+		p.done <- p.cmd.Wait()
+	}()
+	t.Cleanup(func() { p.stop(t) })
+	select {
+	case p.url = <-ready:
+	case err := <-p.done:
+		t.Fatalf("serve exited before ready: %v\n%s", err, p.stderr.String())
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("serve not ready after 2 minutes\n%s", p.stderr.String())
+	}
+	return p
+}
+
+// stop sends SIGINT and waits for a clean exit; idempotent.
+func (p *serveProc) stop(t *testing.T) {
+	if p.cmd.ProcessState != nil {
+		return
+	}
+	p.cmd.Process.Signal(os.Interrupt)
+	select {
+	case err := <-p.done:
+		if err != nil {
+			t.Errorf("serve exit: %v\n%s", err, p.stderr.String())
+		}
+	case <-time.After(2 * time.Minute):
+		p.cmd.Process.Kill()
+		t.Errorf("serve did not stop\n%s", p.stderr.String())
+	}
+}
+
+// call sends a JSON request to the server and decodes the answer.
+func (p *serveProc) call(t *testing.T, method, path string, in, out any) int {
+	t.Helper()
+	var body io.Reader
+	if in != nil {
+		b, _ := json.Marshal(in)
+		body = bytes.NewReader(b)
+	}
+	req, _ := http.NewRequest(method, p.url+path, body)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if out != nil && len(b) > 0 {
+		if err := json.Unmarshal(b, out); err != nil {
+			t.Fatalf("%s %s: %q: %v", method, path, b, err)
+		}
+	}
+	return resp.StatusCode
+}
+
+// waitFor polls cond until it holds (an event wait with a generous
+// deadline, not a timing assertion).
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// With `memosrt serve` running on a data directory, the CLI's commands on
+// that directory go through the server instead of failing on the lock, and
+// `run` uses the server's model: restored and cold output are equal.
+func TestCLINextToServer(t *testing.T) {
+	db := t.TempDir()
+	p := startServe(t, db, nil)
+	if out := must(t, "mem", "add", "--db", db, "--cube", "lily", "Lily has a dog named Max."); len(strings.TrimSpace(out)) != 24 {
+		t.Fatalf("mem add printed %q, want an id", out)
+	}
+	must(t, "mem", "add", "--db", db, "--cube", "lily", "Max likes to run in the park.")
+	if out := must(t, "mem", "ls", "--db", db, "--cube", "lily"); strings.Count(out, "\n") != 3 || !strings.Contains(out, "run in the park") {
+		t.Fatalf("mem ls:\n%s", out)
+	}
+	if out := must(t, "mem", "search", "--db", db, "--cube", "lily", "park"); !strings.Contains(out, "Max likes to run") {
+		t.Fatalf("mem search:\n%s", out)
+	}
+	// the memories reached the server's OS
+	var list struct{ Memories []json.RawMessage }
+	if p.call(t, "GET", "/v1/cubes/lily/memories", nil, &list); len(list.Memories) != 2 {
+		t.Fatalf("the server holds %d memories", len(list.Memories))
+	}
+	must(t, "kv", "warm", "--db", db, "--cube", "lily")
+	if out := must(t, "kv", "ls", "--db", db); !strings.Contains(out, "lily") {
+		t.Fatalf("kv ls:\n%s", out)
+	}
+	var st scheduler.CubeTiers
+	out := must(t, "tiers", "--db", db, "--cube", "lily", "--tick", "--json")
+	if err := json.Unmarshal([]byte(out), &st); err != nil || st.PackTokens == 0 || len(st.Memories) != 2 || st.Memories[0].Tier != scheduler.TierActivation {
+		t.Fatalf("tiers: %v %+v", err, st)
+	}
+	warm := runJSONOut(t, "run", "--db", db, "--cube", "lily", "--num-predict", "24", "--json", "Once upon a time")
+	cold := runJSONOut(t, "run", "--db", db, "--cube", "lily", "--num-predict", "24", "--no-cache", "--json", "Once upon a time")
+	if warm.CachedTokens < st.PackTokens || cold.CachedTokens != 0 || warm.Response != cold.Response || warm.Response == "" {
+		t.Fatalf("run through the server: warm %+v\ncold %+v (pack %d tokens)", warm, cold, st.PackTokens)
+	}
+	if out, err := runCLI(t, "lora", "ls", "--db", db); err == nil || !strings.Contains(out, "memosrt serve is running") {
+		t.Fatalf("lora ls next to the server: %v %s", err, out)
+	}
+	p.stop(t)
+	// the server is gone: the same commands open the directory themselves
+	if out := must(t, "mem", "ls", "--db", db, "--cube", "lily"); strings.Count(out, "\n") != 3 {
+		t.Fatalf("mem ls after the server stopped:\n%s", out)
+	}
+	if _, err := os.Stat(db + "/" + serveFile); !os.IsNotExist(err) {
+		t.Fatalf("%s left behind: %v", serveFile, err)
+	}
+}
+
+type tierView struct {
+	PackID   string `json:"pack_id"`
+	Tokens   int    `json:"pack_tokens"`
+	KVBytes  int64  `json:"kv_bytes"`
+	KVBudget int64  `json:"kv_budget"`
+	Memories []struct {
+		ID   string  `json:"id"`
+		Tier string  `json:"tier"`
+		Heat float64 `json:"heat"`
+	} `json:"memories"`
+	Jobs        []json.RawMessage      `json:"jobs"`
+	Transitions []scheduler.Transition `json:"transitions"`
+}
+
+func (p *serveProc) tiers(t *testing.T, cube string) tierView {
+	t.Helper()
+	var v tierView
+	if code := p.call(t, "GET", "/v1/cubes/"+cube+"/tiers?limit=0", nil, &v); code != http.StatusOK {
+		t.Fatalf("tiers: %d", code)
+	}
+	if v.KVBytes > v.KVBudget {
+		t.Fatalf("KV budget broken: %d > %d", v.KVBytes, v.KVBudget)
+	}
+	return v
+}
+
+func (p *serveProc) tier(t *testing.T, cube, id string) string {
+	for _, m := range p.tiers(t, cube).Memories {
+		if m.ID == id {
+			return m.Tier
+		}
+	}
+	return ""
+}
+
+// chat runs one chat turn through POST /v1/generate (every field of the
+// memosrt.Response comes back).
+func (p *serveProc) chat(t *testing.T, cube, text string, noCache bool) memosrt.Response {
+	t.Helper()
+	var r memosrt.Response
+	in := map[string]any{"cube": cube, "messages": []map[string]string{{"role": "user", "content": text}}, "num_predict": 16, "no_cache": noCache}
+	if code := p.call(t, "POST", "/v1/generate", in, &r); code != http.StatusOK {
+		t.Fatalf("chat: %d", code)
+	}
+	return r
+}
+
+// The memory OS works through `memosrt serve` alone: chat turns that
+// retrieve a memory heat it; a tick (on its period) moves it into the
+// activation tier and the next chat's cached tokens cover the pack, with
+// the cold output; three days on the scheduler's clock cool it: it is
+// demoted and its bytes freed; the KV budget holds throughout.
+func TestServeSchedulerLive(t *testing.T) {
+	db := t.TempDir()
+	p := startServe(t, db, nil, "--debug-clock", "--tick-interval", "50ms", "--kv-budget", "1000000")
+	var dog struct{ ID string }
+	p.call(t, "POST", "/v1/cubes/lily/memories", map[string]string{"text": "Lily has a dog named Max."}, &dog)
+	p.call(t, "POST", "/v1/cubes/lily/memories", map[string]string{"text": "Tom likes red apples."}, nil)
+	const q = "Where does the dog Max run?"
+	// each turn that retrieves the dog is a visit and an interaction: heat
+	// 2 per turn plus recency 1 (MemoryOS); three turns pass 5 on the wall clock
+	for range 3 {
+		if r := p.chat(t, "lily", q, false); r.Retrieved != 1 {
+			t.Fatalf("the chat retrieved %d memories, want the dog", r.Retrieved)
+		}
+	}
+	waitFor(t, "the dog to enter the activation tier", func() bool { return p.tier(t, "lily", dog.ID) == scheduler.TierActivation })
+	v := p.tiers(t, "lily")
+	warm, cold := p.chat(t, "lily", q, false), p.chat(t, "lily", q, true)
+	if warm.Usage.CachedTokens < v.Tokens || warm.PackMemories != 1 || warm.Text != cold.Text {
+		t.Fatalf("after the promotion: cached %d of a %d-token pack (%s), output %q, cold %q", warm.Usage.CachedTokens, v.Tokens, warm.CacheSource, warm.Text, cold.Text)
+	}
+	if code := p.call(t, "POST", "/v1/debug/clock", map[string]float64{"advance_s": 72 * 3600}, nil); code != http.StatusNoContent {
+		t.Fatalf("clock: %d", code)
+	}
+	waitFor(t, "the dog to cool down to the text tier", func() bool { return p.tier(t, "lily", dog.ID) == scheduler.TierText })
+	if v := p.tiers(t, "lily"); v.PackID != "" || v.KVBytes != 0 {
+		t.Fatalf("after the demotion: pack %q, %d KV bytes", v.PackID, v.KVBytes)
+	}
+	var packs struct{ Packs []struct{ Label string } }
+	p.call(t, "GET", "/v1/cubes/lily/pack", nil, &packs)
+	for _, pk := range packs.Packs {
+		if pk.Label == "lily" {
+			t.Fatalf("a tier pack is left: %+v", packs)
+		}
+	}
+}
+
+// A tier job cut short after it stored its pack (the process dies) is
+// finished by the next start, reusing that pack (nothing decoded again),
+// and the move is recorded once.
+func TestServeResumesJobAfterCrash(t *testing.T) {
+	db := t.TempDir()
+	p := startServe(t, db, []string{"MEMOSRT_FAILPOINT=tiers-after-put"}, "--tick-interval", "50ms")
+	var dog struct{ ID string }
+	p.call(t, "POST", "/v1/cubes/lily/memories", map[string]string{"text": "Lily has a dog named Max."}, &dog)
+	for range 3 {
+		p.chat(t, "lily", "Where does the dog Max run?", false)
+	}
+	select {
+	case <-p.done: // exited (Wait set ProcessState: stop does nothing)
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("the failpoint did not fire\n%s", p.stderr.String())
+	}
+	if !strings.Contains(p.stderr.String(), "failpoint tiers-after-put") {
+		t.Fatalf("serve exited without the failpoint:\n%s", p.stderr.String())
+	}
+	q := startServe(t, db, nil, "--tick-interval", "50ms")
+	waitFor(t, "the pending job to finish", func() bool { return q.tier(t, "lily", dog.ID) == scheduler.TierActivation })
+	v := q.tiers(t, "lily")
+	var moves []scheduler.Transition
+	for _, tr := range v.Transitions {
+		if tr.Memory == dog.ID {
+			moves = append(moves, tr)
+		}
+	}
+	if len(moves) != 1 || moves[0].Decoded != 0 || moves[0].To != scheduler.TierActivation || len(v.Jobs) != 0 {
+		t.Fatalf("after the restart: transitions %+v (want one promotion, nothing decoded), %d jobs pending", moves, len(v.Jobs))
+	}
+}

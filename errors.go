@@ -1,0 +1,58 @@
+package memosrt
+
+import (
+	"errors"
+	"fmt"
+)
+
+var (
+	// ErrClosed is returned by every method after Close; HTTP 503.
+	ErrClosed = errors.New("memosrt: closed")
+	// ErrBadOptions is returned by Options.Validate and Open.
+	ErrBadOptions = errors.New("memosrt: invalid options")
+	// ErrNoModel is returned by inference calls of an OS opened without a
+	// model (Options.Model and Options.Upstream empty); HTTP 503.
+	ErrNoModel = errors.New("memosrt: no model loaded")
+	// ErrBusy is returned when every request sequence is taken and
+	// Options.MaxQueue requests already wait; HTTP 429.
+	ErrBusy = errors.New("memosrt: queue full")
+	// ErrUnknownCube is returned for a cube that was neither created nor
+	// holds memories; HTTP 404.
+	ErrUnknownCube = errors.New("memosrt: unknown cube")
+	// ErrCubeExists is returned by CreateCube for a name in use; HTTP 409.
+	ErrCubeExists = errors.New("memosrt: cube exists")
+	// ErrNotSupported is returned for what the configured backend cannot
+	// do (the upstream backend has no KV packs or adapters); HTTP 501.
+	ErrNotSupported = errors.New("memosrt: not supported by this backend")
+	// ErrUpstream is returned by the upstream backend when the Ollama
+	// server fails or its stream ends early (a line longer than the
+	// client's 8 MiB buffer is dropped silently by the client); HTTP 502.
+	ErrUpstream = errors.New("memosrt: upstream ollama failed")
+	// ErrModelNotFound is returned for a model name this OS does not
+	// serve (the upstream's 404); HTTP 404.
+	ErrModelNotFound = errors.New("memosrt: model not found")
+	// ErrNoRoom is returned when a request's prompt and a minimal
+	// generation budget cannot fit the KV cache even with every idle
+	// sequence emptied (resident packs hold the rest), and for a tier job
+	// when its cells are not free now (it runs again at a later tick);
+	// HTTP 400 with the numbers.
+	ErrNoRoom = errors.New("memosrt: the KV cache cannot hold this request")
+	// ErrBadArchive is returned by ImportCube for input that is not a cube
+	// archive of a known format version; HTTP 400.
+	ErrBadArchive = errors.New("memosrt: bad cube archive")
+)
+
+// FieldError is a request that is invalid because of one field (HTTP 400
+// naming it): Field is the request's field path ("messages",
+// "context[3]", "adapters"), Msg says what is wrong with it.
+type FieldError struct {
+	Field string
+	Msg   string
+}
+
+func (e *FieldError) Error() string { return e.Field + ": " + e.Msg }
+
+// badField returns a *FieldError.
+func badField(field, format string, args ...any) error {
+	return &FieldError{Field: field, Msg: fmt.Sprintf(format, args...)}
+}

@@ -1,0 +1,218 @@
+package memosrt
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/memosrt/memosrt/embed"
+	"github.com/memosrt/memosrt/runtime"
+	"github.com/memosrt/memosrt/scheduler"
+)
+
+// Options configure an OS. Zero means the default given; DefaultOptions
+// returns them filled in.
+type Options struct {
+	// Dir is the data directory: one Badger database holding the text
+	// tier, the activation tier's packs, tier state, cubes and adapters.
+	// Required.
+	Dir string
+	// EncryptionKey, when set, encrypts the data directory at rest
+	// (AES-CTR, 16, 24 or 32 bytes; badger.Options.EncryptionKey). A
+	// directory created encrypted cannot be opened without it.
+	EncryptionKey []byte
+	// NoSync commits without fsync (tests): an acknowledged write can be
+	// lost on power loss. Default false.
+	NoSync bool
+
+	// Model is the GGUF file to load. Empty opens the OS without a model:
+	// cubes, memories, search and tier state work; Chat, Generate, Warm
+	// and Tick return ErrNoModel (unless Upstream is set).
+	Model string
+	// ModelName is the name clients see. Default: Model's file name
+	// without ".gguf" (Upstream: its model).
+	ModelName string
+	// Engine holds the engine's load-time settings (n_ctx, threads, KV
+	// types, GPU layers, ...). Open sets ModelPath, NSeqMax, LoRA and
+	// Logger itself; zero fields take runtime.DefaultOptions.
+	Engine runtime.Options
+	// Parallel is how many requests generate at once (request sequences).
+	// Default 4.
+	Parallel int
+	// ResidentSeqs is how many sequences may hold resident packs: cells of
+	// a hot cube's pack kept in the KV cache and shared into requests with
+	// llama_memory_seq_cp. Default 2; negative: no resident level.
+	ResidentSeqs int
+	// ResidentCells bounds the KV cells all resident packs hold together,
+	// counted against n_ctx. Default n_ctx/4.
+	ResidentCells int
+	// ResidentAt is the pack heat at or above which a cube's pack is made
+	// resident. Default Tiers.Heat.PromoteAt.
+	ResidentAt float64
+	// LoRA lets requests attach LoRA adapters even while none is
+	// registered. LoRA turns llama.cpp's graph reuse off (13-28% of
+	// stories260K's decode speed, see README), so by default it is on only
+	// when the adapter registry holds an adapter at Open.
+	LoRA bool
+	// AdapterBytes bounds the loaded adapters' tensor bytes. Default 1 GiB.
+	AdapterBytes int64
+
+	// Layout shapes prompts: preamble, pack token budget (default n_ctx/2),
+	// retrieved memories per request (default 5), chat template.
+	Layout scheduler.LayoutOptions
+	// Tiers configures heat (MemoryOS), the KV byte budget of the
+	// activation tier, job chunking and the tick period (default 10 s).
+	Tiers scheduler.TierOptions
+	// RAMBytes bounds the decompressed pack states kept in RAM (the RAM
+	// level of the activation tier). Default 1 GiB.
+	RAMBytes int64
+	// TickAfterUses runs a tick early once this many memory uses were
+	// recorded since the last one (a burst of usage). Default 16.
+	TickAfterUses int
+	// UsageFlush is the longest recorded uses wait in RAM before they are
+	// written (one Badger transaction per flush, off the request path).
+	// Default 100 ms.
+	UsageFlush time.Duration
+	// NoScheduler turns the background loop off: no periodic ticks, no
+	// resident level changes; Tick still runs on demand. Default false.
+	NoScheduler bool
+
+	// Embedder answers Embed and gives memories vectors for dense
+	// retrieval; nil embeds with the loaded model (Embed only).
+	Embedder embed.Embedder
+	// MaxQueue is how many requests may wait for a sequence; one more gets
+	// ErrBusy at once. Default 64; negative: none may wait.
+	MaxQueue int
+	// NoPersist turns off saving a chat turn's KV state as a conversation
+	// pack (labelled "conv:<cube>"), which lets the next turn, also after a
+	// restart, restore instead of prefill. Default false.
+	NoPersist bool
+	// MinPersistTokens is the shortest conversation state worth a pack,
+	// tokens. Default 128.
+	MinPersistTokens int
+	// DefaultNumPredict caps generated tokens of a request that sets no
+	// limit; 0 means until n_ctx.
+	DefaultNumPredict int
+
+	// Upstream, when set, generates through an Ollama server instead of a
+	// loaded model: memories go into the prompt as text (the same layout),
+	// no KV packs, no adapters.
+	Upstream *UpstreamOptions
+
+	// Clock is the time of memories, usage, ticks and cube records.
+	// Default: the wall clock.
+	Clock scheduler.Clock
+	// Logger receives logs; nil discards. Library code never prints.
+	Logger *slog.Logger
+}
+
+// UpstreamOptions configure the text-only upstream backend.
+type UpstreamOptions struct {
+	// URL of the Ollama server, e.g. http://127.0.0.1:11434. Required.
+	URL string
+	// Model is the upstream model name. Required.
+	Model string
+	// EmbedModel embeds (Embed) when Options.Embedder is nil. Default Model.
+	EmbedModel string
+	// Timeout bounds one upstream request. Default 10 min.
+	Timeout time.Duration
+}
+
+// DefaultOptions returns Options with every default filled in except Dir
+// and Model.
+func DefaultOptions() Options {
+	return Options{Parallel: 4, ResidentSeqs: 2, TickAfterUses: 16, UsageFlush: 100 * time.Millisecond,
+		MaxQueue: 64, MinPersistTokens: 128, RAMBytes: 1 << 30, AdapterBytes: 1 << 30}
+}
+
+func (o *Options) ensureDefaults() {
+	d := DefaultOptions()
+	if o.Parallel == 0 {
+		o.Parallel = d.Parallel
+	}
+	if o.ResidentSeqs == 0 {
+		o.ResidentSeqs = d.ResidentSeqs
+	} else if o.ResidentSeqs < 0 {
+		o.ResidentSeqs = 0
+	}
+	if o.TickAfterUses == 0 {
+		o.TickAfterUses = d.TickAfterUses
+	}
+	if o.UsageFlush == 0 {
+		o.UsageFlush = d.UsageFlush
+	}
+	if o.MaxQueue == 0 {
+		o.MaxQueue = d.MaxQueue
+	} else if o.MaxQueue < 0 {
+		o.MaxQueue = 0
+	}
+	if o.MinPersistTokens == 0 {
+		o.MinPersistTokens = d.MinPersistTokens
+	}
+	if o.RAMBytes == 0 {
+		o.RAMBytes = d.RAMBytes
+	}
+	if o.AdapterBytes == 0 {
+		o.AdapterBytes = d.AdapterBytes
+	}
+	if o.Clock == nil {
+		o.Clock = scheduler.SystemClock()
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Tiers.Clock == nil {
+		o.Tiers.Clock = o.Clock
+	}
+	if o.Tiers.Logger == nil {
+		o.Tiers.Logger = o.Logger
+	}
+}
+
+// Validate reports every invalid field at once.
+func (o Options) Validate() error {
+	var errs []error
+	if o.Dir == "" {
+		errs = append(errs, errors.New("Dir is empty"))
+	}
+	if o.Model != "" && o.Upstream != nil {
+		errs = append(errs, errors.New("Model and Upstream are both set: pick one backend"))
+	}
+	if u := o.Upstream; u != nil && (u.URL == "" || u.Model == "") {
+		errs = append(errs, fmt.Errorf("Upstream needs URL and Model (got %q, %q)", u.URL, u.Model))
+	}
+	if o.Parallel < 0 || o.Parallel > 250 {
+		errs = append(errs, fmt.Errorf("Parallel %d not in [0, 250]", o.Parallel))
+	}
+	if o.ResidentSeqs > 4 {
+		errs = append(errs, fmt.Errorf("ResidentSeqs %d > 4", o.ResidentSeqs))
+	}
+	for _, c := range []struct {
+		name string
+		v    int64
+	}{{"ResidentCells", int64(o.ResidentCells)}, {"MinPersistTokens", int64(o.MinPersistTokens)},
+		{"DefaultNumPredict", int64(o.DefaultNumPredict)}, {"RAMBytes", o.RAMBytes}, {"AdapterBytes", o.AdapterBytes},
+		{"TickAfterUses", int64(o.TickAfterUses)}, {"UsageFlush", int64(o.UsageFlush)}} {
+		if c.v < 0 {
+			errs = append(errs, fmt.Errorf("%s %d < 0", c.name, c.v))
+		}
+	}
+	if o.ResidentAt < 0 {
+		errs = append(errs, fmt.Errorf("ResidentAt %g < 0", o.ResidentAt))
+	}
+	if err := o.Tiers.Heat.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if o.Model != "" {
+		e := o.Engine
+		e.ModelPath = o.Model
+		if err := e.Validate(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%w: %w", ErrBadOptions, errors.Join(errs...))
+	}
+	return nil
+}

@@ -1,0 +1,419 @@
+package memosrt
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/memosrt/memosrt/badger"
+	"github.com/memosrt/memosrt/kvcache"
+	"github.com/memosrt/memosrt/lora"
+	"github.com/memosrt/memosrt/runtime"
+	"github.com/memosrt/memosrt/scheduler"
+	"github.com/memosrt/memosrt/textmem"
+)
+
+// OS is the memory OS: one data directory, one loaded model (or none), the
+// tiers and the scheduler that moves memories between them. Safe for
+// concurrent use; Close releases everything it opened.
+type OS struct {
+	opts Options
+	log  *slog.Logger
+
+	db    *badger.DB
+	mem   *textmem.Store
+	kv    *kvcache.Cache
+	reg   *lora.Registry
+	man   *lora.Manager // nil without a model
+	eng   *runtime.Engine
+	lay   *scheduler.Layout
+	tiers *scheduler.Tiers
+	cubes *cubeRegistry
+	up    *upstream // nil unless Options.Upstream
+	info  ModelInfo
+
+	cfgKey  string // kvcache.ConfigKey of the live KV config, no adapters
+	pool    *slotPool
+	jobSlot *slot // reserves the cells of tier jobs (never lent)
+	resSlot *slot // reserves the cells of a pack being made resident
+	seqs    []int // taken from the engine's pool at Open, returned at Close
+
+	// applyMu serialises resident level changes (applyResident, Warm).
+	applyMu sync.Mutex
+	// resMu guards res and resFree (the resident level).
+	resMu   sync.Mutex
+	res     map[string]*residentPack // by cube
+	resFree []int                    // resident sequences holding no pack
+
+	// kvMu serialises pack writes of the OS (conversation packs, warms,
+	// deletes): kvcache's index takes a pack id twice when two Puts of the
+	// same pack race, and a later Delete then leaves a dangling entry.
+	kvMu     sync.Mutex
+	writes   sync.WaitGroup // background conversation pack writes
+	pending  atomic.Int64
+	writeSem chan struct{} // bounds concurrent writes; full: the write is skipped
+
+	usage *usageBuffer
+
+	// mu guards closed and the Add side of inflight.
+	mu       sync.RWMutex
+	closed   bool
+	inflight sync.WaitGroup
+	base     context.Context // cancelled by Close once its deadline passes
+	cancel   context.CancelFunc
+
+	loopDone chan struct{} // closed when the scheduler loop exits; nil without one
+	loopStop context.CancelFunc
+	kick     chan struct{}
+}
+
+// Open opens the data directory, loads the model (if Options.Model) and
+// starts the scheduler's background loop. The returned OS is ready; close
+// it with Close. Errors: ErrBadOptions, badger.ErrEncryptionKey, model load
+// errors (llama.ErrLoad with the file's problem), storage errors.
+func Open(ctx context.Context, opts Options) (*OS, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	opts.ensureDefaults()
+	o := &OS{opts: opts, log: opts.Logger, res: map[string]*residentPack{}, writeSem: make(chan struct{}, 2),
+		kick: make(chan struct{}, 1)}
+	o.base, o.cancel = context.WithCancel(context.Background())
+	ok := false
+	defer func() {
+		if !ok {
+			o.release()
+		}
+	}()
+	var err error
+	if o.db, err = badger.Open(badger.Options{Dir: opts.Dir, EncryptionKey: opts.EncryptionKey, NoSync: opts.NoSync, Logger: opts.Logger}); err != nil {
+		return nil, err
+	}
+	now := opts.Clock.Now
+	mo := textmem.Options{Logger: opts.Logger, Now: now, Embedder: opts.Embedder, OnDelete: func(string, string) { o.Kick() }}
+	if o.mem, err = textmem.Open(o.db, mo); err != nil {
+		return nil, err
+	}
+	if o.kv, err = kvcache.Open(o.db, kvcache.Options{RAMBytes: opts.RAMBytes, Logger: opts.Logger, Now: now}); err != nil {
+		return nil, err
+	}
+	if o.reg, err = lora.NewRegistry(o.db, lora.RegistryOptions{Logger: opts.Logger}); err != nil {
+		return nil, err
+	}
+	if o.cubes, err = openCubes(ctx, o.db, o.mem, now); err != nil {
+		return nil, err
+	}
+	switch {
+	case opts.Model != "":
+		if err := o.loadModel(ctx); err != nil {
+			return nil, err
+		}
+	case opts.Upstream != nil:
+		if o.up, err = newUpstream(o, *opts.Upstream); err != nil {
+			return nil, err
+		}
+	}
+	deps := scheduler.Deps{DB: o.db, Mem: o.mem, KV: o.kv}
+	if o.eng != nil {
+		deps.Layout, deps.Engine = o.lay, o.eng
+		opts.Tiers.Reserve = o.reserveJob
+	} else {
+		o.lay = scheduler.NewLayout(nil, o.mem, opts.Layout)
+	}
+	if o.tiers, err = scheduler.NewTiers(deps, opts.Tiers); err != nil {
+		return nil, err
+	}
+	o.usage = newUsageBuffer()
+	if o.eng != nil {
+		// the resident level is state too: pinned and hot packs come back
+		if err := o.applyResident(ctx); err != nil {
+			o.log.Warn("resident packs not restored", "err", err)
+		}
+	}
+	if o.eng != nil && !opts.NoScheduler {
+		o.loopDone = make(chan struct{})
+		lctx, stop := context.WithCancel(o.base)
+		o.loopStop = stop
+		go o.loop(lctx)
+	}
+	ok = true
+	return o, nil
+}
+
+// loadModel loads the engine and splits its sequences: Parallel request
+// slots, ResidentSeqs resident ones and one for tier jobs.
+func (o *OS) loadModel(ctx context.Context) error {
+	opts := o.opts
+	lo := opts.Engine
+	lo.ModelPath = opts.Model
+	lo.NSeqMax = opts.Parallel + opts.ResidentSeqs + 1
+	lo.Logger = opts.Logger
+	recs, err := o.reg.List(ctx, "*")
+	if err != nil {
+		return err
+	}
+	lo.LoRA = opts.LoRA || len(recs) > 0
+	start := time.Now()
+	if o.eng, err = runtime.Load(ctx, lo); err != nil {
+		return err
+	}
+	o.info = engineModelInfo(o.eng, opts, time.Since(start))
+	if o.man, err = lora.NewManager(o.eng.Model(), opts.Model, o.reg, lora.Options{MaxBytes: opts.AdapterBytes,
+		Detach: o.eng.DetachAdapter, Logger: opts.Logger}); err != nil {
+		return err
+	}
+	o.lay = scheduler.NewLayout(o.eng, o.mem, opts.Layout)
+	o.cfgKey = kvcache.ConfigKey(o.eng.KVConfig(), "")
+	// request and resident sequences are held until Close; the rest of the
+	// pool (one sequence) serves tier jobs (Engine.AcquireSeq)
+	for range opts.Parallel + opts.ResidentSeqs {
+		seq, ok := o.eng.TryAcquireSeq()
+		if !ok {
+			return fmt.Errorf("%w: the engine's pool ran out of sequences", ErrBadOptions)
+		}
+		o.seqs = append(o.seqs, seq)
+	}
+	slices.Sort(o.seqs)
+	o.pool = newSlotPool(o.seqs[:opts.Parallel], opts.MaxQueue)
+	o.jobSlot, o.resSlot = o.pool.pseudo(), o.pool.pseudo()
+	o.resFree = slices.Clone(o.seqs[opts.Parallel:])
+	if o.opts.ResidentCells == 0 {
+		o.opts.ResidentCells = o.eng.NCtx() / 4
+	}
+	if o.opts.ResidentAt == 0 {
+		o.opts.ResidentAt = scheduler.DefaultHeatOptions().PromoteAt
+		if h := opts.Tiers.Heat.PromoteAt; h > 0 {
+			o.opts.ResidentAt = h
+		}
+	}
+	o.log.Info("model ready", "model", o.info.Name, "n_ctx", o.eng.NCtx(), "slots", opts.Parallel,
+		"resident_seqs", opts.ResidentSeqs, "lora", lo.LoRA)
+	return nil
+}
+
+// release closes what Open opened, in reverse order (Open's failure path
+// and the end of Close).
+func (o *OS) release() error {
+	var errs []error
+	if o.tiers != nil {
+		errs = append(errs, o.tiers.Close())
+	}
+	if o.man != nil {
+		errs = append(errs, o.man.Close())
+	}
+	if o.eng != nil {
+		for _, q := range o.seqs {
+			o.eng.ClearSeq(q)
+			o.eng.ReleaseSeq(q)
+		}
+		errs = append(errs, o.eng.Close())
+	}
+	if o.kv != nil {
+		errs = append(errs, o.kv.Close())
+	}
+	if o.mem != nil {
+		errs = append(errs, o.mem.Close())
+	}
+	if o.db != nil {
+		errs = append(errs, o.db.Close())
+	}
+	o.cancel()
+	return errors.Join(errs...)
+}
+
+// Close stops accepting calls (ErrClosed), stops the scheduler loop,
+// waits for running requests until ctx ends (then cancels them), waits for
+// background pack writes, writes recorded usage, and closes the engine and
+// the data directory. Idempotent: a second Close returns nil.
+func (o *OS) Close(ctx context.Context) error {
+	o.mu.Lock()
+	if o.closed {
+		o.mu.Unlock()
+		return nil
+	}
+	o.closed = true
+	o.mu.Unlock()
+	if o.loopDone != nil {
+		o.loopStop() // a running tick ends at its next batch; its job stays pending
+		<-o.loopDone
+	}
+	done := make(chan struct{})
+	go func() { o.inflight.Wait(); o.writes.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		o.cancel()
+		<-done
+	}
+	err := o.flushUsage(context.Background())
+	return errors.Join(err, o.release())
+}
+
+// enter admits a call: ErrClosed after Close. The caller defers o.leave().
+func (o *OS) enter() error {
+	o.mu.RLock()
+	defer o.mu.RUnlock()
+	if o.closed {
+		return ErrClosed
+	}
+	o.inflight.Add(1)
+	return nil
+}
+
+func (o *OS) leave() { o.inflight.Done() }
+
+// bound returns ctx, also cancelled when Close gives up waiting.
+func (o *OS) bound(ctx context.Context) (context.Context, func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(o.base, cancel)
+	return ctx, func() { stop(); cancel() }
+}
+
+// ModelInfo describes the served model.
+type ModelInfo struct {
+	Name      string         `json:"name"`
+	Path      string         `json:"path,omitempty"`
+	Backend   string         `json:"backend"` // "llama", "ollama", or "" without a model
+	Size      int64          `json:"size"`    // file bytes
+	Digest    string         `json:"digest,omitempty"`
+	Family    string         `json:"family,omitempty"`
+	ParamSize string         `json:"parameter_size,omitempty"`
+	Quant     string         `json:"quantization_level,omitempty"`
+	NCtx      int            `json:"n_ctx,omitempty"`
+	Template  string         `json:"template,omitempty"`
+	Modified  time.Time      `json:"modified_at"`
+	Load      time.Duration  `json:"load_ns"`
+	Info      map[string]any `json:"model_info,omitempty"`
+}
+
+// Model describes the served model (zero ModelInfo without one).
+func (o *OS) Model() ModelInfo { return o.info }
+
+func engineModelInfo(eng *runtime.Engine, opts Options, load time.Duration) ModelInfo {
+	sh := eng.Shape()
+	name := opts.ModelName
+	if name == "" {
+		name = strings.TrimSuffix(filepath.Base(opts.Model), ".gguf")
+	}
+	mi := ModelInfo{Name: name, Path: opts.Model, Backend: "llama", Size: int64(sh.SizeBytes), Digest: eng.KVConfig().ModelFingerprint,
+		NCtx: eng.NCtx(), Template: opts.Layout.ChatTemplate, Modified: time.Now().UTC(), Load: load,
+		ParamSize: paramSize(sh.NParams), Quant: quantOf(sh.Desc)}
+	if mi.Template == "" {
+		mi.Template = eng.Model().ChatTemplate()
+	}
+	if a, ok := eng.Model().Meta("general.architecture"); ok {
+		mi.Family = a
+	}
+	if st, err := os.Stat(opts.Model); err == nil {
+		mi.Size, mi.Modified = st.Size(), st.ModTime().UTC()
+	}
+	mi.Info = map[string]any{"general.architecture": mi.Family, "general.parameter_count": sh.NParams,
+		mi.Family + ".context_length": sh.NCtxTrain, mi.Family + ".embedding_length": sh.NEmbd,
+		mi.Family + ".block_count": sh.NLayer, mi.Family + ".attention.head_count": sh.NHead,
+		mi.Family + ".attention.head_count_kv": sh.NHeadKV, "memosrt.n_ctx": eng.NCtx(), "memosrt.n_seq_max": eng.NSeqMax()}
+	return mi
+}
+
+func paramSize(n uint64) string {
+	switch {
+	case n >= 1e9:
+		return fmt.Sprintf("%.1fB", float64(n)/1e9)
+	case n >= 1e6:
+		return fmt.Sprintf("%.1fM", float64(n)/1e6)
+	case n >= 1e3:
+		return fmt.Sprintf("%.0fK", float64(n)/1e3)
+	}
+	return fmt.Sprint(n)
+}
+
+// quantOf takes the type from a llama_model_desc like "llama ?B F16".
+func quantOf(desc string) string {
+	f := strings.Fields(strings.ReplaceAll(desc, "(guessed)", ""))
+	if len(f) == 0 {
+		return ""
+	}
+	return f[len(f)-1]
+}
+
+// Stats are the OS's gauges (HTTP /api/ps and /metrics).
+type Stats struct {
+	Backend       string `json:"backend"`
+	NCtx          int    `json:"n_ctx"`
+	Slots         int    `json:"slots"`
+	BusySlots     int    `json:"busy_slots"`
+	Queued        int    `json:"queued"` // requests waiting for a slot
+	ResidentPacks int    `json:"resident_packs"`
+	ResidentCells int    `json:"resident_cells"`
+	ResidentMax   int    `json:"resident_cells_budget"`
+	PendingWrites int    `json:"pending_writes"`
+	EngineActive  int    `json:"engine_active"` // requests in the engine's running batch
+	EngineQueued  int    `json:"engine_queued"` // requests waiting for the engine's admission
+	KVRAMBytes    int64  `json:"kv_ram_bytes"`
+	KVDiskBytes   int64  `json:"kv_disk_bytes"`
+	Packs         int    `json:"packs"`
+}
+
+// Stats reports the OS's gauges now.
+func (o *OS) Stats() Stats {
+	st := Stats{Backend: o.info.Backend, PendingWrites: int(o.pending.Load()), ResidentMax: o.opts.ResidentCells}
+	st.KVRAMBytes, st.KVDiskBytes, st.Packs = o.kv.Stats()
+	if o.up != nil {
+		st.Slots, st.BusySlots, st.Queued = o.up.pool.size(), o.up.pool.busy(), o.up.pool.queued()
+	}
+	if o.eng == nil {
+		return st
+	}
+	st.NCtx, st.Slots, st.BusySlots, st.Queued = o.eng.NCtx(), o.pool.size(), o.pool.busy(), o.pool.queued()
+	st.EngineActive, st.EngineQueued = o.eng.Queue()
+	o.resMu.Lock()
+	for _, r := range o.res {
+		st.ResidentCells += len(r.toks)
+		st.ResidentPacks++
+	}
+	o.resMu.Unlock()
+	return st
+}
+
+// Lower-level handles, for tools and tests that work below the OS (a
+// benchmark driving the engine, an inspector reading the stores). Writes
+// through them bypass the scheduler's bookkeeping.
+
+// Engine returns the loaded engine, nil without a model.
+func (o *OS) Engine() *runtime.Engine { return o.eng }
+
+// TextStore returns the text tier.
+func (o *OS) TextStore() *textmem.Store { return o.mem }
+
+// KVCache returns the activation tier's pack store.
+func (o *OS) KVCache() *kvcache.Cache { return o.kv }
+
+// DB returns the data directory's database.
+func (o *OS) DB() *badger.DB { return o.db }
+
+// Scheduler returns the tier scheduler.
+func (o *OS) Scheduler() *scheduler.Tiers { return o.tiers }
+
+// AdapterRegistry returns the LoRA adapter registry.
+func (o *OS) AdapterRegistry() *lora.Registry { return o.reg }
+
+// Layout returns the prompt layout.
+func (o *OS) Layout() *scheduler.Layout { return o.lay }
+
+// needEngine returns ErrNoModel without a loaded model.
+func (o *OS) needEngine() error {
+	if o.eng == nil {
+		if o.up != nil {
+			return fmt.Errorf("%w: the upstream backend is text-only", ErrNotSupported)
+		}
+		return ErrNoModel
+	}
+	return nil
+}

@@ -1,0 +1,147 @@
+package memosrt
+
+import (
+	"context"
+	"slices"
+	"time"
+
+	"github.com/memosrt/memosrt/kvcache"
+	"github.com/memosrt/memosrt/scheduler"
+)
+
+// PackStatus is a cube's activation tier: its stored packs (tier and
+// conversation packs) and its resident pack.
+type PackStatus struct {
+	Cube          string          `json:"cube"`
+	Packs         []kvcache.Info  `json:"packs"`
+	Resident      *ResidentStatus `json:"resident,omitempty"`
+	ResidentCells int             `json:"resident_cells"` // all resident packs, cells of n_ctx
+	NCtx          int             `json:"n_ctx"`
+	Memories      int             `json:"memories,omitempty"` // in the pack just warmed
+	WarmMs        float64         `json:"warm_ms,omitempty"`
+}
+
+// ResidentStatus is a pack held at the resident level.
+type ResidentStatus struct {
+	Seq     int       `json:"seq"`
+	Tokens  int       `json:"tokens"`
+	PackID  string    `json:"pack_id"`
+	Created time.Time `json:"created"`
+}
+
+// Packs reports cube's packs, oldest first, and its resident state.
+func (o *OS) Packs(ctx context.Context, cube string) (PackStatus, error) {
+	if err := o.enter(); err != nil {
+		return PackStatus{}, err
+	}
+	defer o.leave()
+	return o.packs(cube), nil
+}
+
+// AllPacks lists every stored pack of every cube (labels: the cube for
+// tier packs, "conv:<cube>" for conversation packs).
+func (o *OS) AllPacks(ctx context.Context) ([]kvcache.Info, error) {
+	if err := o.enter(); err != nil {
+		return nil, err
+	}
+	defer o.leave()
+	return o.kv.List(""), nil
+}
+
+func (o *OS) packs(cube string) PackStatus {
+	st := PackStatus{Cube: cube, Packs: o.cubePacks(cube)}
+	if st.Packs == nil {
+		st.Packs = []kvcache.Info{}
+	}
+	slices.SortFunc(st.Packs, func(a, b kvcache.Info) int { return a.Created.Compare(b.Created) })
+	if o.eng == nil {
+		return st
+	}
+	st.NCtx = o.eng.NCtx()
+	o.resMu.Lock()
+	defer o.resMu.Unlock()
+	if r, ok := o.res[cube]; ok {
+		st.Resident = &ResidentStatus{Seq: r.seq, Tokens: len(r.toks), PackID: r.packID, Created: r.created}
+	}
+	for _, r := range o.res {
+		st.ResidentCells += len(r.toks)
+	}
+	return st
+}
+
+// WarmOptions tune Warm.
+type WarmOptions struct {
+	// Resident also pins the pack at the resident level (its cells stay in
+	// the KV cache and are shared into requests). Needs ResidentSeqs > 0.
+	Resident bool
+}
+
+// Warm puts cube's memories into the activation tier now: every memory
+// (canonical order) joins the cube's pack while it fits the pack budget,
+// pinned (low heat never demotes them; deleting one does), and the pack's
+// KV state is computed at background priority and stored; with Resident
+// the pack is also made resident. The next request of the cube restores
+// the pack instead of prefilling it. Errors: ErrUnknownCube, *FieldError
+// for a cube without memories or Resident without resident sequences,
+// scheduler.ErrKVBudget, ErrNoModel.
+func (o *OS) Warm(ctx context.Context, cube string, wo WarmOptions) (PackStatus, error) {
+	if err := o.enter(); err != nil {
+		return PackStatus{}, err
+	}
+	defer o.leave()
+	ctx, done := o.bound(ctx)
+	defer done()
+	if err := o.needEngine(); err != nil {
+		return PackStatus{}, err
+	}
+	if err := o.checkCube(ctx, cube); err != nil {
+		return PackStatus{}, err
+	}
+	if cube == "" {
+		return PackStatus{}, badField("cube", "a cube is required")
+	}
+	if wo.Resident && len(o.seqs) == o.opts.Parallel {
+		return PackStatus{}, badField("resident", "no resident sequences (start with ResidentSeqs > 0, serve --resident N)")
+	}
+	start := time.Now()
+	mems, err := o.mem.List(ctx, cube)
+	if err != nil {
+		return PackStatus{}, err
+	}
+	if len(mems) == 0 {
+		return PackStatus{}, badField("cube", "cube %s has no memories to warm", cube)
+	}
+	ids := make([]string, len(mems))
+	for i, m := range mems {
+		ids[i] = m.ID
+	}
+	o.kvMu.Lock()
+	p, err := o.tiers.Promote(ctx, cube, ids, "warm", true, wo.Resident)
+	o.kvMu.Unlock()
+	if err != nil {
+		return PackStatus{}, err
+	}
+	if wo.Resident {
+		if err := o.applyResident(ctx); err != nil {
+			return PackStatus{}, err
+		}
+	}
+	st := o.packs(cube)
+	st.Memories = p.Members
+	st.WarmMs = float64(time.Since(start).Microseconds()) / 1e3
+	return st, nil
+}
+
+// Tiers returns cube's tier state: each memory's tier and heat, the pack
+// and its level, pending jobs, budgets, and the last limit transitions
+// (all if limit <= 0). Recorded usage is written first.
+func (o *OS) Tiers(ctx context.Context, cube string, limit int) (scheduler.CubeTiers, error) {
+	if err := o.enter(); err != nil {
+		return scheduler.CubeTiers{}, err
+	}
+	defer o.leave()
+	if err := o.flushUsage(ctx); err != nil {
+		return scheduler.CubeTiers{}, err
+	}
+	return o.tiers.State(ctx, cube, limit)
+}

@@ -1,0 +1,733 @@
+package memosrt
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/memosrt/memosrt/kvcache"
+	"github.com/memosrt/memosrt/lora"
+	"github.com/memosrt/memosrt/runtime"
+	"github.com/memosrt/memosrt/runtime/llama"
+	"github.com/memosrt/memosrt/scheduler"
+	"github.com/memosrt/memosrt/textmem"
+)
+
+// Chat runs one chat turn in req.Cube: req.Messages is the conversation,
+// the last turn usually the user's. The prompt is assembled from the tiers
+// (the cube's pack, memories retrieved for the last user turn, the
+// conversation; see scheduler.Layout), its longest cached prefix is reused
+// (a free sequence that holds it, the cube's resident pack, or a stored
+// pack), the rest is prefilled and the answer generated; afterwards the
+// conversation's KV state is saved in the background (unless NoPersist)
+// and the memories used are counted towards their heat. Errors:
+// *FieldError (HTTP 400) for a bad request, ErrUnknownCube, ErrBusy,
+// ErrNoModel, ErrClosed, lora errors for adapters, ctx's error.
+func (o *OS) Chat(ctx context.Context, req Request) (*Response, error) {
+	if len(req.Messages) == 0 {
+		return nil, badField("messages", "at least one message is required")
+	}
+	return o.do(ctx, &req, true)
+}
+
+// Generate completes req.Prompt: with a cube, the prompt is a user turn
+// after the cube's pack (and req.System as a system turn), as Chat does;
+// Raw sends the prompt as is; Context continues an earlier exchange. The
+// state is not saved as a conversation pack. Errors as Chat.
+func (o *OS) Generate(ctx context.Context, req Request) (*Response, error) {
+	return o.do(ctx, &req, false)
+}
+
+// checkRole accepts the chat roles.
+func checkRole(field, role string) error {
+	switch role {
+	case "system", "user", "assistant", "tool":
+		return nil
+	}
+	return badField(field, "unknown role %q (want system, user, assistant or tool)", role)
+}
+
+// checkCube returns an error unless cube is "" or an existing cube.
+func (o *OS) checkCube(ctx context.Context, cube string) error {
+	if cube == "" {
+		return nil
+	}
+	if !textmem.ValidCube(cube) {
+		return badField("cube", "%q is not a cube name (1..64 of [A-Za-z0-9._-])", cube)
+	}
+	ok, err := o.cubes.exists(ctx, cube)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return fmt.Errorf("%w: %q", ErrUnknownCube, cube)
+	}
+	return nil
+}
+
+// rendered is a request's assembled prompt.
+type rendered struct {
+	text   string
+	toks   []int32
+	prompt scheduler.Prompt // with a cube: pack, retrieved memories
+}
+
+func promptField(req *Request) string {
+	if req.Messages != nil {
+		return "messages"
+	}
+	return "prompt"
+}
+
+// conversation returns the request's turns: the chat messages, or for a
+// completion an optional system turn and one user turn.
+func conversation(req *Request) []Message {
+	if req.Messages != nil {
+		return req.Messages
+	}
+	var out []Message
+	if req.System != "" {
+		out = append(out, Message{Role: "system", Content: req.System})
+	}
+	return append(out, Message{Role: "user", Content: req.Prompt})
+}
+
+// dropMemories leaves memories out of a prompt that does not fit.
+type dropMemories int
+
+const (
+	dropNone      dropMemories = iota
+	dropRetrieved              // no retrieval: the pack and the conversation
+	dropAll                    // no memories at all
+)
+
+// render assembles the prompt of req (see Chat and Generate).
+func (o *OS) render(ctx context.Context, req *Request) (rendered, error) {
+	return o.renderWith(ctx, req, dropNone)
+}
+
+func (o *OS) renderWith(ctx context.Context, req *Request, drop dropMemories) (rendered, error) {
+	var r rendered
+	eng := o.eng
+	if len(req.Context) > 0 {
+		n := int32(eng.Shape().NVocab)
+		for i, t := range req.Context {
+			if t < 0 || t >= n {
+				return r, badField(fmt.Sprintf("context[%d]", i), "token %d not in [0, %d)", t, n)
+			}
+		}
+		text := req.Prompt
+		if tmpl := o.lay.Template(); !req.Raw && tmpl != "" {
+			t, err := eng.Model().ApplyChatTemplate(tmpl, []llama.ChatMessage{{Role: "user", Content: req.Prompt}}, true)
+			if err != nil {
+				return r, badField("prompt", "chat template: %v", err)
+			}
+			text = t
+		} else if !req.Raw {
+			text = "\n" + text
+		}
+		rt, err := eng.Tokenize(text, false)
+		if err != nil {
+			return r, err
+		}
+		r.text = eng.Detokenize(req.Context) + text
+		r.toks = append(slices.Clone(req.Context), rt...)
+		return r, nil
+	}
+	if req.Raw {
+		toks, err := eng.Tokenize(req.Prompt, true)
+		r.text, r.toks = req.Prompt, toks
+		return r, err
+	}
+	in := scheduler.Input{Cube: req.Cube, Messages: conversation(req), NoRetrieve: drop >= dropRetrieved}
+	if drop == dropAll {
+		in.Cube = ""
+	}
+	if in.Cube != "" {
+		members, err := o.tiers.HotSet(ctx, req.Cube)
+		if err != nil {
+			return r, err
+		}
+		in.Members = members
+	}
+	p, err := o.lay.Assemble(ctx, in)
+	if errors.Is(err, llama.ErrTemplate) {
+		return r, badField(promptField(req), "chat template: %v", err)
+	}
+	if err != nil {
+		return r, err
+	}
+	r.text, r.toks, r.prompt = p.Head+p.Rest, p.Tokens, p
+	return r, nil
+}
+
+// truncate renders req with its oldest non-system messages dropped, fewest
+// first, until the prompt holds at most fit tokens; the last message always
+// stays (the caller then reports a prompt too long).
+func (o *OS) truncate(ctx context.Context, req *Request, fit int) (rendered, error) {
+	msgs := req.Messages
+	var r rendered
+	for i := 1; i < len(msgs); i++ {
+		kept := make([]Message, 0, len(msgs))
+		for _, m := range msgs[:i] {
+			if m.Role == "system" {
+				kept = append(kept, m)
+			}
+		}
+		cut := *req
+		cut.Messages = append(kept, msgs[i:]...)
+		var err error
+		if r, err = o.render(ctx, &cut); err != nil || len(r.toks) <= fit {
+			if err == nil && i > 0 {
+				o.log.Debug("oldest messages dropped to fit the context", "dropped", i-len(kept), "prompt_tokens", len(r.toks))
+			}
+			return r, err
+		}
+	}
+	return r, nil
+}
+
+// do is the one request pipeline: check, assemble from the tiers, choose
+// the KV source, restore, decode, persist, record usage.
+func (o *OS) do(ctx context.Context, req *Request, chat bool) (*Response, error) {
+	start := req.Start
+	if start.IsZero() {
+		start = time.Now()
+	}
+	if err := o.enter(); err != nil {
+		return nil, err
+	}
+	defer o.leave()
+	ctx, done := o.bound(ctx)
+	defer done()
+	for i, m := range req.Messages {
+		if err := checkRole(fmt.Sprintf("messages[%d].role", i), m.Role); err != nil {
+			return nil, err
+		}
+	}
+	if err := o.checkCube(ctx, req.Cube); err != nil {
+		return nil, err
+	}
+	if !chat && req.Prompt == "" && len(req.Context) == 0 {
+		return nil, badField("prompt", "empty prompt")
+	}
+	if o.up != nil {
+		return o.up.generate(ctx, req, start)
+	}
+	if o.eng == nil {
+		return nil, ErrNoModel
+	}
+	r, err := o.render(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	out := &Response{PackMemories: len(r.prompt.Pack), Retrieved: len(r.prompt.Retrieved)}
+	out.Usage.PromptTokens = len(r.toks)
+	if req.RenderOnly {
+		out.Rendered = r.text
+		return out, nil
+	}
+	limit := o.eng.NCtx()
+	if req.NumCtx > 0 && req.NumCtx < limit {
+		limit = req.NumCtx // served by the loaded context: no reload
+	}
+	if chat && len(r.toks) > limit-minBudget && len(req.Messages) > 1 {
+		// as Ollama's chatPrompt: drop the oldest turns (system turns stay,
+		// the last turn always) until the prompt fits
+		if r, err = o.truncate(ctx, req, limit-minBudget); err != nil {
+			return nil, err
+		}
+		out.PackMemories, out.Retrieved = len(r.prompt.Pack), len(r.prompt.Retrieved)
+	}
+	if req.Cube != "" && len(r.toks) > limit-minBudget && len(r.prompt.Retrieved)+len(r.prompt.Pack) > 0 {
+		// the memories' token budgets are estimates: without retrieval,
+		// then without the pack, rather than refuse the turn
+		for _, drop := range []dropMemories{dropRetrieved, dropAll} {
+			if r, err = o.renderWith(ctx, req, drop); err != nil {
+				return nil, err
+			}
+			if len(r.toks) <= limit-minBudget {
+				break
+			}
+		}
+		out.PackMemories, out.Retrieved = len(r.prompt.Pack), len(r.prompt.Retrieved)
+	}
+	toks := r.toks
+	out.Usage.PromptTokens = len(toks)
+	if len(toks) == 0 {
+		return nil, badField(promptField(req), "empty prompt")
+	}
+	if len(toks) >= limit {
+		return nil, badField(promptField(req), "prompt is %d tokens, context is %d (num_ctx %d, loaded n_ctx %d)", len(toks), limit, req.NumCtx, o.eng.NCtx())
+	}
+	maxTok := req.NumPredict
+	if maxTok <= 0 {
+		maxTok = o.opts.DefaultNumPredict
+	}
+	if maxTok <= 0 || maxTok > limit-len(toks) {
+		maxTok = limit - len(toks)
+	}
+	sp := req.Sampling
+	switch {
+	case sp.RepeatLastN == -1:
+		sp.RepeatLastN = limit // Ollama's -1: the whole context
+	case sp.RepeatLastN < -1:
+		return nil, badField("options.repeat_last_n", "%d < -1 (-1: num_ctx, 0: 64)", sp.RepeatLastN)
+	}
+	ad, err := o.adapters(ctx, req.Cube, req.Adapters)
+	if err != nil {
+		return nil, err
+	}
+	defer ad.release()
+	out.Adapters = ad.key
+	scope := scopeOf(req.Cube, ad.key)
+	sl, slotN, err := o.pool.acquire(ctx, toks, scope)
+	if err != nil {
+		return nil, err
+	}
+	defer o.pool.release(sl)
+	// KV admission: the prompt plus the generation budget, at least a few
+	// tokens of it; idle slots give their cells back first
+	got, err := o.pool.admit(ctx, sl, len(toks)+min(maxTok, minBudget), len(toks)+maxTok, o.eng.NCtx(), residentLevel{o}, o.clearSeq)
+	if err != nil {
+		if errors.Is(err, ErrNoRoom) {
+			return nil, badField(promptField(req), "%v (prompt %d tokens)", err, len(toks))
+		}
+		return nil, err
+	}
+	maxTok = got - len(toks)
+	// restore and generate ahead of background work; not while waiting for
+	// cells above: a tier job holding cells must be able to finish
+	defer o.eng.BeginForeground()()
+	src, err := o.prepare(ctx, sl, toks, slotN, req.Cube, ad, req.NoCache)
+	sl.scope = scope
+	if err != nil {
+		o.eng.ClearSeq(sl.seq) // whatever a failed restore or share left
+		o.pool.hold(sl, nil)
+		return nil, err
+	}
+	o.pool.hold(sl, toks[:src.npast]) // what the sequence holds now (cells counted by admissions)
+	out.CacheSource, out.PackID, out.Usage.RestoreTime = src.source, src.packID, src.restore
+	if src.refused != nil {
+		out.Refused = src.refused.Error()
+	}
+	var res runtime.Result
+	gerr := o.stream(ctx, req.OnText, func(ctx context.Context, onText func(string) error) error {
+		var err error
+		res, err = o.run(ctx, runtime.Request{Seq: sl.seq, Tokens: toks, NPast: src.npast, Sampling: sp,
+			MaxTokens: maxTok, Stop: req.Stop, OnText: onText, Start: start, Adapters: ad.refs})
+		return err
+	})
+	out.Text, out.DoneReason = res.Text, res.DoneReason
+	out.Usage.CachedTokens, out.Usage.EvalTokens = res.CachedTokens, res.EvalTokens
+	out.Usage.TTFT, out.Usage.PromptDuration, out.Usage.EvalDuration = res.TTFT, res.PrefillTime, res.EvalTime
+	// what the sequence holds now: a prefix of prompt + generated tokens
+	all := append(slices.Clip(toks), res.Tokens...)
+	held := o.eng.SeqLen(sl.seq)
+	if held > len(all) {
+		o.eng.ClearSeq(sl.seq)
+		held = 0
+	}
+	o.pool.hold(sl, all[:held])
+	out.Context = slices.Clone(sl.toks)
+	if gerr != nil {
+		out.Usage.TotalDuration = time.Since(start)
+		return out, gerr
+	}
+	if chat && !req.NoPersist && !o.opts.NoPersist && held >= o.opts.MinPersistTokens {
+		o.persist(sl, req.Cube, src.prev, ad)
+	}
+	if req.Cube != "" && !req.NoUsage {
+		o.recordUse(req.Cube, r.prompt)
+	}
+	out.Usage.TotalDuration = time.Since(start)
+	return out, nil
+}
+
+// minBudget is the fewest generated tokens a request is admitted with
+// when the KV cache is short of its whole budget; it then ends with
+// done_reason "length" at what it got.
+const minBudget = 16
+
+// stream runs gen, handing its text to onText on this goroutine: gen's
+// callback runs on the engine's batch goroutine and must not block, so it
+// only queues text (a textPipe); this goroutine delivers what queued
+// meanwhile as one chunk. An onText error cancels gen with that cause.
+func (o *OS) stream(ctx context.Context, onText func(string) error, gen func(context.Context, func(string) error) error) error {
+	if onText == nil {
+		return gen(ctx, nil)
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	p := newTextPipe(maxPendingText)
+	var err error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		err = gen(ctx, p.push)
+	}()
+	var werr error
+	write := func() {
+		if t, ok := p.take(); ok && werr == nil {
+			if werr = onText(t); werr != nil {
+				p.fail(werr)
+				cancel(werr)
+			}
+		}
+	}
+	for running := true; running; {
+		select {
+		case <-p.signal:
+			write()
+		case <-done:
+			write()
+			running = false
+		}
+	}
+	if werr != nil && (err == nil || errors.Is(err, context.Canceled)) {
+		return werr
+	}
+	return err
+}
+
+// maxPendingText bounds the text queued for a slow OnText, bytes; beyond
+// it the generation fails rather than buffer without limit.
+const maxPendingText = 4 << 20
+
+// ErrSlowReader ends a generation whose Request.OnText does not keep up
+// (more than 4 MiB of text queued).
+var ErrSlowReader = errors.New("memosrt: OnText reads too slowly")
+
+// textPipe hands generated text from the engine's goroutine to the
+// caller's without blocking the engine. Safe for concurrent use.
+type textPipe struct {
+	signal chan struct{} // capacity 1: text is waiting
+	limit  int
+
+	// mu guards buf and err.
+	mu  sync.Mutex
+	buf strings.Builder
+	err error
+}
+
+func newTextPipe(limit int) *textPipe {
+	return &textPipe{signal: make(chan struct{}, 1), limit: limit}
+}
+
+// push queues t; it returns the reader's error once reading failed.
+func (p *textPipe) push(t string) error {
+	p.mu.Lock()
+	if p.err != nil {
+		p.mu.Unlock()
+		return p.err
+	}
+	if p.buf.Len()+len(t) > p.limit {
+		p.err = ErrSlowReader
+		p.mu.Unlock()
+		return ErrSlowReader
+	}
+	p.buf.WriteString(t)
+	p.mu.Unlock()
+	select {
+	case p.signal <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// take returns everything queued, coalesced.
+func (p *textPipe) take() (string, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.buf.Len() == 0 {
+		return "", false
+	}
+	t := p.buf.String()
+	p.buf.Reset()
+	return t, true
+}
+
+func (p *textPipe) fail(err error) {
+	p.mu.Lock()
+	if p.err == nil {
+		p.err = err
+	}
+	p.mu.Unlock()
+}
+
+// run is Engine.Generate, retried while the engine still lists the
+// sequence's previous request: a finished job leaves the engine's active
+// set only after the batch step it finished in, so a slot reused at once
+// can meet runtime.ErrSeqBusy for up to one step.
+func (o *OS) run(ctx context.Context, req runtime.Request) (runtime.Result, error) {
+	var res runtime.Result
+	err := retryBusy(ctx, func() error {
+		var err error
+		res, err = o.eng.Generate(ctx, req)
+		return err
+	})
+	return res, err
+}
+
+// retryBusy runs f while it fails with runtime.ErrSeqBusy (see run).
+func retryBusy(ctx context.Context, f func() error) error {
+	for wait := 50 * time.Microsecond; ; wait *= 2 {
+		err := f()
+		if !errors.Is(err, runtime.ErrSeqBusy) || wait > time.Second {
+			return err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		}
+	}
+}
+
+// kvSource is the KV state prepare put into a request's sequence.
+type kvSource struct {
+	npast   int    // prompt tokens the sequence holds
+	source  string // Source*
+	packID  string // stored pack restored
+	prev    string // conversation pack the state continues ("" if none)
+	restore time.Duration
+	refused error
+}
+
+// prepare makes sl's sequence hold the longest available prefix of toks
+// (at most len(toks)-1 tokens): what the slot already holds, the cube's
+// resident pack's cells shared into it, or a pack of the cube restored from
+// the activation tier, whichever is longest (ties: the cheapest, in that
+// order). Only state of the request's own cube and adapter set is reused
+// (slot.scope). With noCache the sequence is emptied.
+func (o *OS) prepare(ctx context.Context, sl *slot, toks []int32, slotN int, cube string, ad adapterSet, noCache bool) (kvSource, error) {
+	if noCache {
+		sl.convPack = ""
+		return kvSource{}, o.eng.ClearSeq(sl.seq)
+	}
+	usable := len(toks) - 1
+	slotN = min(slotN, usable)
+	o.resMu.Lock()
+	var rp residentPack
+	rpN := 0
+	if r, ok := o.res[cube]; ok && cube != "" && r.adapters == ad.key {
+		rp, rpN = *r, min(commonPrefix(r.toks, toks), usable)
+		r.used = time.Now()
+	}
+	o.resMu.Unlock()
+	storedN := 0
+	if m := o.kv.Lookup(kvcache.ScopedKey(ad.cfgKey, cube), toks); m.ID != "" && o.packInScope(m.ID, cube) {
+		storedN = min(m.Tokens, usable)
+	}
+	shareResident := func() (kvSource, error) {
+		err := o.eng.ClearSeq(sl.seq)
+		if err == nil {
+			err = o.eng.CopySeq(rp.seq, sl.seq, 0, rpN)
+		}
+		if err != nil {
+			return kvSource{}, err
+		}
+		return kvSource{npast: rpN, source: SourceResident, packID: rp.packID}, nil
+	}
+	switch {
+	case slotN >= rpN && slotN >= storedN:
+		src := kvSource{npast: slotN}
+		if slotN > 0 {
+			src.source = SourceSlot
+			if continues(slotN, len(sl.toks)) {
+				src.prev = sl.convPack
+			}
+		} else {
+			sl.convPack = ""
+		}
+		// drop the rest now, not at the engine's admission: the cells
+		// beyond the reservation are free for other requests at once
+		if len(sl.toks) > slotN {
+			if err := o.eng.TruncateSeq(sl.seq, slotN); err != nil {
+				return kvSource{}, err
+			}
+		}
+		return src, nil
+	case rpN >= storedN:
+		sl.convPack = ""
+		return shareResident()
+	}
+	sl.convPack = ""
+	var rs kvcache.Restored
+	err := retryBusy(ctx, func() error {
+		var err error
+		rs, err = o.kv.Restore(ctx, o.eng, sl.seq, toks, kvcache.RestoreOptions{AdapterKey: ad.key, Scope: cube})
+		return err
+	})
+	if err != nil {
+		return kvSource{}, err
+	}
+	if rs.Tokens > 0 {
+		src := kvSource{npast: rs.Tokens, source: SourceRestored, packID: rs.PackID, restore: rs.Duration}
+		if continues(rs.Tokens, rs.PackTotal) {
+			src.prev = rs.PackID
+		}
+		return src, nil
+	}
+	// refused (or gone meanwhile): the sequence is empty
+	if rpN > 0 {
+		src, err := shareResident()
+		src.refused, src.restore = rs.Refused, rs.Duration
+		return src, err
+	}
+	return kvSource{refused: rs.Refused, restore: rs.Duration}, nil
+}
+
+// continues reports whether a new state sharing n tokens with an old one
+// of total tokens continues that conversation (then the old conversation
+// pack is dropped once the new one is stored): at least 3/4 shared. A
+// branch from an early turn keeps the old pack.
+func continues(n, total int) bool { return total > 0 && 4*n >= 3*total }
+
+// persist saves sl's state as a conversation pack in the background (the
+// state is copied now, so the slot is free again at once) and then drops
+// prev, the pack the new state extends. Skipped when two writes are already
+// running.
+func (o *OS) persist(sl *slot, cube, prev string, ad adapterSet) {
+	select {
+	case o.writeSem <- struct{}{}:
+	default:
+		o.log.Debug("conversation pack skipped: writes busy", "seq", sl.seq)
+		return
+	}
+	state, err := o.eng.SaveSeq(sl.seq)
+	if err != nil {
+		<-o.writeSem
+		o.log.Warn("conversation state not saved", "seq", sl.seq, "err", err)
+		return
+	}
+	toks := slices.Clone(sl.toks)
+	id := kvcache.PackID(kvcache.ScopedKey(ad.cfgKey, cube), toks)
+	sl.convPack = id
+	o.writes.Add(1)
+	o.pending.Add(1)
+	go func() {
+		defer func() { o.pending.Add(-1); <-o.writeSem; o.writes.Done() }()
+		start := time.Now()
+		o.kvMu.Lock()
+		defer o.kvMu.Unlock()
+		if o.hasPack(id) {
+			return // the same conversation state is stored already
+		}
+		info, err := o.kv.Put(context.Background(), kvcache.Header{KV: o.eng.KVConfig(), AdapterKey: ad.key, Tokens: toks, Label: convLabel(cube), Scope: cube}, state)
+		if err != nil {
+			o.log.Warn("conversation pack not stored", "cube", cube, "err", err)
+			return
+		}
+		if prev != "" && prev != info.ID && o.isConv(prev) {
+			if err := o.kv.Delete(prev); err != nil && !errors.Is(err, kvcache.ErrNotFound) {
+				o.log.Warn("old conversation pack not deleted", "pack", prev, "err", err)
+			}
+		}
+		o.log.Debug("conversation pack stored", "cube", cube, "pack", info.ID[:12], "n_tokens", info.NTokens,
+			"blob_bytes", info.BlobBytes, "ms", time.Since(start).Milliseconds())
+	}()
+}
+
+// convLabel is the label of cube's conversation packs.
+func convLabel(cube string) string { return "conv:" + cube }
+
+func (o *OS) hasPack(id string) bool {
+	for _, p := range o.kv.List("") {
+		if p.ID == id {
+			return true
+		}
+	}
+	return false
+}
+
+// packInScope reports whether pack id belongs to cube: labelled cube or
+// "conv:"+cube. kvcache's lookup is not scoped; a pack of another cube is
+// treated as a miss (a shorter pack of this cube is then not found).
+func (o *OS) packInScope(id, cube string) bool {
+	for _, p := range o.kv.List("") {
+		if p.ID == id {
+			return p.Label == convLabel(cube) || cube != "" && p.Label == cube
+		}
+	}
+	return false
+}
+
+// isConv reports whether pack id is a conversation pack.
+func (o *OS) isConv(id string) bool {
+	for _, p := range o.kv.List("") {
+		if p.ID == id {
+			return strings.HasPrefix(p.Label, "conv:")
+		}
+	}
+	return false
+}
+
+// adapterSet is a request's leased LoRA adapters and the keys KV state is
+// valid under.
+type adapterSet struct {
+	refs   []runtime.AdapterRef
+	key    string // runtime.AdapterKey(refs), "" for none
+	cfgKey string // kvcache.ConfigKey of the live KV config and key
+	lease  *lora.Lease
+}
+
+func (a adapterSet) release() { a.lease.Release() }
+
+// adapters leases specs in cube (nil: the cube's defaults).
+func (o *OS) adapters(ctx context.Context, cube string, specs []lora.Spec) (adapterSet, error) {
+	none := adapterSet{cfgKey: o.cfgKey}
+	if !o.eng.Options().LoRA {
+		if len(specs) > 0 {
+			var names []string
+			for _, sp := range specs {
+				names = append(names, sp.Name)
+			}
+			return none, badField("adapters", "%s: no LoRA adapter is registered (memosrt lora add; the model was loaded without LoRA support)", strings.Join(names, ", "))
+		}
+		return none, nil
+	}
+	l, err := o.man.Acquire(ctx, cube, specs)
+	if err != nil {
+		return none, err
+	}
+	if len(l.Refs) == 0 {
+		l.Release()
+		return none, nil
+	}
+	key := l.Key()
+	return adapterSet{refs: l.Refs, key: key, cfgKey: kvcache.ConfigKey(o.eng.KVConfig(), key), lease: l}, nil
+}
+
+// scopeOf is the slot scope of a cube under an adapter set: state computed
+// with other adapters is not valid for this request.
+func scopeOf(cube, adapterKey string) string {
+	if adapterKey == "" {
+		return cube
+	}
+	return cube + "\x00" + adapterKey
+}
+
+// recordUse counts a turn's memories towards their heat (MemoryOS): every
+// memory in the prompt is an interaction, every retrieved one also a
+// visit, and the cube's pack a visit when the prompt carried it. The uses
+// are buffered and written off the request path (Options.UsageFlush).
+func (o *OS) recordUse(cube string, p scheduler.Prompt) {
+	uses := make([]scheduler.Use, 0, len(p.Pack)+len(p.Retrieved)+1)
+	for _, m := range p.Pack {
+		uses = append(uses, scheduler.Use{Cube: cube, ID: m.ID, Interactions: 1})
+	}
+	for _, m := range p.Retrieved {
+		uses = append(uses, scheduler.Use{Cube: cube, ID: m.ID, Visits: 1, Interactions: 1})
+	}
+	if len(p.Pack) > 0 {
+		uses = append(uses, scheduler.Use{Cube: cube, ID: scheduler.PackUse, Visits: 1})
+	}
+	o.addUses(uses)
+}

@@ -1,0 +1,123 @@
+package memosrt
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/memosrt/memosrt/lora"
+	"github.com/memosrt/memosrt/runtime/llama"
+	"github.com/memosrt/memosrt/scheduler"
+)
+
+// Message is one chat turn: Role is "system", "user", "assistant" or
+// "tool".
+type Message = scheduler.Message
+
+// Sampling are the per-request sampler settings (llama.cpp's sampler
+// chain, as common_sampler orders it); the zero value is greedy decoding.
+// RepeatLastN -1 means the request's whole context (Ollama's -1: num_ctx);
+// below -1 is a *FieldError.
+type Sampling = llama.SamplerParams
+
+// Request is one generation. Chat takes Messages; Generate takes Prompt
+// (with System, Raw and Context as Ollama's /api/generate has them).
+type Request struct {
+	// Cube whose memories the prompt carries and whose KV state may be
+	// reused; "" is plain inference.
+	Cube string
+	// Messages is the conversation (Chat).
+	Messages []Message
+	// Prompt is the completion prompt (Generate).
+	Prompt string
+	// System is a completion's system text (Generate), a system turn
+	// after the pack.
+	System string
+	// Raw sends Prompt as is: no template, no memories (Generate).
+	Raw bool
+	// Context holds tokens of a previous exchange (Ollama's /api/generate
+	// "context"); the rendered prompt's tokens follow them, no memories.
+	Context []int32
+	// Sampling chooses each token. Grammar in it constrains the output
+	// (GBNF, see package runtime/grammar).
+	Sampling Sampling
+	// Format is the structured-output format as Ollama's API takes it
+	// ("json" or a JSON schema), forwarded by the upstream backend; the
+	// llama backend enforces Sampling.Grammar.
+	Format json.RawMessage
+	// NumPredict caps generated tokens; <= 0 means Options.DefaultNumPredict,
+	// then until n_ctx.
+	NumPredict int
+	// NumCtx limits this request's context, tokens (prompt plus output); 0
+	// or above the loaded n_ctx means n_ctx. No reload either way.
+	NumCtx int
+	// Stop strings end generation; the stop string is not part of Text.
+	Stop []string
+	// Adapters are the LoRA adapters to attach: nil means the cube's
+	// default adapters, empty means none.
+	Adapters []lora.Spec
+	// NoCache skips every KV source (slots, resident and stored packs):
+	// the whole prompt is prefilled. Greedy output is the same either way.
+	NoCache bool
+	// NoPersist skips saving a chat turn's state as a conversation pack.
+	NoPersist bool
+	// NoUsage records no heat for the memories this request used.
+	NoUsage bool
+	// RenderOnly returns the rendered prompt (Response.Rendered) and token
+	// count without generating (Ollama's _debug_render_only).
+	RenderOnly bool
+	// OnText, if set, receives output text as it is produced, in order:
+	// never a split UTF-8 character or a prefix of a stop string. It is
+	// called on the caller's goroutine, may block (the engine goes on and
+	// text queues up to 4 MiB, then the request fails) and ends the
+	// generation with its error.
+	OnText func(text string) error
+	// Start is when the request began, for TTFT; zero means the call.
+	Start time.Time
+}
+
+// Usage are a generation's token counts and timings.
+type Usage struct {
+	PromptTokens   int           `json:"prompt_tokens"` // whole prompt, cached tokens included
+	CachedTokens   int           `json:"cached_tokens"` // prompt tokens not decoded (slot, resident or restored KV)
+	EvalTokens     int           `json:"eval_tokens"`   // generated tokens
+	TTFT           time.Duration `json:"ttft_ns"`       // Start to the first generated token
+	PromptDuration time.Duration `json:"prompt_ns"`     // decoding the uncached prompt tokens
+	EvalDuration   time.Duration `json:"eval_ns"`       // first generated token to the last
+	RestoreTime    time.Duration `json:"restore_ns"`    // restoring a stored pack
+	TotalDuration  time.Duration `json:"total_ns"`      // Start to return
+	LoadDuration   time.Duration `json:"load_ns"`       // loading the model for this request (0: loaded)
+}
+
+// Cache sources of a Response: which KV state the prompt's cached tokens
+// came from.
+const (
+	SourceNone     = ""         // prefilled from scratch
+	SourceSlot     = "slot"     // the request sequence still held them (previous turn)
+	SourceResident = "resident" // the cube's resident pack, shared in (llama_memory_seq_cp)
+	SourceRestored = "restored" // a stored pack, restored (llama_state_seq_set_data)
+)
+
+// Response reports one generation.
+type Response struct {
+	Text       string `json:"response"`
+	DoneReason string `json:"done_reason"` // "stop" (end of generation or a stop string) or "length"
+	Usage      Usage  `json:"usage"`
+	// Context is the tokens the sequence holds afterwards: a prefix of the
+	// prompt and the output (Ollama's "context").
+	Context []int32 `json:"context,omitempty"`
+	// Rendered is the prompt text (RenderOnly).
+	Rendered string `json:"rendered,omitempty"`
+	// CacheSource says where the cached tokens came from (Source*).
+	CacheSource string `json:"cache_source,omitempty"`
+	// PackID is the stored pack restored, "" if none.
+	PackID string `json:"pack_id,omitempty"`
+	// Refused is why a stored pack that matched was refused (and the
+	// prompt prefilled), "" if none.
+	Refused string `json:"refused,omitempty"`
+	// PackMemories and Retrieved count the memories the prompt carried:
+	// inside the cube's pack, and added by retrieval.
+	PackMemories int `json:"pack_memories"`
+	Retrieved    int `json:"retrieved_memories"`
+	// Adapters is the attached adapter set (runtime.AdapterKey), "" none.
+	Adapters string `json:"adapters,omitempty"`
+}

@@ -1,0 +1,363 @@
+package scheduler
+
+import (
+	"context"
+	"strings"
+
+	"github.com/memosrt/memosrt/runtime"
+	"github.com/memosrt/memosrt/runtime/llama"
+	"github.com/memosrt/memosrt/textmem"
+)
+
+// DefaultPreamble opens every pack.
+const DefaultPreamble = "You are a helpful assistant. What you remember about the user:"
+
+// retrievedHeader opens the block of retrieved memories put before the last
+// user turn.
+const retrievedHeader = "Also relevant:\n"
+
+// bytesPerToken estimates tokens from bytes where no tokenizer is loaded
+// (the text-only upstream backend): about 4 bytes a token for English BPE
+// vocabularies (OpenAI's tokenizer guide gives ~4 characters per token).
+const bytesPerToken = 4
+
+// LayoutOptions configure a Layout. Zero means the default given.
+type LayoutOptions struct {
+	// Preamble is the system text before the memories. Default DefaultPreamble.
+	Preamble string
+	// MaxPackTokens bounds a cube's pack, in tokens (preamble included).
+	// Default n_ctx/2 with an engine, 8192 without one (counted as
+	// bytes/4).
+	MaxPackTokens int
+	// RetrieveK is how many memories outside the pack retrieval may add
+	// before a user turn. Default 5.
+	RetrieveK int
+	// MaxRetrievedTokens bounds the retrieved memories of one prompt (all
+	// turns' blocks together), tokens: a memory that would pass it is left
+	// out. Default n_ctx/4 with an engine, 4096 without one.
+	MaxRetrievedTokens int
+	// ChatTemplate overrides the model's template ("" uses the model's; a
+	// model without one gets the plain layout described at Assemble).
+	ChatTemplate string
+}
+
+// Layout is the one prompt layout of memosrt: it renders a cube's pack
+// (preamble and pack members), the memories retrieval adds, and the
+// conversation, and tokenizes them so that the pack's tokens are a prefix
+// of every prompt of the cube. Tier jobs compute stored packs with Pack;
+// requests assemble prompts with Assemble; both give the same pack tokens.
+// Safe for concurrent use.
+type Layout struct {
+	eng  *runtime.Engine // nil: text only (no tokens)
+	mem  *textmem.Store
+	opts LayoutOptions
+	tmpl string
+}
+
+// NewLayout returns the layout over a text store and, for tokens, an
+// engine (nil renders text only, for a backend without a tokenizer).
+func NewLayout(eng *runtime.Engine, mem *textmem.Store, opts LayoutOptions) *Layout {
+	if opts.Preamble == "" {
+		opts.Preamble = DefaultPreamble
+	}
+	if opts.MaxPackTokens == 0 {
+		opts.MaxPackTokens = 8192
+		if eng != nil {
+			opts.MaxPackTokens = eng.NCtx() / 2
+		}
+	}
+	if opts.RetrieveK == 0 {
+		opts.RetrieveK = 5
+	}
+	if opts.MaxRetrievedTokens == 0 {
+		opts.MaxRetrievedTokens = 4096
+		if eng != nil {
+			opts.MaxRetrievedTokens = eng.NCtx() / 4
+		}
+	}
+	l := &Layout{eng: eng, mem: mem, opts: opts, tmpl: opts.ChatTemplate}
+	if l.tmpl == "" && eng != nil {
+		l.tmpl = eng.Model().ChatTemplate()
+	}
+	return l
+}
+
+// Options returns the effective options.
+func (l *Layout) Options() LayoutOptions { return l.opts }
+
+// Template returns the chat template in use, "" for the plain layout.
+func (l *Layout) Template() string { return l.tmpl }
+
+// Message is one chat turn in wire-neutral form.
+type Message struct {
+	Role    string // "system", "user", "assistant", "tool"
+	Content string
+}
+
+// Input is what a prompt is assembled from.
+type Input struct {
+	// Cube whose memories the prompt carries; "" for none (no pack, no
+	// retrieval: plain inference).
+	Cube string
+	// Members are the pack's candidate memories in pack order (the cube's
+	// activation tier, Tiers.HotSet); they enter while they fit
+	// MaxPackTokens.
+	Members []textmem.Memory
+	// Messages is the conversation; retrieval searches with the last user
+	// turn. Empty for a pack alone (Pack).
+	Messages []Message
+	// NoRetrieve skips retrieval (the pack alone is added).
+	NoRetrieve bool
+}
+
+// Prompt is an assembled prompt. With an engine, Tokens = PackTokens
+// followed by the tokens of Rest.
+type Prompt struct {
+	Head       string           // the pack part (system turn), "" without a cube
+	Rest       string           // the rest of the prompt text
+	PackTokens []int32          // tokens of Head (BOS included): the cube's pack
+	Tokens     []int32          // the whole prompt
+	System     string           // the pack's system text (preamble and members), "" without a cube
+	Messages   []Message        // the conversation with the retrieved block before the last user turn
+	Pack       []textmem.Memory // memories inside the pack, pack order
+	Retrieved  []textmem.Memory // memories retrieval added for the last user turn (earlier turns keep theirs)
+}
+
+func bullet(m textmem.Memory) string {
+	return "- " + strings.ReplaceAll(strings.TrimSpace(m.Text), "\n", " ") + "\n"
+}
+
+// count returns the tokens of text as the pack budget counts them: BOS
+// excluded with addBOS false. Without an engine: bytes / bytesPerToken.
+func (l *Layout) count(text string, addBOS bool) (int, error) {
+	if l.eng == nil {
+		return (len(text) + bytesPerToken - 1) / bytesPerToken, nil
+	}
+	t, err := l.eng.Tokenize(text, addBOS)
+	return len(t), err
+}
+
+// packMembers returns the members that fit MaxPackTokens, in order: the
+// preamble's tokens first, then each member's line, until one does not fit.
+func (l *Layout) packMembers(members []textmem.Memory) ([]textmem.Memory, error) {
+	budget := l.opts.MaxPackTokens
+	if n, err := l.count(l.opts.Preamble, true); err == nil {
+		budget -= n
+	}
+	var out []textmem.Memory
+	for _, m := range members {
+		n, err := l.count(bullet(m), false)
+		if err != nil {
+			return nil, err
+		}
+		if n > budget {
+			break
+		}
+		budget -= n
+		out = append(out, m)
+	}
+	return out, nil
+}
+
+// systemText renders the pack: preamble, then one line per memory.
+func (l *Layout) systemText(mems []textmem.Memory) string {
+	var b strings.Builder
+	b.WriteString(l.opts.Preamble)
+	b.WriteString("\n")
+	for _, m := range mems {
+		b.WriteString(bullet(m))
+	}
+	return b.String()
+}
+
+// RetrievedText is the block put before the last user turn for memories
+// retrieval found outside the pack ("" for none).
+func RetrievedText(mems []textmem.Memory) string {
+	if len(mems) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString(retrievedHeader)
+	for _, m := range mems {
+		b.WriteString(bullet(m))
+	}
+	return b.String()
+}
+
+// Query returns the text retrieval searches with: the last user turn.
+func Query(msgs []Message) string {
+	for i := len(msgs) - 1; i >= 0; i-- {
+		if msgs[i].Role == "user" {
+			return msgs[i].Content
+		}
+	}
+	return ""
+}
+
+// retrieve prefixes every user turn of msgs with the memories retrieval
+// finds for it outside the pack (RetrievedText), each memory shown once, at
+// the first turn that finds it. Earlier turns get the block they got when
+// they were the last turn, so a conversation's next prompt extends the
+// tokens of the previous one (as long as the text tier is unchanged) and
+// its KV state is reused. It returns the new messages and the memories
+// retrieved for the last user turn (the ones this turn adds).
+func (l *Layout) retrieve(ctx context.Context, cube string, pack []textmem.Memory, msgs []Message) ([]Message, []textmem.Memory, error) {
+	out := append([]Message(nil), msgs...)
+	shown := make(map[string]bool, len(pack))
+	for _, m := range pack {
+		shown[m.ID] = true
+	}
+	last := -1
+	for i, m := range out {
+		if m.Role == "user" {
+			last = i
+		}
+	}
+	var latest []textmem.Memory
+	budget := l.opts.MaxRetrievedTokens
+	for i, m := range out {
+		if m.Role != "user" || strings.TrimSpace(m.Content) == "" {
+			continue
+		}
+		hits, err := l.mem.Search(ctx, cube, m.Content, l.opts.RetrieveK+len(shown))
+		if err != nil {
+			return nil, nil, err
+		}
+		var found []textmem.Memory
+		for _, h := range hits {
+			if shown[h.Memory.ID] || len(found) == l.opts.RetrieveK {
+				continue
+			}
+			n, err := l.count(bullet(h.Memory), false)
+			if err != nil {
+				return nil, nil, err
+			}
+			if n > budget {
+				continue
+			}
+			budget -= n
+			found = append(found, h.Memory)
+			shown[h.Memory.ID] = true
+		}
+		out[i].Content = RetrievedText(found) + m.Content
+		if i == last {
+			latest = found
+		}
+	}
+	return out, latest, nil
+}
+
+// Pack assembles the pack of cube with the given members alone: Tokens ==
+// PackTokens. Tier jobs store its KV state; Assemble's prompts of the cube
+// start with the same tokens.
+func (l *Layout) Pack(ctx context.Context, cube string, members []textmem.Memory) (Prompt, error) {
+	return l.Assemble(ctx, Input{Cube: cube, Members: members, NoRetrieve: true})
+}
+
+// Assemble renders and tokenizes a prompt:
+//
+//   - with a cube, a system turn holding the pack (Preamble, then "- text"
+//     per pack member) comes first; retrieval adds up to RetrieveK other
+//     memories of the cube matching each user turn, as an "Also relevant:"
+//     block before that turn (each memory once, at the first turn that
+//     finds it: see retrieve);
+//   - the turns are rendered with the chat template (the system turn alone,
+//     rendered without the assistant opener, must be a prefix of the whole
+//     rendering; else the prompt has no separate pack part), or without
+//     one as the pack text followed by one line per turn ("\n" + content;
+//     an assistant turn continues the line before it, as the model wrote
+//     it, so that the next turn's prompt extends the tokens the sequence
+//     held after this one).
+//
+// Head and Rest are tokenized separately (Head with BOS), so PackTokens is
+// a prefix of Tokens whatever follows. Without an engine no tokens are
+// produced and MaxPackTokens counts bytes/4. Errors: the text store's
+// search errors, llama.ErrTemplate for a template that cannot render the
+// turns, tokenizer errors.
+func (l *Layout) Assemble(ctx context.Context, in Input) (Prompt, error) {
+	var p Prompt
+	msgs := in.Messages
+	if in.Cube != "" {
+		pack, err := l.packMembers(in.Members)
+		if err != nil {
+			return p, err
+		}
+		p.Pack = pack
+		if !in.NoRetrieve && l.opts.RetrieveK > 0 {
+			var err error
+			if msgs, p.Retrieved, err = l.retrieve(ctx, in.Cube, pack, msgs); err != nil {
+				return p, err
+			}
+		}
+		p.System = l.systemText(pack)
+	} else {
+		msgs = append([]Message(nil), msgs...)
+	}
+	p.Messages = msgs
+	if l.tmpl != "" && l.eng != nil {
+		var all []llama.ChatMessage
+		if in.Cube != "" {
+			all = append(all, llama.ChatMessage{Role: "system", Content: p.System})
+		}
+		for _, m := range msgs {
+			all = append(all, llama.ChatMessage{Role: m.Role, Content: m.Content})
+		}
+		model := l.eng.Model()
+		if in.Cube != "" {
+			head, err := model.ApplyChatTemplate(l.tmpl, all[:1], false)
+			if err != nil {
+				return p, err
+			}
+			if len(msgs) == 0 {
+				p.Head = head
+			} else {
+				full, err := model.ApplyChatTemplate(l.tmpl, all, true)
+				if err != nil {
+					return p, err
+				}
+				if strings.HasPrefix(full, head) {
+					p.Head, p.Rest = head, full[len(head):]
+				} else {
+					p.Rest = full // the template rewrites the system turn: no pack part
+				}
+			}
+		} else if len(all) > 0 {
+			full, err := model.ApplyChatTemplate(l.tmpl, all, true)
+			if err != nil {
+				return p, err
+			}
+			p.Rest = full
+		}
+	} else {
+		var sb strings.Builder
+		for i, m := range msgs {
+			if (i > 0 || in.Cube != "") && m.Role != "assistant" {
+				sb.WriteString("\n")
+			}
+			sb.WriteString(m.Content)
+		}
+		p.Head, p.Rest = p.System, sb.String()
+	}
+	if l.eng == nil {
+		return p, nil
+	}
+	if p.Head != "" {
+		ht, err := l.eng.Tokenize(p.Head, true)
+		if err != nil {
+			return p, err
+		}
+		rt, err := l.eng.Tokenize(p.Rest, false)
+		if err != nil {
+			return p, err
+		}
+		p.PackTokens = ht
+		p.Tokens = append(append(make([]int32, 0, len(ht)+len(rt)), ht...), rt...)
+		return p, nil
+	}
+	t, err := l.eng.Tokenize(p.Rest, true)
+	if err != nil {
+		return p, err
+	}
+	p.Tokens = t
+	return p, nil
+}

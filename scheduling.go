@@ -1,0 +1,387 @@
+package memosrt
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/memosrt/memosrt/scheduler"
+)
+
+// usageBuffer holds recorded uses until they are written, summed per
+// memory and stamped with the last use's time (one flush period at most
+// apart). Safe for concurrent use.
+type usageBuffer struct {
+	// mu guards uses and since.
+	mu    sync.Mutex
+	uses  map[[2]string]scheduler.Use // by (cube, id), counts summed
+	since int                         // uses recorded since the last tick
+}
+
+func newUsageBuffer() *usageBuffer { return &usageBuffer{uses: map[[2]string]scheduler.Use{}} }
+
+// addUses buffers uses and kicks the scheduler after TickAfterUses of them.
+func (o *OS) addUses(uses []scheduler.Use) {
+	b := o.usage
+	now := o.opts.Clock.Now()
+	b.mu.Lock()
+	for _, u := range uses {
+		k := [2]string{u.Cube, u.ID}
+		v := b.uses[k]
+		v.Cube, v.ID, v.At = u.Cube, u.ID, now
+		v.Visits += u.Visits
+		v.Interactions += u.Interactions
+		b.uses[k] = v
+	}
+	b.since += len(uses)
+	burst := b.since >= o.opts.TickAfterUses
+	b.mu.Unlock()
+	if burst {
+		o.Kick()
+	}
+}
+
+// flushUsage writes the buffered uses in one transaction. On failure they
+// are kept for the next flush.
+func (o *OS) flushUsage(ctx context.Context) error {
+	b := o.usage
+	if b == nil {
+		return nil
+	}
+	b.mu.Lock()
+	if len(b.uses) == 0 {
+		b.mu.Unlock()
+		return nil
+	}
+	uses := make([]scheduler.Use, 0, len(b.uses))
+	for _, u := range b.uses {
+		uses = append(uses, u)
+	}
+	b.uses = map[[2]string]scheduler.Use{}
+	b.mu.Unlock()
+	slices.SortFunc(uses, func(a, c scheduler.Use) int {
+		if a.Cube != c.Cube {
+			return cmpStr(a.Cube, c.Cube)
+		}
+		return cmpStr(a.ID, c.ID)
+	})
+	if err := o.tiers.RecordUse(ctx, uses); err != nil {
+		o.addBack(uses)
+		return err
+	}
+	return nil
+}
+
+func (o *OS) addBack(uses []scheduler.Use) {
+	b := o.usage
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, u := range uses {
+		k := [2]string{u.Cube, u.ID}
+		v := b.uses[k]
+		v.Cube, v.ID = u.Cube, u.ID
+		if u.At.After(v.At) {
+			v.At = u.At
+		}
+		v.Visits += u.Visits
+		v.Interactions += u.Interactions
+		b.uses[k] = v
+	}
+}
+
+func cmpStr(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// Kick asks the background loop for a tick soon (after a burst of usage, a
+// deleted memory). A no-op without the loop.
+func (o *OS) Kick() {
+	select {
+	case o.kick <- struct{}{}:
+	default:
+	}
+}
+
+// loop is the scheduler's background goroutine: it writes recorded usage
+// every UsageFlush and runs a tick every Tiers.Interval and soon after a
+// Kick. Jobs decode at background priority (runtime.Request.Background):
+// foreground requests go first and a job yields between small batches.
+func (o *OS) loop(ctx context.Context) {
+	defer close(o.loopDone)
+	interval := o.opts.Tiers.Interval
+	if interval <= 0 {
+		interval = 10 * time.Second
+	}
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	flush := time.NewTicker(o.opts.UsageFlush)
+	defer flush.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-flush.C:
+			if err := o.flushUsage(ctx); err != nil && ctx.Err() == nil {
+				o.log.Warn("usage not recorded", "err", err)
+			}
+			continue
+		case <-tick.C:
+		case <-o.kick:
+		}
+		if _, err := o.tick(ctx); err != nil && ctx.Err() == nil {
+			o.log.Warn("tick failed", "err", err)
+		}
+	}
+}
+
+// Tick runs one scheduler tick now: it writes recorded usage, plans and
+// runs tier moves (promotions, demotions, pack refreshes; see
+// scheduler.Tiers.Tick) and then sets the resident level from pack heat.
+// The background loop runs the same on its period. Errors: ErrNoModel, a
+// failed job's error (it stays pending), ctx's error.
+func (o *OS) Tick(ctx context.Context) (scheduler.TickReport, error) {
+	if err := o.enter(); err != nil {
+		return scheduler.TickReport{}, err
+	}
+	defer o.leave()
+	ctx, done := o.bound(ctx)
+	defer done()
+	if err := o.needEngine(); err != nil {
+		return scheduler.TickReport{}, err
+	}
+	return o.tick(ctx)
+}
+
+func (o *OS) tick(ctx context.Context) (scheduler.TickReport, error) {
+	o.usage.mu.Lock()
+	o.usage.since = 0
+	o.usage.mu.Unlock()
+	if err := o.flushUsage(ctx); err != nil {
+		return scheduler.TickReport{}, err
+	}
+	rep, err := o.tiers.Tick(ctx)
+	if rerr := o.applyResident(ctx); rerr != nil && err == nil {
+		err = rerr
+	}
+	return rep, err
+}
+
+// residentPack is a cube's pack held in a resident sequence.
+type residentPack struct {
+	seq      int
+	adapters string // adapter set the pack was computed under
+	toks     []int32
+	packID   string
+	created  time.Time
+	used     time.Time
+}
+
+// applyResident sets the resident level from the tiers: pinned resident
+// packs, then the hottest packs at or above ResidentAt, while resident
+// sequences and ResidentCells last. Packs no longer wanted (cold, over
+// budget, recomputed) leave it first.
+func (o *OS) applyResident(ctx context.Context) error {
+	nres := len(o.seqs) - o.opts.Parallel
+	if nres == 0 {
+		return nil
+	}
+	o.applyMu.Lock()
+	defer o.applyMu.Unlock()
+	hot, err := o.tiers.HotPacks(ctx)
+	if err != nil {
+		return err
+	}
+	want := map[string]scheduler.PackHeat{}
+	cells := 0
+	reason := map[string]string{}
+	for _, p := range hot {
+		why := "heat"
+		if p.Resident {
+			why = "pinned"
+		} else if p.Heat < o.opts.ResidentAt {
+			reason[p.Cube] = "cold"
+			continue
+		}
+		if len(want) >= nres || cells+p.Tokens > o.opts.ResidentCells {
+			reason[p.Cube] = "budget"
+			continue
+		}
+		want[p.Cube], reason[p.Cube] = p, why
+		cells += p.Tokens
+	}
+	// leave first, so that their sequences and cells are free
+	o.resMu.Lock()
+	var leave []string
+	for cube, r := range o.res {
+		if w, ok := want[cube]; !ok || w.PackID != r.packID {
+			leave = append(leave, cube)
+		}
+	}
+	for _, cube := range leave {
+		r := o.res[cube]
+		delete(o.res, cube)
+		o.eng.ClearSeq(r.seq)
+		o.resFree = append(o.resFree, r.seq)
+	}
+	o.resMu.Unlock()
+	for _, cube := range leave {
+		why := reason[cube]
+		if why == "" || why == "heat" || why == "pinned" {
+			why = "changed"
+		}
+		if err := o.tiers.SetResident(ctx, cube, "", false, why); err != nil {
+			return err
+		}
+	}
+	for cube, p := range want {
+		o.resMu.Lock()
+		_, have := o.res[cube]
+		o.resMu.Unlock()
+		if have {
+			continue
+		}
+		if err := o.makeResident(ctx, cube, p.PackID); err != nil {
+			o.log.Warn("pack not made resident", "cube", cube, "pack", p.PackID, "err", err)
+			continue
+		}
+		if err := o.tiers.SetResident(ctx, cube, p.PackID, true, reason[cube]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// makeResident restores stored pack id into a free resident sequence.
+func (o *OS) makeResident(ctx context.Context, cube, id string) error {
+	h, state, _, err := o.kv.State(id)
+	if err != nil {
+		return err
+	}
+	if err := h.Check(o.eng.KVConfig(), ""); err != nil {
+		return err
+	}
+	// room first: idle slots give their cells back; the cells count as
+	// resident (fixed) once the pack is in o.res
+	release, err := o.pool.reserveNow(o.resSlot, len(h.Tokens), o.eng.NCtx(), noEvict{o}, o.clearSeq)
+	if err != nil {
+		return err
+	}
+	defer release()
+	o.resMu.Lock()
+	n := len(o.resFree)
+	if n == 0 {
+		o.resMu.Unlock()
+		return fmt.Errorf("memosrt: no free resident sequence")
+	}
+	seq := o.resFree[n-1]
+	o.resFree = o.resFree[:n-1]
+	o.resMu.Unlock()
+	if _, err := o.eng.RestoreSeq(seq, state); err != nil {
+		o.resMu.Lock()
+		o.resFree = append(o.resFree, seq)
+		o.resMu.Unlock()
+		return err
+	}
+	now := time.Now()
+	o.resMu.Lock()
+	o.res[cube] = &residentPack{seq: seq, toks: slices.Clone(h.Tokens), packID: id, created: now, used: now}
+	o.resMu.Unlock()
+	return ctx.Err()
+}
+
+// dropResident frees cube's resident pack, if any (its cube was deleted).
+func (o *OS) dropResident(cube string) {
+	o.resMu.Lock()
+	defer o.resMu.Unlock()
+	if r, ok := o.res[cube]; ok {
+		delete(o.res, cube)
+		o.eng.ClearSeq(r.seq)
+		o.resFree = append(o.resFree, r.seq)
+	}
+}
+
+// residentCells returns the KV cells resident packs hold.
+func (o *OS) residentCells() int {
+	o.resMu.Lock()
+	defer o.resMu.Unlock()
+	n := 0
+	for _, r := range o.res {
+		n += len(r.toks)
+	}
+	return n
+}
+
+// residentLevel is the resident packs as the slot pool's fixedCells.
+type residentLevel struct{ o *OS }
+
+func (r residentLevel) cells() int { return r.o.residentCells() }
+
+// evict drops resident packs, least recently used first, until n cells
+// are free; they come back at a later tick when room allows. Called with
+// the slot pool's lock held: the transitions are recorded afterwards.
+func (r residentLevel) evict(n int) int {
+	o := r.o
+	o.resMu.Lock()
+	freed := 0
+	var gone []string
+	for freed < n && len(o.res) > 0 {
+		var lru string
+		for c, p := range o.res {
+			if lru == "" || p.used.Before(o.res[lru].used) {
+				lru = c
+			}
+		}
+		p := o.res[lru]
+		delete(o.res, lru)
+		o.eng.ClearSeq(p.seq)
+		o.resFree = append(o.resFree, p.seq)
+		freed += len(p.toks)
+		gone = append(gone, lru)
+	}
+	o.resMu.Unlock()
+	if len(gone) > 0 {
+		go func() {
+			for _, c := range gone {
+				if err := o.tiers.SetResident(o.base, c, "", false, "room"); err != nil && o.base.Err() == nil {
+					o.log.Warn("resident eviction not recorded", "cube", c, "err", err)
+				}
+			}
+		}()
+	}
+	return freed
+}
+
+// clearSeq empties a sequence (an idle slot's, evicted for room).
+func (o *OS) clearSeq(seq int) { o.eng.ClearSeq(seq) }
+
+// reserveJob is TierOptions.Reserve: a tier job's cells come out of the
+// same KV budget as requests' (idle slots emptied first); when they are
+// busy the job waits for a later tick.
+func (o *OS) reserveJob(ctx context.Context, cells int, wait bool) (func(), error) {
+	if !wait {
+		release, err := o.pool.reserveNow(o.jobSlot, cells, o.eng.NCtx(), residentLevel{o}, o.clearSeq)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", scheduler.ErrDeferred, err)
+		}
+		return release, nil
+	}
+	if _, err := o.pool.admit(ctx, o.jobSlot, cells, cells, o.eng.NCtx(), residentLevel{o}, o.clearSeq); err != nil {
+		return nil, err
+	}
+	return func() { o.pool.unreserve(o.jobSlot) }, nil
+}
+
+// noEvict is the resident level for making a pack resident: room comes
+// from idle slots only, never from other resident packs.
+type noEvict struct{ o *OS }
+
+func (r noEvict) cells() int    { return r.o.residentCells() }
+func (r noEvict) evict(int) int { return 0 }

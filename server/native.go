@@ -1,0 +1,96 @@
+package server
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/memosrt/memosrt"
+	"github.com/memosrt/memosrt/lora"
+)
+
+// NativeSampling is the sampler of a native generate request, memosrt's
+// own names (memosrt.Sampling); zero values mean off, temperature 0 greedy.
+type NativeSampling struct {
+	Temperature   float32 `json:"temperature"`
+	TopK          int     `json:"top_k"`
+	TopP          float32 `json:"top_p"`
+	MinP          float32 `json:"min_p"`
+	RepeatPenalty float32 `json:"repeat_penalty"`
+	RepeatLastN   int     `json:"repeat_last_n"`
+	Seed          uint32  `json:"seed"`
+	Grammar       string  `json:"grammar,omitempty"`
+}
+
+// NativeRequest is the body of POST /v1/generate: one memosrt.Request as
+// JSON, what `memosrt run` sends to a running server.
+type NativeRequest struct {
+	Cube       string            `json:"cube"`
+	Prompt     string            `json:"prompt"`
+	Messages   []memosrt.Message `json:"messages,omitempty"` // a chat turn when set
+	System     string            `json:"system,omitempty"`
+	Sampling   NativeSampling    `json:"sampling"`
+	NumPredict int               `json:"num_predict"`
+	NumCtx     int               `json:"num_ctx"`
+	Stop       []string          `json:"stop,omitempty"`
+	// Adapters is "NAME[:SCALE],..." or "none"; absent: the cube's defaults.
+	Adapters *string `json:"adapters,omitempty"`
+	NoCache  bool    `json:"no_cache"`
+	Stream   bool    `json:"stream"`
+}
+
+// NativeChunk is one streamed line of POST /v1/generate: text, then a last
+// line with Done and the whole Response (its Text empty), or Error.
+type NativeChunk struct {
+	Text     string            `json:"text,omitempty"`
+	Done     bool              `json:"done,omitempty"`
+	Response *memosrt.Response `json:"result,omitempty"`
+	Error    string            `json:"error,omitempty"`
+}
+
+// handleNativeGenerate answers POST /v1/generate: memosrt.OS.Generate (or
+// Chat with messages) with every field of its Response, streamed as
+// NativeChunk lines or, without stream, one memosrt.Response.
+func (s *Server) handleNativeGenerate(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	var req NativeRequest
+	if err := decodeJSON(r, &req); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	err := s.checkModel("model", "")
+	g := &memosrt.Request{Start: start, Cube: req.Cube, Prompt: req.Prompt, Messages: req.Messages, System: req.System,
+		NumPredict: req.NumPredict, NumCtx: req.NumCtx, Stop: req.Stop, NoCache: req.NoCache,
+		Sampling: memosrt.Sampling{Temperature: req.Sampling.Temperature, TopK: req.Sampling.TopK, TopP: req.Sampling.TopP,
+			MinP: req.Sampling.MinP, RepeatPenalty: req.Sampling.RepeatPenalty, RepeatLastN: req.Sampling.RepeatLastN,
+			Seed: req.Sampling.Seed, Grammar: req.Sampling.Grammar}}
+	if err == nil && req.Adapters != nil {
+		g.Adapters, err = lora.ParseSpecs(*req.Adapters)
+		if err != nil {
+			err = badField("adapters", "%v", err)
+		}
+	}
+	if err == nil {
+		g.Cube, err = s.cube(r, req.Cube)
+	}
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	var st *streamer
+	if req.Stream {
+		st = newStreamer(w, false)
+	}
+	res, err := s.generate(r, g, req.Messages != nil, st, func(t string) any { return NativeChunk{Text: t} })
+	if err != nil {
+		s.streamError(w, r, st, err)
+		return
+	}
+	if st != nil {
+		text := res.Text
+		res.Text = ""
+		st.send(NativeChunk{Done: true, Response: res})
+		res.Text = text
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
