@@ -141,12 +141,16 @@ func TestEveryKVSourceEqualsCold(t *testing.T) {
 	}
 	addMemories(t, o, "c", "Lily has a dog named Max.", "Max likes to run in the park.")
 	turn := []Message{{Role: "user", Content: "Once upon a time, Lily"}}
+	if _, err := o.Warm(ctx, "c", WarmOptions{Resident: true}); err != nil {
+		t.Fatal(err)
+	}
+	// cold with the same prompt: the pack holds the memories now
 	cold, err := o.Chat(ctx, Request{Cube: "c", Messages: turn, NumPredict: 24, NoCache: true, NoPersist: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := o.Warm(ctx, "c", WarmOptions{Resident: true}); err != nil {
-		t.Fatal(err)
+	if cold.PackMemories != 2 {
+		t.Fatalf("the cold prompt carries %d pack memories, want 2", cold.PackMemories)
 	}
 	// the only slot now holds another cube's state: nothing of c to reuse there
 	addMemories(t, o, "other", "Tom has a kite.")

@@ -33,9 +33,10 @@ type NativeRequest struct {
 	NumCtx     int               `json:"num_ctx"`
 	Stop       []string          `json:"stop,omitempty"`
 	// Adapters is "NAME[:SCALE],..." or "none"; absent: the cube's defaults.
-	Adapters *string `json:"adapters,omitempty"`
-	NoCache  bool    `json:"no_cache"`
-	Stream   bool    `json:"stream"`
+	Adapters  *string `json:"adapters,omitempty"`
+	NoCache   bool    `json:"no_cache"`
+	NoPersist bool    `json:"no_persist"` // a chat turn: do not save its state as a conversation pack
+	Stream    bool    `json:"stream"`
 }
 
 // NativeChunk is one streamed line of POST /v1/generate: text, then a last
@@ -59,7 +60,7 @@ func (s *Server) handleNativeGenerate(w http.ResponseWriter, r *http.Request) {
 	}
 	err := s.checkModel("model", "")
 	g := &memosrt.Request{Start: start, Cube: req.Cube, Prompt: req.Prompt, Messages: req.Messages, System: req.System,
-		NumPredict: req.NumPredict, NumCtx: req.NumCtx, Stop: req.Stop, NoCache: req.NoCache,
+		NumPredict: req.NumPredict, NumCtx: req.NumCtx, Stop: req.Stop, NoCache: req.NoCache, NoPersist: req.NoPersist,
 		Sampling: memosrt.Sampling{Temperature: req.Sampling.Temperature, TopK: req.Sampling.TopK, TopP: req.Sampling.TopP,
 			MinP: req.Sampling.MinP, RepeatPenalty: req.Sampling.RepeatPenalty, RepeatLastN: req.Sampling.RepeatLastN,
 			Seed: req.Sampling.Seed, Grammar: req.Sampling.Grammar}}

@@ -552,3 +552,43 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// Over HTTP every KV source gives the cold output: the resident pack
+// shared in, the slot's previous turn, and the conversation pack restored
+// after a restart (POST /v1/generate reports the source; no_cache is the
+// cold prefill).
+func TestEveryKVSourceEqualsColdHTTP(t *testing.T) {
+	dir := t.TempDir()
+	opts := memosrt.Options{Parallel: 1, ResidentSeqs: 1}
+	e := newEnv(t, envConfig{dir: dir, mo: opts})
+	addCube(t, e, "lily", lilyMemories...)
+	addCube(t, e, "other", "Tom has a kite.")
+	gen := func(e *env, cube string, msgs []memosrt.Message, noCache bool) memosrt.Response {
+		t.Helper()
+		var r memosrt.Response
+		// a cold run saves no conversation pack: it would be a longer source
+		in := map[string]any{"cube": cube, "messages": msgs, "num_predict": 24, "no_cache": noCache, "no_persist": noCache}
+		if code := do(t, "POST", e.url()+"/v1/generate", in, &r); code != http.StatusOK {
+			t.Fatalf("generate: %d", code)
+		}
+		return r
+	}
+	turn := []memosrt.Message{{Role: "user", Content: "Once upon a time, Lily"}}
+	if code := do(t, "POST", e.url()+"/v1/cubes/lily/pack", map[string]any{"resident": true}, nil); code != http.StatusOK {
+		t.Fatalf("warm: %d", code)
+	}
+	cold := gen(e, "lily", turn, true) // the same prompt: the pack holds the memories now
+	gen(e, "other", []memosrt.Message{{Role: "user", Content: "Tom"}}, false) // the only slot now holds another cube
+	for _, want := range []string{memosrt.SourceResident, memosrt.SourceSlot} {
+		if r := gen(e, "lily", turn, false); r.CacheSource != want || r.Text != cold.Text || r.Usage.CachedTokens == 0 {
+			t.Fatalf("%s: source %q, %d cached, %q; cold %q", want, r.CacheSource, r.Usage.CachedTokens, r.Text, cold.Text)
+		}
+	}
+	turn2 := append(slices.Clone(turn), memosrt.Message{Role: "assistant", Content: cold.Text}, memosrt.Message{Role: "user", Content: "Then Max"})
+	cold2 := gen(e, "lily", turn2, true)
+	e.close(t)
+	e2 := newEnv(t, envConfig{dir: dir, mo: opts})
+	if r := gen(e2, "lily", turn2, false); r.CacheSource != memosrt.SourceRestored || r.Text != cold2.Text {
+		t.Fatalf("after the restart: source %q, %d cached, %q; cold %q", r.CacheSource, r.Usage.CachedTokens, r.Text, cold2.Text)
+	}
+}
