@@ -167,3 +167,64 @@ fuzz: links
 
 crash: links
 	MEMOSRT_CRASH_CYCLES=$(CYCLES) $(GO) test -count=1 -v -run TestCrashRecovery ./bench/crash
+
+# ---- Edge build: linux/arm64 ------------------------------------------------
+# `make arm64` cross-builds bin/linux-arm64/memosrt (cgo, llama.cpp/ggml CPU
+# backend included) next to the native bin/memosrt. Needs the Debian cross
+# toolchain: apt-get install gcc-aarch64-linux-gnu g++-aarch64-linux-gnu.
+# The native CGO_CFLAGS above (-march=native, -mno-amx-*) are x86 flags, so the
+# recipe sets its own: $(ARM64_OPT) -march=$(ARM64_MARCH). The default,
+# armv8.2-a+dotprod, gives ggml NEON (always on for aarch64) and the SDOT/UDOT
+# dot-product kernels (__ARM_FEATURE_DOTPROD) of its quantized matmuls; a core
+# without dotprod (Cortex-A53/A72: Raspberry Pi 3/4) wants ARM64_MARCH=armv8-a,
+# and ARM64_MARCH=armv8.2-a+dotprod+fp16 or armv8.6-a (i8mm) suit newer cores.
+# `make demo-arm64` runs the demo's main job with that binary under qemu-user
+# (apt-get install qemu-user; QEMU_ARM64= on an arm64 host runs it directly)
+# in its own data dir, and fails unless the
+# restored run reports cached_tokens > 0 and its response is byte-identical
+# to the --no-cache run's.
+ARM64_CC      ?= aarch64-linux-gnu-gcc
+ARM64_CXX     ?= aarch64-linux-gnu-g++
+ARM64_MARCH   ?= armv8.2-a+dotprod
+ARM64_OPT     ?= $(OPT)
+ARM64_LDFLAGS ?=
+ARM64_BIN     ?= bin/linux-arm64/memosrt
+QEMU_ARM64    ?= qemu-aarch64 -L /usr/aarch64-linux-gnu
+ARM64_DEMO_DB ?= .cache/demo-arm64-db
+ARM64_DEMO_OUT ?= .cache/demo-arm64-out
+
+.PHONY: arm64 demo-arm64
+
+arm64: links
+	@command -v $(ARM64_CC) >/dev/null && command -v $(ARM64_CXX) >/dev/null || { \
+		echo "make arm64: $(ARM64_CC) / $(ARM64_CXX) not found; apt-get install gcc-aarch64-linux-gnu g++-aarch64-linux-gnu (or set ARM64_CC, ARM64_CXX). Nothing built." >&2; exit 1; }
+	@mkdir -p $(dir $(ARM64_BIN))
+	GOOS=linux GOARCH=arm64 CGO_ENABLED=1 CC=$(ARM64_CC) CXX=$(ARM64_CXX) \
+	CGO_CFLAGS="$(ARM64_OPT) -march=$(ARM64_MARCH)" CGO_CXXFLAGS="$(ARM64_OPT) -march=$(ARM64_MARCH)" \
+	CGO_LDFLAGS="$(ARM64_LDFLAGS)" \
+		$(GO) build -o $(ARM64_BIN) ./cmd/memosrt
+
+# The demo's main job (mem add x3, kv warm, run restored, run --no-cache) under
+# qemu; the two JSON lines are kept in $(ARM64_DEMO_OUT)/ and compared with sed.
+demo-arm64: arm64
+	$(if $(QEMU_ARM64),@command -v $(firstword $(QEMU_ARM64)) >/dev/null || { \
+		echo "make demo-arm64: $(firstword $(QEMU_ARM64)) not found; apt-get install qemu-user (or set QEMU_ARM64; empty on an arm64 host)." >&2; exit 1; })
+	rm -rf $(ARM64_DEMO_DB) $(ARM64_DEMO_OUT)
+	mkdir -p $(ARM64_DEMO_OUT)
+	$(QEMU_ARM64) $(ARM64_BIN) mem add --db $(ARM64_DEMO_DB) --cube lily "Lily has a dog named Max."
+	$(QEMU_ARM64) $(ARM64_BIN) mem add --db $(ARM64_DEMO_DB) --cube lily "Max is brown and likes to run in the park."
+	$(QEMU_ARM64) $(ARM64_BIN) mem add --db $(ARM64_DEMO_DB) --cube lily "Lily's favourite food is apple pie."
+	$(QEMU_ARM64) $(ARM64_BIN) kv warm --db $(ARM64_DEMO_DB) --model $(MODEL) --cube lily
+	$(QEMU_ARM64) $(ARM64_BIN) run --db $(ARM64_DEMO_DB) --model $(MODEL) --cube lily --num-predict 48 --json "Once upon a time, Lily" > $(ARM64_DEMO_OUT)/restored.json
+	$(QEMU_ARM64) $(ARM64_BIN) run --db $(ARM64_DEMO_DB) --model $(MODEL) --cube lily --num-predict 48 --json --no-cache "Once upon a time, Lily" > $(ARM64_DEMO_OUT)/nocache.json
+	@cat $(ARM64_DEMO_OUT)/restored.json $(ARM64_DEMO_OUT)/nocache.json
+	@out=$(ARM64_DEMO_OUT); \
+	resp='s/.*"response":"(([^"\\]|\\.)*)".*/\1/p'; \
+	sed -nE "$$resp" $$out/restored.json > $$out/restored.response; \
+	sed -nE "$$resp" $$out/nocache.json > $$out/nocache.response; \
+	cached=$$(sed -nE 's/.*"cached_tokens":([0-9]+).*/\1/p' $$out/restored.json); \
+	[ "$$(wc -l < $$out/restored.json)" -eq 1 ] && [ "$$(wc -l < $$out/nocache.json)" -eq 1 ] || { echo "demo-arm64: FAIL: each run should print one JSON line" >&2; exit 1; }; \
+	[ -n "$$(cat $$out/restored.response)" ] || { echo "demo-arm64: FAIL: no response in $$out/restored.json" >&2; exit 1; }; \
+	[ -n "$$cached" ] && [ "$$cached" -gt 0 ] || { echo "demo-arm64: FAIL: restored run reports cached_tokens '$$cached' (want > 0)" >&2; exit 1; }; \
+	cmp -s $$out/restored.response $$out/nocache.response || { echo "demo-arm64: FAIL: restored and --no-cache responses differ:" >&2; diff $$out/restored.response $$out/nocache.response >&2; exit 1; }; \
+	echo "demo-arm64: OK: restored run (cached_tokens $$cached) and --no-cache run give byte-identical responses ($$(wc -c < $$out/restored.response) bytes of JSON string)"
