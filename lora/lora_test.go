@@ -13,6 +13,7 @@ import (
 
 	"github.com/memosrt/memosrt/badger"
 	"github.com/memosrt/memosrt/internal/testmodels"
+	"github.com/memosrt/memosrt/runtime"
 	"github.com/memosrt/memosrt/runtime/llama"
 )
 
@@ -413,5 +414,79 @@ func TestManagerRefusesOtherBase(t *testing.T) {
 	_, err = m.Acquire(ctx, "any", nil)
 	if !errors.Is(err, ErrBadAdapter) || !strings.Contains(err.Error(), "base [64 64] wants A [64, r], B [r, 64] (adapter for another model?)") {
 		t.Fatalf("err %v", err)
+	}
+}
+
+// Adapters evicted under load never hang the engine: with a budget of one
+// adapter, requests alternating between two adapters force a Detach
+// (Engine.DetachAdapter, batcher then engine lock) while other requests
+// decode (the batch loop holds the engine lock for a step). Before the
+// step finished its jobs without the batcher lock, this could deadlock
+// for good.
+func TestEvictionUnderLoad(t *testing.T) {
+	ctx := context.Background()
+	p := testmodels.Stories(t)
+	eng, err := runtime.Load(ctx, runtime.Options{ModelPath: p, NCtx: 1024, NSeqMax: 4, Threads: 1, LoRA: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	dir := t.TempDir()
+	reg, _ := NewRegistry(openDB(t), RegistryOptions{})
+	var per int64
+	for i, n := range []string{"a", "b"} {
+		r, err := reg.Add(ctx, AddRequest{Name: n, Path: randomAdapter(t, dir, n, uint64(i+1))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		per = r.Bytes
+	}
+	m, err := NewManager(eng.Model(), p, reg, Options{MaxBytes: per, Detach: eng.DetachAdapter})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	toks, _ := eng.Tokenize("Once upon a time", true)
+	done := make(chan error, 1)
+	go func() {
+		var wg sync.WaitGroup
+		errs := make(chan error, 64)
+		for w := range 4 {
+			wg.Go(func() {
+				for i := range 60 {
+					name := []string{"a", "b"}[(w+i)%2]
+					var refs []Ref
+					var lease *Lease
+					if w%2 == 0 { // half the requests attach an adapter (and evict the other)
+						l, err := m.Acquire(ctx, "", []Spec{{Name: name, Scale: 1}})
+						if errors.Is(err, ErrBudget) {
+							continue // the other adapter is leased right now
+						}
+						if err != nil {
+							errs <- err
+							return
+						}
+						refs, lease = l.Refs, l
+					}
+					_, err := eng.Generate(ctx, runtime.Request{Seq: w, Tokens: toks, MaxTokens: 8, Adapters: refs})
+					lease.Release()
+					if err != nil && !errors.Is(err, runtime.ErrSeqBusy) {
+						errs <- err
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		close(errs)
+		done <- <-errs
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Minute): // a deadlock, not a slow machine
+		t.Fatal("generation and adapter eviction deadlocked")
 	}
 }

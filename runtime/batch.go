@@ -319,8 +319,15 @@ func (e *Engine) loop() {
 		}
 		e.mu.Lock()
 		worked := e.step(step)
+		ended := e.ended
+		e.ended = nil
 		e.mu.Unlock()
+		// jobs that ended in the step finish under the batcher lock only:
+		// the lock order is batcher, then engine (see the package doc)
 		e.b.mu.Lock()
+		for _, d := range ended {
+			e.finish(d.j, d.err)
+		}
 		e.b.active = slices.DeleteFunc(e.b.active, (*job).finished)
 		e.b.nActive.Store(int32(len(e.b.active)))
 		if !worked {
@@ -572,11 +579,22 @@ func rank(j *job) int {
 	return r
 }
 
-// fail finishes j under the batcher lock.
+// endedJob is a job that ended during a step, to finish after it.
+type endedJob struct {
+	j   *job
+	err error
+}
+
+// fail ends j in the current step (with err, nil on success): the loop
+// finishes it once the step has released the engine lock. Caller holds
+// e.mu (the step).
 func (e *Engine) fail(j *job, err error) {
-	e.b.mu.Lock()
-	e.finish(j, err)
-	e.b.mu.Unlock()
+	for _, d := range e.ended {
+		if d.j == j {
+			return // ended already in this step
+		}
+	}
+	e.ended = append(e.ended, endedJob{j, err})
 }
 
 // sampleOne samples j's next token from its logits row and queues it.

@@ -7,10 +7,25 @@
 // imports "C". An Engine owns one model and one llama context with NSeqMax
 // sequences sharing one unified KV cache of NCtx cells.
 //
-// Concurrency: an Engine is safe for concurrent use; its methods that touch
-// the llama context are serialized by an internal mutex (one request at a
-// time runs prefill/decode). Continuous batching across sequences is layered
-// above by the server.
+// Concurrency: an Engine is safe for concurrent use. Generate queues a
+// request for the batch goroutine, which runs every request's prefill and
+// decode in shared llama_decode steps (continuous batching); the other
+// methods that touch the llama context are serialized with it by the
+// engine mutex.
+//
+// Lock order, outermost first (never take one while holding a later one):
+//
+//  1. the caller's locks above the engine (memosrt's slot pool, resident
+//     level; lora.Manager's, which calls DetachAdapter);
+//  2. the batcher lock (queue, active set, adapter set): Generate,
+//     BeginForeground's wake-up, DetachAdapter, admission;
+//  3. the engine lock (the llama context): a batch step, ClearSeq,
+//     SaveSeq, RestoreSeq, CopySeq and the other sequence operations.
+//
+// A step holds the engine lock only: the jobs it ends are finished after
+// it releases the lock, under the batcher lock. Request callbacks
+// (OnText) run on the batch goroutine with the batcher lock held: they
+// must not call back into the engine.
 //
 // Note the package name shadows the standard library's runtime; import that
 // one as goruntime where both are needed.

@@ -158,6 +158,7 @@ type Engine struct {
 	seqs      chan int     // free sequence ids (AcquireSeq)
 	embCtx    *llama.Ctx   // embedding context (Embed), created on first use; guarded by mu
 	embBatch  *llama.Batch
+	ended     []endedJob // jobs ended by the running step, finished after it; guarded by mu
 }
 
 // Load loads the model and creates the context, then probes the KV layout
