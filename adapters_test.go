@@ -24,7 +24,6 @@ func newLoraEnv(t *testing.T) *loraEnv {
 	t.Helper()
 	ctx := context.Background()
 	opts := testOptions(t, t.TempDir())
-	opts.LoRA = true
 	o := openOS(t, opts)
 	e := &loraEnv{o: o, eng: o.Engine(), man: o.man}
 	dir := t.TempDir()
@@ -169,7 +168,8 @@ func TestAdapterKVIsolation(t *testing.T) {
 // reuse check compares the adapter set by the address of the context's
 // map, which never changes (llama-graph.h llm_graph_params::allow_reuse).
 //
-// runtime.Options.LoRA turns graph reuse off for this reason.
+// The engine drops the previous graph on every adapter switch for this
+// reason (llama.Ctx.DropGraph).
 func TestAdapterSwitchOneTokenBatch(t *testing.T) {
 	e := newLoraEnv(t)
 	ctx := context.Background()

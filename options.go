@@ -50,11 +50,6 @@ type Options struct {
 	// ResidentAt is the pack heat at or above which a cube's pack is made
 	// resident. Default Tiers.Heat.PromoteAt.
 	ResidentAt float64
-	// LoRA lets requests attach LoRA adapters even while none is
-	// registered. LoRA turns llama.cpp's graph reuse off (13-28% of
-	// stories260K's decode speed, see README), so by default it is on only
-	// when the adapter registry holds an adapter at Open.
-	LoRA bool
 	// AdapterBytes bounds the loaded adapters' tensor bytes. Default 1 GiB.
 	AdapterBytes int64
 

@@ -156,12 +156,11 @@ func (o *OS) loadModel(ctx context.Context) error {
 	lo.ModelPath = opts.Model
 	lo.NSeqMax = opts.Parallel + opts.ResidentSeqs + 1
 	lo.Logger = opts.Logger
-	recs, err := o.reg.List(ctx, "*")
-	if err != nil {
-		return err
-	}
-	lo.LoRA = opts.LoRA || len(recs) > 0
+	// adapters cost nothing until a request attaches one (graph reuse stays
+	// on, see runtime.Options.LoRA): always allowed
+	lo.LoRA = true
 	start := time.Now()
+	var err error
 	if o.eng, err = runtime.Load(ctx, lo); err != nil {
 		return err
 	}
@@ -195,7 +194,7 @@ func (o *OS) loadModel(ctx context.Context) error {
 		}
 	}
 	o.log.Info("model ready", "model", o.info.Name, "n_ctx", o.eng.NCtx(), "slots", opts.Parallel,
-		"resident_seqs", opts.ResidentSeqs, "lora", lo.LoRA)
+		"resident_seqs", opts.ResidentSeqs)
 	return nil
 }
 

@@ -266,7 +266,7 @@ func TestBadRequests(t *testing.T) {
 		{"empty raw prompt", Request{Raw: true}, false, nil, "prompt"},
 		{"context token", Request{Prompt: "x", Context: []int32{1, 99999}}, false, nil, "context[1]"},
 		{"repeat window", Request{Prompt: "x", Sampling: Sampling{RepeatPenalty: 1.1, RepeatLastN: -2}}, false, nil, "options.repeat_last_n"},
-		{"adapters without LoRA", Request{Prompt: "x", Adapters: []lora.Spec{{Name: "a", Scale: 1}}}, false, nil, "adapters"},
+		{"unregistered adapter", Request{Prompt: "x", Adapters: []lora.Spec{{Name: "a", Scale: 1}}}, false, lora.ErrNotFound, ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var err error

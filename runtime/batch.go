@@ -376,6 +376,7 @@ func (e *Engine) DetachAdapter(a *llama.Adapter) {
 		return
 	}
 	e.ctx.RemoveAdapter(a)
+	e.ctx.DropGraph()
 	e.b.curKey = "\x00detached"
 }
 
@@ -423,6 +424,7 @@ func (e *Engine) applyAdapters(refs []AdapterRef) error {
 		return ErrClosed
 	}
 	e.ctx.ClearAdapters()
+	e.ctx.DropGraph() // the previous graph holds the previous adapters
 	for _, r := range refs {
 		if r.Adapter == nil {
 			e.ctx.ClearAdapters()

@@ -55,10 +55,11 @@ type Options struct {
 	// 32 mod 64), so 64-byte vector loads straddle cache lines, while read
 	// weights land in ggml's 64-byte-aligned CPU buffers. Default false.
 	Mmap bool
-	// LoRA allows requests to attach LoRA adapters (Request.Adapters). It
-	// turns off llama.cpp's graph reuse, which cannot see adapter switches
-	// (see llama.ContextParams.NoGraphReuse); each decode then rebuilds its
-	// graph, a small cost on the CPU. Default false: adapters are refused.
+	// LoRA allows requests to attach LoRA adapters (Request.Adapters).
+	// llama.cpp's graph reuse cannot see adapter switches, so the first two
+	// decodes after a switch build their graphs anew (llama.Ctx.DropGraph);
+	// otherwise graphs are reused as without LoRA. Default false: adapters
+	// are refused.
 	LoRA bool
 	// Logger receives load information and llama.cpp warnings; nil discards.
 	Logger *slog.Logger
@@ -206,7 +207,7 @@ func Load(ctx context.Context, opts Options) (*Engine, error) {
 	c, err := llama.NewContext(m, llama.ContextParams{
 		NCtx: nctx, NBatch: opts.NBatch, NUBatch: opts.NUBatch, NSeqMax: opts.NSeqMax,
 		Threads: opts.Threads, TypeK: kvTypes[opts.TypeK], TypeV: kvTypes[opts.TypeV],
-		FlashAttn: faModes[opts.FlashAttn], KVUnified: true, NoGraphReuse: opts.LoRA,
+		FlashAttn: faModes[opts.FlashAttn], KVUnified: true,
 	})
 	if err != nil {
 		m.Close()

@@ -37,7 +37,6 @@ type envConfig struct {
 	nseq     int             // request sequences (Parallel); default 4
 	noEngine bool            // no model: the memory API only
 	noEmbed  bool            // no Embedder (default: a 64-dim hash embedder)
-	lora     bool            // engine with LoRA (memosrt.Options.LoRA)
 	model    string          // GGUF path; "" is stories260K
 	threads  int             // default 2
 	ngl      int             // layers on a GPU (benchmarks: MEMOSRT_BENCH_NGL)
@@ -94,7 +93,6 @@ func newEnv(t testing.TB, c envConfig) *env {
 		if mo.Parallel == 0 {
 			mo.Parallel = 4
 		}
-		mo.LoRA = mo.LoRA || c.lora
 	}
 	o, err := memosrt.Open(context.Background(), mo)
 	if err != nil {

@@ -13,7 +13,7 @@ import (
 // Requests get their cube's default adapters or the ones they name; KV
 // state is reused only under the same adapter set.
 func TestAdapters(t *testing.T) {
-	e := newEnv(t, envConfig{lora: true})
+	e := newEnv(t, envConfig{})
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "happy.gguf")
 	if err := lora.WriteRandom(ctx, path, testmodels.Stories(t), lora.RandomSpec{Rank: 4, Std: 0.5, Seed: 7}); err != nil {

@@ -115,9 +115,9 @@ func TestCLIErrors(t *testing.T) {
 	}
 }
 
-// TestRunLoRA: with no adapter registered, run loads the engine without
-// LoRA support (graph reuse on); once one is registered, --lora applies it
-// in a new process, --lora none and the cube default (none set) do not.
+// TestRunLoRA: an adapter that is not registered is refused by name; once
+// it is registered, --lora applies it in a new process, --lora none and the
+// cube default (none set) do not.
 func TestRunLoRA(t *testing.T) {
 	db := t.TempDir()
 	model := testmodels.Stories(t)

@@ -20,7 +20,6 @@ import (
 
 // engineFlags are the load-time flags shared by commands that load a model.
 type engineFlags struct {
-	lora    bool // allow LoRA adapters (runtime.Options.LoRA)
 	model   *string
 	threads *int
 	ctx     *int
@@ -65,7 +64,7 @@ func (f engineFlags) engineOptions() (runtime.Options, error) {
 	}
 	return runtime.Options{ModelPath: *f.model, LibDir: libDir(), NGPULayers: ngl,
 		NCtx: *f.ctx, Threads: *f.threads, TypeK: *f.typeK, TypeV: *f.typeV,
-		FlashAttn: *f.fa, Mmap: *f.mmap, LoRA: f.lora, Logger: logger(), Progress: progress("loading model")}, nil
+		FlashAttn: *f.fa, Mmap: *f.mmap, LoRA: true, Logger: logger(), Progress: progress("loading model")}, nil
 }
 
 // load loads an engine alone (benchmarks).
@@ -85,7 +84,6 @@ func (f engineFlags) apply(o *memosrt.Options) error {
 		return err
 	}
 	o.Model, o.Engine = e.ModelPath, e
-	o.LoRA = f.lora
 	return nil
 }
 

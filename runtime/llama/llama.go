@@ -466,11 +466,6 @@ type ContextParams struct {
 	TypeV     int // KV value type; see TypeK
 	FlashAttn int // FlashAttnAuto, FlashAttnDisabled, FlashAttnEnabled
 	KVUnified bool
-	// NoGraphReuse turns off llama.cpp's reuse of the previous compute graph
-	// (LLAMA_GRAPH_REUSE_DISABLE). Needed when LoRA adapters change between
-	// decodes: llm_graph_params::allow_reuse (llama-graph.h) compares the
-	// adapter map by address, so it cannot see an adapter switch.
-	NoGraphReuse bool
 	// Embeddings makes Decode produce embeddings (llama_get_embeddings_seq)
 	// pooled per sequence with Pooling.
 	Embeddings bool
@@ -487,10 +482,6 @@ const (
 	PoolingLast        = int(C.LLAMA_POOLING_TYPE_LAST)
 )
 
-// envMu serializes the setenv/unsetenv around context creation (llama.cpp
-// reads LLAMA_GRAPH_REUSE_DISABLE in the llama_context constructor).
-var envMu sync.Mutex
-
 // Ctx is a llama context: a KV cache with NSeqMax sequences and the compute
 // graph. Not safe for concurrent use: one goroutine owns it.
 type Ctx struct {
@@ -499,6 +490,9 @@ type Ctx struct {
 	abort  *C.int                    // C memory polled by the abort callback
 	pool   *C.struct_ggml_threadpool // CPU worker threads, nil with one thread
 	nVocab int
+	embd   bool // the context outputs embeddings (ContextParams.Embeddings)
+	// dropGraph makes the next Decode build its graph anew (DropGraph).
+	dropGraph bool
 }
 
 // NewContext creates a context on m.
@@ -534,28 +528,14 @@ func NewContext(m *Model, p ContextParams) (*Ctx, error) {
 		cp.embeddings = true
 		cp.pooling_type = C.enum_llama_pooling_type(p.Pooling)
 	}
-	var c *C.struct_llama_context
-	if p.NoGraphReuse {
-		envMu.Lock()
-		old, had := os.LookupEnv("LLAMA_GRAPH_REUSE_DISABLE")
-		os.Setenv("LLAMA_GRAPH_REUSE_DISABLE", "1")
-		c = C.llama_init_from_model(m.m, cp)
-		if had {
-			os.Setenv("LLAMA_GRAPH_REUSE_DISABLE", old)
-		} else {
-			os.Unsetenv("LLAMA_GRAPH_REUSE_DISABLE")
-		}
-		envMu.Unlock()
-	} else {
-		c = C.llama_init_from_model(m.m, cp)
-	}
+	c := C.llama_init_from_model(m.m, cp)
 	if c == nil {
 		return nil, fmt.Errorf("%w: n_ctx=%d n_batch=%d n_seq_max=%d type_k=%s type_v=%s", ErrContext,
 			p.NCtx, p.NBatch, p.NSeqMax, TypeName(p.TypeK), TypeName(p.TypeV))
 	}
 	flag := (*C.int)(C.calloc(1, C.size_t(unsafe.Sizeof(C.int(0)))))
 	C.memosrt_set_abort(c, flag)
-	ctx := &Ctx{c: c, model: m, abort: flag, nVocab: int(C.llama_vocab_n_tokens(m.vocab))}
+	ctx := &Ctx{c: c, model: m, abort: flag, nVocab: int(C.llama_vocab_n_tokens(m.vocab)), embd: p.Embeddings}
 	// A persistent ggml threadpool, as llama-server attaches one. Without
 	// it ggml-cpu starts and joins its worker threads on every graph; and
 	// the OpenMP alternative (GGML_USE_OPENMP) keeps one libgomp team per
@@ -656,6 +636,17 @@ func (b *Batch) Close() error {
 	return nil
 }
 
+// DropGraph makes the next Decode build its compute graph anew instead of
+// reusing the previous one. Call it after changing the attached LoRA
+// adapters: llama.cpp's reuse check (llm_graph_params::allow_reuse,
+// llama-graph.h) compares the adapter map by address, so it cannot see a
+// switch and would run the previous adapters' graph. The next Decode turns
+// the embeddings output on for itself (llama_set_embeddings), a graph
+// parameter the check does compare, so both it and the Decode after it
+// build new graphs; logits are unchanged. Without it graph reuse stays on
+// (llama.cpp's default; LLAMA_GRAPH_REUSE_DISABLE is never needed).
+func (c *Ctx) DropGraph() { c.dropGraph = true }
+
 // Decode runs the batch (llama_decode). Return codes become ErrNoKVSlot (1),
 // ErrAborted (2) and ErrDecode (others).
 func (c *Ctx) Decode(b *Batch) error {
@@ -664,6 +655,11 @@ func (c *Ctx) Decode(b *Batch) error {
 	}
 	if b.n == 0 {
 		return ErrEmptyBatch
+	}
+	if c.dropGraph && !c.embd && C.llama_pooling_type(c.c) == C.LLAMA_POOLING_TYPE_NONE {
+		c.dropGraph = false
+		C.llama_set_embeddings(c.c, true)
+		defer C.llama_set_embeddings(c.c, false)
 	}
 	rc := C.llama_decode(c.c, b.b)
 	switch rc {
