@@ -340,15 +340,45 @@ func (m *Model) ChatTemplate() string {
 	return C.GoString(p)
 }
 
-// BOS, EOS return the special token ids (-1 when absent).
-func (m *Model) BOS() Token { return Token(C.llama_vocab_bos(m.vocab)) }
-func (m *Model) EOS() Token { return Token(C.llama_vocab_eos(m.vocab)) }
+// BOS, EOS return the special token ids (-1 when absent or closed).
+func (m *Model) BOS() Token {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if m.m == nil {
+		return -1
+	}
+	return Token(C.llama_vocab_bos(m.vocab))
+}
 
-// IsEOG reports whether tok ends generation (EOS, EOT, ...).
-func (m *Model) IsEOG(tok Token) bool { return bool(C.llama_vocab_is_eog(m.vocab, C.llama_token(tok))) }
+func (m *Model) EOS() Token {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if m.m == nil {
+		return -1
+	}
+	return Token(C.llama_vocab_eos(m.vocab))
+}
+
+// IsEOG reports whether tok ends generation (EOS, EOT, ...); a closed
+// model ends every generation.
+func (m *Model) IsEOG(tok Token) bool {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if m.m == nil {
+		return true
+	}
+	return bool(C.llama_vocab_is_eog(m.vocab, C.llama_token(tok)))
+}
 
 // AddBOS reports whether the tokenizer prepends BOS to a prompt.
-func (m *Model) AddBOS() bool { return bool(C.llama_vocab_get_add_bos(m.vocab)) }
+func (m *Model) AddBOS() bool {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if m.m == nil {
+		return false
+	}
+	return bool(C.llama_vocab_get_add_bos(m.vocab))
+}
 
 // Tokenize converts text to tokens. addSpecial adds BOS/EOS as the model's
 // tokenizer asks; parseSpecial turns special-token text (e.g. "<s>") into its id.
@@ -483,7 +513,9 @@ const (
 )
 
 // Ctx is a llama context: a KV cache with NSeqMax sequences and the compute
-// graph. Not safe for concurrent use: one goroutine owns it.
+// graph. Not safe for concurrent use: one goroutine owns it (runtime.Engine
+// serializes every call). After Close every method is a no-op: those that
+// return an error return ErrClosed, the others zero values.
 type Ctx struct {
 	c      *C.struct_llama_context
 	model  *Model
@@ -553,7 +585,7 @@ func NewContext(m *Model, p ContextParams) (*Ctx, error) {
 
 // Close frees the context. Idempotent.
 func (c *Ctx) Close() error {
-	if c.c != nil {
+	if c != nil && c.c != nil {
 		C.llama_free(c.c)
 		c.c = nil
 		if c.pool != nil {
@@ -569,26 +601,65 @@ func (c *Ctx) Close() error {
 // Model returns the model the context was made from.
 func (c *Ctx) Model() *Model { return c.model }
 
+// closed reports a closed context.
+func (c *Ctx) closed() bool { return c == nil || c.c == nil }
+
 // NCtx returns the KV cache size in tokens; NBatch, NUBatch, NSeqMax likewise.
-func (c *Ctx) NCtx() int    { return int(C.llama_n_ctx(c.c)) }
-func (c *Ctx) NCtxSeq() int { return int(C.llama_n_ctx_seq(c.c)) }
-func (c *Ctx) NBatch() int  { return int(C.llama_n_batch(c.c)) }
-func (c *Ctx) NUBatch() int { return int(C.llama_n_ubatch(c.c)) }
-func (c *Ctx) NSeqMax() int { return int(C.llama_n_seq_max(c.c)) }
+func (c *Ctx) NCtx() int {
+	if c.closed() {
+		return 0
+	}
+	return int(C.llama_n_ctx(c.c))
+}
+
+func (c *Ctx) NCtxSeq() int {
+	if c.closed() {
+		return 0
+	}
+	return int(C.llama_n_ctx_seq(c.c))
+}
+
+func (c *Ctx) NBatch() int {
+	if c.closed() {
+		return 0
+	}
+	return int(C.llama_n_batch(c.c))
+}
+
+func (c *Ctx) NUBatch() int {
+	if c.closed() {
+		return 0
+	}
+	return int(C.llama_n_ubatch(c.c))
+}
+
+func (c *Ctx) NSeqMax() int {
+	if c.closed() {
+		return 0
+	}
+	return int(C.llama_n_seq_max(c.c))
+}
 
 // SetThreads sets the decode and batch thread counts; with a threadpool
 // (Threads > 1 at NewContext) they are capped at its size.
-func (c *Ctx) SetThreads(n int) { C.llama_set_n_threads(c.c, C.int32_t(n), C.int32_t(n)) }
+func (c *Ctx) SetThreads(n int) {
+	if !c.closed() {
+		C.llama_set_n_threads(c.c, C.int32_t(n), C.int32_t(n))
+	}
+}
 
 // SetAbort raises (true) or clears (false) the abort flag that llama_decode
 // polls; a raised flag makes a running Decode return ErrAborted. Safe to call
-// from any goroutine.
+// from any goroutine while the context is open (runtime.Engine calls it only
+// then).
 func (c *Ctx) SetAbort(on bool) {
 	v := 0
 	if on {
 		v = 1
 	}
-	C.memosrt_store_flag(c.abort, C.int(v))
+	if f := c.abort; f != nil {
+		C.memosrt_store_flag(f, C.int(v))
+	}
 }
 
 // Batch is a llama_batch of up to Cap tokens, one sequence id per token.
@@ -606,6 +677,9 @@ func NewBatch(capacity int) *Batch {
 
 // Add appends a token at position pos of sequence seq; logits asks for its output row.
 func (b *Batch) Add(tok Token, pos int, seq int, logits bool) error {
+	if b.cap == 0 {
+		return ErrClosed
+	}
 	if b.n >= b.cap {
 		return ErrBatchFull
 	}
@@ -624,7 +698,12 @@ func (b *Batch) Len() int { return b.n }
 func (b *Batch) Cap() int { return b.cap }
 
 // Clear empties the batch.
-func (b *Batch) Clear() { b.n = 0; b.b.n_tokens = 0 }
+func (b *Batch) Clear() {
+	b.n = 0
+	if b.cap > 0 {
+		b.b.n_tokens = 0
+	}
+}
 
 // Close frees the batch. Idempotent.
 func (b *Batch) Close() error {
@@ -650,8 +729,11 @@ func (c *Ctx) DropGraph() { c.dropGraph = true }
 // Decode runs the batch (llama_decode). Return codes become ErrNoKVSlot (1),
 // ErrAborted (2) and ErrDecode (others).
 func (c *Ctx) Decode(b *Batch) error {
-	if c.c == nil {
+	if c.closed() {
 		return ErrClosed
+	}
+	if b.cap == 0 {
+		return fmt.Errorf("%w: batch", ErrClosed)
 	}
 	if b.n == 0 {
 		return ErrEmptyBatch
@@ -677,6 +759,9 @@ func (c *Ctx) Decode(b *Batch) error {
 // Logits copies the output row for batch index i (a token added with
 // logits=true) into dst, which grows to [n_vocab]float32, and returns it.
 func (c *Ctx) Logits(i int, dst []float32) []float32 {
+	if c.closed() {
+		return nil
+	}
 	p := C.llama_get_logits_ith(c.c, C.int32_t(i))
 	if p == nil {
 		return nil
@@ -686,11 +771,19 @@ func (c *Ctx) Logits(i int, dst []float32) []float32 {
 }
 
 // PoolingType returns the context's resolved pooling type.
-func (c *Ctx) PoolingType() int { return int(C.llama_pooling_type(c.c)) }
+func (c *Ctx) PoolingType() int {
+	if c.closed() {
+		return PoolingUnspecified
+	}
+	return int(C.llama_pooling_type(c.c))
+}
 
 // Embeddings copies the pooled embedding of seq ([n]float32, n = n_embd),
 // or nil when the context has none.
 func (c *Ctx) Embeddings(seq int, n int) []float32 {
+	if c.closed() {
+		return nil
+	}
 	p := C.llama_get_embeddings_seq(c.c, C.llama_seq_id(seq))
 	if p == nil {
 		return nil
@@ -701,6 +794,9 @@ func (c *Ctx) Embeddings(seq int, n int) []float32 {
 func (c *Ctx) mem() C.llama_memory_t { return C.llama_get_memory(c.c) }
 
 func (c *Ctx) checkSeq(seq int) error {
+	if c.closed() {
+		return ErrClosed
+	}
 	if seq < 0 || seq >= c.NSeqMax() {
 		return fmt.Errorf("%w: %d not in [0, %d)", ErrBadSeqID, seq, c.NSeqMax())
 	}
@@ -710,6 +806,9 @@ func (c *Ctx) checkSeq(seq int) error {
 // SeqRemove removes positions [p0, p1) of seq (p1 < 0: to the end).
 // seq < 0 removes from all sequences. Reports whether it succeeded.
 func (c *Ctx) SeqRemove(seq, p0, p1 int) bool {
+	if c.closed() {
+		return false
+	}
 	return bool(C.llama_memory_seq_rm(c.mem(), C.llama_seq_id(seq), C.llama_pos(p0), C.llama_pos(p1)))
 }
 
@@ -726,10 +825,17 @@ func (c *Ctx) SeqCopy(src, dst, p0, p1 int) error {
 }
 
 // SeqKeep removes every sequence but seq.
-func (c *Ctx) SeqKeep(seq int) { C.llama_memory_seq_keep(c.mem(), C.llama_seq_id(seq)) }
+func (c *Ctx) SeqKeep(seq int) {
+	if !c.closed() {
+		C.llama_memory_seq_keep(c.mem(), C.llama_seq_id(seq))
+	}
+}
 
 // SeqShift adds delta to the positions in [p0, p1) of seq (llama_memory_seq_add).
 func (c *Ctx) SeqShift(seq, p0, p1, delta int) error {
+	if c.closed() {
+		return ErrClosed
+	}
 	if !bool(C.llama_memory_can_shift(c.mem())) {
 		return fmt.Errorf("llama: this model's KV cache cannot shift positions")
 	}
@@ -739,19 +845,32 @@ func (c *Ctx) SeqShift(seq, p0, p1, delta int) error {
 
 // SeqPosMax returns the largest position in seq, or -1 when seq is empty.
 func (c *Ctx) SeqPosMax(seq int) int {
+	if c.closed() {
+		return -1
+	}
 	return int(C.llama_memory_seq_pos_max(c.mem(), C.llama_seq_id(seq)))
 }
 
 // SeqPosMin returns the smallest position in seq, or -1 when seq is empty.
 func (c *Ctx) SeqPosMin(seq int) int {
+	if c.closed() {
+		return -1
+	}
 	return int(C.llama_memory_seq_pos_min(c.mem(), C.llama_seq_id(seq)))
 }
 
 // ClearMemory empties the whole KV cache (all sequences).
-func (c *Ctx) ClearMemory() { C.llama_memory_clear(c.mem(), true) }
+func (c *Ctx) ClearMemory() {
+	if !c.closed() {
+		C.llama_memory_clear(c.mem(), true)
+	}
+}
 
 // StateSeqSize returns the byte size of seq's serialized state (llama_state_seq_get_size).
 func (c *Ctx) StateSeqSize(seq int) int {
+	if c.closed() {
+		return 0
+	}
 	return int(C.llama_state_seq_get_size(c.c, C.llama_seq_id(seq)))
 }
 
@@ -824,7 +943,7 @@ func LoadAdapter(m *Model, path string) (*Adapter, error) {
 
 // Close frees the adapter. Idempotent.
 func (a *Adapter) Close() error {
-	if a.a != nil {
+	if a != nil && a.a != nil {
 		C.llama_adapter_lora_free(a.a)
 		a.a = nil
 	}
@@ -833,7 +952,7 @@ func (a *Adapter) Close() error {
 
 // SetAdapter attaches a to the context with scale (replacing its scale if attached).
 func (c *Ctx) SetAdapter(a *Adapter, scale float32) error {
-	if a.a == nil {
+	if c.closed() || a == nil || a.a == nil {
 		return ErrClosed
 	}
 	if rc := C.llama_set_adapter_lora(c.c, a.a, C.float(scale)); rc != 0 {
@@ -844,10 +963,14 @@ func (c *Ctx) SetAdapter(a *Adapter, scale float32) error {
 
 // RemoveAdapter detaches a; it is not an error if a was not attached.
 func (c *Ctx) RemoveAdapter(a *Adapter) {
-	if a.a != nil {
+	if !c.closed() && a != nil && a.a != nil {
 		C.llama_rm_adapter_lora(c.c, a.a)
 	}
 }
 
 // ClearAdapters detaches all adapters.
-func (c *Ctx) ClearAdapters() { C.llama_clear_adapter_lora(c.c) }
+func (c *Ctx) ClearAdapters() {
+	if !c.closed() {
+		C.llama_clear_adapter_lora(c.c)
+	}
+}

@@ -109,3 +109,80 @@ func TestSamplerBadRepeatLastN(t *testing.T) {
 	}
 	s.Close()
 }
+
+// Every method of a closed Model, Ctx, Batch, Sampler or Adapter is safe:
+// errors are ErrClosed, other results zero values, nothing touches freed
+// C memory; Close is idempotent.
+func TestClosedObjects(t *testing.T) {
+	Init("")
+	m, err := LoadModel(testmodels.Path(t, "stories260K.gguf"), ModelParams{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := NewContext(m, ContextParams{NCtx: 256, NSeqMax: 2, Threads: 2, TypeK: TypeF16, TypeV: TypeF16, KVUnified: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := NewBatch(8)
+	s, err := NewSampler(m, SamplerParams{Temperature: 0.8, TopK: 10, RepeatPenalty: 1.1}, []Token{1, 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Add(m.BOS(), 0, 0, true)
+	if err := c.Decode(b); err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range []interface{ Close() error }{s, b, c, m} {
+		if err := x.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := x.Close(); err != nil {
+			t.Fatalf("second Close: %v", err)
+		}
+	}
+	check := func(name string, err error) {
+		t.Helper()
+		if !errors.Is(err, ErrClosed) {
+			t.Errorf("%s after Close: %v, want ErrClosed", name, err)
+		}
+	}
+	_, err = m.Tokenize("x", true, true)
+	check("Model.Tokenize", err)
+	_, err = NewContext(m, ContextParams{})
+	check("NewContext", err)
+	_, err = LoadAdapter(m, "x")
+	check("LoadAdapter", err)
+	if m.BOS() != -1 || m.EOS() != -1 || !m.IsEOG(5) || m.AddBOS() || m.TokenPiece(5, false) != nil || m.Detokenize([]Token{5}) != "" ||
+		m.ChatTemplate() != "" || m.Shape() != (Shape{}) {
+		t.Error("a closed model's accessors return live values")
+	}
+	if _, ok := m.Meta("general.architecture"); ok {
+		t.Error("Meta of a closed model")
+	}
+	check("Batch.Add", b.Add(1, 0, 0, false))
+	b.Clear()
+	check("Ctx.Decode", c.Decode(NewBatch(1)))
+	check("Ctx.SeqCopy", c.SeqCopy(0, 1, 0, -1))
+	check("Ctx.SeqShift", c.SeqShift(0, 0, -1, 1))
+	_, err = c.StateSeqGet(0)
+	check("Ctx.StateSeqGet", err)
+	check("Ctx.StateSeqSet", c.StateSeqSet(0, []byte{1}))
+	check("Ctx.SetAdapter", c.SetAdapter(&Adapter{}, 1))
+	_, err = s.Sample(c, 0)
+	check("Sampler.Sample", err)
+	s.Reset()
+	c.SetAbort(true)
+	c.SetThreads(1)
+	c.ClearMemory()
+	c.ClearAdapters()
+	c.RemoveAdapter(&Adapter{})
+	c.SeqKeep(0)
+	if c.NCtx() != 0 || c.NSeqMax() != 0 || c.SeqRemove(0, 0, -1) || c.SeqPosMax(0) != -1 || c.SeqPosMin(0) != -1 ||
+		c.StateSeqSize(0) != 0 || c.Logits(0, nil) != nil || c.Embeddings(0, 4) != nil {
+		t.Error("a closed context's accessors return live values")
+	}
+	var a *Adapter
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -28,7 +28,8 @@ type SamplerParams struct {
 	Grammar string
 }
 
-// Sampler is a llama_sampler chain. Not safe for concurrent use.
+// Sampler is a llama_sampler chain. Not safe for concurrent use. After
+// Close, Sample returns ErrClosed and Reset does nothing.
 type Sampler struct {
 	s       *C.struct_llama_sampler // the chain
 	grammar *C.struct_llama_sampler // nil without a grammar
@@ -107,6 +108,9 @@ func NewSampler(m *Model, p SamplerParams, history []Token) (*Sampler, error) {
 // fails with ErrGrammar when the grammar reaches a dead end (llama.cpp
 // throws; the sampler is unusable afterwards).
 func (s *Sampler) Sample(c *Ctx, i int) (Token, error) {
+	if s == nil || s.s == nil || c.closed() {
+		return -1, ErrClosed
+	}
 	var failed C.int
 	var tok C.int32_t
 	if s.grammar != nil {
@@ -120,8 +124,12 @@ func (s *Sampler) Sample(c *Ctx, i int) (Token, error) {
 	return Token(tok), nil
 }
 
-// Reset clears the chain's history and restarts the grammar.
+// Reset clears the chain's history and restarts the grammar (a no-op once
+// closed).
 func (s *Sampler) Reset() {
+	if s == nil || s.s == nil {
+		return
+	}
 	C.llama_sampler_reset(s.s)
 	if s.grammar != nil {
 		C.llama_sampler_reset(s.grammar)
