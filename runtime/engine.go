@@ -508,11 +508,30 @@ func (o *textOut) add(piece []byte) (bool, error) {
 			}
 		}
 	}
-	// do not split a UTF-8 sequence
-	for safe > o.emitted && !utf8.Valid(o.buf[o.emitted:safe]) {
-		safe--
-	}
+	// hold back only an incomplete UTF-8 sequence at the end (at most 3
+	// bytes, until its continuation bytes arrive or the output ends); an
+	// invalid byte is passed on as it is, never holding back what follows
+	safe = utf8Cut(o.buf, o.emitted, safe)
 	return false, o.emit(safe)
+}
+
+// utf8Cut returns end moved back before an incomplete UTF-8 sequence that
+// ends b[from:end] (a lead byte whose continuation bytes have not arrived),
+// or end itself.
+func utf8Cut(b []byte, from, end int) int {
+	for k := 1; k <= utf8.UTFMax-1 && end-k >= from; k++ {
+		c := b[end-k]
+		if c < utf8.RuneSelf {
+			return end // ASCII: complete
+		}
+		if utf8.RuneStart(c) {
+			if !utf8.FullRune(b[end-k : end]) {
+				return end - k
+			}
+			return end
+		}
+	}
+	return end
 }
 
 func (o *textOut) emit(upto int) error {

@@ -367,3 +367,45 @@ func TestEmbed(t *testing.T) {
 		t.Fatal("embedding disturbed the generation context")
 	}
 }
+
+// Streamed text never splits a UTF-8 character, never stalls behind an
+// invalid byte, and adds up to the whole output byte for byte: pieces
+// arrive as byte tokens do (a lead byte, then its continuation bytes in
+// later pieces), with CJK, emoji, stray continuation bytes and a lone lead
+// byte that is never completed.
+func TestTextOutUTF8(t *testing.T) {
+	cases := [][]string{
+		{"a", "\xe4", "\xbd", "\xa0", "b"},             // 你 in three byte tokens
+		{"\xf0\x9f", "\x98", "\x80!"},                  // 😀 split
+		{"x", "\xff", "y", "z"},                        // an invalid byte: y and z still flow
+		{"\xe4", "q", "r"},                             // a lead byte never completed
+		{"東京", "\xe3\x81", "\xaf", "\x80\x80", " ok"}, // stray continuation bytes
+		{"end", "\xe4\xbd"},                            // cut at the end: flushed
+	}
+	for _, pieces := range cases {
+		var chunks []string
+		o := newTextOut(nil, func(s string) error { chunks = append(chunks, s); return nil })
+		var all string
+		for i, p := range pieces {
+			if _, err := o.add([]byte(p)); err != nil {
+				t.Fatal(err)
+			}
+			all += p
+			// what is emitted so far is all but at most an incomplete tail
+			if held := len(all) - o.emitted; held > 3 {
+				t.Fatalf("%q: after piece %d, %d bytes held back", pieces, i, held)
+			}
+		}
+		if err := o.flush(); err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Join(chunks, ""); got != all || o.text() != all {
+			t.Fatalf("%q: streamed %q, whole %q", pieces, got, all)
+		}
+		for _, c := range chunks[:max(0, len(chunks)-1)] {
+			if n := utf8Cut([]byte(c), 0, len(c)); n != len(c) {
+				t.Fatalf("%q: chunk %q ends inside a character", pieces, c)
+			}
+		}
+	}
+}
