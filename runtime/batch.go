@@ -105,6 +105,7 @@ type job struct {
 	stepPos     int     // pos at the start of the current step
 	stepPending []Token // pending at the start of the current step
 	idx         int     // batch index of this job's logits row, -1 if none this step
+	solo        bool    // its last batch failed: decode it alone next
 	start       time.Time
 	tPre        time.Time
 	first       time.Time
@@ -464,6 +465,14 @@ func (e *Engine) step(jobs []*job) bool {
 		ra, rb := rank(a), rank(b)
 		return ra - rb
 	})
+	// after a failed batch its requests run alone, one per step, until each
+	// has passed a step (see below)
+	for i, j := range live {
+		if j.solo && (!j.req.Background || !fg) {
+			live = live[i : i+1]
+			break
+		}
+	}
 	e.batch.Clear()
 	budget := e.batch.Cap()
 	var in []*job
@@ -540,6 +549,18 @@ func (e *Engine) step(jobs []*job) bool {
 		}
 		return true
 	}
+	if err != nil && len(in) > 1 {
+		// one request's tokens may be what failed (no KV room for all of
+		// them together): never fail its batch-mates with it. Rewind the
+		// step and decode each of them alone until each has passed a step.
+		for _, j := range in {
+			e.ctx.SeqRemove(j.req.Seq, j.stepPos, -1)
+			j.pos, j.pending, j.idx = j.stepPos, j.stepPending, -1
+			j.solo = true
+		}
+		e.log.Debug("batch decode failed; retrying its requests one by one", "requests", len(in), "err", err)
+		return true
+	}
 	if err != nil {
 		for _, j := range in {
 			// drop what this step wrote; a failure in the prompt leaves NPast tokens
@@ -557,6 +578,7 @@ func (e *Engine) step(jobs []*job) bool {
 		return true
 	}
 	for _, j := range in {
+		j.solo = false
 		if len(j.pending) == 0 && j.req.PrefillOnly {
 			j.res.PrefillTime = time.Since(j.tPre)
 			e.fail(j, nil)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	goruntime "runtime"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/memosrt/memosrt/internal/testmodels"
@@ -407,5 +408,43 @@ func TestTextOutUTF8(t *testing.T) {
 				t.Fatalf("%q: chunk %q ends inside a character", pieces, c)
 			}
 		}
+	}
+}
+
+// One request's failure never fails its batch-mates: a prompt that does
+// not fit the KV cache next to a running generation makes the shared
+// decode fail; the engine retries each request alone, the running one
+// goes on with the output it has alone, and only the newcomer fails.
+func TestDecodeFailureStaysWithItsRequest(t *testing.T) {
+	e := openStories(t, Options{NCtx: 256, NSeqMax: 2})
+	long, _ := e.Tokenize(strings.Repeat("Once upon a time there was a dog. ", 12), true)
+	long = long[:150]
+	alone := greedy(t, e, 0, long, 0, 60)
+	e.ClearSeq(0)
+	big, _ := e.Tokenize(strings.Repeat("The sun was hot and the cat slept. ", 12), true)
+	big = big[:160] // 150 + 60 + 160 > 256 cells: both cannot fit at once
+	ctx := context.Background()
+	started := make(chan struct{})
+	var once sync.Once
+	type out struct {
+		r   Result
+		err error
+	}
+	first := make(chan out, 1)
+	go func() {
+		r, err := e.Generate(ctx, Request{Seq: 0, Tokens: long, MaxTokens: 60, OnText: func(string) error {
+			once.Do(func() { close(started) })
+			return nil
+		}})
+		first <- out{r, err}
+	}()
+	<-started
+	_, err := e.Generate(ctx, Request{Seq: 1, Tokens: big, MaxTokens: 4})
+	if !errors.Is(err, llama.ErrNoKVSlot) {
+		t.Fatalf("the prompt that cannot fit: %v, want ErrNoKVSlot", err)
+	}
+	got := <-first
+	if got.err != nil || got.r.Text != alone.Text {
+		t.Fatalf("the running request: %q, %v; alone %q", got.r.Text, got.err, alone.Text)
 	}
 }
