@@ -1,12 +1,26 @@
 package memosrt
 
-import "context"
+import (
+	"context"
+	"fmt"
+
+	"github.com/memosrt/memosrt/embed"
+)
+
+// MaxEmbedInputs bounds the texts of one Embed call (HTTP 400 beyond; the
+// request body is bounded in bytes by the server, 413).
+const MaxEmbedInputs = 2048
+
+// embedChunk is how many texts the engine embeds per lock of its context.
+const embedChunk = 16
 
 // Embed returns one vector per text, [len(texts)][dim]float32, and the
 // input's token count: Options.Embedder when set, else the loaded model
 // (runtime.Engine.Embed: pooled as the model says, mean otherwise,
-// L2-normalized), else the upstream's embedding model. Errors:
-// ErrNoModel, the embedder's errors.
+// L2-normalized, in chunks of 16 texts so generation interleaves), else
+// the upstream's embedding model. Every vector is checked (embed.Valid).
+// Errors: *FieldError beyond MaxEmbedInputs texts, ErrNoModel,
+// embed.ErrBadVector, embed.ErrShape, the embedder's errors.
 func (o *OS) Embed(ctx context.Context, texts []string) ([][]float32, int, error) {
 	if err := o.enter(); err != nil {
 		return nil, 0, err
@@ -14,23 +28,40 @@ func (o *OS) Embed(ctx context.Context, texts []string) ([][]float32, int, error
 	defer o.leave()
 	ctx, done := o.bound(ctx)
 	defer done()
-	if o.up != nil {
-		return o.up.embed(ctx, texts)
+	if len(texts) > MaxEmbedInputs {
+		return nil, 0, badField("input", "%d inputs, at most %d per request", len(texts), MaxEmbedInputs)
 	}
 	var vecs [][]float32
 	var err error
+	n := 0
 	switch {
+	case o.up != nil && o.opts.Embedder == nil:
+		vecs, n, err = o.up.embed(ctx, texts)
 	case o.opts.Embedder != nil:
 		vecs, err = o.opts.Embedder.Embed(ctx, texts)
 	case o.eng != nil:
-		vecs, err = o.eng.Embed(ctx, texts)
+		// in chunks: the engine lock is held for one chunk at a time, so
+		// generation steps interleave with a long list
+		for i := 0; i < len(texts) && err == nil; i += embedChunk {
+			var v [][]float32
+			if v, err = o.eng.Embed(ctx, texts[i:min(len(texts), i+embedChunk)]); err == nil {
+				vecs = append(vecs, v...)
+			}
+		}
 	default:
 		return nil, 0, ErrNoModel
 	}
 	if err != nil {
 		return nil, 0, err
 	}
-	n := 0
+	if len(vecs) != len(texts) {
+		return nil, 0, fmt.Errorf("%w: %d vectors for %d texts", embed.ErrShape, len(vecs), len(texts))
+	}
+	for i, v := range vecs {
+		if err := embed.Valid(v); err != nil {
+			return nil, 0, fmt.Errorf("memosrt: input %d: %w", i, err)
+		}
+	}
 	if o.eng != nil {
 		for _, t := range texts {
 			if toks, err := o.eng.Tokenize(t, false); err == nil {

@@ -40,7 +40,7 @@ func Normalize(v []float32) []float32 {
 	return v
 }
 
-// check verifies an Embedder's output shape.
+// check verifies an Embedder's output: shape and values (Valid).
 func check(name string, n, dim int, vecs [][]float32) error {
 	if len(vecs) != n {
 		return fmt.Errorf("%w: %s returned %d vectors for %d texts", ErrShape, name, len(vecs), n)
@@ -49,6 +49,29 @@ func check(name string, n, dim int, vecs [][]float32) error {
 		if len(v) != dim {
 			return fmt.Errorf("%w: %s vector %d has %d dims, want %d", ErrShape, name, i, len(v), dim)
 		}
+		if err := Valid(v); err != nil {
+			return fmt.Errorf("%s vector %d: %w", name, i, err)
+		}
+	}
+	return nil
+}
+
+// Valid reports ErrBadVector for a vector no similarity can be computed
+// with: one holding NaN or ±Inf, or all zeros (its cosine is undefined).
+// Whatever the embedder (a model, an upstream server), such a vector is an
+// error, never stored.
+func Valid(v []float32) error {
+	nonzero := false
+	for i, x := range v {
+		if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
+			return fmt.Errorf("%w: element %d is %v", ErrBadVector, i, x)
+		}
+		if x != 0 {
+			nonzero = true
+		}
+	}
+	if !nonzero {
+		return fmt.Errorf("%w: all %d elements are zero", ErrBadVector, len(v))
 	}
 	return nil
 }

@@ -129,3 +129,22 @@ func TestOllama(t *testing.T) {
 		t.Errorf("validate: %v", err)
 	}
 }
+
+// Valid refuses vectors no similarity can use: NaN, ±Inf, all zeros.
+func TestValid(t *testing.T) {
+	for _, c := range []struct {
+		v  []float32
+		ok bool
+	}{
+		{[]float32{0.1, -0.2}, true},
+		{[]float32{0, 0, 0}, false},
+		{[]float32{}, false},
+		{[]float32{1, float32(math.NaN())}, false},
+		{[]float32{float32(math.Inf(1)), 0}, false},
+		{[]float32{float32(math.Inf(-1))}, false},
+	} {
+		if err := Valid(c.v); (err == nil) != c.ok || !c.ok && !errors.Is(err, ErrBadVector) {
+			t.Errorf("Valid(%v) = %v, want ok=%v", c.v, err, c.ok)
+		}
+	}
+}

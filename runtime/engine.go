@@ -213,6 +213,13 @@ func Load(ctx context.Context, opts Options) (*Engine, error) {
 		m.Close()
 		return nil, err
 	}
+	// llama.cpp caps n_batch at the requested n_ctx (and pads n_ctx up to a
+	// multiple of 256): a batch larger than the context's own n_batch would
+	// abort the process (GGML_ASSERT in llama_decode)
+	if nb := c.NBatch(); nb > 0 && nb < opts.NBatch {
+		opts.NBatch = nb
+		opts.NUBatch = min(opts.NUBatch, nb)
+	}
 	e := &Engine{opts: opts, log: log, model: m, shape: shape, fp: fp, ctx: c, batch: llama.NewBatch(opts.NBatch)}
 	if err := e.probe(); err != nil {
 		e.batch.Close()

@@ -448,3 +448,18 @@ func TestDecodeFailureStaysWithItsRequest(t *testing.T) {
 		t.Fatalf("the running request: %q, %v; alone %q", got.r.Text, got.err, alone.Text)
 	}
 }
+
+// A context smaller than the default batch (n_ctx 64: llama.cpp caps its
+// n_batch at 64 and pads n_ctx to 256) takes prompts longer than 64
+// tokens in several batches instead of aborting the process.
+func TestSmallContextBatches(t *testing.T) {
+	e := openStories(t, Options{NCtx: 64})
+	toks, _ := e.Tokenize(strings.Repeat("the dog ran in the park ", 12), true)
+	if len(toks) <= 64 || len(toks) >= e.NCtx() {
+		t.Fatalf("want a prompt of 65..%d tokens, got %d", e.NCtx()-1, len(toks))
+	}
+	r, err := e.Generate(context.Background(), Request{Tokens: toks, MaxTokens: 4})
+	if err != nil || r.EvalTokens == 0 {
+		t.Fatalf("%+v %v", r, err)
+	}
+}

@@ -21,6 +21,7 @@ type metrics struct {
 	decodeRate   prometheus.Histogram
 	rejected     prometheus.Counter
 	canceled     prometheus.Counter
+	panics       prometheus.Counter
 }
 
 func newMetrics(s *Server) *metrics {
@@ -41,6 +42,8 @@ func newMetrics(s *Server) *metrics {
 		Help: "Requests refused with 429 because the queue was full."})
 	m.canceled = prometheus.NewCounter(prometheus.CounterOpts{Name: "memosrt_canceled_requests_total",
 		Help: "Generations ended because the client went away."})
+	m.panics = prometheus.NewCounter(prometheus.CounterOpts{Name: "memosrt_panics_total",
+		Help: "Requests whose handler panicked (answered 500, stack logged)."})
 	stat := func(f func(memosrt.Stats) float64) func() float64 {
 		return func() float64 { return f(s.os.Stats()) }
 	}
@@ -53,7 +56,7 @@ func newMetrics(s *Server) *metrics {
 			return float64(st.KVDiskBytes)
 		}
 	}
-	m.reg.MustRegister(m.requests, m.ttft, m.promptTokens, m.decodeTokens, m.decodeRate, m.rejected, m.canceled,
+	m.reg.MustRegister(m.requests, m.ttft, m.promptTokens, m.decodeTokens, m.decodeRate, m.rejected, m.canceled, m.panics,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "memosrt_queue_depth",
 			Help: "Requests waiting for a slot."}, stat(func(b memosrt.Stats) float64 { return float64(b.Queued) })),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "memosrt_busy_slots",

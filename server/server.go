@@ -9,11 +9,13 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/memosrt/memosrt"
+	"github.com/memosrt/memosrt/embed"
 	"github.com/memosrt/memosrt/kvcache"
 	"github.com/memosrt/memosrt/lora"
 	"github.com/memosrt/memosrt/runtime"
@@ -182,6 +184,22 @@ func (s *Server) wrap(next http.Handler) http.Handler {
 		r.Body = http.MaxBytesReader(w, r.Body, limit)
 		sw := &statusWriter{ResponseWriter: w}
 		start := time.Now()
+		// the last line of defence, not the fix: a panic in a handler is
+		// a 500 with its stack logged, never the end of the server
+		defer func() {
+			v := recover()
+			if v == nil || v == http.ErrAbortHandler {
+				if v != nil {
+					panic(v)
+				}
+				return
+			}
+			s.m.panics.Inc()
+			s.log.Error("panic in a request", "method", r.Method, "path", r.URL.Path, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+			if sw.code == 0 {
+				s.writeError(sw, r, fmt.Errorf("server: internal error (%v)", v))
+			}
+		}()
 		next.ServeHTTP(sw, r)
 		code := sw.code
 		if code == 0 {
@@ -258,8 +276,8 @@ func errStatus(err error) (int, string) {
 		return http.StatusConflict, "invalid_request_error"
 	case errors.Is(err, memosrt.ErrNotSupported), errors.Is(err, scheduler.ErrReadOnly):
 		return http.StatusNotImplemented, "not_implemented"
-	case errors.Is(err, memosrt.ErrUpstream):
-		return http.StatusBadGateway, "server_error"
+	case errors.Is(err, memosrt.ErrUpstream), errors.Is(err, embed.ErrBadVector), errors.Is(err, embed.ErrShape):
+		return http.StatusBadGateway, "server_error" // the embedder or upstream gave an unusable answer
 	case errors.Is(err, errUnauthorized):
 		return http.StatusUnauthorized, "authentication_error"
 	case errors.Is(err, scheduler.ErrKVBudget):

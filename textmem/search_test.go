@@ -289,3 +289,32 @@ func TestFlatIndex(t *testing.T) {
 		t.Errorf("after remove %v (len %d), want %v", got, f.Len(), want)
 	}
 }
+
+// badEmbedder returns the vector v for every text.
+type badEmbedder struct{ v []float32 }
+
+func (b badEmbedder) Embed(_ context.Context, texts []string) ([][]float32, error) {
+	out := make([][]float32, len(texts))
+	for i := range out {
+		out[i] = slices.Clone(b.v)
+	}
+	return out, nil
+}
+func (b badEmbedder) Dim() int     { return len(b.v) }
+func (b badEmbedder) Name() string { return "bad" }
+
+// A memory is never stored without its vector: an embedder that answers
+// NaN, Inf or all zeros fails the add (and the update), and the store
+// holds nothing of it.
+func TestUnusableVectorsAreRefused(t *testing.T) {
+	ctx := context.Background()
+	for _, v := range [][]float32{{0, 0, 0}, {1, float32(math.NaN()), 0}, {float32(math.Inf(1)), 0, 0}} {
+		s, _ := openStore(t, t.TempDir(), Options{Embedder: badEmbedder{v}})
+		if _, err := s.Add(ctx, "c", Memory{Text: "Lily has a dog."}); !errors.Is(err, embed.ErrBadVector) {
+			t.Fatalf("vector %v: Add = %v, want ErrBadVector", v, err)
+		}
+		if ms, err := s.List(ctx, "c"); err != nil || len(ms) != 0 {
+			t.Fatalf("vector %v: %d memories stored (%v)", v, len(ms), err)
+		}
+	}
+}

@@ -154,6 +154,11 @@ func (s *Store) embedText(ctx context.Context, text string) ([]float32, error) {
 	if len(v) != 1 || len(v[0]) != e.Dim() {
 		return nil, fmt.Errorf("%w: %s gave %d vectors, want 1 of %d dims", embed.ErrShape, e.Name(), len(v), e.Dim())
 	}
+	// a memory is never stored without its vector, nor with one that
+	// cannot be compared (NaN, Inf, all zeros)
+	if err := embed.Valid(v[0]); err != nil {
+		return nil, fmt.Errorf("textmem: embed with %s: %w", e.Name(), err)
+	}
 	return embed.Normalize(v[0]), nil
 }
 

@@ -257,6 +257,7 @@ func startServer(t *testing.T, db, model, keyFile string) *server {
 		args = append(args, "--encrypt-key-file", keyFile)
 	}
 	cmd := exec.Command(binPath, args...)
+	testutil.DieWithParent(cmd)
 	cmd.Env = append(os.Environ(), "MEMOSRT_LOG="+envOr("MEMOSRT_CRASH_LOG", "warn"))
 	pr, err := cmd.StderrPipe()
 	if err != nil {

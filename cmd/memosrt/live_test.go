@@ -14,6 +14,7 @@ import (
 
 	"github.com/memosrt/memosrt"
 	"github.com/memosrt/memosrt/internal/testmodels"
+	"github.com/memosrt/memosrt/internal/testutil"
 	"github.com/memosrt/memosrt/scheduler"
 )
 
@@ -32,6 +33,7 @@ func startServe(t *testing.T, db string, env []string, args ...string) *servePro
 	full := append([]string{"serve", "--db", db, "--model", testmodels.Stories(t), "--addr", "127.0.0.1:0",
 		"--threads", "2", "--ctx", "1024", "--parallel", "2", "--min-persist-tokens", "1"}, args...)
 	p := &serveProc{cmd: exec.Command(binPath, full...), done: make(chan error, 1)}
+	testutil.DieWithParent(p.cmd)
 	p.cmd.Env = append(os.Environ(), env...)
 	pr, err := p.cmd.StderrPipe()
 	if err != nil {

@@ -1,0 +1,8 @@
+//go:build !linux
+
+package testutil
+
+import "os/exec"
+
+// DieWithParent is a no-op outside Linux.
+func DieWithParent(cmd *exec.Cmd) {}
