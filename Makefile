@@ -69,7 +69,7 @@ example: links
 	cd examples/assistant && $(GO) build -o ../../bin/assistant .
 	rm -rf .cache/assistant-db
 	./bin/assistant --db .cache/assistant-db --model $(MODEL) \
-		"Lily has a dog named Max." "Max likes to run in the park." -- "Where does the dog Max run?" "Once upon a time, Lily"
+		--remember "Lily has a dog named Max." --remember "Max likes to run in the park." "Where does the dog Max run?" "Once upon a time, Lily"
 
 clean:
 	rm -rf bin third_party

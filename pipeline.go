@@ -265,7 +265,10 @@ func (o *OS) do(ctx context.Context, req *Request, chat bool) (*Response, error)
 		return nil, badField(promptField(req), "prompt is %d tokens, context is %d (num_ctx %d, loaded n_ctx %d)", len(toks), limit, req.NumCtx, o.eng.NCtx())
 	}
 	maxTok := req.NumPredict
-	if maxTok <= 0 {
+	switch {
+	case maxTok < -2:
+		return nil, badField("options.num_predict", "%d < -2 (-1: no cap, -2: fill the context, 0: the server default)", maxTok)
+	case maxTok == 0:
 		maxTok = o.opts.DefaultNumPredict
 	}
 	if maxTok <= 0 || maxTok > limit-len(toks) {

@@ -44,8 +44,10 @@ type Request struct {
 	// ("json" or a JSON schema), forwarded by the upstream backend; the
 	// llama backend enforces Sampling.Grammar.
 	Format json.RawMessage
-	// NumPredict caps generated tokens; <= 0 means Options.DefaultNumPredict,
-	// then until n_ctx.
+	// NumPredict caps generated tokens. 0 means Options.DefaultNumPredict
+	// (none set: until the context is full); -1 (no cap) and -2 (fill the
+	// context), as Ollama's num_predict, mean until the context is full
+	// whatever the default; below -2 is a *FieldError.
 	NumPredict int
 	// NumCtx limits this request's context, tokens (prompt plus output); 0
 	// or above the loaded n_ctx means n_ctx. No reload either way.

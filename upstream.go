@@ -81,8 +81,8 @@ func (b *upstream) options(req *Request) map[string]any {
 	if p.RepeatPenalty > 0 {
 		o["repeat_penalty"] = p.RepeatPenalty
 	}
-	if req.NumPredict > 0 {
-		o["num_predict"] = req.NumPredict
+	if req.NumPredict != 0 {
+		o["num_predict"] = req.NumPredict // -1, -2: Ollama's own meanings
 	} else if b.o.opts.DefaultNumPredict > 0 {
 		o["num_predict"] = b.o.opts.DefaultNumPredict
 	}

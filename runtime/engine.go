@@ -114,6 +114,9 @@ func (o Options) Validate() error {
 	if o.NCtx < 8 {
 		errs = append(errs, fmt.Errorf("NCtx %d < 8", o.NCtx))
 	}
+	if o.Threads < 1 || o.Threads > 512 {
+		errs = append(errs, fmt.Errorf("Threads %d not in [1, 512] (0: all CPUs)", o.Threads))
+	}
 	if o.NBatch < 1 || o.NUBatch < 1 || o.NUBatch > o.NBatch {
 		errs = append(errs, fmt.Errorf("NBatch %d / NUBatch %d: need 1 <= NUBatch <= NBatch", o.NBatch, o.NUBatch))
 	}

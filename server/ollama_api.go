@@ -393,3 +393,8 @@ func (s *Server) handleOllamaPS(w http.ResponseWriter, r *http.Request) {
 func (s *Server) handleOllamaVersion(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"version": s.opts.Version})
 }
+
+// handleServerInfo answers GET /v1/server: {"version", "instance"}.
+func (s *Server) handleServerInfo(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]string{"version": s.opts.Version, "instance": s.opts.Instance})
+}

@@ -17,6 +17,10 @@ type Options struct {
 	LocalToken string
 	// Version is reported by /api/version. Default "0.0.0".
 	Version string
+	// Instance, when set, is reported by GET /v1/server: an opaque id that
+	// lets a client tell this server from another one on the same address
+	// (the CLI checks the one `memosrt serve` recorded in its data dir).
+	Instance string
 	// MaxBodyBytes bounds a request body, bytes; larger gets 413.
 	// Default 8 MiB.
 	MaxBodyBytes int64

@@ -46,6 +46,51 @@ func TestRepeatLastN(t *testing.T) {
 	}
 }
 
+// TestNumPredict: Ollama's num_predict meanings. 0 or absent takes the
+// server default; -1 (no cap) and -2 (fill the context) run past it to the
+// context's end or an end of generation; below -2 is a 400 naming the field.
+func TestNumPredict(t *testing.T) {
+	e := newEnv(t, envConfig{nctx: 256, mo: memosrt.Options{DefaultNumPredict: 8}})
+	type result struct {
+		Response        string
+		DoneReason      string `json:"done_reason"`
+		EvalCount       int    `json:"eval_count"`
+	}
+	gen := func(n *int) (result, int) {
+		t.Helper()
+		opts := map[string]any{"temperature": 0}
+		if n != nil {
+			opts["num_predict"] = *n
+		}
+		var r result
+		code := do(t, "POST", e.url()+"/api/generate", map[string]any{"model": testModel, "prompt": "Once upon a time",
+			"stream": false, "options": opts}, &r)
+		return r, code
+	}
+	n := func(v int) *int { return &v }
+	def, code := gen(nil)
+	if code != http.StatusOK || def.EvalCount != 8 || def.DoneReason != "length" {
+		t.Fatalf("default: %d %+v, want 8 tokens (DefaultNumPredict)", code, def)
+	}
+	if zero, _ := gen(n(0)); zero.Response != def.Response || zero.EvalCount != 8 {
+		t.Fatalf("num_predict 0 %+v, absent %+v", zero, def)
+	}
+	fill, _ := gen(n(-2))
+	if fill.EvalCount <= 8 || !strings.HasPrefix(fill.Response, def.Response) ||
+		(fill.DoneReason == "length" && 5+fill.EvalCount != 256) { // "Once upon a time": 5 prompt tokens
+		t.Fatalf("num_predict -2: %+v (default gave %+v)", fill, def)
+	}
+	if inf, _ := gen(n(-1)); inf.Response != fill.Response || inf.EvalCount != fill.EvalCount {
+		t.Fatalf("num_predict -1 %+v, -2 %+v", inf, fill)
+	}
+	var bad map[string]any
+	if code := do(t, "POST", e.url()+"/api/generate", map[string]any{"model": testModel, "prompt": "a", "stream": false,
+		"options": map[string]any{"num_predict": -3}}, &bad); code != http.StatusBadRequest ||
+		!strings.HasPrefix(bad["error"].(string), "options.num_predict:") {
+		t.Fatalf("num_predict -3: %d %v", code, bad)
+	}
+}
+
 func TestBadRequests(t *testing.T) {
 	e := newEnv(t, envConfig{nctx: 256})
 	long := strings.Repeat("the cat sat on the mat. ", 200)
@@ -158,6 +203,17 @@ func TestBadRequests(t *testing.T) {
 		}
 		if code := do(t, "GET", s.url()+"/api/tags", nil, nil, "Authorization", "Bearer sesame"); code != http.StatusOK {
 			t.Fatalf("token: %d", code)
+		}
+		// readiness probes need none and reveal only the version
+		for _, p := range []string{"/", "/api/version"} {
+			if code := do(t, "GET", s.url()+p, nil, nil); code != http.StatusOK {
+				t.Fatalf("GET %s without a token: %d", p, code)
+			}
+		}
+		for _, p := range []string{"/v1/server", "/v1/cubes", "/metrics"} {
+			if code := do(t, "GET", s.url()+p, nil, nil); code != http.StatusUnauthorized {
+				t.Fatalf("GET %s without a token: %d", p, code)
+			}
 		}
 	})
 }

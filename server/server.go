@@ -122,6 +122,7 @@ func (s *Server) routes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /v1/packs", s.handlePackList)
 	mux.HandleFunc("POST /v1/generate", s.handleNativeGenerate)
 	mux.HandleFunc("POST /v1/tiers/tick", s.handleTick)
+	mux.HandleFunc("GET /v1/server", s.handleServerInfo)
 	if s.opts.DebugClock != nil {
 		mux.HandleFunc("POST /v1/debug/clock", s.handleDebugClock)
 	}
@@ -130,6 +131,13 @@ func (s *Server) routes(mux *http.ServeMux) {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, fmt.Errorf("%w: %s %s", errRouteNotFound, r.Method, r.URL.Path))
 	})
+}
+
+// public reports the probes that need no token: the root ("Ollama is
+// running") and /api/version, as readiness checks and Ollama clients call
+// them first; they reveal only the version.
+func public(r *http.Request) bool {
+	return (r.Method == http.MethodGet || r.Method == http.MethodHead) && (r.URL.Path == "/" || r.URL.Path == "/api/version")
 }
 
 // statusWriter records the status code for logs and metrics.
@@ -172,7 +180,7 @@ func (s *Server) wrap(next http.Handler) http.Handler {
 		s.mu.RUnlock()
 		defer s.inflight.Done()
 
-		if s.opts.Token != "" && !s.authorized(r) {
+		if s.opts.Token != "" && !public(r) && !s.authorized(r) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="memosrt"`)
 			s.writeError(w, r, errUnauthorized)
 			return

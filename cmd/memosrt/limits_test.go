@@ -2,7 +2,9 @@ package main
 
 import (
 	"errors"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -17,6 +19,7 @@ func TestCLIHostileInput(t *testing.T) {
 	model := testmodels.Stories(t)
 	must(t, "mem", "add", "--db", db, "--cube", "c", "Lily has a dog.")
 	long := strings.Repeat("the cat sat on the mat. ", 40) // about 240 tokens
+	missing := filepath.Join(t.TempDir(), "typo")
 	cases := []struct {
 		name string
 		args []string
@@ -26,6 +29,15 @@ func TestCLIHostileInput(t *testing.T) {
 		{"invalid-utf8", []string{"mem", "add", "--db", db, "--cube", "c", "bad \xff byte"}, "textmem: invalid utf-8"},
 		{"bad-cube", []string{"mem", "add", "--db", db, "--cube", "../etc", "x"}, "textmem: bad cube name"},
 		{"prompt-over-n_ctx", []string{"run", "--db", db, "--model", model, "--cube", "c", "--ctx", "128", "--num-predict", "4", long}, "tokens, context is"},
+		{"num-predict-below-2", []string{"run", "--db", db, "--model", model, "--num-predict", "-3", "hi"}, "options.num_predict: -3 < -2"},
+		{"negative-threads", []string{"run", "--db", db, "--model", model, "--threads", "-3", "hi"}, "Threads -3 not in [1, 512]"},
+		{"missing-model", []string{"run", "--db", missing, "--model", missing + ".gguf", "hi"}, "model: stat " + missing + ".gguf: no such file"},
+		{"ls-missing-dir", []string{"mem", "ls", "--db", missing, "--cube", "c"}, "data directory: stat " + missing},
+		{"search-missing-dir", []string{"mem", "search", "--db", missing, "--cube", "c", "dog"}, "data directory: stat " + missing},
+		{"kv-ls-missing-dir", []string{"kv", "ls", "--db", missing}, "data directory: stat " + missing},
+		{"tiers-missing-dir", []string{"tiers", "--db", missing, "--cube", "c"}, "data directory: stat " + missing},
+		{"tiers-no-cube", []string{"tiers", "--db", db}, "--cube is required"},
+		{"one-prefix", []string{"run", "--db", db, "--model", model, "--cube", "ghost", "hi"}, "memosrt: unknown cube"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -38,13 +50,17 @@ func TestCLIHostileInput(t *testing.T) {
 			}
 			last := strings.TrimSpace(out)
 			last = last[strings.LastIndex(last, "\n")+1:]
-			if !strings.HasPrefix(last, "memosrt: ") || !strings.Contains(last, tc.want) || strings.Contains(out, "goroutine ") {
+			if !strings.HasPrefix(last, "memosrt: ") || !strings.Contains(last, tc.want) || strings.Contains(out, "goroutine ") ||
+				strings.HasPrefix(last, "memosrt: memosrt: ") {
 				t.Fatalf("last line %q, want memosrt: ...%s...", last, tc.want)
 			}
 		})
 	}
 	if out := must(t, "mem", "ls", "--db", db, "--cube", "c"); strings.Count(out, "\n") != 2 {
 		t.Fatalf("refused inputs were stored:\n%s", out)
+	}
+	if _, err := os.Stat(missing); !os.IsNotExist(err) {
+		t.Fatalf("a command on a missing directory created it: %v", err)
 	}
 }
 

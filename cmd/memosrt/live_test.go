@@ -156,6 +156,26 @@ func TestCLINextToServer(t *testing.T) {
 	if out, err := runCLI(t, "lora", "ls", "--db", db); err == nil || !strings.Contains(out, "memosrt serve is running") {
 		t.Fatalf("lora ls next to the server: %v %s", err, out)
 	}
+	// A stale serve.json in another directory that names this server's
+	// address (its own server died, this one took the port) is not
+	// trusted: the CLI opens that directory itself.
+	other := t.TempDir()
+	b, err := os.ReadFile(db + "/" + serveFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var info serveInfo
+	if err := json.Unmarshal(b, &info); err != nil || info.Instance == "" {
+		t.Fatalf("%s: %v %+v", serveFile, err, info)
+	}
+	info.Instance = "a-server-that-died"
+	b, _ = json.Marshal(info)
+	if err := os.WriteFile(other+"/"+serveFile, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out := must(t, "mem", "ls", "--db", other, "--cube", "lily"); strings.Contains(out, "Max") {
+		t.Fatalf("mem ls on another directory reached this server:\n%s", out)
+	}
 	p.stop(t)
 	// the server is gone: the same commands open the directory themselves
 	if out := must(t, "mem", "ls", "--db", db, "--cube", "lily"); strings.Count(out, "\n") != 3 {

@@ -75,7 +75,8 @@ func main() {
 		if errors.Is(err, flag.ErrHelp) {
 			os.Exit(0)
 		}
-		fmt.Fprintf(os.Stderr, "memosrt: %v\n", err)
+		// Errors from the memosrt package already carry its name.
+		fmt.Fprintf(os.Stderr, "memosrt: %s\n", strings.TrimPrefix(err.Error(), "memosrt: "))
 		os.Exit(1)
 	}
 }

@@ -36,6 +36,9 @@ type dirBackend interface {
 // storeFlags are the data-directory flags of every command that opens one.
 type storeFlags struct {
 	db, keyFile *string
+	// existing: the command only reads or removes, so a missing directory
+	// is an error (a typo in --db must not create an empty store).
+	existing bool
 }
 
 func addStoreFlags(fs *flag.FlagSet) storeFlags {
@@ -49,6 +52,11 @@ func addStoreFlags(fs *flag.FlagSet) storeFlags {
 func (f storeFlags) options() (memosrt.Options, error) {
 	if *f.db == "" {
 		return memosrt.Options{}, errors.New("--db is required (or set MEMOSRT_DB)")
+	}
+	if f.existing {
+		if _, err := os.Stat(*f.db); err != nil {
+			return memosrt.Options{}, fmt.Errorf("data directory: %w", err)
+		}
 	}
 	key, err := readKeyFile(*f.keyFile)
 	if err != nil {
@@ -115,7 +123,9 @@ func cmdMem(ctx context.Context, args []string) error {
 		return errors.New("--cube is required")
 	}
 	switch sub {
-	case "add", "ls", "search", "rm":
+	case "add":
+	case "ls", "search", "rm":
+		sf.existing = true
 	default:
 		return fmt.Errorf("unknown mem command %q (add, ls, search, rm)", sub)
 	}

@@ -35,21 +35,28 @@ const serveFile = "serve.json"
 type serveInfo struct {
 	URL   string `json:"url"`   // http://HOST:PORT
 	Token string `json:"token"` // bearer token the server accepts (server.Options.LocalToken)
-	PID   int    `json:"pid"`
+	// Instance is the id the server reports on GET /v1/server
+	// (server.Options.Instance): another server later on the same address
+	// is not taken for this one.
+	Instance string `json:"instance"`
+	PID      int    `json:"pid"`
 }
 
 // publishServe writes serveFile for a server listening on addr and returns
-// the token to accept and a cleanup that removes the file.
-func publishServe(dir, addr string) (string, func(), error) {
-	var b [16]byte
-	rand.Read(b[:])
-	info := serveInfo{URL: "http://" + addr, Token: hex.EncodeToString(b[:]), PID: os.Getpid()}
+// what it recorded and a cleanup that removes the file.
+func publishServe(dir, addr string) (serveInfo, func(), error) {
+	secret := func() string {
+		var b [16]byte
+		rand.Read(b[:])
+		return hex.EncodeToString(b[:])
+	}
+	info := serveInfo{URL: "http://" + addr, Token: secret(), Instance: secret(), PID: os.Getpid()}
 	js, _ := json.Marshal(info)
 	path := filepath.Join(dir, serveFile)
 	if err := atomicfile.Write(path, 0o600, func(f *os.File) error { _, err := f.Write(js); return err }); err != nil {
-		return "", nil, fmt.Errorf("record %s: %w", path, err)
+		return serveInfo{}, nil, fmt.Errorf("record %s: %w", path, err)
 	}
-	return info.Token, func() { os.Remove(path) }, nil
+	return info, func() { os.Remove(path) }, nil
 }
 
 // remote is a running `memosrt serve` on the data directory, reached over
@@ -72,8 +79,11 @@ func runningServer(dir string) (*remote, bool) {
 	r := &remote{info: info, c: &http.Client{}}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	if err := r.do(ctx, "GET", "/api/version", nil, nil); err != nil {
-		return nil, false // a stale file: the server is gone
+	var got struct {
+		Instance string `json:"instance"`
+	}
+	if err := r.do(ctx, "GET", "/v1/server", nil, &got); err != nil || got.Instance != info.Instance {
+		return nil, false // a stale file: the server is gone, or another one took its address
 	}
 	return r, true
 }

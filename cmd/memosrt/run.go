@@ -57,6 +57,12 @@ func (f engineFlags) engineOptions() (runtime.Options, error) {
 	if *f.model == "" {
 		return runtime.Options{}, errors.New("--model is required (or set MEMOSRT_MODEL)")
 	}
+	// before any data directory is opened: a wrong path fails first and alone
+	if st, err := os.Stat(*f.model); err != nil {
+		return runtime.Options{}, fmt.Errorf("model: %w", err)
+	} else if st.IsDir() {
+		return runtime.Options{}, fmt.Errorf("model: %s is a directory, want a GGUF file", *f.model)
+	}
 	llama.Init(libDir())
 	ngl := *f.ngl
 	if ngl < 0 && !gpuPresent() {
@@ -103,6 +109,7 @@ func cmdKV(ctx context.Context, args []string) error {
 	}
 	switch sub {
 	case "ls":
+		sf.existing = true
 		s, err := sf.open(ctx, nil)
 		if err != nil {
 			return err
@@ -226,6 +233,16 @@ func cmdRun(ctx context.Context, args []string) error {
 	gram, err := formatGrammar(*format)
 	if err != nil {
 		return err
+	}
+	if *sf.db == "" && *cube == "" {
+		// plain inference needs no data directory (as llama-cli): a scratch
+		// one holds nothing past this run
+		tmp, err := os.MkdirTemp("", "memosrt-run-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(tmp)
+		*sf.db = tmp
 	}
 	var s dirBackend
 	if r, ok := runningServer(*sf.db); ok && *sf.db != "" {

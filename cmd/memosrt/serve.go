@@ -123,7 +123,7 @@ func cmdServe(ctx context.Context, args []string) error {
 		return err
 	}
 	defer unpublish()
-	so.LocalToken = local
+	so.LocalToken, so.Instance = local.Token, local.Instance
 	srv, err := server.New(o, so)
 	if err != nil {
 		ln.Close()

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -14,7 +15,7 @@ const tiersUsage = "tiers --db DIR --cube NAME [--limit N] [--json] [--tick --mo
 func cmdTiers(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("tiers", flag.ContinueOnError)
 	sf := addStoreFlags(fs)
-	cube := fs.String("cube", "default", "memory cube")
+	cube := fs.String("cube", "", "memory cube (required unless --tick)")
 	limit := fs.Int("limit", 20, "transitions to show (0: all)")
 	asJSON := fs.Bool("json", false, "print JSON")
 	tick := fs.Bool("tick", false, "run one scheduler tick first (plans and runs pending jobs; needs --model, or a running server)")
@@ -22,6 +23,10 @@ func cmdTiers(ctx context.Context, args []string) error {
 	if _, err := parse(fs, args); err != nil {
 		return err
 	}
+	if *cube == "" && !*tick {
+		return errors.New("--cube is required (or --tick alone to run one scheduler tick)")
+	}
+	sf.existing = true
 	var s dirBackend
 	if r, ok := runningServer(*sf.db); ok && *sf.db != "" {
 		s = r
@@ -42,6 +47,9 @@ func cmdTiers(ctx context.Context, args []string) error {
 		fmt.Fprintf(os.Stderr, "tick: %d planned, %d done, %d failed\n", rep.Planned, rep.Done, rep.Failed)
 		if err != nil {
 			return err
+		}
+		if *cube == "" {
+			return nil
 		}
 	}
 	st, err := s.Tiers(ctx, *cube, *limit)

@@ -4,9 +4,9 @@
 // often moves into the cube's KV pack and later turns restore it instead
 // of prefilling it.
 //
-//	assistant --db DIR --model stories260K.gguf "Lily has a dog named Max." -- "Once upon a time, Lily"
+//	assistant --db DIR --model stories260K.gguf --remember "Lily has a dog named Max." "Once upon a time, Lily"
 //
-// Arguments before "--" are memories to add; after it, chat turns.
+// Each --remember adds a memory to the cube; the arguments are chat turns.
 package main
 
 import (
@@ -14,7 +14,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"slices"
 
 	"github.com/memosrt/memosrt"
 	"github.com/memosrt/memosrt/runtime"
@@ -26,17 +25,21 @@ func main() {
 	model := flag.String("model", "", "GGUF model")
 	cube := flag.String("cube", "me", "memory cube")
 	n := flag.Int("n", 32, "tokens to generate per turn")
+	var remember []string
+	flag.Func("remember", "a memory to add to the cube (repeatable)", func(s string) error {
+		remember = append(remember, s)
+		return nil
+	})
 	flag.Parse()
-	if err := run(context.Background(), *db, *model, *cube, *n, flag.Args()); err != nil {
+	if err := run(context.Background(), *db, *model, *cube, *n, remember, flag.Args()); err != nil {
 		fmt.Fprintln(os.Stderr, "assistant:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, db, model, cube string, n int, args []string) error {
-	memories, turns := args, []string(nil)
-	if i := slices.Index(args, "--"); i >= 0 {
-		memories, turns = args[:i], args[i+1:]
+func run(ctx context.Context, db, model, cube string, n int, memories, turns []string) error {
+	if model == "" {
+		return fmt.Errorf("--model is required (a GGUF file)")
 	}
 	os, err := memosrt.Open(ctx, memosrt.Options{Dir: db, Model: model, Parallel: 1,
 		Engine: runtime.Options{NCtx: 1024, Threads: 2}})
