@@ -376,12 +376,12 @@ func TestEmbed(t *testing.T) {
 // byte that is never completed.
 func TestTextOutUTF8(t *testing.T) {
 	cases := [][]string{
-		{"a", "\xe4", "\xbd", "\xa0", "b"},             // 你 in three byte tokens
-		{"\xf0\x9f", "\x98", "\x80!"},                  // 😀 split
-		{"x", "\xff", "y", "z"},                        // an invalid byte: y and z still flow
-		{"\xe4", "q", "r"},                             // a lead byte never completed
+		{"a", "\xe4", "\xbd", "\xa0", "b"},            // 你 in three byte tokens
+		{"\xf0\x9f", "\x98", "\x80!"},                 // 😀 split
+		{"x", "\xff", "y", "z"},                       // an invalid byte: y and z still flow
+		{"\xe4", "q", "r"},                            // a lead byte never completed
 		{"東京", "\xe3\x81", "\xaf", "\x80\x80", " ok"}, // stray continuation bytes
-		{"end", "\xe4\xbd"},                            // cut at the end: flushed
+		{"end", "\xe4\xbd"},                           // cut at the end: flushed
 	}
 	for _, pieces := range cases {
 		var chunks []string

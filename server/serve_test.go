@@ -52,9 +52,9 @@ func TestRepeatLastN(t *testing.T) {
 func TestNumPredict(t *testing.T) {
 	e := newEnv(t, envConfig{nctx: 256, mo: memosrt.Options{DefaultNumPredict: 8}})
 	type result struct {
-		Response        string
-		DoneReason      string `json:"done_reason"`
-		EvalCount       int    `json:"eval_count"`
+		Response   string
+		DoneReason string `json:"done_reason"`
+		EvalCount  int    `json:"eval_count"`
 	}
 	gen := func(n *int) (result, int) {
 		t.Helper()
@@ -633,7 +633,7 @@ func TestEveryKVSourceEqualsColdHTTP(t *testing.T) {
 	if code := do(t, "POST", e.url()+"/v1/cubes/lily/pack", map[string]any{"resident": true}, nil); code != http.StatusOK {
 		t.Fatalf("warm: %d", code)
 	}
-	cold := gen(e, "lily", turn, true) // the same prompt: the pack holds the memories now
+	cold := gen(e, "lily", turn, true)                                        // the same prompt: the pack holds the memories now
 	gen(e, "other", []memosrt.Message{{Role: "user", Content: "Tom"}}, false) // the only slot now holds another cube
 	for _, want := range []string{memosrt.SourceResident, memosrt.SourceSlot} {
 		if r := gen(e, "lily", turn, false); r.CacheSource != want || r.Text != cold.Text || r.Usage.CachedTokens == 0 {
