@@ -195,6 +195,7 @@ func (o *OS) deleteCube(ctx context.Context, cube string) error {
 		return err
 	}
 	o.kvMu.Lock()
+	o.bumpGen(cube) // a conversation pack write still to come skips itself
 	for _, p := range o.cubePacks(cube) {
 		if err := o.kv.Delete(p.ID); err != nil && !errors.Is(err, kvcache.ErrNotFound) {
 			o.kvMu.Unlock()
@@ -207,6 +208,22 @@ func (o *OS) deleteCube(ctx context.Context, cube string) error {
 		o.dropResident(cube)
 	}
 	return o.cubes.remove(ctx, cube)
+}
+
+// gen returns cube's deletion count (see OS.gens).
+func (o *OS) gen(cube string) uint64 {
+	o.genMu.Lock()
+	defer o.genMu.Unlock()
+	return o.gens[cube]
+}
+
+func (o *OS) bumpGen(cube string) {
+	o.genMu.Lock()
+	defer o.genMu.Unlock()
+	if o.gens == nil {
+		o.gens = map[string]uint64{}
+	}
+	o.gens[cube]++
 }
 
 // cubePacks returns the stored packs of cube: its tier packs and its

@@ -86,6 +86,12 @@ type Options struct {
 	// MinPersistTokens is the shortest conversation state worth a pack,
 	// tokens. Default 128.
 	MinPersistTokens int
+	// ConvBytes bounds the stored conversation packs of all cubes, bytes of
+	// stored blobs: after a write past it, the oldest are deleted (a
+	// continued conversation replaces its pack, so live ones are the
+	// newest). Tier packs have their own budget (Tiers.KVBytes). Default
+	// 1 GiB.
+	ConvBytes int64
 	// DefaultNumPredict caps generated tokens of a request that sets no
 	// limit; 0 means until n_ctx.
 	DefaultNumPredict int
@@ -118,7 +124,7 @@ type UpstreamOptions struct {
 // and Model.
 func DefaultOptions() Options {
 	return Options{Parallel: 4, ResidentSeqs: 2, TickAfterUses: 16, UsageFlush: 100 * time.Millisecond,
-		MaxQueue: 64, MinPersistTokens: 128, RAMBytes: 1 << 30, AdapterBytes: 1 << 30}
+		MaxQueue: 64, MinPersistTokens: 128, ConvBytes: 1 << 30, RAMBytes: 1 << 30, AdapterBytes: 1 << 30}
 }
 
 func (o *Options) ensureDefaults() {
@@ -141,6 +147,9 @@ func (o *Options) ensureDefaults() {
 		o.MaxQueue = d.MaxQueue
 	} else if o.MaxQueue < 0 {
 		o.MaxQueue = 0
+	}
+	if o.ConvBytes == 0 {
+		o.ConvBytes = d.ConvBytes
 	}
 	if o.MinPersistTokens == 0 {
 		o.MinPersistTokens = d.MinPersistTokens
@@ -186,7 +195,7 @@ func (o Options) Validate() error {
 	for _, c := range []struct {
 		name string
 		v    int64
-	}{{"ResidentCells", int64(o.ResidentCells)}, {"MinPersistTokens", int64(o.MinPersistTokens)},
+	}{{"ResidentCells", int64(o.ResidentCells)}, {"MinPersistTokens", int64(o.MinPersistTokens)}, {"ConvBytes", o.ConvBytes},
 		{"DefaultNumPredict", int64(o.DefaultNumPredict)}, {"RAMBytes", o.RAMBytes}, {"AdapterBytes", o.AdapterBytes},
 		{"TickAfterUses", int64(o.TickAfterUses)}, {"UsageFlush", int64(o.UsageFlush)}} {
 		if c.v < 0 {

@@ -56,10 +56,19 @@ type OS struct {
 	// kvMu serialises pack writes of the OS (conversation packs, warms,
 	// deletes): kvcache's index takes a pack id twice when two Puts of the
 	// same pack race, and a later Delete then leaves a dangling entry.
-	kvMu     sync.Mutex
-	writes   sync.WaitGroup // background conversation pack writes
-	pending  atomic.Int64
-	writeSem chan struct{} // bounds concurrent writes; full: the write is skipped
+	kvMu sync.Mutex
+	// gens counts deletions per cube (guarded by genMu; raised with kvMu
+	// held): a request that began before its cube was deleted stores no
+	// conversation pack and leaves no reusable slot behind, also when a
+	// cube of the same name is created meanwhile.
+	genMu  sync.Mutex
+	gens   map[string]uint64
+	writes sync.WaitGroup // background conversation pack writes
+	// convEvicted counts conversation packs deleted over ConvBytes;
+	// fallbacks, stored packs refused at restore (prefilled instead).
+	convEvicted, fallbacks atomic.Int64
+	pending                atomic.Int64
+	writeSem               chan struct{} // bounds concurrent writes; full: the write is skipped
 
 	usage *usageBuffer
 
@@ -358,12 +367,25 @@ type Stats struct {
 	KVRAMBytes    int64  `json:"kv_ram_bytes"`
 	KVDiskBytes   int64  `json:"kv_disk_bytes"`
 	Packs         int    `json:"packs"`
+	ConvPacks     int    `json:"conv_packs"`        // conversation packs stored
+	ConvBytes     int64  `json:"conv_bytes"`        // their blob bytes (Options.ConvBytes bounds them)
+	ConvEvicted   int64  `json:"conv_evicted"`      // conversation packs deleted over the budget since Open
+	Fallbacks     int64  `json:"restore_fallbacks"` // stored packs that matched but were refused: the prompt was prefilled
+	DiskBytes     int64  `json:"disk_bytes"`        // the data directory's files (Badger LSM and value log), bytes
 }
 
 // Stats reports the OS's gauges now.
 func (o *OS) Stats() Stats {
 	st := Stats{Backend: o.info.Backend, PendingWrites: int(o.pending.Load()), ResidentMax: o.opts.ResidentCells}
 	st.KVRAMBytes, st.KVDiskBytes, st.Packs = o.kv.Stats()
+	for _, p := range o.kv.List("") {
+		if strings.HasPrefix(p.Label, "conv:") {
+			st.ConvPacks++
+			st.ConvBytes += p.BlobBytes
+		}
+	}
+	st.ConvEvicted, st.Fallbacks = o.convEvicted.Load(), o.fallbacks.Load()
+	st.DiskBytes = o.db.DiskBytes()
 	if o.up != nil {
 		st.Slots, st.BusySlots, st.Queued = o.up.pool.size(), o.up.pool.busy(), o.up.pool.queued()
 	}

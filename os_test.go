@@ -467,3 +467,76 @@ func TestConcurrentRunWarmDelete(t *testing.T) {
 		t.Fatal("cube b's pack is gone")
 	}
 }
+
+// TestDeleteCubeDuringChat: a cube deleted while one of its chats decodes
+// keeps nothing of it: no conversation pack is stored after the delete and
+// no slot state is reused, also by a new cube of the same name (which then
+// prefills the same turn from scratch).
+func TestDeleteCubeDuringChat(t *testing.T) {
+	ctx := context.Background()
+	o := openOS(t, testOptions(t, t.TempDir()))
+	addMemories(t, o, "c", "Lily has a dog named Max.", "Max likes to run in the park.")
+	turn := []Message{{Role: "user", Content: "Once upon a time, Lily and Max"}}
+	deleted := false
+	res, err := o.Chat(ctx, Request{Cube: "c", Messages: turn, NumPredict: 24, OnText: func(string) error {
+		if !deleted {
+			deleted = true
+			if err := o.DeleteCube(ctx, "c"); err != nil {
+				t.Errorf("DeleteCube during the chat: %v", err)
+			}
+		}
+		return nil
+	}})
+	if err != nil || !deleted {
+		t.Fatalf("chat: %v (deleted during it: %v)", err, deleted)
+	}
+	o.writes.Wait()
+	packs, err := o.AllPacks(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(packs) != 0 {
+		t.Fatalf("packs left after the cube was deleted: %+v", packs)
+	}
+	addMemories(t, o, "c", "Lily has a dog named Max.", "Max likes to run in the park.")
+	again, err := o.Chat(ctx, Request{Cube: "c", Messages: turn, NumPredict: 24})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.Usage.CachedTokens != 0 || again.CacheSource != SourceNone || again.Text != res.Text {
+		t.Fatalf("the new cube reused the deleted one's state: %d cached tokens from %q; text %q, first %q",
+			again.Usage.CachedTokens, again.CacheSource, again.Text, res.Text)
+	}
+}
+
+// TestConversationBudget: conversation packs stay within
+// Options.ConvBytes, the oldest deleted first; every pack stored is either
+// kept or counted as evicted, and the newest conversation's pack is kept.
+func TestConversationBudget(t *testing.T) {
+	ctx := context.Background()
+	opts := testOptions(t, t.TempDir())
+	opts.ConvBytes = 200_000 // two or three packs of about 80 kB
+	o := openOS(t, opts)
+	addMemories(t, o, "c", "Lily has a dog named Max.")
+	starts := []string{"Once upon a time", "One day, Tom", "The sun was hot", "Sue had a red ball", "In the park"}
+	var last string
+	for _, s := range starts {
+		res, err := o.Chat(ctx, Request{Cube: "c", Messages: []Message{{Role: "user", Content: s}}, NumPredict: 96, NoCache: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		o.writes.Wait()
+		last = kvcache.PackID(kvcache.ScopedKey(o.cfgKey, "c"), res.Context)
+		st := o.Stats()
+		if st.ConvBytes > opts.ConvBytes || st.ConvPacks == 0 {
+			t.Fatalf("after %q: %d conversation packs, %d bytes (budget %d)", s, st.ConvPacks, st.ConvBytes, opts.ConvBytes)
+		}
+	}
+	st := o.Stats()
+	if int64(st.ConvPacks)+st.ConvEvicted != int64(len(starts)) || st.ConvEvicted == 0 {
+		t.Fatalf("%d packs kept + %d evicted, want %d stored", st.ConvPacks, st.ConvEvicted, len(starts))
+	}
+	if !o.hasPack(last) {
+		t.Fatalf("the newest conversation's pack %s was evicted", last[:12])
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -209,6 +210,7 @@ func (o *OS) do(ctx context.Context, req *Request, chat bool) (*Response, error)
 			return nil, err
 		}
 	}
+	gen := o.gen(req.Cube) // before the cube check: a delete after it is seen
 	if err := o.checkCube(ctx, req.Cube); err != nil {
 		return nil, err
 	}
@@ -287,7 +289,7 @@ func (o *OS) do(ctx context.Context, req *Request, chat bool) (*Response, error)
 	}
 	defer ad.release()
 	out.Adapters = ad.key
-	scope := scopeOf(req.Cube, ad.key)
+	scope := scopeOf(req.Cube, gen, ad.key)
 	sl, slotN, err := o.pool.acquire(ctx, toks, scope)
 	if err != nil {
 		return nil, err
@@ -317,6 +319,7 @@ func (o *OS) do(ctx context.Context, req *Request, chat bool) (*Response, error)
 	out.CacheSource, out.PackID, out.Usage.RestoreTime = src.source, src.packID, src.restore
 	if src.refused != nil {
 		out.Refused = src.refused.Error()
+		o.fallbacks.Add(1)
 	}
 	var res runtime.Result
 	gerr := o.stream(ctx, req.OnText, func(ctx context.Context, onText func(string) error) error {
@@ -342,7 +345,7 @@ func (o *OS) do(ctx context.Context, req *Request, chat bool) (*Response, error)
 		return out, gerr
 	}
 	if chat && !req.NoPersist && !o.opts.NoPersist && held >= o.opts.MinPersistTokens {
-		o.persist(sl, req.Cube, src.prev, ad)
+		o.persist(sl, req.Cube, gen, src.prev, ad)
 	}
 	if req.Cube != "" && !req.NoUsage {
 		o.recordUse(req.Cube, r.prompt)
@@ -597,7 +600,7 @@ func continues(n, total int) bool { return total > 0 && 4*n >= 3*total }
 // state is copied now, so the slot is free again at once) and then drops
 // prev, the pack the new state extends. Skipped when two writes are already
 // running.
-func (o *OS) persist(sl *slot, cube, prev string, ad adapterSet) {
+func (o *OS) persist(sl *slot, cube string, gen uint64, prev string, ad adapterSet) {
 	select {
 	case o.writeSem <- struct{}{}:
 	default:
@@ -620,6 +623,9 @@ func (o *OS) persist(sl *slot, cube, prev string, ad adapterSet) {
 		start := time.Now()
 		o.kvMu.Lock()
 		defer o.kvMu.Unlock()
+		if o.gen(cube) != gen {
+			return // the cube was deleted after the request began
+		}
 		if o.hasPack(id) {
 			return // the same conversation state is stored already
 		}
@@ -635,7 +641,39 @@ func (o *OS) persist(sl *slot, cube, prev string, ad adapterSet) {
 		}
 		o.log.Debug("conversation pack stored", "cube", cube, "pack", info.ID[:12], "n_tokens", info.NTokens,
 			"blob_bytes", info.BlobBytes, "ms", time.Since(start).Milliseconds())
+		o.trimConv(info.ID)
 	}()
+}
+
+// trimConv deletes the oldest conversation packs, never keep, until they
+// fit Options.ConvBytes. Called with kvMu held.
+func (o *OS) trimConv(keep string) {
+	var conv []kvcache.Info
+	var total int64
+	for _, p := range o.kv.List("") {
+		if strings.HasPrefix(p.Label, "conv:") {
+			conv = append(conv, p)
+			total += p.BlobBytes
+		}
+	}
+	if total <= o.opts.ConvBytes {
+		return
+	}
+	slices.SortFunc(conv, func(a, b kvcache.Info) int { return a.Created.Compare(b.Created) })
+	for _, p := range conv {
+		if total <= o.opts.ConvBytes {
+			break
+		}
+		if p.ID == keep {
+			continue
+		}
+		if err := o.kv.Delete(p.ID); err != nil && !errors.Is(err, kvcache.ErrNotFound) {
+			o.log.Warn("conversation pack over the budget not deleted", "pack", p.ID, "err", err)
+			return
+		}
+		total -= p.BlobBytes
+		o.convEvicted.Add(1)
+	}
 }
 
 // convLabel is the label of cube's conversation packs.
@@ -708,13 +746,15 @@ func (o *OS) adapters(ctx context.Context, cube string, specs []lora.Spec) (adap
 	return adapterSet{refs: l.Refs, key: key, cfgKey: kvcache.ConfigKey(o.eng.KVConfig(), key), lease: l}, nil
 }
 
-// scopeOf is the slot scope of a cube under an adapter set: state computed
-// with other adapters is not valid for this request.
-func scopeOf(cube, adapterKey string) string {
-	if adapterKey == "" {
+// scopeOf is the slot scope of a cube, at its deletion count gen, under an
+// adapter set: state computed with other adapters, or before the cube was
+// deleted, is not valid for this request. slotPool.forget matches cube
+// and every scope starting with cube+"\x00".
+func scopeOf(cube string, gen uint64, adapterKey string) string {
+	if gen == 0 && adapterKey == "" {
 		return cube
 	}
-	return cube + "\x00" + adapterKey
+	return cube + "\x00" + strconv.FormatUint(gen, 10) + "\x00" + adapterKey
 }
 
 // recordUse counts a turn's memories towards their heat (MemoryOS): every

@@ -35,7 +35,8 @@ type Options struct {
 
 // DB is a memosrt data directory: one Badger database.
 type DB struct {
-	db *bg.DB
+	db  *bg.DB
+	dir string
 }
 
 // Open opens (creating if needed) the database in opts.Dir.
@@ -81,7 +82,31 @@ func Open(opts Options) (*DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("badger: open %s: %w", opts.Dir, err)
 	}
-	return &DB{db: db}, nil
+	d := &DB{db: db}
+	if !opts.InMemory {
+		d.dir = opts.Dir
+	}
+	return d, nil
+}
+
+// DiskBytes is the size of the directory's files now (LSM tables, value
+// log, manifest), bytes; 0 in memory. Badger's own Size is refreshed only
+// once a minute, so the files are summed here.
+func (d *DB) DiskBytes() int64 {
+	if d.dir == "" {
+		return 0
+	}
+	ents, err := os.ReadDir(d.dir)
+	if err != nil {
+		return 0
+	}
+	var n int64
+	for _, e := range ents {
+		if fi, err := e.Info(); err == nil && fi.Mode().IsRegular() {
+			n += fi.Size()
+		}
+	}
+	return n
 }
 
 // Badger returns the underlying Badger handle for the owner packages.

@@ -48,8 +48,8 @@ func TestHash(t *testing.T) {
 	if n := norm(v[0]); math.Abs(n-1) > 1e-6 {
 		t.Errorf("norm %v", n)
 	}
-	if n := norm(v[2]); n != 0 {
-		t.Errorf("empty text norm %v", n)
+	if n := norm(v[2]); math.Abs(n-1) > 1e-6 {
+		t.Errorf("empty text norm %v, want 1 (the blank feature)", n)
 	}
 	if d := dot(v[0], v[3]); d >= dot(v[0], v[1]) {
 		t.Errorf("unrelated text as close as itself: %v", d)
@@ -146,5 +146,28 @@ func TestValid(t *testing.T) {
 		if err := Valid(c.v); (err == nil) != c.ok || !c.ok && !errors.Is(err, ErrBadVector) {
 			t.Errorf("Valid(%v) = %v, want ok=%v", c.v, err, c.ok)
 		}
+	}
+}
+
+// Texts without a letter or digit still get a usable vector from Hash,
+// and the same one each time.
+func TestHashNoWords(t *testing.T) {
+	h, err := NewHash(64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	texts := []string{"\u1800", "🐈", "?!", "", "   ", "🐈🐈"}
+	vs, err := h.Embed(context.Background(), texts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range vs {
+		if err := Valid(v); err != nil || len(v) != 64 {
+			t.Errorf("%q: %v", texts[i], err)
+		}
+	}
+	again, _ := h.Embed(context.Background(), texts[:1])
+	if !slices.Equal(again[0], vs[0]) {
+		t.Fatalf("not deterministic: %v %v", again[0], vs[0])
 	}
 }

@@ -13,8 +13,10 @@ import (
 // (FNV-1a, 64 bit) to one of Dim buckets with a sign taken from another bit
 // of the hash (Weinberger et al., "Feature Hashing for Large Scale Multitask
 // Learning", ICML 2009). Words weigh 1, trigrams 0.5. The vector is
-// L2-normalised. It needs no model; texts sharing words or word pieces get
-// a positive cosine. Safe for concurrent use.
+// L2-normalised. A text with no letter or digit hashes its other
+// characters instead (a blank text: one fixed feature), so no vector is all
+// zeros. It needs no model; texts sharing words or word pieces get a
+// positive cosine. Safe for concurrent use.
 type Hash struct {
 	dim int
 }
@@ -66,6 +68,19 @@ func (h *Hash) one(text string) []float32 {
 		r := []rune("^" + w + "$")
 		for i := 0; i+3 <= len(r); i++ {
 			add("g:"+string(r[i:i+3]), 0.5)
+		}
+	}
+	if len(words) == 0 {
+		// no letter or digit (emoji, punctuation, blanks): each other
+		// character is a feature, and a blank text one fixed feature, so
+		// the vector is never all zeros (Valid refuses those)
+		for _, r := range text {
+			if !unicode.IsSpace(r) {
+				add("r:"+string(r), 1)
+			}
+		}
+		if strings.TrimSpace(text) == "" {
+			add("blank", 1)
 		}
 	}
 	return Normalize(v)

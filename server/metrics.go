@@ -77,6 +77,18 @@ func newMetrics(s *Server) *metrics {
 			Help: "Bytes of KV packs: decompressed in the RAM cache (where=ram) or stored compressed on disk (where=disk)."}, kv(true)),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "memosrt_kv_bytes", ConstLabels: prometheus.Labels{"where": "disk"},
 			Help: "Bytes of KV packs: decompressed in the RAM cache (where=ram) or stored compressed on disk (where=disk)."}, kv(false)),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "memosrt_disk_bytes",
+			Help: "Bytes of the data directory's files (Badger tables and value log), summed now."},
+			stat(func(b memosrt.Stats) float64 { return float64(b.DiskBytes) })),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "memosrt_conv_pack_bytes",
+			Help: "Stored bytes of conversation packs (bounded by the conversation budget)."},
+			stat(func(b memosrt.Stats) float64 { return float64(b.ConvBytes) })),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "memosrt_conv_packs_evicted_total",
+			Help: "Conversation packs deleted, oldest first, to stay within the conversation budget."},
+			stat(func(b memosrt.Stats) float64 { return float64(b.ConvEvicted) })),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "memosrt_restore_fallbacks_total",
+			Help: "Stored packs that matched a prompt but were refused at restore (room, I/O, a mismatch): the prompt was prefilled."},
+			stat(func(b memosrt.Stats) float64 { return float64(b.Fallbacks) })),
 		collectors.NewGoCollector(),
 	)
 	return m

@@ -35,6 +35,7 @@ func cmdServe(ctx context.Context, args []string) error {
 	numPredict := fs.Int("num-predict", 0, "default cap on generated tokens when a request sets none (0: until n_ctx)")
 	noPersist := fs.Bool("no-persist", false, "do not save conversation KV states as packs")
 	minPersist := fs.Int("min-persist-tokens", 128, "shortest conversation state saved as a pack, tokens")
+	convBudget := fs.Int64("conv-budget", 1<<30, "stored conversation packs of all cubes, bytes: the oldest are deleted beyond it")
 	tickEvery := fs.Duration("tick-interval", 10*time.Second, "period of the tier scheduler's ticks (heat, promotions, demotions, resident packs)")
 	kvBudget := fs.Int64("kv-budget", 0, "bytes of KV state all packs of the activation tier may hold (default 256 MiB)")
 	debugClock := fs.Bool("debug-clock", false, "serve POST /v1/debug/clock to move the scheduler's clock (tests)")
@@ -67,6 +68,7 @@ func cmdServe(ctx context.Context, args []string) error {
 		opts.ResidentSeqs = -1
 	}
 	opts.MaxQueue, opts.NoPersist, opts.MinPersistTokens, opts.DefaultNumPredict = *maxQueue, *noPersist, *minPersist, *numPredict
+	opts.ConvBytes = *convBudget
 	opts.ModelName, opts.Embedder, opts.Layout.ChatTemplate = *name, emb, *chatTemplate
 	opts.Tiers.Interval, opts.Tiers.KVBytes = *tickEvery, *kvBudget
 	var clock *scheduler.OffsetClock
