@@ -237,7 +237,8 @@ func (o *OS) release() error {
 	return errors.Join(errs...)
 }
 
-// Close stops accepting calls (ErrClosed), stops the scheduler loop,
+// Close stops accepting calls (ErrClosed), answers requests waiting for a
+// slot or KV cells with ErrClosed at once, stops the scheduler loop,
 // waits for running requests until ctx ends (then cancels them), waits for
 // background pack writes, writes recorded usage, and closes the engine and
 // the data directory. Idempotent: a second Close returns nil.
@@ -249,6 +250,13 @@ func (o *OS) Close(ctx context.Context) error {
 	}
 	o.closed = true
 	o.mu.Unlock()
+	// the queue is answered at once; running requests go on until ctx ends
+	if o.pool != nil {
+		o.pool.drain()
+	}
+	if o.up != nil {
+		o.up.pool.drain()
+	}
 	if o.loopDone != nil {
 		o.loopStop() // a running tick ends at its next batch; its job stays pending
 		<-o.loopDone

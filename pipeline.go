@@ -32,7 +32,7 @@ func (o *OS) Chat(ctx context.Context, req Request) (*Response, error) {
 	if len(req.Messages) == 0 {
 		return nil, badField("messages", "at least one message is required")
 	}
-	return o.do(ctx, &req, true)
+	return o.closing(o.do(ctx, &req, true))
 }
 
 // Generate completes req.Prompt: with a cube, the prompt is a user turn
@@ -40,7 +40,16 @@ func (o *OS) Chat(ctx context.Context, req Request) (*Response, error) {
 // Raw sends the prompt as is; Context continues an earlier exchange. The
 // state is not saved as a conversation pack. Errors as Chat.
 func (o *OS) Generate(ctx context.Context, req Request) (*Response, error) {
-	return o.do(ctx, &req, false)
+	return o.closing(o.do(ctx, &req, false))
+}
+
+// closing reports a request that Close cancelled (its timeout passed) as
+// ErrClosed, not as the caller's cancellation.
+func (o *OS) closing(res *Response, err error) (*Response, error) {
+	if err != nil && o.base.Err() != nil && errors.Is(err, context.Canceled) {
+		err = fmt.Errorf("%w: cancelled at shutdown: %w", ErrClosed, err)
+	}
+	return res, err
 }
 
 // checkRole accepts the chat roles.

@@ -46,10 +46,14 @@ type slotPool struct {
 	free []*slot
 	all  []*slot
 	wake chan struct{} // closed (and replaced) when reserved cells are given back
+	// closing is closed by drain: requests waiting for a slot or for cells
+	// get ErrClosed at once (a shutdown answers the queue, 503).
+	closing   chan struct{}
+	closeOnce sync.Once
 }
 
 func newSlotPool(seqs []int, maxQueue int) *slotPool {
-	p := &slotPool{sem: make(chan struct{}, len(seqs)), maxQueue: int64(maxQueue), wake: make(chan struct{})}
+	p := &slotPool{sem: make(chan struct{}, len(seqs)), maxQueue: int64(maxQueue), wake: make(chan struct{}), closing: make(chan struct{})}
 	for _, s := range seqs {
 		sl := &slot{seq: s}
 		p.free = append(p.free, sl)
@@ -87,6 +91,9 @@ func (p *slotPool) acquire(ctx context.Context, prompt []int32, scope string) (*
 		case <-ctx.Done():
 			p.waiting.Add(-1)
 			return nil, 0, ctx.Err()
+		case <-p.closing:
+			p.waiting.Add(-1)
+			return nil, 0, ErrClosed
 		}
 	}
 	p.mu.Lock()
@@ -206,9 +213,15 @@ func (p *slotPool) admit(ctx context.Context, sl *slot, least, want, nctx int, f
 		case <-wake:
 		case <-ctx.Done():
 			return 0, ctx.Err()
+		case <-p.closing:
+			return 0, ErrClosed
 		}
 	}
 }
+
+// drain fails every request waiting in acquire or admit, now and later,
+// with ErrClosed; requests holding a slot go on. Idempotent.
+func (p *slotPool) drain() { p.closeOnce.Do(func() { close(p.closing) }) }
 
 // reserveNow reserves n cells for sl (a tier job's pseudo-slot) without
 // waiting: idle slots are emptied as admit does; with less room it returns

@@ -181,6 +181,10 @@ func Load(ctx context.Context, opts Options) (*Engine, error) {
 		llama.SetLogger(opts.Logger)
 	}
 	llama.Init(opts.LibDir)
+	arch, err := CheckModelFile(opts.ModelPath)
+	if err != nil {
+		return nil, err
+	}
 	fp, err := Fingerprint(opts.ModelPath)
 	if err != nil {
 		return nil, err
@@ -198,7 +202,8 @@ func Load(ctx context.Context, opts Options) (*Engine, error) {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		return nil, err
+		// the header was sound: the architecture, or a hyperparameter
+		return nil, fmt.Errorf("%w: %w (architecture %q: one this llama.cpp, ec98e2002, does not know, or a missing hyperparameter; MEMOSRT_LOG=info shows llama.cpp's reason)", ErrModelFile, err, arch)
 	}
 	shape := m.Shape()
 	nctx := opts.NCtx

@@ -219,8 +219,8 @@ func (s *Server) wrap(next http.Handler) http.Handler {
 		}
 		s.m.requests.WithLabelValues(route, fmt.Sprint(code)).Inc()
 		lvl := slog.LevelDebug
-		if code >= 500 {
-			lvl = slog.LevelWarn
+		if code >= 500 && code != http.StatusServiceUnavailable {
+			lvl = slog.LevelWarn // 503 is deliberate: shutting down, or no room now
 		}
 		s.log.Log(r.Context(), lvl, "request", "method", r.Method, "path", r.URL.Path, "status", code,
 			"bytes", sw.bytes, "ms", time.Since(start).Milliseconds())

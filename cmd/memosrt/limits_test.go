@@ -20,6 +20,10 @@ func TestCLIHostileInput(t *testing.T) {
 	must(t, "mem", "add", "--db", db, "--cube", "c", "Lily has a dog.")
 	long := strings.Repeat("the cat sat on the mat. ", 40) // about 240 tokens
 	missing := filepath.Join(t.TempDir(), "typo")
+	notGGUF := filepath.Join(t.TempDir(), "notes.gguf")
+	if err := os.WriteFile(notGGUF, []byte("not a model\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	cases := []struct {
 		name string
 		args []string
@@ -37,6 +41,8 @@ func TestCLIHostileInput(t *testing.T) {
 		{"kv-ls-missing-dir", []string{"kv", "ls", "--db", missing}, "data directory: stat " + missing},
 		{"tiers-missing-dir", []string{"tiers", "--db", missing, "--cube", "c"}, "data directory: stat " + missing},
 		{"tiers-no-cube", []string{"tiers", "--db", db}, "--cube is required"},
+		{"serve-not-gguf", []string{"serve", "--db", missing, "--model", notGGUF, "--addr", "127.0.0.1:0"}, "is not a GGUF file (bad magic)"},
+		{"serve-vocab-only", []string{"serve", "--db", missing, "--model", filepath.Join(filepath.Dir(model), "ggml-vocab-llama-spm.gguf"), "--addr", "127.0.0.1:0"}, "is vocab-only"},
 		{"one-prefix", []string{"run", "--db", db, "--model", model, "--cube", "ghost", "hi"}, "memosrt: unknown cube"},
 	}
 	for _, tc := range cases {

@@ -4,11 +4,13 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -305,4 +307,100 @@ func TestServeResumesJobAfterCrash(t *testing.T) {
 	if len(moves) != 1 || moves[0].Decoded != 0 || moves[0].To != scheduler.TierActivation || len(v.Jobs) != 0 {
 		t.Fatalf("after the restart: transitions %+v (want one promotion, nothing decoded), %d jobs pending", moves, len(v.Jobs))
 	}
+}
+
+// TestGracefulShutdown: on SIGTERM the running request finishes its
+// generation, the queued one is answered 503 at once instead of being
+// served, and serve exits 0 with one line about it. With a short
+// --shutdown-timeout a running request is cancelled instead, and the exit
+// is still 0.
+func TestGracefulShutdown(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		timeout string
+		finish  bool // the running request completes
+	}{{"finish", "10m", true}, {"cancel", "1ns", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := startServe(t, t.TempDir(), nil, "--parallel", "1", "--shutdown-timeout", tc.timeout)
+			type answer struct {
+				code  int
+				lines []string
+				err   error
+			}
+			post := func(predict int, out chan<- answer) {
+				body, _ := json.Marshal(map[string]any{"model": "stories260K", "prompt": "Once upon a time", "raw": true,
+					"options": map[string]any{"temperature": 0, "num_predict": predict}})
+				resp, err := http.Post(p.url+"/api/generate", "application/json", bytes.NewReader(body))
+				if err != nil {
+					out <- answer{err: err}
+					return
+				}
+				defer resp.Body.Close()
+				a := answer{code: resp.StatusCode}
+				sc := bufio.NewScanner(resp.Body)
+				for sc.Scan() {
+					a.lines = append(a.lines, sc.Text())
+				}
+				out <- a
+			}
+			running, queued := make(chan answer, 1), make(chan answer, 1)
+			go post(900, running)
+			waitFor(t, "the first request to run", func() bool { return metric(t, p, "memosrt_busy_slots") == 1 })
+			go post(8, queued)
+			waitFor(t, "the second request to queue", func() bool { return metric(t, p, "memosrt_queue_depth") == 1 })
+			p.cmd.Process.Signal(syscall.SIGTERM)
+			q := <-queued
+			if q.err != nil || q.code != http.StatusServiceUnavailable {
+				t.Fatalf("queued request: %d %v %q, want 503", q.code, q.err, q.lines)
+			}
+			r := <-running
+			last := ""
+			if len(r.lines) > 0 {
+				last = r.lines[len(r.lines)-1]
+			}
+			done := strings.Contains(last, `"done":true`) && strings.Contains(last, `"done_reason":"length"`)
+			// cancelled: a 503, or the stream's last line is the error
+			cancelled := (r.code == http.StatusServiceUnavailable || r.code == http.StatusOK) && strings.Contains(last, "cancelled at shutdown")
+			if r.err != nil || done != tc.finish || !done && !cancelled || done && r.code != http.StatusOK {
+				t.Fatalf("running request: %d %v, last line %q (want finished: %v)", r.code, r.err, last, tc.finish)
+			}
+			select {
+			case err := <-p.done:
+				if err != nil {
+					t.Fatalf("serve exit: %v\n%s", err, p.stderr.String())
+				}
+			case <-time.After(2 * time.Minute):
+				t.Fatalf("serve did not exit\n%s", p.stderr.String())
+			}
+			p.cmd.ProcessState = &os.ProcessState{} // stopped: Cleanup's stop is a no-op
+			var after []string
+			for _, l := range strings.Split(strings.TrimSpace(p.stderr.String()), "\n") {
+				if strings.Contains(l, "stopping") || len(after) > 0 {
+					after = append(after, l)
+				}
+			}
+			if len(after) != 1 || !strings.HasPrefix(after[0], "memosrt: stopping: 1 running, 1 queued") {
+				t.Fatalf("stderr after the signal: %q", after)
+			}
+		})
+	}
+}
+
+// metric reads one unlabelled gauge from /metrics.
+func metric(t *testing.T, p *serveProc, name string) float64 {
+	t.Helper()
+	resp, err := http.Get(p.url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
+			var f float64
+			fmt.Sscan(v, &f)
+			return f
+		}
+	}
+	return -1
 }

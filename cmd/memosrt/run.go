@@ -63,6 +63,9 @@ func (f engineFlags) engineOptions() (runtime.Options, error) {
 	} else if st.IsDir() {
 		return runtime.Options{}, fmt.Errorf("model: %s is a directory, want a GGUF file", *f.model)
 	}
+	if _, err := runtime.CheckModelFile(*f.model); err != nil {
+		return runtime.Options{}, err // not GGUF, truncated, vocab-only
+	}
 	llama.Init(libDir())
 	ngl := *f.ngl
 	if ngl < 0 && !gpuPresent() {

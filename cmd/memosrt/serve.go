@@ -38,6 +38,7 @@ func cmdServe(ctx context.Context, args []string) error {
 	convBudget := fs.Int64("conv-budget", 1<<30, "stored conversation packs of all cubes, bytes: the oldest are deleted beyond it")
 	tickEvery := fs.Duration("tick-interval", 10*time.Second, "period of the tier scheduler's ticks (heat, promotions, demotions, resident packs)")
 	kvBudget := fs.Int64("kv-budget", 0, "bytes of KV state all packs of the activation tier may hold (default 256 MiB)")
+	shutdownTimeout := fs.Duration("shutdown-timeout", 10*time.Second, "on SIGTERM/SIGINT: how long running requests may finish before they are cancelled")
 	debugClock := fs.Bool("debug-clock", false, "serve POST /v1/debug/clock to move the scheduler's clock (tests)")
 	backend := fs.String("backend", "llama", "llama (in-process) or ollama (text-only fallback)")
 	ollamaHost := fs.String("ollama-host", "http://127.0.0.1:11434", "Ollama server URL (--backend ollama, --embed ollama:MODEL)")
@@ -137,13 +138,29 @@ func cmdServe(ctx context.Context, args []string) error {
 	fmt.Fprintf(os.Stderr, "memosrt: ready on http://%s (%s backend, model %s)\n", ln.Addr(), *backend, o.Model().Name)
 	select {
 	case err = <-serveErr:
+		err = ignoreClosed(err)
 	case <-ctx.Done():
 	}
-	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	// Stop: new requests get 503 (the server refuses them) and queued ones
+	// 503 at once (Close drains the queue); running ones may finish until
+	// --shutdown-timeout, then are cancelled; conversation packs being
+	// written are waited for, then Badger is closed.
+	st := o.Stats()
+	fmt.Fprintf(os.Stderr, "memosrt: stopping: %d running, %d queued, up to %s for the running to finish\n",
+		st.BusySlots, st.Queued, *shutdownTimeout)
+	sctx, cancel := context.WithTimeout(context.Background(), *shutdownTimeout)
 	defer cancel()
-	err = errors.Join(ignoreClosed(err), hs.Shutdown(sctx), srv.Shutdown(sctx))
-	cerr := o.Close(sctx)
+	refused := make(chan struct{})
+	go func() { srv.Shutdown(sctx); close(refused) }() // returns when its handlers have, or at the timeout
+	cerr := o.Close(sctx)                              // cancels what still runs at the timeout
 	o = nil
+	<-refused
+	// handlers have returned: what is left are idle connections
+	hctx, hcancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer hcancel()
+	if herr := hs.Shutdown(hctx); herr != nil {
+		hs.Close()
+	}
 	return errors.Join(err, cerr)
 }
 
