@@ -69,6 +69,10 @@ type Options struct {
 	// written (one Badger transaction per flush, off the request path).
 	// Default 100 ms.
 	UsageFlush time.Duration
+	// GCInterval is the period of the background loop's value-log GC
+	// (badger.DB.GC: files at least half stale are rewritten); Open also
+	// reclaims once (badger.Open). Default 5 min.
+	GCInterval time.Duration
 	// NoScheduler turns the background loop off: no periodic ticks, no
 	// resident level changes; Tick still runs on demand. Default false.
 	NoScheduler bool
@@ -148,6 +152,9 @@ func (o *Options) ensureDefaults() {
 	} else if o.MaxQueue < 0 {
 		o.MaxQueue = 0
 	}
+	if o.GCInterval == 0 {
+		o.GCInterval = 5 * time.Minute
+	}
 	if o.ConvBytes == 0 {
 		o.ConvBytes = d.ConvBytes
 	}
@@ -197,7 +204,7 @@ func (o Options) Validate() error {
 		v    int64
 	}{{"ResidentCells", int64(o.ResidentCells)}, {"MinPersistTokens", int64(o.MinPersistTokens)}, {"ConvBytes", o.ConvBytes},
 		{"DefaultNumPredict", int64(o.DefaultNumPredict)}, {"RAMBytes", o.RAMBytes}, {"AdapterBytes", o.AdapterBytes},
-		{"TickAfterUses", int64(o.TickAfterUses)}, {"UsageFlush", int64(o.UsageFlush)}} {
+		{"TickAfterUses", int64(o.TickAfterUses)}, {"UsageFlush", int64(o.UsageFlush)}, {"GCInterval", int64(o.GCInterval)}} {
 		if c.v < 0 {
 			errs = append(errs, fmt.Errorf("%s %d < 0", c.name, c.v))
 		}

@@ -111,8 +111,8 @@ func (o *OS) Kick() {
 }
 
 // loop is the scheduler's background goroutine: it writes recorded usage
-// every UsageFlush and runs a tick every Tiers.Interval and soon after a
-// Kick. Jobs decode at background priority (runtime.Request.Background):
+// every UsageFlush, runs a tick every Tiers.Interval and soon after a
+// Kick, and the value-log GC every GCInterval. Jobs decode at background priority (runtime.Request.Background):
 // foreground requests go first and a job yields between small batches.
 func (o *OS) loop(ctx context.Context) {
 	defer close(o.loopDone)
@@ -124,10 +124,19 @@ func (o *OS) loop(ctx context.Context) {
 	defer tick.Stop()
 	flush := time.NewTicker(o.opts.UsageFlush)
 	defer flush.Stop()
+	gc := time.NewTicker(o.opts.GCInterval)
+	defer gc.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-gc.C:
+			if n, err := o.db.GC(); err != nil {
+				o.log.Warn("value-log GC failed", "err", err)
+			} else if n > 0 {
+				o.log.Info("value-log GC", "files_rewritten", n)
+			}
+			continue
 		case <-flush.C:
 			if err := o.flushUsage(ctx); err != nil && ctx.Err() == nil {
 				o.log.Warn("usage not recorded", "err", err)

@@ -31,6 +31,13 @@ type Options struct {
 	NoSync bool
 	// Logger receives Badger's warnings and errors; nil discards them.
 	Logger *slog.Logger
+	// ValueLogFileSize is the size at which a value-log file is closed and
+	// a new one begun, bytes. Space is reclaimed a whole file at a time and
+	// never from the file being written, so smaller files give it back
+	// sooner. Default 64 MiB (Badger's is 1 GiB).
+	ValueLogFileSize int64
+	// NoCompactOnOpen skips Open's reclaiming pass (see Open).
+	NoCompactOnOpen bool
 }
 
 // DB is a memosrt data directory: one Badger database.
@@ -55,7 +62,12 @@ func Open(opts Options) (*DB, error) {
 			return nil, err
 		}
 	}
+	vlogSize := opts.ValueLogFileSize
+	if vlogSize == 0 {
+		vlogSize = 64 << 20
+	}
 	bo := bg.DefaultOptions(opts.Dir).
+		WithValueLogFileSize(vlogSize).
 		WithInMemory(opts.InMemory).
 		WithSyncWrites(!opts.NoSync).
 		WithLogger(slogAdapter{opts.Logger}).
@@ -85,8 +97,63 @@ func Open(opts Options) (*DB, error) {
 	d := &DB{db: db}
 	if !opts.InMemory {
 		d.dir = opts.Dir
+		if !opts.NoCompactOnOpen {
+			if err := d.reclaim(); err != nil {
+				db.Close()
+				return nil, fmt.Errorf("badger: reclaim %s: %w", opts.Dir, err)
+			}
+		}
 	}
 	return d, nil
+}
+
+// gcRatio is the stale fraction at which a value-log file is rewritten
+// (Badger's RunValueLogGC discardRatio; its docs suggest 0.5).
+const gcRatio = 0.5
+
+// sentinelKey is written and dropped by reclaim: DropPrefix of a present
+// prefix is Badger's only public way to flush the memtable.
+var sentinelKey = []byte("!reclaim")
+
+// reclaim gives back the space of deleted and overwritten values at Open,
+// while nothing else writes: it flushes the memtable (DropPrefix, which
+// blocks writes meanwhile), compacts the LSM tree to one level (Flatten)
+// so that Badger's discard statistics count every stale value, and
+// rewrites value-log files at least gcRatio stale until none is left.
+// Badger updates discard statistics only when a compaction drops a value,
+// so without this a small data directory (whose memtable rarely fills)
+// would keep deleted packs on disk for good.
+func (d *DB) reclaim() error {
+	if err := d.db.Update(func(txn *bg.Txn) error { return txn.Set(sentinelKey, nil) }); err != nil {
+		return err
+	}
+	if err := d.db.DropPrefix(sentinelKey); err != nil {
+		return err
+	}
+	if err := d.db.Flatten(1); err != nil {
+		return err
+	}
+	_, err := d.GC()
+	return err
+}
+
+// GC rewrites value-log files of which at least half is stale (deleted or
+// overwritten values, as the discard statistics of past compactions
+// count them) until none is left, and returns how many it rewrote. Safe
+// while serving: writes go on. Badger's RunValueLogGC.
+func (d *DB) GC() (int, error) {
+	n := 0
+	for {
+		err := d.db.RunValueLogGC(gcRatio)
+		switch {
+		case err == nil:
+			n++
+		case errors.Is(err, bg.ErrNoRewrite), errors.Is(err, bg.ErrRejected):
+			return n, nil
+		default:
+			return n, err
+		}
+	}
 }
 
 // DiskBytes is the size of the directory's files now (LSM tables, value

@@ -155,6 +155,9 @@ func (t *Tiers) Tick(ctx context.Context) (TickReport, error) {
 			break
 		}
 	}
+	if _, err := t.trimTransitions(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("trim transitions: %w", err))
+	}
 	return rep, errors.Join(errs...)
 }
 

@@ -67,6 +67,9 @@ type TierOptions struct {
 	// Interval is the period of the background loop started by Start.
 	// Default 10 s.
 	Interval time.Duration
+	// MaxTransitions is how many transitions each cube keeps; each Tick
+	// deletes older ones. Default 1000.
+	MaxTransitions int
 	// Logger; nil discards.
 	Logger *slog.Logger
 
@@ -144,6 +147,9 @@ func NewTiers(d Deps, opts TierOptions) (*Tiers, error) {
 	}
 	if opts.KVBytes == 0 {
 		opts.KVBytes = 256 << 20
+	}
+	if opts.MaxTransitions <= 0 {
+		opts.MaxTransitions = 1000
 	}
 	if opts.JobChunk <= 0 {
 		opts.JobChunk = 16
@@ -658,6 +664,59 @@ func (t *Tiers) addTransition(txn *bg.Txn, tr *Transition) error {
 	}
 	tr.Seq = n
 	return setJSON(txn, fmt.Appendf(nil, "%s%s/%016x", keyTrans, tr.Cube, n), tr)
+}
+
+// trimTransitions deletes each cube's transitions beyond the newest
+// MaxTransitions (keys only are read: s/t/<cube>/<seq hex> sort by seq)
+// and returns how many it deleted.
+func (t *Tiers) trimTransitions(ctx context.Context) (int, error) {
+	var old [][]byte
+	err := t.db.View(func(txn *bg.Txn) error {
+		it := txn.NewIterator(bg.IteratorOptions{Prefix: []byte(keyTrans)})
+		defer it.Close()
+		var cube string
+		var keys [][]byte
+		flush := func() {
+			if n := len(keys) - t.opts.MaxTransitions; n > 0 {
+				old = append(old, keys[:n]...)
+			}
+			keys = keys[:0]
+		}
+		for it.Rewind(); it.Valid(); it.Next() {
+			k := it.Item().KeyCopy(nil)
+			rest := string(k[len(keyTrans):])
+			c := rest[:max(strings.LastIndexByte(rest, '/'), 0)]
+			if c != cube {
+				flush()
+				cube = c
+			}
+			keys = append(keys, k)
+		}
+		flush()
+		return nil
+	})
+	if err != nil || len(old) == 0 {
+		return 0, err
+	}
+	deleted := 0
+	for len(old) > 0 {
+		if err := ctx.Err(); err != nil {
+			return deleted, err
+		}
+		n := min(len(old), 1000) // well inside Badger's transaction limits
+		if err := t.db.Update(func(txn *bg.Txn) error {
+			for _, k := range old[:n] {
+				if err := txn.Delete(k); err != nil {
+					return err
+				}
+			}
+			return nil
+		}); err != nil {
+			return deleted, err
+		}
+		old, deleted = old[n:], deleted+n
+	}
+	return deleted, nil
 }
 
 // livePacks returns the pack ids committed pack states refer to.
