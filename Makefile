@@ -17,7 +17,7 @@ GO       ?= go
 OLLAMA   := github.com/ollama/ollama
 TESTFLAGS ?= -count=1 -timeout 40m
 
-.PHONY: all build links test vet bench bench-ttft demo example clean
+.PHONY: all build links test vet bench bench-ttft demo example clean soak
 
 all: build
 
@@ -228,3 +228,11 @@ demo-arm64: arm64
 	[ -n "$$cached" ] && [ "$$cached" -gt 0 ] || { echo "demo-arm64: FAIL: restored run reports cached_tokens '$$cached' (want > 0)" >&2; exit 1; }; \
 	cmp -s $$out/restored.response $$out/nocache.response || { echo "demo-arm64: FAIL: restored and --no-cache responses differ:" >&2; diff $$out/restored.response $$out/nocache.response >&2; exit 1; }; \
 	echo "demo-arm64: OK: restored run (cached_tokens $$cached) and --no-cache run give byte-identical responses ($$(wc -c < $$out/restored.response) bytes of JSON string)"
+
+# Issue-12 soak: a real `memosrt serve` on stories260K under 16 concurrent
+# clients for SOAK (SOAK_KILL=1 or SOAK >= 10m: a SIGKILL and restart every
+# minute). SOAK_DUMP=FILE writes the server's goroutine dump (SIGQUIT) at
+# the first unanswered request.
+SOAK ?= 3m
+soak: links
+	SOAK=$(SOAK) $(GO) test -count=1 -v -timeout 60m -run TestSoak ./bench/soak

@@ -79,7 +79,7 @@ type WarmOptions struct {
 // Warm puts cube's memories into the activation tier now: every memory
 // (canonical order) joins the cube's pack while it fits the pack budget,
 // pinned (low heat never demotes them; deleting one does), and the pack's
-// KV state is computed at background priority and stored; with Resident
+// KV state is computed (foreground priority: the caller waits) and stored; with Resident
 // the pack is also made resident. The next request of the cube restores
 // the pack instead of prefilling it. Errors: ErrUnknownCube, *FieldError
 // for a cube without memories or Resident without resident sequences,

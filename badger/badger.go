@@ -156,9 +156,10 @@ func (d *DB) GC() (int, error) {
 	}
 }
 
-// DiskBytes is the size of the directory's files now (LSM tables, value
-// log, manifest), bytes; 0 in memory. Badger's own Size is refreshed only
-// once a minute, so the files are summed here.
+// DiskBytes is the disk space the directory's files take now (LSM tables,
+// value log, memtables, manifest): their allocated blocks, bytes; 0 in
+// memory. Badger's own Size is refreshed once a minute and counts the
+// sparse length of open files, so the files are summed here.
 func (d *DB) DiskBytes() int64 {
 	if d.dir == "" {
 		return 0
@@ -170,7 +171,7 @@ func (d *DB) DiskBytes() int64 {
 	var n int64
 	for _, e := range ents {
 		if fi, err := e.Info(); err == nil && fi.Mode().IsRegular() {
-			n += fi.Size()
+			n += allocated(fi)
 		}
 	}
 	return n

@@ -129,6 +129,19 @@ type batcher struct {
 // BackgroundChunk is the most tokens a background request decodes per batch.
 const BackgroundChunk = 64
 
+// Background work yields to foreground work, but not for good: once it has
+// been held back for BackgroundMaxWait, a chunk of at most BackgroundShare
+// tokens joins the next batch beside the foreground requests. Under
+// sustained load a pack job therefore still advances (about 80 tokens/s
+// of prefill), and a foreground step carries at most that many extra
+// tokens once per BackgroundMaxWait. Without it, a tier job never finished
+// under load and the pack writes and cube deletes queued behind it waited
+// with it.
+const (
+	BackgroundMaxWait = 200 * time.Millisecond
+	BackgroundShare   = 16
+)
+
 func (e *Engine) startBatcher() {
 	e.b.cond = sync.NewCond(&e.b.mu)
 	e.b.wg.Add(1)
@@ -331,12 +344,17 @@ func (e *Engine) loop() {
 		}
 		e.b.active = slices.DeleteFunc(e.b.active, (*job).finished)
 		e.b.nActive.Store(int32(len(e.b.active)))
-		if !worked {
+		if !worked && !e.b.stopped && !e.queuedForeground() && e.fg.Load() > 0 {
 			// only background work, held back while a foreground caller is
-			// in flight: sleep until it leaves or new work arrives
-			for !e.b.stopped && len(e.b.queue) == 0 && e.fg.Load() > 0 {
-				e.b.cond.Wait()
-			}
+			// in flight: sleep until it leaves, foreground work is queued,
+			// or BackgroundMaxWait passes (then the step gives it a share)
+			t := time.AfterFunc(BackgroundMaxWait, func() {
+				e.b.mu.Lock()
+				e.b.cond.Broadcast()
+				e.b.mu.Unlock()
+			})
+			e.b.cond.Wait()
+			t.Stop()
 		}
 		e.b.mu.Unlock()
 	}
@@ -381,14 +399,50 @@ func (e *Engine) DetachAdapter(a *llama.Adapter) {
 	e.b.curKey = "\x00detached"
 }
 
+// queuedForeground reports whether a foreground job waits in the queue.
+// Caller holds e.b.mu.
+func (e *Engine) queuedForeground() bool {
+	for _, j := range e.b.queue {
+		if !j.req.Background {
+			return true
+		}
+	}
+	return false
+}
+
 // admit moves queued jobs into the active set: cancelled ones are failed;
 // jobs whose adapter set differs from the running one wait until the active
-// set drains, then the adapters are switched. Caller holds e.b.mu.
+// set drains, then the adapters are switched. A foreground job waiting for
+// a switch goes before background work: background jobs are not admitted
+// meanwhile, and when only background jobs are active (held back while
+// foreground callers are in flight, so they would never drain) they go
+// back to the queue with their progress (pos, pending) kept. Without that,
+// a LoRA request arriving during a pack warm waited for the warm, and the
+// warm for the LoRA request, for good. Caller holds e.b.mu.
 func (e *Engine) admit() {
+	fgSwitch := false
+	for _, j := range e.b.queue {
+		if !j.req.Background && j.key != e.b.curKey && j.ctx.Err() == nil {
+			fgSwitch = true
+			break
+		}
+	}
+	if fgSwitch && len(e.b.active) > 0 && !slices.ContainsFunc(e.b.active, func(j *job) bool { return !j.req.Background }) {
+		for _, j := range e.b.active {
+			if !j.finished() {
+				e.b.queue = append(e.b.queue, j) // behind the foreground jobs
+			}
+		}
+		e.b.active = nil
+	}
 	var keep []*job
 	for _, j := range e.b.queue {
 		if err := j.ctx.Err(); err != nil {
 			e.finish(j, err)
+			continue
+		}
+		if fgSwitch && j.req.Background {
+			keep = append(keep, j)
 			continue
 		}
 		if len(e.b.active) == 0 && j.key != e.b.curKey {
@@ -406,7 +460,7 @@ func (e *Engine) admit() {
 			continue
 		}
 		e.mu.Lock()
-		if !j.req.PrefillOnly {
+		if !j.req.PrefillOnly && j.out == nil { // a parked job keeps its text
 			j.out = newTextOut(j.req.Stop, j.req.OnText)
 		}
 		e.ctx.SeqRemove(j.req.Seq, j.pos, -1)
@@ -475,17 +529,34 @@ func (e *Engine) step(jobs []*job) bool {
 	}
 	e.batch.Clear()
 	budget := e.batch.Cap()
+	// background work held back too long gets a share (BackgroundMaxWait)
+	share := 0
+	if fg && slices.ContainsFunc(live, func(j *job) bool { return j.req.Background && len(j.pending) > 0 }) {
+		if e.bgHeld.IsZero() {
+			e.bgHeld = time.Now()
+		} else if time.Since(e.bgHeld) >= BackgroundMaxWait {
+			share = BackgroundShare
+		}
+	}
+	shared := share > 0
 	var in []*job
 	for _, j := range live {
 		j.idx = -1
 		j.stepPos = j.pos
 		j.stepPending = j.pending
-		if j.req.Background && fg {
+		if j.req.Background && fg && share == 0 {
 			continue
 		}
 		n := min(len(j.pending), budget)
 		if j.req.Background {
 			n = min(n, BackgroundChunk)
+			if fg {
+				n = min(n, share)
+				share -= n
+			}
+			if n > 0 {
+				e.bgHeld = time.Time{}
+			}
 		}
 		if n == 0 {
 			continue
@@ -515,8 +586,8 @@ func (e *Engine) step(jobs []*job) bool {
 	for _, j := range in {
 		bgOnly = bgOnly && j.req.Background
 	}
-	if bgOnly {
-		e.bgStep.Store(id)
+	if bgOnly && !shared {
+		e.bgStep.Store(id) // BeginForeground may abort it; a share step (small, owed) is not aborted
 	}
 	stops := make([]func() bool, 0, len(in))
 	for _, j := range in {

@@ -74,3 +74,77 @@ func TestDetachWhileDecoding(t *testing.T) {
 		t.Fatal("DetachAdapter and the batch loop deadlocked")
 	}
 }
+
+// A foreground request with a LoRA adapter arriving while a background
+// prefill (a pack warm) is active and held back by another foreground
+// caller in flight: the background job is parked so the adapter switch can
+// happen, the request completes, and then the background job completes
+// too. Before, each waited for the other for good while the batch loop
+// spun.
+func TestAdapterSwitchPastBackgroundWork(t *testing.T) {
+	ctx := context.Background()
+	p := testmodels.Stories(t)
+	eng, err := runtime.Load(ctx, runtime.Options{ModelPath: p, NCtx: 1024, NSeqMax: 2, Threads: 1, LoRA: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	file := filepath.Join(t.TempDir(), "a.gguf")
+	if err := lora.WriteRandom(ctx, file, p, lora.RandomSpec{Seed: 1}); err != nil {
+		t.Fatal(err)
+	}
+	a, err := llama.LoadAdapter(eng.Model(), file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	var long []runtime.Token
+	for len(long) < 600 {
+		t, _ := eng.Tokenize(" Once upon a time, there was a little girl named Lily who loved her dog Max.", len(long) == 0)
+		long = append(long, t...)
+	}
+	short, _ := eng.Tokenize("Once upon a time", true)
+	cold, err := eng.Generate(ctx, runtime.Request{Seq: 1, Tokens: short, MaxTokens: 8, Adapters: []runtime.AdapterRef{{Adapter: a, Scale: 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng.ClearSeq(1)
+
+	end := eng.BeginForeground() // a caller in flight (restoring, say): background work is held back
+	bg := make(chan error, 1)
+	go func() { bg <- eng.PrefillRequest(ctx, 0, long, nil, true) }()
+	waitActive := time.Now()
+	for a, _ := eng.Queue(); a == 0; a, _ = eng.Queue() {
+		if time.Since(waitActive) > 2*time.Minute {
+			t.Fatal("the background prefill never became active")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	fg := make(chan error, 1)
+	var got runtime.Result
+	go func() {
+		var err error
+		got, err = eng.Generate(ctx, runtime.Request{Seq: 1, Tokens: short, MaxTokens: 8, Adapters: []runtime.AdapterRef{{Adapter: a, Scale: 1}}})
+		fg <- err
+	}()
+	select {
+	case err := <-fg:
+		if err != nil || got.Text != cold.Text {
+			t.Fatalf("LoRA request: %v, %q, want %q", err, got.Text, cold.Text)
+		}
+	case <-time.After(2 * time.Minute): // a deadlock, not a slow machine
+		t.Fatal("the LoRA request waited for the held-back background prefill")
+	}
+	end()
+	select {
+	case err := <-bg:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the parked background prefill never finished")
+	}
+	if n := eng.SeqLen(0); n != len(long) {
+		t.Fatalf("background prefill left %d positions, want %d", n, len(long))
+	}
+}

@@ -158,6 +158,7 @@ type Engine struct {
 	b         batcher      // queue of the batch goroutine (see batch.go)
 	stepID    atomic.Int64 // current decode step, for the abort callback
 	bgStep    atomic.Int64 // stepID of a running background-only step, else 0
+	bgHeld    time.Time    // since when background work has been held back by foreground work (zero: not held); guarded by mu
 	fg        atomic.Int32 // foreground callers in flight (BeginForeground)
 	seqs      chan int     // free sequence ids (AcquireSeq)
 	embCtx    *llama.Ctx   // embedding context (Embed), created on first use; guarded by mu

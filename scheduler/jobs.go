@@ -65,6 +65,31 @@ func (t *Tiers) Jobs(ctx context.Context) ([]Job, error) {
 	return out, err
 }
 
+// errJobGone: the job was removed (its cube deleted) after it was listed.
+var errJobGone = errors.New("scheduler: job gone")
+
+// runPending runs j if it is still pending (a cube delete may have removed
+// it since the Tick listed it, jobMu not held in between). Caller holds
+// jobMu.
+func (t *Tiers) runPending(ctx context.Context, j Job) error {
+	ctx, end, err := t.begin(ctx, j.Cube)
+	if err != nil {
+		return errJobGone // its cube is being deleted, the job with it
+	}
+	defer end()
+	err = t.db.View(func(txn *bg.Txn) error {
+		_, err := txn.Get(jobKey(j.Seq))
+		return err
+	})
+	if errors.Is(err, bg.ErrKeyNotFound) {
+		return errJobGone
+	}
+	if err != nil {
+		return err
+	}
+	return t.runJob(ctx, j)
+}
+
 // enqueue persists jobs whose (kind, cube, memory) is not pending yet.
 func (t *Tiers) enqueue(ctx context.Context, jobs []Job) (int, error) {
 	pending, err := t.Jobs(ctx)
@@ -114,13 +139,15 @@ func (t *Tiers) Tick(ctx context.Context) (TickReport, error) {
 	if t.eng == nil {
 		return rep, ErrReadOnly
 	}
+	// jobMu is taken per job, not for the whole Tick: a Promote (a user's
+	// warm) or a cube delete waits for at most the running job
 	t.jobMu.Lock()
-	defer t.jobMu.Unlock()
 	jobs, err := t.plan(ctx)
-	if err != nil {
-		return rep, err
+	if err == nil {
+		rep.Planned, err = t.enqueue(ctx, jobs)
 	}
-	if rep.Planned, err = t.enqueue(ctx, jobs); err != nil {
+	t.jobMu.Unlock()
+	if err != nil {
 		return rep, err
 	}
 	var errs []error
@@ -136,7 +163,11 @@ func (t *Tiers) Tick(ctx context.Context) (TickReport, error) {
 			if err := ctx.Err(); err != nil {
 				return rep, err
 			}
-			switch err := t.runJob(ctx, j); {
+			t.jobMu.Lock()
+			err := t.runPending(ctx, j)
+			t.jobMu.Unlock()
+			switch {
+			case errors.Is(err, errJobGone):
 			case err == nil:
 				rep.Done++
 			case errors.Is(err, errRequeued):
@@ -499,9 +530,10 @@ func (t *Tiers) makeRoom(ctx context.Context, j Job, need int64) error {
 
 // computePack returns the stored pack of toks, computing it if missing:
 // the longest cached prefix is restored into a pool sequence and only the
-// rest is decoded (background priority), in cells reserved through
-// TierOptions.Reserve (waiting for them with wait). decoded is the tokens
-// computed.
+// rest is decoded, in cells reserved through TierOptions.Reserve. With wait
+// (a caller waits: Promote) it waits for the cells and decodes at
+// foreground priority; without (tick jobs), at background priority.
+// decoded is the tokens computed.
 func (t *Tiers) computePack(ctx context.Context, cube string, toks []int32, wait bool) (kvcache.Info, int, error) {
 	eng, kv := t.eng, t.kv
 	cfg := t.packKey(cube)
@@ -527,7 +559,16 @@ func (t *Tiers) computePack(ctx context.Context, cube string, toks []int32, wait
 	if err != nil {
 		return kvcache.Info{}, 0, err
 	}
-	if err := prefillBackground(ctx, eng, seq, toks, rs.Tokens, t.opts.JobChunk); err != nil {
+	if wait {
+		// a caller waits for it (Promote: a user's warm): foreground, as
+		// any request's prefill; queued behind background chunks it would
+		// hold the pack writes and cube deletes serialised after it
+		if rs.Tokens < len(toks) {
+			if _, err := eng.Generate(ctx, runtime.Request{Seq: seq, Tokens: toks, NPast: rs.Tokens, PrefillOnly: true}); err != nil {
+				return kvcache.Info{}, 0, err
+			}
+		}
+	} else if err := prefillBackground(ctx, eng, seq, toks, rs.Tokens, t.opts.JobChunk); err != nil {
 		return kvcache.Info{}, 0, err
 	}
 	state, err := eng.SaveSeq(seq)
@@ -617,7 +658,8 @@ type Promoted struct {
 // Promote moves memories ids of cube into the activation tier now: they
 // join the pack after its current members, in the order given, while they
 // fit MaxPackTokens (the rest stay in the text tier); the pack is computed
-// at background priority (restoring the longest stored prefix) and its
+// at foreground priority, the caller waiting (restoring the longest stored
+// prefix), and its
 // state, pins and one transition per memory that entered (reason) commit in
 // one transaction. With pin the memories are pinned: low heat never
 // demotes them (an explicit warm by the user); with resident the cube's pack
@@ -633,6 +675,11 @@ func (t *Tiers) Promote(ctx context.Context, cube string, ids []string, reason s
 	}
 	t.jobMu.Lock()
 	defer t.jobMu.Unlock()
+	ctx, end, err := t.begin(ctx, cube)
+	if err != nil {
+		return out, err
+	}
+	defer end()
 	st, err := t.packState(cube)
 	if err != nil {
 		return out, err

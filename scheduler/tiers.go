@@ -114,6 +114,13 @@ type Tiers struct {
 
 	// jobMu serializes job execution (one pack rebuild at a time).
 	jobMu sync.Mutex
+	// runMu guards running (the job or Promote holding jobMu, nil if
+	// none) and deleting (cubes being deleted: no job of theirs starts).
+	// DeleteCube takes only runMu: it cancels a running job of its cube
+	// and waits for that one, never for another cube's job.
+	runMu    sync.Mutex
+	running  *runningJob
+	deleting map[string]int
 
 	// mu guards closed, cancel and resident.
 	mu       sync.Mutex
@@ -719,6 +726,37 @@ func (t *Tiers) trimTransitions(ctx context.Context) (int, error) {
 	return deleted, nil
 }
 
+// runningJob is the job or Promote holding jobMu.
+type runningJob struct {
+	cube   string
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// errCubeDeleted: the cube is being deleted, its job or Promote does not run.
+var errCubeDeleted = errors.New("scheduler: cube deleted")
+
+// begin registers a job or Promote of cube, with jobMu held, and returns
+// its context (cancelled by DeleteCube of the cube) and the end to defer;
+// errCubeDeleted while the cube is being deleted.
+func (t *Tiers) begin(ctx context.Context, cube string) (context.Context, func(), error) {
+	t.runMu.Lock()
+	defer t.runMu.Unlock()
+	if t.deleting[cube] > 0 {
+		return nil, nil, fmt.Errorf("%w: %s", errCubeDeleted, cube)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	r := &runningJob{cube: cube, cancel: cancel, done: make(chan struct{})}
+	t.running = r
+	return ctx, func() {
+		t.runMu.Lock()
+		t.running = nil
+		t.runMu.Unlock()
+		cancel()
+		close(r.done)
+	}, nil
+}
+
 // livePacks returns the pack ids committed pack states refer to.
 func (t *Tiers) livePacks() (map[string]bool, error) {
 	live := map[string]bool{}
@@ -865,13 +903,32 @@ func (t *Tiers) Clock() Clock { return t.opts.Clock }
 
 // DeleteCube removes cube's tier state: usage records, pack state (its
 // pack is deleted), pending jobs and transitions. Call it after the cube's
-// memories are deleted; a running job of the cube finishes first.
+// memories are deleted. A running job or Promote of the cube is cancelled
+// and waited for; jobs of other cubes are not waited for.
 func (t *Tiers) DeleteCube(ctx context.Context, cube string) error {
 	if err := t.checkOpen(); err != nil {
 		return err
 	}
-	t.jobMu.Lock()
-	defer t.jobMu.Unlock()
+	// no job of the cube starts from now on; one running is cancelled and
+	// waited for (it stays pending, and is deleted below)
+	t.runMu.Lock()
+	if t.deleting == nil {
+		t.deleting = map[string]int{}
+	}
+	t.deleting[cube]++
+	r := t.running
+	t.runMu.Unlock()
+	defer func() {
+		t.runMu.Lock()
+		if t.deleting[cube]--; t.deleting[cube] == 0 {
+			delete(t.deleting, cube)
+		}
+		t.runMu.Unlock()
+	}()
+	if r != nil && r.cube == cube {
+		r.cancel()
+		<-r.done
+	}
 	st, err := t.packState(cube)
 	if err != nil {
 		return fmt.Errorf("scheduler: %w", err)

@@ -35,9 +35,11 @@ func cmdServe(ctx context.Context, args []string) error {
 	numPredict := fs.Int("num-predict", 0, "default cap on generated tokens when a request sets none (0: until n_ctx)")
 	noPersist := fs.Bool("no-persist", false, "do not save conversation KV states as packs")
 	minPersist := fs.Int("min-persist-tokens", 128, "shortest conversation state saved as a pack, tokens")
+	adapterBudget := fs.Int64("adapter-budget", 1<<30, "tensor bytes of the LoRA adapters loaded at once: the least recently used unattached one is evicted beyond it")
 	convBudget := fs.Int64("conv-budget", 1<<30, "stored conversation packs of all cubes, bytes: the oldest are deleted beyond it")
 	tickEvery := fs.Duration("tick-interval", 10*time.Second, "period of the tier scheduler's ticks (heat, promotions, demotions, resident packs)")
 	kvBudget := fs.Int64("kv-budget", 0, "bytes of KV state all packs of the activation tier may hold (default 256 MiB)")
+	gcEvery := fs.Duration("gc-interval", 5*time.Minute, "period of the value-log GC (deleted packs' space is also reclaimed at every start)")
 	shutdownTimeout := fs.Duration("shutdown-timeout", 10*time.Second, "on SIGTERM/SIGINT: how long running requests may finish before they are cancelled")
 	debugClock := fs.Bool("debug-clock", false, "serve POST /v1/debug/clock to move the scheduler's clock (tests)")
 	backend := fs.String("backend", "llama", "llama (in-process) or ollama (text-only fallback)")
@@ -69,7 +71,7 @@ func cmdServe(ctx context.Context, args []string) error {
 		opts.ResidentSeqs = -1
 	}
 	opts.MaxQueue, opts.NoPersist, opts.MinPersistTokens, opts.DefaultNumPredict = *maxQueue, *noPersist, *minPersist, *numPredict
-	opts.ConvBytes = *convBudget
+	opts.ConvBytes, opts.AdapterBytes, opts.GCInterval = *convBudget, *adapterBudget, *gcEvery
 	opts.ModelName, opts.Embedder, opts.Layout.ChatTemplate = *name, emb, *chatTemplate
 	opts.Tiers.Interval, opts.Tiers.KVBytes = *tickEvery, *kvBudget
 	var clock *scheduler.OffsetClock

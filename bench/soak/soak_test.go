@@ -1,0 +1,619 @@
+// Package soak drives a real `memosrt serve` on stories260K with many
+// concurrent clients for a while and checks that it stays healthy (issue
+// 12): no panic, every request answered within the watchdog, no 5xx other
+// than deliberate 503, no acknowledged write lost, goroutines and heap
+// steady, disk bounded. `make soak` runs it (SOAK=3m); it is skipped
+// without SOAK.
+package soak
+
+import (
+	"bufio"
+	"cmp"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/memosrt/memosrt/internal/testmodels"
+	"github.com/memosrt/memosrt/internal/testutil"
+)
+
+var binPath string
+
+var dumped atomic.Bool
+
+func TestMain(m *testing.M) { testutil.RunWithMemosrt(m, &binPath) }
+
+const (
+	clients  = 16
+	watchdog = 30 * time.Second // a request unanswered this long is a failure
+	convMiB  = 16               // --conv-budget
+	kvMiB    = 32               // --kv-budget
+	killTime = 60 * time.Second // long mode: SIGKILL and restart period
+	// maxMemories per client cube: a user's cube of facts, not a log (the
+	// pack of a cube is at most n_ctx/2 tokens either way)
+	maxMemories = 24
+)
+
+// server is the `memosrt serve` under test; restart replaces its process.
+type server struct {
+	t      *testing.T
+	db     string
+	args   []string
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	url    string
+	stderr *bytes.Buffer
+	done   chan error
+	down   atomic.Bool // between a SIGKILL and ready again
+}
+
+func (s *server) start() {
+	s.t.Helper()
+	cmd := exec.Command(binPath, append([]string{"serve", "--db", s.db, "--addr", "127.0.0.1:0"}, s.args...)...)
+	testutil.DieWithParent(cmd)
+	cmd.Env = append(os.Environ(), "MEMOSRT_LOG="+cmp.Or(os.Getenv("SOAK_LOG"), "warn"))
+	pr, err := cmd.StderrPipe()
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		s.t.Fatal(err)
+	}
+	buf, done, ready := &bytes.Buffer{}, make(chan error, 1), make(chan string, 1)
+	var bmu sync.Mutex
+	go func() {
+		sc := bufio.NewScanner(pr)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			line := sc.Text()
+			bmu.Lock()
+			buf.WriteString(line + "\n")
+			bmu.Unlock()
+			if rest, ok := strings.CutPrefix(line, "memosrt: ready on "); ok {
+				ready <- strings.Fields(rest)[0]
+			}
+		}
+		done <- cmd.Wait()
+	}()
+	select {
+	case url := <-ready:
+		s.mu.Lock()
+		s.cmd, s.url, s.stderr, s.done = cmd, url, buf, done
+		s.mu.Unlock()
+	case err := <-done:
+		s.t.Fatalf("serve exited before ready: %v\n%s", err, buf.String())
+	case <-time.After(2 * time.Minute):
+		s.t.Fatalf("serve not ready\n%s", buf.String())
+	}
+}
+
+func (s *server) base() string { s.mu.Lock(); defer s.mu.Unlock(); return s.url }
+
+// kill SIGKILLs the server and starts it again on the same directory.
+func (s *server) kill() {
+	s.down.Store(true)
+	s.mu.Lock()
+	s.cmd.Process.Kill()
+	done := s.done
+	s.mu.Unlock()
+	<-done
+	s.start()
+	s.down.Store(false)
+}
+
+// stop sends SIGTERM and expects a clean exit.
+func (s *server) stop() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-s.done:
+		return err
+	case <-time.After(2 * time.Minute):
+		s.cmd.Process.Kill()
+		return errors.New("serve did not stop within 2 minutes")
+	}
+}
+
+// tally counts outcomes; failures are kept (the first 20 printed).
+type tally struct {
+	mu       sync.Mutex
+	byOp     map[string]int
+	codes    map[int]int
+	shed     int // 429 and 503
+	failures []string
+}
+
+func (t *tally) fail(format string, a ...any) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.failures = append(t.failures, fmt.Sprintf(format, a...))
+}
+
+func (t *tally) count(op string, code int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.byOp[op]++
+	t.codes[code]++
+	if code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable {
+		t.shed++
+	}
+}
+
+// client is one of the concurrent users; it owns cube "s<id>".
+type client struct {
+	id    int
+	srv   *server
+	rng   *rand.Rand
+	tally *tally
+	acked map[string]bool // memory ids acknowledged in its cube, not deleted
+	maybe map[string]bool // deletes without an answer: either way is fine
+	ncube int
+}
+
+// answer is one HTTP exchange's outcome.
+type answer struct {
+	code  int
+	body  []byte
+	lines []string // a stream's lines
+}
+
+// call sends one request under the watchdog; invalid says the request is
+// meant to be refused (a 4xx). It returns ok when the answer is one the
+// request deserves; every other outcome is recorded as a failure.
+func (c *client) call(ctx context.Context, op, method, path string, body any, invalid bool, hdr ...string) (answer, bool) {
+	var rd io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
+	}
+	ctx, cancel := context.WithTimeout(ctx, watchdog)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, method, c.srv.base()+path, rd)
+	req.Header.Set("Content-Type", "application/json")
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		if c.srv.down.Load() || isTransport(err) && c.srv.down.Load() {
+			return answer{}, false // the server is being killed: no answer expected
+		}
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			c.tally.fail("%s %s: no answer within %s (body %v, headers %v)", method, path, watchdog, body, hdr)
+			if f := os.Getenv("SOAK_DUMP"); f != "" && dumped.CompareAndSwap(false, true) {
+				// goroutine dump of the stuck server (SIGQUIT), for diagnosis
+				c.srv.mu.Lock()
+				c.srv.cmd.Process.Signal(syscall.SIGQUIT)
+				c.srv.mu.Unlock()
+				time.Sleep(2 * time.Second)
+				os.WriteFile(f, c.srv.stderr.Bytes(), 0o644)
+			}
+		} else if ctx.Err() == nil {
+			c.tally.fail("%s %s: %v", method, path, err)
+		}
+		return answer{}, false
+	}
+	defer resp.Body.Close()
+	a := answer{code: resp.StatusCode}
+	if strings.Contains(resp.Header.Get("Content-Type"), "ndjson") || strings.Contains(resp.Header.Get("Content-Type"), "event-stream") {
+		sc := bufio.NewScanner(resp.Body)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			if l := sc.Text(); l != "" {
+				a.lines = append(a.lines, l)
+			}
+		}
+		if err := sc.Err(); err != nil && !c.srv.down.Load() {
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				c.tally.fail("%s %s: stream unfinished after %s", method, path, watchdog)
+			} else {
+				c.tally.fail("%s %s: stream: %v", method, path, err)
+			}
+			return a, false
+		}
+	} else {
+		a.body, err = io.ReadAll(resp.Body)
+		if err != nil && !c.srv.down.Load() {
+			c.tally.fail("%s %s: body: %v", method, path, err)
+			return a, false
+		}
+	}
+	c.tally.count(op, a.code)
+	switch {
+	case a.code == http.StatusTooManyRequests || a.code == http.StatusServiceUnavailable:
+		return a, false
+	case a.code >= 500:
+		c.tally.fail("%s %s: %d %.300s", method, path, a.code, a.body)
+		return a, false
+	case invalid && a.code < 400:
+		c.tally.fail("%s %s: invalid request accepted (%d) %.200s", method, path, a.code, a.body)
+		return a, false
+	case invalid:
+		return a, true
+	case a.code >= 300:
+		c.tally.fail("%s %s: %d %.300s (body %v)", method, path, a.code, a.body, body)
+		return a, false
+	}
+	if len(a.lines) > 0 {
+		last := a.lines[len(a.lines)-1]
+		if !strings.Contains(last, `"done":true`) && last != "data: [DONE]" {
+			c.tally.fail("%s %s: stream ended with %.300q", method, path, last)
+			return a, false
+		}
+	}
+	return a, true
+}
+
+func isTransport(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET)
+}
+
+var words = strings.Fields("Lily Max dog park ball red sun Tom Sue tree cake happy big little ran played found said")
+
+func (c *client) text(n int) string {
+	var b []string
+	for range n {
+		b = append(b, words[c.rng.IntN(len(words))])
+	}
+	return strings.Join(b, " ") + "."
+}
+
+// options returns Ollama options, valid or (invalid) with one bad field.
+func (c *client) options() (map[string]any, bool) {
+	o := map[string]any{"num_predict": 1 + c.rng.IntN(24), "temperature": []float64{0, 0.7}[c.rng.IntN(2)],
+		"top_k": c.rng.IntN(50), "repeat_last_n": []int{-1, 0, 64}[c.rng.IntN(3)], "seed": c.rng.IntN(1000)}
+	if c.rng.IntN(5) > 0 {
+		return o, false
+	}
+	bad := []func(){
+		func() { o["temperature"] = "hot" },
+		func() { o["top_p"] = 2 },
+		func() { o["repeat_last_n"] = -2 },
+		func() { o["num_predict"] = -7 },
+		func() { o["num_ctx"] = -1 },
+		func() { o["cube"] = "no such/cube" },
+	}
+	bad[c.rng.IntN(len(bad))]()
+	return o, true
+}
+
+func (c *client) cube() string { return fmt.Sprintf("s%d", c.id) }
+
+// step runs one random operation.
+func (c *client) step(ctx context.Context) {
+	cube := c.cube()
+	switch r := c.rng.IntN(100); {
+	case r < 18: // Ollama chat, streamed or not
+		o, bad := c.options()
+		c.call(ctx, "ollama-chat", "POST", "/api/chat", map[string]any{"model": "stories260K", "stream": c.rng.IntN(2) == 0,
+			"messages": []map[string]any{{"role": "user", "content": c.text(4)}}, "options": o}, bad, "X-Memosrt-Cube", cube)
+	case r < 26: // Ollama generate
+		o, bad := c.options()
+		c.call(ctx, "ollama-generate", "POST", "/api/generate", map[string]any{"model": "stories260K", "stream": c.rng.IntN(2) == 0,
+			"prompt": c.text(5), "options": o}, bad)
+	case r < 38: // OpenAI chat
+		body := map[string]any{"model": "stories260K", "stream": c.rng.IntN(2) == 0, "max_tokens": 1 + c.rng.IntN(24),
+			"messages": []map[string]any{{"role": "user", "content": c.text(4)}}}
+		bad := c.rng.IntN(6) == 0
+		if bad {
+			body["temperature"] = 9
+		}
+		c.call(ctx, "openai-chat", "POST", "/v1/chat/completions", body, bad, "X-Memosrt-Cube", cube)
+	case r < 42: // OpenAI completion
+		c.call(ctx, "openai-completion", "POST", "/v1/completions", map[string]any{"model": "stories260K", "prompt": c.text(3), "max_tokens": 8}, false)
+	case r < 47: // embed
+		in := []string{c.text(3)}
+		if c.rng.IntN(2) == 0 {
+			in = append(in, c.text(6), "🐈")
+		}
+		c.call(ctx, "embed", "POST", "/api/embed", map[string]any{"model": "stories260K", "input": in}, false)
+	case r < 60 && len(c.acked) >= maxMemories: // a full cube forgets one first
+		for id := range c.acked {
+			delete(c.acked, id)
+			c.maybe[id] = true
+			if _, ok := c.call(ctx, "mem-delete", "DELETE", "/v1/cubes/"+cube+"/memories/"+id, nil, false); ok {
+				delete(c.maybe, id)
+			}
+			break
+		}
+	case r < 60: // memory add (an acknowledged write)
+		a, ok := c.call(ctx, "mem-add", "POST", "/v1/cubes/"+cube+"/memories", map[string]any{"text": c.text(7)}, false)
+		var m struct{ ID string }
+		if ok && json.Unmarshal(a.body, &m) == nil && m.ID != "" {
+			c.acked[m.ID] = true
+		}
+	case r < 64: // memory delete
+		for id := range c.acked {
+			delete(c.acked, id)
+			c.maybe[id] = true
+			if _, ok := c.call(ctx, "mem-delete", "DELETE", "/v1/cubes/"+cube+"/memories/"+id, nil, false); ok {
+				delete(c.maybe, id)
+			}
+			break
+		}
+	case r < 70: // list and search
+		if len(c.acked) > 0 {
+			c.call(ctx, "mem-list", "GET", "/v1/cubes/"+cube+"/memories", nil, false)
+			c.call(ctx, "search", "POST", "/v1/cubes/"+cube+"/search", map[string]any{"query": c.text(2), "k": 5}, false)
+		}
+	case r < 73: // pack warm (one in three of these draws: a user's explicit warm is rare)
+		if len(c.acked) > 0 && c.rng.IntN(3) == 0 {
+			c.call(ctx, "pack-warm", "POST", "/v1/cubes/"+cube+"/pack", map[string]any{}, false)
+		}
+	case r < 83: // LoRA switching (the adapter budget holds one adapter)
+		ad := []string{"a1", "a2", "a1:0.5"}[c.rng.IntN(3)]
+		c.call(ctx, "lora-chat", "POST", "/api/chat", map[string]any{"model": "stories260K", "stream": false,
+			"messages": []map[string]any{{"role": "user", "content": c.text(3)}},
+			"options": map[string]any{"num_predict": 8, "temperature": 0, "cube": "lora", "adapters": []string{ad}}}, false)
+	case r < 88: // a cube's whole life: create, remember, chat, delete
+		c.ncube++
+		eph := fmt.Sprintf("e%d-%d", c.id, c.ncube)
+		if _, ok := c.call(ctx, "cube-create", "POST", "/v1/cubes", map[string]any{"name": eph}, false); !ok {
+			return
+		}
+		c.call(ctx, "mem-add", "POST", "/v1/cubes/"+eph+"/memories", map[string]any{"text": c.text(6)}, false)
+		c.call(ctx, "ollama-chat", "POST", "/api/chat", map[string]any{"model": "stories260K", "stream": false,
+			"messages": []map[string]any{{"role": "user", "content": c.text(3)}}, "options": map[string]any{"num_predict": 6}}, false, "X-Memosrt-Cube", eph)
+		c.call(ctx, "cube-delete", "DELETE", "/v1/cubes/"+eph, nil, false)
+	default: // a client that goes away mid-stream
+		dctx, cancel := context.WithCancel(ctx)
+		body, _ := json.Marshal(map[string]any{"model": "stories260K", "prompt": c.text(3), "stream": true, "options": map[string]any{"num_predict": 200}})
+		req, _ := http.NewRequestWithContext(dctx, "POST", c.srv.base()+"/api/generate", bytes.NewReader(body))
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			rd := bufio.NewReader(resp.Body)
+			rd.ReadString('\n')
+			cancel()
+			resp.Body.Close()
+			c.tally.count("disconnect", resp.StatusCode)
+		}
+		cancel()
+	}
+}
+
+// sample is one reading of the server's gauges.
+type sample struct {
+	at                     time.Duration
+	goroutines, heap, disk float64
+	panics                 float64
+	decoded, busy, active  float64
+	queued, answered       float64
+}
+
+func readMetrics(url string) (map[string]float64, error) {
+	resp, err := http.Get(url + "/metrics")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	out := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		l := sc.Text()
+		if strings.HasPrefix(l, "#") {
+			continue
+		}
+		i := strings.LastIndexByte(l, ' ')
+		if i < 0 {
+			continue
+		}
+		if v, err := strconv.ParseFloat(l[i+1:], 64); err == nil {
+			out[l[:i]] = v
+		}
+	}
+	return out, sc.Err()
+}
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+func TestSoak(t *testing.T) {
+	env := os.Getenv("SOAK")
+	if env == "" {
+		t.Skip("SOAK unset: `make soak` (SOAK=3m) runs the soak")
+	}
+	dur, err := time.ParseDuration(env)
+	if err != nil {
+		t.Fatalf("SOAK=%q: %v", env, err)
+	}
+	long := dur >= 10*time.Minute || os.Getenv("SOAK_KILL") != ""
+	model := testmodels.Stories(t)
+	db := t.TempDir()
+	// two LoRA adapters in cube "lora"; the budget holds one of them
+	var adapterBytes int64
+	for i, name := range []string{"a1", "a2"} {
+		f := filepath.Join(t.TempDir(), name+".gguf")
+		for _, args := range [][]string{{"lora", "gen", "--model", model, "--out", f, "--seed", fmt.Sprint(i + 1)},
+			{"mem", "add", "--db", db, "--cube", "lora", "Lily has a dog."},
+			{"lora", "add", "--db", db, "--cube", "lora", name, f}} {
+			if out, err := exec.Command(binPath, args...).CombinedOutput(); err != nil {
+				t.Fatalf("%v: %v\n%s", args, err, out)
+			}
+		}
+		st, _ := os.Stat(f)
+		adapterBytes = st.Size()
+	}
+	srv := &server{t: t, db: db, args: []string{"--model", model, "--threads", "2", "--ctx", "2048", "--parallel", "4",
+		"--embed", "hash:64", "--min-persist-tokens", "16", "--tick-interval", "2s", "--gc-interval", "20s",
+		"--conv-budget", fmt.Sprint(convMiB << 20), "--kv-budget", fmt.Sprint(kvMiB << 20),
+		"--adapter-budget", fmt.Sprint(adapterBytes + adapterBytes/2), "--max-queue", "8", "--shutdown-timeout", "20s"}}
+	srv.start()
+	for i := range clients {
+		b, _ := json.Marshal(map[string]any{"name": fmt.Sprintf("s%d", i)})
+		resp, err := http.Post(srv.base()+"/v1/cubes", "application/json", bytes.NewReader(b))
+		if err != nil || resp.StatusCode != http.StatusCreated {
+			t.Fatalf("create cube s%d: %v %v", i, err, resp)
+		}
+		resp.Body.Close()
+	}
+
+	tl := &tally{byOp: map[string]int{}, codes: map[int]int{}}
+	ctx, stop := context.WithTimeout(context.Background(), dur)
+	defer stop()
+	cs := make([]*client, clients)
+	var wg sync.WaitGroup
+	for i := range cs {
+		cs[i] = &client{id: i, srv: srv, rng: rand.New(rand.NewPCG(uint64(i), uint64(time.Now().UnixNano()))), tally: tl,
+			acked: map[string]bool{}, maybe: map[string]bool{}}
+		wg.Add(1)
+		go func(c *client) {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				c.step(ctx)
+			}
+		}(cs[i])
+	}
+	// gauges every 2 s; in the long mode a SIGKILL and restart every minute
+	start := time.Now()
+	var samples []sample
+	var smu sync.Mutex
+	kills := 0
+	var bg sync.WaitGroup
+	bg.Add(1)
+	go func() {
+		defer bg.Done()
+		tick := time.NewTicker(2 * time.Second)
+		defer tick.Stop()
+		lastKill := time.Now()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			if long && time.Since(lastKill) >= killTime && time.Until(start.Add(dur)) > 20*time.Second {
+				srv.kill()
+				kills++
+				lastKill = time.Now()
+				continue
+			}
+			m, err := readMetrics(srv.base())
+			if err != nil {
+				continue
+			}
+			smu.Lock()
+			samples = append(samples, sample{at: time.Since(start), goroutines: m["go_goroutines"],
+				heap: m["go_memstats_heap_inuse_bytes"], disk: m["memosrt_disk_bytes"], panics: m["memosrt_panics_total"],
+				decoded: m["memosrt_decode_tokens_total"], busy: m["memosrt_busy_slots"], active: m[`memosrt_engine_requests{state="active"}`],
+				queued: m[`memosrt_engine_requests{state="queued"}`]})
+			smu.Unlock()
+		}
+	}()
+	wg.Wait()
+	bg.Wait()
+
+	// every acknowledged memory is there, every acknowledged delete gone
+	lost, resurrected := 0, 0
+	for _, c := range cs {
+		var list struct {
+			Memories []struct{ ID string }
+		}
+		resp, err := http.Get(srv.base() + "/v1/cubes/" + c.cube() + "/memories")
+		if err != nil {
+			t.Fatal(err)
+		}
+		json.NewDecoder(resp.Body).Decode(&list)
+		resp.Body.Close()
+		have := map[string]bool{}
+		for _, m := range list.Memories {
+			have[m.ID] = true
+			if !c.acked[m.ID] && !c.maybe[m.ID] {
+				resurrected++
+			}
+		}
+		for id := range c.acked {
+			if !have[id] {
+				lost++
+			}
+		}
+	}
+	final, err := readMetrics(srv.base())
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopErr := srv.stop()
+
+	// report
+	acked := 0
+	for _, c := range cs {
+		acked += len(c.acked)
+	}
+	var n int
+	for _, v := range tl.byOp {
+		n += v
+	}
+	t.Logf("soak %s (%d clients, %d SIGKILL restarts): %d answered requests (%.1f/s), %d shed (429/503); by op %v; by status %v",
+		dur, clients, kills, n, float64(n)/dur.Seconds(), tl.shed, tl.byOp, tl.codes)
+	t.Logf("acknowledged memories kept %d, lost %d, deleted but back %d; panics %v; conv packs evicted %v, restore fallbacks %v",
+		acked, lost, resurrected, final["memosrt_panics_total"], final["memosrt_conv_packs_evicted_total"], final["memosrt_restore_fallbacks_total"])
+	if len(tl.failures) > 0 {
+		for _, f := range tl.failures[:min(20, len(tl.failures))] {
+			t.Log("failure:", f)
+		}
+		t.Errorf("%d failed requests (5xx, unanswered, unexpected status)", len(tl.failures))
+		for _, s := range samples {
+			t.Logf("t=%5.1fs decoded %6.0f busy %v engine active %v queued %v goroutines %v", s.at.Seconds(), s.decoded, s.busy, s.active, s.queued, s.goroutines)
+		}
+	}
+	if lost > 0 || resurrected > 0 {
+		t.Errorf("%d acknowledged memories lost, %d deleted ones back", lost, resurrected)
+	}
+	if final["memosrt_panics_total"] != 0 || strings.Contains(srv.stderr.String(), "panic") {
+		t.Errorf("panics: %v\n%s", final["memosrt_panics_total"], srv.stderr.String())
+	}
+	if stopErr != nil {
+		t.Errorf("serve stop: %v\n%s", stopErr, srv.stderr.String())
+	}
+	// steady after warm-up: the last third against the middle third
+	// (medians; samples of one process: not in the long mode)
+	var mid, last [2][]float64
+	var disk []float64
+	for _, s := range samples {
+		disk = append(disk, s.disk)
+		switch {
+		case s.at < dur/3:
+		case s.at < 2*dur/3:
+			mid[0], mid[1] = append(mid[0], s.goroutines), append(mid[1], s.heap)
+		default:
+			last[0], last[1] = append(last[0], s.goroutines), append(last[1], s.heap)
+		}
+	}
+	gm, gl, hm, hl := median(mid[0]), median(last[0]), median(mid[1]), median(last[1])
+	maxDisk := slices.Max(append(disk, final["memosrt_disk_bytes"]))
+	t.Logf("goroutines median %.0f (middle third) -> %.0f (last third); heap in use %.1f -> %.1f MiB; disk max %.1f MiB, final %.1f MiB",
+		gm, gl, hm/(1<<20), hl/(1<<20), maxDisk/(1<<20), final["memosrt_disk_bytes"]/(1<<20))
+	if !long && (gl > 1.2*gm+8 || hl > 1.2*hm) {
+		t.Errorf("not steady: goroutines %.0f -> %.0f, heap %.1f -> %.1f MiB", gm, gl, hm/(1<<20), hl/(1<<20))
+	}
+	// disk: the budgets, plus Badger's open files (two memtables of
+	// 16 MiB, the value-log file being written, up to 64 MiB, and one
+	// more not yet reclaimed)
+	bound := float64((convMiB + kvMiB + 2*16 + 2*64) << 20)
+	if maxDisk > bound {
+		t.Errorf("disk %.1f MiB passed the bound %.1f MiB", maxDisk/(1<<20), bound/(1<<20))
+	}
+}
