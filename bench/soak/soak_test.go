@@ -8,8 +8,8 @@ package soak
 
 import (
 	"bufio"
-	"cmp"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -363,7 +363,7 @@ func (c *client) step(ctx context.Context) {
 		ad := []string{"a1", "a2", "a1:0.5"}[c.rng.IntN(3)]
 		c.call(ctx, "lora-chat", "POST", "/api/chat", map[string]any{"model": "stories260K", "stream": false,
 			"messages": []map[string]any{{"role": "user", "content": c.text(3)}},
-			"options": map[string]any{"num_predict": 8, "temperature": 0, "cube": "lora", "adapters": []string{ad}}}, false)
+			"options":  map[string]any{"num_predict": 8, "temperature": 0, "cube": "lora", "adapters": []string{ad}}}, false)
 	case r < 88: // a cube's whole life: create, remember, chat, delete
 		c.ncube++
 		eph := fmt.Sprintf("e%d-%d", c.id, c.ncube)
