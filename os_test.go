@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	bg "github.com/dgraph-io/badger/v4"
+
 	"github.com/memosrt/memosrt/internal/testmodels"
 	"github.com/memosrt/memosrt/kvcache"
 	"github.com/memosrt/memosrt/lora"
@@ -538,5 +540,66 @@ func TestConversationBudget(t *testing.T) {
 	}
 	if !o.hasPack(last) {
 		t.Fatalf("the newest conversation's pack %s was evicted", last[:12])
+	}
+}
+
+// TestRestoreFallback: a stored pack whose bytes fail their check between
+// the lookup and the restore is refused, the prompt is prefilled (greedy
+// output equals cold), Stats counts the fallback, and the pack, proven
+// bad, is deleted.
+func TestRestoreFallback(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	opts := testOptions(t, dir)
+	opts.ResidentSeqs = -1 // nothing restored at Open: the pack is read at the request
+	o := openOS(t, opts)
+	addMemories(t, o, "c", "Lily has a dog named Max.", "Max likes to run in the park.", "Lily's favourite food is apple pie.")
+	st, err := o.Warm(ctx, "c", WarmOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pack := st.Packs[0].ID
+	req := Request{Cube: "c", Prompt: "Once upon a time", NumPredict: 24, NoUsage: true}
+	cold := generate(t, o, Request{Cube: "c", Prompt: req.Prompt, NumPredict: 24, NoCache: true, NoUsage: true})
+	if err := o.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	o = openOS(t, opts) // empty RAM level: the blob is read from disk
+	// flip one byte of every chunk of the pack's blob
+	prefix := []byte("k/b/" + pack + "/")
+	err = o.DB().Badger().Update(func(txn *bg.Txn) error {
+		it := txn.NewIterator(bg.IteratorOptions{Prefix: prefix, PrefetchValues: true})
+		defer it.Close()
+		var keys, vals [][]byte
+		for it.Rewind(); it.Valid(); it.Next() {
+			v, err := it.Item().ValueCopy(nil)
+			if err != nil {
+				return err
+			}
+			v[len(v)/2] ^= 0xff
+			keys, vals = append(keys, it.Item().KeyCopy(nil)), append(vals, v)
+		}
+		if len(keys) == 0 {
+			return errors.New("no chunk found")
+		}
+		for i := range keys {
+			if err := txn.Set(keys[i], vals[i]); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := generate(t, o, req)
+	if res.Refused == "" || res.Usage.CachedTokens != 0 || res.Text != cold.Text {
+		t.Fatalf("corrupt pack: refused %q, %d cached tokens, text %q (cold %q)", res.Refused, res.Usage.CachedTokens, res.Text, cold.Text)
+	}
+	if n := o.Stats().Fallbacks; n != 1 {
+		t.Fatalf("fallbacks %d, want 1", n)
+	}
+	if o.hasPack(pack) {
+		t.Fatal("a pack proven corrupt was kept")
 	}
 }
