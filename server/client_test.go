@@ -1,16 +1,18 @@
 package server
 
 import (
-	"github.com/memosrt/memosrt"
-
 	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/memosrt/memosrt"
+
 	"github.com/ollama/ollama/api"
+	"github.com/ollama/ollama/types/model"
 	"github.com/openai/openai-go"
 	"github.com/openai/openai-go/option"
 	"github.com/openai/openai-go/shared"
@@ -65,6 +67,12 @@ func ollamaSuite(t *testing.T, base, cube string) {
 		}
 		if len(s.Capabilities) == 0 || s.Capabilities[0] != "completion" {
 			t.Fatalf("capabilities %v", s.Capabilities)
+		}
+		// the rule of the v0.17.4 CLI (cmd/cmd.go): a model listing
+		// "embedding" is run as an embedder, so `ollama run` would print
+		// a vector instead of generating
+		if slices.Contains(s.Capabilities, model.CapabilityEmbedding) {
+			t.Fatalf("a generative model lists %v: `ollama run` would embed", s.Capabilities)
 		}
 		_, err = c.Show(ctx, &api.ShowRequest{Model: "no-such-model"})
 		var se api.StatusError

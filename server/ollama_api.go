@@ -51,7 +51,7 @@ func (s *Server) generate(r *http.Request, g *memosrt.Request, chat bool, st *st
 
 func ollamaMetrics(res *memosrt.Response, start time.Time) api.Metrics {
 	u := res.Usage
-	return api.Metrics{TotalDuration: time.Since(start), PromptEvalCount: u.PromptTokens - u.CachedTokens,
+	return api.Metrics{TotalDuration: time.Since(start), LoadDuration: u.LoadDuration, PromptEvalCount: u.PromptTokens - u.CachedTokens,
 		PromptEvalDuration: u.PromptDuration, EvalCount: u.EvalTokens, EvalDuration: u.EvalDuration}
 }
 
@@ -374,7 +374,12 @@ func (s *Server) handleOllamaShow(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	mi := s.os.Model()
-	caps := []model.Capability{model.CapabilityCompletion, model.CapabilityEmbedding}
+	// As Ollama reports them: a generative model is "completion" only.
+	// The v0.17.4 CLI runs any model listing "embedding" as an embedder
+	// (cmd/cmd.go: slices.Contains(info.Capabilities, CapabilityEmbedding)),
+	// so `ollama run` printed a vector. /api/embed still works, as it does
+	// for generative models in Ollama.
+	caps := []model.Capability{model.CapabilityCompletion}
 	writeJSON(w, http.StatusOK, api.ShowResponse{Modelfile: "# served by memosrt\nFROM " + mi.Name + "\n",
 		Parameters: fmt.Sprintf("num_ctx %d", mi.NCtx), Template: mi.Template, Details: ollamaDetails(mi),
 		ModelInfo: mi.Info, Capabilities: caps, ModifiedAt: mi.Modified})
@@ -391,8 +396,14 @@ func (s *Server) handleOllamaPS(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleOllamaVersion(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]string{"version": s.opts.Version})
+	// "version" is the Ollama API memosrt speaks (clients gate features on
+	// it: the v0.17.4 sources the wire types come from); "memosrt" is ours
+	writeJSON(w, http.StatusOK, map[string]string{"version": OllamaAPIVersion, "memosrt": s.opts.Version})
 }
+
+// OllamaAPIVersion is the Ollama release whose API (api/types.go,
+// server/routes.go of github.com/ollama/ollama v0.17.4) the server follows.
+const OllamaAPIVersion = "0.17.4"
 
 // handleServerInfo answers GET /v1/server: {"version", "instance"}.
 func (s *Server) handleServerInfo(w http.ResponseWriter, r *http.Request) {

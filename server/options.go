@@ -15,7 +15,8 @@ type Options struct {
 	// LocalToken, when set, is accepted like Token: the secret `memosrt
 	// serve` writes into the data directory for the CLI next to it.
 	LocalToken string
-	// Version is reported by /api/version. Default "0.0.0".
+	// Version is memosrt's version, reported by GET /v1/server and as
+	// "memosrt" by /api/version. Default "0.0.0".
 	Version string
 	// Instance, when set, is reported by GET /v1/server: an opaque id that
 	// lets a client tell this server from another one on the same address

@@ -210,6 +210,10 @@ func TestBadRequests(t *testing.T) {
 				t.Fatalf("GET %s without a token: %d", p, code)
 			}
 		}
+		var v map[string]string
+		if do(t, "GET", s.url()+"/api/version", nil, &v); v["version"] != OllamaAPIVersion || v["memosrt"] == "" {
+			t.Fatalf("/api/version %v", v)
+		}
 		for _, p := range []string{"/v1/server", "/v1/cubes", "/metrics"} {
 			if code := do(t, "GET", s.url()+p, nil, nil); code != http.StatusUnauthorized {
 				t.Fatalf("GET %s without a token: %d", p, code)
