@@ -88,6 +88,12 @@ func run(ctx context.Context, args []string) error {
 	}
 	for _, c := range commands() {
 		if c.name == args[0] {
+			if len(args) == 2 && (args[1] == "-h" || args[1] == "--help" || args[1] == "help") {
+				// a command's own help: its usage line, exit 0 (a leaf
+				// command's flags: memosrt CMD SUB --help)
+				fmt.Printf("Usage:\n  memosrt %s\n", c.usage)
+				return nil
+			}
 			return c.run(ctx, args[1:])
 		}
 	}

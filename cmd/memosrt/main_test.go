@@ -171,3 +171,27 @@ func TestRunFormat(t *testing.T) {
 		t.Fatalf("unsupported schema: %v %q", err, out)
 	}
 }
+
+// `memosrt --help` and `memosrt CMD --help` exit 0 with a usage line that
+// names the command, and create nothing.
+func TestHelpEverywhere(t *testing.T) {
+	dir := t.TempDir()
+	if out := must(t, "--help"); !strings.HasPrefix(out, "memosrt ") || !strings.Contains(out, "Usage:") {
+		t.Fatalf("memosrt --help:\n%s", out)
+	}
+	for _, c := range commands() {
+		out := must(t, c.name, "--help")
+		if !strings.HasPrefix(out, "Usage:\n  memosrt "+c.name) {
+			t.Errorf("memosrt %s --help:\n%s", c.name, out)
+		}
+	}
+	for _, args := range [][]string{{"mem", "ls", "--help"}, {"kv", "ls", "--help"}, {"run", "--help"}, {"serve", "--help"}} {
+		cmd := append(args, "--db", filepath.Join(dir, "x"))
+		if out := must(t, cmd...); !strings.Contains(out, "-db") {
+			t.Errorf("memosrt %v:\n%s", args, out)
+		}
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+		t.Fatalf("help created %v", ents)
+	}
+}
