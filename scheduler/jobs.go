@@ -72,7 +72,10 @@ var errJobGone = errors.New("scheduler: job gone")
 // it since the Tick listed it, jobMu not held in between). Caller holds
 // jobMu.
 func (t *Tiers) runPending(ctx context.Context, j Job) error {
-	ctx, end, err := t.begin(ctx, j.Cube)
+	jctx, r, end, err := t.begin(ctx, j.Cube, true)
+	if errors.Is(err, ErrDeferred) {
+		return err
+	}
 	if err != nil {
 		return errJobGone // its cube is being deleted, the job with it
 	}
@@ -87,7 +90,14 @@ func (t *Tiers) runPending(ctx context.Context, j Job) error {
 	if err != nil {
 		return err
 	}
-	return t.runJob(ctx, j)
+	err = t.runJob(jctx, j)
+	t.runMu.Lock()
+	preempted := r.preempted
+	t.runMu.Unlock()
+	if err != nil && preempted && ctx.Err() == nil {
+		return fmt.Errorf("%w: preempted by a promotion", ErrDeferred)
+	}
+	return err
 }
 
 // enqueue persists jobs whose (kind, cube, memory) is not pending yet.
@@ -673,9 +683,10 @@ func (t *Tiers) Promote(ctx context.Context, cube string, ids []string, reason s
 	if t.eng == nil {
 		return out, ErrReadOnly
 	}
+	defer t.preempt()()
 	t.jobMu.Lock()
 	defer t.jobMu.Unlock()
-	ctx, end, err := t.begin(ctx, cube)
+	ctx, _, end, err := t.begin(ctx, cube, false)
 	if err != nil {
 		return out, err
 	}

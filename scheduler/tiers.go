@@ -118,9 +118,10 @@ type Tiers struct {
 	// none) and deleting (cubes being deleted: no job of theirs starts).
 	// DeleteCube takes only runMu: it cancels a running job of its cube
 	// and waits for that one, never for another cube's job.
-	runMu    sync.Mutex
-	running  *runningJob
-	deleting map[string]int
+	runMu     sync.Mutex
+	running   *runningJob
+	deleting  map[string]int
+	promoting int // Promotes waiting for or holding jobMu: no Tick job starts
 
 	// mu guards closed, cancel and resident.
 	mu       sync.Mutex
@@ -728,9 +729,11 @@ func (t *Tiers) trimTransitions(ctx context.Context) (int, error) {
 
 // runningJob is the job or Promote holding jobMu.
 type runningJob struct {
-	cube   string
-	cancel context.CancelFunc
-	done   chan struct{}
+	cube      string
+	job       bool // a Tick's job (a Promote otherwise)
+	cancel    context.CancelFunc
+	done      chan struct{}
+	preempted bool // cancelled by a Promote: the job is deferred, not failed
 }
 
 // errCubeDeleted: the cube is being deleted, its job or Promote does not run.
@@ -739,22 +742,43 @@ var errCubeDeleted = errors.New("scheduler: cube deleted")
 // begin registers a job or Promote of cube, with jobMu held, and returns
 // its context (cancelled by DeleteCube of the cube) and the end to defer;
 // errCubeDeleted while the cube is being deleted.
-func (t *Tiers) begin(ctx context.Context, cube string) (context.Context, func(), error) {
+func (t *Tiers) begin(ctx context.Context, cube string, job bool) (context.Context, *runningJob, func(), error) {
 	t.runMu.Lock()
 	defer t.runMu.Unlock()
 	if t.deleting[cube] > 0 {
-		return nil, nil, fmt.Errorf("%w: %s", errCubeDeleted, cube)
+		return nil, nil, nil, fmt.Errorf("%w: %s", errCubeDeleted, cube)
+	}
+	if job && t.promoting > 0 {
+		return nil, nil, nil, fmt.Errorf("%w: a promotion goes first", ErrDeferred)
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	r := &runningJob{cube: cube, cancel: cancel, done: make(chan struct{})}
+	r := &runningJob{cube: cube, job: job, cancel: cancel, done: make(chan struct{})}
 	t.running = r
-	return ctx, func() {
+	return ctx, r, func() {
 		t.runMu.Lock()
 		t.running = nil
 		t.runMu.Unlock()
 		cancel()
 		close(r.done)
 	}, nil
+}
+
+// preempt cancels a running Tick job (it stays pending and runs again at a
+// later tick, restoring what was stored): a Promote, which a user waits
+// for, does not wait behind background work.
+func (t *Tiers) preempt() (done func()) {
+	t.runMu.Lock()
+	defer t.runMu.Unlock()
+	t.promoting++
+	if r := t.running; r != nil && r.job {
+		r.preempted = true
+		r.cancel()
+	}
+	return func() {
+		t.runMu.Lock()
+		t.promoting--
+		t.runMu.Unlock()
+	}
 }
 
 // livePacks returns the pack ids committed pack states refer to.

@@ -457,7 +457,7 @@ func TestSoak(t *testing.T) {
 		st, _ := os.Stat(f)
 		adapterBytes = st.Size()
 	}
-	srv := &server{t: t, db: db, args: []string{"--model", model, "--threads", "2", "--ctx", "2048", "--parallel", "4",
+	srv := &server{t: t, db: db, args: []string{"--model", model, "--threads", cmp.Or(os.Getenv("SOAK_THREADS"), "2"), "--ctx", "2048", "--parallel", "4",
 		"--embed", "hash:64", "--min-persist-tokens", "16", "--tick-interval", "2s", "--gc-interval", "20s",
 		"--conv-budget", fmt.Sprint(convMiB << 20), "--kv-budget", fmt.Sprint(kvMiB << 20),
 		"--adapter-budget", fmt.Sprint(adapterBytes + adapterBytes/2), "--max-queue", "8", "--shutdown-timeout", "20s"}}
@@ -556,6 +556,9 @@ func TestSoak(t *testing.T) {
 		t.Fatal(err)
 	}
 	stopErr := srv.stop()
+	if f := os.Getenv("SOAK_SERVER_LOG"); f != "" {
+		os.WriteFile(f, srv.stderr.Bytes(), 0o644) // the server's log, for diagnosis
+	}
 
 	// report
 	acked := 0
