@@ -207,6 +207,9 @@ func (o *OS) deleteCube(ctx context.Context, cube string) error {
 		o.pool.forget(cube, o.clearSeq)
 		o.dropResident(cube)
 	}
+	if err := o.deleteKeys(cube); err != nil {
+		return err
+	}
 	return o.cubes.remove(ctx, cube)
 }
 

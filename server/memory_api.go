@@ -60,9 +60,13 @@ func (s *Server) handleCubeCreate(w http.ResponseWriter, r *http.Request) {
 func (s *Server) handleCubeList(w http.ResponseWriter, r *http.Request) {
 	recs, err := s.os.Cubes(r.Context())
 	out := []cubeView{}
+	sc := scopeOf(r)
 	for _, rec := range recs {
 		if err != nil {
 			break
+		}
+		if sc != "" && rec.Name != sc {
+			continue // an access key sees its own cube only
 		}
 		var v cubeView
 		v, err = s.view(r.Context(), rec)
@@ -367,4 +371,27 @@ func (s *Server) handleCubeImport(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusCreated, res)
+}
+
+// handleKeyCreate answers POST /v1/keys {"cube"}: a new access key for the
+// cube (admin token only), {"id","cube","created","token"}; the token is
+// shown once.
+func (s *Server) handleKeyCreate(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Cube string `json:"cube"`
+	}
+	err := decodeJSON(r, &req)
+	if err == nil && !textmem.ValidCube(req.Cube) {
+		err = badField("cube", "%q is not a cube name", req.Cube)
+	}
+	var k memosrt.AccessKey
+	var tok string
+	if err == nil {
+		k, tok, err = s.os.CreateKey(r.Context(), req.Cube)
+	}
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, map[string]any{"id": k.ID, "cube": k.Cube, "created": k.Created, "token": tok})
 }

@@ -123,6 +123,7 @@ func (s *Server) routes(mux *http.ServeMux) {
 	mux.HandleFunc("POST /v1/generate", s.handleNativeGenerate)
 	mux.HandleFunc("POST /v1/tiers/tick", s.handleTick)
 	mux.HandleFunc("GET /v1/server", s.handleServerInfo)
+	mux.HandleFunc("POST /v1/keys", s.handleKeyCreate)
 	if s.opts.DebugClock != nil {
 		mux.HandleFunc("POST /v1/debug/clock", s.handleDebugClock)
 	}
@@ -180,10 +181,20 @@ func (s *Server) wrap(next http.Handler) http.Handler {
 		s.mu.RUnlock()
 		defer s.inflight.Done()
 
-		if s.opts.Token != "" && !public(r) && !s.authorized(r) {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="memosrt"`)
-			s.writeError(w, r, errUnauthorized)
-			return
+		if s.opts.Token != "" && !public(r) {
+			scope, ok := s.authorized(r)
+			if !ok {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="memosrt"`)
+				s.writeError(w, r, errUnauthorized)
+				return
+			}
+			if scope != "" {
+				if err := scopeAllows(r, scope); err != nil {
+					s.writeError(w, r, err)
+					return
+				}
+				r = r.WithContext(context.WithValue(r.Context(), scopeKey{}, scope))
+			}
 		}
 		limit := s.opts.MaxBodyBytes
 		if r.URL.Path == "/v1/cubes/import" {
@@ -232,17 +243,63 @@ var (
 	errRouteNotFound = errors.New("server: no such endpoint")
 )
 
-func (s *Server) authorized(r *http.Request) bool {
+// authorized checks the bearer token: the admin token (Options.Token) or
+// the local one may use every cube (scope ""); an access key
+// (memosrt.OS.CreateKey) only its cube (scope = that cube).
+func (s *Server) authorized(r *http.Request) (scope string, ok bool) {
 	h := r.Header.Get("Authorization")
 	tok, ok := strings.CutPrefix(h, "Bearer ")
 	if !ok {
-		return false
+		return "", false
 	}
 	tok = strings.TrimSpace(tok)
-	if subtle.ConstantTimeCompare([]byte(tok), []byte(s.opts.Token)) == 1 {
-		return true
+	if subtle.ConstantTimeCompare([]byte(tok), []byte(s.opts.Token)) == 1 ||
+		s.opts.LocalToken != "" && subtle.ConstantTimeCompare([]byte(tok), []byte(s.opts.LocalToken)) == 1 {
+		return "", true
 	}
-	return s.opts.LocalToken != "" && subtle.ConstantTimeCompare([]byte(tok), []byte(s.opts.LocalToken)) == 1
+	k, err := s.os.KeyCube(r.Context(), tok)
+	if err != nil {
+		return "", false
+	}
+	return k.Cube, true
+}
+
+// scopeKey is the context key of a request's cube scope (an access key's
+// cube; absent for the admin token).
+type scopeKey struct{}
+
+// scopeOf returns the cube r's access key is limited to, "" for none.
+func scopeOf(r *http.Request) string {
+	s, _ := r.Context().Value(scopeKey{}).(string)
+	return s
+}
+
+// errForbidden is a 403: the access key may not touch that cube or route.
+var errForbidden = errors.New("server: this access key may not use that")
+
+// scopeAllows refuses, for an access key of cube scope, every route that
+// names another cube (path, X-Memosrt-Cube) and every route beyond one
+// cube: creating or importing cubes, all packs, ticks, keys, metrics, the
+// debug clock. The cube of a request body is checked where it is read
+// (Server.cube) and the cube list is filtered.
+func scopeAllows(r *http.Request, scope string) error {
+	p := r.URL.Path
+	if h := r.Header.Get(CubeHeader); h != "" && h != scope {
+		return fmt.Errorf("%w: cube %q (the key is for %q)", errForbidden, h, scope)
+	}
+	if rest, ok := strings.CutPrefix(p, "/v1/cubes/"); ok {
+		c, _, _ := strings.Cut(rest, "/")
+		if c != scope {
+			return fmt.Errorf("%w: cube %q (the key is for %q)", errForbidden, c, scope)
+		}
+		return nil
+	}
+	switch {
+	case p == "/v1/cubes" && r.Method != http.MethodGet,
+		p == "/v1/packs", p == "/v1/tiers/tick", p == "/metrics", strings.HasPrefix(p, "/v1/keys"), strings.HasPrefix(p, "/v1/debug/"):
+		return fmt.Errorf("%w: %s %s needs the admin token", errForbidden, r.Method, p)
+	}
+	return nil
 }
 
 // fieldError is a 400 naming the bad request field.
@@ -288,6 +345,8 @@ func errStatus(err error) (int, string) {
 		return http.StatusBadGateway, "server_error" // the embedder or upstream gave an unusable answer
 	case errors.Is(err, errUnauthorized):
 		return http.StatusUnauthorized, "authentication_error"
+	case errors.Is(err, errForbidden):
+		return http.StatusForbidden, "permission_error"
 	case errors.Is(err, scheduler.ErrKVBudget):
 		return http.StatusInsufficientStorage, "server_error"
 	case errors.Is(err, textmem.ErrBadCube), errors.Is(err, textmem.ErrEmptyText), errors.Is(err, textmem.ErrInvalidUTF8),

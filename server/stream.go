@@ -78,6 +78,15 @@ func (s *Server) cube(r *http.Request, opt string) (string, error) {
 	if c != "" && !textmem.ValidCube(c) {
 		return "", badField("cube", "%q: %v", c, textmem.ErrBadCube)
 	}
+	// an access key's requests are in its cube, and only there
+	if sc := scopeOf(r); sc != "" {
+		if c == "" {
+			c = sc
+		}
+		if c != sc {
+			return "", fmt.Errorf("%w: cube %q (the key is for %q)", errForbidden, c, sc)
+		}
+	}
 	return c, nil
 }
 
