@@ -1,6 +1,7 @@
 package memosrt
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -601,5 +602,45 @@ func TestRestoreFallback(t *testing.T) {
 	}
 	if o.hasPack(pack) {
 		t.Fatal("a pack proven corrupt was kept")
+	}
+}
+
+// TestEncryptedExport: an OS encrypted at rest exports sealed archives: the
+// memory text does not appear, an OS with the same key imports it whole,
+// and one without a key or with another key refuses it (ErrBadArchive).
+func TestEncryptedExport(t *testing.T) {
+	ctx := context.Background()
+	key := bytes.Repeat([]byte{0x5a}, 32)
+	opts := Options{Dir: t.TempDir(), NoSync: true, EncryptionKey: key}
+	o := openOS(t, opts)
+	want := addMemories(t, o, "c", "Lily's secret recipe is apple pie with cinnamon.", "Max hides his bone under the oak tree.")
+	var buf bytes.Buffer
+	if err := o.ExportCube(ctx, "c", &buf); err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(buf.Bytes(), []byte("secret recipe")) || bytes.Contains(buf.Bytes(), []byte("memories.jsonl")) {
+		t.Fatal("the archive of an encrypted OS is readable")
+	}
+	for name, k := range map[string][]byte{"no key": nil, "another key": bytes.Repeat([]byte{0x11}, 32)} {
+		other := openOS(t, Options{Dir: t.TempDir(), NoSync: true, EncryptionKey: k})
+		if _, err := other.ImportCube(ctx, bytes.NewReader(buf.Bytes()), ImportOptions{}); !errors.Is(err, ErrBadArchive) {
+			t.Fatalf("%s: import %v, want ErrBadArchive", name, err)
+		}
+		if cubes, _ := other.Cubes(ctx); len(cubes) != 0 {
+			t.Fatalf("%s: a refused import left cubes %v", name, cubes)
+		}
+	}
+	same := openOS(t, Options{Dir: t.TempDir(), NoSync: true, EncryptionKey: key})
+	if _, err := same.ImportCube(ctx, bytes.NewReader(buf.Bytes()), ImportOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := same.Memories(ctx, "c")
+	if err != nil || len(got) != len(want) {
+		t.Fatalf("imported %d memories (%v), want %d", len(got), err, len(want))
+	}
+	for i := range want {
+		if got[i].Text != want[i].Text {
+			t.Fatalf("memory %d: %q, want %q", i, got[i].Text, want[i].Text)
+		}
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/memosrt/memosrt/internal/sealed"
 	"github.com/memosrt/memosrt/kvcache"
 	"github.com/memosrt/memosrt/textmem"
 )
@@ -61,7 +62,9 @@ type archivePack struct {
 }
 
 // ExportCube writes cube as one archive (see the layout above) to w:
-// memories, KV pack blobs and tier membership. Errors: ErrUnknownCube,
+// memories, KV pack blobs and tier membership. With Options.EncryptionKey
+// the archive is sealed (internal/sealed: AES-256-GCM records under a key
+// derived from it), and only an OS opened with the same key imports it. Errors: ErrUnknownCube,
 // storage errors, w's errors (part of the archive may have been written).
 func (o *OS) ExportCube(ctx context.Context, cube string, w io.Writer) error {
 	if err := o.enter(); err != nil {
@@ -108,6 +111,15 @@ func (o *OS) ExportCube(ctx context.Context, cube string, w io.Writer) error {
 		enc.Encode(m)
 	}
 	manJSON, _ := json.MarshalIndent(man, "", "  ")
+	var sw *sealed.Writer
+	if len(o.opts.EncryptionKey) > 0 {
+		// encrypted at rest, encrypted in transit: the archive is sealed
+		// under the data directory's key (internal/sealed)
+		if sw, err = sealed.NewWriter(w, o.opts.EncryptionKey, archiveSealInfo); err != nil {
+			return err
+		}
+		w = sw
+	}
 	tw := tar.NewWriter(w)
 	put := func(name string, b []byte) error {
 		if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(b)), ModTime: man.Exported, Typeflag: tar.TypeReg}); err != nil {
@@ -129,8 +141,14 @@ func (o *OS) ExportCube(ctx context.Context, cube string, w io.Writer) error {
 	if err == nil {
 		err = tw.Close()
 	}
+	if err == nil && sw != nil {
+		err = sw.Close()
+	}
 	return err
 }
+
+// archiveSealInfo is the HKDF info of sealed cube archives.
+const archiveSealInfo = "memosrt cube archive v1"
 
 // ImportResult reports an ImportCube.
 type ImportResult struct {
@@ -158,6 +176,19 @@ func (o *OS) ImportCube(ctx context.Context, r io.Reader, opts ImportOptions) (I
 		return res, err
 	}
 	defer o.leave()
+	br := bufio.NewReader(r)
+	if head, _ := br.Peek(len(sealed.Magic)); sealed.IsSealed(head) {
+		if len(o.opts.EncryptionKey) == 0 {
+			return res, fmt.Errorf("%w: the archive is encrypted: import it into a data directory opened with the key it was exported under", ErrBadArchive)
+		}
+		sr, err := sealed.NewReader(br, o.opts.EncryptionKey, archiveSealInfo)
+		if err != nil {
+			return res, fmt.Errorf("%w: %w", ErrBadArchive, err)
+		}
+		r = sr
+	} else {
+		r = br
+	}
 	tr := tar.NewReader(r)
 	next := func(want string) (*tar.Header, error) {
 		h, err := tr.Next()
