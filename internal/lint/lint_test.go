@@ -61,3 +61,34 @@ func TestCgoBoundary(t *testing.T) {
 		t.Fatalf("walked only %d Go files from %s", n, root)
 	}
 }
+
+// TestOnePipeline (issue 11): the request pipeline and the pack layout live
+// in the root package; server/ and cmd/memosrt translate only: their
+// non-test files call none of the pipeline's steps (tokenizing, rendering,
+// restoring or saving KV state, storing packs, driving the engine).
+func TestOnePipeline(t *testing.T) {
+	root, _ := filepath.Abs(filepath.Join("..", ".."))
+	banned := []string{".Restore(", ".RestoreSeq(", ".Tokenize(", "NewLayout(", ".RenderChat(", ".SaveSeq(", "kvcache.Header{", ".Generate(ctx, runtime.Request"}
+	for _, dir := range []string{"server", "cmd/memosrt"} {
+		files, _ := filepath.Glob(filepath.Join(root, dir, "*.go"))
+		n := 0
+		for _, path := range files {
+			if strings.HasSuffix(path, "_test.go") {
+				continue
+			}
+			n++
+			src, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, b := range banned {
+				if strings.Contains(string(src), b) {
+					t.Errorf("%s/%s calls %q: pipeline work belongs in the root package", dir, filepath.Base(path), b)
+				}
+			}
+		}
+		if n == 0 {
+			t.Fatalf("no Go files in %s", dir)
+		}
+	}
+}
