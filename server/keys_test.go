@@ -95,3 +95,38 @@ func TestAccessKeys(t *testing.T) {
 		t.Fatalf("a deleted cube's key: %d, want 401", code)
 	}
 }
+
+// The memory API refuses fields it does not have, naming them (its fields
+// are all memosrt's; the Ollama and OpenAI routes accept unknown ones, as
+// those servers do).
+func TestMemoryAPIUnknownFields(t *testing.T) {
+	e := newEnv(t, envConfig{noEngine: true})
+	if code := do(t, "POST", e.url()+"/v1/cubes", map[string]any{"name": "c"}, nil); code != http.StatusCreated {
+		t.Fatalf("create: %d", code)
+	}
+	for _, c := range []struct {
+		method, path string
+		body         map[string]any
+		field        string
+	}{
+		{"POST", "/v1/cubes", map[string]any{"name": "d", "colour": "red"}, "colour"},
+		{"POST", "/v1/cubes/c/memories", map[string]any{"text": "x", "user_id": "u1"}, "user_id"},
+		{"POST", "/v1/cubes/c/search", map[string]any{"query": "x", "limit": 3}, "limit"},
+	} {
+		var body struct {
+			Error struct{ Message, Param string }
+		}
+		code := do(t, c.method, e.url()+c.path, c.body, &body)
+		if code != http.StatusBadRequest || body.Error.Param != c.field || body.Error.Message != c.field+": unknown field" {
+			t.Errorf("%s %s %v: %d %v", c.method, c.path, c.body, code, body)
+		}
+	}
+	var list struct{ Cubes []any }
+	if do(t, "GET", e.url()+"/v1/cubes", nil, &list); len(list.Cubes) != 1 {
+		t.Fatalf("refused requests created cubes: %v", list.Cubes)
+	}
+	var mems struct{ Memories []any }
+	if do(t, "GET", e.url()+"/v1/cubes/c/memories", nil, &mems); len(mems.Memories) != 0 {
+		t.Fatalf("a refused add stored %v", mems.Memories)
+	}
+}

@@ -41,7 +41,7 @@ type cubeCreateRequest struct {
 
 func (s *Server) handleCubeCreate(w http.ResponseWriter, r *http.Request) {
 	var req cubeCreateRequest
-	if err := decodeJSON(r, &req); err != nil {
+	if err := decodeStrict(r, &req); err != nil {
 		s.writeError(w, r, err)
 		return
 	}
@@ -141,7 +141,7 @@ func (s *Server) handleMemoryAdd(w http.ResponseWriter, r *http.Request) {
 	var req memoryAddRequest
 	cube, err := s.pathCubeName(r)
 	if err == nil {
-		err = decodeJSON(r, &req)
+		err = decodeStrict(r, &req)
 	}
 	if err == nil && req.Memories != nil && req.Text != "" {
 		err = badField("memories", "give either text or memories, not both")
@@ -224,7 +224,7 @@ func (s *Server) handleMemoryUpdate(w http.ResponseWriter, r *http.Request) {
 	}
 	rec, err := s.pathCube(r)
 	if err == nil {
-		err = decodeJSON(r, &req)
+		err = decodeStrict(r, &req)
 	}
 	if err == nil && strings.TrimSpace(req.Text) == "" {
 		err = badField("text", "empty text")
@@ -271,7 +271,7 @@ func (s *Server) handleSearch(w http.ResponseWriter, r *http.Request) {
 				}
 			}
 		} else {
-			err = decodeJSON(r, &req)
+			err = decodeStrict(r, &req)
 		}
 	}
 	if err == nil && req.K < 0 {
@@ -302,7 +302,7 @@ func (s *Server) handlePackWarm(w http.ResponseWriter, r *http.Request) {
 	}
 	rec, err := s.pathCube(r)
 	if err == nil && r.ContentLength != 0 {
-		err = decodeJSON(r, &req)
+		err = decodeStrict(r, &req)
 		if fe := (*fieldError)(nil); errors.As(err, &fe) && fe.Msg == "empty request body" {
 			err = nil
 		}
@@ -380,7 +380,7 @@ func (s *Server) handleKeyCreate(w http.ResponseWriter, r *http.Request) {
 	var req struct {
 		Cube string `json:"cube"`
 	}
-	err := decodeJSON(r, &req)
+	err := decodeStrict(r, &req)
 	if err == nil && !textmem.ValidCube(req.Cube) {
 		err = badField("cube", "%q is not a cube name", req.Cube)
 	}

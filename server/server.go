@@ -425,9 +425,22 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 
 // decodeJSON reads the request body into v, rejecting trailing data and
 // naming the bad field on a type error.
-func decodeJSON(r *http.Request, v any) error {
+func decodeJSON(r *http.Request, v any) error { return decodeBody(r, v, false) }
+
+// decodeStrict is decodeJSON refusing fields v does not have (400 naming
+// the field): the memory API, whose fields are all ours. The Ollama and
+// OpenAI routes accept unknown fields, as those servers do.
+func decodeStrict(r *http.Request, v any) error { return decodeBody(r, v, true) }
+
+func decodeBody(r *http.Request, v any, strict bool) error {
 	dec := json.NewDecoder(r.Body)
+	if strict {
+		dec.DisallowUnknownFields()
+	}
 	if err := dec.Decode(v); err != nil {
+		if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+			return badField(strings.Trim(f, `"`), "unknown field")
+		}
 		var mbe *http.MaxBytesError
 		var te *json.UnmarshalTypeError
 		var se *json.SyntaxError
