@@ -291,6 +291,22 @@ func (o *OS) UpdateMemory(ctx context.Context, cube, id, text string) (textmem.M
 	return m, err
 }
 
+// PatchMemory changes the fields p sets (text, kind, tags, source) as one
+// new version; a changed text recomputes the pack holding it at the next
+// tick. Errors: textmem.ErrNotFound, textmem.ErrEmptyText,
+// textmem.ErrInvalidUTF8, ...
+func (o *OS) PatchMemory(ctx context.Context, cube, id string, p textmem.Patch) (textmem.Memory, error) {
+	if err := o.enter(); err != nil {
+		return textmem.Memory{}, err
+	}
+	defer o.leave()
+	m, err := o.mem.Patch(ctx, cube, id, p)
+	if err == nil && p.Text != nil {
+		o.Kick()
+	}
+	return m, err
+}
+
 // DeleteMemory deletes a memory; it leaves the cube's pack at the next
 // tick (requests never see it again: the pack is rendered from the text
 // tier). Errors: textmem.ErrNotFound.

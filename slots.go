@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -45,7 +46,10 @@ type slotPool struct {
 	mu   sync.Mutex
 	free []*slot
 	all  []*slot
-	wake chan struct{} // closed (and replaced) when reserved cells are given back
+	wake chan struct{} // closed (and replaced) when reserved cells are given back or admitQ moves
+	// admitQ are the slots in admit, in arrival order; only the first may
+	// take cells (guarded by mu)
+	admitQ []*slot
 	// closing is closed by drain: requests waiting for a slot or for cells
 	// get ErrClosed at once (a shutdown answers the queue, 503).
 	closing   chan struct{}
@@ -158,7 +162,8 @@ type fixedCells interface {
 	evict(n int) int
 }
 
-// admit reserves KV cells for the request holding sl: at most want cells
+// admit reserves KV cells for the request holding sl, in arrival order
+// (admitQ): at most want cells
 // (prompt plus generation budget) and at least least. The unified KV cache
 // of nctx cells holds the fixed cells (resident packs), the reservations
 // of busy slots and tier jobs, and the tokens idle slots keep. Idle slots
@@ -173,8 +178,34 @@ func (p *slotPool) admit(ctx context.Context, sl *slot, least, want, nctx int, f
 	if least > nctx {
 		return 0, fmt.Errorf("%w: it needs at least %d cells, n_ctx is %d", ErrNoRoom, least, nctx)
 	}
+	// first come, first served: a request waiting for cells is not passed
+	// by later, smaller ones (they would keep it waiting for good)
+	p.mu.Lock()
+	p.admitQ = append(p.admitQ, sl)
+	p.mu.Unlock()
+	defer func() {
+		p.mu.Lock()
+		if i := slices.Index(p.admitQ, sl); i >= 0 {
+			p.admitQ = slices.Delete(p.admitQ, i, i+1)
+		}
+		close(p.wake) // the next in line looks again
+		p.wake = make(chan struct{})
+		p.mu.Unlock()
+	}()
 	for {
 		p.mu.Lock()
+		if p.admitQ[0] != sl {
+			wake := p.wake
+			p.mu.Unlock()
+			select {
+			case <-wake:
+			case <-ctx.Done():
+				return 0, ctx.Err()
+			case <-p.closing:
+				return 0, ErrClosed
+			}
+			continue
+		}
 		// a busy slot holds its reservation, or more until its request has
 		// trimmed what the sequence kept from before
 		used := 0

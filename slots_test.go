@@ -86,3 +86,62 @@ func errString(err error) string {
 	}
 	return err.Error()
 }
+
+// noFixed is a KV cache without resident packs.
+type noFixed struct{}
+
+func (noFixed) cells() int      { return 0 }
+func (noFixed) evict(n int) int { return 0 }
+
+// Admission is first come, first served: a request waiting for cells is
+// not passed by a later one that would fit now; once the cells come back
+// the first is admitted, then the second.
+func TestAdmitInOrder(t *testing.T) {
+	ctx := context.Background()
+	p := newSlotPool([]int{0, 1, 2}, 4)
+	clear := func(int) {}
+	holder, _, _ := p.acquire(ctx, nil, "")
+	if got, err := p.admit(ctx, holder, 60, 60, 100, noFixed{}, clear); err != nil || got != 60 {
+		t.Fatalf("holder: %d %v", got, err)
+	}
+	big, _, _ := p.acquire(ctx, nil, "")
+	small, _, _ := p.acquire(ctx, nil, "")
+	order := make(chan string, 2)
+	go func() {
+		if _, err := p.admit(ctx, big, 50, 50, 100, noFixed{}, clear); err == nil {
+			order <- "big"
+		}
+	}()
+	for {
+		p.mu.Lock()
+		n := len(p.admitQ)
+		p.mu.Unlock()
+		if n == 1 {
+			break
+		}
+		goruntime.Gosched()
+	}
+	go func() {
+		if _, err := p.admit(ctx, small, 10, 10, 100, noFixed{}, clear); err == nil {
+			order <- "small"
+		}
+	}()
+	for {
+		p.mu.Lock()
+		n := len(p.admitQ)
+		p.mu.Unlock()
+		if n == 2 {
+			break
+		}
+		select {
+		case o := <-order:
+			t.Fatalf("%s admitted while the big request waits first", o)
+		default:
+			goruntime.Gosched()
+		}
+	}
+	p.release(holder) // 60 cells back
+	if a, b := <-order, <-order; a != "big" || b != "small" {
+		t.Fatalf("admitted %s then %s, want big then small", a, b)
+	}
+}

@@ -130,3 +130,43 @@ func TestMemoryAPIUnknownFields(t *testing.T) {
 		t.Fatalf("a refused add stored %v", mems.Memories)
 	}
 }
+
+// PATCH changes only the fields it is given (tags alone keep the text and
+// make the memory findable by the tag); PUT replaces the text only.
+func TestMemoryPatch(t *testing.T) {
+	e := newEnv(t, envConfig{noEngine: true})
+	var m struct {
+		ID, Text, Kind string
+		Tags           []string
+		Version        int
+	}
+	if code := do(t, "POST", e.url()+"/v1/cubes/c/memories", map[string]any{"text": "Lily has a dog named Max.", "kind": "fact"}, &m); code != http.StatusCreated {
+		t.Fatalf("add: %d", code)
+	}
+	u := e.url() + "/v1/cubes/c/memories/" + m.ID
+	var got struct {
+		Text, Kind string
+		Tags       []string
+		Version    int
+	}
+	if code := do(t, "PATCH", u, map[string]any{"tags": []string{"pets"}}, &got); code != http.StatusOK ||
+		got.Text != "Lily has a dog named Max." || got.Kind != "fact" || len(got.Tags) != 1 || got.Tags[0] != "pets" || got.Version != m.Version+1 {
+		t.Fatalf("PATCH tags: %d %+v", code, got)
+	}
+	var hits struct{ Hits []struct{ Memory struct{ ID string } } }
+	if do(t, "POST", e.url()+"/v1/cubes/c/search", map[string]any{"query": "dog", "tags": []string{"pets"}}, &hits); len(hits.Hits) != 1 || hits.Hits[0].Memory.ID != m.ID {
+		t.Fatalf("search by the patched tag: %+v", hits)
+	}
+	if code := do(t, "PATCH", u, map[string]any{"kind": "preference", "text": "Lily has a dog named Rex."}, &got); code != http.StatusOK ||
+		got.Text != "Lily has a dog named Rex." || got.Kind != "preference" || len(got.Tags) != 1 {
+		t.Fatalf("PATCH kind and text: %d %+v", code, got)
+	}
+	for _, c := range []struct {
+		method string
+		body   map[string]any
+	}{{"PATCH", map[string]any{}}, {"PUT", map[string]any{"tags": []string{"x"}}}, {"PATCH", map[string]any{"text": " "}}} {
+		if code := do(t, c.method, u, c.body, nil); code != http.StatusBadRequest {
+			t.Errorf("%s %v: %d, want 400", c.method, c.body, code)
+		}
+	}
+}

@@ -218,20 +218,31 @@ func (s *Server) handleMemoryGet(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, m)
 }
 
+// handleMemoryUpdate answers PUT (the text is replaced; "text" required)
+// and PATCH (only the fields given change: text, kind, tags, source).
 func (s *Server) handleMemoryUpdate(w http.ResponseWriter, r *http.Request) {
 	var req struct {
-		Text string `json:"text"`
+		Text   *string   `json:"text"`
+		Kind   *string   `json:"kind"`
+		Tags   *[]string `json:"tags"`
+		Source *string   `json:"source"`
 	}
 	rec, err := s.pathCube(r)
 	if err == nil {
 		err = decodeStrict(r, &req)
 	}
-	if err == nil && strings.TrimSpace(req.Text) == "" {
+	switch {
+	case err != nil:
+	case r.Method == http.MethodPut && (req.Text == nil || req.Kind != nil || req.Tags != nil || req.Source != nil):
+		err = badField("text", "PUT replaces the text only and needs it; PATCH changes kind, tags or source")
+	case r.Method == http.MethodPatch && req.Text == nil && req.Kind == nil && req.Tags == nil && req.Source == nil:
+		err = badField("body", "nothing to change: give text, kind, tags or source")
+	case req.Text != nil && strings.TrimSpace(*req.Text) == "":
 		err = badField("text", "empty text")
 	}
 	var m textmem.Memory
 	if err == nil {
-		m, err = s.os.UpdateMemory(r.Context(), rec.Name, r.PathValue("id"), req.Text)
+		m, err = s.os.PatchMemory(r.Context(), rec.Name, r.PathValue("id"), textmem.Patch{Text: req.Text, Kind: req.Kind, Tags: req.Tags, Source: req.Source})
 	}
 	if err != nil {
 		s.writeError(w, r, err)

@@ -559,19 +559,39 @@ func (s *Store) List(ctx context.Context, cube string) ([]Memory, error) {
 // version readable through History. Version grows by one and Updated is
 // set; Created, EventTime, Kind, Tags and Source are kept.
 func (s *Store) Update(ctx context.Context, cube, id string, text string) (Memory, error) {
-	if err := checkText(text, s.opts.MaxTextBytes); err != nil {
-		return Memory{}, err
-	}
-	if err := s.checkTermKeys(cube, text); err != nil {
-		return Memory{}, err
+	return s.Patch(ctx, cube, id, Patch{Text: &text})
+}
+
+// Patch is a partial update of a memory: the fields it sets change, nil
+// ones are kept.
+type Patch struct {
+	Text   *string
+	Kind   *string
+	Tags   *[]string
+	Source *string
+}
+
+// Patch applies p to memory id as one new version, as Update does: a new
+// text is checked and re-embedded; without one the vector is kept.
+// Errors as Update, and ErrInvalidUTF8 for a kind, tag or source.
+func (s *Store) Patch(ctx context.Context, cube, id string, p Patch) (Memory, error) {
+	var vec []float32
+	if p.Text != nil {
+		if err := checkText(*p.Text, s.opts.MaxTextBytes); err != nil {
+			return Memory{}, err
+		}
+		if err := s.checkTermKeys(cube, *p.Text); err != nil {
+			return Memory{}, err
+		}
 	}
 	ix, err := s.index(ctx, cube)
 	if err != nil {
 		return Memory{}, err
 	}
-	vec, err := s.embedText(ctx, text)
-	if err != nil {
-		return Memory{}, err
+	if p.Text != nil {
+		if vec, err = s.embedText(ctx, *p.Text); err != nil {
+			return Memory{}, err
+		}
 	}
 	ix.writeMu.Lock()
 	defer ix.writeMu.Unlock()
@@ -585,12 +605,26 @@ func (s *Store) Update(ctx context.Context, cube, id string, text string) (Memor
 			return err
 		}
 		cur := old
-		cur.Text = text
+		if p.Text != nil {
+			cur.Text = *p.Text
+		}
+		if p.Kind != nil {
+			cur.Kind = *p.Kind
+		}
+		if p.Tags != nil {
+			cur.Tags = slices.Clone(*p.Tags)
+		}
+		if p.Source != nil {
+			cur.Source = *p.Source
+		}
+		if err := checkMeta(&cur); err != nil {
+			return err
+		}
 		rw, err = s.rewriteTxn(txn, ix, old, cur, vec)
 		return err
 	})
 	if err != nil {
-		if errors.Is(err, ErrNotFound) {
+		if errors.Is(err, ErrNotFound) || errors.Is(err, ErrInvalidUTF8) {
 			return Memory{}, err
 		}
 		if errors.Is(err, bg.ErrTxnTooBig) {
