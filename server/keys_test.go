@@ -153,7 +153,9 @@ func TestMemoryPatch(t *testing.T) {
 		got.Text != "Lily has a dog named Max." || got.Kind != "fact" || len(got.Tags) != 1 || got.Tags[0] != "pets" || got.Version != m.Version+1 {
 		t.Fatalf("PATCH tags: %d %+v", code, got)
 	}
-	var hits struct{ Hits []struct{ Memory struct{ ID string } } }
+	var hits struct {
+		Hits []struct{ Memory struct{ ID string } }
+	}
 	if do(t, "POST", e.url()+"/v1/cubes/c/search", map[string]any{"query": "dog", "tags": []string{"pets"}}, &hits); len(hits.Hits) != 1 || hits.Hits[0].Memory.ID != m.ID {
 		t.Fatalf("search by the patched tag: %+v", hits)
 	}
