@@ -386,12 +386,8 @@ type Stats struct {
 func (o *OS) Stats() Stats {
 	st := Stats{Backend: o.info.Backend, PendingWrites: int(o.pending.Load()), ResidentMax: o.opts.ResidentCells}
 	st.KVRAMBytes, st.KVDiskBytes, st.Packs = o.kv.Stats()
-	for _, p := range o.kv.List("") {
-		if strings.HasPrefix(p.Label, "conv:") {
-			st.ConvPacks++
-			st.ConvBytes += p.BlobBytes
-		}
-	}
+	conv, convBytes := o.convPacks()
+	st.ConvPacks, st.ConvBytes = len(conv), convBytes
 	st.ConvEvicted, st.Fallbacks = o.convEvicted.Load(), o.fallbacks.Load()
 	st.DiskBytes = o.db.DiskBytes()
 	if o.up != nil {

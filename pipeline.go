@@ -657,14 +657,7 @@ func (o *OS) persist(sl *slot, cube string, gen uint64, prev string, ad adapterS
 // trimConv deletes the oldest conversation packs, never keep, until they
 // fit Options.ConvBytes. Called with kvMu held.
 func (o *OS) trimConv(keep string) {
-	var conv []kvcache.Info
-	var total int64
-	for _, p := range o.kv.List("") {
-		if strings.HasPrefix(p.Label, "conv:") {
-			conv = append(conv, p)
-			total += p.BlobBytes
-		}
-	}
+	conv, total := o.convPacks()
 	if total <= o.opts.ConvBytes {
 		return
 	}
@@ -685,8 +678,25 @@ func (o *OS) trimConv(keep string) {
 	}
 }
 
+// convPrefix starts the label of every conversation pack.
+const convPrefix = "conv:"
+
 // convLabel is the label of cube's conversation packs.
-func convLabel(cube string) string { return "conv:" + cube }
+func convLabel(cube string) string { return convPrefix + cube }
+
+// convPacks returns the stored conversation packs of all cubes and their
+// blob bytes.
+func (o *OS) convPacks() ([]kvcache.Info, int64) {
+	var conv []kvcache.Info
+	var total int64
+	for _, p := range o.kv.List("") {
+		if strings.HasPrefix(p.Label, convPrefix) {
+			conv = append(conv, p)
+			total += p.BlobBytes
+		}
+	}
+	return conv, total
+}
 
 func (o *OS) hasPack(id string) bool {
 	for _, p := range o.kv.List("") {
@@ -713,7 +723,7 @@ func (o *OS) packInScope(id, cube string) bool {
 func (o *OS) isConv(id string) bool {
 	for _, p := range o.kv.List("") {
 		if p.ID == id {
-			return strings.HasPrefix(p.Label, "conv:")
+			return strings.HasPrefix(p.Label, convPrefix)
 		}
 	}
 	return false

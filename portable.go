@@ -312,8 +312,8 @@ func (o *OS) ImportCube(ctx context.Context, r io.Reader, opts ImportOptions) (I
 		if err != nil {
 			return res, fmt.Errorf("%w: %s: %w", ErrBadArchive, h.Name, err)
 		}
-		if strings.HasPrefix(hd.Label, "conv:") {
-			hd.Label = "conv:" + cube
+		if strings.HasPrefix(hd.Label, convPrefix) {
+			hd.Label = convLabel(cube)
 		} else {
 			hd.Label = cube
 		}

@@ -163,8 +163,8 @@ type fixedCells interface {
 }
 
 // admit reserves KV cells for the request holding sl, in arrival order
-// (admitQ): at most want cells
-// (prompt plus generation budget) and at least least. The unified KV cache
+// (admitQ): at most want cells (prompt plus generation budget) and at
+// least least. The unified KV cache
 // of nctx cells holds the fixed cells (resident packs), the reservations
 // of busy slots and tier jobs, and the tokens idle slots keep. Idle slots
 // are emptied, least recently used first, until want fits, and the request
@@ -194,50 +194,13 @@ func (p *slotPool) admit(ctx context.Context, sl *slot, least, want, nctx int, f
 	}()
 	for {
 		p.mu.Lock()
-		if p.admitQ[0] != sl {
-			wake := p.wake
-			p.mu.Unlock()
-			select {
-			case <-wake:
-			case <-ctx.Done():
-				return 0, ctx.Err()
-			case <-p.closing:
-				return 0, ErrClosed
-			}
-			continue
-		}
-		// a busy slot holds its reservation, or more until its request has
-		// trimmed what the sequence kept from before
-		used := 0
-		for _, s := range p.all {
-			if s != sl {
-				used += max(s.reserved, s.held)
+		if p.admitQ[0] == sl {
+			if got, ok := p.reserve(sl, least, want, nctx, fixed, clear); ok {
+				p.mu.Unlock()
+				return got, nil
 			}
 		}
-		free := func() int { return nctx - fixed.cells() - used }
-		for free() < want {
-			// the least recently used idle slot that holds something
-			var lru *slot
-			for _, s := range p.free {
-				if s.held > 0 && (lru == nil || s.used.Before(lru.used)) {
-					lru = s
-				}
-			}
-			if lru == nil {
-				break
-			}
-			clear(lru.seq)
-			used -= lru.held
-			lru.toks, lru.held, lru.convPack = nil, 0, ""
-		}
-		if f := free(); f < least {
-			fixed.evict(least - f)
-		}
-		if f := free(); f >= least {
-			sl.reserved = min(want, f)
-			p.mu.Unlock()
-			return sl.reserved, nil
-		}
+		// not first in line, or less than least free: wait for a change
 		wake := p.wake
 		p.mu.Unlock()
 		select {
@@ -248,6 +211,45 @@ func (p *slotPool) admit(ctx context.Context, sl *slot, least, want, nctx int, f
 			return 0, ErrClosed
 		}
 	}
+}
+
+// reserve is one admission try for sl (see admit), with p.mu held: idle
+// slots are emptied until want fits, resident packs evicted only when
+// least would not fit, and sl reserves min(want, free) when at least
+// least cells are free.
+func (p *slotPool) reserve(sl *slot, least, want, nctx int, fixed fixedCells, clear func(seq int)) (int, bool) {
+	// a busy slot holds its reservation, or more until its request has
+	// trimmed what the sequence kept from before
+	used := 0
+	for _, s := range p.all {
+		if s != sl {
+			used += max(s.reserved, s.held)
+		}
+	}
+	free := func() int { return nctx - fixed.cells() - used }
+	for free() < want {
+		// the least recently used idle slot that holds something
+		var lru *slot
+		for _, s := range p.free {
+			if s.held > 0 && (lru == nil || s.used.Before(lru.used)) {
+				lru = s
+			}
+		}
+		if lru == nil {
+			break
+		}
+		clear(lru.seq)
+		used -= lru.held
+		lru.toks, lru.held, lru.convPack = nil, 0, ""
+	}
+	if f := free(); f < least {
+		fixed.evict(least - f)
+	}
+	if f := free(); f >= least {
+		sl.reserved = min(want, f)
+		return sl.reserved, true
+	}
+	return 0, false
 }
 
 // drain fails every request waiting in acquire or admit, now and later,
