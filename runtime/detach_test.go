@@ -20,21 +20,7 @@ import (
 // wait for each other. Lock order: batcher, then engine (package doc).
 func TestDetachWhileDecoding(t *testing.T) {
 	ctx := context.Background()
-	p := testmodels.Stories(t)
-	eng, err := runtime.Load(ctx, runtime.Options{ModelPath: p, NCtx: 512, NSeqMax: 2, Threads: 1, LoRA: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer eng.Close()
-	file := filepath.Join(t.TempDir(), "a.gguf")
-	if err := lora.WriteRandom(ctx, file, p, lora.RandomSpec{Seed: 1}); err != nil {
-		t.Fatal(err)
-	}
-	a, err := llama.LoadAdapter(eng.Model(), file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
+	eng, a := engineWithAdapter(t, 512)
 	toks, _ := eng.Tokenize("Once upon a time", true)
 	done := make(chan error, 1)
 	go func() {
@@ -83,21 +69,7 @@ func TestDetachWhileDecoding(t *testing.T) {
 // spun.
 func TestAdapterSwitchPastBackgroundWork(t *testing.T) {
 	ctx := context.Background()
-	p := testmodels.Stories(t)
-	eng, err := runtime.Load(ctx, runtime.Options{ModelPath: p, NCtx: 1024, NSeqMax: 2, Threads: 1, LoRA: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer eng.Close()
-	file := filepath.Join(t.TempDir(), "a.gguf")
-	if err := lora.WriteRandom(ctx, file, p, lora.RandomSpec{Seed: 1}); err != nil {
-		t.Fatal(err)
-	}
-	a, err := llama.LoadAdapter(eng.Model(), file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
+	eng, a := engineWithAdapter(t, 1024)
 	var long []runtime.Token
 	for len(long) < 600 {
 		t, _ := eng.Tokenize(" Once upon a time, there was a little girl named Lily who loved her dog Max.", len(long) == 0)
@@ -147,4 +119,27 @@ func TestAdapterSwitchPastBackgroundWork(t *testing.T) {
 	if n := eng.SeqLen(0); n != len(long) {
 		t.Fatalf("background prefill left %d positions, want %d", n, len(long))
 	}
+}
+
+// engineWithAdapter loads stories260K (n_ctx nctx, 2 sequences, 1 thread,
+// LoRA on) and a random adapter for it; both are closed at the test's end.
+func engineWithAdapter(t *testing.T, nctx int) (*runtime.Engine, *llama.Adapter) {
+	t.Helper()
+	ctx := context.Background()
+	p := testmodels.Stories(t)
+	eng, err := runtime.Load(ctx, runtime.Options{ModelPath: p, NCtx: nctx, NSeqMax: 2, Threads: 1, LoRA: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { eng.Close() })
+	file := filepath.Join(t.TempDir(), "a.gguf")
+	if err := lora.WriteRandom(ctx, file, p, lora.RandomSpec{Seed: 1}); err != nil {
+		t.Fatal(err)
+	}
+	a, err := llama.LoadAdapter(eng.Model(), file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	return eng, a
 }
