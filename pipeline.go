@@ -96,14 +96,17 @@ func promptField(req *Request) string {
 // conversation returns the request's turns: the chat messages, or for a
 // completion an optional system turn and one user turn.
 func conversation(req *Request) []Message {
-	if req.Messages != nil {
-		return req.Messages
+	msgs := req.Messages
+	if msgs == nil {
+		if req.System != "" {
+			msgs = append(msgs, Message{Role: "system", Content: req.System})
+		}
+		msgs = append(msgs, Message{Role: "user", Content: req.Prompt})
 	}
-	var out []Message
-	if req.System != "" {
-		out = append(out, Message{Role: "system", Content: req.System})
+	if req.toolsOn() {
+		msgs = withTools(msgs, req.Tools)
 	}
-	return append(out, Message{Role: "user", Content: req.Prompt})
+	return msgs
 }
 
 // dropMemories leaves memories out of a prompt that does not fit.
@@ -219,6 +222,10 @@ func (o *OS) do(ctx context.Context, req *Request, chat bool) (*Response, error)
 			return nil, err
 		}
 	}
+	toolGrammar, err := checkTools(req)
+	if err != nil {
+		return nil, err
+	}
 	gen := o.gen(req.Cube) // before the cube check: a delete after it is seen
 	if err := o.checkCube(ctx, req.Cube); err != nil {
 		return nil, err
@@ -227,6 +234,9 @@ func (o *OS) do(ctx context.Context, req *Request, chat bool) (*Response, error)
 		return nil, badField("prompt", "empty prompt")
 	}
 	if o.up != nil {
+		if len(req.Tools) > 0 {
+			return nil, badField("tools", "tools are not supported with the ollama backend")
+		}
 		return o.up.generate(ctx, req, start)
 	}
 	if o.eng == nil {
@@ -286,6 +296,9 @@ func (o *OS) do(ctx context.Context, req *Request, chat bool) (*Response, error)
 		maxTok = limit - len(toks)
 	}
 	sp := req.Sampling
+	if toolGrammar != "" {
+		sp.Grammar = toolGrammar
+	}
 	switch {
 	case sp.RepeatLastN == -1:
 		sp.RepeatLastN = limit // Ollama's -1: the whole context
@@ -330,8 +343,14 @@ func (o *OS) do(ctx context.Context, req *Request, chat bool) (*Response, error)
 		out.Refused = src.refused.Error()
 		o.fallbacks.Add(1)
 	}
+	onText := req.OnText
+	var calls *callFilter
+	if req.toolsOn() && onText != nil {
+		calls = &callFilter{next: onText, required: req.ToolChoice == ToolRequired}
+		onText = calls.onText
+	}
 	var res runtime.Result
-	gerr := o.stream(ctx, req.OnText, func(ctx context.Context, onText func(string) error) error {
+	gerr := o.stream(ctx, onText, func(ctx context.Context, onText func(string) error) error {
 		var err error
 		res, err = o.run(ctx, runtime.Request{Seq: sl.seq, Tokens: toks, NPast: src.npast, Sampling: sp,
 			MaxTokens: maxTok, Stop: req.Stop, OnText: onText, Start: start, Adapters: ad.refs})
@@ -352,6 +371,16 @@ func (o *OS) do(ctx context.Context, req *Request, chat bool) (*Response, error)
 	if gerr != nil {
 		out.Usage.TotalDuration = time.Since(start)
 		return out, gerr
+	}
+	if req.toolsOn() {
+		if tc, ok := parseCalls(out.Text); ok {
+			out.ToolCalls, out.Text = tc, ""
+		} else if calls != nil && calls.held.Len() > 0 {
+			// prose after all, or calls cut short: the client gets the text
+			if err := req.OnText(calls.held.String()); err != nil {
+				return out, err
+			}
+		}
 	}
 	if chat && !req.NoPersist && !o.opts.NoPersist && held >= o.opts.MinPersistTokens {
 		o.persist(sl, req.Cube, gen, src.prev, ad)

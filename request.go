@@ -54,6 +54,17 @@ type Request struct {
 	NumCtx int
 	// Stop strings end generation; the stop string is not part of Text.
 	Stop []string
+	// Tools the model may call; their calls come back in
+	// Response.ToolCalls. Assistant turns that made calls carry them as
+	// CallsText writes them; tool results are "tool" turns.
+	Tools []Tool
+	// ToolChoice is ToolAuto ("" too), ToolNone or ToolRequired.
+	ToolChoice string
+	// ToolName, with ToolRequired, is the one tool the model must call.
+	ToolName string
+	// MaxToolCalls caps the calls of one answer; 0 means
+	// DefaultMaxToolCalls, 1 is OpenAI's parallel_tool_calls false.
+	MaxToolCalls int
 	// Adapters are the LoRA adapters to attach: nil means the cube's
 	// default adapters, empty means none.
 	Adapters []lora.Spec
@@ -122,4 +133,8 @@ type Response struct {
 	Retrieved    int `json:"retrieved_memories"`
 	// Adapters is the attached adapter set (runtime.AdapterKey), "" none.
 	Adapters string `json:"adapters,omitempty"`
+	// ToolCalls are the calls the model made (Request.Tools); Text is
+	// then empty. Calls cut short by num_predict stay in Text, with
+	// DoneReason "length".
+	ToolCalls []ToolCall `json:"tool_calls,omitempty"`
 }

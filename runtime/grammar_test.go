@@ -80,3 +80,53 @@ func TestGrammarConstrainsOutput(t *testing.T) {
 		t.Fatalf("seq 0 holds %d tokens after a refused request", n)
 	}
 }
+
+// TestOrText: OrText's grammar parses in llama.cpp and, with "[" as the
+// structured branch's first character, leaves prose free (the greedy
+// output equals the unconstrained one when it does not open with "[")
+// and its structured branch alone makes one finished call.
+func TestOrText(t *testing.T) {
+	e := openStories(t, Options{NCtx: 512})
+	calls, err := grammar.FromSchema([]byte(`{"type":"array","minItems":1,"maxItems":1,"items":{"type":"object","properties":{"name":{"const":"f"}},"required":["name"]}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := grammar.OrText(calls, '[')
+	if err != nil {
+		t.Fatal(err)
+	}
+	gen := func(prompt, g string) Result {
+		t.Helper()
+		toks, err := e.Tokenize(prompt, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := e.ClearSeq(0); err != nil {
+			t.Fatal(err)
+		}
+		r, err := e.Generate(context.Background(), Request{Seq: 0, Tokens: toks, MaxTokens: 40, Sampling: llama.SamplerParams{Grammar: g}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	prose := "Once upon a time, there was a little girl named Lily."
+	free, constrained := gen(prose, ""), gen(prose, g)
+	if strings.HasPrefix(strings.TrimSpace(free.Text), "[") || constrained.Text != free.Text {
+		t.Fatalf("prose: free %q, under OrText %q", free.Text, constrained.Text)
+	}
+	// the structured branch alone, then: one finished call
+	r := gen(prose, calls)
+	var doc []struct{ Name string }
+	if err := json.Unmarshal([]byte(r.Text), &doc); err != nil || len(doc) != 1 || doc[0].Name != "f" || r.DoneReason != "stop" {
+		t.Fatalf("structured: %q (done %q): %v", r.Text, r.DoneReason, err)
+	}
+	for _, bad := range []rune{' ', '\n', 'é', 0} {
+		if _, err := grammar.OrText(calls, bad); !errors.Is(err, grammar.ErrBadSchema) {
+			t.Errorf("OrText first %q: %v", bad, err)
+		}
+	}
+	if _, err := grammar.OrText("x ::= \"a\"", '['); !errors.Is(err, grammar.ErrBadSchema) {
+		t.Errorf("OrText of a grammar without root first: %v", err)
+	}
+}

@@ -51,7 +51,9 @@ func (s *Server) generate(r *http.Request, g *memosrt.Request, chat bool, st *st
 
 func ollamaMetrics(res *memosrt.Response, start time.Time) api.Metrics {
 	u := res.Usage
-	return api.Metrics{TotalDuration: time.Since(start), LoadDuration: u.LoadDuration, PromptEvalCount: u.PromptTokens - u.CachedTokens,
+	// Ollama counts the whole prompt; the cached part is reported in
+	// addition (prompt_cached_count, withCached)
+	return api.Metrics{TotalDuration: time.Since(start), LoadDuration: u.LoadDuration, PromptEvalCount: u.PromptTokens,
 		PromptEvalDuration: u.PromptDuration, EvalCount: u.EvalTokens, EvalDuration: u.EvalDuration}
 }
 
@@ -98,7 +100,7 @@ func (s *Server) handleOllamaChat(w http.ResponseWriter, r *http.Request) {
 		err = setFormat(g, "format", req.Format)
 	}
 	if err == nil && len(req.Tools) > 0 {
-		err = badField("tools", "tools are not supported")
+		g.Tools, err = ollamaTools(req.Tools)
 	}
 	for i, m := range req.Messages {
 		if err != nil {
@@ -108,7 +110,7 @@ func (s *Server) handleOllamaChat(w http.ResponseWriter, r *http.Request) {
 		if err == nil && len(m.Images) > 0 {
 			err = badField(fmt.Sprintf("messages[%d].images", i), "images are not supported")
 		}
-		g.Messages = append(g.Messages, memosrt.Message{Role: m.Role, Content: m.Content})
+		g.Messages = append(g.Messages, memosrt.Message{Role: m.Role, Content: ollamaMessageText(m)})
 	}
 	var sp sampling
 	if err == nil {
@@ -116,6 +118,15 @@ func (s *Server) handleOllamaChat(w http.ResponseWriter, r *http.Request) {
 	}
 	if err == nil {
 		g.Cube, err = s.cube(r, sp.Cube)
+	}
+	switch c := sp.ToolChoice; c {
+	case "", memosrt.ToolAuto, memosrt.ToolNone, memosrt.ToolRequired:
+		g.ToolChoice = c
+	default:
+		g.ToolChoice, g.ToolName = memosrt.ToolRequired, c
+	}
+	if sp.MaxToolCalls != nil {
+		g.MaxToolCalls = *sp.MaxToolCalls
 	}
 	if err != nil {
 		s.writeError(w, r, err)
@@ -130,8 +141,9 @@ func (s *Server) handleOllamaChat(w http.ResponseWriter, r *http.Request) {
 	s.ollamaRun(w, r, g, true, sp, req.Stream, start, func(t string) any {
 		return api.ChatResponse{Model: name, CreatedAt: s.opts.Now().UTC(), Message: api.Message{Role: "assistant", Content: t}}
 	}, func(res *memosrt.Response, text string, m api.Metrics, dbg *api.DebugInfo) any {
-		return api.ChatResponse{Model: name, CreatedAt: s.opts.Now().UTC(), Message: api.Message{Role: "assistant", Content: text},
-			Done: true, DoneReason: res.DoneReason, Metrics: m, DebugInfo: dbg}
+		return api.ChatResponse{Model: name, CreatedAt: s.opts.Now().UTC(),
+			Message: api.Message{Role: "assistant", Content: text, ToolCalls: ollamaCalls(res.ToolCalls)},
+			Done:    true, DoneReason: res.DoneReason, Metrics: m, DebugInfo: dbg}
 	})
 }
 
@@ -157,10 +169,25 @@ func (s *Server) ollamaRun(w http.ResponseWriter, r *http.Request, g *memosrt.Re
 		m, dbg = api.Metrics{PromptEvalCount: res.Usage.PromptTokens}, &api.DebugInfo{RenderedTemplate: res.Rendered}
 	}
 	if st != nil {
-		st.send(final(res, "", m, dbg))
+		st.send(withCached(final(res, "", m, dbg), res.Usage.CachedTokens))
 		return
 	}
-	writeJSON(w, http.StatusOK, final(res, res.Text, m, dbg))
+	writeJSON(w, http.StatusOK, withCached(final(res, res.Text, m, dbg), res.Usage.CachedTokens))
+}
+
+// withCached adds memosrt's "prompt_cached_count" (prompt tokens not
+// decoded: slot, resident or restored KV) to an Ollama final response,
+// whose prompt_eval_count is the whole prompt as Ollama counts it.
+func withCached(v any, cached int) json.RawMessage {
+	b, err := json.Marshal(v)
+	if err != nil || len(b) < 2 || b[0] != '{' {
+		return b
+	}
+	head := fmt.Sprintf(`{"prompt_cached_count":%d`, cached)
+	if b[1] != '}' {
+		head += ","
+	}
+	return append([]byte(head), b[1:]...)
 }
 
 // streamError reports err: as a JSON error response when nothing was sent
@@ -374,12 +401,13 @@ func (s *Server) handleOllamaShow(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	mi := s.os.Model()
-	// As Ollama reports them: a generative model is "completion" only.
+	// As Ollama reports them: a generative model is "completion", and
+	// "tools" as every model here calls tools under a grammar.
 	// The v0.17.4 CLI runs any model listing "embedding" as an embedder
 	// (cmd/cmd.go: slices.Contains(info.Capabilities, CapabilityEmbedding)),
 	// so `ollama run` printed a vector. /api/embed still works, as it does
 	// for generative models in Ollama.
-	caps := []model.Capability{model.CapabilityCompletion}
+	caps := []model.Capability{model.CapabilityCompletion, model.CapabilityTools}
 	writeJSON(w, http.StatusOK, api.ShowResponse{Modelfile: "# served by memosrt\nFROM " + mi.Name + "\n",
 		Parameters: fmt.Sprintf("num_ctx %d", mi.NCtx), Template: mi.Template, Details: ollamaDetails(mi),
 		ModelInfo: mi.Info, Capabilities: caps, ModifiedAt: mi.Modified})

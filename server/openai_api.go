@@ -21,8 +21,10 @@ import (
 // send and read them.
 
 type oaiMessage struct {
-	Role    string          `json:"role"`
-	Content json.RawMessage `json:"content"`
+	Role       string          `json:"role"`
+	Content    json.RawMessage `json:"content"`
+	ToolCalls  []oaiToolCall   `json:"tool_calls"`
+	ToolCallID string          `json:"tool_call_id"`
 }
 
 type oaiStreamOptions struct {
@@ -60,9 +62,12 @@ type oaiJSONSchema struct {
 
 type oaiChatRequest struct {
 	oaiSampling
-	Messages       []oaiMessage      `json:"messages"`
-	Tools          []json.RawMessage `json:"tools"`
-	ResponseFormat *struct {
+	Messages          []oaiMessage      `json:"messages"`
+	Tools             []json.RawMessage `json:"tools"`
+	ToolChoice        json.RawMessage   `json:"tool_choice"`
+	ParallelToolCalls *bool             `json:"parallel_tool_calls"`
+	MaxToolCalls      *int              `json:"max_tool_calls"` // as OpenAI's Responses API has it
+	ResponseFormat    *struct {
 		Type       string         `json:"type"` // text, json_object, json_schema
 		JSONSchema *oaiJSONSchema `json:"json_schema"`
 	} `json:"response_format"`
@@ -202,8 +207,15 @@ func (s *Server) handleOpenAIChat(w http.ResponseWriter, r *http.Request) {
 	}
 	g := &memosrt.Request{Start: start, Messages: []memosrt.Message{}}
 	err := s.applyOpenAI(r, &req.oaiSampling, g)
-	if err == nil && len(req.Tools) > 0 {
-		err = badField("tools", "tools are not supported")
+	if err == nil {
+		err = openAITools(g, req.Tools, req.ToolChoice, req.ParallelToolCalls)
+	}
+	if mt := req.MaxToolCalls; err == nil && mt != nil {
+		if *mt < 1 {
+			err = badField("max_tool_calls", "%d < 1", *mt)
+		} else if g.MaxToolCalls == 0 || *mt < g.MaxToolCalls {
+			g.MaxToolCalls = *mt
+		}
 	}
 	if rf := req.ResponseFormat; err == nil && rf != nil {
 		switch rf.Type {
@@ -231,6 +243,9 @@ func (s *Server) handleOpenAIChat(w http.ResponseWriter, r *http.Request) {
 		var text string
 		if err == nil {
 			text, err = messageText(fmt.Sprintf("messages[%d].content", i), m.Content)
+		}
+		if err == nil {
+			text, err = openAIMessageText(fmt.Sprintf("messages[%d].tool_calls", i), text, m.ToolCalls)
 		}
 		g.Messages = append(g.Messages, memosrt.Message{Role: role, Content: text})
 	}
@@ -260,7 +275,21 @@ func (s *Server) handleOpenAIChat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if st != nil {
-		if err := st.send(chunk(map[string]any{}, finishReason(res.DoneReason))); err != nil {
+		// each call: its id, type and name, then its arguments
+		for i, c := range openAICalls(res.ToolCalls) {
+			head := c
+			head.Index, head.Function.Arguments = &i, ""
+			d := map[string]any{"tool_calls": []oaiToolCall{head}}
+			if first {
+				d["role"], first = "assistant", false
+			}
+			args := oaiToolCall{Index: &i}
+			args.Function.Arguments = c.Function.Arguments
+			if st.send(chunk(d, nil)) != nil || st.send(chunk(map[string]any{"tool_calls": []oaiToolCall{args}}, nil)) != nil {
+				return
+			}
+		}
+		if err := st.send(chunk(map[string]any{}, openAIFinish(res))); err != nil {
 			return
 		}
 		if req.StreamOptions != nil && req.StreamOptions.IncludeUsage {
@@ -272,8 +301,8 @@ func (s *Server) handleOpenAIChat(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"id": id, "object": "chat.completion", "created": created, "model": name,
 		"system_fingerprint": "memosrt",
-		"choices": []any{map[string]any{"index": 0, "message": map[string]any{"role": "assistant", "content": res.Text},
-			"finish_reason": finishReason(res.DoneReason), "logprobs": nil}},
+		"choices": []any{map[string]any{"index": 0, "message": openAIMessage(res),
+			"finish_reason": openAIFinish(res), "logprobs": nil}},
 		"usage": usageOf(res)})
 }
 

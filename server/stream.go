@@ -97,6 +97,11 @@ type sampling struct {
 	Stop                                        []string
 	Cube                                        string
 	Adapters                                    []lora.Spec // nil: not given (the cube's defaults)
+	// ToolChoice and MaxToolCalls are memosrt's extensions of Ollama's
+	// options (Ollama always lets the model choose): auto, none, required
+	// or a tool's name; the cap on one answer's calls.
+	ToolChoice   string
+	MaxToolCalls *int
 }
 
 // params turns s into sampler parameters with the given API defaults.
@@ -202,6 +207,17 @@ func parseOllamaOptions(m map[string]any) (sampling, error) {
 			s.Stop, err = stringList("options.stop", v)
 		case "adapters":
 			s.Adapters, err = adapterSpecs("options.adapters", v)
+		case "tool_choice":
+			c, ok := v.(string)
+			if !ok {
+				err = badField("options.tool_choice", "want a string, got %T", v)
+			}
+			s.ToolChoice = c
+		case "max_tool_calls":
+			s.MaxToolCalls, err = integer(k, v)
+			if err == nil && *s.MaxToolCalls < 1 {
+				err = badField("options.max_tool_calls", "%d < 1", *s.MaxToolCalls)
+			}
 		case "cube":
 			c, ok := v.(string)
 			if !ok {

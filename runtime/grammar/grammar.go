@@ -577,3 +577,21 @@ func parseValue(d *json.Decoder, depth int) (*node, error) {
 	}
 	return nil, fmt.Errorf("unexpected token %v", t)
 }
+
+// OrText returns a grammar that matches what g matches (a grammar from
+// FromSchema or JSON: its start rule "root" first) or free text: anything
+// whose first character after leading spaces, tabs and newlines is not
+// first. It lets a model choose between a structured answer (a tool call
+// opening with "[") and prose; the structured branch is fully enforced
+// once the model writes first.
+func OrText(g string, first rune) (string, error) {
+	rest, ok := strings.CutPrefix(g, "root ::= ")
+	if !ok {
+		return "", fmt.Errorf("%w: OrText needs a grammar whose first rule is root", ErrBadSchema)
+	}
+	if first <= ' ' || first > '~' {
+		return "", fmt.Errorf("%w: OrText's first character must be printable ASCII, got %q", ErrBadSchema, first)
+	}
+	notFirst := fmt.Sprintf(`[^\x%02X \t\n\r]`, first)
+	return "root ::= structured | prose\nprose ::= [ \\t\\n\\r]* " + notFirst + " [^\\x00]*\nstructured ::= " + rest, nil
+}
