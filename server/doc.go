@@ -2,7 +2,9 @@
 // Ollama API (/api/...), the OpenAI API (/v1/chat/completions,
 // /v1/completions, /v1/embeddings, /v1/models), the memory API
 // (/v1/cubes/..., /v1/packs, /v1/tiers/tick) and Prometheus metrics
-// (/metrics), all on one stdlib http.ServeMux.
+// (/metrics), all on one stdlib http.ServeMux; and the MCP tools (NewMCP)
+// over streamable HTTP at /mcp, the same tools `memosrt mcp` serves on
+// stdio.
 //
 // The package only translates: wire types (Ollama's
 // github.com/ollama/ollama/api types, the OpenAI JSON shapes) become one

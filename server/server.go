@@ -127,6 +127,8 @@ func (s *Server) routes(mux *http.ServeMux) {
 	if s.opts.DebugClock != nil {
 		mux.HandleFunc("POST /v1/debug/clock", s.handleDebugClock)
 	}
+	// MCP (streamable HTTP; every method: POST, and GET/DELETE answered 405)
+	mux.Handle("/mcp", s.mcpHandler())
 	// observability
 	mux.Handle("GET /metrics", s.m.handler())
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {

@@ -3,6 +3,7 @@
 //	memosrt mem add|ls|search|rm --db DIR --cube NAME ...
 //	memosrt kv warm|ls --db DIR --model PATH --cube NAME
 //	memosrt run --db DIR --model PATH --cube NAME [flags] PROMPT
+//	memosrt mcp --db DIR [--model PATH] [--cube NAME]
 //	memosrt bench ttft|recall ...
 //	memosrt gen-model --preset 1b --out PATH
 //	memosrt version | devices
@@ -49,6 +50,7 @@ func commands() []command {
 		{"run", "run --db DIR --model PATH --cube NAME [--temperature T] [--seed N] [--num-predict N] [--no-cache] [--lora NAME[:SCALE]] [--json] PROMPT", cmdRun},
 		{"bench", "bench ttft --model PATH --prefix N[,N...] [--query Q] [--threads T] [--ngl N] [--json]\n  bench recall --locomo FILE [--k 5,10,25] [--json]", cmdBench},
 		{"serve", serveUsage, cmdServe},
+		{"mcp", mcpUsage, cmdMCP},
 		{"lora", loraUsage, cmdLora},
 		{"tiers", tiersUsage, cmdTiers},
 		{"gen-model", "gen-model --preset 1b|8b|tiny --out PATH [--seed N]", cmdGenModel},

@@ -185,7 +185,7 @@ func TestHelpEverywhere(t *testing.T) {
 			t.Errorf("memosrt %s --help:\n%s", c.name, out)
 		}
 	}
-	for _, args := range [][]string{{"mem", "ls", "--help"}, {"kv", "ls", "--help"}, {"run", "--help"}, {"serve", "--help"}} {
+	for _, args := range [][]string{{"mem", "ls", "--help"}, {"kv", "ls", "--help"}, {"run", "--help"}, {"serve", "--help"}, {"mcp", "--help"}} {
 		cmd := append(args, "--db", filepath.Join(dir, "x"))
 		if out := must(t, cmd...); !strings.Contains(out, "-db") {
 			t.Errorf("memosrt %v:\n%s", args, out)

@@ -39,6 +39,9 @@ type storeFlags struct {
 	// existing: the command only reads or removes, so a missing directory
 	// is an error (a typo in --db must not create an empty store).
 	existing bool
+	// background: the command runs until stopped (mcp), so the OS's
+	// background loop runs (ticks, promotions, resident packs) as in serve.
+	background bool
 }
 
 func addStoreFlags(fs *flag.FlagSet) storeFlags {
@@ -62,7 +65,7 @@ func (f storeFlags) options() (memosrt.Options, error) {
 	if err != nil {
 		return memosrt.Options{}, err
 	}
-	return memosrt.Options{Dir: *f.db, EncryptionKey: key, Logger: logger(), NoScheduler: true}, nil
+	return memosrt.Options{Dir: *f.db, EncryptionKey: key, Logger: logger(), NoScheduler: !f.background}, nil
 }
 
 // open returns the server running on the directory, else the OS opened

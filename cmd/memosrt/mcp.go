@@ -1,0 +1,65 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/memosrt/memosrt/server"
+	"github.com/memosrt/memosrt/textmem"
+)
+
+const mcpUsage = "mcp --db DIR [--model PATH] [--cube NAME] [--threads T] [--ctx N]: serve the memory tools over MCP on stdin/stdout"
+
+// cmdMCP serves the MCP tools (server.NewMCP) over stdio until the client
+// closes stdin or a signal arrives. Stdout carries the protocol only; logs
+// go to stderr. Without --model the memory tools work and chat is a tool
+// error.
+func cmdMCP(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("mcp", flag.ContinueOnError)
+	sf := addStoreFlags(fs)
+	cube := fs.String("cube", "", "default cube of tool calls that give none (default: none, every call names its cube)")
+	ef := addEngineFlags(fs)
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 0 {
+		return fmt.Errorf("mcp takes no arguments, got %q", pos)
+	}
+	if *cube != "" && !textmem.ValidCube(*cube) {
+		return fmt.Errorf("--cube %q: %w", *cube, textmem.ErrBadCube)
+	}
+	if *sf.db == "" {
+		return errors.New("--db is required (or set MEMOSRT_DB)")
+	}
+	if r, ok := runningServer(*sf.db); ok {
+		return fmt.Errorf("memosrt serve is running on %s: use its MCP endpoint %s/mcp", *sf.db, r.info.URL)
+	}
+	sf.background = true
+	var efp *engineFlags
+	if *ef.model != "" {
+		efp = &ef // without a model: the memory tools only
+	}
+	o, err := sf.openOS(ctx, efp)
+	if err != nil {
+		return err
+	}
+	defer o.Close(context.WithoutCancel(ctx))
+	log := logger()
+	s := server.NewMCP(o, server.MCPOptions{Cube: *cube, Version: version, Logger: log})
+	model := o.Model().Name
+	if model == "" {
+		model = "none (chat is unavailable)"
+	}
+	log.Info("mcp on stdio", "db", *sf.db, "model", model, "cube", *cube)
+	err = s.Run(ctx, &mcp.StdioTransport{})
+	if errors.Is(err, io.EOF) || errors.Is(err, context.Canceled) {
+		err = nil // the client went away, or SIGINT/SIGTERM
+	}
+	return err
+}
