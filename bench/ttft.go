@@ -59,7 +59,7 @@ func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1e3 }
 // TTFT measures, for each prefix length N, cold prefill TTFT, warm TTFT
 // (restore the prefix's KV state, decode only the query) and the floor
 // (decode only the query on a sequence that already holds the prefix) in one
-// run on one engine, which needs NSeqMax >= 2 and NCtx >= N + query + 1.
+// run on one engine, on its sequence 0, which needs NCtx >= N + query + 1.
 func TTFT(ctx context.Context, e *runtime.Engine, o TTFTOptions) ([]TTFTRow, error) {
 	if o.QueryTok == 0 {
 		o.QueryTok = 16
@@ -72,9 +72,6 @@ func TTFT(ctx context.Context, e *runtime.Engine, o TTFTOptions) ([]TTFTRow, err
 	}
 	if o.Query == "" {
 		o.Query = "Which of these details matters most for the traders who met on the river, and why?"
-	}
-	if e.NSeqMax() < 2 {
-		return nil, fmt.Errorf("bench: TTFT needs an engine with NSeqMax >= 2")
 	}
 	say := func(f string, a ...any) {
 		if o.OnProgress != nil {
@@ -89,7 +86,7 @@ func TTFT(ctx context.Context, e *runtime.Engine, o TTFTOptions) ([]TTFTRow, err
 	var rows []TTFTRow
 	for _, n := range o.Prefixes {
 		if n+len(query)+1 > e.NCtx() {
-			return rows, fmt.Errorf("bench: prefix %d + query %d exceeds n_ctx %d", n, len(query), e.NCtx())
+			return rows, fmt.Errorf("bench: prefix %d + query %d + 1 tokens exceed n_ctx %d (the model's or --ctx): use a shorter --prefix", n, len(query), e.NCtx())
 		}
 		prefix, err := Tokens(e, n, true)
 		if err != nil {
@@ -114,13 +111,13 @@ func TTFT(ctx context.Context, e *runtime.Engine, o TTFTOptions) ([]TTFTRow, err
 			cold = append(cold, ms(d))
 		}
 		row.ColdMs = stats.Median(cold)
-		// the pack: prefix state saved from seq 1, which keeps holding it for the floor
+		// the pack: prefix state saved from a sequence that held only it
 		say("prefix %d: building the pack", n)
-		e.ClearSeq(1)
-		if err := e.Prefill(ctx, 1, prefix, 0); err != nil {
+		e.ClearSeq(0)
+		if err := e.Prefill(ctx, 0, prefix, 0); err != nil {
 			return rows, err
 		}
-		state, err := e.SaveSeq(1)
+		state, err := e.SaveSeq(0)
 		if err != nil {
 			return rows, err
 		}
@@ -145,7 +142,12 @@ func TTFT(ctx context.Context, e *runtime.Engine, o TTFTOptions) ([]TTFTRow, err
 			}
 			warm = append(warm, ms(d))
 
-			d, err = gen(1, n, time.Time{})
+			// the floor: the same sequence cut back to the prefix
+			// (llama_memory_seq_rm), so one sequence's cells are ever used
+			if err := e.TruncateSeq(0, n); err != nil {
+				return rows, err
+			}
+			d, err = gen(0, n, time.Time{})
 			if err != nil {
 				return rows, err
 			}
@@ -171,7 +173,6 @@ func TTFT(ctx context.Context, e *runtime.Engine, o TTFTOptions) ([]TTFTRow, err
 		row.WarmOverF = row.WarmMs / row.FloorMs
 		rows = append(rows, row)
 		e.ClearSeq(0)
-		e.ClearSeq(1)
 	}
 	return rows, nil
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/ollama/ollama/api"
@@ -98,6 +99,9 @@ func (s *Server) handleOllamaChat(w http.ResponseWriter, r *http.Request) {
 	g := &memosrt.Request{Start: start, Messages: []memosrt.Message{}, RenderOnly: req.DebugRenderOnly}
 	if err == nil {
 		err = setFormat(g, "format", req.Format)
+	}
+	if err == nil {
+		err = refuseOllamaExtras(req.Model, req.Think, req.Logprobs, req.TopLogprobs)
 	}
 	if err == nil && len(req.Tools) > 0 {
 		g.Tools, err = ollamaTools(req.Tools)
@@ -236,6 +240,9 @@ func (s *Server) handleOllamaGenerate(w http.ResponseWriter, r *http.Request) {
 	g := &memosrt.Request{Start: start, Prompt: req.Prompt, System: req.System, Raw: req.Raw, RenderOnly: req.DebugRenderOnly}
 	if err == nil {
 		err = setFormat(g, "format", req.Format)
+	}
+	if err == nil {
+		err = refuseOllamaExtras(req.Model, req.Think, req.Logprobs, req.TopLogprobs)
 	}
 	switch {
 	case err != nil:
@@ -436,4 +443,29 @@ const OllamaAPIVersion = "0.17.4"
 // handleServerInfo answers GET /v1/server: {"version", "instance"}.
 func (s *Server) handleServerInfo(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"version": s.opts.Version, "instance": s.opts.Instance})
+}
+
+// handleOllamaModelStore answers Ollama's model management (pull, push,
+// copy, delete, create, blobs) with a 501 saying what memosrt does
+// instead: it serves GGUF files it is given and never changes a store.
+func (s *Server) handleOllamaModelStore(w http.ResponseWriter, r *http.Request) {
+	what := strings.TrimPrefix(r.URL.Path, "/api/")
+	if i := strings.IndexByte(what, '/'); i >= 0 {
+		what = what[:i]
+	}
+	s.writeError(w, r, fmt.Errorf("%w: /api/%s: memosrt does not manage models; it serves the GGUF file given with "+
+		"serve --model (a path, or NAME[:TAG] from Ollama's store); pull, create or copy models with ollama itself", memosrt.ErrNotSupported, what))
+}
+
+// refuseOllamaExtras refuses what memosrt does not serve on Ollama's
+// generation routes, as Ollama refuses it for models without it: think
+// (no model here has a thinking template) and logprobs.
+func refuseOllamaExtras(model string, think *api.ThinkValue, logprobs bool, top int) error {
+	switch {
+	case think != nil && think.Bool():
+		return badField("think", "%q does not support thinking", model)
+	case logprobs || top > 0:
+		return badField("logprobs", "log probabilities are not served")
+	}
+	return nil
 }

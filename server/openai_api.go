@@ -51,6 +51,8 @@ type oaiSampling struct {
 	Cube                string            `json:"cube"`
 	Adapters            any               `json:"adapters"`
 	Metadata            map[string]any    `json:"metadata"`
+	Logprobs            any               `json:"logprobs"` // chat: bool; completions: int
+	TopLogprobs         *int              `json:"top_logprobs"`
 }
 
 // oaiJSONSchema is response_format.json_schema.
@@ -117,6 +119,9 @@ func (s *Server) applyOpenAI(r *http.Request, o *oaiSampling, g *memosrt.Request
 	}
 	if o.Model == "" {
 		return badField("model", "missing model name")
+	}
+	if lp := o.Logprobs; lp != nil && lp != false && lp != 0.0 || o.TopLogprobs != nil && *o.TopLogprobs > 0 {
+		return badField("logprobs", "log probabilities are not served")
 	}
 	if o.N != nil && *o.N != 1 {
 		return badField("n", "only n=1 is supported, got %d", *o.N)

@@ -95,6 +95,10 @@ func (s *Server) routes(mux *http.ServeMux) {
 	mux.HandleFunc("POST /api/show", s.handleOllamaShow)
 	mux.HandleFunc("GET /api/ps", s.handleOllamaPS)
 	mux.HandleFunc("GET /api/version", s.handleOllamaVersion)
+	for _, p := range []string{"POST /api/pull", "POST /api/push", "POST /api/copy", "DELETE /api/delete", "POST /api/create",
+		"POST /api/blobs/{digest}", "HEAD /api/blobs/{digest}"} {
+		mux.HandleFunc(p, s.handleOllamaModelStore)
+	}
 	// OpenAI
 	mux.HandleFunc("POST /v1/chat/completions", s.handleOpenAIChat)
 	mux.HandleFunc("POST /v1/completions", s.handleOpenAICompletion)
