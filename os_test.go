@@ -1,10 +1,13 @@
 package memosrt
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 	"sync"
@@ -641,6 +644,88 @@ func TestEncryptedExport(t *testing.T) {
 	for i := range want {
 		if got[i].Text != want[i].Text {
 			t.Fatalf("memory %d: %q, want %q", i, got[i].Text, want[i].Text)
+		}
+	}
+}
+
+// TestExportImportKeepsIDs: an imported cube holds the exported memories
+// with their ids, times, versions, tags and texts; the same archive imports
+// again under another name (ids are per cube); an archive whose memory id
+// is malformed or repeated is refused (ErrBadArchive) and leaves no cube.
+func TestExportImportKeepsIDs(t *testing.T) {
+	ctx := context.Background()
+	o := openOS(t, Options{Dir: t.TempDir(), NoSync: true})
+	want := addMemories(t, o, "c", "Lily has a dog named Max.", "Max hides his bone under the oak tree.")
+	edited, err := o.PatchMemory(ctx, "c", want[0].ID, textmem.Patch{Tags: &[]string{"pets"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want[0] = edited
+	var buf bytes.Buffer
+	if err := o.ExportCube(ctx, "c", &buf); err != nil {
+		t.Fatal(err)
+	}
+	other := openOS(t, Options{Dir: t.TempDir(), NoSync: true})
+	for _, name := range []string{"", "c2"} {
+		res, err := other.ImportCube(ctx, bytes.NewReader(buf.Bytes()), ImportOptions{Cube: name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := other.Memories(ctx, res.Cube)
+		if err != nil || len(got) != len(want) {
+			t.Fatalf("cube %s: %d memories (%v), want %d", res.Cube, len(got), err, len(want))
+		}
+		for i, w := range want {
+			g := got[i]
+			if g.ID != w.ID || g.Text != w.Text || !g.Created.Equal(w.Created) || !g.Updated.Equal(w.Updated) ||
+				g.Version != w.Version || !slices.Equal(g.Tags, w.Tags) || g.Cube != res.Cube {
+				t.Fatalf("cube %s memory %d: %+v, exported %+v", res.Cube, i, g, w)
+			}
+			if m, err := other.Memory(ctx, res.Cube, w.ID); err != nil || m.Text != w.Text {
+				t.Fatalf("cube %s: get %s by its exported id: %+v %v", res.Cube, w.ID, m, err)
+			}
+		}
+	}
+	// the same id twice, and a malformed id: refused whole
+	var man, mems []byte
+	tr := tar.NewReader(bytes.NewReader(buf.Bytes()))
+	for {
+		h, err := tr.Next()
+		if err != nil {
+			break
+		}
+		b, _ := io.ReadAll(tr)
+		switch h.Name {
+		case "manifest.json":
+			man = b
+		case "memories.jsonl":
+			mems = b
+		}
+	}
+	first, _, _ := bytes.Cut(mems, []byte("\n"))
+	var m textmem.Memory
+	if err := json.Unmarshal(first, &m); err != nil {
+		t.Fatal(err)
+	}
+	m.ID = "not-an-id"
+	bad, _ := json.Marshal(m)
+	for name, body := range map[string][]byte{"repeated id": append(append(append([]byte{}, first...), '\n'), first...), "malformed id": bad} {
+		var ab bytes.Buffer
+		tw := tar.NewWriter(&ab)
+		for _, f := range []struct {
+			name string
+			data []byte
+		}{{"manifest.json", man}, {"memories.jsonl", body}} {
+			tw.WriteHeader(&tar.Header{Name: f.name, Mode: 0o600, Size: int64(len(f.data))})
+			tw.Write(f.data)
+		}
+		tw.Close()
+		fresh := openOS(t, Options{Dir: t.TempDir(), NoSync: true})
+		if _, err := fresh.ImportCube(ctx, &ab, ImportOptions{}); !errors.Is(err, ErrBadArchive) {
+			t.Fatalf("%s: import %v, want ErrBadArchive", name, err)
+		}
+		if cubes, _ := fresh.Cubes(ctx); len(cubes) != 0 {
+			t.Fatalf("%s: a refused import left cubes %v", name, cubes)
 		}
 	}
 }

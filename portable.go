@@ -25,9 +25,9 @@ import (
 //	packs/<id>.mkvb     each KV pack blob of the cube (kvcache blob format,
 //	                    self-describing and checksummed)
 //
-// Import adds the memories in file order (new ids, new creation times in the
-// same order, so the cube's pack renders to the same tokens and its packs
-// stay valid), stores each pack blob after checking it (packs computed for
+// Import stores the memories as they were (textmem.Store.Import: the same
+// ids, creation and update times and versions, so clients' references stay
+// valid and the cube's pack renders to the same tokens), stores each pack blob after checking it (packs computed for
 // another model or KV layout are stored too but only ever match under their
 // own config), and, with a model loaded, puts the memories that were in the
 // activation tier (tier_members, pinned) back into it: their stored pack
@@ -261,7 +261,7 @@ func (o *OS) ImportCube(ctx context.Context, r io.Reader, opts ImportOptions) (I
 			o.deleteCube(context.WithoutCancel(ctx), cube) // never leave half a cube
 		}
 	}()
-	newID := map[string]string{}
+	imported := map[string]bool{}
 	h, err = next("memories.jsonl")
 	if err == io.EOF {
 		return res, fmt.Errorf("%w: no memories.jsonl", ErrBadArchive)
@@ -280,11 +280,14 @@ func (o *OS) ImportCube(ctx context.Context, r io.Reader, opts ImportOptions) (I
 		if err := json.Unmarshal(line, &m); err != nil {
 			return res, fmt.Errorf("%w: memories.jsonl line %d: %v", ErrBadArchive, res.Memories+1, err)
 		}
-		got, err := o.mem.Add(ctx, cube, textmem.Memory{Text: m.Text, Kind: m.Kind, Tags: m.Tags, Source: m.Source, EventTime: m.EventTime})
+		got, err := o.mem.Import(ctx, cube, m)
+		if errors.Is(err, textmem.ErrBadID) || errors.Is(err, textmem.ErrIDExists) {
+			return res, fmt.Errorf("%w: memories.jsonl line %d: %v", ErrBadArchive, res.Memories+1, err)
+		}
 		if err != nil {
 			return res, err
 		}
-		newID[m.ID] = got.ID
+		imported[got.ID] = true
 		res.Memories++
 	}
 	if err := sc.Err(); err != nil {
@@ -330,10 +333,10 @@ func (o *OS) ImportCube(ctx context.Context, r io.Reader, opts ImportOptions) (I
 	if o.eng != nil && len(man.TierMembers) > 0 {
 		var ids, pins []string
 		for _, id := range man.TierMembers {
-			if n, ok := newID[id]; ok {
-				ids = append(ids, n)
+			if imported[id] {
+				ids = append(ids, id)
 				if slices.Contains(man.Pinned, id) {
-					pins = append(pins, n)
+					pins = append(pins, id)
 				}
 			}
 		}

@@ -31,6 +31,14 @@ var (
 	// ErrClosed is returned by every method of a closed Store.
 	ErrClosed = errors.New("textmem: closed")
 
+	// ErrBadID is returned by Import for an id of another shape than the
+	// ones Add assigns.
+	ErrBadID = errors.New("textmem: bad memory id")
+
+	// ErrIDExists is returned by Import when the cube already holds a
+	// memory with that id.
+	ErrIDExists = errors.New("textmem: memory id exists")
+
 	// ErrBadQuery is returned by SearchWith when the Query is inconsistent
 	// (for example Until before Since).
 	ErrBadQuery = errors.New("textmem: bad query")

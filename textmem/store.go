@@ -371,6 +371,25 @@ func setJSON(txn *bg.Txn, key []byte, v any) error {
 // and is returned. The memory, its index postings, vector and duplicate key
 // are written in one transaction.
 func (s *Store) Add(ctx context.Context, cube string, m Memory) (Memory, error) {
+	return s.add(ctx, cube, m, false)
+}
+
+// Import stores m in cube as it was exported: m.ID (the shape Add
+// assigns), m.Created, m.Updated and m.Version are kept (zero times are
+// now, a zero version is 1); m.Text, Kind, Tags, Source and EventTime as
+// in Add. Unlike Add it neither deduplicates nor merges: an archive holds
+// what its cube held. Errors: ErrBadID for an id Add would not assign,
+// ErrIDExists when cube already holds that id, and Add's. Nothing is
+// stored on error.
+func (s *Store) Import(ctx context.Context, cube string, m Memory) (Memory, error) {
+	if !validID(m.ID) {
+		return Memory{}, fmt.Errorf("%w: %q", ErrBadID, m.ID)
+	}
+	return s.add(ctx, cube, m, true)
+}
+
+// add is Add, or with keep Import.
+func (s *Store) add(ctx context.Context, cube string, m Memory, keep bool) (Memory, error) {
 	if err := checkText(m.Text, s.opts.MaxTextBytes); err != nil {
 		return Memory{}, err
 	}
@@ -395,13 +414,24 @@ func (s *Store) Add(ctx context.Context, cube string, m Memory) (Memory, error) 
 	}
 
 	now := s.opts.Now().UTC()
-	m.ID = s.newID(now)
+	if keep {
+		if m.Created.IsZero() {
+			m.Created = now
+		}
+		if m.Updated.IsZero() {
+			m.Updated = m.Created
+		}
+		m.Created, m.Updated = m.Created.UTC(), m.Updated.UTC()
+		m.Version = max(m.Version, 1)
+	} else {
+		m.ID = s.newID(now)
+		m.Created, m.Updated = now, now
+		m.Version = 1
+	}
 	m.Cube = cube
-	m.Created, m.Updated = now, now
 	if !m.EventTime.IsZero() {
 		m.EventTime = m.EventTime.UTC()
 	}
-	m.Version = 1
 	m.Tags = append([]string(nil), m.Tags...)
 	if len(m.Tags) == 0 {
 		m.Tags = nil
@@ -413,14 +443,27 @@ func (s *Store) Add(ctx context.Context, cube string, m Memory) (Memory, error) 
 	st := cubeStats{analyzer: s.opts.Analyzer.Name(), docs: uint64(ix.live) + 1, totalLen: uint64(ix.totalLen) + uint64(dl)}
 	ix.mu.RUnlock()
 
-	near := s.nearCandidate(ix, m, tf, vec)
+	near := near{}
+	if !keep {
+		near = s.nearCandidate(ix, m, tf, vec)
+	}
 	var dup *Memory
 	var merged *rewrite
 	err = s.db.Update(func(txn *bg.Txn) error {
 		dup, merged = nil, nil
 		hk := nsKey(cube, nsHash, contentHash(m.Text, m.EventTime))
+		if keep {
+			switch _, err := txn.Get(nsKey(cube, nsMem, m.ID)); {
+			case err == nil:
+				return fmt.Errorf("%w: %s", ErrIDExists, m.ID)
+			case !errors.Is(err, bg.ErrKeyNotFound):
+				return err
+			}
+		}
 		item, err := txn.Get(hk)
 		switch {
+		case keep:
+			// an archive's memories stand as they are: no duplicate check
 		case err == nil:
 			var id []byte
 			if id, err = item.ValueCopy(nil); err != nil {
