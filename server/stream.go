@@ -13,6 +13,7 @@ import (
 	"github.com/memosrt/memosrt/lora"
 	"github.com/memosrt/memosrt/runtime/llama"
 	"github.com/memosrt/memosrt/textmem"
+	"github.com/ollama/ollama/types/model"
 )
 
 // streamer writes a streamed response: NDJSON lines (Ollama) or SSE events
@@ -262,20 +263,31 @@ func stringList(field string, v any) ([]string, error) {
 
 var errModelNotFound = errors.New("model not found")
 
-// checkModel accepts "" and the served model's name, with or without the
-// ":latest" tag. Without a model it is memosrt.ErrNoModel.
+// checkModel accepts "" and the served model's name (see sameModel).
+// Without a model it is memosrt.ErrNoModel.
 func (s *Server) checkModel(field, name string) error {
 	want := s.os.Model().Name
 	if want == "" {
 		return memosrt.ErrNoModel
 	}
-	if name == "" {
-		return nil
-	}
-	if strings.TrimSuffix(name, ":latest") == strings.TrimSuffix(want, ":latest") {
+	if name == "" || sameModel(name, want) {
 		return nil
 	}
 	return fmt.Errorf("%w: %q (this server serves %q)", errModelNotFound, name, want)
+}
+
+// sameModel reports whether a request's model name names the served model
+// want: equal with or without the ":latest" tag, or, when both are Ollama
+// model names, equal once host, namespace and tag take Ollama's defaults,
+// ignoring case as Ollama does (types/model.Name.EqualFold): for a model
+// served as "stories:latest", "stories", "library/stories" and
+// "registry.ollama.ai/library/stories:latest" all match.
+func sameModel(name, want string) bool {
+	if strings.TrimSuffix(name, ":latest") == strings.TrimSuffix(want, ":latest") {
+		return true
+	}
+	n, w := model.ParseName(name), model.ParseName(want)
+	return n.IsFullyQualified() && w.IsFullyQualified() && n.EqualFold(w)
 }
 
 func checkRole(field, role string) error {

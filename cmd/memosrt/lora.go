@@ -29,7 +29,7 @@ func cmdLora(ctx context.Context, args []string) error {
 	cube := fs.String("cube", "", "cube the adapter belongs to (default: global)")
 	def := fs.Bool("default", false, "attach to every request of its scope that lists no adapters")
 	replace := fs.Bool("replace", false, "overwrite an adapter of the same name and scope")
-	model := fs.String("model", envOr("MEMOSRT_MODEL", ""), "base model GGUF to check the adapter against")
+	model := fs.String("model", envOr("MEMOSRT_MODEL", ""), "base model GGUF (or Ollama model name) to check the adapter against")
 	asJSON := fs.Bool("json", false, "print JSON")
 	out := fs.String("out", "", "output file (gen)")
 	rank := fs.Int("rank", 4, "rank r (gen)")
@@ -38,6 +38,11 @@ func cmdLora(ctx context.Context, args []string) error {
 	pos, err := parse(fs, args[1:])
 	if err != nil {
 		return err
+	}
+	if *model != "" {
+		if *model, _, err = resolveModel(*model); err != nil {
+			return err
+		}
 	}
 	if sub == "gen" {
 		if *model == "" || *out == "" {

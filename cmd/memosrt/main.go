@@ -29,7 +29,8 @@ import (
 var envTable = [][2]string{
 	{"MEMOSRT_DB", "default for --db (data directory)"},
 	{"MEMOSRT_ENCRYPT_KEY_FILE", "default for --encrypt-key-file (hex AES key of the data directory)"},
-	{"MEMOSRT_MODEL", "default for --model (GGUF file)"},
+	{"MEMOSRT_MODEL", "default for --model (GGUF file or Ollama model name)"},
+	{"OLLAMA_MODELS", "Ollama's model store, where --model NAME[:TAG] is looked up; default ~/.ollama/models"},
 	{"MEMOSRT_LIB_PATH", "directory of ggml backend modules (libggml-cuda.so); default <binary dir>/../lib/memosrt"},
 	{"MEMOSRT_LOG", "log level on stderr: debug, info, warn (default), error"},
 	{"MEMOSRT_FAILPOINT", "tests only: tiers-after-put makes serve exit after a tier job stored its pack, before it commits"},
@@ -46,9 +47,9 @@ type command struct {
 func commands() []command {
 	return []command{
 		{"mem", "mem add|ls|search|rm --db DIR --cube NAME [TEXT|QUERY|ID]", cmdMem},
-		{"kv", "kv warm|ls --db DIR [--model PATH --cube NAME]", cmdKV},
-		{"run", "run --db DIR --model PATH --cube NAME [--temperature T] [--seed N] [--num-predict N] [--no-cache] [--lora NAME[:SCALE]] [--json] PROMPT", cmdRun},
-		{"bench", "bench ttft --model PATH --prefix N[,N...] [--query Q] [--threads T] [--ngl N] [--json]\n  bench recall --locomo FILE [--k 5,10,25] [--json]", cmdBench},
+		{"kv", "kv warm|ls --db DIR [--model PATH|NAME[:TAG] --cube NAME]", cmdKV},
+		{"run", "run --db DIR --model PATH|NAME[:TAG] --cube NAME [--temperature T] [--seed N] [--num-predict N] [--no-cache] [--lora NAME[:SCALE]] [--json] PROMPT", cmdRun},
+		{"bench", "bench ttft --model PATH|NAME[:TAG] --prefix N[,N...] [--query Q] [--threads T] [--ngl N] [--json]\n  bench recall --locomo FILE [--k 5,10,25] [--json]", cmdBench},
 		{"serve", serveUsage, cmdServe},
 		{"mcp", mcpUsage, cmdMCP},
 		{"lora", loraUsage, cmdLora},

@@ -13,7 +13,7 @@ import (
 	"github.com/memosrt/memosrt/textmem"
 )
 
-const mcpUsage = "mcp --db DIR [--model PATH] [--cube NAME] [--threads T] [--ctx N]: serve the memory tools over MCP on stdin/stdout"
+const mcpUsage = "mcp --db DIR [--model PATH|NAME[:TAG]] [--cube NAME] [--threads T] [--ctx N]: serve the memory tools over MCP on stdin/stdout"
 
 // cmdMCP serves the MCP tools (server.NewMCP) over stdio until the client
 // closes stdin or a signal arrives. Stdout carries the protocol only; logs

@@ -7,11 +7,13 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"text/tabwriter"
 
 	"github.com/memosrt/memosrt"
+	"github.com/memosrt/memosrt/internal/ollamastore"
 	"github.com/memosrt/memosrt/kvcache"
 	"github.com/memosrt/memosrt/runtime"
 	"github.com/memosrt/memosrt/runtime/grammar"
@@ -32,7 +34,7 @@ type engineFlags struct {
 
 func addEngineFlags(fs *flag.FlagSet) engineFlags {
 	return engineFlags{
-		model:   fs.String("model", envOr("MEMOSRT_MODEL", ""), "GGUF model file"),
+		model:   fs.String("model", envOr("MEMOSRT_MODEL", ""), "GGUF model file, or an Ollama model name (llama3.2:1b) in $OLLAMA_MODELS"),
 		threads: fs.Int("threads", 0, "CPU threads (default: all)"),
 		ctx:     fs.Int("ctx", 4096, "context size n_ctx, tokens"),
 		ngl:     fs.Int("ngl", -1, "layers to offload to a GPU (-1: all when a GPU is present)"),
@@ -52,33 +54,72 @@ func gpuPresent() bool {
 	return false
 }
 
-// engineOptions returns the runtime options of the flags (ModelPath set).
-func (f engineFlags) engineOptions() (runtime.Options, error) {
+// engineOptions returns the runtime options of the flags (ModelPath set)
+// and the name to serve the model under: "" for a file (the OS names it
+// after the file), the Ollama name for a model found in Ollama's store.
+func (f engineFlags) engineOptions() (runtime.Options, string, error) {
 	if *f.model == "" {
-		return runtime.Options{}, errors.New("--model is required (or set MEMOSRT_MODEL)")
+		return runtime.Options{}, "", errors.New("--model is required (or set MEMOSRT_MODEL)")
 	}
 	// before any data directory is opened: a wrong path fails first and alone
-	if st, err := os.Stat(*f.model); err != nil {
-		return runtime.Options{}, fmt.Errorf("model: %w", err)
-	} else if st.IsDir() {
-		return runtime.Options{}, fmt.Errorf("model: %s is a directory, want a GGUF file", *f.model)
+	path, name, err := resolveModel(*f.model)
+	if err != nil {
+		return runtime.Options{}, "", err
 	}
-	if _, err := runtime.CheckModelFile(*f.model); err != nil {
-		return runtime.Options{}, err // not GGUF, truncated, vocab-only
+	if _, err := runtime.CheckModelFile(path); err != nil {
+		return runtime.Options{}, "", err // not GGUF, truncated, vocab-only
 	}
 	llama.Init(libDir())
 	ngl := *f.ngl
 	if ngl < 0 && !gpuPresent() {
 		ngl = 0
 	}
-	return runtime.Options{ModelPath: *f.model, LibDir: libDir(), NGPULayers: ngl,
+	return runtime.Options{ModelPath: path, LibDir: libDir(), NGPULayers: ngl,
 		NCtx: *f.ctx, Threads: *f.threads, TypeK: *f.typeK, TypeV: *f.typeV,
-		FlashAttn: *f.fa, Mmap: *f.mmap, LoRA: true, Logger: logger(), Progress: progress("loading model")}, nil
+		FlashAttn: *f.fa, Mmap: *f.mmap, LoRA: true, Logger: logger(), Progress: progress("loading model")}, name, nil
+}
+
+// ollamaModels is Ollama's model store: $OLLAMA_MODELS, else
+// ~/.ollama/models (Ollama envconfig.Models).
+func ollamaModels() string {
+	if d := os.Getenv("OLLAMA_MODELS"); d != "" {
+		return d
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return filepath.Join(".ollama", "models")
+	}
+	return filepath.Join(home, ".ollama", "models")
+}
+
+// resolveModel turns a --model value into a GGUF path: a file that exists
+// is used as is (name ""); otherwise a value that parses as an Ollama model
+// name (llama3.2:1b, user/model:tag) is looked up in Ollama's store and
+// served under its Ollama name (llama3.2:1b, stories:latest).
+func resolveModel(v string) (path, name string, err error) {
+	st, statErr := os.Stat(v)
+	if statErr == nil {
+		if st.IsDir() {
+			return "", "", fmt.Errorf("model: %s is a directory, want a GGUF file", v)
+		}
+		return v, "", nil
+	}
+	if !errors.Is(statErr, os.ErrNotExist) || !ollamastore.IsName(v) {
+		return "", "", fmt.Errorf("model: %w", statErr)
+	}
+	path, err = ollamastore.Resolve(ollamaModels(), v)
+	switch {
+	case errors.Is(err, ollamastore.ErrNoManifest):
+		return "", "", fmt.Errorf("model %q not found: no file %s, %w (the store is $OLLAMA_MODELS, default ~/.ollama/models)", v, v, err)
+	case err != nil:
+		return "", "", fmt.Errorf("model %q: %w", v, err)
+	}
+	return path, ollamastore.DisplayName(v), nil
 }
 
 // load loads an engine alone (benchmarks).
 func (f engineFlags) load(ctx context.Context, nseq int) (*runtime.Engine, error) {
-	o, err := f.engineOptions()
+	o, _, err := f.engineOptions()
 	if err != nil {
 		return nil, err
 	}
@@ -88,11 +129,14 @@ func (f engineFlags) load(ctx context.Context, nseq int) (*runtime.Engine, error
 
 // apply puts the model and engine flags into OS options.
 func (f engineFlags) apply(o *memosrt.Options) error {
-	e, err := f.engineOptions()
+	e, name, err := f.engineOptions()
 	if err != nil {
 		return err
 	}
 	o.Model, o.Engine = e.ModelPath, e
+	if o.ModelName == "" {
+		o.ModelName = name // --name wins
+	}
 	return nil
 }
 

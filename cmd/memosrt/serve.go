@@ -18,7 +18,7 @@ import (
 	"github.com/memosrt/memosrt/server"
 )
 
-const serveUsage = "serve --db DIR --model PATH [--addr 127.0.0.1:11435] [--parallel N] [--resident N] [--ctx N] [--token T] [--insecure] [--chat-template T]\n" +
+const serveUsage = "serve --db DIR --model PATH|NAME[:TAG] [--addr 127.0.0.1:11435] [--parallel N] [--resident N] [--ctx N] [--token T] [--insecure] [--chat-template T]\n" +
 	"        [--tick-interval 10s] [--backend llama|ollama --ollama-host URL --ollama-model NAME] [--embed model|hash[:DIM]|ollama:MODEL]"
 
 func cmdServe(ctx context.Context, args []string) error {
@@ -30,7 +30,7 @@ func cmdServe(ctx context.Context, args []string) error {
 	residentCells := fs.Int("resident-cells", 0, "KV cells resident packs may hold together (default n_ctx/4)")
 	token := fs.String("token", "", "require this bearer token on every request")
 	insecure := fs.Bool("insecure", false, "allow a non-loopback --addr without --token")
-	name := fs.String("name", "", "model name clients use (default: the GGUF file name without .gguf)")
+	name := fs.String("name", "", "model name clients use (default: the GGUF file name without .gguf, or the Ollama name with its tag for --model NAME[:TAG])")
 	maxQueue := fs.Int("max-queue", 64, "requests that may wait for a slot before 429")
 	numPredict := fs.Int("num-predict", 0, "default cap on generated tokens when a request sets none (0: until n_ctx)")
 	noPersist := fs.Bool("no-persist", false, "do not save conversation KV states as packs")

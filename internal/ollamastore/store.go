@@ -1,0 +1,143 @@
+package ollamastore
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+
+	"github.com/ollama/ollama/types/model"
+)
+
+// MediaTypeModel is the media type of a manifest's weights layer
+// (Ollama server/images.go GetModel).
+const MediaTypeModel = "application/vnd.ollama.image.model"
+
+// digestRE is the digest form Ollama accepts (manifest/paths.go BlobsPath).
+var digestRE = regexp.MustCompile(`^sha256:[0-9a-fA-F]{64}$`)
+
+type layer struct {
+	MediaType string `json:"mediaType"`
+	Digest    string `json:"digest"`
+	Size      int64  `json:"size"`
+}
+
+type manifest struct {
+	SchemaVersion int     `json:"schemaVersion"`
+	Config        layer   `json:"config"`
+	Layers        []layer `json:"layers"`
+}
+
+// parse returns the fully qualified name of s, or ErrInvalidName. A value
+// that ends in ".gguf" is a file name, never a model name.
+func parse(s string) (model.Name, error) {
+	n := model.ParseName(s)
+	if strings.HasSuffix(strings.ToLower(s), ".gguf") || !n.IsFullyQualified() {
+		return model.Name{}, fmt.Errorf("%w: %q", ErrInvalidName, s)
+	}
+	return n, nil
+}
+
+// IsName reports whether s parses as an Ollama model name
+// ([host/][namespace/]model[:tag], not ending in ".gguf"). Paths such as
+// "/abs/x", "./x" and "x.gguf" are not names; "dir/x" is (namespace dir).
+func IsName(s string) bool {
+	_, err := parse(s)
+	return err == nil
+}
+
+// DisplayName is the short name Ollama lists the model under: the model and
+// its tag, with the namespace when it is not "library" and host/namespace
+// when the host is not registry.ollama.ai ("llama3.2" is "llama3.2:latest",
+// "registry.ollama.ai/library/x:1b" is "x:1b"; Ollama
+// types/model.Name.DisplayShortest). It is "" when s is not a name.
+func DisplayName(s string) string {
+	n, err := parse(s)
+	if err != nil {
+		return ""
+	}
+	return n.DisplayShortest()
+}
+
+// ManifestPath is the path of name's manifest in storeDir,
+// <storeDir>/manifests/<host>/<namespace>/<model>/<tag>. The error is
+// ErrInvalidName.
+func ManifestPath(storeDir, name string) (string, error) {
+	n, err := parse(name)
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(storeDir, "manifests", n.Filepath()), nil
+}
+
+// Resolve returns the path of the GGUF blob of the model name in the Ollama
+// store storeDir: it reads name's manifest (see ManifestPath), takes its
+// layer of media type MediaTypeModel (the last one when there are several,
+// as Ollama's GetModel does) and returns <storeDir>/blobs/sha256-<hex> after
+// checking that the blob exists with the manifest's size. The blob's digest
+// is not recomputed (that would read the whole file at each start).
+//
+// Errors, each naming the paths involved: ErrInvalidName, ErrNoManifest (the
+// manifest path searched), ErrBadManifest, ErrNoModelLayer (with the media
+// types found), ErrBlobMissing, ErrBlobSize (both sizes, bytes), or the
+// underlying I/O error.
+func Resolve(storeDir, name string) (path string, err error) {
+	mp, err := ManifestPath(storeDir, name)
+	if err != nil {
+		return "", err
+	}
+	b, err := os.ReadFile(mp)
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", fmt.Errorf("%w %s", ErrNoManifest, mp)
+	} else if err != nil {
+		return "", fmt.Errorf("ollamastore: read manifest: %w", err)
+	}
+	var m manifest
+	if err := json.Unmarshal(b, &m); err != nil {
+		return "", fmt.Errorf("%w %s: %v", ErrBadManifest, mp, err)
+	}
+	if m.SchemaVersion != 2 {
+		return "", fmt.Errorf("%w %s: schemaVersion %d, want 2", ErrBadManifest, mp, m.SchemaVersion)
+	}
+	var (
+		weights *layer
+		types   []string
+	)
+	for i, l := range m.Layers {
+		if l.MediaType == MediaTypeModel {
+			weights = &m.Layers[i]
+		}
+		types = append(types, l.MediaType)
+	}
+	if weights == nil {
+		return "", fmt.Errorf("%w in manifest %s (%s; layers: %s)", ErrNoModelLayer, mp, MediaTypeModel, layerList(types))
+	}
+	if !digestRE.MatchString(weights.Digest) {
+		return "", fmt.Errorf("%w %s: model layer digest %q, want sha256:<64 hex>", ErrBadManifest, mp, weights.Digest)
+	}
+	blob := filepath.Join(storeDir, "blobs", strings.ReplaceAll(weights.Digest, ":", "-"))
+	st, err := os.Stat(blob)
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", fmt.Errorf("%w: %s (model layer of manifest %s; pull the model again)", ErrBlobMissing, blob, mp)
+	} else if err != nil {
+		return "", fmt.Errorf("ollamastore: blob: %w", err)
+	}
+	if !st.Mode().IsRegular() {
+		return "", fmt.Errorf("%w: %s is not a regular file (model layer of manifest %s)", ErrBlobMissing, blob, mp)
+	}
+	if st.Size() != weights.Size {
+		return "", fmt.Errorf("%w: %s is %d bytes, manifest %s says %d", ErrBlobSize, blob, st.Size(), mp, weights.Size)
+	}
+	return blob, nil
+}
+
+func layerList(types []string) string {
+	if len(types) == 0 {
+		return "none"
+	}
+	return strings.Join(types, ", ")
+}
