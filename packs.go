@@ -12,13 +12,17 @@ import (
 // PackStatus is a cube's activation tier: its stored packs (tier and
 // conversation packs) and its resident pack.
 type PackStatus struct {
-	Cube          string          `json:"cube"`
-	Packs         []kvcache.Info  `json:"packs"`
-	Resident      *ResidentStatus `json:"resident,omitempty"`
-	ResidentCells int             `json:"resident_cells"` // all resident packs, cells of n_ctx
-	NCtx          int             `json:"n_ctx"`
-	Memories      int             `json:"memories,omitempty"` // in the pack just warmed
-	WarmMs        float64         `json:"warm_ms,omitempty"`
+	Cube     string          `json:"cube"`
+	Packs    []kvcache.Info  `json:"packs"`
+	Resident *ResidentStatus `json:"resident,omitempty"`
+	// Levels gives each pack's activation level by id:
+	// scheduler.LevelResident, LevelRAM (decompressed in the RAM LRU) or
+	// LevelDisk (only the compressed blob in Badger).
+	Levels        map[string]string `json:"levels"`
+	ResidentCells int               `json:"resident_cells"` // all resident packs, cells of n_ctx
+	NCtx          int               `json:"n_ctx"`
+	Memories      int               `json:"memories,omitempty"` // in the pack just warmed
+	WarmMs        float64           `json:"warm_ms,omitempty"`
 }
 
 // ResidentStatus is a pack held at the resident level.
@@ -54,6 +58,7 @@ func (o *OS) packs(cube string) PackStatus {
 		st.Packs = []kvcache.Info{}
 	}
 	slices.SortFunc(st.Packs, func(a, b kvcache.Info) int { return a.Created.Compare(b.Created) })
+	st.Levels = packLevels(st.Packs, "")
 	if o.eng == nil {
 		return st
 	}
@@ -62,6 +67,7 @@ func (o *OS) packs(cube string) PackStatus {
 	defer o.resMu.Unlock()
 	if r, ok := o.res[cube]; ok {
 		st.Resident = &ResidentStatus{Seq: r.seq, Tokens: len(r.toks), PackID: r.packID, Created: r.created}
+		st.Levels = packLevels(st.Packs, r.packID)
 	}
 	for _, r := range o.res {
 		st.ResidentCells += len(r.toks)

@@ -2,9 +2,10 @@
 // Ollama API (/api/...), the OpenAI API (/v1/chat/completions,
 // /v1/completions, /v1/embeddings, /v1/models), the memory API
 // (/v1/cubes/..., /v1/packs, /v1/tiers/tick) and Prometheus metrics
-// (/metrics), all on one stdlib http.ServeMux; and the MCP tools (NewMCP)
+// (/metrics), all on one stdlib http.ServeMux; the MCP tools (NewMCP)
 // over streamable HTTP at /mcp, the same tools `memosrt mcp` serves on
-// stdio.
+// stdio; and the inspector page at /ui (ui.go: static files embedded from
+// ui/, which read the JSON APIs with the user's bearer token).
 //
 // The package only translates: wire types (Ollama's
 // github.com/ollama/ollama/api types, the OpenAI JSON shapes) become one

@@ -127,6 +127,8 @@ func (s *Server) routes(mux *http.ServeMux) {
 	mux.HandleFunc("POST /v1/generate", s.handleNativeGenerate)
 	mux.HandleFunc("POST /v1/tiers/tick", s.handleTick)
 	mux.HandleFunc("GET /v1/server", s.handleServerInfo)
+	mux.HandleFunc("GET /v1/stats", s.handleStats)
+	mux.HandleFunc("GET /v1/cubes/{cube}/adapters", s.handleAdapters)
 	mux.HandleFunc("POST /v1/keys", s.handleKeyCreate)
 	if s.opts.DebugClock != nil {
 		mux.HandleFunc("POST /v1/debug/clock", s.handleDebugClock)
@@ -135,16 +137,23 @@ func (s *Server) routes(mux *http.ServeMux) {
 	mux.Handle("/mcp", s.mcpHandler())
 	// observability
 	mux.Handle("GET /metrics", s.m.handler())
+	mux.HandleFunc("GET /ui", s.handleUI)
+	mux.Handle("GET /ui/", uiAssets())
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, fmt.Errorf("%w: %s %s", errRouteNotFound, r.Method, r.URL.Path))
 	})
 }
 
-// public reports the probes that need no token: the root ("Ollama is
+// public reports what needs no token: the probes, the root ("Ollama is
 // running") and /api/version, as readiness checks and Ollama clients call
-// them first; they reveal only the version.
+// them first, which reveal only the version; and the inspector page's
+// static files (/ui, uiPublic), which hold no data: the page asks for the
+// token and sends it with every JSON call it makes.
 func public(r *http.Request) bool {
-	return (r.Method == http.MethodGet || r.Method == http.MethodHead) && (r.URL.Path == "/" || r.URL.Path == "/api/version")
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		return false
+	}
+	return r.URL.Path == "/" || r.URL.Path == "/api/version" || uiPublic(r.URL.Path)
 }
 
 // statusWriter records the status code for logs and metrics.
@@ -285,8 +294,8 @@ var errForbidden = errors.New("server: this access key may not use that")
 
 // scopeAllows refuses, for an access key of cube scope, every route that
 // names another cube (path, X-Memosrt-Cube) and every route beyond one
-// cube: creating or importing cubes, all packs, ticks, keys, metrics, the
-// debug clock. The cube of a request body is checked where it is read
+// cube: creating or importing cubes, all packs, ticks, keys, metrics and
+// stats, the debug clock. The cube of a request body is checked where it is read
 // (Server.cube) and the cube list is filtered.
 func scopeAllows(r *http.Request, scope string) error {
 	p := r.URL.Path
@@ -302,7 +311,7 @@ func scopeAllows(r *http.Request, scope string) error {
 	}
 	switch {
 	case p == "/v1/cubes" && r.Method != http.MethodGet,
-		p == "/v1/packs", p == "/v1/tiers/tick", p == "/metrics", strings.HasPrefix(p, "/v1/keys"), strings.HasPrefix(p, "/v1/debug/"):
+		p == "/v1/packs", p == "/v1/tiers/tick", p == "/metrics", p == "/v1/stats", strings.HasPrefix(p, "/v1/keys"), strings.HasPrefix(p, "/v1/debug/"):
 		return fmt.Errorf("%w: %s %s needs the admin token", errForbidden, r.Method, p)
 	}
 	return nil
