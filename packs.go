@@ -2,6 +2,8 @@ package memosrt
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"slices"
 	"time"
 
@@ -100,6 +102,7 @@ func (o *OS) Warm(ctx context.Context, cube string, wo WarmOptions) (PackStatus,
 	if err := o.needEngine(); err != nil {
 		return PackStatus{}, err
 	}
+	gen := o.gen(cube) // before the cube check: a delete after it is seen
 	if err := o.checkCube(ctx, cube); err != nil {
 		return PackStatus{}, err
 	}
@@ -121,11 +124,25 @@ func (o *OS) Warm(ctx context.Context, cube string, wo WarmOptions) (PackStatus,
 	for i, m := range mems {
 		ids[i] = m.ID
 	}
-	o.kvMu.Lock()
+	// not under kvMu: a pack computation takes as long as its prefill,
+	// and conversation pack writes and cube deletes must not wait for it
+	// (kvcache.Put and Delete serialise themselves; the scheduler runs one
+	// computation at a time and refuses more than a few waiting)
 	p, err := o.tiers.Promote(ctx, cube, ids, "warm", true, wo.Resident)
-	o.kvMu.Unlock()
+	if errors.Is(err, scheduler.ErrBusy) {
+		return PackStatus{}, fmt.Errorf("%w: %w", ErrBusy, err)
+	}
 	if err != nil {
 		return PackStatus{}, err
+	}
+	if o.gen(cube) != gen {
+		// deleted while its pack was computed: leave nothing behind
+		o.kvMu.Lock()
+		for _, pk := range o.cubePacks(cube) {
+			o.kv.Delete(pk.ID)
+		}
+		o.kvMu.Unlock()
+		return PackStatus{}, fmt.Errorf("%w: %s (deleted while warming)", ErrUnknownCube, cube)
 	}
 	if wo.Resident {
 		if err := o.applyResident(ctx); err != nil {

@@ -412,7 +412,8 @@ func (e *Engine) queuedForeground() bool {
 
 // admit moves queued jobs into the active set: cancelled ones are failed;
 // jobs whose adapter set differs from the running one wait until the active
-// set drains, then the adapters are switched. A foreground job waiting for
+// set drains, then the adapters are switched; jobs queued after such a
+// foreground job wait with it (first come, first served). A foreground job waiting for
 // a switch goes before background work: background jobs are not admitted
 // meanwhile, and when only background jobs are active (held back while
 // foreground callers are in flight, so they would never drain) they go
@@ -436,12 +437,13 @@ func (e *Engine) admit() {
 		e.b.active = nil
 	}
 	var keep []*job
+	barrier := false // a foreground job waits for a switch: nothing after it is admitted
 	for _, j := range e.b.queue {
 		if err := j.ctx.Err(); err != nil {
 			e.finish(j, err)
 			continue
 		}
-		if fgSwitch && j.req.Background {
+		if fgSwitch && j.req.Background || barrier {
 			keep = append(keep, j)
 			continue
 		}
@@ -456,7 +458,12 @@ func (e *Engine) admit() {
 			e.b.curKey = j.key
 		}
 		if j.key != e.b.curKey {
+			// first come, first served across adapter sets: jobs queued
+			// after this one wait too, so the running set drains and the
+			// switch happens (else a steady stream on the current set
+			// starved it)
 			keep = append(keep, j)
+			barrier = !j.req.Background
 			continue
 		}
 		e.mu.Lock()

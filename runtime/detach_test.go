@@ -5,6 +5,7 @@ import (
 	"errors"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -125,9 +126,15 @@ func TestAdapterSwitchPastBackgroundWork(t *testing.T) {
 // LoRA on) and a random adapter for it; both are closed at the test's end.
 func engineWithAdapter(t *testing.T, nctx int) (*runtime.Engine, *llama.Adapter) {
 	t.Helper()
+	return engineWithAdapterSeqs(t, nctx, 2)
+}
+
+// engineWithAdapterSeqs is engineWithAdapter with nseq sequences.
+func engineWithAdapterSeqs(t *testing.T, nctx, nseq int) (*runtime.Engine, *llama.Adapter) {
+	t.Helper()
 	ctx := context.Background()
 	p := testmodels.Stories(t)
-	eng, err := runtime.Load(ctx, runtime.Options{ModelPath: p, NCtx: nctx, NSeqMax: 2, Threads: 1, LoRA: true})
+	eng, err := runtime.Load(ctx, runtime.Options{ModelPath: p, NCtx: nctx, NSeqMax: nseq, Threads: 1, LoRA: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,4 +149,69 @@ func engineWithAdapter(t *testing.T, nctx int) (*runtime.Engine, *llama.Adapter)
 	}
 	t.Cleanup(func() { a.Close() })
 	return eng, a
+}
+
+// A request needing another adapter set is not starved by a steady stream
+// of requests on the current one: once it waits, later requests queue
+// behind it, the running ones drain and it is switched in (FIFO), while
+// the stream goes on. Before, jobs of the current set kept being admitted
+// and the switch waited until the stream stopped (found by make soak).
+func TestAdapterSwitchNotStarved(t *testing.T) {
+	ctx := context.Background()
+	eng, a := engineWithAdapterSeqs(t, 2048, 8)
+	short, _ := eng.Tokenize("Once upon a time", true)
+	lora := []runtime.AdapterRef{{Adapter: a, Scale: 1}}
+	cold, err := eng.Generate(ctx, runtime.Request{Seq: 7, Tokens: short, MaxTokens: 8, Adapters: lora})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng.ClearSeq(7)
+	stop := make(chan struct{})
+	var served atomic.Int64
+	var wg sync.WaitGroup
+	for seq := range 7 { // the stream: seven sequences, no adapter, back to back
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				eng.ClearSeq(seq)
+				// lengths differ so they rarely end in the same step
+				if _, err := eng.Generate(ctx, runtime.Request{Seq: seq, Tokens: short, MaxTokens: 5 + 3*seq}); err != nil {
+					t.Error(err)
+					return
+				}
+				served.Add(1)
+			}
+		}()
+	}
+	defer func() { close(stop); wg.Wait() }()
+	for served.Load() < 14 { // the stream runs
+		time.Sleep(time.Millisecond)
+	}
+	done := make(chan error, 1)
+	var got runtime.Result
+	before := served.Load()
+	go func() {
+		var err error
+		got, err = eng.Generate(ctx, runtime.Request{Seq: 7, Tokens: short, MaxTokens: 8, Adapters: lora})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil || got.Text != cold.Text {
+			t.Fatalf("LoRA request: %v, %q, want %q", err, got.Text, cold.Text)
+		}
+		// each stream had at most one request ahead of it (and one being
+		// sent as it was queued); before, thousands went first
+		if n := served.Load() - before; n > 14 {
+			t.Fatalf("%d requests of the stream were served while the LoRA request waited, want at most 14", n)
+		}
+	case <-time.After(2 * time.Minute): // starved, not slow: it needs a few steps
+		t.Fatalf("the LoRA request waited behind %d requests of the stream for 2 minutes", served.Load())
+	}
 }

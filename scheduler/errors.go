@@ -13,6 +13,9 @@ var (
 	// cells a job needs are not free now: the job stays pending for a later
 	// tick, counted in TickReport.Deferred, not as a failure.
 	ErrDeferred = errors.New("scheduler: job deferred")
+	// ErrBusy is returned by Promote when TierOptions.MaxPromoteQueue
+	// Promotes wait already: nothing is done, the caller may retry.
+	ErrBusy = errors.New("scheduler: pack computations busy")
 	// ErrReadOnly is returned by Tick and Promote of a Tiers made without
 	// a Layout and an Engine (tools that load no model).
 	ErrReadOnly = errors.New("scheduler: tiers opened without a model (read-only)")

@@ -683,7 +683,11 @@ func (t *Tiers) Promote(ctx context.Context, cube string, ids []string, reason s
 	if t.eng == nil {
 		return out, ErrReadOnly
 	}
-	defer t.preempt()()
+	done, err := t.preempt()
+	if err != nil {
+		return out, err
+	}
+	defer done()
 	t.jobMu.Lock()
 	defer t.jobMu.Unlock()
 	ctx, _, end, err := t.begin(ctx, cube, false)

@@ -13,6 +13,7 @@ import (
 
 type layoutEnv struct {
 	eng *runtime.Engine
+	db  *badger.DB
 	mem *textmem.Store
 }
 
@@ -35,7 +36,7 @@ func newLayoutEnv(t *testing.T) *layoutEnv {
 		db.Close()
 		eng.Close()
 	})
-	return &layoutEnv{eng: eng, mem: mem}
+	return &layoutEnv{eng: eng, db: db, mem: mem}
 }
 
 func (e *layoutEnv) add(t *testing.T, cube string, texts ...string) []textmem.Memory {

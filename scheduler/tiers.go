@@ -70,6 +70,11 @@ type TierOptions struct {
 	// MaxTransitions is how many transitions each cube keeps; each Tick
 	// deletes older ones. Default 1000.
 	MaxTransitions int
+	// MaxPromoteQueue is how many Promotes may wait for the running one
+	// (pack computations run one at a time, on the tier job sequence);
+	// one more is refused at once with ErrBusy rather than left waiting
+	// behind work it cannot see the end of. Default 2.
+	MaxPromoteQueue int
 	// Logger; nil discards.
 	Logger *slog.Logger
 
@@ -158,6 +163,9 @@ func NewTiers(d Deps, opts TierOptions) (*Tiers, error) {
 	}
 	if opts.MaxTransitions <= 0 {
 		opts.MaxTransitions = 1000
+	}
+	if opts.MaxPromoteQueue <= 0 {
+		opts.MaxPromoteQueue = 2
 	}
 	if opts.JobChunk <= 0 {
 		opts.JobChunk = 16
@@ -766,9 +774,12 @@ func (t *Tiers) begin(ctx context.Context, cube string, job bool) (context.Conte
 // preempt cancels a running Tick job (it stays pending and runs again at a
 // later tick, restoring what was stored): a Promote, which a user waits
 // for, does not wait behind background work.
-func (t *Tiers) preempt() (done func()) {
+func (t *Tiers) preempt() (done func(), err error) {
 	t.runMu.Lock()
 	defer t.runMu.Unlock()
+	if t.promoting > t.opts.MaxPromoteQueue {
+		return nil, fmt.Errorf("%w: %d promotions running or waiting", ErrBusy, t.promoting)
+	}
 	t.promoting++
 	if r := t.running; r != nil && r.job {
 		r.preempted = true
@@ -778,7 +789,7 @@ func (t *Tiers) preempt() (done func()) {
 		t.runMu.Lock()
 		t.promoting--
 		t.runMu.Unlock()
-	}
+	}, nil
 }
 
 // livePacks returns the pack ids committed pack states refer to.

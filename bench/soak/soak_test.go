@@ -145,6 +145,10 @@ func (t *tally) fail(format string, a ...any) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.failures = append(t.failures, fmt.Sprintf(format, a...))
+	if os.Getenv("SOAK_DUMP") != "" {
+		// the server is killed for its dump: say now what failed
+		fmt.Fprintf(os.Stderr, "%s soak failure: %s\n", time.Now().Format("15:04:05.000"), t.failures[len(t.failures)-1])
+	}
 }
 
 func (t *tally) count(op string, code int) {
@@ -184,7 +188,10 @@ func (c *client) call(ctx context.Context, op, method, path string, body any, in
 		b, _ := json.Marshal(body)
 		rd = bytes.NewReader(b)
 	}
-	ctx, cancel := context.WithTimeout(ctx, watchdog)
+	// the watchdog only: the end of the soak (ctx) stops clients between
+	// requests, never cancels one in flight (before, the requests in
+	// flight when the soak ended failed as "no answer within 30s")
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), watchdog)
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, method, c.srv.base()+path, rd)
 	req.Header.Set("Content-Type", "application/json")

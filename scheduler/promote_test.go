@@ -1,0 +1,88 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/memosrt/memosrt/kvcache"
+)
+
+// While one pack computation holds the job lock, MaxPromoteQueue Promotes
+// wait for it and the next is refused at once with ErrBusy, doing
+// nothing; once the lock is free the waiting ones complete.
+func TestPromoteQueueBound(t *testing.T) {
+	e := newLayoutEnv(t)
+	ctx := context.Background()
+	db := e.db
+	kv, err := kvcache.Open(db, kvcache.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kv.Close()
+	lay := NewLayout(e.eng, e.mem, LayoutOptions{})
+	tr, err := NewTiers(Deps{DB: db, Mem: e.mem, KV: kv, Layout: lay, Engine: e.eng}, TierOptions{MaxPromoteQueue: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	cubes := []string{"a", "b", "c"}
+	ids := map[string][]string{}
+	for _, c := range cubes {
+		for _, m := range e.add(t, c, "Lily has a dog named Max.", "Max likes the park.") {
+			ids[c] = append(ids[c], m.ID)
+		}
+	}
+	tr.jobMu.Lock() // a running computation
+	errs := make(chan error, 2)
+	for _, c := range cubes[:2] {
+		go func() {
+			_, err := tr.Promote(ctx, c, ids[c], "warm", true, false)
+			errs <- err
+		}()
+	}
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(time.Millisecond) {
+		tr.runMu.Lock()
+		n := tr.promoting
+		tr.runMu.Unlock()
+		if n == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d Promotes waiting, want 2", n)
+		}
+	}
+	// promoting counts the waiting ones; the lock's holder here is the
+	// test, so one more may still wait, and the one after is refused
+	go func() {
+		_, err := tr.Promote(ctx, "c", ids["c"], "warm", true, false)
+		errs <- err
+	}()
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(time.Millisecond) {
+		tr.runMu.Lock()
+		n := tr.promoting
+		tr.runMu.Unlock()
+		if n == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d Promotes waiting, want 3", n)
+		}
+	}
+	if _, err := tr.Promote(ctx, "c", ids["c"], "warm", true, false); !errors.Is(err, ErrBusy) {
+		t.Fatalf("a fourth Promote: %v, want ErrBusy", err)
+	}
+	tr.jobMu.Unlock()
+	for range 3 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range cubes {
+		st, err := tr.State(ctx, c, 0)
+		if err != nil || st.PackID == "" || len(st.Memories) != 2 || st.Memories[0].Tier != TierActivation {
+			t.Fatalf("cube %s after its Promote: %+v %v", c, st, err)
+		}
+	}
+}
