@@ -61,7 +61,8 @@ type server struct {
 	url    string
 	stderr *bytes.Buffer
 	done   chan error
-	down   atomic.Bool // between a SIGKILL and ready again
+	down   atomic.Bool  // between a SIGKILL and ready again
+	epoch  atomic.Int64 // SIGKILLs so far: a request that saw one has no answer to expect
 }
 
 func (s *server) start() {
@@ -109,6 +110,7 @@ func (s *server) base() string { s.mu.Lock(); defer s.mu.Unlock(); return s.url 
 // kill SIGKILLs the server and starts it again on the same directory.
 func (s *server) kill() {
 	s.down.Store(true)
+	s.epoch.Add(1)
 	s.mu.Lock()
 	s.cmd.Process.Kill()
 	done := s.done
@@ -183,6 +185,8 @@ type answer struct {
 // meant to be refused (a 4xx). It returns ok when the answer is one the
 // request deserves; every other outcome is recorded as a failure.
 func (c *client) call(ctx context.Context, op, method, path string, body any, invalid bool, hdr ...string) (answer, bool) {
+	ep := c.srv.epoch.Load() // before the URL is read
+	killed := func() bool { return c.srv.down.Load() || c.srv.epoch.Load() != ep }
 	var rd io.Reader
 	if body != nil {
 		b, _ := json.Marshal(body)
@@ -200,8 +204,8 @@ func (c *client) call(ctx context.Context, op, method, path string, body any, in
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		if c.srv.down.Load() || isTransport(err) && c.srv.down.Load() {
-			return answer{}, false // the server is being killed: no answer expected
+		if killed() {
+			return answer{}, false // the server was killed meanwhile: no answer expected
 		}
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			c.tally.fail("%s %s: no answer within %s (body %v, headers %v)", method, path, watchdog, body, hdr)
@@ -228,7 +232,7 @@ func (c *client) call(ctx context.Context, op, method, path string, body any, in
 				a.lines = append(a.lines, l)
 			}
 		}
-		if err := sc.Err(); err != nil && !c.srv.down.Load() {
+		if err := sc.Err(); err != nil && !killed() {
 			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 				c.tally.fail("%s %s: stream unfinished after %s", method, path, watchdog)
 			} else {
@@ -238,7 +242,7 @@ func (c *client) call(ctx context.Context, op, method, path string, body any, in
 		}
 	} else {
 		a.body, err = io.ReadAll(resp.Body)
-		if err != nil && !c.srv.down.Load() {
+		if err != nil && !killed() {
 			c.tally.fail("%s %s: body: %v", method, path, err)
 			return a, false
 		}
