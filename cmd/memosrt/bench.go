@@ -1,30 +1,21 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
-	"errors"
-	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/spf13/cobra"
 
 	"github.com/memosrt/memosrt/bench"
 	"github.com/memosrt/memosrt/runtime/llama"
 )
 
-func cmdBench(ctx context.Context, args []string) error {
-	if len(args) == 0 {
-		return errors.New("usage: memosrt bench ttft|recall ...")
-	}
-	switch args[0] {
-	case "ttft":
-		return benchTTFT(ctx, args[1:])
-	case "recall":
-		return benchRecall(ctx, args[1:])
-	}
-	return fmt.Errorf("unknown bench %q (ttft, recall)", args[0])
+func newBenchCmd() *cobra.Command {
+	return group("bench", "Benchmarks: TTFT with a restored KV prefix, retrieval recall on LoCoMo", newBenchTTFTCmd(), newBenchRecallCmd())
 }
 
 func parseInts(s string) ([]int, error) {
@@ -46,55 +37,89 @@ func parseInts(s string) ([]int, error) {
 	return out, nil
 }
 
-func benchTTFT(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("bench ttft", flag.ContinueOnError)
-	prefix := fs.String("prefix", "1024", "prefix lengths in tokens, comma-separated")
-	query := fs.String("query", "", "query text (cut to --query-tokens)")
-	qtok := fs.Int("query-tokens", 16, "query length, tokens")
-	reps := fs.Int("reps", 5, "warm/floor repetitions (median reported)")
+func newBenchTTFTCmd() *cobra.Command {
+	c := &cobra.Command{
+		Use:   "ttft",
+		Short: "Time to first token: cold prefill vs a restored KV prefix, per prefix length",
+		Args:  noArgs,
+	}
+	fs := c.Flags()
+	fs.SortFlags = false
+	prefix := fs.String("prefix", "1024", "prefix lengths in tokens, comma-separated `N[,N...]`")
+	query := fs.String("query", "", "query `TEXT` (cut to --query-tokens)")
+	qtok := fs.Int("query-tokens", 16, "query length, `TOKENS`")
+	reps := fs.Int("reps", 5, "warm/floor repetitions `N` (median reported)")
 	asJSON := fs.Bool("json", false, "print a JSON array")
+	plot := fs.String("plot", "", "after the table (or JSON), draw TTFT against prefix length into `FILE.png` (or .svg)")
 	ef := addEngineFlags(fs)
-	if _, err := parse(fs, args); err != nil {
-		return err
-	}
-	ns, err := parseInts(*prefix)
-	if err != nil {
-		return err
-	}
-	maxN := 0
-	for _, n := range ns {
-		maxN = max(maxN, n)
-	}
-	*ef.ctx = max(*ef.ctx, maxN+*qtok+64)
-	eng, err := ef.load(ctx, 2)
-	if err != nil {
-		return err
-	}
-	defer eng.Close()
-	o := bench.TTFTOptions{Prefixes: ns, Query: *query, QueryTok: *qtok, Reps: *reps}
-	if isTerminal(os.Stderr) {
-		o.OnProgress = func(s string) { fmt.Fprintf(os.Stderr, "\r\033[K%s", s) }
-	}
-	rows, err := bench.TTFT(ctx, eng, o)
-	if o.OnProgress != nil {
-		fmt.Fprint(os.Stderr, "\r\033[K")
-	}
-	if err != nil {
-		return err
-	}
-	if *asJSON {
-		return json.NewEncoder(os.Stdout).Encode(rows)
-	}
-	sh := eng.Shape()
-	dev := "cpu"
-	for _, d := range llama.Devices() {
-		if d.Kind == "gpu" && eng.Options().NGPULayers != 0 {
-			dev = d.Description
+	c.RunE = func(cmd *cobra.Command, args []string) error {
+		ctx := cmd.Context()
+		if err := checkFlags(cmd, check{"query-tokens", *qtok >= 1, "1 or more"}, check{"reps", *reps >= 1, "1 or more"}); err != nil {
+			return err
 		}
+		if err := ef.check(cmd); err != nil {
+			return err
+		}
+		if ext := strings.ToLower(filepath.Ext(*plot)); *plot != "" && ext != ".png" && ext != ".svg" {
+			return fmt.Errorf("--plot %s: want a .png or .svg file", *plot)
+		}
+		ns, err := parseInts(*prefix)
+		if err != nil {
+			return fmt.Errorf("--prefix: %w", err)
+		}
+		maxN := 0
+		for _, n := range ns {
+			maxN = max(maxN, n)
+		}
+		if need := maxN + *qtok + 64; need > *ef.ctx {
+			*ef.ctx, ef.raisedCtx = need, true
+		}
+		eng, err := ef.load(ctx, 2)
+		if err != nil {
+			return err
+		}
+		defer eng.Close()
+		ef.sayCapped(eng.NCtx())
+		o := bench.TTFTOptions{Prefixes: ns, Query: *query, QueryTok: *qtok, Reps: *reps}
+		if isTerminal(os.Stderr) {
+			o.OnProgress = func(s string) { fmt.Fprintf(os.Stderr, "\r\033[K%s", s) }
+		}
+		rows, err := bench.TTFT(ctx, eng, o)
+		if o.OnProgress != nil {
+			fmt.Fprint(os.Stderr, "\r\033[K")
+		}
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			if err := json.NewEncoder(os.Stdout).Encode(rows); err != nil {
+				return err
+			}
+			return plotTTFT(rows, *plot)
+		}
+		sh := eng.Shape()
+		dev := "cpu"
+		for _, d := range llama.Devices() {
+			if d.Kind == "gpu" && eng.Options().NGPULayers != 0 {
+				dev = d.Description
+			}
+		}
+		fmt.Printf("model %s (%s, %d layers), device %s, ngl %d, threads %d, KV %s/%s, v_trans %v\n\n",
+			*ef.model, sh.Desc, sh.NLayer, dev, eng.Options().NGPULayers, eng.Options().Threads,
+			eng.KVConfig().TypeK, eng.KVConfig().TypeV, eng.KVConfig().VTrans)
+		fmt.Print(bench.TTFTTable(rows))
+		return plotTTFT(rows, *plot)
 	}
-	fmt.Printf("model %s (%s, %d layers), device %s, ngl %d, threads %d, KV %s/%s, v_trans %v\n\n",
-		*ef.model, sh.Desc, sh.NLayer, dev, eng.Options().NGPULayers, eng.Options().Threads,
-		eng.KVConfig().TypeK, eng.KVConfig().TypeV, eng.KVConfig().VTrans)
-	fmt.Print(bench.TTFTTable(rows))
+	return c
+}
+
+// plotTTFT writes bench ttft's picture to path ("": none).
+func plotTTFT(rows []bench.TTFTRow, path string) error {
+	if path == "" {
+		return nil
+	}
+	if err := bench.PlotTTFT(rows, path); err != nil {
+		return fmt.Errorf("--plot %s: %s", path, strings.TrimPrefix(err.Error(), "bench: PlotTTFT: "))
+	}
 	return nil
 }

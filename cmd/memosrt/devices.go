@@ -1,13 +1,24 @@
 package main
 
 import (
-	"context"
 	"fmt"
+
+	"github.com/spf13/cobra"
 
 	"github.com/memosrt/memosrt/runtime/llama"
 )
 
-func cmdDevices(ctx context.Context, args []string) error {
+func newDevicesCmd() *cobra.Command {
+	return &cobra.Command{Use: "devices", Short: "List the compute devices ggml found", Args: noArgs,
+		RunE: func(*cobra.Command, []string) error { return devices() }}
+}
+
+func newVersionCmd() *cobra.Command {
+	return &cobra.Command{Use: "version", Short: "Print the version and devices", Args: noArgs,
+		RunE: func(*cobra.Command, []string) error { return versionInfo() }}
+}
+
+func devices() error {
 	llama.Init(libDir())
 	for _, d := range llama.Devices() {
 		mem := ""
@@ -19,9 +30,9 @@ func cmdDevices(ctx context.Context, args []string) error {
 	return nil
 }
 
-func cmdVersion(ctx context.Context, args []string) error {
+func versionInfo() error {
 	fmt.Printf("memosrt %s\nbackend lib dir: %s\n", version, libDir())
-	if err := cmdDevices(ctx, nil); err != nil {
+	if err := devices(); err != nil {
 		return err
 	}
 	llama.Init("")

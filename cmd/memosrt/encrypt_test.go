@@ -54,7 +54,7 @@ func TestEncryptKeyFile(t *testing.T) {
 		args []string
 		want string
 	}{
-		{"no-key", []string{"mem", "ls", "--db", db, "--cube", "z"}, "badger: wrong or missing encryption key: " + db + ": it is encrypted and no key was given (--encrypt-key-file)"},
+		{"no-key", []string{"mem", "ls", "--db", db, "--cube", "z"}, "wrong or missing encryption key: " + db + ": it is encrypted and no key was given (--encrypt-key-file)"},
 		{"wrong-key", []string{"mem", "ls", "--db", db, "--cube", "z", "--encrypt-key-file",
 			writeKey(t, strings.Repeat("ab", 32))}, "the 32-byte key given is not the one it was created with, or it is not encrypted"},
 		{"short-key", []string{"mem", "ls", "--db", db, "--cube", "z", "--encrypt-key-file",

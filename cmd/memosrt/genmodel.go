@@ -3,13 +3,14 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/spf13/cobra"
 
 	"github.com/memosrt/memosrt/bench/gguf"
 )
@@ -28,38 +29,47 @@ func defaultTokenizer() string {
 	return ""
 }
 
-func cmdGenModel(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("gen-model", flag.ContinueOnError)
+func newGenModelCmd() *cobra.Command {
+	c := &cobra.Command{Use: "gen-model", Short: "Write a random-weight GGUF of a realistic shape (benchmarks)", Args: noArgs}
+	fs := c.Flags()
+	fs.SortFlags = false
 	var names []string
 	for k := range gguf.Presets {
 		names = append(names, k)
 	}
 	sort.Strings(names)
-	preset := fs.String("preset", "1b", "model shape: "+strings.Join(names, ", "))
-	out := fs.String("out", "", "output GGUF path")
-	tok := fs.String("tokenizer", defaultTokenizer(), "GGUF to copy the tokenizer from")
+	preset := fs.String("preset", "1b", "model shape `PRESET`: "+strings.Join(names, ", "))
+	out := fs.String("out", "", "output GGUF `PATH`")
+	tok := fs.String("tokenizer", "", "`GGUF` to copy the tokenizer from (default: llama-2-tiny-random.gguf in ../shared/models, when found)")
 	seed := fs.Int64("seed", 1, "weight RNG seed")
-	if _, err := parse(fs, args); err != nil {
-		return err
+	c.RunE = func(cmd *cobra.Command, args []string) error {
+		if *tok == "" {
+			*tok = defaultTokenizer()
+		}
+		return genModel(cmd.Context(), names, *preset, *out, *tok, *seed)
 	}
-	spec, ok := gguf.Presets[*preset]
+	return c
+}
+
+func genModel(ctx context.Context, names []string, preset, out, tok string, seed int64) error {
+	spec, ok := gguf.Presets[preset]
 	if !ok {
-		return fmt.Errorf("unknown preset %q (%s)", *preset, strings.Join(names, ", "))
+		return fmt.Errorf("unknown preset %q (%s)", preset, strings.Join(names, ", "))
 	}
-	if *out == "" {
+	if out == "" {
 		return errors.New("--out is required")
 	}
-	if *tok == "" {
+	if tok == "" {
 		return errors.New("--tokenizer is required (llama-2-tiny-random.gguf from ../shared/models)")
 	}
-	if err := os.MkdirAll(filepath.Dir(*out), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
 		return err
 	}
 	start := time.Now()
-	if err := gguf.Write(ctx, *out, spec, *tok, *seed); err != nil {
+	if err := gguf.Write(ctx, out, spec, tok, seed); err != nil {
 		return err
 	}
-	st, _ := os.Stat(*out)
-	fmt.Printf("wrote %s: %s shape, %s in %.1fs\n", *out, *preset, bytesStr(st.Size()), time.Since(start).Seconds())
+	st, _ := os.Stat(out)
+	fmt.Printf("wrote %s: %s shape, %s in %.1fs\n", out, preset, bytesStr(st.Size()), time.Since(start).Seconds())
 	return nil
 }

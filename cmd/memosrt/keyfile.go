@@ -9,8 +9,9 @@ import (
 
 // keyFileUsage is the help text of --encrypt-key-file, on every command
 // that opens a data directory.
-const keyFileUsage = "file holding the data directory's AES key as 32, 48 or 64 hex digits " +
-	"(AES-128/192/256; make one with `openssl rand -hex 32`); turns on encryption at rest"
+// The backquoted FILE is the placeholder pflag shows (--encrypt-key-file FILE).
+const keyFileUsage = "hex AES key `FILE` of the data directory: 32, 48 or 64 hex digits " +
+	"(AES-128/192/256; make one with 'openssl rand -hex 32'); turns on encryption at rest (default $MEMOSRT_ENCRYPT_KEY_FILE)"
 
 // readKeyFile reads an encryption key file: hex digits for a 16, 24 or 32
 // byte key, surrounding whitespace ignored. An empty path means no key.

@@ -4,79 +4,76 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"strings"
 	"text/tabwriter"
 
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/memosrt/memosrt"
 	"github.com/memosrt/memosrt/lora"
 )
 
-const loraUsage = "lora add|ls|rm|gen --db DIR [--cube NAME] ...\n" +
-	"  lora add --db DIR [--cube NAME] [--default] [--replace] [--model PATH] NAME FILE.gguf\n" +
-	"  lora ls --db DIR [--cube NAME|'*'] [--json]\n" +
-	"  lora rm --db DIR [--cube NAME] NAME\n" +
-	"  lora gen --model PATH --out FILE.gguf [--rank 4] [--std 0.05] [--seed N]   (random adapter, for tests)"
+func newLoraCmd() *cobra.Command {
+	return group("lora", "Parametric tier: LoRA adapters, global or per cube",
+		newLoraAddCmd(), newLoraLsCmd(), newLoraRmCmd(), newLoraGenCmd())
+}
 
-func cmdLora(ctx context.Context, args []string) error {
-	if len(args) == 0 {
-		return errors.New("usage: memosrt " + loraUsage)
+// loraModelFlag adds --model (default $MEMOSRT_MODEL) with usage u.
+func loraModelFlag(fs *pflag.FlagSet, u string) *string {
+	m := fs.String("model", "", u+" (default $MEMOSRT_MODEL)")
+	envDefault(fs, "model", "MEMOSRT_MODEL")
+	return m
+}
+
+// loraRegistry opens the data directory for the adapter commands (never
+// through a running server: it loads LoRA support at start).
+func loraRegistry(ctx context.Context, sf storeFlags) (*memosrt.OS, error) {
+	if r, ok := runningServer(*sf.db); ok && *sf.db != "" {
+		return nil, fmt.Errorf("memosrt serve is running on %s (%s): stop it to change or list adapters (the server loads LoRA support at start)", *sf.db, r.info.URL)
 	}
-	sub := args[0]
-	fs := flag.NewFlagSet("lora "+sub, flag.ContinueOnError)
+	return sf.openOS(ctx, nil)
+}
+
+func newLoraAddCmd() *cobra.Command {
+	c := &cobra.Command{
+		Use:   "add NAME FILE.gguf",
+		Short: "Register a LoRA adapter (GGUF) under NAME, globally or for a cube",
+		Args:  exactArgs(2, "NAME and FILE.gguf"),
+	}
+	fs := c.Flags()
+	fs.SortFlags = false
 	sf := addStoreFlags(fs)
-	cube := fs.String("cube", "", "cube the adapter belongs to (default: global)")
+	cube := addCubeFlag(fs, "cube `NAME` the adapter belongs to (default: global)")
 	def := fs.Bool("default", false, "attach to every request of its scope that lists no adapters")
 	replace := fs.Bool("replace", false, "overwrite an adapter of the same name and scope")
-	model := fs.String("model", envOr("MEMOSRT_MODEL", ""), "base model GGUF (or Ollama model name) to check the adapter against")
+	model := loraModelFlag(fs, "base model GGUF `PATH` (or Ollama model NAME[:TAG]) to check the adapter against")
 	asJSON := fs.Bool("json", false, "print JSON")
-	out := fs.String("out", "", "output file (gen)")
-	rank := fs.Int("rank", 4, "rank r (gen)")
-	std := fs.Float64("std", 0.05, "standard deviation of B (gen)")
-	seed := fs.Uint64("seed", 1, "seed (gen)")
-	pos, err := parse(fs, args[1:])
-	if err != nil {
-		return err
-	}
-	if *model != "" {
-		if *model, _, err = resolveModel(*model); err != nil {
+	c.RunE = func(cmd *cobra.Command, args []string) error {
+		ctx := cmd.Context()
+		if err := checkCube(*cube, false); err != nil {
 			return err
 		}
-	}
-	if sub == "gen" {
-		if *model == "" || *out == "" {
-			return errors.New("lora gen needs --model and --out")
-		}
-		if err := lora.WriteRandom(ctx, *out, *model, lora.RandomSpec{Rank: *rank, Std: float32(*std), Seed: *seed}); err != nil {
-			return err
-		}
-		fmt.Printf("wrote %s (rank %d, attn_q and attn_v of every block)\n", *out, *rank)
-		return nil
-	}
-	if r, ok := runningServer(*sf.db); ok && *sf.db != "" {
-		return fmt.Errorf("memosrt serve is running on %s (%s): stop it to change or list adapters (the server loads LoRA support at start)", *sf.db, r.info.URL)
-	}
-	o, err := sf.openOS(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer o.Close(context.WithoutCancel(ctx))
-	reg := o.AdapterRegistry()
-	switch sub {
-	case "add":
-		if len(pos) != 2 {
-			return errors.New("usage: memosrt lora add --db DIR [--cube NAME] NAME FILE.gguf")
-		}
-		req := lora.AddRequest{Name: pos[0], Cube: *cube, Path: pos[1], Default: *def, Replace: *replace}
+		req := lora.AddRequest{Name: args[0], Cube: *cube, Path: args[1], Default: *def, Replace: *replace}
 		if *model != "" {
-			b, err := lora.ReadBase(*model)
+			path, _, err := resolveModel(*model)
+			if err != nil {
+				return err
+			}
+			b, err := lora.ReadBase(path)
 			if err != nil {
 				return err
 			}
 			req.Base = &b
 		}
-		rec, err := reg.Add(ctx, req)
+		o, err := loraRegistry(ctx, sf)
+		if err != nil {
+			return err
+		}
+		defer o.Close(context.WithoutCancel(ctx))
+		rec, err := o.AdapterRegistry().Add(ctx, req)
 		if err != nil {
 			return err
 		}
@@ -85,8 +82,25 @@ func cmdLora(ctx context.Context, args []string) error {
 		}
 		fmt.Printf("added %s: rank %d, alpha %g, %d tensors adapted, %s\n", scope(rec), rec.Rank, rec.Alpha, len(rec.Targets), bytesStr(rec.Bytes))
 		return nil
-	case "ls":
-		recs, err := reg.List(ctx, *cube)
+	}
+	return c
+}
+
+func newLoraLsCmd() *cobra.Command {
+	c := &cobra.Command{Use: "ls", Short: "List the registered LoRA adapters", Args: noArgs}
+	fs := c.Flags()
+	fs.SortFlags = false
+	sf := addStoreFlags(fs)
+	cube := addCubeFlag(fs, "the adapters visible from cube `NAME` (its own, then the global ones it does not shadow); '*': every scope (default: the global ones)")
+	asJSON := fs.Bool("json", false, "print JSON")
+	c.RunE = func(cmd *cobra.Command, args []string) error {
+		ctx := cmd.Context()
+		o, err := loraRegistry(ctx, sf)
+		if err != nil {
+			return err
+		}
+		defer o.Close(context.WithoutCancel(ctx))
+		recs, err := o.AdapterRegistry().List(ctx, *cube)
 		if err != nil {
 			return err
 		}
@@ -106,18 +120,62 @@ func cmdLora(ctx context.Context, args []string) error {
 			fmt.Fprintf(tw, "%s\t%s\t%d\t%g\t%s\t%v\t%.12s\t%s\n", r.Name, c, r.Rank, r.Alpha, bytesStr(r.Bytes), r.Default, r.SHA256, r.Path)
 		}
 		return tw.Flush()
-	case "rm":
-		if len(pos) != 1 {
-			return errors.New("usage: memosrt lora rm --db DIR [--cube NAME] NAME")
-		}
-		if err := reg.Remove(ctx, *cube, pos[0]); err != nil {
+	}
+	return c
+}
+
+func newLoraRmCmd() *cobra.Command {
+	c := &cobra.Command{Use: "rm NAME", Short: "Remove a registered LoRA adapter", Args: exactArgs(1, "one NAME argument")}
+	fs := c.Flags()
+	fs.SortFlags = false
+	sf := addStoreFlags(fs)
+	cube := addCubeFlag(fs, "cube `NAME` the adapter belongs to (default: global)")
+	c.RunE = func(cmd *cobra.Command, args []string) error {
+		ctx := cmd.Context()
+		if err := checkCube(*cube, false); err != nil {
 			return err
 		}
-		fmt.Printf("removed %s\n", scope(lora.Record{Name: pos[0], Cube: *cube}))
+		o, err := loraRegistry(ctx, sf)
+		if err != nil {
+			return err
+		}
+		defer o.Close(context.WithoutCancel(ctx))
+		if err := o.AdapterRegistry().Remove(ctx, *cube, args[0]); err != nil {
+			return err
+		}
+		fmt.Printf("removed %s\n", scope(lora.Record{Name: args[0], Cube: *cube}))
 		return nil
-	default:
-		return fmt.Errorf("unknown lora command %q (add, ls, rm, gen)", sub)
 	}
+	return c
+}
+
+func newLoraGenCmd() *cobra.Command {
+	c := &cobra.Command{Use: "gen", Short: "Write a random LoRA adapter for a model (tests)", Args: noArgs}
+	fs := c.Flags()
+	fs.SortFlags = false
+	model := loraModelFlag(fs, "base model GGUF `PATH` (or Ollama model NAME[:TAG])")
+	out := fs.String("out", "", "output `FILE.gguf`")
+	rank := fs.Int("rank", 4, "rank `R`")
+	std := fs.Float64("std", 0.05, "standard deviation of B")
+	seed := fs.Uint64("seed", 1, "seed")
+	c.RunE = func(cmd *cobra.Command, args []string) error {
+		if *model == "" || *out == "" {
+			return errors.New("lora gen needs --model and --out")
+		}
+		if err := checkFlags(cmd, check{"rank", *rank >= 1, "1 or more"}, check{"std", *std >= 0, "0 or more"}); err != nil {
+			return err
+		}
+		path, _, err := resolveModel(*model)
+		if err != nil {
+			return err
+		}
+		if err := lora.WriteRandom(cmd.Context(), *out, path, lora.RandomSpec{Rank: *rank, Std: float32(*std), Seed: *seed}); err != nil {
+			return err
+		}
+		fmt.Printf("wrote %s (rank %d, attn_q and attn_v of every block)\n", *out, *rank)
+		return nil
+	}
+	return c
 }
 
 func scope(r lora.Record) string {
@@ -166,3 +224,6 @@ func (f *loraFlag) adapterSpecs() []lora.Spec {
 	}
 	return f.specs
 }
+
+// Type is the flag's value type in pflag's messages.
+func (f *loraFlag) Type() string { return "NAME[:SCALE]" }

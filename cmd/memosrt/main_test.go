@@ -6,8 +6,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/spf13/cobra"
 
 	"github.com/memosrt/memosrt/internal/testmodels"
 	"github.com/memosrt/memosrt/internal/testutil"
@@ -172,26 +175,75 @@ func TestRunFormat(t *testing.T) {
 	}
 }
 
-// `memosrt --help` and `memosrt CMD --help` exit 0 with a usage line that
-// names the command, and create nothing.
+// `memosrt --help` and `memosrt CMD [SUB] --help` exit 0 with a usage line
+// that names the command, and create nothing.
 func TestHelpEverywhere(t *testing.T) {
 	dir := t.TempDir()
 	if out := must(t, "--help"); !strings.HasPrefix(out, "memosrt ") || !strings.Contains(out, "Usage:") {
 		t.Fatalf("memosrt --help:\n%s", out)
 	}
-	for _, c := range commands() {
-		out := must(t, c.name, "--help")
-		if !strings.HasPrefix(out, "Usage:\n  memosrt "+c.name) {
-			t.Errorf("memosrt %s --help:\n%s", c.name, out)
+	for _, path := range commandPaths() {
+		out := must(t, append(path, "--help")...)
+		if !strings.Contains(out, "Usage:\n  memosrt "+strings.Join(path, " ")) {
+			t.Errorf("memosrt %s --help:\n%s", strings.Join(path, " "), out)
 		}
 	}
 	for _, args := range [][]string{{"mem", "ls", "--help"}, {"kv", "ls", "--help"}, {"run", "--help"}, {"serve", "--help"}, {"mcp", "--help"}} {
 		cmd := append(args, "--db", filepath.Join(dir, "x"))
-		if out := must(t, cmd...); !strings.Contains(out, "-db") {
+		if out := must(t, cmd...); !strings.Contains(out, "--db DIR") {
 			t.Errorf("memosrt %v:\n%s", args, out)
+		}
+	}
+	// a mistyped command or subcommand fails (exit 1) before anything is
+	// created, whatever its flags
+	for _, args := range [][]string{{"mem", "addd", "--db", filepath.Join(dir, "x")}, {"memm", "add", "--db", filepath.Join(dir, "x")},
+		{"kv", "--db", filepath.Join(dir, "x"), "lss"}, {"mem"}, {"completion", "bashh"}} {
+		out, err := runCLI(t, args...)
+		if code := exitCode(err); code != 1 || !strings.HasPrefix(out, "memosrt: ") || strings.Count(out, "\n") != 1 {
+			t.Errorf("memosrt %v: exit %d, output %q; want 1 and one line", args, code, out)
 		}
 	}
 	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
 		t.Fatalf("help created %v", ents)
+	}
+}
+
+// commandPaths lists every command and subcommand of the tree, as the
+// words that name it: [mem] [mem add] ... (hidden ones left out).
+func commandPaths() [][]string {
+	var out [][]string
+	var walk func(c *cobra.Command, path []string)
+	walk = func(c *cobra.Command, path []string) {
+		for _, sub := range c.Commands() {
+			if sub.Hidden {
+				continue
+			}
+			p := append(slices.Clone(path), sub.Name())
+			out = append(out, p)
+			walk(sub, p)
+		}
+	}
+	walk(newRootCmd(), nil)
+	return out
+}
+
+// Flags may come before, between or after the positional arguments, and
+// their environment defaults apply when they are not given.
+func TestFlagsAnywhere(t *testing.T) {
+	db := t.TempDir()
+	must(t, "mem", "add", "--db", db, "--cube", "c", "first")
+	must(t, "mem", "add", "second", "--db", db, "--cube", "c")
+	must(t, "mem", "add", "--db", db, "third", "--cube=c", "--tags", "a,b")
+	must(t, "mem", "add", "--db", db, "--cube", "c", "--", "--fourth")
+	cmd := exec.Command(binPath, "mem", "ls", "--cube", "c")
+	cmd.Env = append(os.Environ(), "MEMOSRT_DB="+db)
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("mem ls with MEMOSRT_DB: %v", err)
+	}
+	for _, s := range []string{"first", "second", "third", "--fourth"} {
+		if !strings.Contains(string(out), s) {
+			t.Errorf("mem ls lacks %q:\n%s", s, out)
+		}
 	}
 }

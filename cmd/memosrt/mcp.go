@@ -3,34 +3,43 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/spf13/cobra"
 
 	"github.com/memosrt/memosrt/server"
 	"github.com/memosrt/memosrt/textmem"
 )
 
-const mcpUsage = "mcp --db DIR [--model PATH|NAME[:TAG]] [--cube NAME] [--threads T] [--ctx N]: serve the memory tools over MCP on stdin/stdout"
-
-// cmdMCP serves the MCP tools (server.NewMCP) over stdio until the client
-// closes stdin or a signal arrives. Stdout carries the protocol only; logs
-// go to stderr. Without --model the memory tools work and chat is a tool
-// error.
-func cmdMCP(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("mcp", flag.ContinueOnError)
+// newMCPCmd serves the MCP tools (server.NewMCP) over stdio until the
+// client closes stdin or a signal arrives. Stdout carries the protocol
+// only; logs go to stderr. Without --model the memory tools work and chat
+// is a tool error.
+func newMCPCmd() *cobra.Command {
+	c := &cobra.Command{
+		Use:   "mcp",
+		Short: "Serve the memory tools over MCP on stdin/stdout",
+		Long: "Serve the MCP tools (memory add, search, list, delete; chat with --model) on stdin/stdout.\n" +
+			"Stdout carries the protocol only; logs go to stderr.",
+		Args: noArgs,
+	}
+	fs := c.Flags()
+	fs.SortFlags = false
 	sf := addStoreFlags(fs)
-	cube := fs.String("cube", "", "default cube of tool calls that give none (default: none, every call names its cube)")
+	cube := addCubeFlag(fs, "default cube `NAME` of tool calls that give none (default: none, every call names its cube)")
 	ef := addEngineFlags(fs)
-	pos, err := parse(fs, args)
-	if err != nil {
-		return err
+	c.RunE = func(cmd *cobra.Command, args []string) error {
+		if err := ef.check(cmd); err != nil {
+			return err
+		}
+		return mcpServe(cmd.Context(), sf, ef, cube)
 	}
-	if len(pos) != 0 {
-		return fmt.Errorf("mcp takes no arguments, got %q", pos)
-	}
+	return c
+}
+
+func mcpServe(ctx context.Context, sf storeFlags, ef engineFlags, cube *string) error {
 	if *cube != "" && !textmem.ValidCube(*cube) {
 		return fmt.Errorf("--cube %q: %w", *cube, textmem.ErrBadCube)
 	}

@@ -4,11 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/memosrt/memosrt"
 	"github.com/memosrt/memosrt/badger"
@@ -44,11 +46,32 @@ type storeFlags struct {
 	background bool
 }
 
-func addStoreFlags(fs *flag.FlagSet) storeFlags {
-	return storeFlags{
-		db:      fs.String("db", envOr("MEMOSRT_DB", ""), "data directory"),
-		keyFile: fs.String("encrypt-key-file", envOr("MEMOSRT_ENCRYPT_KEY_FILE", ""), keyFileUsage),
+func addStoreFlags(fs *pflag.FlagSet) storeFlags {
+	f := storeFlags{
+		db:      fs.String("db", "", "data directory `DIR` (default $MEMOSRT_DB)"),
+		keyFile: fs.String("encrypt-key-file", "", keyFileUsage),
 	}
+	envDefault(fs, "db", "MEMOSRT_DB")
+	envDefault(fs, "encrypt-key-file", "MEMOSRT_ENCRYPT_KEY_FILE")
+	return f
+}
+
+// addCubeFlag adds --cube with usage u.
+func addCubeFlag(fs *pflag.FlagSet, u string) *string { return fs.String("cube", "", u) }
+
+// checkCube refuses a --cube value that is not a cube name before anything
+// is opened; required says an empty one is refused too.
+func checkCube(cube string, required bool) error {
+	if cube == "" {
+		if required {
+			return errors.New("--cube is required")
+		}
+		return nil
+	}
+	if !textmem.ValidCube(cube) {
+		return fmt.Errorf("--cube %q: %w (1..64 of [A-Za-z0-9._-])", cube, textmem.ErrBadCube)
+	}
+	return nil
 }
 
 // options returns the OS options of the flags (no model).
@@ -103,106 +126,132 @@ func (f storeFlags) openOS(ctx context.Context, ef *engineFlags) (*memosrt.OS, e
 	if err != nil && isLocked(err) {
 		return nil, fmt.Errorf("%w: the data directory %s is in use by another process (a `memosrt serve` that did not record %s?)", err, *f.db, serveFile)
 	}
+	if err == nil && ef != nil {
+		ef.sayCapped(o.Model().NCtx)
+	}
 	return o, err
 }
 
-func cmdMem(ctx context.Context, args []string) error {
-	if len(args) == 0 {
-		return errors.New("usage: memosrt mem add|ls|search|rm --db DIR --cube NAME ...")
+func newMemCmd() *cobra.Command {
+	return group("mem", "Text-tier memories of a cube: add, list, search, remove",
+		memCmd("add TEXT", "Add a memory to a cube and print its id", exactArgs(1, "one TEXT argument"), memAdd),
+		memCmd("ls", "List a cube's memories", noArgs, memLs),
+		memCmd("search QUERY", "Search a cube's memories (lexical and dense)", exactArgs(1, "one QUERY argument"), memSearch),
+		memCmd("rm ID", "Remove a memory", exactArgs(1, "one ID argument"), memRm))
+}
+
+// memFlags are the flags of the mem commands; each command adds its own.
+type memFlags struct {
+	sf     storeFlags
+	cube   *string
+	kind   *string
+	tags   *string
+	k      *int
+	asJSON *bool
+}
+
+// memCmd returns one mem subcommand; run gets the data directory opened.
+func memCmd(use, short string, args cobra.PositionalArgs, run func(ctx context.Context, s dirBackend, f *memFlags, args []string) error) *cobra.Command {
+	f := &memFlags{}
+	c := &cobra.Command{Use: use, Short: short, Args: args}
+	fs := c.Flags()
+	fs.SortFlags = false
+	f.sf = addStoreFlags(fs)
+	f.cube = addCubeFlag(fs, "memory cube `NAME` (namespace)")
+	sub := c.Name()
+	if sub == "add" {
+		f.kind = fs.String("kind", "", "memory `KIND`: fact, preference, dialog, ...")
+		f.tags = fs.String("tags", "", "comma-separated `TAGS`")
 	}
-	sub := args[0]
-	fs := flag.NewFlagSet("mem "+sub, flag.ContinueOnError)
-	sf := addStoreFlags(fs)
-	cube := fs.String("cube", "", "memory cube (namespace)")
-	kind := fs.String("kind", "", "memory kind (add): fact, preference, dialog, ...")
-	tags := fs.String("tags", "", "comma-separated tags (add)")
-	k := fs.Int("k", 10, "results (search)")
-	asJSON := fs.Bool("json", false, "print JSON")
-	pos, err := parse(fs, args[1:])
+	if sub == "search" {
+		f.k = fs.Int("k", 10, "results")
+	}
+	if sub != "rm" {
+		f.asJSON = fs.Bool("json", false, "print JSON")
+	}
+	c.RunE = func(cmd *cobra.Command, args []string) error {
+		if err := checkCube(*f.cube, true); err != nil {
+			return err
+		}
+		if f.k != nil {
+			if err := checkFlags(cmd, check{"k", *f.k > 0, "1 or more"}); err != nil {
+				return err
+			}
+		}
+		f.sf.existing = sub != "add" // ls, search, rm only read or remove
+		ctx := cmd.Context()
+		s, err := f.sf.open(ctx, nil)
+		if err != nil {
+			return err
+		}
+		defer s.Close(context.WithoutCancel(ctx))
+		return run(ctx, s, f, args)
+	}
+	return c
+}
+
+func printJSON(v any) error {
+	enc := json.NewEncoder(os.Stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func memAdd(ctx context.Context, s dirBackend, f *memFlags, args []string) error {
+	m := textmem.Memory{Text: args[0], Kind: *f.kind, Source: "cli"}
+	if *f.tags != "" {
+		m.Tags = strings.Split(*f.tags, ",")
+	}
+	got, err := s.AddMemory(ctx, *f.cube, m)
 	if err != nil {
 		return err
 	}
-	if *cube == "" {
-		return errors.New("--cube is required")
+	if *f.asJSON {
+		return printJSON(got)
 	}
-	switch sub {
-	case "add":
-	case "ls", "search", "rm":
-		sf.existing = true
-	default:
-		return fmt.Errorf("unknown mem command %q (add, ls, search, rm)", sub)
-	}
-	s, err := sf.open(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer s.Close(context.WithoutCancel(ctx))
-	out := func(v any) error {
-		enc := json.NewEncoder(os.Stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(v)
-	}
-	switch sub {
-	case "add":
-		if len(pos) != 1 {
-			return errors.New("mem add takes one TEXT argument")
-		}
-		m := textmem.Memory{Text: pos[0], Kind: *kind, Source: "cli"}
-		if *tags != "" {
-			m.Tags = strings.Split(*tags, ",")
-		}
-		got, err := s.AddMemory(ctx, *cube, m)
-		if err != nil {
-			return err
-		}
-		if *asJSON {
-			return out(got)
-		}
-		fmt.Println(got.ID)
-	case "ls":
-		ms, err := s.Memories(ctx, *cube)
-		if err != nil {
-			return err
-		}
-		if *asJSON {
-			if ms == nil {
-				ms = []textmem.Memory{}
-			}
-			return out(ms)
-		}
-		tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "ID\tCREATED\tTEXT")
-		for _, m := range ms {
-			fmt.Fprintf(tw, "%s\t%s\t%s\n", m.ID, m.Created.Format("2006-01-02 15:04:05"), oneLine(m.Text, 80))
-		}
-		return tw.Flush()
-	case "search":
-		if len(pos) != 1 {
-			return errors.New("mem search takes one QUERY argument")
-		}
-		hits, err := s.Search(ctx, *cube, textmem.DefaultQuery(pos[0], *k))
-		if err != nil {
-			return err
-		}
-		if *asJSON {
-			if hits == nil {
-				hits = []textmem.Hit{}
-			}
-			return out(hits)
-		}
-		tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "ID\tSCORE\tTEXT")
-		for _, h := range hits {
-			fmt.Fprintf(tw, "%s\t%.3f\t%s\n", h.Memory.ID, h.Score, oneLine(h.Memory.Text, 80))
-		}
-		return tw.Flush()
-	case "rm":
-		if len(pos) != 1 {
-			return errors.New("mem rm takes one ID argument")
-		}
-		return s.DeleteMemory(ctx, *cube, pos[0])
-	}
+	fmt.Println(got.ID)
 	return nil
+}
+
+func memLs(ctx context.Context, s dirBackend, f *memFlags, args []string) error {
+	ms, err := s.Memories(ctx, *f.cube)
+	if err != nil {
+		return err
+	}
+	if *f.asJSON {
+		if ms == nil {
+			ms = []textmem.Memory{}
+		}
+		return printJSON(ms)
+	}
+	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tCREATED\tTEXT")
+	for _, m := range ms {
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", m.ID, m.Created.Format("2006-01-02 15:04:05"), oneLine(m.Text, 80))
+	}
+	return tw.Flush()
+}
+
+func memSearch(ctx context.Context, s dirBackend, f *memFlags, args []string) error {
+	hits, err := s.Search(ctx, *f.cube, textmem.DefaultQuery(args[0], *f.k))
+	if err != nil {
+		return err
+	}
+	if *f.asJSON {
+		if hits == nil {
+			hits = []textmem.Hit{}
+		}
+		return printJSON(hits)
+	}
+	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tSCORE\tTEXT")
+	for _, h := range hits {
+		fmt.Fprintf(tw, "%s\t%.3f\t%s\n", h.Memory.ID, h.Score, oneLine(h.Memory.Text, 80))
+	}
+	return tw.Flush()
+}
+
+func memRm(ctx context.Context, s dirBackend, f *memFlags, args []string) error {
+	return s.DeleteMemory(ctx, *f.cube, args[0])
 }
 
 func oneLine(s string, n int) string {

@@ -4,13 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/memosrt/memosrt"
 	"github.com/memosrt/memosrt/internal/ollamastore"
@@ -22,6 +24,7 @@ import (
 
 // engineFlags are the load-time flags shared by commands that load a model.
 type engineFlags struct {
+	fs      *pflag.FlagSet
 	model   *string
 	threads *int
 	ctx     *int
@@ -30,18 +33,45 @@ type engineFlags struct {
 	typeV   *string
 	fa      *string
 	mmap    *bool
+	// raisedCtx: the command raised *ctx above --ctx (bench ttft), so a
+	// capped n_ctx is worth saying as when --ctx is given
+	raisedCtx bool
 }
 
-func addEngineFlags(fs *flag.FlagSet) engineFlags {
-	return engineFlags{
-		model:   fs.String("model", envOr("MEMOSRT_MODEL", ""), "GGUF model file, or an Ollama model name (llama3.2:1b) in $OLLAMA_MODELS"),
-		threads: fs.Int("threads", 0, "CPU threads (default: all)"),
-		ctx:     fs.Int("ctx", 4096, "context size n_ctx, tokens"),
-		ngl:     fs.Int("ngl", -1, "layers to offload to a GPU (-1: all when a GPU is present)"),
-		typeK:   fs.String("type-k", "f16", "KV cache K type: f16, q8_0, q4_0"),
-		typeV:   fs.String("type-v", "f16", "KV cache V type: f16, q8_0, q4_0"),
-		fa:      fs.String("flash-attn", "auto", "flash attention: auto, on, off"),
+func addEngineFlags(fs *pflag.FlagSet) engineFlags {
+	f := engineFlags{
+		fs:      fs,
+		model:   fs.String("model", "", "GGUF model file `PATH`, or an Ollama model NAME[:TAG] (llama3.2:1b) in $OLLAMA_MODELS (default $MEMOSRT_MODEL)"),
+		threads: fs.Int("threads", 0, "CPU threads `N` (0: all)"),
+		ctx:     fs.Int("ctx", 4096, "context size n_ctx, `TOKENS` (capped at the model's training context)"),
+		ngl:     fs.Int("ngl", -1, "`LAYERS` to offload to a GPU (-1: all when a GPU is present)"),
+		typeK:   fs.String("type-k", "f16", "KV cache K `TYPE`: f16, f32, q8_0, q4_0"),
+		typeV:   fs.String("type-v", "f16", "KV cache V `TYPE`: f16, f32, q8_0, q4_0"),
+		fa:      fs.String("flash-attn", "auto", "flash attention `MODE`: auto, on, off"),
 		mmap:    fs.Bool("mmap", false, "map the model file instead of reading it: faster load, pages shared between processes, slower CPU decode (see README)"),
+	}
+	envDefault(fs, "model", "MEMOSRT_MODEL")
+	return f
+}
+
+// check range-checks the engine flags (before anything is opened).
+func (f engineFlags) check(cmd *cobra.Command) error {
+	kv := func(t string) bool { return t == "f16" || t == "f32" || t == "q8_0" || t == "q4_0" }
+	return checkFlags(cmd,
+		check{"threads", *f.threads >= 0 && *f.threads <= 512, "0 (all CPUs) to 512"},
+		check{"ctx", *f.ctx == 0 || *f.ctx >= 8, "8 or more tokens"},
+		check{"ngl", *f.ngl >= -1, "-1 (all layers) or more"},
+		check{"type-k", kv(*f.typeK), "f16, f32, q8_0 or q4_0"},
+		check{"type-v", kv(*f.typeV), "f16, f32, q8_0 or q4_0"},
+		check{"flash-attn", *f.fa == "auto" || *f.fa == "on" || *f.fa == "off", "auto, on or off"})
+}
+
+// sayCapped prints, once, that the n_ctx asked for (--ctx, or raised by
+// the command) was more than the model's training context and what was
+// loaded instead.
+func (f engineFlags) sayCapped(loaded int) {
+	if loaded > 0 && loaded < *f.ctx && (f.raisedCtx || f.fs.Changed("ctx")) {
+		fmt.Fprintf(os.Stderr, "memosrt: --ctx %d capped at the model's training context, %d tokens\n", *f.ctx, loaded)
 	}
 }
 
@@ -140,22 +170,19 @@ func (f engineFlags) apply(o *memosrt.Options) error {
 	return nil
 }
 
-func cmdKV(ctx context.Context, args []string) error {
-	if len(args) == 0 {
-		return errors.New("usage: memosrt kv warm|ls --db DIR [--model PATH --cube NAME]")
-	}
-	sub := args[0]
-	fs := flag.NewFlagSet("kv "+sub, flag.ContinueOnError)
+func newKVCmd() *cobra.Command {
+	return group("kv", "Activation tier: warm a cube's pack, list packs", newKVWarmCmd(), newKVLsCmd())
+}
+
+func newKVLsCmd() *cobra.Command {
+	c := &cobra.Command{Use: "ls", Short: "List the stored KV packs", Args: noArgs}
+	fs := c.Flags()
+	fs.SortFlags = false
 	sf := addStoreFlags(fs)
-	cube := fs.String("cube", "", "memory cube")
-	resident := fs.Bool("resident", false, "warm: also keep the pack resident in the KV cache (a running server)")
+	cube := addCubeFlag(fs, "only the packs of cube `NAME`")
 	asJSON := fs.Bool("json", false, "print JSON")
-	ef := addEngineFlags(fs)
-	if _, err := parse(fs, args[1:]); err != nil {
-		return err
-	}
-	switch sub {
-	case "ls":
+	c.RunE = func(cmd *cobra.Command, args []string) error {
+		ctx := cmd.Context()
 		sf.existing = true
 		s, err := sf.open(ctx, nil)
 		if err != nil {
@@ -181,9 +208,26 @@ func cmdKV(ctx context.Context, args []string) error {
 			fmt.Fprintf(tw, "%.12s\t%s\t%d\t%s\t%s\t%.2fx\t%s\n", i.ID, i.Label, i.NTokens, bytesStr(i.RawBytes), bytesStr(i.BlobBytes), i.Ratio(), i.Created.Format("2006-01-02 15:04:05"))
 		}
 		return tw.Flush()
-	case "warm":
-		if *cube == "" {
-			return errors.New("--cube is required")
+	}
+	return c
+}
+
+func newKVWarmCmd() *cobra.Command {
+	c := &cobra.Command{Use: "warm", Short: "Prefill a cube's memories into its KV pack and store it (compressed)", Args: noArgs}
+	fs := c.Flags()
+	fs.SortFlags = false
+	sf := addStoreFlags(fs)
+	cube := addCubeFlag(fs, "memory cube `NAME` whose pack to warm")
+	resident := fs.Bool("resident", false, "also keep the pack resident in the KV cache (a running server)")
+	asJSON := fs.Bool("json", false, "print JSON")
+	ef := addEngineFlags(fs)
+	c.RunE = func(cmd *cobra.Command, args []string) error {
+		ctx := cmd.Context()
+		if err := checkCube(*cube, true); err != nil {
+			return err
+		}
+		if err := ef.check(cmd); err != nil {
+			return err
 		}
 		var s dirBackend
 		if r, ok := runningServer(*sf.db); ok {
@@ -218,9 +262,8 @@ func cmdKV(ctx context.Context, args []string) error {
 		fmt.Printf("warmed cube %s: %d memories, %d tokens, %s state → %s stored (%.2fx), pack %.12s\n",
 			*cube, st.Memories, info.NTokens, bytesStr(info.RawBytes), bytesStr(info.BlobBytes), info.Ratio(), info.ID)
 		return nil
-	default:
-		return fmt.Errorf("unknown kv command %q (warm, ls)", sub)
 	}
+	return c
 }
 
 func bytesStr(n int64) string {
@@ -253,81 +296,102 @@ type runJSON struct {
 	CacheSource  string  `json:"cache_source,omitempty"`
 }
 
-func cmdRun(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+func newRunCmd() *cobra.Command {
+	c := &cobra.Command{
+		Use:   "run PROMPT",
+		Short: "Generate from a prompt, with a cube's memories (restored from its KV pack) or plain",
+		Long: "Generate from PROMPT. With --cube the prompt carries the cube's memories, their KV state restored\n" +
+			"from the cube's pack when one is stored; without --cube it is plain inference and needs no --db.\n" +
+			"With a memosrt serve running on --db, the server's model serves the request.",
+		Args: exactArgs(1, "one PROMPT argument"),
+	}
+	fs := c.Flags()
+	fs.SortFlags = false
 	sf := addStoreFlags(fs)
-	cube := fs.String("cube", "", "memory cube whose memories the prompt carries (default: none, plain inference)")
-	temp := fs.Float64("temperature", 0, "sampling temperature (0: greedy)")
-	seed := fs.Uint("seed", 0, "sampling seed")
-	topK := fs.Int("top-k", 40, "top-k (with temperature > 0)")
-	topP := fs.Float64("top-p", 0.95, "top-p (with temperature > 0)")
-	minP := fs.Float64("min-p", 0.05, "min-p (with temperature > 0)")
-	rep := fs.Float64("repeat-penalty", 1.0, "repeat penalty (1: off)")
-	n := fs.Int("num-predict", 128, "max tokens to generate")
+	cube := addCubeFlag(fs, "memory cube `NAME` whose memories the prompt carries (default: none, plain inference)")
+	temp := fs.Float64("temperature", 0, "sampling temperature `T` (0: greedy)")
+	seed := fs.Uint("seed", 0, "sampling seed `N`")
+	topK := fs.Int("top-k", 40, "top-k `K` (with temperature > 0; 0: off)")
+	topP := fs.Float64("top-p", 0.95, "top-p `P` (with temperature > 0; 1: off)")
+	minP := fs.Float64("min-p", 0.05, "min-p `P` (with temperature > 0; 0: off)")
+	rep := fs.Float64("repeat-penalty", 1.0, "repeat penalty `R` (1: off)")
+	n := fs.Int("num-predict", 128, "max `TOKENS` to generate (-1: no cap, -2: fill the context)")
 	noCache := fs.Bool("no-cache", false, "skip the activation tier: prefill the whole prompt")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of streaming text")
-	format := fs.String("format", "", "structured output: json, a JSON schema, or @FILE holding one (as Ollama's format)")
+	format := fs.String("format", "", "structured output `FORMAT`: json, a JSON schema, or @FILE holding one (as Ollama's format)")
 	var loras loraFlag
-	fs.Var(&loras, "lora", "LoRA adapter NAME[:SCALE] (repeatable, or comma-separated; 'none': no adapter, not even the cube's defaults)")
+	fs.Var(&loras, "lora", "LoRA adapter `NAME[:SCALE]` (repeatable, or comma-separated; none: no adapter, not even the cube's defaults)")
 	ef := addEngineFlags(fs)
-	pos, err := parse(fs, args)
-	if err != nil {
-		return err
-	}
-	if len(pos) != 1 {
-		return errors.New("run takes one PROMPT argument")
-	}
-	gram, err := formatGrammar(*format)
-	if err != nil {
-		return err
-	}
-	if *sf.db == "" && *cube == "" {
-		// plain inference needs no data directory (as llama-cli): a scratch
-		// one holds nothing past this run
-		tmp, err := os.MkdirTemp("", "memosrt-run-")
+	c.RunE = func(cmd *cobra.Command, args []string) error {
+		ctx := cmd.Context()
+		if err := checkFlags(cmd,
+			check{"temperature", *temp >= 0, "0 (greedy) or more"},
+			check{"top-k", *topK >= 0, "0 (off) or more"},
+			check{"top-p", *topP >= 0 && *topP <= 1, "0 to 1"},
+			check{"min-p", *minP >= 0 && *minP <= 1, "0 to 1"},
+			check{"repeat-penalty", *rep > 0, "more than 0 (1: off)"},
+			check{"num-predict", *n >= -2, "-2 or more (-1: no cap, -2: fill the context)"}); err != nil {
+			return err
+		}
+		if err := ef.check(cmd); err != nil {
+			return err
+		}
+		if err := checkCube(*cube, false); err != nil {
+			return err
+		}
+		gram, err := formatGrammar(*format)
 		if err != nil {
 			return err
 		}
-		defer os.RemoveAll(tmp)
-		*sf.db = tmp
-	}
-	var s dirBackend
-	if r, ok := runningServer(*sf.db); ok && *sf.db != "" {
-		s = r // the server's loaded model serves the request
-	} else {
-		o, err := sf.openOS(ctx, &ef)
+		if *sf.db == "" && *cube == "" {
+			// plain inference needs no data directory (as llama-cli): a scratch
+			// one holds nothing past this run
+			tmp, err := os.MkdirTemp("", "memosrt-run-")
+			if err != nil {
+				return err
+			}
+			defer os.RemoveAll(tmp)
+			*sf.db = tmp
+		}
+		var s dirBackend
+		if r, ok := runningServer(*sf.db); ok && *sf.db != "" {
+			s = r // the server's loaded model serves the request
+		} else {
+			o, err := sf.openOS(ctx, &ef)
+			if err != nil {
+				return err
+			}
+			s = o
+		}
+		defer s.Close(context.WithoutCancel(ctx))
+		req := memosrt.Request{Cube: *cube, Prompt: args[0], NoCache: *noCache, NumPredict: *n, Adapters: loras.adapterSpecs(),
+			Sampling: memosrt.Sampling{Temperature: float32(*temp), Seed: uint32(*seed), TopK: *topK,
+				TopP: float32(*topP), MinP: float32(*minP), RepeatPenalty: float32(*rep), Grammar: gram}}
+		if !*asJSON {
+			req.OnText = func(s string) error { _, err := os.Stdout.WriteString(s); return err }
+		}
+		res, err := s.Generate(ctx, req)
 		if err != nil {
 			return err
 		}
-		s = o
+		if !*asJSON {
+			fmt.Println()
+			return nil
+		}
+		ms := func(d interface{ Seconds() float64 }) float64 { return float64(int64(d.Seconds()*1e6)) / 1e3 }
+		u := res.Usage
+		out := runJSON{Response: res.Text, PromptTokens: u.PromptTokens, CachedTokens: u.CachedTokens,
+			TTFTms: ms(u.TTFT), EvalTokens: u.EvalTokens, EvalMs: ms(u.EvalDuration), DoneReason: res.DoneReason,
+			PackID: res.PackID, PackMemories: res.PackMemories, Retrieved: res.Retrieved,
+			RestoreMs: ms(u.RestoreTime), Refused: res.Refused, CacheSource: res.CacheSource}
+		if u.EvalDuration > 0 {
+			out.TokensPerSec = float64(u.EvalTokens) / u.EvalDuration.Seconds()
+		}
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetEscapeHTML(false)
+		return enc.Encode(out)
 	}
-	defer s.Close(context.WithoutCancel(ctx))
-	req := memosrt.Request{Cube: *cube, Prompt: pos[0], NoCache: *noCache, NumPredict: *n, Adapters: loras.adapterSpecs(),
-		Sampling: memosrt.Sampling{Temperature: float32(*temp), Seed: uint32(*seed), TopK: *topK,
-			TopP: float32(*topP), MinP: float32(*minP), RepeatPenalty: float32(*rep), Grammar: gram}}
-	if !*asJSON {
-		req.OnText = func(s string) error { _, err := os.Stdout.WriteString(s); return err }
-	}
-	res, err := s.Generate(ctx, req)
-	if err != nil {
-		return err
-	}
-	if !*asJSON {
-		fmt.Println()
-		return nil
-	}
-	ms := func(d interface{ Seconds() float64 }) float64 { return float64(int64(d.Seconds()*1e6)) / 1e3 }
-	u := res.Usage
-	out := runJSON{Response: res.Text, PromptTokens: u.PromptTokens, CachedTokens: u.CachedTokens,
-		TTFTms: ms(u.TTFT), EvalTokens: u.EvalTokens, EvalMs: ms(u.EvalDuration), DoneReason: res.DoneReason,
-		PackID: res.PackID, PackMemories: res.PackMemories, Retrieved: res.Retrieved,
-		RestoreMs: ms(u.RestoreTime), Refused: res.Refused, CacheSource: res.CacheSource}
-	if u.EvalDuration > 0 {
-		out.TokensPerSec = float64(u.EvalTokens) / u.EvalDuration.Seconds()
-	}
-	enc := json.NewEncoder(os.Stdout)
-	enc.SetEscapeHTML(false)
-	return enc.Encode(out)
+	return c
 }
 
 // formatGrammar turns --format into a GBNF grammar: "" none, "json" any JSON

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"net"
 	"net/http"
@@ -12,45 +11,97 @@ import (
 	"strings"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/memosrt/memosrt"
 	"github.com/memosrt/memosrt/embed"
 	"github.com/memosrt/memosrt/scheduler"
 	"github.com/memosrt/memosrt/server"
 )
 
-const serveUsage = "serve --db DIR --model PATH|NAME[:TAG] [--addr 127.0.0.1:11435] [--parallel N] [--resident N] [--ctx N] [--token T] [--insecure] [--chat-template T]\n" +
-	"        [--tick-interval 10s] [--backend llama|ollama --ollama-host URL --ollama-model NAME] [--embed model|hash[:DIM]|ollama:MODEL]"
-
-func cmdServe(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	sf := addStoreFlags(fs)
-	addr := fs.String("addr", "127.0.0.1:11435", "listen address (host:port)")
-	parallel := fs.Int("parallel", 4, "requests generating at once (sequences)")
-	resident := fs.Int("resident", 2, "sequences for resident packs: the hottest cubes' packs kept in the KV cache (0: none)")
-	residentCells := fs.Int("resident-cells", 0, "KV cells resident packs may hold together (default n_ctx/4)")
-	token := fs.String("token", "", "require this bearer token on every request")
-	insecure := fs.Bool("insecure", false, "allow a non-loopback --addr without --token")
-	name := fs.String("name", "", "model name clients use (default: the GGUF file name without .gguf, or the Ollama name with its tag for --model NAME[:TAG])")
-	maxQueue := fs.Int("max-queue", 64, "requests that may wait for a slot before 429")
-	numPredict := fs.Int("num-predict", 0, "default cap on generated tokens when a request sets none (0: until n_ctx)")
-	noPersist := fs.Bool("no-persist", false, "do not save conversation KV states as packs")
-	minPersist := fs.Int("min-persist-tokens", 128, "shortest conversation state saved as a pack, tokens")
-	adapterBudget := fs.Int64("adapter-budget", 1<<30, "tensor bytes of the LoRA adapters loaded at once: the least recently used unattached one is evicted beyond it")
-	convBudget := fs.Int64("conv-budget", 1<<30, "stored conversation packs of all cubes, bytes: the oldest are deleted beyond it")
-	tickEvery := fs.Duration("tick-interval", 10*time.Second, "period of the tier scheduler's ticks (heat, promotions, demotions, resident packs)")
-	kvBudget := fs.Int64("kv-budget", 0, "bytes of KV state all packs of the activation tier may hold (default 256 MiB)")
-	gcEvery := fs.Duration("gc-interval", 5*time.Minute, "period of the value-log GC (deleted packs' space is also reclaimed at every start)")
-	shutdownTimeout := fs.Duration("shutdown-timeout", 10*time.Second, "on SIGTERM/SIGINT: how long running requests may finish before they are cancelled")
-	debugClock := fs.Bool("debug-clock", false, "serve POST /v1/debug/clock to move the scheduler's clock (tests)")
-	backend := fs.String("backend", "llama", "llama (in-process) or ollama (text-only fallback)")
-	ollamaHost := fs.String("ollama-host", "http://127.0.0.1:11434", "Ollama server URL (--backend ollama, --embed ollama:MODEL)")
-	ollamaModel := fs.String("ollama-model", "", "upstream model (--backend ollama)")
-	embedFlag := fs.String("embed", "model", "embeddings for /api/embed and /v1/embeddings: model (the loaded model, mean-pooled), hash[:DIM] or ollama:MODEL")
-	chatTemplate := fs.String("chat-template", "", "chat template (text or llama.cpp built-in name such as chatml); default: the model's")
-	ef := addEngineFlags(fs)
-	if _, err := parse(fs, args); err != nil {
-		return err
+func newServeCmd() *cobra.Command {
+	c := &cobra.Command{
+		Use:   "serve",
+		Short: "Serve the Ollama, OpenAI, memory and MCP APIs over HTTP",
+		Long: "Serve the Ollama API (/api/chat, /api/generate, ...), the OpenAI API (/v1/chat/completions, ...),\n" +
+			"the memory API (/v1/cubes/...), MCP (/mcp) and the inspector page (/ui) on --addr, with the tier\n" +
+			"scheduler running. CLI commands on the same --db go through the running server.",
+		Args: noArgs,
 	}
+	fs := c.Flags()
+	fs.SortFlags = false
+	sf := addStoreFlags(fs)
+	addr := fs.String("addr", "127.0.0.1:11435", "listen address `HOST:PORT`")
+	parallel := fs.Int("parallel", 4, "requests generating at once (`N` sequences)")
+	resident := fs.Int("resident", 2, "sequences for resident packs: the hottest cubes' packs kept in the KV cache (`N`, 0: none)")
+	residentCells := fs.Int("resident-cells", 0, "KV `CELLS` resident packs may hold together (default n_ctx/4)")
+	token := fs.String("token", "", "require this bearer `TOKEN` on every request")
+	insecure := fs.Bool("insecure", false, "allow a non-loopback --addr without --token")
+	name := fs.String("name", "", "model `NAME` clients use (default: the GGUF file name without .gguf, or the Ollama name with its tag for --model NAME[:TAG])")
+	maxQueue := fs.Int("max-queue", 64, "requests that may wait for a slot before 429 (`N`)")
+	numPredict := fs.Int("num-predict", 0, "default cap on generated `TOKENS` when a request sets none (0: until n_ctx)")
+	noPersist := fs.Bool("no-persist", false, "do not save conversation KV states as packs")
+	minPersist := fs.Int("min-persist-tokens", 128, "shortest conversation state saved as a pack, `TOKENS`")
+	adapterBudget := fs.Int64("adapter-budget", 1<<30, "tensor `BYTES` of the LoRA adapters loaded at once: the least recently used unattached one is evicted beyond it")
+	convBudget := fs.Int64("conv-budget", 1<<30, "stored conversation packs of all cubes, `BYTES`: the oldest are deleted beyond it")
+	tickEvery := fs.Duration("tick-interval", 10*time.Second, "`PERIOD` of the tier scheduler's ticks (heat, promotions, demotions, resident packs)")
+	kvBudget := fs.Int64("kv-budget", 0, "`BYTES` of KV state all packs of the activation tier may hold (default 256 MiB)")
+	gcEvery := fs.Duration("gc-interval", 5*time.Minute, "`PERIOD` of the value-log GC (deleted packs' space is also reclaimed at every start)")
+	shutdownTimeout := fs.Duration("shutdown-timeout", 10*time.Second, "on SIGTERM/SIGINT: how long (`DURATION`) running requests may finish before they are cancelled")
+	debugClock := fs.Bool("debug-clock", false, "serve POST /v1/debug/clock to move the scheduler's clock (tests)")
+	backend := fs.String("backend", "llama", "`BACKEND`: llama (in-process) or ollama (text-only fallback)")
+	ollamaHost := fs.String("ollama-host", "http://127.0.0.1:11434", "Ollama server `URL` (--backend ollama, --embed ollama:MODEL)")
+	ollamaModel := fs.String("ollama-model", "", "upstream `MODEL` (--backend ollama)")
+	embedFlag := fs.String("embed", "model", "embeddings for /api/embed and /v1/embeddings (`EMBEDDER`): model (the loaded model, mean-pooled), hash[:DIM] or ollama:MODEL")
+	chatTemplate := fs.String("chat-template", "", "chat `TEMPLATE` (text or llama.cpp built-in name such as chatml); default: the model's")
+	ef := addEngineFlags(fs)
+	c.RunE = func(cmd *cobra.Command, args []string) error {
+		if err := checkFlags(cmd,
+			check{"parallel", *parallel >= 0 && *parallel <= 250, "0 (the default, 4) to 250"},
+			check{"resident", *resident >= 0 && *resident <= 4, "0 (none) to 4"},
+			check{"resident-cells", *residentCells >= 0, "0 (n_ctx/4) or more"},
+			check{"max-queue", *maxQueue >= 0, "0 or more"},
+			check{"num-predict", *numPredict >= 0, "0 (until n_ctx) or more"},
+			check{"min-persist-tokens", *minPersist >= 0, "0 or more"},
+			check{"adapter-budget", *adapterBudget >= 0, "0 or more bytes"},
+			check{"conv-budget", *convBudget >= 0, "0 or more bytes"},
+			check{"kv-budget", *kvBudget >= 0, "0 (256 MiB) or more bytes"},
+			check{"tick-interval", *tickEvery >= 0, "a duration of 0 or more"},
+			check{"gc-interval", *gcEvery >= 0, "a duration of 0 or more"},
+			check{"shutdown-timeout", *shutdownTimeout >= 0, "a duration of 0 or more"}); err != nil {
+			return err
+		}
+		if err := ef.check(cmd); err != nil {
+			return err
+		}
+		return serve(cmd.Context(), serveFlags{sf: sf, ef: ef, addr: addr, parallel: parallel, resident: resident, residentCells: residentCells,
+			token: token, insecure: insecure, name: name, maxQueue: maxQueue, numPredict: numPredict, noPersist: noPersist,
+			minPersist: minPersist, adapterBudget: adapterBudget, convBudget: convBudget, tickEvery: tickEvery, kvBudget: kvBudget,
+			gcEvery: gcEvery, shutdownTimeout: shutdownTimeout, debugClock: debugClock, backend: backend, ollamaHost: ollamaHost,
+			ollamaModel: ollamaModel, embedFlag: embedFlag, chatTemplate: chatTemplate})
+	}
+	return c
+}
+
+// serveFlags are serve's flags.
+type serveFlags struct {
+	sf                                                                  storeFlags
+	ef                                                                  engineFlags
+	addr, token, name, backend, ollamaHost, ollamaModel, embedFlag      *string
+	chatTemplate                                                        *string
+	parallel, resident, residentCells, maxQueue, numPredict, minPersist *int
+	adapterBudget, convBudget, kvBudget                                 *int64
+	tickEvery, gcEvery, shutdownTimeout                                 *time.Duration
+	insecure, noPersist, debugClock                                     *bool
+}
+
+func serve(ctx context.Context, f serveFlags) error {
+	sf, ef := f.sf, f.ef
+	addr, parallel, resident, residentCells, token, insecure := f.addr, f.parallel, f.resident, f.residentCells, f.token, f.insecure
+	name, maxQueue, numPredict, noPersist, minPersist := f.name, f.maxQueue, f.numPredict, f.noPersist, f.minPersist
+	adapterBudget, convBudget, tickEvery, kvBudget, gcEvery := f.adapterBudget, f.convBudget, f.tickEvery, f.kvBudget, f.gcEvery
+	shutdownTimeout, debugClock, backend, ollamaHost, ollamaModel := f.shutdownTimeout, f.debugClock, f.backend, f.ollamaHost, f.ollamaModel
+	embedFlag, chatTemplate := f.embedFlag, f.chatTemplate
 	if err := checkListen(*addr, *token, *insecure); err != nil {
 		return err
 	}
@@ -108,6 +159,9 @@ func cmdServe(ctx context.Context, args []string) error {
 			return fmt.Errorf("%w (--encrypt-key-file)", err)
 		}
 		return err
+	}
+	if *backend == "llama" {
+		ef.sayCapped(o.Model().NCtx)
 	}
 	defer func() {
 		if o != nil {

@@ -4,35 +4,53 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"text/tabwriter"
+
+	"github.com/spf13/cobra"
 )
 
-const tiersUsage = "tiers --db DIR --cube NAME [--limit N] [--json] [--tick --model PATH]: memory tiers, heat, pack, pending jobs and transitions"
-
-func cmdTiers(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("tiers", flag.ContinueOnError)
+func newTiersCmd() *cobra.Command {
+	c := &cobra.Command{
+		Use:   "tiers",
+		Short: "A cube's memory tiers, heat, pack, pending jobs and transitions",
+		Args:  noArgs,
+	}
+	fs := c.Flags()
+	fs.SortFlags = false
 	sf := addStoreFlags(fs)
-	cube := fs.String("cube", "", "memory cube (required unless --tick)")
-	limit := fs.Int("limit", 20, "transitions to show (0: all)")
+	cube := addCubeFlag(fs, "memory cube `NAME` (required unless --tick)")
+	limit := fs.Int("limit", 20, "transitions to show (`N`, 0: all)")
 	asJSON := fs.Bool("json", false, "print JSON")
 	tick := fs.Bool("tick", false, "run one scheduler tick first (plans and runs pending jobs; needs --model, or a running server)")
 	ef := addEngineFlags(fs)
-	if _, err := parse(fs, args); err != nil {
-		return err
+	c.RunE = func(cmd *cobra.Command, args []string) error {
+		if *cube == "" && !*tick {
+			return errors.New("--cube is required (or --tick alone to run one scheduler tick)")
+		}
+		if err := checkCube(*cube, false); err != nil {
+			return err
+		}
+		if err := checkFlags(cmd, check{"limit", *limit >= 0, "0 (all) or more"}); err != nil {
+			return err
+		}
+		if err := ef.check(cmd); err != nil {
+			return err
+		}
+		return tiers(cmd.Context(), sf, ef, *cube, *limit, *asJSON, *tick)
 	}
-	if *cube == "" && !*tick {
-		return errors.New("--cube is required (or --tick alone to run one scheduler tick)")
-	}
+	return c
+}
+
+func tiers(ctx context.Context, sf storeFlags, ef engineFlags, cube string, limit int, asJSON, tick bool) error {
 	sf.existing = true
 	var s dirBackend
 	if r, ok := runningServer(*sf.db); ok && *sf.db != "" {
 		s = r
 	} else {
 		var e *engineFlags
-		if *tick {
+		if tick {
 			e = &ef
 		}
 		o, err := sf.openOS(ctx, e)
@@ -42,21 +60,21 @@ func cmdTiers(ctx context.Context, args []string) error {
 		s = o
 	}
 	defer s.Close(context.WithoutCancel(ctx))
-	if *tick {
+	if tick {
 		rep, err := s.Tick(ctx)
 		fmt.Fprintf(os.Stderr, "tick: %d planned, %d done, %d failed\n", rep.Planned, rep.Done, rep.Failed)
 		if err != nil {
 			return err
 		}
-		if *cube == "" {
+		if cube == "" {
 			return nil
 		}
 	}
-	st, err := s.Tiers(ctx, *cube, *limit)
+	st, err := s.Tiers(ctx, cube, limit)
 	if err != nil {
 		return err
 	}
-	if *asJSON {
+	if asJSON {
 		enc := json.NewEncoder(os.Stdout)
 		enc.SetEscapeHTML(false)
 		return enc.Encode(st)
