@@ -70,7 +70,8 @@ type Options struct {
 	// Default 100 ms.
 	UsageFlush time.Duration
 	// GCInterval is the period of the background loop's value-log GC
-	// (badger.DB.GC: files at least half stale are rewritten); Open also
+	// (badger.DB.Reclaim: files at least half stale are rewritten, after a
+	// compaction when the value log passed two files); Open also
 	// reclaims once (badger.Open). Default 5 min.
 	GCInterval time.Duration
 	// NoScheduler turns the background loop off: no periodic ticks, no

@@ -131,7 +131,7 @@ func (o *OS) loop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-gc.C:
-			if n, err := o.db.GC(); err != nil {
+			if n, err := o.db.Reclaim(); err != nil {
 				o.log.Warn("value-log GC failed", "err", err)
 			} else if n > 0 {
 				o.log.Info("value-log GC", "files_rewritten", n)

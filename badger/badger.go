@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 
 	bg "github.com/dgraph-io/badger/v4"
 )
@@ -42,8 +43,9 @@ type Options struct {
 
 // DB is a memosrt data directory: one Badger database.
 type DB struct {
-	db  *bg.DB
-	dir string
+	db       *bg.DB
+	dir      string
+	vlogSize int64 // value-log file size, bytes
 }
 
 // Open opens (creating if needed) the database in opts.Dir.
@@ -94,7 +96,7 @@ func Open(opts Options) (*DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("badger: open %s: %w", opts.Dir, err)
 	}
-	d := &DB{db: db}
+	d := &DB{db: db, vlogSize: vlogSize}
 	if !opts.InMemory {
 		d.dir = opts.Dir
 		if !opts.NoCompactOnOpen {
@@ -154,6 +156,44 @@ func (d *DB) GC() (int, error) {
 			return n, err
 		}
 	}
+}
+
+// Reclaim is the periodic form of Open's reclaiming pass, for a
+// directory being written: GC, and when that rewrote nothing while the
+// value log holds more than two files, a compaction of the LSM tree to
+// one level (Badger's Flatten, which pauses compactions, not writes) so
+// that the discard statistics count what was deleted since, then GC
+// again. Under a steady stream of deletes (conversation packs evicted
+// under their budget) compactions are too rare to count them otherwise,
+// and the value log only grew (make soak measured 96 MiB after one
+// minute, 234 MiB after three). Returns the files rewritten.
+func (d *DB) Reclaim() (int, error) {
+	n, err := d.GC()
+	if err != nil || n > 0 || d.vlogBytes() <= 2*d.vlogSize {
+		return n, err
+	}
+	if err := d.db.Flatten(1); err != nil {
+		return 0, err
+	}
+	return d.GC()
+}
+
+// vlogBytes is the allocated size of the value-log files, bytes.
+func (d *DB) vlogBytes() int64 {
+	if d.dir == "" {
+		return 0
+	}
+	ents, err := os.ReadDir(d.dir)
+	if err != nil {
+		return 0
+	}
+	var n int64
+	for _, e := range ents {
+		if fi, err := e.Info(); err == nil && fi.Mode().IsRegular() && filepath.Ext(e.Name()) == ".vlog" {
+			n += allocated(fi)
+		}
+	}
+	return n
 }
 
 // DiskBytes is the disk space the directory's files take now (LSM tables,
