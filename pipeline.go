@@ -327,6 +327,7 @@ func (o *OS) do(ctx context.Context, req *Request, chat bool) (*Response, error)
 		return nil, err
 	}
 	maxTok = got - len(toks)
+	slotN = o.pool.cachedAfterAdmit(sl, slotN) // 0 if emptied for the request first in line
 	// restore and generate ahead of background work; not while waiting for
 	// cells above: a tier job holding cells must be able to finish
 	defer o.eng.BeginForeground()()

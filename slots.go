@@ -182,6 +182,11 @@ func (p *slotPool) admit(ctx context.Context, sl *slot, least, want, nctx int, f
 	// by later, smaller ones (they would keep it waiting for good)
 	p.mu.Lock()
 	p.admitQ = append(p.admitQ, sl)
+	if len(p.admitQ) > 1 && sl.held > 0 {
+		// the first in line may take what sl keeps (see reserve)
+		close(p.wake)
+		p.wake = make(chan struct{})
+	}
 	p.mu.Unlock()
 	defer func() {
 		p.mu.Lock()
@@ -245,11 +250,32 @@ func (p *slotPool) reserve(sl *slot, least, want, nctx int, fixed fixedCells, cl
 	if f := free(); f < least {
 		fixed.evict(least - f)
 	}
+	// still short: the cells kept by slots whose requests wait behind sl
+	// (their previous turn) would never come back, as those requests
+	// cannot go before sl; empty them (their requests then prefill, see
+	// cachedAfterAdmit). Before, a tier job first in line waited for them
+	// until their clients gave up (found by make soak after a restart).
+	for i := len(p.admitQ) - 1; i > 0 && free() < least; i-- {
+		if s := p.admitQ[i]; s != sl && s.held > 0 && s.reserved == 0 {
+			clear(s.seq)
+			used -= s.held
+			s.toks, s.held, s.convPack = nil, 0, ""
+		}
+	}
 	if f := free(); f >= least {
 		sl.reserved = min(want, f)
 		return sl.reserved, true
 	}
 	return 0, false
+}
+
+// cachedAfterAdmit returns how many of the n prompt tokens sl still holds
+// after its admission: n, or 0 when a request first in line emptied sl
+// while it waited (reserve).
+func (p *slotPool) cachedAfterAdmit(sl *slot, n int) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return min(n, sl.held)
 }
 
 // drain fails every request waiting in acquire or admit, now and later,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	goruntime "runtime"
+	"sync"
 	"testing"
 )
 
@@ -143,5 +144,62 @@ func TestAdmitInOrder(t *testing.T) {
 	p.release(holder) // 60 cells back
 	if a, b := <-order, <-order; a != "big" || b != "small" {
 		t.Fatalf("admitted %s then %s, want big then small", a, b)
+	}
+}
+
+// A request first in line for cells is not left waiting for the cells
+// that slots waiting behind it keep from their previous turn (they can
+// only go after it): those slots are emptied for it, and their requests
+// learn that their cached prefix is gone (cachedAfterAdmit 0).
+func TestAdmitHeadEmptiesWaiters(t *testing.T) {
+	ctx := context.Background()
+	p := newSlotPool([]int{0, 1}, 4)
+	job := p.pseudo() // a tier job: no cells of its own
+	var mu sync.Mutex
+	var cleared []int
+	clear := func(seq int) { mu.Lock(); cleared = append(cleared, seq); mu.Unlock() }
+	holder, _, _ := p.acquire(ctx, nil, "")
+	if got, err := p.admit(ctx, holder, 40, 40, 100, noFixed{}, clear); err != nil || got != 40 {
+		t.Fatalf("holder: %d %v", got, err)
+	}
+	waiter, _, _ := p.acquire(ctx, nil, "")
+	p.hold(waiter, make([]int32, 30)) // its previous turn: 30 cells
+	inLine := func(n int) {
+		for {
+			p.mu.Lock()
+			l := len(p.admitQ)
+			p.mu.Unlock()
+			if l == n {
+				return
+			}
+			goruntime.Gosched()
+		}
+	}
+	// the job waits first in line for 50 cells: 40 busy, 30 kept, 30 free
+	jobDone := make(chan error, 1)
+	go func() {
+		_, err := p.admit(ctx, job, 50, 50, 100, noFixed{}, clear)
+		jobDone <- err
+	}()
+	inLine(1)
+	waiterDone := make(chan int, 1)
+	go func() {
+		if _, err := p.admit(ctx, waiter, 20, 20, 100, noFixed{}, clear); err != nil {
+			waiterDone <- -1
+			return
+		}
+		waiterDone <- p.cachedAfterAdmit(waiter, 30)
+	}()
+	if err := <-jobDone; err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	if len(cleared) != 1 || cleared[0] != waiter.seq {
+		t.Fatalf("sequences emptied %v, want the waiter's %d", cleared, waiter.seq)
+	}
+	mu.Unlock()
+	p.unreserve(job)
+	if n := <-waiterDone; n != 0 {
+		t.Fatalf("the waiter still counts %d cached tokens after its slot was emptied", n)
 	}
 }

@@ -571,6 +571,12 @@ func (w *worker) apply(ctx context.Context, c *client, o *op) error {
 			} `json:"packs"`
 		}
 		code, err := c.do(ctx, "POST", base+"/pack", nil, &st)
+		for code == http.StatusTooManyRequests && err == nil && ctx.Err() == nil {
+			// more warms waiting than the scheduler queues: shed, as a
+			// client would, retry after a moment (Retry-After)
+			time.Sleep(50 * time.Millisecond)
+			code, err = c.do(ctx, "POST", base+"/pack", nil, &st)
+		}
 		if err != nil {
 			return err
 		}
