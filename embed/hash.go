@@ -14,8 +14,8 @@ import (
 // of the hash (Weinberger et al., "Feature Hashing for Large Scale Multitask
 // Learning", ICML 2009). Words weigh 1, trigrams 0.5. The vector is
 // L2-normalised. A text with no letter or digit hashes its other
-// characters instead (a blank text: one fixed feature), so no vector is all
-// zeros. It needs no model; texts sharing words or word pieces get a
+// characters instead (a blank text: one fixed feature), and a text whose
+// features cancel out gets one fixed feature, so no vector is all zeros. It needs no model; texts sharing words or word pieces get a
 // positive cosine. Safe for concurrent use.
 type Hash struct {
 	dim int
@@ -82,6 +82,19 @@ func (h *Hash) one(text string) []float32 {
 		if strings.TrimSpace(text) == "" {
 			add("blank", 1)
 		}
+	}
+	// features of opposite signs can cancel to zero in every bucket
+	// ("!?" when both hash to one bucket with opposite signs: a fuzz
+	// finding); such a text gets one fixed feature instead
+	zero := true
+	for _, x := range v {
+		if x != 0 {
+			zero = false
+			break
+		}
+	}
+	if zero {
+		add("cancelled", 1)
 	}
 	return Normalize(v)
 }
