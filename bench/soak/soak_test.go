@@ -63,6 +63,11 @@ type server struct {
 	done   chan error
 	down   atomic.Bool  // between a SIGKILL and ready again
 	epoch  atomic.Int64 // SIGKILLs so far: a request that saw one has no answer to expect
+
+	// logMu guards log: every server's stderr, restarts included, each
+	// line stamped (SOAK_SERVER_LOG)
+	logMu sync.Mutex
+	log   bytes.Buffer
 }
 
 func (s *server) start() {
@@ -87,6 +92,9 @@ func (s *server) start() {
 			bmu.Lock()
 			buf.WriteString(line + "\n")
 			bmu.Unlock()
+			s.logMu.Lock()
+			fmt.Fprintf(&s.log, "%s pid %d: %s\n", time.Now().Format("15:04:05.000"), cmd.Process.Pid, line)
+			s.logMu.Unlock()
 			if rest, ok := strings.CutPrefix(line, "memosrt: ready on "); ok {
 				ready <- strings.Fields(rest)[0]
 			}
@@ -112,11 +120,17 @@ func (s *server) kill() {
 	s.down.Store(true)
 	s.epoch.Add(1)
 	s.mu.Lock()
+	s.logMu.Lock()
+	fmt.Fprintf(&s.log, "%s harness: SIGKILL pid %d\n", time.Now().Format("15:04:05.000"), s.cmd.Process.Pid)
+	s.logMu.Unlock()
 	s.cmd.Process.Kill()
 	done := s.done
 	s.mu.Unlock()
 	<-done
 	s.start()
+	s.logMu.Lock()
+	fmt.Fprintf(&s.log, "%s harness: ready on %s\n", time.Now().Format("15:04:05.000"), s.base())
+	s.logMu.Unlock()
 	s.down.Store(false)
 }
 
@@ -568,7 +582,9 @@ func TestSoak(t *testing.T) {
 	}
 	stopErr := srv.stop()
 	if f := os.Getenv("SOAK_SERVER_LOG"); f != "" {
-		os.WriteFile(f, srv.stderr.Bytes(), 0o644) // the server's log, for diagnosis
+		srv.logMu.Lock()
+		os.WriteFile(f, srv.log.Bytes(), 0o644) // every server's log, restarts included, for diagnosis
+		srv.logMu.Unlock()
 	}
 
 	// report
