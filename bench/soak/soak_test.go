@@ -200,7 +200,10 @@ type answer struct {
 // request deserves; every other outcome is recorded as a failure.
 func (c *client) call(ctx context.Context, op, method, path string, body any, invalid bool, hdr ...string) (answer, bool) {
 	ep := c.srv.epoch.Load() // before the URL is read
-	killed := func() bool { return c.srv.down.Load() || c.srv.epoch.Load() != ep }
+	base := c.srv.base()
+	// a request that saw a SIGKILL, or went to a server since replaced,
+	// has no answer to expect
+	killed := func() bool { return c.srv.down.Load() || c.srv.epoch.Load() != ep || c.srv.base() != base }
 	var rd io.Reader
 	if body != nil {
 		b, _ := json.Marshal(body)
@@ -211,7 +214,7 @@ func (c *client) call(ctx context.Context, op, method, path string, body any, in
 	// flight when the soak ended failed as "no answer within 30s")
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), watchdog)
 	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, method, c.srv.base()+path, rd)
+	req, _ := http.NewRequestWithContext(ctx, method, base+path, rd)
 	req.Header.Set("Content-Type", "application/json")
 	for i := 0; i+1 < len(hdr); i += 2 {
 		req.Header.Set(hdr[i], hdr[i+1])
@@ -279,7 +282,7 @@ func (c *client) call(ctx context.Context, op, method, path string, body any, in
 	}
 	if len(a.lines) > 0 {
 		last := a.lines[len(a.lines)-1]
-		if !strings.Contains(last, `"done":true`) && last != "data: [DONE]" {
+		if !strings.Contains(last, `"done":true`) && last != "data: [DONE]" && !killed() {
 			c.tally.fail("%s %s: stream ended with %.300q", method, path, last)
 			return a, false
 		}
