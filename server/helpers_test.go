@@ -41,6 +41,7 @@ type envConfig struct {
 	threads  int             // default 2
 	ngl      int             // layers on a GPU (benchmarks: MEMOSRT_BENCH_NGL)
 	libDir   string          // ggml backend modules (benchmarks: MEMOSRT_LIB_PATH)
+	sync     bool            // fsync every commit (serve's default); tests run without
 }
 
 // env is a memosrt server over a real memosrt.OS, on a real loopback
@@ -64,7 +65,7 @@ func newEnv(t testing.TB, c envConfig) *env {
 		e.dir = t.TempDir()
 	}
 	mo := c.mo
-	mo.Dir, mo.NoSync = e.dir, true
+	mo.Dir, mo.NoSync = e.dir, !c.sync
 	if mo.Embedder == nil && !c.noEmbed {
 		mo.Embedder, _ = embed.NewHash(64)
 	}

@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"os"
 	goruntime "runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -21,6 +23,22 @@ type loadResult struct {
 	ok, busy, other atomic.Int64
 	tokens          atomic.Int64
 	firstErr        atomic.Value
+
+	mu  sync.Mutex
+	lat []time.Duration // answered (200) requests, send to full body
+}
+
+// percentile returns the q-quantile (0..1) of the answered requests'
+// latencies, nearest rank.
+func (r *loadResult) percentile(q float64) time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.lat) == 0 {
+		return 0
+	}
+	l := slices.Clone(r.lat)
+	slices.Sort(l)
+	return l[min(len(l)-1, int(math.Ceil(q*float64(len(l))))-1)]
 }
 
 // runLoad sends clients × perClient requests (mixed Ollama streaming chat,
@@ -46,6 +64,7 @@ func runLoad(t testing.TB, base string, clients, perClient int, hc *http.Client)
 					path, body = "/api/generate", map[string]any{"model": testModel, "prompt": prompt, "raw": true, "stream": false, "options": greedyOpts(8)}
 				}
 				j, _ := json.Marshal(body)
+				sent := time.Now()
 				resp, err := hc.Post(base+path, "application/json", bytes.NewReader(j))
 				if err != nil {
 					res.other.Add(1)
@@ -65,6 +84,9 @@ func runLoad(t testing.TB, base string, clients, perClient int, hc *http.Client)
 					res.firstErr.CompareAndSwap(nil, fmt.Sprintf("%s: %d %s", path, resp.StatusCode, b))
 				default:
 					res.ok.Add(1)
+					res.mu.Lock()
+					res.lat = append(res.lat, time.Since(sent))
+					res.mu.Unlock()
 				}
 			}
 		}(c)
@@ -105,7 +127,9 @@ func TestLoad(t *testing.T) {
 			t.Fatalf("MEMOSRT_LOAD=%q: want CLIENTSxREQUESTS", v)
 		}
 	}
-	e := newEnv(t, envConfig{nseq: 4, nctx: 4096, mo: memosrt.Options{MaxQueue: clients / 2}})
+	// MEMOSRT_LOAD_FSYNC=1: every commit fsyncs, as serve does by default
+	// (tests turn it off)
+	e := newEnv(t, envConfig{nseq: 4, nctx: 4096, mo: memosrt.Options{MaxQueue: clients / 2}, sync: os.Getenv("MEMOSRT_LOAD_FSYNC") != ""})
 	pre := goruntime.NumGoroutine()
 	tr := &http.Transport{MaxIdleConnsPerHost: clients}
 	hc := &http.Client{Transport: tr, Timeout: 5 * time.Minute}
@@ -124,8 +148,9 @@ func TestLoad(t *testing.T) {
 	heap1 := heapMB()
 	g := waitGoroutines(t, base+2)
 	total := int64(clients * per)
-	t.Logf("load %d clients × %d requests: %d ok, %d 429, %d other in %v (%.0f req/s); goroutines %d → %d; heap %.1f → %.1f MiB",
-		clients, per, r.ok.Load(), r.busy.Load(), r.other.Load(), d.Round(time.Millisecond), float64(total)/d.Seconds(), base, g, heap0, heap1)
+	t.Logf("load %d clients × %d requests (fsync %v): %d answered, %d 429, %d other in %v (%.0f answered req/s); answered latency p50 %v p95 %v; goroutines %d → %d; heap %.1f → %.1f MiB",
+		clients, per, os.Getenv("MEMOSRT_LOAD_FSYNC") != "", r.ok.Load(), r.busy.Load(), r.other.Load(), d.Round(time.Millisecond),
+		float64(r.ok.Load())/d.Seconds(), r.percentile(0.5).Round(time.Microsecond*100), r.percentile(0.95).Round(time.Microsecond*100), base, g, heap0, heap1)
 	if r.other.Load() != 0 {
 		t.Fatalf("%d failures, first: %v", r.other.Load(), r.firstErr.Load())
 	}
