@@ -180,6 +180,12 @@ func (d *DB) Reclaim() (int, error) {
 
 // vlogBytes is the allocated size of the value-log files, bytes.
 func (d *DB) vlogBytes() int64 {
+	return d.filesBytes(func(name string) bool { return filepath.Ext(name) == ".vlog" })
+}
+
+// filesBytes sums the allocated blocks of the directory's regular files
+// whose names match, bytes; 0 in memory.
+func (d *DB) filesBytes(match func(name string) bool) int64 {
 	if d.dir == "" {
 		return 0
 	}
@@ -189,7 +195,7 @@ func (d *DB) vlogBytes() int64 {
 	}
 	var n int64
 	for _, e := range ents {
-		if fi, err := e.Info(); err == nil && fi.Mode().IsRegular() && filepath.Ext(e.Name()) == ".vlog" {
+		if fi, err := e.Info(); err == nil && fi.Mode().IsRegular() && match(e.Name()) {
 			n += allocated(fi)
 		}
 	}
@@ -201,20 +207,7 @@ func (d *DB) vlogBytes() int64 {
 // memory. Badger's own Size is refreshed once a minute and counts the
 // sparse length of open files, so the files are summed here.
 func (d *DB) DiskBytes() int64 {
-	if d.dir == "" {
-		return 0
-	}
-	ents, err := os.ReadDir(d.dir)
-	if err != nil {
-		return 0
-	}
-	var n int64
-	for _, e := range ents {
-		if fi, err := e.Info(); err == nil && fi.Mode().IsRegular() {
-			n += allocated(fi)
-		}
-	}
-	return n
+	return d.filesBytes(func(string) bool { return true })
 }
 
 // Badger returns the underlying Badger handle for the owner packages.

@@ -42,34 +42,14 @@ func TestPromoteQueueBound(t *testing.T) {
 			errs <- err
 		}()
 	}
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(time.Millisecond) {
-		tr.runMu.Lock()
-		n := tr.promoting
-		tr.runMu.Unlock()
-		if n == 2 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d Promotes waiting, want 2", n)
-		}
-	}
+	waitPromoting(t, tr, 2)
 	// promoting counts the waiting ones; the lock's holder here is the
 	// test, so one more may still wait, and the one after is refused
 	go func() {
 		_, err := tr.Promote(ctx, "c", ids["c"], "warm", true, false)
 		errs <- err
 	}()
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(time.Millisecond) {
-		tr.runMu.Lock()
-		n := tr.promoting
-		tr.runMu.Unlock()
-		if n == 3 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d Promotes waiting, want 3", n)
-		}
-	}
+	waitPromoting(t, tr, 3)
 	if _, err := tr.Promote(ctx, "c", ids["c"], "warm", true, false); !errors.Is(err, ErrBusy) {
 		t.Fatalf("a fourth Promote: %v, want ErrBusy", err)
 	}
@@ -83,6 +63,23 @@ func TestPromoteQueueBound(t *testing.T) {
 		st, err := tr.State(ctx, c, 0)
 		if err != nil || st.PackID == "" || len(st.Memories) != 2 || st.Memories[0].Tier != TierActivation {
 			t.Fatalf("cube %s after its Promote: %+v %v", c, st, err)
+		}
+	}
+}
+
+// waitPromoting waits until want Promotes are counted as running or
+// waiting.
+func waitPromoting(t *testing.T, tr *Tiers, want int) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(time.Millisecond) {
+		tr.runMu.Lock()
+		n := tr.promoting
+		tr.runMu.Unlock()
+		if n == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d Promotes waiting, want %d", n, want)
 		}
 	}
 }

@@ -229,15 +229,9 @@ func newKVWarmCmd() *cobra.Command {
 		if err := ef.check(cmd); err != nil {
 			return err
 		}
-		var s dirBackend
-		if r, ok := runningServer(*sf.db); ok {
-			s = r
-		} else {
-			o, err := sf.openOS(ctx, &ef)
-			if err != nil {
-				return err
-			}
-			s = o
+		s, err := sf.open(ctx, &ef)
+		if err != nil {
+			return err
 		}
 		defer s.Close(context.WithoutCancel(ctx))
 		if isTerminal(os.Stderr) {
@@ -353,15 +347,9 @@ func newRunCmd() *cobra.Command {
 			defer os.RemoveAll(tmp)
 			*sf.db = tmp
 		}
-		var s dirBackend
-		if r, ok := runningServer(*sf.db); ok && *sf.db != "" {
-			s = r // the server's loaded model serves the request
-		} else {
-			o, err := sf.openOS(ctx, &ef)
-			if err != nil {
-				return err
-			}
-			s = o
+		s, err := sf.open(ctx, &ef) // a running server's loaded model serves the request
+		if err != nil {
+			return err
 		}
 		defer s.Close(context.WithoutCancel(ctx))
 		req := memosrt.Request{Cube: *cube, Prompt: args[0], NoCache: *noCache, NumPredict: *n, Adapters: loras.adapterSpecs(),

@@ -45,19 +45,13 @@ func newTiersCmd() *cobra.Command {
 
 func tiers(ctx context.Context, sf storeFlags, ef engineFlags, cube string, limit int, asJSON, tick bool) error {
 	sf.existing = true
-	var s dirBackend
-	if r, ok := runningServer(*sf.db); ok && *sf.db != "" {
-		s = r
-	} else {
-		var e *engineFlags
-		if tick {
-			e = &ef
-		}
-		o, err := sf.openOS(ctx, e)
-		if err != nil {
-			return err
-		}
-		s = o
+	var e *engineFlags
+	if tick {
+		e = &ef
+	}
+	s, err := sf.open(ctx, e)
+	if err != nil {
+		return err
 	}
 	defer s.Close(context.WithoutCancel(ctx))
 	if tick {
