@@ -34,7 +34,7 @@ func BenchmarkPipelineOverhead(b *testing.B) {
 	if _, err := o.Warm(ctx, "c", WarmOptions{Resident: true}); err != nil {
 		b.Fatal(err)
 	}
-	seq := o.seqs[0] // the pool's only slot, used directly between pipeline requests
+	seq := o.prim().seqs[0] // the pool's only slot, used directly between pipeline requests
 	for _, cube := range []string{"", "c"} {
 		name := "plain"
 		if cube != "" {
@@ -42,16 +42,16 @@ func BenchmarkPipelineOverhead(b *testing.B) {
 		}
 		b.Run(name, func(b *testing.B) {
 			req := Request{Cube: cube, Prompt: "Once upon a time", NumPredict: 8, NoUsage: true}
-			r, err := o.render(ctx, &req)
+			r, err := o.render(ctx, o.prim(), &req)
 			if err != nil {
 				b.Fatal(err)
 			}
-			o.resMu.Lock()
+			o.prim().resMu.Lock()
 			var res *residentPack
-			if p, ok := o.res[cube]; ok {
+			if p, ok := o.prim().res[cube]; ok {
 				res = p
 			}
-			o.resMu.Unlock()
+			o.prim().resMu.Unlock()
 			bare := func() time.Duration {
 				start := time.Now()
 				toks, err := eng.Tokenize(r.text, true)
@@ -78,7 +78,7 @@ func BenchmarkPipelineOverhead(b *testing.B) {
 				start := time.Now()
 				// a cold slot each time, as the bare side has
 				eng.ClearSeq(seq)
-				o.pool.hold(o.pool.all[0], nil)
+				o.prim().pool.hold(o.prim().pool.all[0], nil)
 				got, err := o.Generate(ctx, req)
 				if err != nil {
 					b.Fatal(err)

@@ -203,10 +203,10 @@ func (o *OS) deleteCube(ctx context.Context, cube string) error {
 		}
 	}
 	o.kvMu.Unlock()
-	if o.eng != nil {
-		o.pool.forget(cube, o.clearSeq)
-		o.dropResident(cube)
-	}
+	o.eachLoaded(func(l *loaded) {
+		l.pool.forget(cube, l.clearSeq)
+		l.dropResident(cube)
+	})
 	if err := o.deleteKeys(cube); err != nil {
 		return err
 	}

@@ -22,6 +22,13 @@ const embedChunk = 16
 // Errors: *FieldError beyond MaxEmbedInputs texts, ErrNoModel,
 // embed.ErrBadVector, embed.ErrShape, the embedder's errors.
 func (o *OS) Embed(ctx context.Context, texts []string) ([][]float32, int, error) {
+	return o.EmbedWith(ctx, "", texts)
+}
+
+// EmbedWith is Embed with model name ("" the primary) when no Embedder is
+// set; the model is loaded first if needed. Errors as Embed, and
+// ErrModelNotFound.
+func (o *OS) EmbedWith(ctx context.Context, model string, texts []string) ([][]float32, int, error) {
 	if err := o.enter(); err != nil {
 		return nil, 0, err
 	}
@@ -33,18 +40,26 @@ func (o *OS) Embed(ctx context.Context, texts []string) ([][]float32, int, error
 	}
 	var vecs [][]float32
 	var err error
+	var l *loaded
+	if o.opts.Embedder == nil && len(o.models) > 0 {
+		var release func()
+		if l, release, err = o.use(ctx, model, nil); err != nil {
+			return nil, 0, err
+		}
+		defer release()
+	}
 	n := 0
 	switch {
 	case o.up != nil && o.opts.Embedder == nil:
 		vecs, n, err = o.up.embed(ctx, texts)
 	case o.opts.Embedder != nil:
 		vecs, err = o.opts.Embedder.Embed(ctx, texts)
-	case o.eng != nil:
+	case l != nil:
 		// in chunks: the engine lock is held for one chunk at a time, so
 		// generation steps interleave with a long list
 		for i := 0; i < len(texts) && err == nil; i += embedChunk {
 			var v [][]float32
-			if v, err = o.eng.Embed(ctx, texts[i:min(len(texts), i+embedChunk)]); err == nil {
+			if v, err = l.eng.Embed(ctx, texts[i:min(len(texts), i+embedChunk)]); err == nil {
 				vecs = append(vecs, v...)
 			}
 		}
@@ -62,9 +77,9 @@ func (o *OS) Embed(ctx context.Context, texts []string) ([][]float32, int, error
 			return nil, 0, fmt.Errorf("memosrt: input %d: %w", i, err)
 		}
 	}
-	if o.eng != nil {
+	if l != nil {
 		for _, t := range texts {
-			if toks, err := o.eng.Tokenize(t, false); err == nil {
+			if toks, err := l.eng.Tokenize(t, false); err == nil {
 				n += len(toks)
 			}
 		}

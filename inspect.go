@@ -52,9 +52,10 @@ func (o *OS) Budgets(ctx context.Context) (Budgets, error) {
 	st := o.Stats()
 	b := Budgets{RAMBytes: st.KVRAMBytes, RAMBudget: o.opts.RAMBytes, ConvBytes: st.ConvBytes, ConvBudget: o.opts.ConvBytes,
 		ResidentCells: st.ResidentCells, ResidentBudget: st.ResidentMax, AdapterBudget: o.opts.AdapterBytes}
-	if o.man != nil {
-		_, b.AdapterBytes = o.man.Loaded()
-	}
+	o.eachLoaded(func(l *loaded) {
+		_, n := l.man.Loaded()
+		b.AdapterBytes += n
+	})
 	var err error
 	b.TierKVBytes, b.TierKVBudget, err = o.tiers.KVUse()
 	return b, err
@@ -80,16 +81,19 @@ func (o *OS) Adapters(ctx context.Context, cube string) ([]AdapterStatus, error)
 	if err != nil {
 		return nil, err
 	}
-	loaded := map[string]lora.Loaded{}
-	if o.man != nil {
-		ls, _ := o.man.Loaded()
-		for _, l := range ls {
-			loaded[l.Name] = l
+	live := map[string]lora.Loaded{}
+	o.eachLoaded(func(l *loaded) {
+		ls, _ := l.man.Loaded()
+		for _, x := range ls {
+			if y, ok := live[x.Name]; ok {
+				x.Refs += y.Refs
+			}
+			live[x.Name] = x
 		}
-	}
+	})
 	out := make([]AdapterStatus, 0, len(recs))
 	for _, r := range recs {
-		l, ok := loaded[r.RefName()]
+		l, ok := live[r.RefName()]
 		out = append(out, AdapterStatus{Record: r, Loaded: ok, Refs: l.Refs})
 	}
 	return out, nil

@@ -33,6 +33,24 @@ type Options struct {
 	// ModelName is the name clients see. Default: Model's file name
 	// without ".gguf" (Upstream: its model).
 	ModelName string
+	// Models are more models to serve besides Model, listed at once and
+	// loaded on their first request (Request.Model). They share the data
+	// directory; each keeps its own conversation packs (the model
+	// fingerprint keys them), while the tier scheduler builds tier and
+	// resident packs for Model only. Same Engine settings as Model.
+	Models []ModelSpec
+	// KeepAlive is how long a model stays loaded after its last request
+	// when the request names none (Request.KeepAlive): Ollama's
+	// OLLAMA_KEEP_ALIVE. nil or negative: until Close (the default); 0:
+	// unloaded after each request (its conversation states saved first).
+	KeepAlive *time.Duration
+	// MaxModels bounds the models loaded at once; loading one more unloads
+	// the least recently used idle one (Ollama's OLLAMA_MAX_LOADED_MODELS).
+	// Default DefaultMaxModels.
+	MaxModels int
+	// ModelBytes bounds the file bytes of the loaded models (their weights
+	// in RAM), as MaxModels does; 0: no bound.
+	ModelBytes int64
 	// Engine holds the engine's load-time settings (n_ctx, threads, KV
 	// types, GPU layers, ...). Open sets ModelPath, NSeqMax, LoRA and
 	// Logger itself; zero fields take runtime.DefaultOptions.
@@ -194,6 +212,9 @@ func (o Options) Validate() error {
 	if u := o.Upstream; u != nil && (u.URL == "" || u.Model == "") {
 		errs = append(errs, fmt.Errorf("Upstream needs URL and Model (got %q, %q)", u.URL, u.Model))
 	}
+	if len(o.Models) > 0 && o.Model == "" {
+		errs = append(errs, errors.New("Models without Model: the first model served is Model (the primary)"))
+	}
 	if o.Parallel < 0 || o.Parallel > 250 {
 		errs = append(errs, fmt.Errorf("Parallel %d not in [0, 250]", o.Parallel))
 	}
@@ -205,7 +226,7 @@ func (o Options) Validate() error {
 		v    int64
 	}{{"ResidentCells", int64(o.ResidentCells)}, {"MinPersistTokens", int64(o.MinPersistTokens)}, {"ConvBytes", o.ConvBytes},
 		{"DefaultNumPredict", int64(o.DefaultNumPredict)}, {"RAMBytes", o.RAMBytes}, {"AdapterBytes", o.AdapterBytes},
-		{"TickAfterUses", int64(o.TickAfterUses)}, {"UsageFlush", int64(o.UsageFlush)}, {"GCInterval", int64(o.GCInterval)}} {
+		{"TickAfterUses", int64(o.TickAfterUses)}, {"MaxModels", int64(o.MaxModels)}, {"ModelBytes", o.ModelBytes}, {"UsageFlush", int64(o.UsageFlush)}, {"GCInterval", int64(o.GCInterval)}} {
 		if c.v < 0 {
 			errs = append(errs, fmt.Errorf("%s %d < 0", c.name, c.v))
 		}

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -32,26 +31,17 @@ type OS struct {
 	mem   *textmem.Store
 	kv    *kvcache.Cache
 	reg   *lora.Registry
-	man   *lora.Manager // nil without a model
-	eng   *runtime.Engine
-	lay   *scheduler.Layout
+	lay   *scheduler.Layout // without a model (upstream, none); a loaded model has its own
 	tiers *scheduler.Tiers
 	cubes *cubeRegistry
 	up    *upstream // nil unless Options.Upstream
-	info  ModelInfo
+	info  ModelInfo // the upstream's
 
-	cfgKey  string // kvcache.ConfigKey of the live KV config, no adapters
-	pool    *slotPool
-	jobSlot *slot // reserves the cells of tier jobs (never lent)
-	resSlot *slot // reserves the cells of a pack being made resident
-	seqs    []int // taken from the engine's pool at Open, returned at Close
-
-	// applyMu serialises resident level changes (applyResident, Warm).
-	applyMu sync.Mutex
-	// resMu guards res and resFree (the resident level).
-	resMu   sync.Mutex
-	res     map[string]*residentPack // by cube
-	resFree []int                    // resident sequences holding no pack
+	// models are the models served, the primary (Options.Model) first;
+	// fixed at Open. modMu guards their load state (see model).
+	models []*model
+	modMu  sync.Mutex
+	jobL   jobEngine // the primary's loaded state while tier jobs use it
 
 	// kvMu serialises pack writes of the OS (conversation packs, warms,
 	// deletes): kvcache's index takes a pack id twice when two Puts of the
@@ -93,7 +83,7 @@ func Open(ctx context.Context, opts Options) (*OS, error) {
 		return nil, err
 	}
 	opts.ensureDefaults()
-	o := &OS{opts: opts, log: opts.Logger, res: map[string]*residentPack{}, writeSem: make(chan struct{}, 2),
+	o := &OS{opts: opts, log: opts.Logger, writeSem: make(chan struct{}, 2),
 		kick: make(chan struct{}, 1)}
 	o.base, o.cancel = context.WithCancel(context.Background())
 	ok := false
@@ -120,34 +110,53 @@ func Open(ctx context.Context, opts Options) (*OS, error) {
 	if o.cubes, err = openCubes(ctx, o.db, o.mem, now); err != nil {
 		return nil, err
 	}
+	if o.models, err = newModels(opts, primaryName(opts)); err != nil {
+		return nil, err
+	}
+	var prim *loaded
 	switch {
 	case opts.Model != "":
-		if err := o.loadModel(ctx); err != nil {
+		// the primary loads now: a bad file fails Open, not the first request
+		m := o.models[0]
+		if prim, err = o.loadModel(ctx, m); err != nil {
 			return nil, err
+		}
+		m.l, m.info, m.keep = prim, prim.info, o.defaultKeep()
+		o.arm(m)
+		if o.opts.ResidentCells == 0 {
+			o.opts.ResidentCells = prim.eng.NCtx() / 4
+		}
+		if o.opts.ResidentAt == 0 {
+			o.opts.ResidentAt = scheduler.DefaultHeatOptions().PromoteAt
+			if h := opts.Tiers.Heat.PromoteAt; h > 0 {
+				o.opts.ResidentAt = h
+			}
 		}
 	case opts.Upstream != nil:
 		if o.up, err = newUpstream(o, *opts.Upstream); err != nil {
 			return nil, err
 		}
 	}
+	o.lay = scheduler.NewLayout(nil, o.mem, opts.Layout)
 	deps := scheduler.Deps{DB: o.db, Mem: o.mem, KV: o.kv}
-	if o.eng != nil {
-		deps.Layout, deps.Engine = o.lay, o.eng
+	if prim != nil {
+		deps.Layout, deps.Engine = prim.lay, prim.eng
+		o.jobL.p.Store(prim)
+	}
+	if opts.Model != "" {
 		opts.Tiers.Reserve = o.reserveJob
-	} else {
-		o.lay = scheduler.NewLayout(nil, o.mem, opts.Layout)
 	}
 	if o.tiers, err = scheduler.NewTiers(deps, opts.Tiers); err != nil {
 		return nil, err
 	}
 	o.usage = newUsageBuffer()
-	if o.eng != nil {
+	if prim != nil {
 		// the resident level is state too: pinned and hot packs come back
-		if err := o.applyResident(ctx); err != nil {
+		if err := o.applyResident(ctx, prim); err != nil {
 			o.log.Warn("resident packs not restored", "err", err)
 		}
 	}
-	if o.eng != nil && !opts.NoScheduler {
+	if opts.Model != "" && !opts.NoScheduler {
 		o.loopDone = make(chan struct{})
 		lctx, stop := context.WithCancel(o.base)
 		o.loopStop = stop
@@ -157,54 +166,12 @@ func Open(ctx context.Context, opts Options) (*OS, error) {
 	return o, nil
 }
 
-// loadModel loads the engine and splits its sequences: Parallel request
-// slots, ResidentSeqs resident ones and one for tier jobs.
-func (o *OS) loadModel(ctx context.Context) error {
-	opts := o.opts
-	lo := opts.Engine
-	lo.ModelPath = opts.Model
-	lo.NSeqMax = opts.Parallel + opts.ResidentSeqs + 1
-	lo.Logger = opts.Logger
-	// adapters cost nothing until a request attaches one (graph reuse stays
-	// on, see runtime.Options.LoRA): always allowed
-	lo.LoRA = true
-	start := time.Now()
-	var err error
-	if o.eng, err = runtime.Load(ctx, lo); err != nil {
-		return err
+// primaryName is the name clients see for Options.Model.
+func primaryName(opts Options) string {
+	if opts.ModelName != "" {
+		return opts.ModelName
 	}
-	o.info = engineModelInfo(o.eng, opts, time.Since(start))
-	if o.man, err = lora.NewManager(o.eng.Model(), opts.Model, o.reg, lora.Options{MaxBytes: opts.AdapterBytes,
-		Detach: o.eng.DetachAdapter, Logger: opts.Logger}); err != nil {
-		return err
-	}
-	o.lay = scheduler.NewLayout(o.eng, o.mem, opts.Layout)
-	o.cfgKey = kvcache.ConfigKey(o.eng.KVConfig(), "")
-	// request and resident sequences are held until Close; the rest of the
-	// pool (one sequence) serves tier jobs (Engine.AcquireSeq)
-	for range opts.Parallel + opts.ResidentSeqs {
-		seq, ok := o.eng.TryAcquireSeq()
-		if !ok {
-			return fmt.Errorf("%w: the engine's pool ran out of sequences", ErrBadOptions)
-		}
-		o.seqs = append(o.seqs, seq)
-	}
-	slices.Sort(o.seqs)
-	o.pool = newSlotPool(o.seqs[:opts.Parallel], opts.MaxQueue)
-	o.jobSlot, o.resSlot = o.pool.pseudo(), o.pool.pseudo()
-	o.resFree = slices.Clone(o.seqs[opts.Parallel:])
-	if o.opts.ResidentCells == 0 {
-		o.opts.ResidentCells = o.eng.NCtx() / 4
-	}
-	if o.opts.ResidentAt == 0 {
-		o.opts.ResidentAt = scheduler.DefaultHeatOptions().PromoteAt
-		if h := opts.Tiers.Heat.PromoteAt; h > 0 {
-			o.opts.ResidentAt = h
-		}
-	}
-	o.log.Info("model ready", "model", o.info.Name, "n_ctx", o.eng.NCtx(), "slots", opts.Parallel,
-		"resident_seqs", opts.ResidentSeqs)
-	return nil
+	return strings.TrimSuffix(filepath.Base(opts.Model), ".gguf")
 }
 
 // release closes what Open opened, in reverse order (Open's failure path
@@ -214,16 +181,18 @@ func (o *OS) release() error {
 	if o.tiers != nil {
 		errs = append(errs, o.tiers.Close())
 	}
-	if o.man != nil {
-		errs = append(errs, o.man.Close())
-	}
-	if o.eng != nil {
-		for _, q := range o.seqs {
-			o.eng.ClearSeq(q)
-			o.eng.ReleaseSeq(q)
+	o.modMu.Lock()
+	for _, m := range o.models {
+		if m.timer != nil {
+			m.timer.Stop()
+			m.timer = nil
 		}
-		errs = append(errs, o.eng.Close())
+		if m.l != nil {
+			errs = append(errs, m.l.close())
+			m.l = nil
+		}
 	}
+	o.modMu.Unlock()
 	if o.kv != nil {
 		errs = append(errs, o.kv.Close())
 	}
@@ -251,9 +220,19 @@ func (o *OS) Close(ctx context.Context) error {
 	o.closed = true
 	o.mu.Unlock()
 	// the queue is answered at once; running requests go on until ctx ends
-	if o.pool != nil {
-		o.pool.drain()
+	o.modMu.Lock()
+	for _, m := range o.models {
+		if m.l != nil {
+			m.l.pool.drain()
+		}
 	}
+	trans := []chan struct{}{}
+	for _, m := range o.models {
+		if m.trans != nil {
+			trans = append(trans, m.trans)
+		}
+	}
+	o.modMu.Unlock()
 	if o.up != nil {
 		o.up.pool.drain()
 	}
@@ -262,7 +241,14 @@ func (o *OS) Close(ctx context.Context) error {
 		<-o.loopDone
 	}
 	done := make(chan struct{})
-	go func() { o.inflight.Wait(); o.writes.Wait(); close(done) }()
+	go func() {
+		o.inflight.Wait()
+		for _, t := range trans { // a load or unload in progress ends first
+			<-t
+		}
+		o.writes.Wait()
+		close(done)
+	}()
 	select {
 	case <-done:
 	case <-ctx.Done():
@@ -310,17 +296,24 @@ type ModelInfo struct {
 	Info      map[string]any `json:"model_info,omitempty"`
 }
 
-// Model describes the served model (zero ModelInfo without one).
-func (o *OS) Model() ModelInfo { return o.info }
-
-func engineModelInfo(eng *runtime.Engine, opts Options, load time.Duration) ModelInfo {
-	sh := eng.Shape()
-	name := opts.ModelName
-	if name == "" {
-		name = strings.TrimSuffix(filepath.Base(opts.Model), ".gguf")
+// Model describes the primary model (the upstream's with Upstream; zero
+// ModelInfo without one), as of its last load.
+func (o *OS) Model() ModelInfo {
+	if len(o.models) == 0 {
+		return o.info
 	}
-	mi := ModelInfo{Name: name, Path: opts.Model, Backend: "llama", Size: int64(sh.SizeBytes), Digest: eng.KVConfig().ModelFingerprint,
-		NCtx: eng.NCtx(), Template: opts.Layout.ChatTemplate, Modified: time.Now().UTC(), Load: load,
+	o.modMu.Lock()
+	defer o.modMu.Unlock()
+	return o.models[0].info
+}
+
+func engineModelInfo(eng *runtime.Engine, path, name, template string, primary bool, load time.Duration) ModelInfo {
+	sh := eng.Shape()
+	if !primary {
+		template = ""
+	}
+	mi := ModelInfo{Name: name, Path: path, Backend: "llama", Size: int64(sh.SizeBytes), Digest: eng.KVConfig().ModelFingerprint,
+		NCtx: eng.NCtx(), Template: template, Modified: time.Now().UTC(), Load: load,
 		ParamSize: paramSize(sh.NParams), Quant: quantOf(sh.Desc)}
 	if mi.Template == "" {
 		mi.Template = eng.Model().ChatTemplate()
@@ -328,7 +321,7 @@ func engineModelInfo(eng *runtime.Engine, opts Options, load time.Duration) Mode
 	if a, ok := eng.Model().Meta("general.architecture"); ok {
 		mi.Family = a
 	}
-	if st, err := os.Stat(opts.Model); err == nil {
+	if st, err := os.Stat(path); err == nil {
 		mi.Size, mi.Modified = st.Size(), st.ModTime().UTC()
 	}
 	mi.Info = map[string]any{"general.architecture": mi.Family, "general.parameter_count": sh.NParams,
@@ -393,17 +386,19 @@ func (o *OS) Stats() Stats {
 	if o.up != nil {
 		st.Slots, st.BusySlots, st.Queued = o.up.pool.size(), o.up.pool.busy(), o.up.pool.queued()
 	}
-	if o.eng == nil {
+	l, done := o.hold()
+	defer done()
+	if l == nil {
 		return st
 	}
-	st.NCtx, st.Slots, st.BusySlots, st.Queued = o.eng.NCtx(), o.pool.size(), o.pool.busy(), o.pool.queued()
-	st.EngineActive, st.EngineQueued = o.eng.Queue()
-	o.resMu.Lock()
-	for _, r := range o.res {
+	st.NCtx, st.Slots, st.BusySlots, st.Queued = l.eng.NCtx(), l.pool.size(), l.pool.busy(), l.pool.queued()
+	st.EngineActive, st.EngineQueued = l.eng.Queue()
+	l.resMu.Lock()
+	for _, r := range l.res {
 		st.ResidentCells += len(r.toks)
 		st.ResidentPacks++
 	}
-	o.resMu.Unlock()
+	l.resMu.Unlock()
 	return st
 }
 
@@ -411,8 +406,17 @@ func (o *OS) Stats() Stats {
 // benchmark driving the engine, an inspector reading the stores). Writes
 // through them bypass the scheduler's bookkeeping.
 
-// Engine returns the loaded engine, nil without a model.
-func (o *OS) Engine() *runtime.Engine { return o.eng }
+// Engine returns the primary model's engine, nil without a model or while
+// it is unloaded (keep-alive; with Options.KeepAlive unset it stays loaded
+// until Close).
+func (o *OS) Engine() *runtime.Engine {
+	l, done := o.hold()
+	defer done()
+	if l == nil {
+		return nil
+	}
+	return l.eng
+}
 
 // TextStore returns the text tier.
 func (o *OS) TextStore() *textmem.Store { return o.mem }
@@ -429,12 +433,20 @@ func (o *OS) Scheduler() *scheduler.Tiers { return o.tiers }
 // AdapterRegistry returns the LoRA adapter registry.
 func (o *OS) AdapterRegistry() *lora.Registry { return o.reg }
 
-// Layout returns the prompt layout.
-func (o *OS) Layout() *scheduler.Layout { return o.lay }
+// Layout returns the primary model's prompt layout (while loaded; see
+// Engine), or the text-only layout without a model.
+func (o *OS) Layout() *scheduler.Layout {
+	l, done := o.hold()
+	defer done()
+	if l == nil {
+		return o.lay
+	}
+	return l.lay
+}
 
-// needEngine returns ErrNoModel without a loaded model.
+// needEngine returns ErrNoModel when the OS serves no model.
 func (o *OS) needEngine() error {
-	if o.eng == nil {
+	if len(o.models) == 0 {
 		if o.up != nil {
 			return fmt.Errorf("%w: the upstream backend is text-only", ErrNotSupported)
 		}

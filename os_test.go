@@ -190,7 +190,7 @@ func TestEveryKVSourceEqualsCold(t *testing.T) {
 		t.Fatal(err)
 	}
 	o = openOS(t, opts)
-	rr, _ := o.render(ctx, &Request{Cube: "c", Messages: turn2})
+	rr, _ := o.render(ctx, o.prim(), &Request{Cube: "c", Messages: turn2})
 	for _, p := range o.KVCache().List("") {
 		h, _, _, _ := o.KVCache().State(p.ID)
 		t.Logf("pack %.8s %s %d tokens\n%v\n%v", p.ID, p.Label, p.NTokens, h.Tokens[60:], rr.toks[60:])
@@ -532,7 +532,7 @@ func TestConversationBudget(t *testing.T) {
 			t.Fatal(err)
 		}
 		o.writes.Wait()
-		last = kvcache.PackID(kvcache.ScopedKey(o.cfgKey, "c"), res.Context)
+		last = kvcache.PackID(kvcache.ScopedKey(o.prim().cfgKey, "c"), res.Context)
 		st := o.Stats()
 		if st.ConvBytes > opts.ConvBytes || st.ConvPacks == 0 {
 			t.Fatalf("after %q: %d conversation packs, %d bytes (budget %d)", s, st.ConvPacks, st.ConvBytes, opts.ConvBytes)
@@ -728,4 +728,11 @@ func TestExportImportKeepsIDs(t *testing.T) {
 			t.Fatalf("%s: a refused import left cubes %v", name, cubes)
 		}
 	}
+}
+
+// prim is the primary model's loaded state (tests reach below the OS).
+func (o *OS) prim() *loaded {
+	o.modMu.Lock()
+	defer o.modMu.Unlock()
+	return o.models[0].l
 }

@@ -61,17 +61,19 @@ func (o *OS) packs(cube string) PackStatus {
 	}
 	slices.SortFunc(st.Packs, func(a, b kvcache.Info) int { return a.Created.Compare(b.Created) })
 	st.Levels = packLevels(st.Packs, "")
-	if o.eng == nil {
+	l, done := o.hold()
+	defer done()
+	if l == nil {
 		return st
 	}
-	st.NCtx = o.eng.NCtx()
-	o.resMu.Lock()
-	defer o.resMu.Unlock()
-	if r, ok := o.res[cube]; ok {
+	st.NCtx = l.eng.NCtx()
+	l.resMu.Lock()
+	defer l.resMu.Unlock()
+	if r, ok := l.res[cube]; ok {
 		st.Resident = &ResidentStatus{Seq: r.seq, Tokens: len(r.toks), PackID: r.packID, Created: r.created}
 		st.Levels = packLevels(st.Packs, r.packID)
 	}
-	for _, r := range o.res {
+	for _, r := range l.res {
 		st.ResidentCells += len(r.toks)
 	}
 	return st
@@ -99,9 +101,11 @@ func (o *OS) Warm(ctx context.Context, cube string, wo WarmOptions) (PackStatus,
 	defer o.leave()
 	ctx, done := o.bound(ctx)
 	defer done()
-	if err := o.needEngine(); err != nil {
+	l, release, err := o.primaryUse(ctx) // the tier's packs are the primary's
+	if err != nil {
 		return PackStatus{}, err
 	}
+	defer release()
 	gen := o.gen(cube) // before the cube check: a delete after it is seen
 	if err := o.checkCube(ctx, cube); err != nil {
 		return PackStatus{}, err
@@ -109,7 +113,7 @@ func (o *OS) Warm(ctx context.Context, cube string, wo WarmOptions) (PackStatus,
 	if cube == "" {
 		return PackStatus{}, badField("cube", "a cube is required")
 	}
-	if wo.Resident && len(o.seqs) == o.opts.Parallel {
+	if wo.Resident && l.nres == 0 {
 		return PackStatus{}, badField("resident", "no resident sequences (start with ResidentSeqs > 0, serve --resident N)")
 	}
 	start := time.Now()
@@ -145,7 +149,7 @@ func (o *OS) Warm(ctx context.Context, cube string, wo WarmOptions) (PackStatus,
 		return PackStatus{}, fmt.Errorf("%w: %s (deleted while warming)", ErrUnknownCube, cube)
 	}
 	if wo.Resident {
-		if err := o.applyResident(ctx); err != nil {
+		if err := o.applyResident(ctx, l); err != nil {
 			return PackStatus{}, err
 		}
 	}

@@ -119,13 +119,13 @@ const (
 )
 
 // render assembles the prompt of req (see Chat and Generate).
-func (o *OS) render(ctx context.Context, req *Request) (rendered, error) {
-	return o.renderWith(ctx, req, dropNone)
+func (o *OS) render(ctx context.Context, l *loaded, req *Request) (rendered, error) {
+	return o.renderWith(ctx, l, req, dropNone)
 }
 
-func (o *OS) renderWith(ctx context.Context, req *Request, drop dropMemories) (rendered, error) {
+func (o *OS) renderWith(ctx context.Context, l *loaded, req *Request, drop dropMemories) (rendered, error) {
 	var r rendered
-	eng := o.eng
+	eng := l.eng
 	if len(req.Context) > 0 {
 		n := int32(eng.Shape().NVocab)
 		for i, t := range req.Context {
@@ -134,7 +134,7 @@ func (o *OS) renderWith(ctx context.Context, req *Request, drop dropMemories) (r
 			}
 		}
 		text := req.Prompt
-		if tmpl := o.lay.Template(); !req.Raw && tmpl != "" {
+		if tmpl := l.lay.Template(); !req.Raw && tmpl != "" {
 			t, err := eng.Model().ApplyChatTemplate(tmpl, []llama.ChatMessage{{Role: "user", Content: req.Prompt}}, true)
 			if err != nil {
 				return r, badField("prompt", "chat template: %v", err)
@@ -167,7 +167,7 @@ func (o *OS) renderWith(ctx context.Context, req *Request, drop dropMemories) (r
 		}
 		in.Members = members
 	}
-	p, err := o.lay.Assemble(ctx, in)
+	p, err := l.lay.Assemble(ctx, in)
 	if errors.Is(err, llama.ErrTemplate) {
 		return r, badField(promptField(req), "chat template: %v", err)
 	}
@@ -181,7 +181,7 @@ func (o *OS) renderWith(ctx context.Context, req *Request, drop dropMemories) (r
 // truncate renders req with its oldest non-system messages dropped, fewest
 // first, until the prompt holds at most fit tokens; the last message always
 // stays (the caller then reports a prompt too long).
-func (o *OS) truncate(ctx context.Context, req *Request, fit int) (rendered, error) {
+func (o *OS) truncate(ctx context.Context, l *loaded, req *Request, fit int) (rendered, error) {
 	msgs := req.Messages
 	var r rendered
 	for i := 1; i < len(msgs); i++ {
@@ -194,7 +194,7 @@ func (o *OS) truncate(ctx context.Context, req *Request, fit int) (rendered, err
 		cut := *req
 		cut.Messages = append(kept, msgs[i:]...)
 		var err error
-		if r, err = o.render(ctx, &cut); err != nil || len(r.toks) <= fit {
+		if r, err = o.render(ctx, l, &cut); err != nil || len(r.toks) <= fit {
 			if err == nil && i > 0 {
 				o.log.Debug("oldest messages dropped to fit the context", "dropped", i-len(kept), "prompt_tokens", len(r.toks))
 			}
@@ -239,27 +239,34 @@ func (o *OS) do(ctx context.Context, req *Request, chat bool) (*Response, error)
 		}
 		return o.up.generate(ctx, req, start)
 	}
-	if o.eng == nil {
-		return nil, ErrNoModel
+	asked := time.Now()
+	l, release, err := o.use(ctx, req.Model, req.KeepAlive)
+	if err != nil {
+		return nil, err
 	}
-	r, err := o.render(ctx, req)
+	defer release()
+	var loadTime time.Duration
+	if l.at.After(asked) { // loaded (or waited for a load) for this request
+		loadTime = time.Since(asked)
+	}
+	r, err := o.render(ctx, l, req)
 	if err != nil {
 		return nil, err
 	}
 	out := &Response{PackMemories: len(r.prompt.Pack), Retrieved: len(r.prompt.Retrieved)}
-	out.Usage.PromptTokens = len(r.toks)
+	out.Usage.PromptTokens, out.Usage.LoadDuration = len(r.toks), loadTime
 	if req.RenderOnly {
 		out.Rendered = r.text
 		return out, nil
 	}
-	limit := o.eng.NCtx()
+	limit := l.eng.NCtx()
 	if req.NumCtx > 0 && req.NumCtx < limit {
 		limit = req.NumCtx // served by the loaded context: no reload
 	}
 	if chat && len(r.toks) > limit-minBudget && len(req.Messages) > 1 {
 		// as Ollama's chatPrompt: drop the oldest turns (system turns stay,
 		// the last turn always) until the prompt fits
-		if r, err = o.truncate(ctx, req, limit-minBudget); err != nil {
+		if r, err = o.truncate(ctx, l, req, limit-minBudget); err != nil {
 			return nil, err
 		}
 		out.PackMemories, out.Retrieved = len(r.prompt.Pack), len(r.prompt.Retrieved)
@@ -268,7 +275,7 @@ func (o *OS) do(ctx context.Context, req *Request, chat bool) (*Response, error)
 		// the memories' token budgets are estimates: without retrieval,
 		// then without the pack, rather than refuse the turn
 		for _, drop := range []dropMemories{dropRetrieved, dropAll} {
-			if r, err = o.renderWith(ctx, req, drop); err != nil {
+			if r, err = o.renderWith(ctx, l, req, drop); err != nil {
 				return nil, err
 			}
 			if len(r.toks) <= limit-minBudget {
@@ -283,7 +290,7 @@ func (o *OS) do(ctx context.Context, req *Request, chat bool) (*Response, error)
 		return nil, badField(promptField(req), "empty prompt")
 	}
 	if len(toks) >= limit {
-		return nil, badField(promptField(req), "prompt is %d tokens, context is %d (num_ctx %d, loaded n_ctx %d)", len(toks), limit, req.NumCtx, o.eng.NCtx())
+		return nil, badField(promptField(req), "prompt is %d tokens, context is %d (num_ctx %d, loaded n_ctx %d)", len(toks), limit, req.NumCtx, l.eng.NCtx())
 	}
 	maxTok := req.NumPredict
 	switch {
@@ -305,21 +312,22 @@ func (o *OS) do(ctx context.Context, req *Request, chat bool) (*Response, error)
 	case sp.RepeatLastN < -1:
 		return nil, badField("options.repeat_last_n", "%d < -1 (-1: num_ctx, 0: 64)", sp.RepeatLastN)
 	}
-	ad, err := o.adapters(ctx, req.Cube, req.Adapters)
+	ad, err := o.adapters(ctx, l, req.Cube, req.Adapters)
 	if err != nil {
 		return nil, err
 	}
 	defer ad.release()
 	out.Adapters = ad.key
 	scope := scopeOf(req.Cube, gen, ad.key)
-	sl, slotN, err := o.pool.acquire(ctx, toks, scope)
+	sl, slotN, err := l.pool.acquire(ctx, toks, scope)
 	if err != nil {
 		return nil, err
 	}
-	defer o.pool.release(sl)
+	defer l.pool.release(sl)
+	l.forgetUnsaved(sl)
 	// KV admission: the prompt plus the generation budget, at least a few
 	// tokens of it; idle slots give their cells back first
-	got, err := o.pool.admit(ctx, sl, len(toks)+min(maxTok, minBudget), len(toks)+maxTok, o.eng.NCtx(), residentLevel{o}, o.clearSeq)
+	got, err := l.pool.admit(ctx, sl, len(toks)+min(maxTok, minBudget), len(toks)+maxTok, l.eng.NCtx(), residentLevel{l}, l.clearSeq)
 	if err != nil {
 		if errors.Is(err, ErrNoRoom) {
 			return nil, badField(promptField(req), "%v (prompt %d tokens)", err, len(toks))
@@ -327,18 +335,18 @@ func (o *OS) do(ctx context.Context, req *Request, chat bool) (*Response, error)
 		return nil, err
 	}
 	maxTok = got - len(toks)
-	slotN = o.pool.cachedAfterAdmit(sl, slotN) // 0 if emptied for the request first in line
+	slotN = l.pool.cachedAfterAdmit(sl, slotN) // 0 if emptied for the request first in line
 	// restore and generate ahead of background work; not while waiting for
 	// cells above: a tier job holding cells must be able to finish
-	defer o.eng.BeginForeground()()
-	src, err := o.prepare(ctx, sl, toks, slotN, req.Cube, ad, req.NoCache)
+	defer l.eng.BeginForeground()()
+	src, err := o.prepare(ctx, l, sl, toks, slotN, req.Cube, ad, req.NoCache)
 	sl.scope = scope
 	if err != nil {
-		o.eng.ClearSeq(sl.seq) // whatever a failed restore or share left
-		o.pool.hold(sl, nil)
+		l.eng.ClearSeq(sl.seq) // whatever a failed restore or share left
+		l.pool.hold(sl, nil)
 		return nil, err
 	}
-	o.pool.hold(sl, toks[:src.npast]) // what the sequence holds now (cells counted by admissions)
+	l.pool.hold(sl, toks[:src.npast]) // what the sequence holds now (cells counted by admissions)
 	out.CacheSource, out.PackID, out.Usage.RestoreTime = src.source, src.packID, src.restore
 	if src.refused != nil {
 		out.Refused = src.refused.Error()
@@ -353,7 +361,7 @@ func (o *OS) do(ctx context.Context, req *Request, chat bool) (*Response, error)
 	var res runtime.Result
 	gerr := o.stream(ctx, onText, func(ctx context.Context, onText func(string) error) error {
 		var err error
-		res, err = o.run(ctx, runtime.Request{Seq: sl.seq, Tokens: toks, NPast: src.npast, Sampling: sp,
+		res, err = o.run(ctx, l, runtime.Request{Seq: sl.seq, Tokens: toks, NPast: src.npast, Sampling: sp,
 			MaxTokens: maxTok, Stop: req.Stop, OnText: onText, Start: start, Adapters: ad.refs})
 		return err
 	})
@@ -362,12 +370,12 @@ func (o *OS) do(ctx context.Context, req *Request, chat bool) (*Response, error)
 	out.Usage.TTFT, out.Usage.PromptDuration, out.Usage.EvalDuration = res.TTFT, res.PrefillTime, res.EvalTime
 	// what the sequence holds now: a prefix of prompt + generated tokens
 	all := append(slices.Clip(toks), res.Tokens...)
-	held := o.eng.SeqLen(sl.seq)
+	held := l.eng.SeqLen(sl.seq)
 	if held > len(all) {
-		o.eng.ClearSeq(sl.seq)
+		l.eng.ClearSeq(sl.seq)
 		held = 0
 	}
-	o.pool.hold(sl, all[:held])
+	l.pool.hold(sl, all[:held])
 	out.Context = slices.Clone(sl.toks)
 	if gerr != nil {
 		out.Usage.TotalDuration = time.Since(start)
@@ -384,7 +392,7 @@ func (o *OS) do(ctx context.Context, req *Request, chat bool) (*Response, error)
 		}
 	}
 	if chat && !req.NoPersist && !o.opts.NoPersist && held >= o.opts.MinPersistTokens {
-		o.persist(sl, req.Cube, gen, src.prev, ad)
+		o.persist(l, sl, req.Cube, gen, src.prev, ad)
 	}
 	if req.Cube != "" && !req.NoUsage {
 		o.recordUse(req.Cube, r.prompt)
@@ -508,11 +516,11 @@ func (p *textPipe) fail(err error) {
 // sequence's previous request: a finished job leaves the engine's active
 // set only after the batch step it finished in, so a slot reused at once
 // can meet runtime.ErrSeqBusy for up to one step.
-func (o *OS) run(ctx context.Context, req runtime.Request) (runtime.Result, error) {
+func (o *OS) run(ctx context.Context, l *loaded, req runtime.Request) (runtime.Result, error) {
 	var res runtime.Result
 	err := retryBusy(ctx, func() error {
 		var err error
-		res, err = o.eng.Generate(ctx, req)
+		res, err = l.eng.Generate(ctx, req)
 		return err
 	})
 	return res, err
@@ -551,29 +559,29 @@ type kvSource struct {
 // the activation tier, whichever is longest (ties: the cheapest, in that
 // order). Only state of the request's own cube and adapter set is reused
 // (slot.scope). With noCache the sequence is emptied.
-func (o *OS) prepare(ctx context.Context, sl *slot, toks []int32, slotN int, cube string, ad adapterSet, noCache bool) (kvSource, error) {
+func (o *OS) prepare(ctx context.Context, l *loaded, sl *slot, toks []int32, slotN int, cube string, ad adapterSet, noCache bool) (kvSource, error) {
 	if noCache {
 		sl.convPack = ""
-		return kvSource{}, o.eng.ClearSeq(sl.seq)
+		return kvSource{}, l.eng.ClearSeq(sl.seq)
 	}
 	usable := len(toks) - 1
 	slotN = min(slotN, usable)
-	o.resMu.Lock()
+	l.resMu.Lock()
 	var rp residentPack
 	rpN := 0
-	if r, ok := o.res[cube]; ok && cube != "" && r.adapters == ad.key {
+	if r, ok := l.res[cube]; ok && cube != "" && r.adapters == ad.key {
 		rp, rpN = *r, min(commonPrefix(r.toks, toks), usable)
 		r.used = time.Now()
 	}
-	o.resMu.Unlock()
+	l.resMu.Unlock()
 	storedN := 0
 	if m := o.kv.Lookup(kvcache.ScopedKey(ad.cfgKey, cube), toks); m.ID != "" && o.packInScope(m.ID, cube) {
 		storedN = min(m.Tokens, usable)
 	}
 	shareResident := func() (kvSource, error) {
-		err := o.eng.ClearSeq(sl.seq)
+		err := l.eng.ClearSeq(sl.seq)
 		if err == nil {
-			err = o.eng.CopySeq(rp.seq, sl.seq, 0, rpN)
+			err = l.eng.CopySeq(rp.seq, sl.seq, 0, rpN)
 		}
 		if err != nil {
 			return kvSource{}, err
@@ -594,7 +602,7 @@ func (o *OS) prepare(ctx context.Context, sl *slot, toks []int32, slotN int, cub
 		// drop the rest now, not at the engine's admission: the cells
 		// beyond the reservation are free for other requests at once
 		if len(sl.toks) > slotN {
-			if err := o.eng.TruncateSeq(sl.seq, slotN); err != nil {
+			if err := l.eng.TruncateSeq(sl.seq, slotN); err != nil {
 				return kvSource{}, err
 			}
 		}
@@ -607,7 +615,7 @@ func (o *OS) prepare(ctx context.Context, sl *slot, toks []int32, slotN int, cub
 	var rs kvcache.Restored
 	err := retryBusy(ctx, func() error {
 		var err error
-		rs, err = o.kv.Restore(ctx, o.eng, sl.seq, toks, kvcache.RestoreOptions{AdapterKey: ad.key, Scope: cube})
+		rs, err = o.kv.Restore(ctx, l.eng, sl.seq, toks, kvcache.RestoreOptions{AdapterKey: ad.key, Scope: cube})
 		return err
 	})
 	if err != nil {
@@ -637,28 +645,68 @@ func continues(n, total int) bool { return total > 0 && 4*n >= 3*total }
 
 // persist saves sl's state as a conversation pack in the background (the
 // state is copied now, so the slot is free again at once) and then drops
-// prev, the pack the new state extends. Skipped when two writes are already
-// running.
-func (o *OS) persist(sl *slot, cube string, gen uint64, prev string, ad adapterSet) {
+// prev, the pack the new state extends. When two writes are already
+// running it is skipped; the slot is marked unsaved, and an unload of the
+// model saves it (its next request forgets the mark).
+func (o *OS) persist(l *loaded, sl *slot, cube string, gen uint64, prev string, ad adapterSet) {
+	cs := convSave{cube: cube, gen: gen, prev: prev, ad: adapterSet{key: ad.key, cfgKey: ad.cfgKey}}
 	select {
 	case o.writeSem <- struct{}{}:
 	default:
-		o.log.Debug("conversation pack skipped: writes busy", "seq", sl.seq)
+		o.log.Debug("conversation pack deferred: writes busy", "seq", sl.seq)
+		l.resMu.Lock()
+		l.unsaved[sl] = cs
+		l.resMu.Unlock()
 		return
 	}
-	state, err := o.eng.SaveSeq(sl.seq)
-	if err != nil {
+	store, ok := o.convState(l, sl, cs)
+	if !ok {
 		<-o.writeSem
-		o.log.Warn("conversation state not saved", "seq", sl.seq, "err", err)
 		return
 	}
-	toks := slices.Clone(sl.toks)
-	id := kvcache.PackID(kvcache.ScopedKey(ad.cfgKey, cube), toks)
-	sl.convPack = id
 	o.writes.Add(1)
 	o.pending.Add(1)
 	go func() {
 		defer func() { o.pending.Add(-1); <-o.writeSem; o.writes.Done() }()
+		store()
+	}()
+}
+
+// persistNow stores sl's state as persist does, waiting for it (unload:
+// the model is idle, nothing else uses the sequence).
+func (l *loaded) persistNow(sl *slot, cs convSave) {
+	o := l.o
+	if len(sl.toks) < o.opts.MinPersistTokens {
+		return // emptied for another request's room meanwhile
+	}
+	o.writeSem <- struct{}{}
+	defer func() { <-o.writeSem }()
+	if store, ok := o.convState(l, sl, cs); ok {
+		store()
+	}
+}
+
+// forgetUnsaved drops sl's unsaved mark: a new request uses the slot.
+func (l *loaded) forgetUnsaved(sl *slot) {
+	l.resMu.Lock()
+	delete(l.unsaved, sl)
+	l.resMu.Unlock()
+}
+
+// convState copies sl's state now and returns the write that stores it
+// as a conversation pack; false when the state could not be read.
+func (o *OS) convState(l *loaded, sl *slot, cs convSave) (func(), bool) {
+	state, err := l.eng.SaveSeq(sl.seq)
+	if err != nil {
+		o.log.Warn("conversation state not saved", "seq", sl.seq, "err", err)
+		return nil, false
+	}
+	cube, gen, prev, ad := cs.cube, cs.gen, cs.prev, cs.ad
+	toks := slices.Clone(sl.toks)
+	id := kvcache.PackID(kvcache.ScopedKey(ad.cfgKey, cube), toks)
+	sl.convPack = id
+	kv := l.eng.KVConfig()
+	return func() {
 		start := time.Now()
 		o.kvMu.Lock()
 		defer o.kvMu.Unlock()
@@ -668,7 +716,7 @@ func (o *OS) persist(sl *slot, cube string, gen uint64, prev string, ad adapterS
 		if o.hasPack(id) {
 			return // the same conversation state is stored already
 		}
-		info, err := o.kv.Put(context.Background(), kvcache.Header{KV: o.eng.KVConfig(), AdapterKey: ad.key, Tokens: toks, Label: convLabel(cube), Scope: cube}, state)
+		info, err := o.kv.Put(context.Background(), kvcache.Header{KV: kv, AdapterKey: ad.key, Tokens: toks, Label: convLabel(cube), Scope: cube}, state)
 		if err != nil {
 			o.log.Warn("conversation pack not stored", "cube", cube, "err", err)
 			return
@@ -681,7 +729,7 @@ func (o *OS) persist(sl *slot, cube string, gen uint64, prev string, ad adapterS
 		o.log.Debug("conversation pack stored", "cube", cube, "pack", info.ID[:12], "n_tokens", info.NTokens,
 			"blob_bytes", info.BlobBytes, "ms", time.Since(start).Milliseconds())
 		o.trimConv(info.ID)
-	}()
+	}, true
 }
 
 // trimConv deletes the oldest conversation packs, never keep, until they
@@ -771,9 +819,9 @@ type adapterSet struct {
 func (a adapterSet) release() { a.lease.Release() }
 
 // adapters leases specs in cube (nil: the cube's defaults).
-func (o *OS) adapters(ctx context.Context, cube string, specs []lora.Spec) (adapterSet, error) {
-	none := adapterSet{cfgKey: o.cfgKey}
-	if !o.eng.Options().LoRA {
+func (o *OS) adapters(ctx context.Context, l *loaded, cube string, specs []lora.Spec) (adapterSet, error) {
+	none := adapterSet{cfgKey: l.cfgKey}
+	if !l.eng.Options().LoRA {
 		if len(specs) > 0 {
 			var names []string
 			for _, sp := range specs {
@@ -783,16 +831,16 @@ func (o *OS) adapters(ctx context.Context, cube string, specs []lora.Spec) (adap
 		}
 		return none, nil
 	}
-	l, err := o.man.Acquire(ctx, cube, specs)
+	ls, err := l.man.Acquire(ctx, cube, specs)
 	if err != nil {
 		return none, err
 	}
-	if len(l.Refs) == 0 {
-		l.Release()
+	if len(ls.Refs) == 0 {
+		ls.Release()
 		return none, nil
 	}
-	key := l.Key()
-	return adapterSet{refs: l.Refs, key: key, cfgKey: kvcache.ConfigKey(o.eng.KVConfig(), key), lease: l}, nil
+	key := ls.Key()
+	return adapterSet{refs: ls.Refs, key: key, cfgKey: kvcache.ConfigKey(l.eng.KVConfig(), key), lease: ls}, nil
 }
 
 // scopeOf is the slot scope of a cube, at its deletion count gen, under an

@@ -330,7 +330,13 @@ func (o *OS) ImportCube(ctx context.Context, r io.Reader, opts ImportOptions) (I
 		}
 		res.Packs++
 	}
-	if o.eng != nil && len(man.TierMembers) > 0 {
+	if len(o.models) > 0 && len(man.TierMembers) > 0 {
+		// the tier's packs are the primary's: loaded for them
+		_, release, err := o.primaryUse(ctx)
+		if err != nil {
+			return res, err
+		}
+		defer release()
 		var ids, pins []string
 		for _, id := range man.TierMembers {
 			if imported[id] {
@@ -341,7 +347,7 @@ func (o *OS) ImportCube(ctx context.Context, r io.Reader, opts ImportOptions) (I
 			}
 		}
 		o.kvMu.Lock()
-		_, err := o.tiers.Promote(ctx, cube, ids, "import", false, man.Resident)
+		_, err = o.tiers.Promote(ctx, cube, ids, "import", false, man.Resident)
 		if err == nil && len(pins) > 0 {
 			_, err = o.tiers.Promote(ctx, cube, pins, "import", true, man.Resident)
 		}

@@ -22,6 +22,13 @@ type Sampling = llama.SamplerParams
 // Request is one generation. Chat takes Messages; Generate takes Prompt
 // (with System, Raw and Context as Ollama's /api/generate has them).
 type Request struct {
+	// Model names the model to run (ModelSpec.Name or the primary's name);
+	// "" is the primary. A model not loaded is loaded first.
+	Model string
+	// KeepAlive is how long the model stays loaded after this request
+	// (Ollama's keep_alive): negative forever, 0 unloaded at its end (after
+	// saving the conversation state); nil: Options.KeepAlive.
+	KeepAlive *time.Duration
 	// Cube whose memories the prompt carries and whose KV state may be
 	// reused; "" is plain inference.
 	Cube string

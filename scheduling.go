@@ -2,6 +2,7 @@ package memosrt
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -163,9 +164,11 @@ func (o *OS) Tick(ctx context.Context) (scheduler.TickReport, error) {
 	defer o.leave()
 	ctx, done := o.bound(ctx)
 	defer done()
-	if err := o.needEngine(); err != nil {
+	_, release, err := o.primaryUse(ctx) // loaded for it, as a request would
+	if err != nil {
 		return scheduler.TickReport{}, err
 	}
+	defer release()
 	return o.tick(ctx)
 }
 
@@ -176,8 +179,16 @@ func (o *OS) tick(ctx context.Context) (scheduler.TickReport, error) {
 	if err := o.flushUsage(ctx); err != nil {
 		return scheduler.TickReport{}, err
 	}
+	l, done := o.hold()
+	defer done()
+	if l == nil {
+		return scheduler.TickReport{}, nil // unloaded: tier jobs wait for its next load
+	}
 	rep, err := o.tiers.Tick(ctx)
-	if rerr := o.applyResident(ctx); rerr != nil && err == nil {
+	if errors.Is(err, scheduler.ErrReadOnly) {
+		return rep, nil // unloaded meanwhile
+	}
+	if rerr := o.applyResident(ctx, l); rerr != nil && err == nil {
 		err = rerr
 	}
 	return rep, err
@@ -197,13 +208,13 @@ type residentPack struct {
 // packs, then the hottest packs at or above ResidentAt, while resident
 // sequences and ResidentCells last. Packs no longer wanted (cold, over
 // budget, recomputed) leave it first.
-func (o *OS) applyResident(ctx context.Context) error {
-	nres := len(o.seqs) - o.opts.Parallel
+func (o *OS) applyResident(ctx context.Context, l *loaded) error {
+	nres := l.nres
 	if nres == 0 {
 		return nil
 	}
-	o.applyMu.Lock()
-	defer o.applyMu.Unlock()
+	l.applyMu.Lock()
+	defer l.applyMu.Unlock()
 	hot, err := o.tiers.HotPacks(ctx)
 	if err != nil {
 		return err
@@ -227,20 +238,20 @@ func (o *OS) applyResident(ctx context.Context) error {
 		cells += p.Tokens
 	}
 	// leave first, so that their sequences and cells are free
-	o.resMu.Lock()
+	l.resMu.Lock()
 	var leave []string
-	for cube, r := range o.res {
+	for cube, r := range l.res {
 		if w, ok := want[cube]; !ok || w.PackID != r.packID {
 			leave = append(leave, cube)
 		}
 	}
 	for _, cube := range leave {
-		r := o.res[cube]
-		delete(o.res, cube)
-		o.eng.ClearSeq(r.seq)
-		o.resFree = append(o.resFree, r.seq)
+		r := l.res[cube]
+		delete(l.res, cube)
+		l.eng.ClearSeq(r.seq)
+		l.resFree = append(l.resFree, r.seq)
 	}
-	o.resMu.Unlock()
+	l.resMu.Unlock()
 	for _, cube := range leave {
 		why := reason[cube]
 		if why == "" || why == "heat" || why == "pinned" {
@@ -251,13 +262,13 @@ func (o *OS) applyResident(ctx context.Context) error {
 		}
 	}
 	for cube, p := range want {
-		o.resMu.Lock()
-		_, have := o.res[cube]
-		o.resMu.Unlock()
+		l.resMu.Lock()
+		_, have := l.res[cube]
+		l.resMu.Unlock()
 		if have {
 			continue
 		}
-		if err := o.makeResident(ctx, cube, p.PackID); err != nil {
+		if err := o.makeResident(ctx, l, cube, p.PackID); err != nil {
 			o.log.Warn("pack not made resident", "cube", cube, "pack", p.PackID, "err", err)
 			continue
 		}
@@ -269,93 +280,94 @@ func (o *OS) applyResident(ctx context.Context) error {
 }
 
 // makeResident restores stored pack id into a free resident sequence.
-func (o *OS) makeResident(ctx context.Context, cube, id string) error {
+func (o *OS) makeResident(ctx context.Context, l *loaded, cube, id string) error {
 	h, state, _, err := o.kv.State(id)
 	if err != nil {
 		return err
 	}
-	if err := h.Check(o.eng.KVConfig(), ""); err != nil {
+	if err := h.Check(l.eng.KVConfig(), ""); err != nil {
 		return err
 	}
 	// room first: idle slots give their cells back; the cells count as
-	// resident (fixed) once the pack is in o.res
-	release, err := o.pool.reserveNow(o.resSlot, len(h.Tokens), o.eng.NCtx(), noEvict{o}, o.clearSeq)
+	// resident (fixed) once the pack is in l.res
+	release, err := l.pool.reserveNow(l.resSlot, len(h.Tokens), l.eng.NCtx(), noEvict{l}, l.clearSeq)
 	if err != nil {
 		return err
 	}
 	defer release()
-	o.resMu.Lock()
-	n := len(o.resFree)
+	l.resMu.Lock()
+	n := len(l.resFree)
 	if n == 0 {
-		o.resMu.Unlock()
+		l.resMu.Unlock()
 		return fmt.Errorf("memosrt: no free resident sequence")
 	}
-	seq := o.resFree[n-1]
-	o.resFree = o.resFree[:n-1]
-	o.resMu.Unlock()
-	if _, err := o.eng.RestoreSeq(seq, state); err != nil {
-		o.resMu.Lock()
-		o.resFree = append(o.resFree, seq)
-		o.resMu.Unlock()
+	seq := l.resFree[n-1]
+	l.resFree = l.resFree[:n-1]
+	l.resMu.Unlock()
+	if _, err := l.eng.RestoreSeq(seq, state); err != nil {
+		l.resMu.Lock()
+		l.resFree = append(l.resFree, seq)
+		l.resMu.Unlock()
 		return err
 	}
 	now := time.Now()
-	o.resMu.Lock()
-	o.res[cube] = &residentPack{seq: seq, toks: slices.Clone(h.Tokens), packID: id, created: now, used: now}
-	o.resMu.Unlock()
+	l.resMu.Lock()
+	l.res[cube] = &residentPack{seq: seq, toks: slices.Clone(h.Tokens), packID: id, created: now, used: now}
+	l.resMu.Unlock()
 	return ctx.Err()
 }
 
 // dropResident frees cube's resident pack, if any (its cube was deleted).
-func (o *OS) dropResident(cube string) {
-	o.resMu.Lock()
-	defer o.resMu.Unlock()
-	if r, ok := o.res[cube]; ok {
-		delete(o.res, cube)
-		o.eng.ClearSeq(r.seq)
-		o.resFree = append(o.resFree, r.seq)
+func (l *loaded) dropResident(cube string) {
+	l.resMu.Lock()
+	defer l.resMu.Unlock()
+	if r, ok := l.res[cube]; ok {
+		delete(l.res, cube)
+		l.eng.ClearSeq(r.seq)
+		l.resFree = append(l.resFree, r.seq)
 	}
 }
 
 // residentCells returns the KV cells resident packs hold.
-func (o *OS) residentCells() int {
-	o.resMu.Lock()
-	defer o.resMu.Unlock()
+func (l *loaded) residentCells() int {
+	l.resMu.Lock()
+	defer l.resMu.Unlock()
 	n := 0
-	for _, r := range o.res {
+	for _, r := range l.res {
 		n += len(r.toks)
 	}
 	return n
 }
 
 // residentLevel is the resident packs as the slot pool's fixedCells.
-type residentLevel struct{ o *OS }
+type residentLevel struct{ l *loaded }
 
-func (r residentLevel) cells() int { return r.o.residentCells() }
+func (r residentLevel) cells() int { return r.l.residentCells() }
 
 // evict drops resident packs, least recently used first, until n cells
 // are free; they come back at a later tick when room allows. Called with
 // the slot pool's lock held: the transitions are recorded afterwards.
 func (r residentLevel) evict(n int) int {
-	o := r.o
-	o.resMu.Lock()
+	l := r.l
+	o := l.o
+	l.resMu.Lock()
 	freed := 0
 	var gone []string
-	for freed < n && len(o.res) > 0 {
+	for freed < n && len(l.res) > 0 {
 		var lru string
-		for c, p := range o.res {
-			if lru == "" || p.used.Before(o.res[lru].used) {
+		for c, p := range l.res {
+			if lru == "" || p.used.Before(l.res[lru].used) {
 				lru = c
 			}
 		}
-		p := o.res[lru]
-		delete(o.res, lru)
-		o.eng.ClearSeq(p.seq)
-		o.resFree = append(o.resFree, p.seq)
+		p := l.res[lru]
+		delete(l.res, lru)
+		l.eng.ClearSeq(p.seq)
+		l.resFree = append(l.resFree, p.seq)
 		freed += len(p.toks)
 		gone = append(gone, lru)
 	}
-	o.resMu.Unlock()
+	l.resMu.Unlock()
 	if len(gone) > 0 {
 		go func() {
 			for _, c := range gone {
@@ -369,28 +381,34 @@ func (r residentLevel) evict(n int) int {
 }
 
 // clearSeq empties a sequence (an idle slot's, evicted for room).
-func (o *OS) clearSeq(seq int) { o.eng.ClearSeq(seq) }
+func (l *loaded) clearSeq(seq int) { l.eng.ClearSeq(seq) }
 
 // reserveJob is TierOptions.Reserve: a tier job's cells come out of the
 // same KV budget as requests' (idle slots emptied first); when they are
 // busy the job waits for a later tick.
 func (o *OS) reserveJob(ctx context.Context, cells int, wait bool) (func(), error) {
+	// jobs run with the scheduler attached to the primary's engine (under
+	// the scheduler's job lock, which SetEngine takes before an unload)
+	l := o.jobL.p.Load()
+	if l == nil {
+		return nil, fmt.Errorf("%w: the model is not loaded", scheduler.ErrDeferred)
+	}
 	if !wait {
-		release, err := o.pool.reserveNow(o.jobSlot, cells, o.eng.NCtx(), residentLevel{o}, o.clearSeq)
+		release, err := l.pool.reserveNow(l.jobSlot, cells, l.eng.NCtx(), residentLevel{l}, l.clearSeq)
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", scheduler.ErrDeferred, err)
 		}
 		return release, nil
 	}
-	if _, err := o.pool.admit(ctx, o.jobSlot, cells, cells, o.eng.NCtx(), residentLevel{o}, o.clearSeq); err != nil {
+	if _, err := l.pool.admit(ctx, l.jobSlot, cells, cells, l.eng.NCtx(), residentLevel{l}, l.clearSeq); err != nil {
 		return nil, err
 	}
-	return func() { o.pool.unreserve(o.jobSlot) }, nil
+	return func() { l.pool.unreserve(l.jobSlot) }, nil
 }
 
 // noEvict is the resident level for making a pack resident: room comes
 // from idle slots only, never from other resident packs.
-type noEvict struct{ o *OS }
+type noEvict struct{ l *loaded }
 
-func (r noEvict) cells() int    { return r.o.residentCells() }
+func (r noEvict) cells() int    { return r.l.residentCells() }
 func (r noEvict) evict(int) int { return 0 }

@@ -146,12 +146,13 @@ func (t *Tiers) Tick(ctx context.Context) (TickReport, error) {
 	if err := t.checkOpen(); err != nil {
 		return rep, err
 	}
-	if t.eng == nil {
-		return rep, ErrReadOnly
-	}
 	// jobMu is taken per job, not for the whole Tick: a Promote (a user's
 	// warm) or a cube delete waits for at most the running job
 	t.jobMu.Lock()
+	if t.eng == nil {
+		t.jobMu.Unlock()
+		return rep, ErrReadOnly
+	}
 	jobs, err := t.plan(ctx)
 	if err == nil {
 		rep.Planned, err = t.enqueue(ctx, jobs)
@@ -174,8 +175,14 @@ func (t *Tiers) Tick(ctx context.Context) (TickReport, error) {
 				return rep, err
 			}
 			t.jobMu.Lock()
-			err := t.runPending(ctx, j)
+			err := ErrReadOnly
+			if t.eng != nil { // the model was unloaded meanwhile (SetEngine)
+				err = t.runPending(ctx, j)
+			}
 			t.jobMu.Unlock()
+			if errors.Is(err, ErrReadOnly) {
+				return rep, err
+			}
 			switch {
 			case errors.Is(err, errJobGone):
 			case err == nil:
@@ -680,9 +687,6 @@ func (t *Tiers) Promote(ctx context.Context, cube string, ids []string, reason s
 	if err := t.checkOpen(); err != nil {
 		return out, err
 	}
-	if t.eng == nil {
-		return out, ErrReadOnly
-	}
 	done, err := t.preempt()
 	if err != nil {
 		return out, err
@@ -690,6 +694,9 @@ func (t *Tiers) Promote(ctx context.Context, cube string, ids []string, reason s
 	defer done()
 	t.jobMu.Lock()
 	defer t.jobMu.Unlock()
+	if t.eng == nil {
+		return out, ErrReadOnly
+	}
 	ctx, _, end, err := t.begin(ctx, cube, false)
 	if err != nil {
 		return out, err

@@ -287,6 +287,28 @@ func (t *Tiers) Start(ctx context.Context) {
 	}()
 }
 
+// SetEngine swaps the engine and layout jobs and Promote work with: both
+// nil makes the Tiers read-only until the next SetEngine (the model was
+// unloaded), as NewTiers without them. A running tick job is cancelled
+// (it stays pending) and SetEngine waits for it to stop, so no job uses
+// an engine after SetEngine replaced it. Error: both or neither must be
+// given.
+func (t *Tiers) SetEngine(eng *runtime.Engine, lay *Layout) error {
+	if (eng == nil) != (lay == nil) {
+		return errors.New("scheduler: SetEngine needs both a Layout and an Engine, or neither")
+	}
+	t.runMu.Lock()
+	if r := t.running; r != nil && r.job {
+		r.preempted = true
+		r.cancel()
+	}
+	t.runMu.Unlock()
+	t.jobMu.Lock()
+	t.eng, t.lay = eng, lay
+	t.jobMu.Unlock()
+	return nil
+}
+
 // Kick asks the background loop for a Tick soon.
 func (t *Tiers) Kick() {
 	select {

@@ -58,7 +58,7 @@ func (s *Server) handleNativeGenerate(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	err := s.checkModel("model", "")
+	_, err := s.model("")
 	g := &memosrt.Request{Start: start, Cube: req.Cube, Prompt: req.Prompt, Messages: req.Messages, System: req.System,
 		NumPredict: req.NumPredict, NumCtx: req.NumCtx, Stop: req.Stop, NoCache: req.NoCache, NoPersist: req.NoPersist,
 		Sampling: memosrt.Sampling{Temperature: req.Sampling.Temperature, TopK: req.Sampling.TopK, TopP: req.Sampling.TopP,

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -95,8 +97,8 @@ func (s *Server) handleOllamaChat(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	err := s.checkModel("model", req.Model)
-	g := &memosrt.Request{Start: start, Messages: []memosrt.Message{}, RenderOnly: req.DebugRenderOnly}
+	mi, err := s.model(req.Model)
+	g := &memosrt.Request{Start: start, Model: mi.Name, KeepAlive: keepAlive(req.KeepAlive), Messages: []memosrt.Message{}, RenderOnly: req.DebugRenderOnly}
 	if err == nil {
 		err = setFormat(g, "format", req.Format)
 	}
@@ -136,10 +138,11 @@ func (s *Server) handleOllamaChat(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	name := s.os.Model().Name
+	name := mi.Name
 	if len(req.Messages) == 0 {
-		writeJSON(w, http.StatusOK, api.ChatResponse{Model: name, CreatedAt: s.opts.Now().UTC(),
-			Message: api.Message{Role: "assistant"}, Done: true, DoneReason: "load"})
+		s.loadOrUnload(w, r, name, req.KeepAlive, func(reason string) any {
+			return api.ChatResponse{Model: name, CreatedAt: s.opts.Now().UTC(), Message: api.Message{Role: "assistant"}, Done: true, DoneReason: reason}
+		})
 		return
 	}
 	s.ollamaRun(w, r, g, true, sp, req.Stream, start, func(t string) any {
@@ -149,6 +152,24 @@ func (s *Server) handleOllamaChat(w http.ResponseWriter, r *http.Request) {
 			Message: api.Message{Role: "assistant", Content: text, ToolCalls: ollamaCalls(res.ToolCalls)},
 			Done:    true, DoneReason: res.DoneReason, Metrics: m, DebugInfo: dbg}
 	})
+}
+
+// loadOrUnload answers an Ollama chat or generate without input: keep_alive
+// 0 unloads the model (done_reason "unload", what `ollama stop` sends),
+// anything else loads it and sets its keep-alive ("load").
+func (s *Server) loadOrUnload(w http.ResponseWriter, r *http.Request, name string, keep *api.Duration, answer func(reason string) any) {
+	reason := "load"
+	var err error
+	if keep != nil && keep.Duration == 0 {
+		reason, err = "unload", s.os.Unload(r.Context(), name)
+	} else {
+		_, err = s.os.Load(r.Context(), name, keepAlive(keep))
+	}
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, answer(reason))
 }
 
 // ollamaRun generates g for an Ollama chat or generate request: Ollama's
@@ -236,8 +257,8 @@ func (s *Server) handleOllamaGenerate(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	err := s.checkModel("model", req.Model)
-	g := &memosrt.Request{Start: start, Prompt: req.Prompt, System: req.System, Raw: req.Raw, RenderOnly: req.DebugRenderOnly}
+	mi, err := s.model(req.Model)
+	g := &memosrt.Request{Start: start, Model: mi.Name, KeepAlive: keepAlive(req.KeepAlive), Prompt: req.Prompt, System: req.System, Raw: req.Raw, RenderOnly: req.DebugRenderOnly}
 	if err == nil {
 		err = setFormat(g, "format", req.Format)
 	}
@@ -267,9 +288,11 @@ func (s *Server) handleOllamaGenerate(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	name := s.os.Model().Name
-	if req.Prompt == "" {
-		writeJSON(w, http.StatusOK, api.GenerateResponse{Model: name, CreatedAt: s.opts.Now().UTC(), Done: true, DoneReason: "load"})
+	name := mi.Name
+	if req.Prompt == "" && len(req.Context) == 0 {
+		s.loadOrUnload(w, r, name, req.KeepAlive, func(reason string) any {
+			return api.GenerateResponse{Model: name, CreatedAt: s.opts.Now().UTC(), Done: true, DoneReason: reason}
+		})
 		return
 	}
 	s.ollamaRun(w, r, g, false, sp, req.Stream, start, func(t string) any {
@@ -328,7 +351,7 @@ func (s *Server) handleOllamaEmbed(w http.ResponseWriter, r *http.Request) {
 	var vecs [][]float32
 	n := 0
 	if err == nil && len(in) > 0 {
-		vecs, n, err = s.os.Embed(r.Context(), in)
+		vecs, n, err = s.os.EmbedWith(r.Context(), s.embedModel(req.Model), in)
 	}
 	if err == nil {
 		vecs, err = truncateDims(vecs, req.Dimensions)
@@ -357,7 +380,7 @@ func (s *Server) handleOllamaEmbeddings(w http.ResponseWriter, r *http.Request) 
 		writeJSON(w, http.StatusOK, api.EmbeddingResponse{Embedding: []float64{}})
 		return
 	}
-	vecs, _, err := s.os.Embed(r.Context(), []string{req.Prompt})
+	vecs, _, err := s.os.EmbedWith(r.Context(), s.embedModel(req.Model), []string{req.Prompt})
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -379,7 +402,8 @@ func ollamaDetails(mi memosrt.ModelInfo) api.ModelDetails {
 
 func (s *Server) handleOllamaTags(w http.ResponseWriter, r *http.Request) {
 	out := api.ListResponse{Models: []api.ListModelResponse{}}
-	if mi := s.os.Model(); mi.Name != "" {
+	for _, m := range s.os.Models() {
+		mi := m.ModelInfo
 		out.Models = append(out.Models, api.ListModelResponse{Name: mi.Name, Model: mi.Name, ModifiedAt: mi.Modified,
 			Size: mi.Size, Digest: mi.Digest, Details: ollamaDetails(mi)})
 	}
@@ -400,14 +424,14 @@ func (s *Server) handleOllamaShow(w http.ResponseWriter, r *http.Request) {
 	if name == "" {
 		err = badField("model", "missing model name")
 	}
+	var mi memosrt.ModelInfo
 	if err == nil {
-		err = s.checkModel("model", name)
+		mi, err = s.model(name)
 	}
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	mi := s.os.Model()
 	// As Ollama reports them: a generative model is "completion", and
 	// "tools" as every model here calls tools under a grammar.
 	// The v0.17.4 CLI runs any model listing "embedding" as an embedder
@@ -420,13 +444,27 @@ func (s *Server) handleOllamaShow(w http.ResponseWriter, r *http.Request) {
 		ModelInfo: mi.Info, Capabilities: caps, ModifiedAt: mi.Modified})
 }
 
+// forever is how Ollama reports a model kept loaded without end: its
+// api.Duration turns a negative keep_alive into the largest duration.
+func forever(now time.Time) time.Time { return now.Add(time.Duration(math.MaxInt64)) }
+
 func (s *Server) handleOllamaPS(w http.ResponseWriter, r *http.Request) {
 	out := api.ProcessResponse{Models: []api.ProcessModelResponse{}}
-	if mi := s.os.Model(); mi.Name != "" {
+	now := s.opts.Now()
+	for _, m := range s.os.Models() {
+		if !m.Loaded {
+			continue
+		}
+		mi := m.ModelInfo
+		exp := m.ExpiresAt
+		if exp.IsZero() {
+			exp = forever(now)
+		}
 		out.Models = append(out.Models, api.ProcessModelResponse{Name: mi.Name, Model: mi.Name, Size: mi.Size,
-			Digest: mi.Digest, Details: ollamaDetails(mi), ExpiresAt: time.Date(2318, 1, 1, 0, 0, 0, 0, time.UTC),
-			ContextLength: mi.NCtx})
+			Digest: mi.Digest, Details: ollamaDetails(mi), ExpiresAt: exp, ContextLength: mi.NCtx})
 	}
+	// as Ollama lists them: the latest to expire first
+	slices.SortStableFunc(out.Models, func(a, b api.ProcessModelResponse) int { return b.ExpiresAt.Compare(a.ExpiresAt) })
 	writeJSON(w, http.StatusOK, out)
 }
 

@@ -114,12 +114,14 @@ func finishReason(r string) string {
 // apply validates the shared fields and fills g (OpenAI defaults:
 // temperature 1, top_p 1, no top-k, no repeat penalty).
 func (s *Server) applyOpenAI(r *http.Request, o *oaiSampling, g *memosrt.Request) error {
-	if err := s.checkModel("model", o.Model); err != nil {
+	mi, err := s.model(o.Model)
+	if err != nil {
 		return err
 	}
 	if o.Model == "" {
 		return badField("model", "missing model name")
 	}
+	g.Model = mi.Name
 	if lp := o.Logprobs; lp != nil && lp != false && lp != 0.0 || o.TopLogprobs != nil && *o.TopLogprobs > 0 {
 		return badField("logprobs", "log probabilities are not served")
 	}
@@ -258,7 +260,7 @@ func (s *Server) handleOpenAIChat(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	id, created, name := newID("chatcmpl-"), s.opts.Now().Unix(), s.os.Model().Name
+	id, created, name := newID("chatcmpl-"), s.opts.Now().Unix(), g.Model
 	chunk := func(delta map[string]any, finish any) map[string]any {
 		return map[string]any{"id": id, "object": "chat.completion.chunk", "created": created, "model": name,
 			"system_fingerprint": "memosrt", "choices": []any{map[string]any{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": nil}}}
@@ -340,7 +342,7 @@ func (s *Server) handleOpenAICompletion(w http.ResponseWriter, r *http.Request) 
 		return
 	}
 	g.Prompt, g.Raw = prompts[0], g.Cube == ""
-	id, created, name := newID("cmpl-"), s.opts.Now().Unix(), s.os.Model().Name
+	id, created, name := newID("cmpl-"), s.opts.Now().Unix(), g.Model
 	chunk := func(text string, finish any) map[string]any {
 		return map[string]any{"id": id, "object": "text_completion", "created": created, "model": name,
 			"choices": []any{map[string]any{"index": 0, "text": text, "finish_reason": finish, "logprobs": nil}}}
@@ -399,7 +401,7 @@ func (s *Server) handleOpenAIEmbeddings(w http.ResponseWriter, r *http.Request) 
 	var vecs [][]float32
 	n := 0
 	if err == nil {
-		vecs, n, err = s.os.Embed(r.Context(), in)
+		vecs, n, err = s.os.EmbedWith(r.Context(), s.embedModel(req.Model), in)
 	}
 	if err == nil {
 		vecs, err = truncateDims(vecs, req.Dimensions)
@@ -434,22 +436,23 @@ func oaiModel(mi memosrt.ModelInfo) map[string]any {
 
 func (s *Server) handleOpenAIModels(w http.ResponseWriter, r *http.Request) {
 	data := []any{}
-	if mi := s.os.Model(); mi.Name != "" {
-		data = append(data, oaiModel(mi))
+	for _, m := range s.os.Models() {
+		data = append(data, oaiModel(m.ModelInfo))
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data})
 }
 
 func (s *Server) handleOpenAIModel(w http.ResponseWriter, r *http.Request) {
-	err := s.checkModel("model", r.PathValue("model"))
-	if err == nil && r.PathValue("model") == "" {
-		err = badField("model", "missing model name")
+	var mi memosrt.ModelInfo
+	err := badField("model", "missing model name")
+	if r.PathValue("model") != "" {
+		mi, err = s.model(r.PathValue("model"))
 	}
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, oaiModel(s.os.Model()))
+	writeJSON(w, http.StatusOK, oaiModel(mi))
 }
 
 // setSchema puts response_format.json_schema.schema (a JSON schema: an

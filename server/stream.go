@@ -8,11 +8,13 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/memosrt/memosrt"
 	"github.com/memosrt/memosrt/lora"
 	"github.com/memosrt/memosrt/runtime/llama"
 	"github.com/memosrt/memosrt/textmem"
+	"github.com/ollama/ollama/api"
 	"github.com/ollama/ollama/types/model"
 )
 
@@ -263,17 +265,49 @@ func stringList(field string, v any) ([]string, error) {
 
 var errModelNotFound = errors.New("model not found")
 
-// checkModel accepts "" and the served model's name (see sameModel).
-// Without a model it is memosrt.ErrNoModel.
-func (s *Server) checkModel(field, name string) error {
-	want := s.os.Model().Name
-	if want == "" {
-		return memosrt.ErrNoModel
+// model resolves a request's model name ("" is the primary) to a model
+// the OS serves (see sameModel). Without a model it is
+// memosrt.ErrNoModel; an unknown name is a 404 naming what is served.
+func (s *Server) model(name string) (memosrt.ModelInfo, error) {
+	ms := s.os.Models()
+	if len(ms) == 0 {
+		return memosrt.ModelInfo{}, memosrt.ErrNoModel
 	}
-	if name == "" || sameModel(name, want) {
+	if name == "" {
+		return ms[0].ModelInfo, nil
+	}
+	names := make([]string, len(ms))
+	for i, m := range ms {
+		if sameModel(name, m.Name) {
+			return m.ModelInfo, nil
+		}
+		names[i] = m.Name
+	}
+	return memosrt.ModelInfo{}, fmt.Errorf("%w: %q (this server serves %s)", errModelNotFound, name, strings.Join(names, ", "))
+}
+
+// embedModel is the served model an embedding request names, or "" (the
+// primary, or Options.Embedder) for a name the server does not serve: an
+// embedder's name ("nomic-embed-text") is accepted as before.
+func (s *Server) embedModel(name string) string {
+	if mi, err := s.model(name); err == nil && name != "" {
+		return mi.Name
+	}
+	return ""
+}
+
+// keepAlive maps Ollama's keep_alive (nil: the server default; negative,
+// which api.Duration makes the largest duration: forever) to
+// memosrt.Request.KeepAlive.
+func keepAlive(d *api.Duration) *time.Duration {
+	if d == nil {
 		return nil
 	}
-	return fmt.Errorf("%w: %q (this server serves %q)", errModelNotFound, name, want)
+	k := d.Duration
+	if k < 0 || k == time.Duration(math.MaxInt64) {
+		k = -1
+	}
+	return &k
 }
 
 // sameModel reports whether a request's model name names the served model

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -127,6 +128,59 @@ func TestModelFromOllamaStore(t *testing.T) {
 			if code := p.call(t, "POST", "/api/chat", in, &r); code != http.StatusOK || r.Model != "stories:latest" || r.EvalCount == 0 {
 				t.Fatalf("/api/chat model %s: %d %+v", name, code, r)
 			}
+		}
+	})
+
+	// several models: the primary, --models-dir's files, then the store's;
+	// the others load on first use, and keep_alive 0 unloads
+	t.Run("serve several", func(t *testing.T) {
+		dir := t.TempDir()
+		b, err := os.ReadFile(testmodels.Stories(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "other.gguf"), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		os.WriteFile(filepath.Join(dir, "notes.txt"), []byte("not a model"), 0o644)
+		tiny := testmodels.Path(t, "llama-2-tiny-random.gguf")
+		p := startServe(t, t.TempDir(), env, "--model", tiny, "--models-dir", dir, "--keep-alive", "-1")
+		var tags api.ListResponse
+		p.call(t, "GET", "/api/tags", nil, &tags)
+		var names []string
+		for _, m := range tags.Models {
+			names = append(names, m.Name)
+		}
+		if strings.Join(names, " ") != "llama-2-tiny-random other stories:latest" {
+			t.Fatalf("/api/tags lists %v", names)
+		}
+		ps := func() []string {
+			var r api.ProcessResponse
+			p.call(t, "GET", "/api/ps", nil, &r)
+			var out []string
+			for _, m := range r.Models {
+				out = append(out, m.Name)
+			}
+			slices.Sort(out)
+			return out
+		}
+		if got := ps(); strings.Join(got, " ") != "llama-2-tiny-random" {
+			t.Fatalf("/api/ps at start: %v", got)
+		}
+		var r api.GenerateResponse
+		in := map[string]any{"model": "stories", "prompt": "Once upon a time", "stream": false, "options": map[string]any{"num_predict": 4, "temperature": 0}}
+		if code := p.call(t, "POST", "/api/generate", in, &r); code != http.StatusOK || r.Model != "stories:latest" || r.EvalCount == 0 {
+			t.Fatalf("/api/generate stories: %d %+v", code, r)
+		}
+		if got := ps(); strings.Join(got, " ") != "llama-2-tiny-random stories:latest" {
+			t.Fatalf("/api/ps after a request of stories: %v", got)
+		}
+		stop := map[string]any{"model": "stories:latest", "keep_alive": 0}
+		if code := p.call(t, "POST", "/api/generate", stop, &r); code != http.StatusOK || r.DoneReason != "unload" {
+			t.Fatalf("stop: %d %+v", code, r)
+		}
+		if got := ps(); strings.Join(got, " ") != "llama-2-tiny-random" {
+			t.Fatalf("/api/ps after stopping stories: %v", got)
 		}
 	})
 }

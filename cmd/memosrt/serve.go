@@ -55,6 +55,7 @@ func newServeCmd() *cobra.Command {
 	embedFlag := fs.String("embed", "model", "embeddings for /api/embed and /v1/embeddings (`EMBEDDER`): model (the loaded model, mean-pooled), hash[:DIM] or ollama:MODEL")
 	chatTemplate := fs.String("chat-template", "", "chat `TEMPLATE` (text or llama.cpp built-in name such as chatml); default: the model's")
 	ef := addEngineFlags(fs)
+	mf := addModelsFlags(fs)
 	c.RunE = func(cmd *cobra.Command, args []string) error {
 		if err := checkFlags(cmd,
 			check{"parallel", *parallel >= 0 && *parallel <= 250, "0 (the default, 4) to 250"},
@@ -74,7 +75,10 @@ func newServeCmd() *cobra.Command {
 		if err := ef.check(cmd); err != nil {
 			return err
 		}
-		return serve(cmd.Context(), serveFlags{sf: sf, ef: ef, addr: addr, parallel: parallel, resident: resident, residentCells: residentCells,
+		if err := mf.check(cmd); err != nil {
+			return err
+		}
+		return serve(cmd.Context(), serveFlags{sf: sf, ef: ef, mf: mf, addr: addr, parallel: parallel, resident: resident, residentCells: residentCells,
 			token: token, insecure: insecure, name: name, maxQueue: maxQueue, numPredict: numPredict, noPersist: noPersist,
 			minPersist: minPersist, adapterBudget: adapterBudget, convBudget: convBudget, tickEvery: tickEvery, kvBudget: kvBudget,
 			gcEvery: gcEvery, shutdownTimeout: shutdownTimeout, debugClock: debugClock, backend: backend, ollamaHost: ollamaHost,
@@ -87,6 +91,7 @@ func newServeCmd() *cobra.Command {
 type serveFlags struct {
 	sf                                                                  storeFlags
 	ef                                                                  engineFlags
+	mf                                                                  modelsFlags
 	addr, token, name, backend, ollamaHost, ollamaModel, embedFlag      *string
 	chatTemplate                                                        *string
 	parallel, resident, residentCells, maxQueue, numPredict, minPersist *int
@@ -133,6 +138,9 @@ func serve(ctx context.Context, f serveFlags) error {
 	switch *backend {
 	case "llama":
 		if err := ef.apply(&opts); err != nil {
+			return err
+		}
+		if err := f.mf.apply(&opts); err != nil {
 			return err
 		}
 	case "ollama":

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/ollama/ollama/types/model"
@@ -140,4 +141,53 @@ func layerList(types []string) string {
 		return "none"
 	}
 	return strings.Join(types, ", ")
+}
+
+// Model is a model found in the store: its display name (DisplayName) and
+// the path of its GGUF blob.
+type Model struct {
+	Name string
+	Path string
+}
+
+// List returns every model of the store storeDir whose manifest resolves
+// (Resolve), sorted by name; a store that does not exist has none. skipped
+// holds the error of each manifest that does not resolve (a model without
+// a GGUF layer, a missing blob), so that the caller can say why a model
+// is not served. Manifests are the files four levels under
+// <storeDir>/manifests (host/namespace/model/tag).
+func List(storeDir string) (models []Model, skipped []error, err error) {
+	root := filepath.Join(storeDir, "manifests")
+	err = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) && p == root {
+				return filepath.SkipDir
+			}
+			return err
+		}
+		rel, rerr := filepath.Rel(root, p)
+		if rerr != nil || d.IsDir() {
+			return rerr
+		}
+		parts := strings.Split(filepath.ToSlash(rel), "/")
+		if len(parts) != 4 || !d.Type().IsRegular() {
+			return nil
+		}
+		name := parts[0] + "/" + parts[1] + "/" + parts[2] + ":" + parts[3]
+		path, err := Resolve(storeDir, name)
+		if err != nil {
+			skipped = append(skipped, err)
+			return nil
+		}
+		models = append(models, Model{Name: DisplayName(name), Path: path})
+		return nil
+	})
+	if errors.Is(err, fs.ErrNotExist) {
+		err = nil
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("ollamastore: list %s: %w", root, err)
+	}
+	slices.SortFunc(models, func(a, b Model) int { return strings.Compare(a.Name, b.Name) })
+	return models, skipped, nil
 }

@@ -164,3 +164,32 @@ func TestDisplayName(t *testing.T) {
 		})
 	}
 }
+
+func TestList(t *testing.T) {
+	src := testmodels.Path(t, "stories260K.gguf")
+	digest, size := storiesDigest(t, src)
+	store := t.TempDir()
+	if ms, skipped, err := ollamastore.List(store); err != nil || len(ms) != 0 || len(skipped) != 0 {
+		t.Fatalf("empty store: %v %v %v", ms, skipped, err)
+	}
+	blob := placeBlob(t, store, src, digest)
+	weights := []testLayer{{ollamastore.MediaTypeModel, digest, size}}
+	writeManifest(t, store, "stories", "latest", weights)
+	writeManifest(t, store, "stories", "tiny", weights)
+	// a manifest without weights (a projector only) is skipped, with its reason
+	writeManifest(t, store, "vision", "latest", []testLayer{{"application/vnd.ollama.image.projector", digest, size}})
+	ms, skipped, err := ollamastore.List(store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []ollamastore.Model{{Name: "stories:latest", Path: blob}, {Name: "stories:tiny", Path: blob}}
+	if len(ms) != len(want) || ms[0] != want[0] || ms[1] != want[1] {
+		t.Fatalf("List = %+v, want %+v", ms, want)
+	}
+	if len(skipped) != 1 || !errors.Is(skipped[0], ollamastore.ErrNoModelLayer) {
+		t.Fatalf("skipped = %v, want one ErrNoModelLayer", skipped)
+	}
+	if ms, _, err := ollamastore.List(filepath.Join(store, "nowhere")); err != nil || ms != nil {
+		t.Fatalf("missing store: %v %v", ms, err)
+	}
+}

@@ -1,0 +1,127 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/memosrt/memosrt"
+	"github.com/memosrt/memosrt/internal/ollamastore"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+)
+
+// modelsFlags are serve's flags for the models besides --model.
+type modelsFlags struct {
+	dir       *string
+	noStore   *bool
+	keepAlive *string
+	maxModels *int
+	budget    *int64
+	keep      time.Duration // parsed keepAlive (check)
+}
+
+func addModelsFlags(fs *pflag.FlagSet) modelsFlags {
+	return modelsFlags{
+		dir:       fs.String("models-dir", "", "also serve every GGUF file in `DIR` (named by its file name without .gguf), loaded on first use"),
+		noStore:   fs.Bool("no-ollama-store", false, "do not also serve the models of Ollama's store ($OLLAMA_MODELS, default ~/.ollama/models)"),
+		keepAlive: fs.String("keep-alive", "5m", "how long (`DURATION`, or seconds) a model stays loaded after its last request when the request names no keep_alive; negative: forever, 0: unloaded after each request; $OLLAMA_KEEP_ALIVE is the default when set"),
+		maxModels: fs.Int("max-models", memosrt.DefaultMaxModels, "models loaded at once (`N`): loading one more unloads the least recently used idle one"),
+		budget:    fs.Int64("models-budget", 0, "file `BYTES` of the models loaded at once, as --max-models (0: no bound)"),
+	}
+}
+
+func (f *modelsFlags) check(cmd *cobra.Command) error {
+	v, what := *f.keepAlive, "--keep-alive"
+	if env := os.Getenv("OLLAMA_KEEP_ALIVE"); env != "" && !cmd.Flags().Changed("keep-alive") {
+		v, what = env, "OLLAMA_KEEP_ALIVE"
+	}
+	k, err := parseKeepAlive(v)
+	if err != nil {
+		return fmt.Errorf("%s %q: want a duration (5m, 1h, -1) or seconds", what, v)
+	}
+	f.keep = k
+	return checkFlags(cmd,
+		check{"max-models", *f.maxModels >= 1, "1 or more"},
+		check{"models-budget", *f.budget >= 0, "0 (no bound) or more bytes"})
+}
+
+// parseKeepAlive reads a keep-alive as Ollama does (api.Duration,
+// envconfig.KeepAlive): a Go duration or a number of seconds; negative is
+// forever (-1 here).
+func parseKeepAlive(v string) (time.Duration, error) {
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		n, nerr := strconv.ParseFloat(strings.TrimSpace(v), 64)
+		if nerr != nil {
+			return 0, err
+		}
+		d = time.Duration(n * float64(time.Second))
+	}
+	if d < 0 {
+		d = -1
+	}
+	return d, nil
+}
+
+// apply adds the models of --models-dir and of Ollama's store to o (after
+// the primary, which is not listed twice) and sets keep-alive and budgets.
+func (f *modelsFlags) apply(o *memosrt.Options) error {
+	k := f.keep
+	o.KeepAlive, o.MaxModels, o.ModelBytes = &k, *f.maxModels, *f.budget
+	seen := map[string]bool{}
+	if o.Model != "" {
+		seen[primaryName(o)] = true
+		if abs, err := filepath.Abs(o.Model); err == nil {
+			seen["path:"+abs] = true
+		}
+	}
+	add := func(name, path string) {
+		abs, err := filepath.Abs(path)
+		if err != nil {
+			abs = path
+		}
+		if seen[name] || seen["path:"+abs] {
+			return
+		}
+		seen[name], seen["path:"+abs] = true, true
+		o.Models = append(o.Models, memosrt.ModelSpec{Name: name, Path: path})
+	}
+	if d := *f.dir; d != "" {
+		ents, err := os.ReadDir(d)
+		if err != nil {
+			return fmt.Errorf("--models-dir: %w", err)
+		}
+		for _, e := range ents {
+			if n := e.Name(); !e.IsDir() && strings.HasSuffix(n, ".gguf") {
+				add(strings.TrimSuffix(n, ".gguf"), filepath.Join(d, n))
+			}
+		}
+	}
+	if !*f.noStore {
+		ms, skipped, err := ollamastore.List(ollamaModels())
+		if err != nil {
+			return err
+		}
+		for _, m := range ms {
+			add(m.Name, m.Path)
+		}
+		if len(skipped) > 0 {
+			fmt.Fprintf(os.Stderr, "memosrt: %d models of Ollama's store are not served: %v\n", len(skipped), errors.Join(skipped...))
+		}
+	}
+	return nil
+}
+
+// primaryName is the name the primary model is served under (as
+// memosrt.Open names it).
+func primaryName(o *memosrt.Options) string {
+	if o.ModelName != "" {
+		return o.ModelName
+	}
+	return strings.TrimSuffix(filepath.Base(o.Model), ".gguf")
+}
