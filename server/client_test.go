@@ -56,7 +56,7 @@ func ollamaSuite(t *testing.T, base, cube string) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(l.Models) != 1 || l.Models[0].Name != testModel {
+		if len(l.Models) != 1 || l.Models[0].Name != testModel+":latest" {
 			t.Fatalf("models %+v", l.Models)
 		}
 	})
@@ -85,7 +85,7 @@ func ollamaSuite(t *testing.T, base, cube string) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(p.Models) != 1 || p.Models[0].Name != testModel {
+		if len(p.Models) != 1 || p.Models[0].Name != testModel+":latest" {
 			t.Fatalf("ps %+v", p.Models)
 		}
 	})

@@ -15,7 +15,10 @@ import (
 	"github.com/ollama/ollama/api"
 )
 
-const tinyName = "tiny:latest"
+const (
+	tinyName    = "tiny:latest"
+	storiesName = testModel + ":latest" // as the Ollama API lists it
+)
 
 // psModels returns /api/ps through the Ollama client: name → expiry.
 func psModels(t *testing.T, c *api.Client) map[string]time.Time {
@@ -58,8 +61,8 @@ func TestSeveralModels(t *testing.T) {
 		t.Fatal(err)
 	}
 	hex := regexp.MustCompile(`^[0-9a-f]{64}$`)
-	if len(list.Models) != 2 || list.Models[0].Name != testModel || list.Models[1].Name != tinyName {
-		t.Fatalf("/api/tags lists %+v, want %s and %s", list.Models, testModel, tinyName)
+	if len(list.Models) != 2 || list.Models[0].Name != storiesName || list.Models[1].Name != tinyName {
+		t.Fatalf("/api/tags lists %+v, want %s and %s", list.Models, storiesName, tinyName)
 	}
 	for _, m := range list.Models {
 		if !hex.MatchString(m.Digest) || m.Size == 0 {
@@ -70,8 +73,8 @@ func TestSeveralModels(t *testing.T) {
 		t.Fatal("two models with one digest")
 	}
 	ps := psModels(t, c)
-	if len(ps) != 1 || ps[testModel].Year() < 2300 {
-		t.Fatalf("/api/ps = %v, want only %s, loaded forever (no keep-alive set)", ps, testModel)
+	if len(ps) != 1 || ps[storiesName].Year() < 2300 {
+		t.Fatalf("/api/ps = %v, want only %s, loaded forever (no keep-alive set)", ps, storiesName)
 	}
 
 	prompt := "Once upon a time"
@@ -94,7 +97,7 @@ func TestSeveralModels(t *testing.T) {
 	}
 	// back to the primary: reloaded, same greedy answer
 	again := ollamaGenerate(t, c, &api.GenerateRequest{Model: testModel, Prompt: prompt, Options: greedy})
-	if again.Response != first.Response || again.Model != testModel {
+	if again.Response != first.Response || again.Model != storiesName {
 		t.Fatalf("after a reload: %q from %q, want %q", again.Response, again.Model, first.Response)
 	}
 	if again.LoadDuration <= 0 {
@@ -104,7 +107,7 @@ func TestSeveralModels(t *testing.T) {
 	// keep_alive sets expires_at from the end of the request
 	before := time.Now()
 	ollamaGenerate(t, c, &api.GenerateRequest{Model: testModel, Prompt: prompt, Options: greedy, KeepAlive: &api.Duration{Duration: 10 * time.Minute}})
-	exp := psModels(t, c)[testModel]
+	exp := psModels(t, c)[storiesName]
 	if exp.Before(before.Add(10*time.Minute)) || exp.After(time.Now().Add(10*time.Minute)) {
 		t.Fatalf("expires_at %v, want 10m after the request (%v .. %v)", exp, before, time.Now())
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/memosrt/memosrt"
 	"github.com/memosrt/memosrt/embed"
+	"github.com/memosrt/memosrt/internal/ollamastore"
 	"github.com/memosrt/memosrt/runtime/grammar"
 )
 
@@ -138,9 +139,9 @@ func (s *Server) handleOllamaChat(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	name := mi.Name
+	name := ollamaName(mi.Name)
 	if len(req.Messages) == 0 {
-		s.loadOrUnload(w, r, name, req.KeepAlive, func(reason string) any {
+		s.loadOrUnload(w, r, mi.Name, req.KeepAlive, func(reason string) any {
 			return api.ChatResponse{Model: name, CreatedAt: s.opts.Now().UTC(), Message: api.Message{Role: "assistant"}, Done: true, DoneReason: reason}
 		})
 		return
@@ -152,6 +153,17 @@ func (s *Server) handleOllamaChat(w http.ResponseWriter, r *http.Request) {
 			Message: api.Message{Role: "assistant", Content: text, ToolCalls: ollamaCalls(res.ToolCalls)},
 			Done:    true, DoneReason: res.DoneReason, Metrics: m, DebugInfo: dbg}
 	})
+}
+
+// ollamaName is a model's name as the Ollama API lists it, with its tag
+// ("stories260K" is "stories260K:latest"; ollamastore.DisplayName); a name
+// that is not an Ollama name stays as it is. Requests match either form
+// (sameModel).
+func ollamaName(name string) string {
+	if d := ollamastore.DisplayName(name); d != "" {
+		return d
+	}
+	return name
 }
 
 // loadOrUnload answers an Ollama chat or generate without input: keep_alive
@@ -288,9 +300,9 @@ func (s *Server) handleOllamaGenerate(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	name := mi.Name
+	name := ollamaName(mi.Name)
 	if req.Prompt == "" && len(req.Context) == 0 {
-		s.loadOrUnload(w, r, name, req.KeepAlive, func(reason string) any {
+		s.loadOrUnload(w, r, mi.Name, req.KeepAlive, func(reason string) any {
 			return api.GenerateResponse{Model: name, CreatedAt: s.opts.Now().UTC(), Done: true, DoneReason: reason}
 		})
 		return
@@ -404,7 +416,7 @@ func (s *Server) handleOllamaTags(w http.ResponseWriter, r *http.Request) {
 	out := api.ListResponse{Models: []api.ListModelResponse{}}
 	for _, m := range s.os.Models() {
 		mi := m.ModelInfo
-		out.Models = append(out.Models, api.ListModelResponse{Name: mi.Name, Model: mi.Name, ModifiedAt: mi.Modified,
+		out.Models = append(out.Models, api.ListModelResponse{Name: ollamaName(mi.Name), Model: ollamaName(mi.Name), ModifiedAt: mi.Modified,
 			Size: mi.Size, Digest: mi.Digest, Details: ollamaDetails(mi)})
 	}
 	writeJSON(w, http.StatusOK, out)
@@ -460,7 +472,7 @@ func (s *Server) handleOllamaPS(w http.ResponseWriter, r *http.Request) {
 		if exp.IsZero() {
 			exp = forever(now)
 		}
-		out.Models = append(out.Models, api.ProcessModelResponse{Name: mi.Name, Model: mi.Name, Size: mi.Size,
+		out.Models = append(out.Models, api.ProcessModelResponse{Name: ollamaName(mi.Name), Model: ollamaName(mi.Name), Size: mi.Size,
 			Digest: mi.Digest, Details: ollamaDetails(mi), ExpiresAt: exp, ContextLength: mi.NCtx})
 	}
 	// as Ollama lists them: the latest to expire first

@@ -151,7 +151,7 @@ func TestModelFromOllamaStore(t *testing.T) {
 		for _, m := range tags.Models {
 			names = append(names, m.Name)
 		}
-		if strings.Join(names, " ") != "llama-2-tiny-random other stories:latest" {
+		if strings.Join(names, " ") != "llama-2-tiny-random:latest other:latest stories:latest" {
 			t.Fatalf("/api/tags lists %v", names)
 		}
 		ps := func() []string {
@@ -164,7 +164,7 @@ func TestModelFromOllamaStore(t *testing.T) {
 			slices.Sort(out)
 			return out
 		}
-		if got := ps(); strings.Join(got, " ") != "llama-2-tiny-random" {
+		if got := ps(); strings.Join(got, " ") != "llama-2-tiny-random:latest" {
 			t.Fatalf("/api/ps at start: %v", got)
 		}
 		var r api.GenerateResponse
@@ -172,14 +172,14 @@ func TestModelFromOllamaStore(t *testing.T) {
 		if code := p.call(t, "POST", "/api/generate", in, &r); code != http.StatusOK || r.Model != "stories:latest" || r.EvalCount == 0 {
 			t.Fatalf("/api/generate stories: %d %+v", code, r)
 		}
-		if got := ps(); strings.Join(got, " ") != "llama-2-tiny-random stories:latest" {
+		if got := ps(); strings.Join(got, " ") != "llama-2-tiny-random:latest stories:latest" {
 			t.Fatalf("/api/ps after a request of stories: %v", got)
 		}
 		stop := map[string]any{"model": "stories:latest", "keep_alive": 0}
 		if code := p.call(t, "POST", "/api/generate", stop, &r); code != http.StatusOK || r.DoneReason != "unload" {
 			t.Fatalf("stop: %d %+v", code, r)
 		}
-		if got := ps(); strings.Join(got, " ") != "llama-2-tiny-random" {
+		if got := ps(); strings.Join(got, " ") != "llama-2-tiny-random:latest" {
 			t.Fatalf("/api/ps after stopping stories: %v", got)
 		}
 	})
