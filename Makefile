@@ -17,7 +17,7 @@ GO       ?= go
 OLLAMA   := github.com/ollama/ollama
 TESTFLAGS ?= -count=1 -timeout 40m
 
-.PHONY: all build links test vet bench bench-ttft demo example clean soak
+.PHONY: all build links test vet bench bench-ttft bench-decode demo example clean soak
 
 all: build
 
@@ -42,6 +42,13 @@ test: links vet
 
 bench: build
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./bench/...
+
+# Per-token cost of one stream on stories260K: the engine against the raw
+# llama_decode loop on its own context, then OS.Generate (what `memosrt run`
+# calls) against the engine; each pair interleaved run by run.
+bench-decode: links
+	$(GO) test -run '^$$' -bench DecodeOverhead -benchtime 9x ./runtime/
+	$(GO) test -run '^$$' -bench RunDecode -benchtime 9x .
 
 # Issue-2 TTFT benchmark: generated 1B shape, 1024-token pack, 16-token query, 2 threads.
 models/1b.gguf: | build

@@ -102,3 +102,61 @@ func BenchmarkPipelineOverhead(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkRunDecode measures decode tokens/s of one stream of 256 tokens
+// through OS.Generate (what `memosrt run` calls: the pipeline, a slot, the
+// engine's batch loop) against runtime.Engine.Generate on the same engine,
+// interleaved run by run; runtime's BenchmarkDecodeOverhead relates the
+// engine to the raw llama_decode loop. Options as `memosrt run` opens the
+// OS (default threads, n_ctx 2048, 4 slots, 2 resident sequences).
+//
+//	go test -run '^$' -bench RunDecode -benchtime 9x .
+func BenchmarkRunDecode(b *testing.B) {
+	const steps = 256
+	ctx := context.Background()
+	opts := testOptions(b, b.TempDir())
+	opts.Engine = runtime.Options{NCtx: 2048}
+	opts.Parallel, opts.ResidentSeqs = 4, 2
+	o := openOS(b, opts)
+	eng := o.Engine()
+	prompt := "Once upon a time"
+	toks, err := eng.Tokenize(prompt, true)
+	if err != nil {
+		b.Fatal(err)
+	}
+	seq := o.prim().seqs[0]
+	bare := func() float64 {
+		eng.ClearSeq(seq)
+		r, err := eng.Generate(ctx, runtime.Request{Seq: seq, Tokens: toks, MaxTokens: steps})
+		if err != nil || r.EvalTokens != steps {
+			b.Fatalf("%d tokens: %v", r.EvalTokens, err)
+		}
+		return float64(steps-1) / r.EvalTime.Seconds()
+	}
+	pipe := func(stream bool) float64 {
+		req := Request{Prompt: prompt, Raw: true, NumPredict: steps, NoCache: true, NoUsage: true}
+		if stream {
+			req.OnText = func(string) error { return nil }
+		}
+		r, err := o.Generate(ctx, req)
+		if err != nil || r.Usage.EvalTokens != steps {
+			b.Fatalf("%v", err)
+		}
+		return float64(steps-1) / r.Usage.EvalDuration.Seconds()
+	}
+	bare()
+	pipe(false)
+	pipe(true)
+	var tb, tp, ts []float64
+	b.ResetTimer()
+	for range b.N {
+		tb, tp, ts = append(tb, bare()), append(tp, pipe(false)), append(ts, pipe(true))
+	}
+	b.StopTimer()
+	mb, mp, ms := stats.Median(slices.Clone(tb)), stats.Median(slices.Clone(tp)), stats.Median(slices.Clone(ts))
+	b.ReportMetric(mb, "engine_tok/s")
+	b.ReportMetric(mp, "pipeline_tok/s")
+	b.ReportMetric(mp/mb, "pipeline_vs_engine")
+	b.ReportMetric(ms, "streamed_tok/s")
+	b.ReportMetric(ms/mb, "streamed_vs_engine")
+}
