@@ -642,10 +642,16 @@ func TestSoak(t *testing.T) {
 	if !long && (gl > 1.2*gm+8 || hl > 1.2*hm) {
 		t.Errorf("not steady: goroutines %.0f -> %.0f, heap %.1f -> %.1f MiB", gm, gl, hm/(1<<20), hl/(1<<20))
 	}
-	// disk: the budgets, plus Badger's open files (two memtables of
-	// 16 MiB, the value-log file being written, up to 64 MiB, and one
-	// more not yet reclaimed)
-	bound := float64((convMiB + kvMiB + 2*16 + 2*64) << 20)
+	// disk: the budgets, plus what Badger keeps besides live values (its
+	// options in badger.Open and Badger's defaults): two memtable logs of
+	// 16 MiB; three value-log files of up to 64 MiB (the one being
+	// written, one a GC is rewriting, one not yet reclaimed); and the LSM
+	// tree's keys and small values, level 0 holding up to
+	// NumLevelZeroTables (5) memtable flushes of at most 16 MiB before a
+	// compaction into level 1 (BaseLevelSize 10 MiB). A CI run at half
+	// this machine's request rate reached 211.6 MiB against the earlier
+	// bound, which left the LSM tree and a GC rewrite out.
+	bound := float64((convMiB + kvMiB + 2*16 + 3*64 + 5*16 + 10) << 20)
 	if maxDisk > bound {
 		t.Errorf("disk %.1f MiB passed the bound %.1f MiB", maxDisk/(1<<20), bound/(1<<20))
 	}
