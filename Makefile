@@ -17,7 +17,7 @@ GO       ?= go
 OLLAMA   := github.com/ollama/ollama
 TESTFLAGS ?= -count=1 -timeout 40m
 
-.PHONY: all build links test vet bench bench-ttft bench-decode demo example clean soak
+.PHONY: all build links test vet bench bench-ttft bench-decode bench-contention demo example clean soak
 
 all: build
 
@@ -49,6 +49,11 @@ bench: build
 bench-decode: links
 	$(GO) test -run '^$$' -bench DecodeOverhead -benchtime 9x ./runtime/
 	$(GO) test -run '^$$' -bench RunDecode -benchtime 9x .
+
+# Decode under CPU contention: memosrt's engine vs llama.cpp's own decode
+# loop (threadpool and OpenMP builds) under BUSY `yes` loops (bench/contention.sh).
+bench-contention: links
+	GO=$(GO) ./bench/contention.sh
 
 # Issue-2 TTFT benchmark: generated 1B shape, 1024-token pack, 16-token query, 2 threads.
 models/1b.gguf: | build

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -25,8 +26,15 @@ import (
 // loop's. Default threads (runtime.Options), as `memosrt run`.
 //
 //	go test -run '^$' -bench DecodeOverhead -benchtime 9x ./runtime/
+//
+// MEMOSRT_BENCH_MODEL names another GGUF (the generated 1B shape),
+// MEMOSRT_BENCH_STEPS another token count, and MEMOSRT_BENCH_QUICK=1 keeps
+// the raw loop and the streamed greedy case only (bench/contention.sh).
 func BenchmarkDecodeOverhead(b *testing.B) {
-	const steps = 256
+	steps := 256
+	if v, err := strconv.Atoi(os.Getenv("MEMOSRT_BENCH_STEPS")); err == nil && v > 1 {
+		steps = v
+	}
 	path := testmodels.Stories(b)
 	if p := os.Getenv("MEMOSRT_BENCH_MODEL"); p != "" {
 		path = p
@@ -60,7 +68,7 @@ func BenchmarkDecodeOverhead(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
-		return steps / time.Since(start).Seconds()
+		return float64(steps) / time.Since(start).Seconds()
 	}
 	gen := func(sp llama.SamplerParams, stream bool) float64 {
 		if err := e.ClearSeq(0); err != nil {
@@ -90,6 +98,12 @@ func BenchmarkDecodeOverhead(b *testing.B) {
 		{"greedy", func() float64 { return gen(llama.SamplerParams{}, false) }},
 		{"greedy_stream", func() float64 { return gen(llama.SamplerParams{}, true) }},
 		{"ollama_stream", func() float64 { return gen(ollama, true) }},
+	}
+	if os.Getenv("MEMOSRT_BENCH_QUICK") != "" {
+		cases = []struct {
+			name string
+			run  func() float64
+		}{cases[0], cases[2]}
 	}
 	for _, c := range cases {
 		if w := c.run(); testing.Verbose() { // warm-up

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	goruntime "runtime"
+	"strconv"
 	"testing"
 	"time"
 
@@ -35,6 +36,12 @@ func BenchmarkDecodeBatch(b *testing.B) {
 	ms := []model{{"stories260K", testmodels.Stories(b), 256, 9}}
 	if p := filepath.Join("..", "..", "models", "1b.gguf"); fileExists(p) {
 		ms = append(ms, model{"1b", p, 32, 1})
+	}
+	// bench/contention.sh: fewer repetitions under load
+	if v, err := strconv.Atoi(os.Getenv("MEMOSRT_BENCH_REPS")); err == nil && v > 0 {
+		for i := range ms {
+			ms[i].reps = v
+		}
 	}
 	Init("")
 	for _, mm := range ms {
