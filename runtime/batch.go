@@ -604,7 +604,23 @@ func (e *Engine) step(jobs []*job) bool {
 			}
 		}))
 	}
+	// one token per sequence, all past their prompt: a decode step, whose
+	// thread count the tuner may lower (threads.go)
+	decode := e.batch.Len() == len(in)
+	for _, j := range in {
+		decode = decode && j.res.EvalTokens > 0
+	}
+	if decode {
+		if n := e.tuner.next(len(in)); n > 0 && n != e.threads {
+			e.ctx.SetThreads(n, e.opts.Threads)
+			e.threads = n
+		}
+	}
+	t0 := time.Now()
 	err := e.ctx.Decode(e.batch)
+	if decode && err == nil {
+		e.tuner.done(time.Since(t0) / time.Duration(len(in)))
+	}
 	e.stepID.Add(1)
 	e.bgStep.Store(0)
 	for _, s := range stops {

@@ -28,7 +28,8 @@ import (
 //	go test -run '^$' -bench DecodeOverhead -benchtime 9x ./runtime/
 //
 // MEMOSRT_BENCH_MODEL names another GGUF (the generated 1B shape),
-// MEMOSRT_BENCH_STEPS another token count, and MEMOSRT_BENCH_QUICK=1 keeps
+// MEMOSRT_BENCH_STEPS another token count, MEMOSRT_BENCH_THREADS a thread
+// count other than the default, and MEMOSRT_BENCH_QUICK=1 keeps
 // the raw loop and the streamed greedy case only (bench/contention.sh).
 func BenchmarkDecodeOverhead(b *testing.B) {
 	steps := 256
@@ -39,7 +40,8 @@ func BenchmarkDecodeOverhead(b *testing.B) {
 	if p := os.Getenv("MEMOSRT_BENCH_MODEL"); p != "" {
 		path = p
 	}
-	e, err := Load(context.Background(), Options{ModelPath: path, NCtx: 2048, NSeqMax: 4})
+	threads, _ := strconv.Atoi(os.Getenv("MEMOSRT_BENCH_THREADS")) // 0: the default
+	e, err := Load(context.Background(), Options{ModelPath: path, NCtx: 2048, NSeqMax: 4, Threads: threads})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -51,6 +53,10 @@ func BenchmarkDecodeOverhead(b *testing.B) {
 	raw := func() float64 {
 		e.mu.Lock()
 		defer e.mu.Unlock()
+		// llama.cpp's default: every thread (the engine's tuner sets its
+		// own count again at its next step)
+		e.ctx.SetThreads(e.opts.Threads, e.opts.Threads)
+		e.threads = e.opts.Threads
 		e.ctx.SeqRemove(0, 0, -1)
 		batch := llama.NewBatch(len(prompt))
 		defer batch.Close()

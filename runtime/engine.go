@@ -40,7 +40,9 @@ type Options struct {
 	NUBatch int
 	// NSeqMax is the number of sequences. Default 1.
 	NSeqMax int
-	// Threads for prefill and decode. Default: number of CPUs.
+	// Threads for prefill and decode. Default: number of CPUs, with the
+	// decode count lowered to 1 while that measures faster (CPU
+	// contention; see threads.go); a value given is used as is.
 	Threads int
 	// TypeK, TypeV are the KV cache types: "f16" (default), "q8_0", "q4_0", "f32".
 	TypeK, TypeV string
@@ -163,7 +165,9 @@ type Engine struct {
 	seqs      chan int     // free sequence ids (AcquireSeq)
 	embCtx    *llama.Ctx   // embedding context (Embed), created on first use; guarded by mu
 	embBatch  *llama.Batch
-	ended     []endedJob // jobs ended by the running step, finished after it; guarded by mu
+	ended     []endedJob   // jobs ended by the running step, finished after it; guarded by mu
+	tuner     *threadTuner // decode threads under contention (nil: Options.Threads as given); guarded by mu
+	threads   int          // decode threads set on ctx now; guarded by mu
 }
 
 // Load loads the model and creates the context, then probes the KV layout
@@ -172,6 +176,7 @@ func Load(ctx context.Context, opts Options) (*Engine, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
+	autoThreads := opts.Threads == 0 // tuned under contention (threads.go)
 	opts.ensureDefaults()
 	log := opts.Logger
 	if log == nil {
@@ -229,7 +234,10 @@ func Load(ctx context.Context, opts Options) (*Engine, error) {
 		opts.NBatch = nb
 		opts.NUBatch = min(opts.NUBatch, nb)
 	}
-	e := &Engine{opts: opts, log: log, model: m, shape: shape, fp: fp, ctx: c, batch: llama.NewBatch(opts.NBatch)}
+	e := &Engine{opts: opts, log: log, model: m, shape: shape, fp: fp, ctx: c, batch: llama.NewBatch(opts.NBatch), threads: opts.Threads}
+	if autoThreads {
+		e.tuner = newThreadTuner(opts.Threads)
+	}
 	if err := e.probe(); err != nil {
 		e.batch.Close()
 		c.Close()

@@ -640,11 +640,12 @@ func (c *Ctx) NSeqMax() int {
 	return int(C.llama_n_seq_max(c.c))
 }
 
-// SetThreads sets the decode and batch thread counts; with a threadpool
-// (Threads > 1 at NewContext) they are capped at its size.
-func (c *Ctx) SetThreads(n int) {
+// SetThreads sets the thread counts of one-token decodes (n) and of
+// batches (nBatch), as llama_set_n_threads; with a threadpool (Threads > 1
+// at NewContext) they are capped at its size.
+func (c *Ctx) SetThreads(n, nBatch int) {
 	if !c.closed() {
-		C.llama_set_n_threads(c.c, C.int32_t(n), C.int32_t(n))
+		C.llama_set_n_threads(c.c, C.int32_t(n), C.int32_t(nBatch))
 	}
 }
 

@@ -172,7 +172,7 @@ func TestClosedObjects(t *testing.T) {
 	check("Sampler.Sample", err)
 	s.Reset()
 	c.SetAbort(true)
-	c.SetThreads(1)
+	c.SetThreads(1, 1)
 	c.ClearMemory()
 	c.ClearAdapters()
 	c.RemoveAdapter(&Adapter{})
