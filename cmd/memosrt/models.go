@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/memosrt/memosrt"
 	"github.com/memosrt/memosrt/internal/ollamastore"
+	"github.com/memosrt/memosrt/runtime"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
@@ -80,12 +80,18 @@ func (f *modelsFlags) apply(o *memosrt.Options) error {
 			seen["path:"+abs] = true
 		}
 	}
+	var refused []string
 	add := func(name, path string) {
 		abs, err := filepath.Abs(path)
 		if err != nil {
 			abs = path
 		}
 		if seen[name] || seen["path:"+abs] {
+			return
+		}
+		// a tokenizer fixture or a truncated file is not listed as a model
+		if _, err := runtime.CheckModelFile(path); err != nil {
+			refused = append(refused, userMessage(err))
 			return
 		}
 		seen[name], seen["path:"+abs] = true, true
@@ -110,9 +116,12 @@ func (f *modelsFlags) apply(o *memosrt.Options) error {
 		for _, m := range ms {
 			add(m.Name, m.Path)
 		}
-		if len(skipped) > 0 {
-			fmt.Fprintf(os.Stderr, "memosrt: %d models of Ollama's store are not served: %v\n", len(skipped), errors.Join(skipped...))
+		for _, err := range skipped {
+			refused = append(refused, userMessage(err))
 		}
+	}
+	if len(refused) > 0 {
+		fmt.Fprintf(os.Stderr, "memosrt: %d files not served as models:\n  %s\n", len(refused), strings.Join(refused, "\n  "))
 	}
 	return nil
 }

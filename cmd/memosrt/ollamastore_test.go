@@ -143,6 +143,14 @@ func TestModelFromOllamaStore(t *testing.T) {
 			t.Fatal(err)
 		}
 		os.WriteFile(filepath.Join(dir, "notes.txt"), []byte("not a model"), 0o644)
+		// a tokenizer fixture (vocab-only GGUF) is not listed
+		vocab, err := os.ReadFile(testmodels.Path(t, "ggml-vocab-gpt-2.gguf"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "vocab.gguf"), vocab, 0o644); err != nil {
+			t.Fatal(err)
+		}
 		tiny := testmodels.Path(t, "llama-2-tiny-random.gguf")
 		p := startServe(t, t.TempDir(), env, "--model", tiny, "--models-dir", dir, "--keep-alive", "-1")
 		var tags api.ListResponse

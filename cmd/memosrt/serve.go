@@ -199,7 +199,11 @@ func serve(ctx context.Context, f serveFlags) error {
 	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- hs.Serve(ln) }()
-	fmt.Fprintf(os.Stderr, "memosrt: ready on http://%s (%s backend, model %s)\n", ln.Addr(), *backend, o.Model().Name)
+	more := ""
+	if n := len(o.Models()) - 1; n > 0 {
+		more = fmt.Sprintf(", %d more listed, loaded on first use", n)
+	}
+	fmt.Fprintf(os.Stderr, "memosrt: ready on http://%s (%s backend, model %s%s)\n", ln.Addr(), *backend, o.Model().Name, more)
 	select {
 	case err = <-serveErr:
 		err = ignoreClosed(err)
