@@ -3,6 +3,7 @@ package memosrt
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/memosrt/memosrt/embed"
 )
@@ -22,13 +23,18 @@ const embedChunk = 16
 // Errors: *FieldError beyond MaxEmbedInputs texts, ErrNoModel,
 // embed.ErrBadVector, embed.ErrShape, the embedder's errors.
 func (o *OS) Embed(ctx context.Context, texts []string) ([][]float32, int, error) {
-	return o.EmbedWith(ctx, "", texts)
+	return o.EmbedWith(ctx, "", nil, texts)
 }
 
+// HasEmbedder reports whether Options.Embedder embeds (then the model
+// named in an embedding request does not matter).
+func (o *OS) HasEmbedder() bool { return o.opts.Embedder != nil }
+
 // EmbedWith is Embed with model name ("" the primary) when no Embedder is
-// set; the model is loaded first if needed. Errors as Embed, and
+// set; the model is loaded first if needed and stays keep after it (nil:
+// Options.KeepAlive), as Request.KeepAlive. Errors as Embed, and
 // ErrModelNotFound.
-func (o *OS) EmbedWith(ctx context.Context, model string, texts []string) ([][]float32, int, error) {
+func (o *OS) EmbedWith(ctx context.Context, model string, keep *time.Duration, texts []string) ([][]float32, int, error) {
 	if err := o.enter(); err != nil {
 		return nil, 0, err
 	}
@@ -43,7 +49,7 @@ func (o *OS) EmbedWith(ctx context.Context, model string, texts []string) ([][]f
 	var l *loaded
 	if o.opts.Embedder == nil && len(o.models) > 0 {
 		var release func()
-		if l, release, err = o.use(ctx, model, nil); err != nil {
+		if l, release, err = o.use(ctx, model, keep); err != nil {
 			return nil, 0, err
 		}
 		defer release()

@@ -243,6 +243,7 @@ func (o *OS) primaryUse(ctx context.Context) (*loaded, func(), error) {
 // acquire takes a reference on m's loaded state, loading it or waiting
 // for a load or unload in progress.
 func (o *OS) acquire(ctx context.Context, m *model) (*loaded, error) {
+	checked := false
 	for {
 		o.modMu.Lock()
 		if m.l != nil && m.trans == nil {
@@ -266,6 +267,16 @@ func (o *OS) acquire(ctx context.Context, m *model) (*loaded, error) {
 			case <-o.base.Done():
 				return nil, ErrClosed
 			}
+		}
+		if !checked {
+			// a file that cannot load (truncated, vocab-only, gone) fails
+			// before any idle model is unloaded for it
+			o.modMu.Unlock()
+			if _, err := runtime.CheckModelFile(m.path); err != nil {
+				return nil, err
+			}
+			checked = true
+			continue
 		}
 		// make room, then load: m.trans keeps others waiting meanwhile
 		victims, err := o.room(m)
@@ -315,7 +326,11 @@ func (o *OS) room(m *model) ([]*model, error) {
 			bytes += fileBytes(x)
 		}
 	}
-	fits := func() bool { return n+1 <= maxN && (o.opts.ModelBytes <= 0 || bytes <= o.opts.ModelBytes) }
+	// a model larger than ModelBytes by itself loads alone, as Ollama's
+	// scheduler loads a model that fits no budget once the others are gone
+	fits := func() bool {
+		return n == 0 || n+1 <= maxN && (o.opts.ModelBytes <= 0 || bytes <= o.opts.ModelBytes)
+	}
 	slices.SortFunc(live, func(a, b *model) int { return a.used.Compare(b.used) })
 	var out []*model
 	for _, x := range live {
@@ -334,8 +349,12 @@ func (o *OS) room(m *model) ([]*model, error) {
 		for _, x := range out { // give them back: nothing is unloaded for nothing
 			o.unmarkUnload(x)
 		}
-		return nil, fmt.Errorf("%w: loading %s needs room and the loaded models are in use (max %d models, %d bytes)",
-			ErrBusy, m.name, maxN, o.opts.ModelBytes)
+		budget := ""
+		if o.opts.ModelBytes > 0 {
+			budget = fmt.Sprintf(", %d bytes", o.opts.ModelBytes)
+		}
+		return nil, fmt.Errorf("%w: loading %s needs room and %d loaded models are in use (at most %d models%s)",
+			ErrBusy, m.name, n, maxN, budget)
 	}
 	return out, nil
 }

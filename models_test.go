@@ -103,6 +103,44 @@ func TestModelBudget(t *testing.T) {
 	}
 }
 
+// TestModelOverBudget: a model larger than ModelBytes by itself loads
+// alone (the idle others unloaded), as Ollama's scheduler does, and the
+// primary can always come back; a file that cannot load fails before any
+// idle model is unloaded for it.
+func TestModelOverBudget(t *testing.T) {
+	vocab := filepath.Join(t.TempDir(), "vocab.gguf")
+	b, err := os.ReadFile(testmodels.Path(t, "ggml-vocab-gpt-2.gguf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(vocab, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	opts := testOptions(t, t.TempDir())
+	opts.Models = []ModelSpec{{Name: "tiny", Path: testmodels.Path(t, "llama-2-tiny-random.gguf")}, {Name: "vocab", Path: vocab}}
+	opts.ModelBytes = 1 // smaller than any model
+	o := openOS(t, opts)
+	ctx := context.Background()
+	if _, err := o.Load(ctx, "tiny", nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := loadedNames(o); !sameNames(got, "tiny") {
+		t.Fatalf("after loading tiny over the budget: %v", got)
+	}
+	if _, err := o.Load(ctx, "vocab", nil); err == nil || errors.Is(err, ErrBusy) {
+		t.Fatalf("loading a vocab-only file: %v", err)
+	}
+	if got := loadedNames(o); !sameNames(got, "tiny") {
+		t.Fatalf("a failed load unloaded %v", got)
+	}
+	if res := generate(t, o, Request{Prompt: "Once upon a time", NumPredict: 4}); res.Usage.EvalTokens == 0 {
+		t.Fatal("the primary did not come back")
+	}
+	if got := loadedNames(o); !sameNames(got, "stories260K") {
+		t.Fatalf("after the primary's request: %v", got)
+	}
+}
+
 // TestUnloadWaitsForRequests: Unload of a model in use unloads it when
 // its last request ends; requests racing loads and unloads all answer the
 // same greedy text (run under -race).

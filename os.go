@@ -386,13 +386,19 @@ func (o *OS) Stats() Stats {
 	if o.up != nil {
 		st.Slots, st.BusySlots, st.Queued = o.up.pool.size(), o.up.pool.busy(), o.up.pool.queued()
 	}
+	// slots, queues and engines of every loaded model; n_ctx and the
+	// resident level are the primary's
+	o.eachLoaded(func(l *loaded) {
+		st.Slots, st.BusySlots, st.Queued = st.Slots+l.pool.size(), st.BusySlots+l.pool.busy(), st.Queued+l.pool.queued()
+		a, q := l.eng.Queue()
+		st.EngineActive, st.EngineQueued = st.EngineActive+a, st.EngineQueued+q
+	})
 	l, done := o.hold()
 	defer done()
 	if l == nil {
 		return st
 	}
-	st.NCtx, st.Slots, st.BusySlots, st.Queued = l.eng.NCtx(), l.pool.size(), l.pool.busy(), l.pool.queued()
-	st.EngineActive, st.EngineQueued = l.eng.Queue()
+	st.NCtx = l.eng.NCtx()
 	l.resMu.Lock()
 	for _, r := range l.res {
 		st.ResidentCells += len(r.toks)

@@ -182,3 +182,47 @@ func TestSeveralModels(t *testing.T) {
 		t.Fatalf("/v1/models: %d %+v", code, models)
 	}
 }
+
+// TestEmbedModels: with the models embedding (no --embed embedder), an
+// embedding request names the model as a generation does: an unknown name
+// is a 404 on /api/embed, /api/embeddings and /v1/embeddings; the second
+// model embeds with its own width; keep_alive 0 unloads it afterwards.
+func TestEmbedModels(t *testing.T) {
+	tiny := testmodels.Path(t, "llama-2-tiny-random.gguf")
+	e := newEnv(t, envConfig{noEmbed: true, mo: memosrt.Options{Models: []memosrt.ModelSpec{{Name: tinyName, Path: tiny}}}})
+	c := ollamaClient(t, e.url())
+	ctx := context.Background()
+	for _, p := range []struct{ path, body string }{
+		{"/api/embed", `{"model":"nope","input":"x"}`},
+		{"/api/embeddings", `{"model":"nope","prompt":"x"}`},
+		{"/v1/embeddings", `{"model":"nope","input":"x"}`},
+	} {
+		resp, err := http.Post(e.url()+p.path, "application/json", strings.NewReader(p.body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusNotFound {
+			t.Fatalf("%s with an unknown model: %d, want 404", p.path, resp.StatusCode)
+		}
+	}
+	prim, err := c.Embed(ctx, &api.EmbedRequest{Model: testModel, Input: "Lily"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	zero := api.Duration{Duration: 0}
+	other, err := c.Embed(ctx, &api.EmbedRequest{Model: "tiny", Input: "Lily", KeepAlive: &zero})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if other.Model != tinyName || prim.Model != storiesName {
+		t.Fatalf("models answered %q and %q", prim.Model, other.Model)
+	}
+	// each model's own embedding width (n_embd)
+	if len(prim.Embeddings[0]) == len(other.Embeddings[0]) {
+		t.Fatalf("both models embed with %d dimensions", len(prim.Embeddings[0]))
+	}
+	if ps := psModels(t, c); len(ps) != 1 || ps[storiesName].IsZero() {
+		t.Fatalf("/api/ps = %v after an embed with keep_alive 0, want only %s", ps, storiesName)
+	}
+}

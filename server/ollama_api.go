@@ -362,8 +362,12 @@ func (s *Server) handleOllamaEmbed(w http.ResponseWriter, r *http.Request) {
 	}
 	var vecs [][]float32
 	n := 0
+	var model string
+	if err == nil {
+		model, err = s.embedModel(req.Model)
+	}
 	if err == nil && len(in) > 0 {
-		vecs, n, err = s.os.EmbedWith(r.Context(), s.embedModel(req.Model), in)
+		vecs, n, err = s.os.EmbedWith(r.Context(), model, keepAlive(req.KeepAlive), in)
 	}
 	if err == nil {
 		vecs, err = truncateDims(vecs, req.Dimensions)
@@ -376,8 +380,11 @@ func (s *Server) handleOllamaEmbed(w http.ResponseWriter, r *http.Request) {
 		vecs = [][]float32{}
 	}
 	name := req.Model
-	if name == "" {
-		name = s.os.Model().Name
+	switch {
+	case model != "":
+		name = ollamaName(model)
+	case name == "":
+		name = ollamaName(s.os.Model().Name)
 	}
 	writeJSON(w, http.StatusOK, api.EmbedResponse{Model: name, Embeddings: vecs, TotalDuration: time.Since(start), PromptEvalCount: n})
 }
@@ -392,7 +399,11 @@ func (s *Server) handleOllamaEmbeddings(w http.ResponseWriter, r *http.Request) 
 		writeJSON(w, http.StatusOK, api.EmbeddingResponse{Embedding: []float64{}})
 		return
 	}
-	vecs, _, err := s.os.EmbedWith(r.Context(), s.embedModel(req.Model), []string{req.Prompt})
+	model, err := s.embedModel(req.Model)
+	var vecs [][]float32
+	if err == nil {
+		vecs, _, err = s.os.EmbedWith(r.Context(), model, keepAlive(req.KeepAlive), []string{req.Prompt})
+	}
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -503,8 +514,9 @@ func (s *Server) handleOllamaModelStore(w http.ResponseWriter, r *http.Request) 
 	if i := strings.IndexByte(what, '/'); i >= 0 {
 		what = what[:i]
 	}
-	s.writeError(w, r, fmt.Errorf("%w: /api/%s: memosrt does not manage models; it serves the GGUF file given with "+
-		"serve --model (a path, or NAME[:TAG] from Ollama's store); pull, create or copy models with ollama itself", memosrt.ErrNotSupported, what))
+	s.writeError(w, r, fmt.Errorf("%w: /api/%s: memosrt does not manage models; it serves the GGUF files given with "+
+		"serve --model and --models-dir and the models of Ollama's store (read at start); pull, create or copy models with ollama itself",
+		memosrt.ErrNotSupported, what))
 }
 
 // refuseOllamaExtras refuses what memosrt does not serve on Ollama's

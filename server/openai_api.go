@@ -400,8 +400,12 @@ func (s *Server) handleOpenAIEmbeddings(w http.ResponseWriter, r *http.Request) 
 	}
 	var vecs [][]float32
 	n := 0
+	var model string
 	if err == nil {
-		vecs, n, err = s.os.EmbedWith(r.Context(), s.embedModel(req.Model), in)
+		model, err = s.embedModel(req.Model)
+	}
+	if err == nil {
+		vecs, n, err = s.os.EmbedWith(r.Context(), model, nil, in)
 	}
 	if err == nil {
 		vecs, err = truncateDims(vecs, req.Dimensions)
@@ -423,7 +427,10 @@ func (s *Server) handleOpenAIEmbeddings(w http.ResponseWriter, r *http.Request) 
 		data[i] = map[string]any{"object": "embedding", "index": i, "embedding": emb}
 	}
 	name := req.Model
-	if name == "" {
+	switch {
+	case model != "":
+		name = model
+	case name == "":
 		name = s.os.Model().Name
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data, "model": name,

@@ -286,14 +286,17 @@ func (s *Server) model(name string) (memosrt.ModelInfo, error) {
 	return memosrt.ModelInfo{}, fmt.Errorf("%w: %q (this server serves %s)", errModelNotFound, name, strings.Join(names, ", "))
 }
 
-// embedModel is the served model an embedding request names, or "" (the
-// primary, or Options.Embedder) for a name the server does not serve: an
-// embedder's name ("nomic-embed-text") is accepted as before.
-func (s *Server) embedModel(name string) string {
-	if mi, err := s.model(name); err == nil && name != "" {
-		return mi.Name
+// embedModel resolves an embedding request's model name as model does
+// ("" the primary) when a served model embeds; with an embedder of its own
+// (serve --embed hash or ollama:MODEL) or the upstream backend the name
+// does not choose it and is accepted as it is ("nomic-embed-text"), and
+// the result is "".
+func (s *Server) embedModel(name string) (string, error) {
+	if s.os.HasEmbedder() || s.os.Model().Backend == "ollama" {
+		return "", nil
 	}
-	return ""
+	mi, err := s.model(name)
+	return mi.Name, err
 }
 
 // keepAlive maps Ollama's keep_alive (nil: the server default; negative,

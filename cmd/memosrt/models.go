@@ -73,20 +73,28 @@ func parseKeepAlive(v string) (time.Duration, error) {
 func (f *modelsFlags) apply(o *memosrt.Options) error {
 	k := f.keep
 	o.KeepAlive, o.MaxModels, o.ModelBytes = &k, *f.maxModels, *f.budget
+	// one entry per file (links resolved) and per name
+	file := func(p string) string {
+		if r, err := filepath.EvalSymlinks(p); err == nil {
+			p = r
+		}
+		if a, err := filepath.Abs(p); err == nil {
+			p = a
+		}
+		return "path:" + p
+	}
 	seen := map[string]bool{}
 	if o.Model != "" {
-		seen[primaryName(o)] = true
-		if abs, err := filepath.Abs(o.Model); err == nil {
-			seen["path:"+abs] = true
-		}
+		seen[primaryName(o)], seen[file(o.Model)] = true, true
 	}
 	var refused []string
 	add := func(name, path string) {
-		abs, err := filepath.Abs(path)
-		if err != nil {
-			abs = path
+		f := file(path)
+		if seen[f] {
+			return // the same file under another name: listed once
 		}
-		if seen[name] || seen["path:"+abs] {
+		if seen[name] {
+			refused = append(refused, fmt.Sprintf("%s: the name %s is taken by another model", path, name))
 			return
 		}
 		// a tokenizer fixture or a truncated file is not listed as a model
@@ -94,7 +102,7 @@ func (f *modelsFlags) apply(o *memosrt.Options) error {
 			refused = append(refused, userMessage(err))
 			return
 		}
-		seen[name], seen["path:"+abs] = true, true
+		seen[name], seen[f] = true, true
 		o.Models = append(o.Models, memosrt.ModelSpec{Name: name, Path: path})
 	}
 	if d := *f.dir; d != "" {
