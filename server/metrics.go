@@ -2,6 +2,7 @@ package server
 
 import (
 	"net/http"
+	"regexp"
 
 	"github.com/memosrt/memosrt"
 
@@ -89,7 +90,11 @@ func newMetrics(s *Server) *metrics {
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "memosrt_restore_fallbacks_total",
 			Help: "Stored packs that matched a prompt but were refused at restore (room, I/O, a mismatch): the prompt was prefilled."},
 			stat(func(b memosrt.Stats) float64 { return float64(b.Fallbacks) })),
-		collectors.NewGoCollector(),
+		// Go's usual gauges, and the heap live after the last GC
+		// (runtime/metrics /gc/heap/live:bytes as go_gc_heap_live_bytes):
+		// heap in use also counts garbage not yet collected
+		collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(
+			collectors.GoRuntimeMetricsRule{Matcher: regexp.MustCompile(`^/gc/heap/live:bytes$`)})),
 	)
 	return m
 }
