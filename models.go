@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/memosrt/memosrt/kvcache"
@@ -69,7 +68,6 @@ type model struct {
 // after load but for its own locks; used only under a model reference.
 type loaded struct {
 	o      *OS
-	m      *model
 	at     time.Time // when the load ended
 	eng    *runtime.Engine
 	man    *lora.Manager
@@ -110,12 +108,13 @@ const DefaultMaxModels = 3
 
 // newModels builds the model list: the primary first, then specs.
 // Errors: ErrBadOptions for a missing name or path, or a name twice.
-func newModels(opts Options, primaryName string) ([]*model, error) {
+func newModels(opts Options) ([]*model, error) {
 	var out []*model
 	seen := map[string]bool{}
 	if opts.Model != "" {
-		out = append(out, &model{name: primaryName, path: opts.Model, primary: true, keep: -1})
-		seen[primaryName] = true
+		name := opts.PrimaryName()
+		out = append(out, &model{name: name, path: opts.Model, primary: true, keep: -1})
+		seen[name] = true
 	}
 	for i, sp := range opts.Models {
 		switch {
@@ -199,7 +198,7 @@ func (o *OS) use(ctx context.Context, name string, keep *time.Duration) (*loaded
 // keep-alive alone (background work, inspection), or nil if it is not
 // loaded now. The caller gives it back with done.
 func (o *OS) hold() (*loaded, func()) {
-	if len(o.models) == 0 || !o.models[0].primary {
+	if len(o.models) == 0 {
 		return nil, func() {}
 	}
 	m := o.models[0]
@@ -230,14 +229,6 @@ func (o *OS) eachLoaded(f func(l *loaded)) {
 		f(ls[i])
 		o.releaseModel(m, false)
 	}
-}
-
-// primaryUse is use of the primary model with the default keep-alive.
-func (o *OS) primaryUse(ctx context.Context) (*loaded, func(), error) {
-	if len(o.models) == 0 || !o.models[0].primary {
-		return nil, nil, o.needEngine()
-	}
-	return o.use(ctx, "", nil)
 }
 
 // acquire takes a reference on m's loaded state, loading it or waiting
@@ -317,13 +308,14 @@ func (o *OS) room(m *model) ([]*model, error) {
 	if maxN <= 0 {
 		maxN = DefaultMaxModels
 	}
+	// m.info is the loaded model's own while it is loaded (acquire, Open)
 	var live []*model
-	n, bytes := 0, fileBytes(m)
+	n, bytes := 0, m.info.Size
 	for _, x := range o.models {
 		if x != m && (x.l != nil || x.trans != nil) {
 			live = append(live, x)
 			n++
-			bytes += fileBytes(x)
+			bytes += x.info.Size
 		}
 	}
 	// a model larger than ModelBytes by itself loads alone, as Ollama's
@@ -343,7 +335,7 @@ func (o *OS) room(m *model) ([]*model, error) {
 		o.markUnload(x)
 		out = append(out, x)
 		n--
-		bytes -= fileBytes(x)
+		bytes -= x.info.Size
 	}
 	if !fits() {
 		for _, x := range out { // give them back: nothing is unloaded for nothing
@@ -357,13 +349,6 @@ func (o *OS) room(m *model) ([]*model, error) {
 			ErrBusy, m.name, n, maxN, budget)
 	}
 	return out, nil
-}
-
-func fileBytes(m *model) int64 {
-	if m.l != nil {
-		return m.l.info.Size
-	}
-	return m.info.Size
 }
 
 // markUnload sets x unloading (x.trans) and stops its timer. Called with
@@ -380,6 +365,14 @@ func (o *OS) unmarkUnload(x *model) {
 	close(x.trans)
 	x.trans = nil
 	o.arm(x)
+}
+
+// unloadNow marks idle m unloading and unloads it. Called with modMu
+// held; returns with it released.
+func (o *OS) unloadNow(m *model) {
+	o.markUnload(m)
+	o.modMu.Unlock()
+	o.unload(m)
 }
 
 // releaseModel gives back a reference; the last one of an expired model
@@ -404,9 +397,7 @@ func (o *OS) releaseModel(m *model, touch bool) {
 			o.modMu.Unlock()
 			return // Close unloads everything
 		}
-		o.markUnload(m)
-		o.modMu.Unlock()
-		o.unload(m)
+		o.unloadNow(m)
 		return
 	}
 	o.modMu.Unlock()
@@ -441,9 +432,7 @@ func (o *OS) expire(m *model) {
 		o.modMu.Unlock()
 		return
 	}
-	o.markUnload(m)
-	o.modMu.Unlock()
-	o.unload(m)
+	o.unloadNow(m)
 }
 
 func (o *OS) closedNow() bool {
@@ -518,9 +507,7 @@ func (o *OS) Unload(ctx context.Context, name string) error {
 		o.modMu.Unlock()
 		return nil
 	}
-	o.markUnload(m)
-	o.modMu.Unlock()
-	o.unload(m)
+	o.unloadNow(m)
 	return nil
 }
 
@@ -566,7 +553,7 @@ func (o *OS) loadModel(ctx context.Context, m *model) (*loaded, error) {
 	// on, see runtime.Options.LoRA): always allowed
 	lo.LoRA = true
 	start := time.Now()
-	l := &loaded{o: o, m: m, res: map[string]*residentPack{}, nres: nres, unsaved: map[*slot]convSave{}}
+	l := &loaded{o: o, res: map[string]*residentPack{}, nres: nres, unsaved: map[*slot]convSave{}}
 	var err error
 	if l.eng, err = runtime.Load(ctx, lo); err != nil {
 		return nil, err
@@ -578,14 +565,14 @@ func (o *OS) loadModel(ctx context.Context, m *model) (*loaded, error) {
 		}
 	}()
 	name := m.name
-	l.info = engineModelInfo(l.eng, m.path, name, opts.Layout.ChatTemplate, m.primary, time.Since(start))
-	if l.man, err = lora.NewManager(l.eng.Model(), m.path, o.reg, lora.Options{MaxBytes: opts.AdapterBytes,
-		Detach: l.eng.DetachAdapter, Logger: opts.Logger}); err != nil {
-		return nil, err
-	}
 	lay := opts.Layout
 	if !m.primary {
 		lay.ChatTemplate = "" // the override is the primary's; others use their own
+	}
+	l.info = engineModelInfo(l.eng, m.path, name, lay.ChatTemplate, time.Since(start))
+	if l.man, err = lora.NewManager(l.eng.Model(), m.path, o.reg, lora.Options{MaxBytes: opts.AdapterBytes,
+		Detach: l.eng.DetachAdapter, Logger: opts.Logger}); err != nil {
+		return nil, err
 	}
 	l.lay = scheduler.NewLayout(l.eng, o.mem, lay)
 	l.cfgKey = kvcache.ConfigKey(l.eng.KVConfig(), "")
@@ -636,14 +623,10 @@ func (l *loaded) saveUnsaved() {
 	}
 }
 
-// jobEngine is the primary's loaded state while the scheduler works with
-// it (between attachScheduler and detachScheduler).
-type jobEngine struct{ p atomic.Pointer[loaded] }
-
 // attachScheduler gives the tier scheduler the primary's engine and
 // brings the resident level back.
 func (o *OS) attachScheduler(l *loaded) {
-	o.jobL.p.Store(l)
+	o.jobL.Store(l)
 	if err := o.tiers.SetEngine(l.eng, l.lay); err != nil {
 		o.log.Warn("scheduler not attached", "err", err)
 		return
@@ -660,5 +643,5 @@ func (o *OS) detachScheduler() {
 	if err := o.tiers.SetEngine(nil, nil); err != nil {
 		o.log.Warn("scheduler not detached", "err", err)
 	}
-	o.jobL.p.Store(nil)
+	o.jobL.Store(nil)
 }

@@ -41,7 +41,9 @@ type OS struct {
 	// fixed at Open. modMu guards their load state (see model).
 	models []*model
 	modMu  sync.Mutex
-	jobL   jobEngine // the primary's loaded state while tier jobs use it
+	// jobL is the primary's loaded state while tier jobs use it (between
+	// attachScheduler and detachScheduler)
+	jobL atomic.Pointer[loaded]
 
 	// kvMu serialises pack writes of the OS (conversation packs, warms,
 	// deletes): kvcache's index takes a pack id twice when two Puts of the
@@ -110,7 +112,7 @@ func Open(ctx context.Context, opts Options) (*OS, error) {
 	if o.cubes, err = openCubes(ctx, o.db, o.mem, now); err != nil {
 		return nil, err
 	}
-	if o.models, err = newModels(opts, primaryName(opts)); err != nil {
+	if o.models, err = newModels(opts); err != nil {
 		return nil, err
 	}
 	var prim *loaded
@@ -141,7 +143,7 @@ func Open(ctx context.Context, opts Options) (*OS, error) {
 	deps := scheduler.Deps{DB: o.db, Mem: o.mem, KV: o.kv}
 	if prim != nil {
 		deps.Layout, deps.Engine = prim.lay, prim.eng
-		o.jobL.p.Store(prim)
+		o.jobL.Store(prim)
 	}
 	if opts.Model != "" {
 		opts.Tiers.Reserve = o.reserveJob
@@ -166,8 +168,9 @@ func Open(ctx context.Context, opts Options) (*OS, error) {
 	return o, nil
 }
 
-// primaryName is the name clients see for Options.Model.
-func primaryName(opts Options) string {
+// PrimaryName is the name clients see for Model: ModelName, else Model's
+// file name without ".gguf".
+func (opts Options) PrimaryName() string {
 	if opts.ModelName != "" {
 		return opts.ModelName
 	}
@@ -221,13 +224,11 @@ func (o *OS) Close(ctx context.Context) error {
 	o.mu.Unlock()
 	// the queue is answered at once; running requests go on until ctx ends
 	o.modMu.Lock()
+	var trans []chan struct{}
 	for _, m := range o.models {
 		if m.l != nil {
 			m.l.pool.drain()
 		}
-	}
-	trans := []chan struct{}{}
-	for _, m := range o.models {
 		if m.trans != nil {
 			trans = append(trans, m.trans)
 		}
@@ -307,11 +308,8 @@ func (o *OS) Model() ModelInfo {
 	return o.models[0].info
 }
 
-func engineModelInfo(eng *runtime.Engine, path, name, template string, primary bool, load time.Duration) ModelInfo {
+func engineModelInfo(eng *runtime.Engine, path, name, template string, load time.Duration) ModelInfo {
 	sh := eng.Shape()
-	if !primary {
-		template = ""
-	}
 	mi := ModelInfo{Name: name, Path: path, Backend: "llama", Size: int64(sh.SizeBytes), Digest: eng.KVConfig().ModelFingerprint,
 		NCtx: eng.NCtx(), Template: template, Modified: time.Now().UTC(), Load: load,
 		ParamSize: paramSize(sh.NParams), Quant: quantOf(sh.Desc)}

@@ -101,7 +101,7 @@ func (o *OS) Warm(ctx context.Context, cube string, wo WarmOptions) (PackStatus,
 	defer o.leave()
 	ctx, done := o.bound(ctx)
 	defer done()
-	l, release, err := o.primaryUse(ctx) // the tier's packs are the primary's
+	l, release, err := o.use(ctx, "", nil) // the tier's packs are the primary's
 	if err != nil {
 		return PackStatus{}, err
 	}

@@ -332,7 +332,7 @@ func (o *OS) ImportCube(ctx context.Context, r io.Reader, opts ImportOptions) (I
 	}
 	if len(o.models) > 0 && len(man.TierMembers) > 0 {
 		// the tier's packs are the primary's: loaded for them
-		_, release, err := o.primaryUse(ctx)
+		_, release, err := o.use(ctx, "", nil)
 		if err != nil {
 			return res, err
 		}

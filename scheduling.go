@@ -164,7 +164,7 @@ func (o *OS) Tick(ctx context.Context) (scheduler.TickReport, error) {
 	defer o.leave()
 	ctx, done := o.bound(ctx)
 	defer done()
-	_, release, err := o.primaryUse(ctx) // loaded for it, as a request would
+	_, release, err := o.use(ctx, "", nil) // loaded for it, as a request would
 	if err != nil {
 		return scheduler.TickReport{}, err
 	}
@@ -389,7 +389,7 @@ func (l *loaded) clearSeq(seq int) { l.eng.ClearSeq(seq) }
 func (o *OS) reserveJob(ctx context.Context, cells int, wait bool) (func(), error) {
 	// jobs run with the scheduler attached to the primary's engine (under
 	// the scheduler's job lock, which SetEngine takes before an unload)
-	l := o.jobL.p.Load()
+	l := o.jobL.Load()
 	if l == nil {
 		return nil, fmt.Errorf("%w: the model is not loaded", scheduler.ErrDeferred)
 	}

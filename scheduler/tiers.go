@@ -298,10 +298,7 @@ func (t *Tiers) SetEngine(eng *runtime.Engine, lay *Layout) error {
 		return errors.New("scheduler: SetEngine needs both a Layout and an Engine, or neither")
 	}
 	t.runMu.Lock()
-	if r := t.running; r != nil && r.job {
-		r.preempted = true
-		r.cancel()
-	}
+	t.cancelJob()
 	t.runMu.Unlock()
 	t.jobMu.Lock()
 	t.eng, t.lay = eng, lay
@@ -803,15 +800,21 @@ func (t *Tiers) preempt() (done func(), err error) {
 		return nil, fmt.Errorf("%w: %d promotions running or waiting", ErrBusy, t.promoting)
 	}
 	t.promoting++
-	if r := t.running; r != nil && r.job {
-		r.preempted = true
-		r.cancel()
-	}
+	t.cancelJob()
 	return func() {
 		t.runMu.Lock()
 		t.promoting--
 		t.runMu.Unlock()
 	}, nil
+}
+
+// cancelJob cancels a running Tick job (not a Promote); it stays pending
+// and runs again at a later tick. Called with runMu held.
+func (t *Tiers) cancelJob() {
+	if r := t.running; r != nil && r.job {
+		r.preempted = true
+		r.cancel()
+	}
 }
 
 // livePacks returns the pack ids committed pack states refer to.

@@ -85,7 +85,7 @@ func (f *modelsFlags) apply(o *memosrt.Options) error {
 	}
 	seen := map[string]bool{}
 	if o.Model != "" {
-		seen[primaryName(o)], seen[file(o.Model)] = true, true
+		seen[o.PrimaryName()], seen[file(o.Model)] = true, true
 	}
 	var refused []string
 	add := func(name, path string) {
@@ -132,13 +132,4 @@ func (f *modelsFlags) apply(o *memosrt.Options) error {
 		fmt.Fprintf(os.Stderr, "memosrt: %d files not served as models:\n  %s\n", len(refused), strings.Join(refused, "\n  "))
 	}
 	return nil
-}
-
-// primaryName is the name the primary model is served under (as
-// memosrt.Open names it).
-func primaryName(o *memosrt.Options) string {
-	if o.ModelName != "" {
-		return o.ModelName
-	}
-	return strings.TrimSuffix(filepath.Base(o.Model), ".gguf")
 }
