@@ -49,6 +49,8 @@ bench: build
 bench-decode: links
 	$(GO) test -run '^$$' -bench DecodeOverhead -benchtime 9x ./runtime/
 	$(GO) test -run '^$$' -bench RunDecode -benchtime 9x .
+	$(MAKE) build
+	GO=$(GO) ./bench/runproc.sh
 
 # Decode under CPU contention: memosrt's engine vs llama.cpp's own decode
 # loop (threadpool and OpenMP builds) under BUSY `yes` loops (bench/contention.sh).
