@@ -17,7 +17,7 @@ GO       ?= go
 OLLAMA   := github.com/ollama/ollama
 TESTFLAGS ?= -count=1 -timeout 40m
 
-.PHONY: all build links test vet bench bench-ttft bench-decode bench-contention demo example clean soak
+.PHONY: all build links test vet bench bench-ttft bench-decode bench-contention bench-shared demo example clean soak
 
 all: build
 
@@ -51,6 +51,13 @@ bench-decode: links
 	$(GO) test -run '^$$' -bench RunDecode -benchtime 9x .
 	$(MAKE) build
 	GO=$(GO) ./bench/runproc.sh
+
+# Warm TTFT of a node restoring a 1024-token pack from the shared Redis vs
+# from its own Badger, cold and floor beside them (issue 16; needs
+# redis-server). The generated 1B shape when models/1b.gguf is made.
+bench-shared: links
+	MEMOSRT_BENCH_MODEL=$(if $(wildcard models/1b.gguf),$(CURDIR)/models/1b.gguf,) \
+		$(GO) test -run '^$$' -bench SharedTTFT -benchtime 1x -timeout 30m ./bench/
 
 # Decode under CPU contention: memosrt's engine vs llama.cpp's own decode
 # loop (threadpool and OpenMP builds) under BUSY `yes` loops (bench/contention.sh).

@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/memosrt/memosrt/kvcache"
+
 	"github.com/memosrt/memosrt/embed"
 	"github.com/memosrt/memosrt/runtime"
 	"github.com/memosrt/memosrt/scheduler"
@@ -25,6 +27,13 @@ type Options struct {
 	// NoSync commits without fsync (tests): an acknowledged write can be
 	// lost on power loss. Default false.
 	NoSync bool
+	// KVShared, when set, shares the activation tier with other nodes
+	// (kvcache.OpenRedis): every pack this node stores is written there too,
+	// and a prefix lookup its own levels answer less well looks there
+	// (kvcache.Options.Shared). With EncryptionKey set, packs are encrypted
+	// before they leave the node, under a key derived from it: nodes that
+	// share packs use the same key. The caller owns it (Close leaves it open).
+	KVShared kvcache.Shared
 
 	// Model is the GGUF file to load. Empty opens the OS without a model:
 	// cubes, memories, search and tier state work; Chat, Generate, Warm

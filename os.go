@@ -2,6 +2,7 @@ package memosrt
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -103,7 +104,12 @@ func Open(ctx context.Context, opts Options) (*OS, error) {
 	if o.mem, err = textmem.Open(o.db, mo); err != nil {
 		return nil, err
 	}
-	if o.kv, err = kvcache.Open(o.db, kvcache.Options{RAMBytes: opts.RAMBytes, Logger: opts.Logger, Now: now}); err != nil {
+	ko := kvcache.Options{RAMBytes: opts.RAMBytes, Logger: opts.Logger, Now: now, Shared: opts.KVShared}
+	if opts.KVShared != nil && len(opts.EncryptionKey) > 0 {
+		k := sha256.Sum256(append([]byte("memosrt shared packs\x00"), opts.EncryptionKey...))
+		ko.SharedKey = k[:]
+	}
+	if o.kv, err = kvcache.Open(o.db, ko); err != nil {
 		return nil, err
 	}
 	if o.reg, err = lora.NewRegistry(o.db, lora.RegistryOptions{Logger: opts.Logger}); err != nil {
@@ -371,6 +377,9 @@ type Stats struct {
 	ConvEvicted   int64  `json:"conv_evicted"`      // conversation packs deleted over the budget since Open
 	Fallbacks     int64  `json:"restore_fallbacks"` // stored packs that matched but were refused: the prompt was prefilled
 	DiskBytes     int64  `json:"disk_bytes"`        // the data directory's files (Badger LSM and value log), bytes
+	// KVShared is the shared activation level (Options.KVShared): enabled,
+	// up, and its hit, miss, put and error counts since Open.
+	KVShared kvcache.SharedStats `json:"kv_shared"`
 }
 
 // Stats reports the OS's gauges now.
@@ -381,6 +390,7 @@ func (o *OS) Stats() Stats {
 	st.ConvPacks, st.ConvBytes = len(conv), convBytes
 	st.ConvEvicted, st.Fallbacks = o.convEvicted.Load(), o.fallbacks.Load()
 	st.DiskBytes = o.db.DiskBytes()
+	st.KVShared = o.kv.SharedStats()
 	if o.up != nil {
 		st.Slots, st.BusySlots, st.Queued = o.up.pool.size(), o.up.pool.busy(), o.up.pool.queued()
 	}

@@ -776,35 +776,25 @@ func (o *OS) convPacks() ([]kvcache.Info, int64) {
 	return conv, total
 }
 
+// hasPack reports whether this node stores pack id (a pack found in the
+// shared level only does not count: the node stores its own copy).
 func (o *OS) hasPack(id string) bool {
-	for _, p := range o.kv.List("") {
-		if p.ID == id {
-			return true
-		}
-	}
-	return false
+	i, ok := o.kv.Info(id)
+	return ok && !i.Remote
 }
 
 // packInScope reports whether pack id belongs to cube: labelled cube or
 // "conv:"+cube. kvcache's lookup is not scoped; a pack of another cube is
 // treated as a miss (a shorter pack of this cube is then not found).
 func (o *OS) packInScope(id, cube string) bool {
-	for _, p := range o.kv.List("") {
-		if p.ID == id {
-			return p.Label == convLabel(cube) || cube != "" && p.Label == cube
-		}
-	}
-	return false
+	p, ok := o.kv.Info(id)
+	return ok && (p.Label == convLabel(cube) || cube != "" && p.Label == cube)
 }
 
 // isConv reports whether pack id is a conversation pack.
 func (o *OS) isConv(id string) bool {
-	for _, p := range o.kv.List("") {
-		if p.ID == id {
-			return strings.HasPrefix(p.Label, convPrefix)
-		}
-	}
-	return false
+	p, ok := o.kv.Info(id)
+	return ok && strings.HasPrefix(p.Label, convPrefix)
 }
 
 // adapterSet is a request's leased LoRA adapters and the keys KV state is

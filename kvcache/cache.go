@@ -39,6 +39,17 @@ type Options struct {
 	Logger *slog.Logger
 	// Now returns the current time (tests). Default time.Now.
 	Now func() time.Time
+	// Shared, when set, is a pack store shared with other nodes (OpenRedis):
+	// every pack Put here is written there too, and a lookup that the
+	// node's own levels cannot answer as well looks there. The caller owns
+	// it (Close does not close it).
+	Shared Shared
+	// SharedKey, when set, encrypts every record and blob before it leaves
+	// the node (AES-GCM; 16, 24 or 32 bytes). Nodes sharing a store share
+	// the key; a value that does not open under it is a miss.
+	SharedKey []byte
+	// SharedTimeout bounds each shared-level operation. Default 2 s.
+	SharedTimeout time.Duration
 }
 
 // DefaultOptions returns the defaults.
@@ -51,6 +62,8 @@ type packRecord struct {
 	Header    Header `json:"header"`
 	BlobBytes int64  `json:"blob_bytes"`
 	Chunks    int    `json:"chunks"`
+	// remote: found in the shared level; the blob is there, not in Badger
+	remote bool
 }
 
 // Info describes a stored pack.
@@ -63,6 +76,7 @@ type Info struct {
 	InRAM      bool      `json:"in_ram"`
 	Created    time.Time `json:"created"`
 	AdapterKey string    `json:"adapter_key,omitempty"`
+	Remote     bool      `json:"remote,omitempty"` // stored by another node: the blob is in the shared level only
 }
 
 // Ratio returns RawBytes/BlobBytes, the compression ratio.
@@ -97,6 +111,10 @@ type Cache struct {
 	ram      map[string]*list.Element
 	ramBytes int64
 	closed   bool
+
+	shared    *sharedState // nil without Options.Shared
+	remoteIDs []string     // remote records in the order found (trimRemote)
+	maxRemote int          // sharedMaxRemote (tests lower it)
 }
 
 // Open loads the pack index from db and removes chunks left without a header
@@ -114,7 +132,13 @@ func Open(db *badger.DB, opts Options) (*Cache, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	c := &Cache{db: db.Badger(), opts: opts, log: log, packs: map[string]*packRecord{},
-		chain: map[string][]string{}, lru: list.New(), ram: map[string]*list.Element{}}
+		chain: map[string][]string{}, lru: list.New(), ram: map[string]*list.Element{}, maxRemote: sharedMaxRemote}
+	if opts.Shared != nil {
+		var err error
+		if c.shared, err = newSharedState(opts.Shared, opts.SharedKey, opts.SharedTimeout); err != nil {
+			return nil, err
+		}
+	}
 	orphans := map[string]bool{}
 	err := c.db.View(func(txn *bg.Txn) error {
 		it := txn.NewIterator(bg.IteratorOptions{Prefix: []byte(keyHeader), PrefetchValues: true})
@@ -150,11 +174,19 @@ func Open(db *badger.DB, opts Options) (*Cache, error) {
 			return nil, err
 		}
 	}
+	if c.shared != nil {
+		ctx, cancel := context.WithCancel(context.Background())
+		c.shared.cancel = cancel
+		go c.watchShared(ctx)
+	}
 	return c, nil
 }
 
 // Close drops the RAM cache. The Badger DB is owned by the caller. Idempotent.
 func (c *Cache) Close() error {
+	if c.shared != nil {
+		c.shared.cancel()
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.closed = true
@@ -233,31 +265,40 @@ type Match struct {
 }
 
 // Lookup returns the pack sharing the longest token prefix with toks under
-// key: ScopedKey(ConfigKey(live KV config, adapter set), scope).
+// key: ScopedKey(ConfigKey(live KV config, adapter set), scope). With a
+// shared level it looks there too, for a match at least one block
+// (BlockTokens) long that beats the node's own; a shared level that does
+// not answer is skipped (the node's own match is returned).
 func (c *Cache) Lookup(cfgKey string, toks []int32) Match {
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	keys := chainKeys(cfgKey, toks)
+	c.mu.Lock()
+	best, depth := c.lookupLocal(keys, toks)
+	c.mu.Unlock()
+	if c.shared != nil {
+		best = c.sharedLookup(keys, toks, best, depth)
+	}
+	return best
+}
+
+// lookupLocal is Lookup in the node's own index, with the index in keys of
+// the deepest chain hash it knows (-1 none). Caller holds mu.
+func (c *Cache) lookupLocal(keys []string, toks []int32) (Match, int) {
 	// deepest boundary with a known chain hash: candidates share those blocks
 	var cands []string
+	depth := -1
 	for i := len(keys) - 1; i >= 0; i-- {
 		if ids := c.chain[keys[i]]; len(ids) > 0 {
-			cands = ids
+			cands, depth = ids, i
 			break
 		}
 	}
 	var best Match
 	for _, id := range cands {
-		pt := c.packs[id].Header.Tokens
-		n := 0
-		for n < len(pt) && n < len(toks) && pt[n] == toks[n] {
-			n++
-		}
-		if n > best.Tokens {
+		if n := commonLen(c.packs[id].Header.Tokens, toks); n > best.Tokens {
 			best = Match{ID: id, Tokens: n}
 		}
 	}
-	return best
+	return best, depth
 }
 
 // Info returns the stored pack id, if any.
@@ -290,7 +331,7 @@ func (c *Cache) Put(ctx context.Context, h Header, state []byte) (Info, error) {
 	c.writeMu.Lock()
 	defer c.writeMu.Unlock()
 	c.mu.Lock()
-	if old := c.packs[rec.ID]; old != nil {
+	if old := c.packs[rec.ID]; old != nil && !old.remote {
 		// ids are content addresses (config, scope and tokens): the pack is
 		// stored already; rewriting it would delete a committed pack that a
 		// crash could then leave without its header
@@ -316,10 +357,19 @@ func (c *Cache) Put(ctx context.Context, h Header, state []byte) (Info, error) {
 		return Info{}, fmt.Errorf("kvcache: write header: %w", err)
 	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	wasRemote := false
+	if old := c.packs[rec.ID]; old != nil {
+		wasRemote = old.remote
+		c.unindex(rec.ID) // a remote record of the same pack: now stored here
+	}
 	c.index(rec)
 	c.putRAM(rec.ID, state)
-	return c.info(rec), nil
+	info := c.info(rec)
+	c.mu.Unlock()
+	if !wasRemote {
+		c.sharedPut(rec, blob) // after the local commit: the pack is this node's either way
+	}
+	return info, nil
 }
 
 func chunkKey(id string, i int) []byte {
@@ -362,9 +412,15 @@ func (c *Cache) Delete(id string) error {
 // delete is Delete; the caller holds writeMu.
 func (c *Cache) delete(id string) error {
 	c.mu.Lock()
-	_, ok := c.packs[id]
+	rec, ok := c.packs[id]
 	c.unindex(id)
 	c.mu.Unlock()
+	if ok {
+		c.sharedDelete(rec)
+		if rec.remote {
+			return nil // nothing of it in Badger
+		}
+	}
 	err := c.db.Update(func(txn *bg.Txn) error { return txn.Delete([]byte(keyHeader + id)) })
 	if err != nil {
 		return fmt.Errorf("kvcache: %w", err)
@@ -404,6 +460,9 @@ func (c *Cache) Blob(id string) ([]byte, error) {
 	c.mu.Unlock()
 	if rec == nil {
 		return nil, ErrNotFound
+	}
+	if rec.remote {
+		return c.sharedBlob(rec)
 	}
 	blob := make([]byte, 0, rec.BlobBytes)
 	err := c.db.View(func(txn *bg.Txn) error {
@@ -451,6 +510,9 @@ func (c *Cache) State(id string) (h Header, state []byte, fromRAM bool, err erro
 	if err != nil {
 		return h, nil, false, err
 	}
+	if h.TokensHash != rec.Header.TokensHash || h.KV != rec.Header.KV || h.AdapterKey != rec.Header.AdapterKey || h.Scope != rec.Header.Scope {
+		return h, nil, false, fmt.Errorf("%w: blob header does not match its pack record", ErrCorrupt)
+	}
 	c.mu.Lock()
 	if c.packs[id] != nil {
 		c.putRAM(id, state)
@@ -471,15 +533,23 @@ func (c *Cache) DropRAM() {
 func (c *Cache) info(rec *packRecord) Info {
 	_, inRAM := c.ram[rec.ID]
 	return Info{ID: rec.ID, Label: rec.Header.Label, NTokens: rec.Header.NTokens, RawBytes: rec.Header.RawBytes,
-		BlobBytes: rec.BlobBytes, InRAM: inRAM, Created: rec.Header.Created, AdapterKey: rec.Header.AdapterKey}
+		BlobBytes: rec.BlobBytes, InRAM: inRAM, Created: rec.Header.Created, AdapterKey: rec.Header.AdapterKey,
+		Remote: rec.remote}
 }
 
-// List returns every stored pack, optionally only those with the given label.
+// List returns every pack this node stores, optionally only those with the
+// given label. Packs found in the shared level (Info.Remote) are left out:
+// budgets, listings and orphan sweeps concern the node's own packs, and a
+// node never deletes another node's pack for its own reasons (Info reports
+// a remote one by id).
 func (c *Cache) List(label string) []Info {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var out []Info
 	for _, rec := range c.packs {
+		if rec.remote {
+			continue
+		}
 		if label == "" || rec.Header.Label == label {
 			out = append(out, c.info(rec))
 		}
@@ -487,12 +557,16 @@ func (c *Cache) List(label string) []Info {
 	return out
 }
 
-// Stats reports bytes held in RAM and on disk.
+// Stats reports bytes held in RAM (packs of the shared level included) and
+// on disk, and the number of packs this node stores.
 func (c *Cache) Stats() (ramBytes, diskBytes int64, packs int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, rec := range c.packs {
-		diskBytes += rec.BlobBytes
+		if !rec.remote {
+			diskBytes += rec.BlobBytes
+			packs++
+		}
 	}
-	return c.ramBytes, diskBytes, len(c.packs)
+	return c.ramBytes, diskBytes, packs
 }

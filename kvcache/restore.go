@@ -49,6 +49,12 @@ func (c *Cache) Restore(ctx context.Context, eng *runtime.Engine, seq int, toks 
 		return r, err
 	}
 	h, state, fromRAM, err := c.State(m.ID)
+	if errors.Is(err, ErrNotFound) {
+		// deleted meanwhile, or a shared pack whose blob was evicted: a miss
+		err := eng.ClearSeq(seq)
+		r.Duration = time.Since(start)
+		return r, err
+	}
 	if err == nil {
 		err = h.Check(live, adapterKey)
 	}

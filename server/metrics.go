@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"regexp"
 
+	"github.com/memosrt/memosrt/kvcache"
+
 	"github.com/memosrt/memosrt"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -96,6 +98,28 @@ func newMetrics(s *Server) *metrics {
 		collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(
 			collectors.GoRuntimeMetricsRule{Matcher: regexp.MustCompile(`^/gc/heap/live:bytes$`)})),
 	)
+	if s.os.Stats().KVShared.Enabled {
+		up := func() float64 {
+			if s.os.Stats().KVShared.Up {
+				return 1
+			}
+			return 0
+		}
+		op := func(what string, f func(kvcache.SharedStats) int64) prometheus.Collector {
+			return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "memosrt_kv_shared_total", ConstLabels: prometheus.Labels{"op": what},
+				Help: "Shared activation level (--kv-store): packs found there (op=hit), found but evicted (miss), written (put), " +
+					"dropped because a node deleted them (deleted), failed operations (error)."},
+				func() float64 { return float64(f(s.os.Stats().KVShared)) })
+		}
+		m.reg.MustRegister(
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "memosrt_kv_shared_up",
+				Help: "1 when the shared activation level (--kv-store) had no error within the last second; 0 while it is down (chats prefill instead of restoring from it)."}, up),
+			op("hit", func(x kvcache.SharedStats) int64 { return x.Hits }),
+			op("miss", func(x kvcache.SharedStats) int64 { return x.Misses }),
+			op("put", func(x kvcache.SharedStats) int64 { return x.Puts }),
+			op("deleted", func(x kvcache.SharedStats) int64 { return x.Deletes }),
+			op("error", func(x kvcache.SharedStats) int64 { return x.Errors }))
+	}
 	return m
 }
 

@@ -4,12 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/memosrt/memosrt/kvcache"
 
 	"github.com/spf13/cobra"
 
@@ -53,6 +58,7 @@ func newServeCmd() *cobra.Command {
 	ollamaHost := fs.String("ollama-host", "http://127.0.0.1:11434", "Ollama server `URL` (--backend ollama, --embed ollama:MODEL)")
 	ollamaModel := fs.String("ollama-model", "", "upstream `MODEL` (--backend ollama)")
 	embedFlag := fs.String("embed", "model", "embeddings for /api/embed and /v1/embeddings (`EMBEDDER`): model (the loaded model, mean-pooled), hash[:DIM] or ollama:MODEL")
+	kvStore := fs.String("kv-store", "", "share the activation tier with other nodes through Redis at `URL` (redis://HOST:PORT/DB): packs one node computes restore on every node (default: this node's data directory only)")
 	chatTemplate := fs.String("chat-template", "", "chat `TEMPLATE` (text or llama.cpp built-in name such as chatml); default: the model's")
 	ef := addEngineFlags(fs)
 	mf := addModelsFlags(fs)
@@ -82,7 +88,7 @@ func newServeCmd() *cobra.Command {
 			token: token, insecure: insecure, name: name, maxQueue: maxQueue, numPredict: numPredict, noPersist: noPersist,
 			minPersist: minPersist, adapterBudget: adapterBudget, convBudget: convBudget, tickEvery: tickEvery, kvBudget: kvBudget,
 			gcEvery: gcEvery, shutdownTimeout: shutdownTimeout, debugClock: debugClock, backend: backend, ollamaHost: ollamaHost,
-			ollamaModel: ollamaModel, embedFlag: embedFlag, chatTemplate: chatTemplate})
+			ollamaModel: ollamaModel, embedFlag: embedFlag, chatTemplate: chatTemplate, kvStore: kvStore})
 	}
 	return c
 }
@@ -93,7 +99,7 @@ type serveFlags struct {
 	ef                                                                  engineFlags
 	mf                                                                  modelsFlags
 	addr, token, name, backend, ollamaHost, ollamaModel, embedFlag      *string
-	chatTemplate                                                        *string
+	chatTemplate, kvStore                                               *string
 	parallel, resident, residentCells, maxQueue, numPredict, minPersist *int
 	adapterBudget, convBudget, kvBudget                                 *int64
 	tickEvery, gcEvery, shutdownTimeout                                 *time.Duration
@@ -106,7 +112,7 @@ func serve(ctx context.Context, f serveFlags) error {
 	name, maxQueue, numPredict, noPersist, minPersist := f.name, f.maxQueue, f.numPredict, f.noPersist, f.minPersist
 	adapterBudget, convBudget, tickEvery, kvBudget, gcEvery := f.adapterBudget, f.convBudget, f.tickEvery, f.kvBudget, f.gcEvery
 	shutdownTimeout, debugClock, backend, ollamaHost, ollamaModel := f.shutdownTimeout, f.debugClock, f.backend, f.ollamaHost, f.ollamaModel
-	embedFlag, chatTemplate := f.embedFlag, f.chatTemplate
+	embedFlag, chatTemplate, kvStore := f.embedFlag, f.chatTemplate, f.kvStore
 	if err := checkListen(*addr, *token, *insecure); err != nil {
 		return err
 	}
@@ -161,6 +167,19 @@ func serve(ctx context.Context, f serveFlags) error {
 		}
 	}
 	log := logger()
+	if *kvStore != "" {
+		redis.SetLogger(redisLog{log}) // go-redis's own lines (dial failures) at debug: ours say it once
+		r, err := kvcache.NewRedis(*kvStore, kvcache.RedisOptions{})
+		if err != nil {
+			return fmt.Errorf("--kv-store: %w", err)
+		}
+		defer r.Close()
+		if err := r.Ping(ctx); err != nil {
+			// started anyway: chats prefill until the store answers
+			log.Warn("--kv-store not answering; packs stay on this node until it does", "err", err)
+		}
+		opts.KVShared = r
+	}
 	o, err := memosrt.Open(ctx, opts)
 	if err != nil {
 		if errors.Is(err, errEncryptionKey) {
@@ -274,4 +293,11 @@ func embedderFromFlag(ctx context.Context, v, ollamaHost string) (embed.Embedder
 		return embed.NewOllama(ctx, embed.OllamaOptions{URL: ollamaHost, Model: strings.TrimPrefix(v, "ollama:")})
 	}
 	return nil, fmt.Errorf("--embed %q: want model, hash[:DIM] or ollama:MODEL", v)
+}
+
+// redisLog sends go-redis's log lines to slog at debug level.
+type redisLog struct{ l *slog.Logger }
+
+func (r redisLog) Printf(ctx context.Context, format string, v ...any) {
+	r.l.DebugContext(ctx, "redis: "+fmt.Sprintf(format, v...))
 }

@@ -1,0 +1,129 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/memosrt/memosrt"
+	"github.com/memosrt/memosrt/internal/testutil"
+)
+
+// generate sends one chat turn of msgs through POST /v1/generate.
+func (p *serveProc) generate(t *testing.T, msgs []map[string]string, noCache bool) (memosrt.Response, int) {
+	t.Helper()
+	var r memosrt.Response
+	code := p.call(t, "POST", "/v1/generate", map[string]any{"messages": msgs, "num_predict": 24, "no_cache": noCache}, &r)
+	return r, code
+}
+
+// story returns a conversation whose system message spans several prefix
+// blocks (more than 64 tokens each way).
+func story(topic string) []map[string]string {
+	sys := strings.Repeat("Lily and her dog Max went to the park near the "+topic+" and played with a red ball. ", 8)
+	return []map[string]string{{"role": "system", "content": sys}, {"role": "user", "content": "What did Lily do at the " + topic + "?"}}
+}
+
+// Two `memosrt serve` nodes with their own data directories share one
+// Redis: a conversation state node A stored restores on node B, whose
+// answer equals a cold prefill byte for byte; Redis killed under 16
+// clients costs no request (chats prefill), /metrics says it is down and
+// sharing resumes once it is back; node A killed, node B serves on.
+func TestTwoNodesShareKV(t *testing.T) {
+	srv := testutil.StartRedis(t, 0)
+	a := startServe(t, t.TempDir(), nil, "--kv-store", srv.URL())
+	b := startServe(t, t.TempDir(), nil, "--kv-store", srv.URL(), "--parallel", "4")
+	put := `memosrt_kv_shared_total{op="put"}`
+	hit := `memosrt_kv_shared_total{op="hit"}`
+
+	msgs := story("lake")
+	ra, code := a.generate(t, msgs, false)
+	if code != http.StatusOK || ra.Text == "" || ra.Usage.CachedTokens != 0 {
+		t.Fatalf("node A: %d %+v", code, ra.Usage)
+	}
+	waitFor(t, "node A's conversation pack in Redis", func() bool { return metric(t, a, put) >= 1 })
+
+	rb, code := b.generate(t, msgs, false)
+	if code != http.StatusOK {
+		t.Fatalf("node B: %d", code)
+	}
+	if rb.Usage.CachedTokens != rb.Usage.PromptTokens-1 || rb.CacheSource != memosrt.SourceRestored {
+		t.Fatalf("node B cached %d of %d tokens (%s), want all but the last restored from node A's pack",
+			rb.Usage.CachedTokens, rb.Usage.PromptTokens, rb.CacheSource)
+	}
+	cold, _ := b.generate(t, msgs, true)
+	if rb.Text != ra.Text || rb.Text != cold.Text {
+		t.Fatalf("node B restored %q, node A cold %q, node B cold %q", rb.Text, ra.Text, cold.Text)
+	}
+	if metric(t, b, hit) < 1 || metric(t, b, "memosrt_kv_shared_up") != 1 {
+		t.Fatalf("node B metrics: hit %v, up %v", metric(t, b, hit), metric(t, b, "memosrt_kv_shared_up"))
+	}
+
+	// Redis killed while 16 clients chat on node B: every request answers
+	// (200, or a deliberate 429/503), by prefill
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	codes := map[int]int{}
+	start := make(chan struct{})
+	for c := 0; c < 16; c++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			for i := 0; i < 4; i++ {
+				body, _ := json.Marshal(map[string]any{"messages": story(fmt.Sprintf("hill %d-%d", c, i)), "num_predict": 24})
+				code := -1 // no answer
+				if resp, err := http.Post(b.url+"/v1/generate", "application/json", bytes.NewReader(body)); err == nil {
+					io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					code = resp.StatusCode
+				}
+				mu.Lock()
+				codes[code]++
+				mu.Unlock()
+			}
+		}()
+	}
+	close(start)
+	waitFor(t, "the load to start", func() bool { mu.Lock(); defer mu.Unlock(); return len(codes) > 0 })
+	srv.Kill()
+	wg.Wait()
+	for code, n := range codes {
+		if code != http.StatusOK && code != http.StatusTooManyRequests && code != http.StatusServiceUnavailable {
+			t.Fatalf("under load with Redis killed: %d answers %d (all: %v)", n, code, codes)
+		}
+	}
+	t.Logf("answers under load with Redis killed: %v", codes)
+	if codes[http.StatusOK] == 0 {
+		t.Fatalf("no request answered: %v", codes)
+	}
+	if r, code := b.generate(t, story("forest"), false); code != http.StatusOK || r.Text == "" {
+		t.Fatalf("chat with Redis down: %d", code)
+	}
+	waitFor(t, "node B's /metrics to say Redis is down", func() bool { return metric(t, b, "memosrt_kv_shared_up") == 0 })
+
+	// back (empty): both nodes see it up on their own, and restores resume
+	srv.Start()
+	waitFor(t, "node A's shared level up", func() bool { return metric(t, a, "memosrt_kv_shared_up") == 1 })
+	waitFor(t, "node B's shared level up", func() bool { return metric(t, b, "memosrt_kv_shared_up") == 1 })
+	puts := metric(t, a, put)
+	msgs = story("river")
+	ra, _ = a.generate(t, msgs, false)
+	waitFor(t, "node A's new pack in Redis", func() bool { return metric(t, a, put) > puts })
+	rb, _ = b.generate(t, msgs, false)
+	if rb.Usage.CachedTokens != rb.Usage.PromptTokens-1 || rb.Text != ra.Text {
+		t.Fatalf("after Redis came back: node B cached %d of %d, %q vs %q", rb.Usage.CachedTokens, rb.Usage.PromptTokens, rb.Text, ra.Text)
+	}
+
+	// node A gone: node B serves on
+	a.cmd.Process.Kill()
+	<-a.done
+	if r, code := b.generate(t, story("sea"), false); code != http.StatusOK || r.Text == "" {
+		t.Fatalf("node B after node A was killed: %d", code)
+	}
+}

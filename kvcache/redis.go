@@ -1,0 +1,237 @@
+package kvcache
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Redis keys of the shared level, under a prefix (RedisOptions.Prefix):
+//
+//	<p>h:<id>        record (packRecord JSON, sealed when a key is set)
+//	<p>b:<id>        blob, a hash of parts "0", "1", ... of at most
+//	                 redisPartBytes each: one key, so eviction takes the
+//	                 whole blob or none of it
+//	<p>c:<chain>     set of the ids indexed under a prefix-chain hash
+//	<p>deleted       pub/sub channel: ids deleted by any node
+const redisPartBytes = 64 << 20 // well under Redis's 512 MiB proto-max-bulk-len
+
+// RedisOptions configure OpenRedis.
+type RedisOptions struct {
+	// Prefix starts every key (default "memosrt:kv:"): nodes sharing packs
+	// use the same one.
+	Prefix string
+	// DialTimeout bounds connecting (default 500 ms): a server that is down
+	// costs a request at most this once per second (see SharedStats.Up).
+	DialTimeout time.Duration
+}
+
+// Redis is a Shared level in a Redis server (github.com/redis/go-redis/v9).
+// Eviction is Redis's own (maxmemory-policy); a key it evicted is a miss.
+type Redis struct {
+	c      *redis.Client
+	addr   string
+	dial   time.Duration
+	prefix string
+	// deepest finds the deepest non-empty chain set in one round trip
+	deepest *redis.Script
+}
+
+// deepestLua walks KEYS from the last (deepest) to the first and returns
+// {index, ids} of the first non-empty set, at most ARGV[1] of its ids.
+const deepestLua = `
+for i = #KEYS, 1, -1 do
+  local n = redis.call('SCARD', KEYS[i])
+  if n > 0 then
+    return {i - 1, redis.call('SRANDMEMBER', KEYS[i], tonumber(ARGV[1]))}
+  end
+end
+return {-1, {}}
+`
+
+// OpenRedis connects to the Redis server at url (NewRedis) and checks it
+// answers PING within the dial timeout. Errors: a bad URL, or no answer.
+func OpenRedis(ctx context.Context, url string, o RedisOptions) (*Redis, error) {
+	r, err := NewRedis(url, o)
+	if err != nil {
+		return nil, err
+	}
+	if err := r.Ping(ctx); err != nil {
+		r.Close()
+		return nil, err
+	}
+	return r, nil
+}
+
+// NewRedis returns a client of the Redis server at url
+// (redis://[user:pass@]host:port/db or rediss:// for TLS, as redis.ParseURL
+// reads it) without connecting: a server that is down now is reached once
+// it is up. Errors: a URL that does not parse.
+func NewRedis(url string, o RedisOptions) (*Redis, error) {
+	opt, err := redis.ParseURL(url)
+	if err != nil {
+		return nil, fmt.Errorf("kvcache: redis url %q: %w (want redis://HOST:PORT/DB)", url, err)
+	}
+	if o.DialTimeout <= 0 {
+		o.DialTimeout = 500 * time.Millisecond
+	}
+	if o.Prefix == "" {
+		o.Prefix = "memosrt:kv:"
+	}
+	opt.DialTimeout = o.DialTimeout
+	opt.MaxRetries = 1
+	// a large blob takes longer than go-redis's 3 s default on a slow link;
+	// each call carries its own deadline (Options.SharedTimeout)
+	opt.ReadTimeout, opt.WriteTimeout = -1, -1
+	opt.ContextTimeoutEnabled = true
+	return &Redis{c: redis.NewClient(opt), addr: opt.Addr, dial: o.DialTimeout, prefix: o.Prefix,
+		deepest: redis.NewScript(deepestLua)}, nil
+}
+
+// Ping checks the server answers.
+func (r *Redis) Ping(ctx context.Context) error {
+	pctx, cancel := context.WithTimeout(ctx, r.dial+time.Second)
+	defer cancel()
+	if err := r.c.Ping(pctx).Err(); err != nil {
+		return fmt.Errorf("kvcache: redis %s: %w", r.addr, err)
+	}
+	return nil
+}
+
+// Close closes the connection pool.
+func (r *Redis) Close() error { return r.c.Close() }
+
+func (r *Redis) rec(id string) string  { return r.prefix + "h:" + id }
+func (r *Redis) blob(id string) string { return r.prefix + "b:" + id }
+func (r *Redis) chain(h string) string { return r.prefix + "c:" + h }
+func (r *Redis) channel() string       { return r.prefix + "deleted" }
+func partField(i int) string           { return strconv.Itoa(i) }
+func nParts(n int) int                 { return max(1, (n+redisPartBytes-1)/redisPartBytes) }
+func part(b []byte, i int) []byte      { return b[i*redisPartBytes : min(len(b), (i+1)*redisPartBytes)] }
+func (r *Redis) chainKeys(chain []string) []string {
+	ks := make([]string, len(chain))
+	for i, h := range chain {
+		ks[i] = r.chain(h)
+	}
+	return ks
+}
+
+// Put writes the blob's parts, then the record, then the index entries, in
+// one pipeline (Redis runs one connection's commands in order).
+func (r *Redis) Put(ctx context.Context, id string, record, blob []byte, chain []string) error {
+	n := nParts(len(blob))
+	p := r.c.Pipeline()
+	p.Del(ctx, r.blob(id))
+	for i := 0; i < n; i++ {
+		p.HSet(ctx, r.blob(id), partField(i), part(blob, i))
+	}
+	p.HSet(ctx, r.blob(id), "n", n)
+	p.Set(ctx, r.rec(id), record, 0)
+	for _, k := range r.chainKeys(chain) {
+		p.SAdd(ctx, k, id)
+	}
+	_, err := p.Exec(ctx)
+	return err
+}
+
+// Deepest runs deepestLua.
+func (r *Redis) Deepest(ctx context.Context, keys []string, maxIDs int) ([]string, int, error) {
+	if len(keys) == 0 {
+		return nil, -1, nil
+	}
+	v, err := r.deepest.Run(ctx, r.c, r.chainKeys(keys), maxIDs).Slice()
+	if err != nil {
+		return nil, -1, err
+	}
+	if len(v) != 2 {
+		return nil, -1, fmt.Errorf("kvcache: redis: deepest answered %d values", len(v))
+	}
+	d, _ := v[0].(int64)
+	raw, _ := v[1].([]any)
+	ids := make([]string, 0, len(raw))
+	for _, x := range raw {
+		if s, ok := x.(string); ok {
+			ids = append(ids, s)
+		}
+	}
+	return ids, int(d), nil
+}
+
+// Records is one MGET.
+func (r *Redis) Records(ctx context.Context, ids []string) ([][]byte, error) {
+	ks := make([]string, len(ids))
+	for i, id := range ids {
+		ks[i] = r.rec(id)
+	}
+	v, err := r.c.MGet(ctx, ks...).Result()
+	if err != nil {
+		return nil, err
+	}
+	out := make([][]byte, len(v))
+	for i, x := range v {
+		if s, ok := x.(string); ok {
+			out[i] = []byte(s)
+		}
+	}
+	return out, nil
+}
+
+// Blob reads every part in one HGETALL; a blob without all its parts
+// (written by a Put that did not finish) is ErrNotFound.
+func (r *Redis) Blob(ctx context.Context, id string) ([]byte, error) {
+	m, err := r.c.HGetAll(ctx, r.blob(id)).Result()
+	if err != nil {
+		return nil, err
+	}
+	n, err := strconv.Atoi(m["n"])
+	if err != nil || n < 1 || len(m) != n+1 {
+		return nil, ErrNotFound
+	}
+	size := 0
+	for i := 0; i < n; i++ {
+		size += len(m[partField(i)])
+	}
+	b := make([]byte, 0, size)
+	for i := 0; i < n; i++ {
+		b = append(b, m[partField(i)]...)
+	}
+	return b, nil
+}
+
+// Delete removes the record first (the pack stops being found), then the
+// index entries and the blob, and publishes id.
+func (r *Redis) Delete(ctx context.Context, id string, chain []string) error {
+	p := r.c.Pipeline()
+	p.Del(ctx, r.rec(id))
+	for _, k := range r.chainKeys(chain) {
+		p.SRem(ctx, k, id)
+	}
+	p.Del(ctx, r.blob(id))
+	p.Publish(ctx, r.channel(), id)
+	_, err := p.Exec(ctx)
+	return err
+}
+
+// Watch subscribes to the deletion channel; go-redis resubscribes after a
+// lost connection.
+func (r *Redis) Watch(ctx context.Context, fn func(id string)) {
+	sub := r.c.Subscribe(ctx, r.channel())
+	defer sub.Close()
+	ch := sub.Channel()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case m, ok := <-ch:
+			if !ok {
+				return
+			}
+			fn(m.Payload)
+		}
+	}
+}
+
+var _ Shared = (*Redis)(nil)

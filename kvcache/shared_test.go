@@ -1,0 +1,292 @@
+package kvcache
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/memosrt/memosrt/internal/testutil"
+	"github.com/memosrt/memosrt/runtime"
+)
+
+// node is one memosrt node's activation tier: its own Badger, its own
+// connection to the shared Redis.
+type node struct {
+	cache *Cache
+	r     *Redis
+}
+
+func openNode(t *testing.T, url string, key []byte) *node {
+	t.Helper()
+	r, err := OpenRedis(context.Background(), url, RedisOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	c, err := Open(openDB(t, t.TempDir()), Options{Shared: r, SharedKey: key, SharedTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return &node{cache: c, r: r}
+}
+
+// sharedPrompt returns a pack of n tokens (more than one chain block) and a
+// request extending it.
+func sharedPrompt(t *testing.T, e *runtime.Engine, text string, n int) (pack, req []int32) {
+	t.Helper()
+	toks, err := e.Tokenize(strings.Repeat(text, 40), true)
+	if err != nil || len(toks) < n+8 {
+		t.Fatalf("%d tokens, %v", len(toks), err)
+	}
+	return toks[:n], toks[:n+8]
+}
+
+// gen greedily generates 16 tokens from toks on seq, whose first npast
+// positions are held.
+func gen(t *testing.T, e *runtime.Engine, seq int, toks []int32, npast int) string {
+	t.Helper()
+	r, err := e.Generate(context.Background(), runtime.Request{Seq: seq, Tokens: toks, NPast: npast, MaxTokens: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r.Text
+}
+
+// eventually waits for cond with a generous deadline (an event, not a time
+// limit under test).
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestSharedRedis(t *testing.T) {
+	srv := testutil.StartRedis(t, 0)
+	e := openEngine(t, runtime.Options{})
+	ctx := context.Background()
+	a, b := openNode(t, srv.URL(), nil), openNode(t, srv.URL(), nil)
+	cfg := ScopedKey(ConfigKey(e.KVConfig(), ""), "cube")
+	pack, req := sharedPrompt(t, e, "Lily had a small dog named Max. Max liked to run in the garden. ", 150)
+
+	e.ClearSeq(0)
+	coldText := gen(t, e, 0, req, 0)
+	info, err := a.cache.Warm(ctx, e, 0, pack, WarmOptions{Label: "cube", Scope: "cube"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := e.SaveSeq(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := a.cache.SharedStats(); !st.Enabled || !st.Up || st.Puts != 1 {
+		t.Fatalf("node A shared stats %+v, want 1 put", st)
+	}
+
+	// node B has nothing of its own and finds A's pack in Redis: the state
+	// it restores is byte for byte the one A stored
+	if m := b.cache.Lookup(cfg, req); m.ID != info.ID || m.Tokens != len(pack) {
+		t.Fatalf("node B lookup %+v, want %s/%d", m, info.ID[:12], len(pack))
+	}
+	if bi, ok := b.cache.Info(info.ID); !ok || !bi.Remote {
+		t.Fatalf("node B info %+v %v, want a remote pack", bi, ok)
+	}
+	if _, disk, _ := b.cache.Stats(); disk != 0 {
+		t.Fatalf("node B counts %d disk bytes for a pack it does not store", disk)
+	}
+	e.ClearSeq(1)
+	r, err := b.cache.Restore(ctx, e, 1, req, RestoreOptions{Scope: "cube"})
+	if err != nil || r.Refused != nil || r.Tokens != len(pack) || r.PackID != info.ID || r.FromRAM {
+		t.Fatalf("node B restore %+v, %v, refused %v", r, err, r.Refused)
+	}
+	if got := gen(t, e, 1, req, r.Tokens); got != coldText {
+		t.Fatalf("node B restored output %q, cold %q", got, coldText)
+	}
+	b.cache.DropRAM()
+	if _, got, _, err := b.cache.State(info.ID); err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("node B's state of the pack differs from node A's (%d vs %d bytes, %v)", len(got), len(want), err)
+	}
+	if st := b.cache.SharedStats(); st.Hits != 2 || st.Errors != 0 {
+		t.Fatalf("node B shared stats %+v, want 2 hits (the restore, the state read)", st)
+	}
+	// other scopes and configs never see it
+	if m := b.cache.Lookup(ScopedKey(ConfigKey(e.KVConfig(), ""), "other"), req); m.ID != "" {
+		t.Fatalf("found across cubes: %+v", m)
+	}
+
+	// a node deleting the pack removes it from every node's index
+	if err := a.cache.Delete(info.ID); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "node B to drop the deleted pack", func() bool { _, ok := b.cache.Info(info.ID); return !ok })
+	if st := b.cache.SharedStats(); st.Deletes != 1 {
+		t.Fatalf("node B deletes %d, want 1", st.Deletes)
+	}
+	if m := b.cache.Lookup(cfg, req); m.ID != "" {
+		t.Fatalf("deleted pack still found: %+v", m)
+	}
+
+	// a blob Redis evicted is a miss, never an error, and A keeps its pack
+	pack2, req2 := sharedPrompt(t, e, "The sun was warm and the sky was blue over the hill. ", 140)
+	info2, err := a.cache.Warm(ctx, e, 0, pack2, WarmOptions{Label: "cube", Scope: "cube"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Do("DEL memosrt:kv:b:"+info2.ID, ":1"); err != nil {
+		t.Fatal(err)
+	}
+	r, err = b.cache.Restore(ctx, e, 1, req2, RestoreOptions{Scope: "cube"})
+	if err != nil || r.Refused != nil || r.Tokens != 0 {
+		t.Fatalf("evicted blob: restore %+v, %v, refused %v; want a plain miss", r, err, r.Refused)
+	}
+	if st := b.cache.SharedStats(); st.Misses != 1 || st.Errors != 0 {
+		t.Fatalf("node B shared stats %+v, want 1 miss, no error", st)
+	}
+	if _, ok := a.cache.Info(info2.ID); !ok {
+		t.Fatal("node A lost its pack when Redis evicted the shared copy")
+	}
+	r, err = a.cache.Restore(ctx, e, 0, req2, RestoreOptions{Scope: "cube"})
+	if err != nil || r.Tokens != len(pack2) {
+		t.Fatalf("node A restore of its own pack %+v, %v", r, err)
+	}
+
+	// Redis down: both nodes answer from their own levels and store locally
+	srv.Kill()
+	pack3, req3 := sharedPrompt(t, e, "Tom found a red ball under the old tree by the river. ", 130)
+	info3, err := b.cache.Warm(ctx, e, 1, pack3, WarmOptions{Label: "cube", Scope: "cube"})
+	if err != nil {
+		t.Fatalf("warm with Redis down: %v", err)
+	}
+	if st := b.cache.SharedStats(); st.Up || st.Errors == 0 {
+		t.Fatalf("node B shared stats with Redis down %+v, want down with errors", st)
+	}
+	if m := b.cache.Lookup(cfg, req3); m.ID != info3.ID {
+		t.Fatalf("node B's own pack not found with Redis down: %+v", m)
+	}
+	if m := a.cache.Lookup(cfg, req3); m.ID == info3.ID || m.Tokens > 1 {
+		t.Fatalf("node A found %+v with Redis down (its own packs share the BOS token only)", m)
+	}
+	// back up (empty: no persistence): sharing resumes on its own after
+	// the retry pause
+	srv.Start()
+	eventually(t, "node A's shared level up", func() bool { return a.cache.SharedStats().Up })
+	pack4, req4 := sharedPrompt(t, e, "A little bird sang a song to the moon every night. ", 135)
+	info4, err := a.cache.Warm(ctx, e, 0, pack4, WarmOptions{Label: "cube", Scope: "cube"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "node B's shared level up", func() bool { return b.cache.SharedStats().Up })
+	if m := b.cache.Lookup(cfg, req4); m.ID != info4.ID || m.Tokens != len(pack4) {
+		t.Fatalf("after Redis came back, node B lookup %+v, want %s", m, info4.ID[:12])
+	}
+}
+
+func TestSharedEncrypted(t *testing.T) {
+	srv := testutil.StartRedis(t, 0)
+	e := openEngine(t, runtime.Options{})
+	ctx := context.Background()
+	key := bytes.Repeat([]byte{7}, 32)
+	a, b := openNode(t, srv.URL(), key), openNode(t, srv.URL(), key)
+	plain, other := openNode(t, srv.URL(), nil), openNode(t, srv.URL(), bytes.Repeat([]byte{9}, 32))
+	cfg := ScopedKey(ConfigKey(e.KVConfig(), ""), "cube")
+	pack, req := sharedPrompt(t, e, "Lily had a small dog named Max. Max liked to run in the garden. ", 150)
+	info, err := a.cache.Warm(ctx, e, 0, pack, WarmOptions{Label: "cube", Scope: "cube"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := e.SaveSeq(0)
+
+	// nothing readable leaves the node: the record is no JSON, and neither
+	// the record nor the blob holds the header's text
+	rc := redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", srv.Port)})
+	defer rc.Close()
+	rec, err := rc.Get(ctx, "memosrt:kv:h:"+info.ID).Bytes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	blob, err := rc.HGet(ctx, "memosrt:kv:b:"+info.ID, "0").Bytes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range [][]byte{rec, blob} {
+		if bytes.Contains(v, []byte(`"tokens"`)) || bytes.Contains(v, []byte("MKVB")) || bytes.Contains(v, []byte(`"label"`)) {
+			t.Fatal("a shared value holds plaintext")
+		}
+	}
+
+	e.ClearSeq(1)
+	r, err := b.cache.Restore(ctx, e, 1, req, RestoreOptions{Scope: "cube"})
+	if err != nil || r.Tokens != len(pack) {
+		t.Fatalf("node B (same key) restore %+v, %v", r, err)
+	}
+	b.cache.DropRAM()
+	if _, got, _, err := b.cache.State(info.ID); err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("node B's state differs from node A's (%v)", err)
+	}
+	// nodes without the key, or with another, miss, and delete nothing
+	for name, n := range map[string]*node{"no key": plain, "other key": other} {
+		if m := n.cache.Lookup(cfg, req); m.ID != "" {
+			t.Fatalf("%s: found %+v", name, m)
+		}
+	}
+	if n, err := rc.Exists(ctx, "memosrt:kv:h:"+info.ID, "memosrt:kv:b:"+info.ID).Result(); err != nil || n != 2 {
+		t.Fatalf("the shared pack is gone (%d keys, %v)", n, err)
+	}
+}
+
+// A node keeps at most maxRemote records of other nodes' packs in its index
+// (oldest found forgotten first), and finds a forgotten one again.
+func TestSharedRemoteBound(t *testing.T) {
+	srv := testutil.StartRedis(t, 0)
+	ctx := context.Background()
+	a, b := openNode(t, srv.URL(), nil), openNode(t, srv.URL(), nil)
+	b.cache.maxRemote = 2
+	kv := runtime.KVConfig{ModelFingerprint: "f", NLayer: 1, TypeK: "f16", TypeV: "f16", NStream: 1}
+	cfg := ConfigKey(kv, "")
+	var reqs [][]int32
+	var ids []string
+	for i := 0; i < 3; i++ {
+		toks := make([]int32, 130)
+		for j := range toks {
+			toks[j] = int32(1 + i*1000 + j)
+		}
+		info, err := a.cache.Put(ctx, Header{KV: kv, Tokens: toks}, bytes.Repeat([]byte{byte(i)}, 4096))
+		if err != nil {
+			t.Fatal(err)
+		}
+		reqs, ids = append(reqs, append(toks, 7)), append(ids, info.ID)
+	}
+	for i, req := range reqs {
+		if m := b.cache.Lookup(cfg, req); m.ID != ids[i] || m.Tokens != 130 {
+			t.Fatalf("pack %d: %+v", i, m)
+		}
+	}
+	_, ok0 := b.cache.Info(ids[0])
+	_, ok1 := b.cache.Info(ids[1])
+	_, ok2 := b.cache.Info(ids[2])
+	if ok0 || !ok1 || !ok2 {
+		t.Fatalf("node B holds %v %v %v, want the last two", ok0, ok1, ok2)
+	}
+	if m := b.cache.Lookup(cfg, reqs[0]); m.ID != ids[0] {
+		t.Fatalf("forgotten pack not found again: %+v", m)
+	}
+	if _, ok := b.cache.Info(ids[1]); ok {
+		t.Fatal("the bound did not hold after the pack was found again")
+	}
+	if _, _, n := b.cache.Stats(); n != 0 {
+		t.Fatalf("node B counts %d packs of its own", n)
+	}
+	if l := b.cache.List(""); len(l) != 0 {
+		t.Fatalf("node B lists %d packs of other nodes", len(l))
+	}
+}
