@@ -2,9 +2,12 @@ package kvcache
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
+
+	"golang.org/x/sync/errgroup"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -12,12 +15,20 @@ import (
 // Redis keys of the shared level, under a prefix (RedisOptions.Prefix):
 //
 //	<p>h:<id>        record (packRecord JSON, sealed when a key is set)
-//	<p>b:<id>        blob, a hash of parts "0", "1", ... of at most
-//	                 redisPartBytes each: one key, so eviction takes the
-//	                 whole blob or none of it
+//	<p>b:<id>        blob, a hash of parts "0", "1", ... of redisPartBytes
+//	                 each and "n" (parts) and "len" (bytes), written last:
+//	                 one key, so eviction takes the whole blob or none of it
 //	<p>c:<chain>     set of the ids indexed under a prefix-chain hash
 //	<p>deleted       pub/sub channel: ids deleted by any node
-const redisPartBytes = 64 << 20 // well under Redis's 512 MiB proto-max-bulk-len
+//
+// Parts are 1 MiB and a read fetches them over several connections at
+// once: Redis's single thread sends one part while Go parses another (a
+// 30 MiB blob on loopback: 13 ms in 1 MiB parts fetched 8 at a time, 28 ms
+// as one value).
+const (
+	redisPartBytes = 1 << 20
+	redisFetchers  = 8
+)
 
 // RedisOptions configure OpenRedis.
 type RedisOptions struct {
@@ -119,8 +130,8 @@ func (r *Redis) chainKeys(chain []string) []string {
 	return ks
 }
 
-// Put writes the blob's parts, then the record, then the index entries, in
-// one pipeline (Redis runs one connection's commands in order).
+// Put writes the blob's parts, its size, then the record, then the index
+// entries, in one pipeline (Redis runs one connection's commands in order).
 func (r *Redis) Put(ctx context.Context, id string, record, blob []byte, chain []string) error {
 	n := nParts(len(blob))
 	p := r.c.Pipeline()
@@ -128,7 +139,7 @@ func (r *Redis) Put(ctx context.Context, id string, record, blob []byte, chain [
 	for i := 0; i < n; i++ {
 		p.HSet(ctx, r.blob(id), partField(i), part(blob, i))
 	}
-	p.HSet(ctx, r.blob(id), "n", n)
+	p.HSet(ctx, r.blob(id), "n", n, "len", len(blob))
 	p.Set(ctx, r.rec(id), record, 0)
 	for _, k := range r.chainKeys(chain) {
 		p.SAdd(ctx, k, id)
@@ -179,26 +190,46 @@ func (r *Redis) Records(ctx context.Context, ids []string) ([][]byte, error) {
 	return out, nil
 }
 
-// Blob reads every part in one HGETALL; a blob without all its parts
-// (written by a Put that did not finish) is ErrNotFound.
+// Blob reads the blob's size, then its parts, redisFetchers at a time,
+// each into its place. A blob without its size or any part (evicted, or a
+// Put that did not finish) is ErrNotFound.
 func (r *Redis) Blob(ctx context.Context, id string) ([]byte, error) {
-	m, err := r.c.HGetAll(ctx, r.blob(id)).Result()
+	key := r.blob(id)
+	meta, err := r.c.HMGet(ctx, key, "n", "len").Result()
 	if err != nil {
 		return nil, err
 	}
-	n, err := strconv.Atoi(m["n"])
-	if err != nil || n < 1 || len(m) != n+1 {
+	ns, _ := meta[0].(string)
+	ls, _ := meta[1].(string)
+	n, err1 := strconv.Atoi(ns)
+	size, err2 := strconv.Atoi(ls)
+	if err1 != nil || err2 != nil || n != nParts(size) || size > MaxRawBytes {
 		return nil, ErrNotFound
 	}
-	size := 0
+	blob := make([]byte, size)
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(redisFetchers)
 	for i := 0; i < n; i++ {
-		size += len(m[partField(i)])
+		g.Go(func() error {
+			v, err := r.c.HGet(gctx, key, partField(i)).Bytes()
+			if errors.Is(err, redis.Nil) {
+				return ErrNotFound
+			}
+			if err != nil {
+				return err
+			}
+			dst := part(blob, i)
+			if len(v) != len(dst) {
+				return ErrNotFound // not this blob's part (a Put replacing it)
+			}
+			copy(dst, v)
+			return nil
+		})
 	}
-	b := make([]byte, 0, size)
-	for i := 0; i < n; i++ {
-		b = append(b, m[partField(i)]...)
+	if err := g.Wait(); err != nil {
+		return nil, err
 	}
-	return b, nil
+	return blob, nil
 }
 
 // Delete removes the record first (the pack stops being found), then the

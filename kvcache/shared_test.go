@@ -3,7 +3,9 @@ package kvcache
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
@@ -288,5 +290,45 @@ func TestSharedRemoteBound(t *testing.T) {
 	}
 	if l := b.cache.List(""); len(l) != 0 {
 		t.Fatalf("node B lists %d packs of other nodes", len(l))
+	}
+}
+
+// A blob of several Redis parts reads back byte for byte; one with a part
+// gone is a miss.
+func TestSharedMultiPart(t *testing.T) {
+	srv := testutil.StartRedis(t, 0)
+	ctx := context.Background()
+	a, b := openNode(t, srv.URL(), nil), openNode(t, srv.URL(), nil)
+	kv := runtime.KVConfig{ModelFingerprint: "f", NLayer: 1, TypeK: "f16", TypeV: "f16", NStream: 1}
+	toks := make([]int32, 70)
+	for i := range toks {
+		toks[i] = int32(i + 1)
+	}
+	state := make([]byte, 5*redisPartBytes/2) // incompressible: 3 parts
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := range state {
+		state[i] = byte(rng.Uint32())
+	}
+	info, err := a.cache.Put(ctx, Header{KV: kv, Tokens: toks}, state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := b.cache.Lookup(ConfigKey(kv, ""), append(toks, 1)); m.ID != info.ID {
+		t.Fatalf("lookup %+v", m)
+	}
+	_, got, fromRAM, err := b.cache.State(info.ID)
+	if err != nil || fromRAM || !bytes.Equal(got, state) {
+		t.Fatalf("state: %v, fromRAM %v, equal %v", err, fromRAM, bytes.Equal(got, state))
+	}
+	n, err := redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", srv.Port)}).HGet(ctx, "memosrt:kv:b:"+info.ID, "n").Int()
+	if err != nil || n != 3 {
+		t.Fatalf("%d parts (%v), want 3", n, err)
+	}
+	if err := srv.Do("HDEL memosrt:kv:b:"+info.ID+" 1", ":1"); err != nil {
+		t.Fatal(err)
+	}
+	b.cache.DropRAM()
+	if _, _, _, err := b.cache.State(info.ID); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("a blob missing a part: %v, want ErrNotFound", err)
 	}
 }
