@@ -23,7 +23,8 @@ import (
 //	[6,10)   header length H (uint32)
 //	[10,10+H) header, JSON (Header)
 //	next 8   payload length P (uint64)
-//	next P   payload: zstd frame of the byte-shuffled state (Codec)
+//	next P   payload: the state as Codec says (zstd of the byte-shuffled
+//	         state, or the state itself)
 //	last 8   xxhash64 of every byte before it
 const (
 	magic         = "MKVB"
@@ -32,6 +33,14 @@ const (
 	// bytes (a byte shuffle of 16-bit words, as Blosc's shuffle filter does):
 	// the high bytes of f16 values are far more regular than the low bytes.
 	CodecZstdShuffle2 = "zstd+shuffle2"
+	// CodecRaw is the state itself: chosen when zstd saves under
+	// rawBelowSaving of it, as on random-weight models' KV (about 1.05x),
+	// where decompressing would cost restore time for almost no bytes.
+	// Decode then returns the payload without a copy.
+	CodecRaw = "raw"
+	// rawBelowSaving: a compressed payload must be at most this fraction
+	// of the state, or the state is stored raw.
+	rawBelowSaving = 0.9
 	// MaxRawBytes bounds a decoded state (8 GiB), so a hostile header cannot
 	// make Decode allocate without limit.
 	MaxRawBytes = 8 << 30
@@ -148,7 +157,12 @@ func encode(h Header, state []byte) (Header, []byte, error) {
 	if int64(len(state)) > MaxRawBytes {
 		return h, nil, fmt.Errorf("%w: %d bytes", ErrTooLarge, len(state))
 	}
+	e, _ := codecs()
+	payload := e.EncodeAll(shuffle2(state), nil)
 	h.Codec = CodecZstdShuffle2
+	if float64(len(payload)) > rawBelowSaving*float64(len(state)) {
+		h.Codec, payload = CodecRaw, state
+	}
 	h.RawBytes = int64(len(state))
 	h.RawXXHash = xxhash.Sum64(state)
 	h.NTokens = len(h.Tokens)
@@ -160,8 +174,7 @@ func encode(h Header, state []byte) (Header, []byte, error) {
 	if err != nil {
 		return h, nil, fmt.Errorf("kvcache: header: %w", err)
 	}
-	e, _ := codecs()
-	return h, frameBlob(hj, e.EncodeAll(shuffle2(state), nil)), nil
+	return h, frameBlob(hj, payload), nil
 }
 
 // frameBlob lays out a blob: magic, format version (u16), header length (u32),
@@ -205,8 +218,11 @@ func DecodeHeader(blob []byte) (Header, []byte, error) {
 	if pl != uint64(len(body)-10-hl-8) {
 		return h, nil, fmt.Errorf("%w: payload length %d, have %d", ErrCorrupt, pl, len(body)-10-hl-8)
 	}
-	if h.Codec != CodecZstdShuffle2 {
+	if h.Codec != CodecZstdShuffle2 && h.Codec != CodecRaw {
 		return h, nil, fmt.Errorf("%w: codec %q", ErrVersion, h.Codec)
+	}
+	if h.Codec == CodecRaw && uint64(h.RawBytes) != pl {
+		return h, nil, fmt.Errorf("%w: raw payload of %d bytes, header says %d", ErrCorrupt, pl, h.RawBytes)
 	}
 	if h.RawBytes < 0 || h.RawBytes > MaxRawBytes || h.NTokens != len(h.Tokens) || TokensHash(h.Tokens) != h.TokensHash {
 		return h, nil, fmt.Errorf("%w: header fields inconsistent", ErrCorrupt)
@@ -220,12 +236,19 @@ func DecodeHeader(blob []byte) (Header, []byte, error) {
 	return h, body[10+hl+8:], nil
 }
 
-// Decode checks and unpacks a blob into its header and the raw state.
-// Errors wrap ErrCorrupt or ErrVersion.
+// Decode checks and unpacks a blob into its header and the raw state. For
+// CodecRaw the state is a slice of blob (no copy): do not change blob
+// while the state is in use. Errors wrap ErrCorrupt or ErrVersion.
 func Decode(blob []byte) (Header, []byte, error) {
 	h, payload, err := DecodeHeader(blob)
 	if err != nil {
 		return h, nil, err
+	}
+	if h.Codec == CodecRaw {
+		if xxhash.Sum64(payload) != h.RawXXHash {
+			return h, nil, fmt.Errorf("%w: raw state checksum", ErrCorrupt)
+		}
+		return h, payload, nil // shares blob's memory
 	}
 	_, d := codecs()
 	raw, err := d.DecodeAll(payload, make([]byte, 0, h.RawBytes))

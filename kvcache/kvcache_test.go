@@ -434,3 +434,51 @@ func TestPutExistingKeepsIt(t *testing.T) {
 		t.Fatal("the stored blob was rewritten")
 	}
 }
+
+// A state zstd cannot shrink by 10% is stored raw, round-trips byte for
+// byte, and every truncation and flip is still caught.
+func TestBlobRawCodec(t *testing.T) {
+	state := make([]byte, 20000)
+	x := uint32(1)
+	for i := range state {
+		x = x*1664525 + 1013904223 // LCG: incompressible bytes
+		state[i] = byte(x >> 24)
+	}
+	h := Header{KV: runtime.KVConfig{ModelFingerprint: "ab", NLayer: 5, TypeK: "f16", TypeV: "f16", NStream: 1}, Tokens: []int32{1, 2, 3}}
+	blob, err := Encode(h, state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gh, got, err := Decode(blob)
+	if err != nil || gh.Codec != CodecRaw || !bytes.Equal(got, state) {
+		t.Fatalf("codec %q, equal %v, %v", gh.Codec, bytes.Equal(got, state), err)
+	}
+	if len(blob) > len(state)+1024 {
+		t.Fatalf("raw blob of %d bytes for a %d-byte state", len(blob), len(state))
+	}
+	for _, n := range []int{0, 10, len(blob) / 2, len(blob) - 1} {
+		if _, _, err := Decode(blob[:n]); !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("truncated to %d: %v", n, err)
+		}
+	}
+	for i := 0; i < len(blob); i += 101 {
+		bad := bytes.Clone(blob)
+		bad[i] ^= 0x04
+		if _, _, err := Decode(bad); !errors.Is(err, ErrCorrupt) && !errors.Is(err, ErrVersion) {
+			t.Fatalf("flip at %d: %v", i, err)
+		}
+	}
+	// a compressible state keeps zstd
+	if gh, _, _ := Decode(mustEncode(t, h, make([]byte, 20000))); gh.Codec != CodecZstdShuffle2 {
+		t.Fatalf("zeros stored as %q", gh.Codec)
+	}
+}
+
+func mustEncode(t *testing.T, h Header, state []byte) []byte {
+	t.Helper()
+	b, err := Encode(h, state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
