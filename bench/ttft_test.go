@@ -23,7 +23,7 @@ func loadEngine(tb testing.TB, path string, nctx int) *runtime.Engine {
 // row per prefix, a blob that decodes, every time measured.
 func TestTTFTRuns(t *testing.T) {
 	e := loadEngine(t, testmodels.Stories(t), 1024)
-	rows, err := TTFT(context.Background(), e, TTFTOptions{Prefixes: []int{64, 256}, Reps: 2})
+	rows, err := TTFT(context.Background(), e, TTFTOptions{Prefixes: []int{64, 256}, Reps: 2, Dir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,7 +31,7 @@ func TestTTFTRuns(t *testing.T) {
 		t.Fatalf("rows %+v", rows)
 	}
 	for _, r := range rows {
-		if r.Query != 16 || r.ColdMs <= 0 || r.WarmMs <= 0 || r.FloorMs <= 0 || r.WarmDiskMs <= 0 || r.StateBytes <= r.BlobBytes/2 {
+		if r.Query != 16 || r.DiskFrom != "badger" || r.ColdMs <= 0 || r.WarmMs <= 0 || r.FloorMs <= 0 || r.WarmDiskMs <= 0 || r.StateBytes <= r.BlobBytes/2 {
 			t.Fatalf("row %+v", r)
 		}
 	}

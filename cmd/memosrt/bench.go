@@ -80,7 +80,12 @@ func newBenchTTFTCmd() *cobra.Command {
 		}
 		defer eng.Close()
 		ef.sayCapped(eng.NCtx())
-		o := bench.TTFTOptions{Prefixes: ns, Query: *query, QueryTok: *qtok, Reps: *reps}
+		dir, err := os.MkdirTemp("", "memosrt-bench-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		o := bench.TTFTOptions{Prefixes: ns, Query: *query, QueryTok: *qtok, Reps: *reps, Dir: dir}
 		if isTerminal(os.Stderr) {
 			o.OnProgress = func(s string) { fmt.Fprintf(os.Stderr, "\r\033[K%s", s) }
 		}
