@@ -246,21 +246,31 @@ func (r *Redis) Delete(ctx context.Context, id string, chain []string) error {
 	return err
 }
 
-// Watch subscribes to the deletion channel; go-redis resubscribes after a
-// lost connection.
-func (r *Redis) Watch(ctx context.Context, fn func(id string)) {
-	sub := r.c.Subscribe(ctx, r.channel())
-	defer sub.Close()
-	ch := sub.Channel()
-	for {
+// Watch subscribes to the deletion channel and subscribes again after a
+// lost connection (once a second until the server answers), calling gap
+// after each new subscription but the first: deletions published while it
+// was away are lost.
+func (r *Redis) Watch(ctx context.Context, fn func(id string), gap func()) {
+	for first := true; ctx.Err() == nil; first = false {
+		sub := r.c.Subscribe(ctx, r.channel())
+		if _, err := sub.Receive(ctx); err == nil { // the subscription's confirmation
+			if !first {
+				gap()
+			}
+			for {
+				m, err := sub.ReceiveMessage(ctx)
+				if err != nil {
+					break
+				}
+				fn(m.Payload)
+			}
+		} else if first {
+			gap() // not subscribed from the start: the next one will say so again
+		}
+		sub.Close()
 		select {
 		case <-ctx.Done():
-			return
-		case m, ok := <-ch:
-			if !ok {
-				return
-			}
-			fn(m.Payload)
+		case <-time.After(time.Second):
 		}
 	}
 }

@@ -39,8 +39,9 @@ type Shared interface {
 	// tells every node's Watch.
 	Delete(ctx context.Context, id string, chain []string) error
 	// Watch calls fn with each id any node deletes, until ctx ends. It
-	// reconnects on its own.
-	Watch(ctx context.Context, fn func(id string))
+	// reconnects on its own and calls gap after a time it was not listening
+	// (deletions then may have been missed).
+	Watch(ctx context.Context, fn func(id string), gap func())
 	// Ping checks the store answers.
 	Ping(ctx context.Context) error
 	// Close releases the connection.
@@ -65,6 +66,7 @@ type SharedStats struct {
 	Puts    int64 `json:"puts"`    // packs written there
 	Errors  int64 `json:"errors"`  // failed operations (server down, timeout, unreadable)
 	Deletes int64 `json:"deletes"` // packs dropped here because a node deleted them
+	Gaps    int64 `json:"gaps"`    // times deletions may have been missed (remote records then forgotten)
 }
 
 // sharedState is the cache's view of its shared level.
@@ -81,6 +83,7 @@ type sharedState struct {
 	puts    atomic.Int64
 	errs    atomic.Int64
 	deletes atomic.Int64
+	gaps    atomic.Int64
 }
 
 func newSharedState(s Shared, key []byte, timeout time.Duration) (*sharedState, error) {
@@ -185,7 +188,7 @@ func (c *Cache) SharedStats() SharedStats {
 		return SharedStats{}
 	}
 	return SharedStats{Enabled: true, Up: !s.down.Load(), Hits: s.hits.Load(), Misses: s.misses.Load(),
-		Puts: s.puts.Load(), Errors: s.errs.Load(), Deletes: s.deletes.Load()}
+		Puts: s.puts.Load(), Errors: s.errs.Load(), Deletes: s.deletes.Load(), Gaps: s.gaps.Load()}
 }
 
 // sharedLookup looks for a pack sharing more than best.Tokens with toks in
@@ -371,5 +374,17 @@ func (c *Cache) watchShared(ctx context.Context) {
 			c.unindex(id)
 			c.shared.deletes.Add(1)
 		}
+	}, func() {
+		// deletions may have been missed: forget every remote record (the
+		// next lookups find those still there)
+		c.shared.gaps.Add(1)
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		for id, rec := range c.packs {
+			if rec.remote {
+				c.unindex(id)
+			}
+		}
+		c.remoteIDs = nil
 	})
 }

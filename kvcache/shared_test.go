@@ -182,6 +182,8 @@ func TestSharedRedis(t *testing.T) {
 	// the retry pause
 	srv.Start()
 	eventually(t, "node A's shared level up", func() bool { return a.cache.SharedStats().Up })
+	// both listen for deletions again, having forgotten what they may have missed
+	eventually(t, "node B to resubscribe", func() bool { return b.cache.SharedStats().Gaps == 1 })
 	pack4, req4 := sharedPrompt(t, e, "A little bird sang a song to the moon every night. ", 135)
 	info4, err := a.cache.Warm(ctx, e, 0, pack4, WarmOptions{Label: "cube", Scope: "cube"})
 	if err != nil {
@@ -190,6 +192,15 @@ func TestSharedRedis(t *testing.T) {
 	eventually(t, "node B's shared level up", func() bool { return b.cache.SharedStats().Up })
 	if m := b.cache.Lookup(cfg, req4); m.ID != info4.ID || m.Tokens != len(pack4) {
 		t.Fatalf("after Redis came back, node B lookup %+v, want %s", m, info4.ID[:12])
+	}
+	// the deletion channel resubscribed on its own
+	deletes := b.cache.SharedStats().Deletes
+	if err := a.cache.Delete(info4.ID); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "node B to drop a pack deleted after Redis came back", func() bool { _, ok := b.cache.Info(info4.ID); return !ok })
+	if st := b.cache.SharedStats(); st.Deletes != deletes+1 {
+		t.Fatalf("node B deletes %d, want %d", st.Deletes, deletes+1)
 	}
 }
 

@@ -108,7 +108,7 @@ func newMetrics(s *Server) *metrics {
 		op := func(what string, f func(kvcache.SharedStats) int64) prometheus.Collector {
 			return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "memosrt_kv_shared_total", ConstLabels: prometheus.Labels{"op": what},
 				Help: "Shared activation level (--kv-store): packs found there (op=hit), found but evicted (miss), written (put), " +
-					"dropped because a node deleted them (deleted), failed operations (error)."},
+					"dropped because a node deleted them (deleted), failed operations (error), times the deletion channel was lost and other nodes' packs were forgotten (gap)."},
 				func() float64 { return float64(f(s.os.Stats().KVShared)) })
 		}
 		m.reg.MustRegister(
@@ -118,7 +118,8 @@ func newMetrics(s *Server) *metrics {
 			op("miss", func(x kvcache.SharedStats) int64 { return x.Misses }),
 			op("put", func(x kvcache.SharedStats) int64 { return x.Puts }),
 			op("deleted", func(x kvcache.SharedStats) int64 { return x.Deletes }),
-			op("error", func(x kvcache.SharedStats) int64 { return x.Errors }))
+			op("error", func(x kvcache.SharedStats) int64 { return x.Errors }),
+			op("gap", func(x kvcache.SharedStats) int64 { return x.Gaps }))
 	}
 	return m
 }

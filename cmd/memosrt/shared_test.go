@@ -111,6 +111,8 @@ func TestTwoNodesShareKV(t *testing.T) {
 	srv.Start()
 	waitFor(t, "node A's shared level up", func() bool { return metric(t, a, "memosrt_kv_shared_up") == 1 })
 	waitFor(t, "node B's shared level up", func() bool { return metric(t, b, "memosrt_kv_shared_up") == 1 })
+	gap := `memosrt_kv_shared_total{op="gap"}`
+	waitFor(t, "both nodes to listen for deletions again", func() bool { return metric(t, a, gap) == 1 && metric(t, b, gap) == 1 })
 	puts := metric(t, a, put)
 	msgs = story("river")
 	ra, _ = a.generate(t, msgs, false)
