@@ -175,6 +175,8 @@ func Open(db *badger.DB, opts Options) (*Cache, error) {
 		}
 	}
 	if c.shared != nil {
+		c.shared.resync = c.resyncShared
+		c.shared.check() // the level starts up or down as the store answers now
 		ctx, cancel := context.WithCancel(context.Background())
 		c.shared.cancel = cancel
 		go c.watchShared(ctx)

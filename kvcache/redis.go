@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -82,9 +83,12 @@ func OpenRedis(ctx context.Context, url string, o RedisOptions) (*Redis, error) 
 // reads it) without connecting: a server that is down now is reached once
 // it is up. Errors: a URL that does not parse.
 func NewRedis(url string, o RedisOptions) (*Redis, error) {
+	if !strings.HasPrefix(url, "redis://") && !strings.HasPrefix(url, "rediss://") && !strings.HasPrefix(url, "unix://") {
+		return nil, fmt.Errorf("kvcache: redis url %q: want redis://HOST:PORT/DB (rediss:// for TLS, unix:///PATH?db=N)", url)
+	}
 	opt, err := redis.ParseURL(url)
 	if err != nil {
-		return nil, fmt.Errorf("kvcache: redis url %q: %w (want redis://HOST:PORT/DB)", url, err)
+		return nil, fmt.Errorf("kvcache: redis url %q: %w", url, err)
 	}
 	if o.DialTimeout <= 0 {
 		o.DialTimeout = 500 * time.Millisecond
@@ -107,9 +111,20 @@ func (r *Redis) Ping(ctx context.Context) error {
 	pctx, cancel := context.WithTimeout(ctx, r.dial+time.Second)
 	defer cancel()
 	if err := r.c.Ping(pctx).Err(); err != nil {
-		return fmt.Errorf("kvcache: redis %s: %w", r.addr, err)
+		return fmt.Errorf("kvcache: redis %s: %w", r.addr, refused(err))
 	}
 	return nil
+}
+
+// refused wraps an error the server answered with (WRONGPASS, a database
+// index out of range, OOM) in ErrSharedRefused; a connection error or a
+// timeout is returned as it is.
+func refused(err error) error {
+	var re redis.Error
+	if err != nil && !errors.Is(err, redis.Nil) && errors.As(err, &re) {
+		return fmt.Errorf("%w: %v", ErrSharedRefused, err)
+	}
+	return err
 }
 
 // Close closes the connection pool.
@@ -145,7 +160,7 @@ func (r *Redis) Put(ctx context.Context, id string, record, blob []byte, chain [
 		p.SAdd(ctx, k, id)
 	}
 	_, err := p.Exec(ctx)
-	return err
+	return refused(err)
 }
 
 // Deepest runs deepestLua.
@@ -155,7 +170,7 @@ func (r *Redis) Deepest(ctx context.Context, keys []string, maxIDs int) ([]strin
 	}
 	v, err := r.deepest.Run(ctx, r.c, r.chainKeys(keys), maxIDs).Slice()
 	if err != nil {
-		return nil, -1, err
+		return nil, -1, refused(err)
 	}
 	if len(v) != 2 {
 		return nil, -1, fmt.Errorf("kvcache: redis: deepest answered %d values", len(v))
@@ -179,7 +194,7 @@ func (r *Redis) Records(ctx context.Context, ids []string) ([][]byte, error) {
 	}
 	v, err := r.c.MGet(ctx, ks...).Result()
 	if err != nil {
-		return nil, err
+		return nil, refused(err)
 	}
 	out := make([][]byte, len(v))
 	for i, x := range v {
@@ -197,7 +212,7 @@ func (r *Redis) Blob(ctx context.Context, id string) ([]byte, error) {
 	key := r.blob(id)
 	meta, err := r.c.HMGet(ctx, key, "n", "len").Result()
 	if err != nil {
-		return nil, err
+		return nil, refused(err)
 	}
 	ns, _ := meta[0].(string)
 	ls, _ := meta[1].(string)
@@ -216,7 +231,7 @@ func (r *Redis) Blob(ctx context.Context, id string) ([]byte, error) {
 				return ErrNotFound
 			}
 			if err != nil {
-				return err
+				return refused(err)
 			}
 			dst := part(blob, i)
 			if len(v) != len(dst) {
@@ -243,7 +258,7 @@ func (r *Redis) Delete(ctx context.Context, id string, chain []string) error {
 	p.Del(ctx, r.blob(id))
 	p.Publish(ctx, r.channel(), id)
 	_, err := p.Exec(ctx)
-	return err
+	return refused(err)
 }
 
 // Watch subscribes to the deletion channel and subscribes again after a

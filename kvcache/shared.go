@@ -5,10 +5,13 @@ import (
 	"crypto/aes"
 	"crypto/cipher"
 	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 )
@@ -48,14 +51,77 @@ type Shared interface {
 	Close() error
 }
 
+// ErrSharedRefused wraps an error the shared store answered with (a bad
+// password, a database index it does not have, out of memory): the store
+// is up but refuses. Connection errors and timeouts do not wrap it.
+var ErrSharedRefused = errors.New("kvcache: shared store refused")
+
+// namespaced puts every id and chain hash of a Shared under ns: nodes with
+// different keys (SharedKey) never write, find or delete each other's
+// values, instead of overwriting each other's records under the same
+// content address.
+type namespaced struct {
+	Shared
+	ns string
+}
+
+func (n namespaced) ids(in []string) []string {
+	out := make([]string, len(in))
+	for i, x := range in {
+		out[i] = n.ns + x
+	}
+	return out
+}
+
+func (n namespaced) Put(ctx context.Context, id string, record, blob []byte, chain []string) error {
+	return n.Shared.Put(ctx, n.ns+id, record, blob, n.ids(chain))
+}
+
+func (n namespaced) Deepest(ctx context.Context, keys []string, max int) ([]string, int, error) {
+	ids, d, err := n.Shared.Deepest(ctx, n.ids(keys), max)
+	out := ids[:0]
+	for _, id := range ids {
+		if x, ok := strings.CutPrefix(id, n.ns); ok {
+			out = append(out, x)
+		}
+	}
+	return out, d, err
+}
+
+func (n namespaced) Records(ctx context.Context, ids []string) ([][]byte, error) {
+	return n.Shared.Records(ctx, n.ids(ids))
+}
+
+func (n namespaced) Blob(ctx context.Context, id string) ([]byte, error) {
+	return n.Shared.Blob(ctx, n.ns+id)
+}
+
+func (n namespaced) Delete(ctx context.Context, id string, chain []string) error {
+	return n.Shared.Delete(ctx, n.ns+id, n.ids(chain))
+}
+
+func (n namespaced) Watch(ctx context.Context, fn func(id string), gap func()) {
+	n.Shared.Watch(ctx, func(id string) {
+		if x, ok := strings.CutPrefix(id, n.ns); ok {
+			fn(x)
+		}
+	}, gap)
+}
+
 // sharedMaxCandidates bounds the records a lookup reads from the shared
 // level: the packs under one chain hash that could share the longest prefix.
 const sharedMaxCandidates = 16
 
-// sharedRetry is how long the shared level is left alone after an error
-// (connection refused, timeout): requests meanwhile use the node's own
-// levels and prefill, and do not each wait for a dead server's timeout.
+// sharedRetry is the period of the shared level's health check: after an
+// error that did not reach the store (connection refused, timeout),
+// requests use the node's own levels and prefill until a check succeeds,
+// and none waits for a dead or hung server.
 const sharedRetry = time.Second
+
+// sharedLookupTimeout bounds a lookup's round trips and a health check: a
+// lookup is on the request path, so a hung store costs a request at most
+// this, once (the level is then down until a check succeeds).
+const sharedLookupTimeout = 250 * time.Millisecond
 
 // SharedStats reports the shared level since Open.
 type SharedStats struct {
@@ -72,12 +138,15 @@ type SharedStats struct {
 // sharedState is the cache's view of its shared level.
 type sharedState struct {
 	s       Shared
-	aead    cipher.AEAD // nil: plaintext
-	timeout time.Duration
+	aead    cipher.AEAD   // nil: plaintext
+	timeout time.Duration // transfers (Put, Blob, Delete)
 	cancel  context.CancelFunc
+	// resync, set by the cache, writes the packs stored while the level
+	// was down once it is up again
+	resync func(since time.Time)
+	downAt atomic.Int64 // unix ns the level went down (0: up)
 
-	down    atomic.Bool  // the last operation or ping failed
-	retryAt atomic.Int64 // unix ns: while down, operations are skipped until then
+	down    atomic.Bool // the last operation or health check failed to reach it
 	hits    atomic.Int64
 	misses  atomic.Int64
 	puts    atomic.Int64
@@ -92,6 +161,8 @@ func newSharedState(s Shared, key []byte, timeout time.Duration) (*sharedState, 
 		st.timeout = 2 * time.Second
 	}
 	if len(key) > 0 {
+		h := sha256.Sum256(append([]byte("memosrt shared namespace\x00"), key...))
+		st.s = namespaced{Shared: s, ns: "k" + hex.EncodeToString(h[:8]) + ":"}
 		blk, err := aes.NewCipher(key)
 		if err != nil {
 			return nil, fmt.Errorf("kvcache: shared key: %w", err)
@@ -103,27 +174,51 @@ func newSharedState(s Shared, key []byte, timeout time.Duration) (*sharedState, 
 	return st, nil
 }
 
-// up reports whether an operation may go to the shared level: it is up,
-// or down for longer than sharedRetry (one operation then tries again).
-func (s *sharedState) up() bool {
-	return !s.down.Load() || time.Now().UnixNano() >= s.retryAt.Load()
-}
+// up reports whether operations may go to the shared level. While it is
+// down they are skipped, so no request waits for a dead or hung store;
+// only the health check (every sharedRetry) tries it, and brings it back.
+func (s *sharedState) up() bool { return !s.down.Load() }
 
-// fail counts an error of the shared level and leaves it alone for
-// sharedRetry; ErrNotFound is no error (the store answered).
+// fail records an operation's outcome. An error that did not reach the
+// store (refused connection, timeout) takes the level down; an answer,
+// ErrNotFound or a refusal (ErrSharedRefused: out of memory, say) leaves
+// it up, the refusal counted as an error.
 func (s *sharedState) fail(err error) {
-	if err == nil || errors.Is(err, ErrNotFound) {
-		s.down.Store(false)
-		return
+	switch {
+	case err == nil || errors.Is(err, ErrNotFound):
+		s.setUp()
+	case errors.Is(err, ErrSharedRefused):
+		s.errs.Add(1)
+		s.setUp()
+	default:
+		s.errs.Add(1)
+		if s.down.CompareAndSwap(false, true) {
+			s.downAt.Store(time.Now().UnixNano())
+		}
 	}
-	s.errs.Add(1)
-	s.retryAt.Store(time.Now().Add(sharedRetry).UnixNano())
-	s.down.Store(true)
 }
 
-// health pings a shared level that is down every sharedRetry, so that it
-// reads up again (SharedStats.Up, /metrics) once the store is back, before
-// any request tries it.
+// setUp marks the level up; after an outage it writes the packs stored
+// meanwhile (resync), in the background.
+func (s *sharedState) setUp() {
+	if s.down.CompareAndSwap(true, false) {
+		since := time.Unix(0, s.downAt.Swap(0))
+		if s.resync != nil {
+			go s.resync(since)
+		}
+	}
+}
+
+// check pings the store and records the outcome.
+func (s *sharedState) check() {
+	ctx, cancel := context.WithTimeout(context.Background(), sharedLookupTimeout)
+	defer cancel()
+	s.fail(s.s.Ping(ctx))
+}
+
+// health checks the store every sharedRetry, so that SharedStats.Up (and
+// /metrics) says within about a second when it goes down or comes back,
+// with or without traffic.
 func (s *sharedState) health(ctx context.Context) {
 	t := time.NewTicker(sharedRetry)
 	defer t.Stop()
@@ -133,13 +228,7 @@ func (s *sharedState) health(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		if !s.down.Load() {
-			continue
-		}
-		pctx, cancel := s.ctx()
-		err := s.s.Ping(pctx)
-		cancel()
-		s.fail(err)
+		s.check()
 	}
 }
 
@@ -207,7 +296,7 @@ func (c *Cache) sharedLookup(keys []string, toks []int32, best Match, depth int)
 		// whole block of toks: the shared level could add less than a block
 		return best
 	}
-	ctx, cancel := s.ctx()
+	ctx, cancel := context.WithTimeout(context.Background(), sharedLookupTimeout)
 	defer cancel()
 	ids, d, err := s.s.Deepest(ctx, keys[from:], sharedMaxCandidates)
 	s.fail(err)
@@ -360,6 +449,30 @@ func (c *Cache) sharedDelete(rec *packRecord) {
 	s.fail(err)
 	if err != nil {
 		c.log.Warn("kvcache: pack not deleted from the shared level", "pack", rec.ID[:12], "err", err)
+	}
+}
+
+// resyncShared writes the packs this node stored since the shared level
+// went down (their Put skipped it), so that other nodes find them too.
+func (c *Cache) resyncShared(since time.Time) {
+	c.mu.Lock()
+	var recs []*packRecord
+	for _, rec := range c.packs {
+		if !rec.remote && !rec.Header.Created.Before(since.Add(-time.Second)) {
+			recs = append(recs, rec)
+		}
+	}
+	c.mu.Unlock()
+	for _, rec := range recs {
+		if !c.shared.up() {
+			return // down again: the next recovery writes them
+		}
+		c.writeMu.Lock()
+		blob, err := c.Blob(rec.ID)
+		if err == nil {
+			c.sharedPut(rec, blob)
+		}
+		c.writeMu.Unlock()
 	}
 }
 

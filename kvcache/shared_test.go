@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -162,8 +163,10 @@ func TestSharedRedis(t *testing.T) {
 		t.Fatalf("node A restore of its own pack %+v, %v", r, err)
 	}
 
-	// Redis down: both nodes answer from their own levels and store locally
+	// Redis down: the health check says so without any traffic; both
+	// nodes answer from their own levels and store locally
 	srv.Kill()
+	eventually(t, "node A's health check to see Redis down", func() bool { return !a.cache.SharedStats().Up })
 	pack3, req3 := sharedPrompt(t, e, "Tom found a red ball under the old tree by the river. ", 130)
 	info3, err := b.cache.Warm(ctx, e, 1, pack3, WarmOptions{Label: "cube", Scope: "cube"})
 	if err != nil {
@@ -171,6 +174,14 @@ func TestSharedRedis(t *testing.T) {
 	}
 	if st := b.cache.SharedStats(); st.Up || st.Errors == 0 {
 		t.Fatalf("node B shared stats with Redis down %+v, want down with errors", st)
+	}
+	// a down level is not tried by requests (only by the health check)
+	errs := a.cache.SharedStats().Errors
+	for i := 0; i < 5; i++ {
+		a.cache.Lookup(cfg, req3)
+	}
+	if st := a.cache.SharedStats(); st.Errors > errs+1 { // one health check may fail meanwhile
+		t.Fatalf("lookups tried a down Redis: errors %d → %d", errs, st.Errors)
 	}
 	if m := b.cache.Lookup(cfg, req3); m.ID != info3.ID {
 		t.Fatalf("node B's own pack not found with Redis down: %+v", m)
@@ -193,6 +204,8 @@ func TestSharedRedis(t *testing.T) {
 	if m := b.cache.Lookup(cfg, req4); m.ID != info4.ID || m.Tokens != len(pack4) {
 		t.Fatalf("after Redis came back, node B lookup %+v, want %s", m, info4.ID[:12])
 	}
+	// node B's pack of the outage was written to Redis once it came back
+	eventually(t, "node B's outage pack to reach Redis", func() bool { return a.cache.Lookup(cfg, req3).ID == info3.ID })
 	// the deletion channel resubscribed on its own
 	deletes := b.cache.SharedStats().Deletes
 	if err := a.cache.Delete(info4.ID); err != nil {
@@ -223,11 +236,12 @@ func TestSharedEncrypted(t *testing.T) {
 	// the record nor the blob holds the header's text
 	rc := redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", srv.Port)})
 	defer rc.Close()
-	rec, err := rc.Get(ctx, "memosrt:kv:h:"+info.ID).Bytes()
+	ns := a.cache.shared.s.(namespaced).ns
+	rec, err := rc.Get(ctx, "memosrt:kv:h:"+ns+info.ID).Bytes()
 	if err != nil {
 		t.Fatal(err)
 	}
-	blob, err := rc.HGet(ctx, "memosrt:kv:b:"+info.ID, "0").Bytes()
+	blob, err := rc.HGet(ctx, "memosrt:kv:b:"+ns+info.ID, "0").Bytes()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,14 +260,23 @@ func TestSharedEncrypted(t *testing.T) {
 	if _, got, _, err := b.cache.State(info.ID); err != nil || !bytes.Equal(got, want) {
 		t.Fatalf("node B's state differs from node A's (%v)", err)
 	}
-	// nodes without the key, or with another, miss, and delete nothing
+	// nodes without the key, or with another, miss, delete nothing, and
+	// storing the same pack themselves overwrites nothing of node A's: each
+	// key has its own namespace
 	for name, n := range map[string]*node{"no key": plain, "other key": other} {
-		if m := n.cache.Lookup(cfg, req); m.ID != "" {
+		if m := n.cache.Lookup(cfg, req); m.Tokens > 1 {
 			t.Fatalf("%s: found %+v", name, m)
 		}
+		if _, err := n.cache.Warm(ctx, e, 1, pack, WarmOptions{Label: "cube", Scope: "cube"}); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if n, err := rc.Exists(ctx, "memosrt:kv:h:"+info.ID, "memosrt:kv:b:"+info.ID).Result(); err != nil || n != 2 {
-		t.Fatalf("the shared pack is gone (%d keys, %v)", n, err)
+	if n, err := rc.Exists(ctx, "memosrt:kv:h:"+ns+info.ID, "memosrt:kv:b:"+ns+info.ID, "memosrt:kv:h:"+info.ID).Result(); err != nil || n != 3 {
+		t.Fatalf("%d of node A's record and blob and the plain node's record (%v)", n, err)
+	}
+	fresh := openNode(t, srv.URL(), key)
+	if r, err := fresh.cache.Restore(ctx, e, 1, req, RestoreOptions{Scope: "cube"}); err != nil || r.Tokens != len(pack) {
+		t.Fatalf("a fresh node with node A's key: %+v, %v", r, err)
 	}
 }
 
@@ -341,5 +364,60 @@ func TestSharedMultiPart(t *testing.T) {
 	b.cache.DropRAM()
 	if _, _, _, err := b.cache.State(info.ID); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("a blob missing a part: %v, want ErrNotFound", err)
+	}
+}
+
+// A store that refuses (a database index it does not have) is
+// ErrSharedRefused, which serve takes as a setting that can never work; a
+// store that accepts connections and never answers costs one short
+// timeout, then the level is down and requests do not wait on it.
+func TestSharedRefusedAndHung(t *testing.T) {
+	srv := testutil.StartRedis(t, 0)
+	if _, err := OpenRedis(context.Background(), fmt.Sprintf("redis://127.0.0.1:%d/99", srv.Port), RedisOptions{}); !errors.Is(err, ErrSharedRefused) {
+		t.Fatalf("database 99: %v, want ErrSharedRefused", err)
+	}
+	for _, bad := range []string{"not a url", "http://127.0.0.1:1", "127.0.0.1:6379"} {
+		if _, err := NewRedis(bad, RedisOptions{}); err == nil || !strings.Contains(err.Error(), "want redis://") {
+			t.Fatalf("%q: %v", bad, err)
+		}
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() { // accept and never answer
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+		}
+	}()
+	r, err := NewRedis("redis://"+l.Addr().String()+"/0", RedisOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	c, err := Open(openDB(t, t.TempDir()), Options{Shared: r})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	st := c.SharedStats()
+	if st.Up || st.Errors != 1 {
+		t.Fatalf("hung store after Open: %+v, want down after one error", st)
+	}
+	kv := runtime.KVConfig{ModelFingerprint: "f", NLayer: 1, TypeK: "f16", TypeV: "f16", NStream: 1}
+	toks := make([]int32, 200)
+	if _, err := c.Put(context.Background(), Header{KV: kv, Tokens: toks}, make([]byte, 1000)); err != nil {
+		t.Fatalf("put with a hung store: %v", err)
+	}
+	if m := c.Lookup(ConfigKey(kv, ""), append(toks, 1)); m.Tokens != 200 {
+		t.Fatalf("own pack with a hung store: %+v", m)
+	}
+	if got := c.SharedStats(); got.Errors > st.Errors+1 || got.Puts != 0 {
+		t.Fatalf("requests tried the hung store: %+v", got)
 	}
 }

@@ -112,6 +112,8 @@ func TestMemoryAPIUnknownFields(t *testing.T) {
 		{"POST", "/v1/cubes", map[string]any{"name": "d", "colour": "red"}, "colour"},
 		{"POST", "/v1/cubes/c/memories", map[string]any{"text": "x", "user_id": "u1"}, "user_id"},
 		{"POST", "/v1/cubes/c/search", map[string]any{"query": "x", "limit": 3}, "limit"},
+		// memosrt's own generate route too: Ollama's "options" are not its fields
+		{"POST", "/v1/generate", map[string]any{"prompt": "x", "options": map[string]any{"num_predict": 3}}, "options"},
 	} {
 		var body struct {
 			Error struct{ Message, Param string }

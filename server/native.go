@@ -54,7 +54,7 @@ type NativeChunk struct {
 func (s *Server) handleNativeGenerate(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	var req NativeRequest
-	if err := decodeJSON(r, &req); err != nil {
+	if err := decodeStrict(r, &req); err != nil {
 		s.writeError(w, r, err)
 		return
 	}

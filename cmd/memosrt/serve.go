@@ -174,9 +174,12 @@ func serve(ctx context.Context, f serveFlags) error {
 			return fmt.Errorf("--kv-store: %w", err)
 		}
 		defer r.Close()
-		if err := r.Ping(ctx); err != nil {
-			// started anyway: chats prefill until the store answers
-			log.Warn("--kv-store not answering; packs stay on this node until it does", "err", err)
+		if err := r.Ping(ctx); errors.Is(err, kvcache.ErrSharedRefused) {
+			return fmt.Errorf("--kv-store %s: %w", *kvStore, err) // a password or database that can never work
+		} else if err != nil {
+			// started anyway: chats prefill until the store answers, then
+			// the packs stored meanwhile are written to it
+			log.Warn("--kv-store not answering; sharing starts when it does", "err", err)
 		}
 		opts.KVShared = r
 	}

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/memosrt/memosrt"
+	"github.com/memosrt/memosrt/internal/testmodels"
 	"github.com/memosrt/memosrt/internal/testutil"
 )
 
@@ -36,6 +37,12 @@ func story(topic string) []map[string]string {
 // sharing resumes once it is back; node A killed, node B serves on.
 func TestTwoNodesShareKV(t *testing.T) {
 	srv := testutil.StartRedis(t, 0)
+	// a store that refuses (no database 99) can never work: serve says so and exits
+	out, err := runCLI(t, "serve", "--db", t.TempDir(), "--model", testmodels.Stories(t), "--addr", "127.0.0.1:0",
+		"--kv-store", fmt.Sprintf("redis://127.0.0.1:%d/99", srv.Port))
+	if err == nil || !strings.Contains(out, "refused") || !strings.Contains(out, "DB index is out of range") {
+		t.Fatalf("serve with database 99: %v\n%s", err, out)
+	}
 	a := startServe(t, t.TempDir(), nil, "--kv-store", srv.URL())
 	b := startServe(t, t.TempDir(), nil, "--kv-store", srv.URL(), "--parallel", "4")
 	put := `memosrt_kv_shared_total{op="put"}`
