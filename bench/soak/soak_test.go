@@ -490,6 +490,14 @@ func TestSoak(t *testing.T) {
 		"--embed", "hash:64", "--min-persist-tokens", "16", "--tick-interval", "2s", "--gc-interval", "20s",
 		"--conv-budget", fmt.Sprint(convMiB << 20), "--kv-budget", fmt.Sprint(kvMiB << 20),
 		"--adapter-budget", fmt.Sprint(adapterBytes + adapterBytes/2), "--max-queue", "8", "--shutdown-timeout", "20s"}}
+	// the shared activation level in a real Redis small enough to evict
+	// (SOAK_REDIS=0 leaves it out; skipped without redis-server outside
+	// CI); the chaos loop below kills it for a while mid-run
+	var rds *testutil.RedisServer
+	if os.Getenv("SOAK_REDIS") != "0" {
+		rds = testutil.StartRedis(t, 32<<20)
+		srv.args = append(srv.args, "--kv-store", rds.URL())
+	}
 	srv.start()
 	for i := range clients {
 		b, _ := json.Marshal(map[string]any{"name": fmt.Sprintf("s%d", i)})
@@ -552,6 +560,28 @@ func TestSoak(t *testing.T) {
 			smu.Unlock()
 		}
 	}()
+	if rds != nil {
+		// Redis down from 40% to 60% of the run: chats go on by prefill
+		bg.Add(1)
+		go func() {
+			defer bg.Done()
+			for _, step := range []struct {
+				at   float64
+				kill bool
+			}{{0.4, true}, {0.6, false}} {
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(time.Until(start.Add(time.Duration(step.at * float64(dur))))):
+				}
+				if step.kill {
+					rds.Kill()
+				} else {
+					rds.Start()
+				}
+			}
+		}()
+	}
 	wg.Wait()
 	bg.Wait()
 
@@ -604,6 +634,14 @@ func TestSoak(t *testing.T) {
 		dur, clients, kills, n, float64(n)/dur.Seconds(), tl.shed, tl.byOp, tl.codes)
 	t.Logf("acknowledged memories kept %d, lost %d, deleted but back %d; panics %v; conv packs evicted %v, restore fallbacks %v",
 		acked, lost, resurrected, final["memosrt_panics_total"], final["memosrt_conv_packs_evicted_total"], final["memosrt_restore_fallbacks_total"])
+	if rds != nil {
+		op := func(o string) float64 { return final[`memosrt_kv_shared_total{op="`+o+`"}`] }
+		t.Logf("shared level (Redis, 32 MiB, killed from 40%% to 60%% of the run): up %v at the end; puts %v, hits %v, misses %v, errors %v, gaps %v",
+			final["memosrt_kv_shared_up"], op("put"), op("hit"), op("miss"), op("error"), op("gap"))
+		if final["memosrt_kv_shared_up"] != 1 || op("put") == 0 || op("gap") < 1 {
+			t.Errorf("shared level did not come back or was never used")
+		}
+	}
 	if len(tl.failures) > 0 {
 		for _, f := range tl.failures[:min(20, len(tl.failures))] {
 			t.Log("failure:", f)
