@@ -7,8 +7,11 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	goruntime "runtime"
 	"sync"
 	"time"
+
+	"golang.org/x/sync/errgroup"
 
 	"github.com/cespare/xxhash/v2"
 	"github.com/klauspost/compress/zstd"
@@ -33,6 +36,12 @@ const (
 	// bytes (a byte shuffle of 16-bit words, as Blosc's shuffle filter does):
 	// the high bytes of f16 values are far more regular than the low bytes.
 	CodecZstdShuffle2 = "zstd+shuffle2"
+	// CodecZstdShuffle2Seg is CodecZstdShuffle2 per segment of segBytes of
+	// the state, each its own zstd frame, so that segments encode and
+	// decode on every core at once (a state larger than one segment).
+	// Payload: segment count (u32), segment size (u32), each frame's length
+	// (u64 each), the frames.
+	CodecZstdShuffle2Seg = "zstd+shuffle2/seg"
 	// CodecRaw is the state itself: chosen when zstd saves under
 	// rawBelowSaving of it, as on random-weight models' KV (about 1.05x),
 	// where decompressing would cost restore time for almost no bytes.
@@ -122,9 +131,18 @@ func codecs() (*zstd.Encoder, *zstd.Decoder) {
 func shuffle2(b []byte) []byte {
 	out := make([]byte, len(b))
 	half := len(b) / 2
-	for i := 0; i < half; i++ {
-		out[i] = b[2*i]
-		out[half+i] = b[2*i+1]
+	lo, hi := out[:half], out[half:2*half]
+	i := 0
+	for ; i+8 <= half; i += 8 {
+		x := binary.LittleEndian.Uint64(b[2*i:])
+		y := binary.LittleEndian.Uint64(b[2*i+8:])
+		binary.LittleEndian.PutUint32(lo[i:], gather(x))
+		binary.LittleEndian.PutUint32(lo[i+4:], gather(y))
+		binary.LittleEndian.PutUint32(hi[i:], gather(x>>8))
+		binary.LittleEndian.PutUint32(hi[i+4:], gather(y>>8))
+	}
+	for ; i < half; i++ {
+		lo[i], hi[i] = b[2*i], b[2*i+1]
 	}
 	if len(b)%2 == 1 {
 		out[len(b)-1] = b[len(b)-1]
@@ -132,17 +150,44 @@ func shuffle2(b []byte) []byte {
 	return out
 }
 
+// unshuffle2 is shuffle2's inverse.
 func unshuffle2(s []byte) []byte {
 	out := make([]byte, len(s))
+	unshuffle2Into(out, s)
+	return out
+}
+
+// unshuffle2Into writes shuffle2's inverse of s into out (len(out) == len(s)).
+func unshuffle2Into(out, s []byte) {
 	half := len(s) / 2
-	for i := 0; i < half; i++ {
-		out[2*i] = s[i]
-		out[2*i+1] = s[half+i]
+	lo, hi := s[:half], s[half:2*half]
+	i := 0
+	for ; i+8 <= half; i += 8 {
+		a := binary.LittleEndian.Uint64(lo[i:])
+		b := binary.LittleEndian.Uint64(hi[i:])
+		binary.LittleEndian.PutUint64(out[2*i:], spread(uint32(a))|spread(uint32(b))<<8)
+		binary.LittleEndian.PutUint64(out[2*i+8:], spread(uint32(a>>32))|spread(uint32(b>>32))<<8)
+	}
+	for ; i < half; i++ {
+		out[2*i], out[2*i+1] = lo[i], hi[i]
 	}
 	if len(s)%2 == 1 {
 		out[len(s)-1] = s[len(s)-1]
 	}
-	return out
+}
+
+// spread puts the 4 bytes of x at the even byte positions of a uint64.
+func spread(x uint32) uint64 {
+	v := uint64(x)
+	v = (v | v<<16) & 0x0000FFFF0000FFFF
+	return (v | v<<8) & 0x00FF00FF00FF00FF
+}
+
+// gather is spread's inverse: the even bytes of x (its low byte first).
+func gather(x uint64) uint32 {
+	x &= 0x00FF00FF00FF00FF
+	x = (x | x>>8) & 0x0000FFFF0000FFFF
+	return uint32(x | x>>16)
 }
 
 // Encode wraps state (llama_state_seq_get_data bytes) in a blob. Fields of h
@@ -158,8 +203,12 @@ func encode(h Header, state []byte) (Header, []byte, error) {
 		return h, nil, fmt.Errorf("%w: %d bytes", ErrTooLarge, len(state))
 	}
 	e, _ := codecs()
-	payload := e.EncodeAll(shuffle2(state), nil)
-	h.Codec = CodecZstdShuffle2
+	var payload []byte
+	if len(state) > segBytes {
+		h.Codec, payload = CodecZstdShuffle2Seg, encodeSegments(e, state)
+	} else {
+		h.Codec, payload = CodecZstdShuffle2, e.EncodeAll(shuffle2(state), nil)
+	}
 	if float64(len(payload)) > rawBelowSaving*float64(len(state)) {
 		h.Codec, payload = CodecRaw, state
 	}
@@ -218,7 +267,7 @@ func DecodeHeader(blob []byte) (Header, []byte, error) {
 	if pl != uint64(len(body)-10-hl-8) {
 		return h, nil, fmt.Errorf("%w: payload length %d, have %d", ErrCorrupt, pl, len(body)-10-hl-8)
 	}
-	if h.Codec != CodecZstdShuffle2 && h.Codec != CodecRaw {
+	if h.Codec != CodecZstdShuffle2 && h.Codec != CodecZstdShuffle2Seg && h.Codec != CodecRaw {
 		return h, nil, fmt.Errorf("%w: codec %q", ErrVersion, h.Codec)
 	}
 	if h.Codec == CodecRaw && uint64(h.RawBytes) != pl {
@@ -251,6 +300,16 @@ func Decode(blob []byte) (Header, []byte, error) {
 		return h, payload, nil // shares blob's memory
 	}
 	_, d := codecs()
+	if h.Codec == CodecZstdShuffle2Seg {
+		raw, err := decodeSegments(d, payload, int(h.RawBytes))
+		if err != nil {
+			return h, nil, err
+		}
+		if xxhash.Sum64(raw) != h.RawXXHash {
+			return h, nil, fmt.Errorf("%w: raw state checksum", ErrCorrupt)
+		}
+		return h, raw, nil
+	}
 	raw, err := d.DecodeAll(payload, make([]byte, 0, h.RawBytes))
 	if err != nil {
 		return h, nil, fmt.Errorf("%w: zstd: %v", ErrCorrupt, err)
@@ -275,4 +334,79 @@ func (h Header) Check(kv runtime.KVConfig, adapterKey string) error {
 		return fmt.Errorf("%w: %w", ErrMismatch, err)
 	}
 	return nil
+}
+
+// segBytes is the state segment of CodecZstdShuffle2Seg: 4 MiB, so a
+// 128 MiB state (4,096 tokens of the 1B shape) has 32 to spread over the
+// cores.
+const segBytes = 4 << 20
+
+// encodeSegments is CodecZstdShuffle2Seg's payload of state, its segments
+// compressed in parallel.
+func encodeSegments(e *zstd.Encoder, state []byte) []byte {
+	n := (len(state) + segBytes - 1) / segBytes
+	frames := make([][]byte, n)
+	var g errgroup.Group
+	g.SetLimit(goruntime.GOMAXPROCS(0))
+	for i := range frames {
+		g.Go(func() error {
+			frames[i] = e.EncodeAll(shuffle2(state[i*segBytes:min(len(state), (i+1)*segBytes)]), nil)
+			return nil
+		})
+	}
+	g.Wait()
+	out := binary.LittleEndian.AppendUint32(nil, uint32(n))
+	out = binary.LittleEndian.AppendUint32(out, segBytes)
+	for _, f := range frames {
+		out = binary.LittleEndian.AppendUint64(out, uint64(len(f)))
+	}
+	for _, f := range frames {
+		out = append(out, f...)
+	}
+	return out
+}
+
+// decodeSegments decodes a CodecZstdShuffle2Seg payload into a state of
+// rawBytes, its segments in parallel. Errors wrap ErrCorrupt.
+func decodeSegments(d *zstd.Decoder, p []byte, rawBytes int) ([]byte, error) {
+	if len(p) < 8 {
+		return nil, fmt.Errorf("%w: segment table", ErrCorrupt)
+	}
+	n, seg := int(binary.LittleEndian.Uint32(p)), int(binary.LittleEndian.Uint32(p[4:]))
+	if n < 1 || seg < 1 || n > (len(p)-8)/8 || (n-1)*seg >= rawBytes || n*seg < rawBytes {
+		return nil, fmt.Errorf("%w: %d segments of %d bytes for %d raw bytes", ErrCorrupt, n, seg, rawBytes)
+	}
+	frames := make([][]byte, n)
+	rest := p[8+8*n:]
+	for i := range frames {
+		l := binary.LittleEndian.Uint64(p[8+8*i:])
+		if l > uint64(len(rest)) {
+			return nil, fmt.Errorf("%w: segment %d of %d bytes, %d left", ErrCorrupt, i, l, len(rest))
+		}
+		frames[i], rest = rest[:l], rest[l:]
+	}
+	if len(rest) != 0 {
+		return nil, fmt.Errorf("%w: %d bytes after the last segment", ErrCorrupt, len(rest))
+	}
+	out := make([]byte, rawBytes)
+	var g errgroup.Group
+	g.SetLimit(goruntime.GOMAXPROCS(0))
+	for i, f := range frames {
+		g.Go(func() error {
+			dst := out[i*seg : min(rawBytes, (i+1)*seg)]
+			raw, err := d.DecodeAll(f, make([]byte, 0, len(dst)))
+			if err != nil {
+				return fmt.Errorf("%w: segment %d: zstd: %v", ErrCorrupt, i, err)
+			}
+			if len(raw) != len(dst) {
+				return fmt.Errorf("%w: segment %d: %d bytes, want %d", ErrCorrupt, i, len(raw), len(dst))
+			}
+			unshuffle2Into(dst, raw)
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	return out, nil
 }

@@ -3,6 +3,7 @@ package kvcache
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"testing"
 
@@ -481,4 +482,86 @@ func mustEncode(t *testing.T, h Header, state []byte) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// The word-at-a-time byte shuffle equals the definition (even bytes, then
+// odd bytes) at every length, and unshuffle2 inverts it.
+func TestShuffle2(t *testing.T) {
+	for n := 0; n < 80; n++ {
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = byte(i*37 + 11)
+		}
+		want := make([]byte, 0, n)
+		for i := 0; i+1 < n; i += 2 {
+			want = append(want, b[i])
+		}
+		for i := 1; i < n; i += 2 {
+			want = append(want, b[i])
+		}
+		if n%2 == 1 {
+			want = append(want, b[n-1])
+		}
+		got := shuffle2(b)
+		if !bytes.Equal(got, want) {
+			t.Fatalf("n=%d: shuffle2 %v, want %v", n, got, want)
+		}
+		if back := unshuffle2(got); !bytes.Equal(back, b) {
+			t.Fatalf("n=%d: unshuffle2 %v, want %v", n, back, b)
+		}
+	}
+}
+
+// A state larger than one segment is stored in parallel zstd segments and
+// reads back byte for byte; damage to its segment table or frames is
+// caught.
+func TestBlobSegments(t *testing.T) {
+	state := make([]byte, 2*segBytes+12345)
+	x := uint32(7)
+	for i := 0; i+1 < len(state); i += 2 {
+		x = x*1664525 + 1013904223
+		state[i] = byte(x >> 24)          // random low bytes
+		state[i+1] = 0x30 + byte(x>>8)%12 // f16-like high bytes: compressible
+	}
+	h := Header{KV: runtime.KVConfig{ModelFingerprint: "ab", NLayer: 5, TypeK: "f16", TypeV: "f16", NStream: 1}, Tokens: []int32{1, 2, 3}}
+	blob, err := Encode(h, state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gh, got, err := Decode(blob)
+	if err != nil || gh.Codec != CodecZstdShuffle2Seg || !bytes.Equal(got, state) {
+		t.Fatalf("codec %q, equal %v, %v", gh.Codec, bytes.Equal(got, state), err)
+	}
+	if len(blob) > len(state)*9/10 {
+		t.Fatalf("blob %d bytes for a %d-byte state", len(blob), len(state))
+	}
+	_, payload, err := DecodeHeader(blob)
+	if err != nil {
+		t.Fatal(err)
+	}
+	off := len(blob) - 8 - len(payload) // payload's offset in blob
+	if n := binary.LittleEndian.Uint32(payload); n != 3 {
+		t.Fatalf("%d segments, want 3", n)
+	}
+	// decodeSegments itself refuses bad tables and frames (the blob's
+	// checksum would catch these first)
+	for name, bad := range map[string]func([]byte){
+		"count":  func(p []byte) { binary.LittleEndian.PutUint32(p, 9) },
+		"size":   func(p []byte) { binary.LittleEndian.PutUint32(p[4:], 1) },
+		"length": func(p []byte) { binary.LittleEndian.PutUint64(p[8:], 1<<40) },
+		"short":  func(p []byte) { binary.LittleEndian.PutUint64(p[8:], binary.LittleEndian.Uint64(p[8:])-1) },
+		"frame":  func(p []byte) { p[len(p)-100] ^= 0xff },
+	} {
+		p := bytes.Clone(blob[off : off+len(payload)])
+		bad(p)
+		_, d := codecs()
+		if _, err := decodeSegments(d, p, len(state)); !errors.Is(err, ErrCorrupt) {
+			t.Errorf("%s: %v, want ErrCorrupt", name, err)
+		}
+	}
+	for _, n := range []int{len(blob) / 3, len(blob) - 1} {
+		if _, _, err := Decode(blob[:n]); !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("truncated to %d: %v", n, err)
+		}
+	}
 }
