@@ -61,19 +61,6 @@ func gen(t *testing.T, e *runtime.Engine, seq int, toks []int32, npast int) stri
 	return r.Text
 }
 
-// eventually waits for cond with a generous deadline (an event, not a time
-// limit under test).
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func TestSharedRedis(t *testing.T) {
 	srv := testutil.StartRedis(t, 0)
 	e := openEngine(t, runtime.Options{})
@@ -131,7 +118,7 @@ func TestSharedRedis(t *testing.T) {
 	if err := a.cache.Delete(info.ID); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "node B to drop the deleted pack", func() bool { _, ok := b.cache.Info(info.ID); return !ok })
+	testutil.WaitFor(t, "node B to drop the deleted pack", func() bool { _, ok := b.cache.Info(info.ID); return !ok })
 	if st := b.cache.SharedStats(); st.Deletes != 1 {
 		t.Fatalf("node B deletes %d, want 1", st.Deletes)
 	}
@@ -166,7 +153,7 @@ func TestSharedRedis(t *testing.T) {
 	// Redis down: the health check says so without any traffic; both
 	// nodes answer from their own levels and store locally
 	srv.Kill()
-	eventually(t, "node A's health check to see Redis down", func() bool { return !a.cache.SharedStats().Up })
+	testutil.WaitFor(t, "node A's health check to see Redis down", func() bool { return !a.cache.SharedStats().Up })
 	pack3, req3 := sharedPrompt(t, e, "Tom found a red ball under the old tree by the river. ", 130)
 	info3, err := b.cache.Warm(ctx, e, 1, pack3, WarmOptions{Label: "cube", Scope: "cube"})
 	if err != nil {
@@ -192,26 +179,26 @@ func TestSharedRedis(t *testing.T) {
 	// back up (empty: no persistence): sharing resumes on its own after
 	// the retry pause
 	srv.Start()
-	eventually(t, "node A's shared level up", func() bool { return a.cache.SharedStats().Up })
+	testutil.WaitFor(t, "node A's shared level up", func() bool { return a.cache.SharedStats().Up })
 	// both listen for deletions again, having forgotten what they may have missed
-	eventually(t, "node B to resubscribe", func() bool { return b.cache.SharedStats().Gaps == 1 })
+	testutil.WaitFor(t, "node B to resubscribe", func() bool { return b.cache.SharedStats().Gaps == 1 })
 	pack4, req4 := sharedPrompt(t, e, "A little bird sang a song to the moon every night. ", 135)
 	info4, err := a.cache.Warm(ctx, e, 0, pack4, WarmOptions{Label: "cube", Scope: "cube"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "node B's shared level up", func() bool { return b.cache.SharedStats().Up })
+	testutil.WaitFor(t, "node B's shared level up", func() bool { return b.cache.SharedStats().Up })
 	if m := b.cache.Lookup(cfg, req4); m.ID != info4.ID || m.Tokens != len(pack4) {
 		t.Fatalf("after Redis came back, node B lookup %+v, want %s", m, info4.ID[:12])
 	}
 	// node B's pack of the outage was written to Redis once it came back
-	eventually(t, "node B's outage pack to reach Redis", func() bool { return a.cache.Lookup(cfg, req3).ID == info3.ID })
+	testutil.WaitFor(t, "node B's outage pack to reach Redis", func() bool { return a.cache.Lookup(cfg, req3).ID == info3.ID })
 	// the deletion channel resubscribed on its own
 	deletes := b.cache.SharedStats().Deletes
 	if err := a.cache.Delete(info4.ID); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "node B to drop a pack deleted after Redis came back", func() bool { _, ok := b.cache.Info(info4.ID); return !ok })
+	testutil.WaitFor(t, "node B to drop a pack deleted after Redis came back", func() bool { _, ok := b.cache.Info(info4.ID); return !ok })
 	if st := b.cache.SharedStats(); st.Deletes != deletes+1 {
 		t.Fatalf("node B deletes %d, want %d", st.Deletes, deletes+1)
 	}

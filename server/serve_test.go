@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/memosrt/memosrt"
+	"github.com/memosrt/memosrt/internal/testutil"
 	"github.com/memosrt/memosrt/scheduler"
 	"github.com/openai/openai-go"
 	"github.com/openai/openai-go/option"
@@ -243,7 +244,7 @@ func TestQueueAndCancel(t *testing.T) {
 		if code != http.StatusTooManyRequests {
 			t.Fatalf("status %d %v", code, body)
 		}
-		waitFor(t, "the cancelled stream to free its slot", func() bool { return e.os.Stats().BusySlots == 0 })
+		testutil.WaitFor(t, "the cancelled stream to free its slot", func() bool { return e.os.Stats().BusySlots == 0 })
 		var oe oaiError
 		code = do(t, "POST", e.url()+"/v1/chat/completions", map[string]any{"model": testModel, "max_tokens": 4, "messages": []map[string]string{{"role": "user", "content": "x"}}}, &oe)
 		if code != http.StatusOK {
@@ -600,19 +601,6 @@ func TestCubeIsolation(t *testing.T) {
 			t.Errorf("guess %q: %d tokens cached from another cube", guess, n)
 		}
 		do(t, "DELETE", e.url()+"/v1/cubes/mallory", nil, nil)
-	}
-}
-
-// waitFor polls cond until it holds, failing t after a generous deadline
-// (an event wait, not a timing assertion).
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(2 * time.Minute)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
 

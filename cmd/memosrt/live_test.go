@@ -107,19 +107,6 @@ func (p *serveProc) call(t *testing.T, method, path string, in, out any) int {
 	return resp.StatusCode
 }
 
-// waitFor polls cond until it holds (an event wait with a generous
-// deadline, not a timing assertion).
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(2 * time.Minute)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // With `memosrt serve` running on a data directory, the CLI's commands on
 // that directory go through the server instead of failing on the lock, and
 // `run` uses the server's model: restored and cold output are equal.
@@ -254,7 +241,7 @@ func TestServeSchedulerLive(t *testing.T) {
 			t.Fatalf("the chat retrieved %d memories, want the dog", r.Retrieved)
 		}
 	}
-	waitFor(t, "the dog to enter the activation tier", func() bool { return p.tier(t, "lily", dog.ID) == scheduler.TierActivation })
+	testutil.WaitFor(t, "the dog to enter the activation tier", func() bool { return p.tier(t, "lily", dog.ID) == scheduler.TierActivation })
 	v := p.tiers(t, "lily")
 	warm, cold := p.chat(t, "lily", q, false), p.chat(t, "lily", q, true)
 	if warm.Usage.CachedTokens < v.Tokens || warm.PackMemories != 1 || warm.Text != cold.Text {
@@ -263,7 +250,7 @@ func TestServeSchedulerLive(t *testing.T) {
 	if code := p.call(t, "POST", "/v1/debug/clock", map[string]float64{"advance_s": 72 * 3600}, nil); code != http.StatusNoContent {
 		t.Fatalf("clock: %d", code)
 	}
-	waitFor(t, "the dog to cool down to the text tier", func() bool { return p.tier(t, "lily", dog.ID) == scheduler.TierText })
+	testutil.WaitFor(t, "the dog to cool down to the text tier", func() bool { return p.tier(t, "lily", dog.ID) == scheduler.TierText })
 	if v := p.tiers(t, "lily"); v.PackID != "" || v.KVBytes != 0 {
 		t.Fatalf("after the demotion: pack %q, %d KV bytes", v.PackID, v.KVBytes)
 	}
@@ -296,7 +283,7 @@ func TestServeResumesJobAfterCrash(t *testing.T) {
 		t.Fatalf("serve exited without the failpoint:\n%s", p.stderr.String())
 	}
 	q := startServe(t, db, nil, "--tick-interval", "50ms")
-	waitFor(t, "the pending job to finish", func() bool { return q.tier(t, "lily", dog.ID) == scheduler.TierActivation })
+	testutil.WaitFor(t, "the pending job to finish", func() bool { return q.tier(t, "lily", dog.ID) == scheduler.TierActivation })
 	v := q.tiers(t, "lily")
 	var moves []scheduler.Transition
 	for _, tr := range v.Transitions {
@@ -345,9 +332,9 @@ func TestGracefulShutdown(t *testing.T) {
 			}
 			running, queued := make(chan answer, 1), make(chan answer, 1)
 			go post(900, running)
-			waitFor(t, "the first request to run", func() bool { return metric(t, p, "memosrt_busy_slots") == 1 })
+			testutil.WaitFor(t, "the first request to run", func() bool { return metric(t, p, "memosrt_busy_slots") == 1 })
 			go post(8, queued)
-			waitFor(t, "the second request to queue", func() bool { return metric(t, p, "memosrt_queue_depth") == 1 })
+			testutil.WaitFor(t, "the second request to queue", func() bool { return metric(t, p, "memosrt_queue_depth") == 1 })
 			p.cmd.Process.Signal(syscall.SIGTERM)
 			q := <-queued
 			if q.err != nil || q.code != http.StatusServiceUnavailable {

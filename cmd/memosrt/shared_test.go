@@ -53,7 +53,7 @@ func TestTwoNodesShareKV(t *testing.T) {
 	if code != http.StatusOK || ra.Text == "" || ra.Usage.CachedTokens != 0 {
 		t.Fatalf("node A: %d %+v", code, ra.Usage)
 	}
-	waitFor(t, "node A's conversation pack in Redis", func() bool { return metric(t, a, put) >= 1 })
+	testutil.WaitFor(t, "node A's conversation pack in Redis", func() bool { return metric(t, a, put) >= 1 })
 
 	rb, code := b.generate(t, msgs, false)
 	if code != http.StatusOK {
@@ -97,7 +97,7 @@ func TestTwoNodesShareKV(t *testing.T) {
 		}()
 	}
 	close(start)
-	waitFor(t, "the load to start", func() bool { mu.Lock(); defer mu.Unlock(); return len(codes) > 0 })
+	testutil.WaitFor(t, "the load to start", func() bool { mu.Lock(); defer mu.Unlock(); return len(codes) > 0 })
 	srv.Kill()
 	wg.Wait()
 	for code, n := range codes {
@@ -112,18 +112,18 @@ func TestTwoNodesShareKV(t *testing.T) {
 	if r, code := b.generate(t, story("forest"), false); code != http.StatusOK || r.Text == "" {
 		t.Fatalf("chat with Redis down: %d", code)
 	}
-	waitFor(t, "node B's /metrics to say Redis is down", func() bool { return metric(t, b, "memosrt_kv_shared_up") == 0 })
+	testutil.WaitFor(t, "node B's /metrics to say Redis is down", func() bool { return metric(t, b, "memosrt_kv_shared_up") == 0 })
 
 	// back (empty): both nodes see it up on their own, and restores resume
 	srv.Start()
-	waitFor(t, "node A's shared level up", func() bool { return metric(t, a, "memosrt_kv_shared_up") == 1 })
-	waitFor(t, "node B's shared level up", func() bool { return metric(t, b, "memosrt_kv_shared_up") == 1 })
+	testutil.WaitFor(t, "node A's shared level up", func() bool { return metric(t, a, "memosrt_kv_shared_up") == 1 })
+	testutil.WaitFor(t, "node B's shared level up", func() bool { return metric(t, b, "memosrt_kv_shared_up") == 1 })
 	gap := `memosrt_kv_shared_total{op="gap"}`
-	waitFor(t, "both nodes to listen for deletions again", func() bool { return metric(t, a, gap) == 1 && metric(t, b, gap) == 1 })
+	testutil.WaitFor(t, "both nodes to listen for deletions again", func() bool { return metric(t, a, gap) == 1 && metric(t, b, gap) == 1 })
 	puts := metric(t, a, put)
 	msgs = story("river")
 	ra, _ = a.generate(t, msgs, false)
-	waitFor(t, "node A's new pack in Redis", func() bool { return metric(t, a, put) > puts })
+	testutil.WaitFor(t, "node A's new pack in Redis", func() bool { return metric(t, a, put) > puts })
 	rb, _ = b.generate(t, msgs, false)
 	if rb.Usage.CachedTokens != rb.Usage.PromptTokens-1 || rb.Text != ra.Text {
 		t.Fatalf("after Redis came back: node B cached %d of %d, %q vs %q", rb.Usage.CachedTokens, rb.Usage.PromptTokens, rb.Text, ra.Text)

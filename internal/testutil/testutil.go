@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
+	"time"
 )
 
 // RunWithMemosrt is the body of a TestMain whose tests run the CLI: it
@@ -61,4 +62,17 @@ func FilesContaining(t testing.TB, dir, s string) []string {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// WaitFor polls cond until it holds, failing t with what after a generous
+// deadline (2 minutes): an event wait, not a timing assertion.
+func WaitFor(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
