@@ -48,7 +48,9 @@ type Options struct {
 	// the node (AES-GCM; 16, 24 or 32 bytes). Nodes sharing a store share
 	// the key; a value that does not open under it is a miss.
 	SharedKey []byte
-	// SharedTimeout bounds each shared-level operation. Default 2 s.
+	// SharedTimeout bounds each shared-level transfer (Put, Blob, Delete).
+	// Default 2 s. Lookups and health checks have their own bound
+	// (sharedLookupTimeout, 250 ms): they are on the request path.
 	SharedTimeout time.Duration
 }
 

@@ -36,8 +36,9 @@ type RedisOptions struct {
 	// Prefix starts every key (default "memosrt:kv:"): nodes sharing packs
 	// use the same one.
 	Prefix string
-	// DialTimeout bounds connecting (default 500 ms): a server that is down
-	// costs a request at most this once per second (see SharedStats.Up).
+	// DialTimeout bounds connecting (default 500 ms). Requests never wait
+	// for a server that is down: the cache's health check finds it down and
+	// back (see SharedStats.Up).
 	DialTimeout time.Duration
 }
 

@@ -128,9 +128,9 @@ type SharedStats struct {
 	Enabled bool  `json:"enabled"`
 	Up      bool  `json:"up"`      // the last operation or health check succeeded
 	Hits    int64 `json:"hits"`    // packs found there (no local copy)
-	Misses  int64 `json:"misses"`  // a record found whose blob was gone (evicted): prefilled
+	Misses  int64 `json:"misses"`  // a record found whose blob was gone (evicted) or does not open under this node's key: prefilled
 	Puts    int64 `json:"puts"`    // packs written there
-	Errors  int64 `json:"errors"`  // failed operations (server down, timeout, unreadable)
+	Errors  int64 `json:"errors"`  // failed operations and health checks (server down, timeout, a refusal such as OOM)
 	Deletes int64 `json:"deletes"` // packs dropped here because a node deleted them
 	Gaps    int64 `json:"gaps"`    // times deletions may have been missed (remote records then forgotten)
 }

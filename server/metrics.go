@@ -98,9 +98,12 @@ func newMetrics(s *Server) *metrics {
 		collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(
 			collectors.GoRuntimeMetricsRule{Matcher: regexp.MustCompile(`^/gc/heap/live:bytes$`)})),
 	)
-	if s.os.Stats().KVShared.Enabled {
+	// the shared level's counters straight from kvcache: OS.Stats also sums
+	// slots and walks the data directory, for each gauge of each scrape
+	shared := s.os.KVCache().SharedStats
+	if shared().Enabled {
 		up := func() float64 {
-			if s.os.Stats().KVShared.Up {
+			if shared().Up {
 				return 1
 			}
 			return 0
@@ -109,7 +112,7 @@ func newMetrics(s *Server) *metrics {
 			return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "memosrt_kv_shared_total", ConstLabels: prometheus.Labels{"op": what},
 				Help: "Shared activation level (--kv-store): packs found there (op=hit), found but evicted (miss), written (put), " +
 					"dropped because a node deleted them (deleted), failed operations (error), times the deletion channel was lost and other nodes' packs were forgotten (gap)."},
-				func() float64 { return float64(f(s.os.Stats().KVShared)) })
+				func() float64 { return float64(f(shared())) })
 		}
 		m.reg.MustRegister(
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "memosrt_kv_shared_up",
