@@ -37,8 +37,12 @@ vet: links
 
 # With the LoCoMo file beside the repo, bench/recall also checks issue 5's bar.
 LOCOMO ?= $(abspath ../shared/data/locomo-dev.json)
+# The text tier's Store tests run a second and third time over PostgreSQL
+# (plain and sealed records; issue 16), where initdb and postgres exist.
 test: links vet
 	MEMOSRT_LOCOMO=$(if $(wildcard $(LOCOMO)),$(LOCOMO)) $(GO) test $(TESTFLAGS) ./...
+	MEMOSRT_TEST_TEXT_STORE=postgres $(GO) test -count=1 $(TESTFLAGS) ./textmem/
+	MEMOSRT_TEST_TEXT_STORE=postgres-sealed $(GO) test -count=1 $(TESTFLAGS) ./textmem/
 
 bench: build
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./bench/...
@@ -58,6 +62,7 @@ bench-decode: links
 bench-shared: links
 	MEMOSRT_BENCH_MODEL=$(if $(wildcard models/1b.gguf),$(CURDIR)/models/1b.gguf,) \
 		$(GO) test -run '^$$' -bench SharedTTFT -benchtime 1x -timeout 30m ./bench/
+	$(GO) test -run '^$$' -bench TextStore -benchtime 200x ./textmem/
 
 # Decode under CPU contention: memosrt's engine vs llama.cpp's own decode
 # loop (threadpool and OpenMP builds) under BUSY `yes` loops (bench/contention.sh).

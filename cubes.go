@@ -2,23 +2,17 @@ package memosrt
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
 	"time"
 
-	bg "github.com/dgraph-io/badger/v4"
-
-	"github.com/memosrt/memosrt/badger"
 	"github.com/memosrt/memosrt/kvcache"
 	"github.com/memosrt/memosrt/scheduler"
 	"github.com/memosrt/memosrt/textmem"
 )
-
-// keyCube is the key prefix of cube records in the data directory:
-// srv/cube/<name> → Cube JSON (the prefix predates the root package).
-const keyCube = "srv/cube/"
 
 // Cube is a memory namespace: one user's, agent's or project's. textmem
 // knows a cube only once it holds a memory; the record lets a cube exist
@@ -32,16 +26,17 @@ type Cube struct {
 
 type cubeRecord = Cube
 
-// cubeRegistry stores cube records. Safe for concurrent use (Badger
-// transactions).
+// cubeRegistry stores cube records in the text tier's Backend (the records
+// of the embedded one are srv/cube/<name> → Cube JSON), so that nodes
+// sharing a text store share their cubes. Safe for concurrent use.
 type cubeRegistry struct {
-	db    *bg.DB
+	be    textmem.Backend
 	store *textmem.Store
 	now   func() time.Time
 }
 
-func openCubes(ctx context.Context, db *badger.DB, store *textmem.Store, now func() time.Time) (*cubeRegistry, error) {
-	c := &cubeRegistry{db: db.Badger(), store: store, now: now}
+func openCubes(ctx context.Context, store *textmem.Store, now func() time.Time) (*cubeRegistry, error) {
+	c := &cubeRegistry{be: store.Backend(), store: store, now: now}
 	if err := c.adopt(ctx); err != nil {
 		return nil, fmt.Errorf("memosrt: cube registry: %w", err)
 	}
@@ -70,17 +65,14 @@ func (c *cubeRegistry) get(ctx context.Context, name string) (cubeRecord, error)
 	if err := ctx.Err(); err != nil {
 		return rec, err
 	}
-	err := c.db.View(func(txn *bg.Txn) error {
-		item, err := txn.Get([]byte(keyCube + name))
-		if errors.Is(err, bg.ErrKeyNotFound) {
-			return fmt.Errorf("%w: %q", ErrUnknownCube, name)
-		}
-		if err != nil {
-			return err
-		}
-		return item.Value(func(v []byte) error { return json.Unmarshal(v, &rec) })
-	})
-	return rec, err
+	v, err := c.be.Record(ctx, name)
+	if errors.Is(err, textmem.ErrNoRecord) {
+		return rec, fmt.Errorf("%w: %q", ErrUnknownCube, name)
+	}
+	if err != nil {
+		return rec, err
+	}
+	return rec, json.Unmarshal(v, &rec)
 }
 
 func (c *cubeRegistry) exists(ctx context.Context, name string) (bool, error) {
@@ -106,40 +98,32 @@ func (c *cubeRegistry) create(ctx context.Context, rec cubeRecord) (cubeRecord, 
 	if err != nil {
 		return rec, err
 	}
-	err = c.db.Update(func(txn *bg.Txn) error {
-		if _, err := txn.Get([]byte(keyCube + rec.Name)); err == nil {
-			return fmt.Errorf("%w: %q", ErrCubeExists, rec.Name)
-		} else if !errors.Is(err, bg.ErrKeyNotFound) {
-			return err
-		}
-		return txn.Set([]byte(keyCube+rec.Name), b)
-	})
+	err = c.be.CreateRecord(ctx, rec.Name, b)
+	if errors.Is(err, textmem.ErrRecordExists) {
+		err = fmt.Errorf("%w: %q", ErrCubeExists, rec.Name)
+	}
 	return rec, err
 }
 
 func (c *cubeRegistry) list(ctx context.Context) ([]cubeRecord, error) {
-	var out []cubeRecord
-	err := c.db.View(func(txn *bg.Txn) error {
-		it := txn.NewIterator(bg.IteratorOptions{Prefix: []byte(keyCube), PrefetchValues: true})
-		defer it.Close()
-		for it.Rewind(); it.Valid(); it.Next() {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			var rec cubeRecord
-			if err := it.Item().Value(func(v []byte) error { return json.Unmarshal(v, &rec) }); err != nil {
-				return err
-			}
-			out = append(out, rec)
+	recs, err := c.be.Records(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]cubeRecord, 0, len(recs))
+	for name, v := range recs {
+		var rec cubeRecord
+		if err := json.Unmarshal(v, &rec); err != nil {
+			return nil, fmt.Errorf("cube record %q: %w", name, err)
 		}
-		return nil
-	})
+		out = append(out, rec)
+	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
-	return out, err
+	return out, nil
 }
 
 func (c *cubeRegistry) remove(ctx context.Context, name string) error {
-	return c.db.Update(func(txn *bg.Txn) error { return txn.Delete([]byte(keyCube + name)) })
+	return c.be.DeleteRecord(ctx, name)
 }
 
 // CreateCube creates an empty cube. Errors: textmem.ErrBadCube for a name
@@ -191,6 +175,44 @@ func (o *OS) deleteCube(ctx context.Context, cube string) error {
 	if err := o.mem.DeleteCube(ctx, cube); err != nil {
 		return err
 	}
+	if err := o.dropCubeState(ctx, cube); err != nil {
+		return err
+	}
+	return o.cubes.remove(ctx, cube)
+}
+
+// TextStoreKey is the key to open Options.TextStore with when the data
+// directory is encrypted with encryptionKey (32 bytes, SHA-256 of a label
+// and the key): every node sharing the store uses the same
+// encryptionKey. Nil for a nil key.
+func TextStoreKey(encryptionKey []byte) []byte {
+	if len(encryptionKey) == 0 {
+		return nil
+	}
+	k := sha256.Sum256(append([]byte("memosrt shared texts\x00"), encryptionKey...))
+	return k[:]
+}
+
+// cubeDeletedElsewhere drops this node's own state of a cube another node
+// sharing the text store deleted: its tier state, packs, pooled sequences,
+// resident packs and access keys (the memories and record are gone with
+// the shared store's). It runs on the store's notice goroutine, so the
+// work is done on another.
+func (o *OS) cubeDeletedElsewhere(cube string) {
+	if !o.ready.Load() || o.enter() != nil {
+		return
+	}
+	go func() {
+		defer o.leave()
+		if err := o.dropCubeState(o.base, cube); err != nil {
+			o.log.Warn("dropping a cube deleted on another node", "cube", cube, "err", err)
+		}
+	}()
+}
+
+// dropCubeState deletes what this node derived from cube, after its
+// memories are deleted.
+func (o *OS) dropCubeState(ctx context.Context, cube string) error {
 	if err := o.tiers.DeleteCube(ctx, cube); err != nil {
 		return err
 	}
@@ -207,10 +229,7 @@ func (o *OS) deleteCube(ctx context.Context, cube string) error {
 		l.pool.forget(cube, l.clearSeq)
 		l.dropResident(cube)
 	})
-	if err := o.deleteKeys(cube); err != nil {
-		return err
-	}
-	return o.cubes.remove(ctx, cube)
+	return o.deleteKeys(cube)
 }
 
 // gen returns cube's deletion count (see OS.gens).

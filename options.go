@@ -11,6 +11,7 @@ import (
 	"github.com/memosrt/memosrt/embed"
 	"github.com/memosrt/memosrt/runtime"
 	"github.com/memosrt/memosrt/scheduler"
+	"github.com/memosrt/memosrt/textmem"
 )
 
 // Options configure an OS. Zero means the default given; DefaultOptions
@@ -34,6 +35,14 @@ type Options struct {
 	// before they leave the node, under a key derived from it: nodes that
 	// share packs use the same key. The caller owns it (Close leaves it open).
 	KVShared kvcache.Shared
+	// TextStore, when set, keeps the text tier (memories, their versions,
+	// vectors and index records) and the cube records there instead of in
+	// the data directory (textmem.OpenPostgres): nodes sharing it see each
+	// other's memories and cubes, each keeping its in-memory indexes
+	// current from the store's change notices (textmem.Watcher). With
+	// EncryptionKey set, open it with TextStoreKey(EncryptionKey). The
+	// caller owns it (Close leaves it open). Default: the data directory.
+	TextStore textmem.Backend
 
 	// Model is the GGUF file to load. Empty opens the OS without a model:
 	// cubes, memories, search and tier state work; Chat, Generate, Warm

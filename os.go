@@ -25,8 +25,9 @@ import (
 // tiers and the scheduler that moves memories between them. Safe for
 // concurrent use; Close releases everything it opened.
 type OS struct {
-	opts Options
-	log  *slog.Logger
+	opts  Options
+	log   *slog.Logger
+	ready atomic.Bool // Open has finished
 
 	db    *badger.DB
 	mem   *textmem.Store
@@ -100,8 +101,13 @@ func Open(ctx context.Context, opts Options) (*OS, error) {
 		return nil, err
 	}
 	now := opts.Clock.Now
-	mo := textmem.Options{Logger: opts.Logger, Now: now, Embedder: opts.Embedder, OnDelete: func(string, string) { o.Kick() }}
-	if o.mem, err = textmem.Open(o.db, mo); err != nil {
+	mo := textmem.Options{Logger: opts.Logger, Now: now, Embedder: opts.Embedder, OnDelete: func(string, string) { o.Kick() },
+		OnCubeDeleted: o.cubeDeletedElsewhere}
+	be := opts.TextStore
+	if be == nil {
+		be = textmem.NewBadgerBackend(o.db)
+	}
+	if o.mem, err = textmem.OpenBackend(be, mo); err != nil {
 		return nil, err
 	}
 	ko := kvcache.Options{RAMBytes: opts.RAMBytes, Logger: opts.Logger, Now: now, Shared: opts.KVShared}
@@ -109,13 +115,16 @@ func Open(ctx context.Context, opts Options) (*OS, error) {
 		k := sha256.Sum256(append([]byte("memosrt shared packs\x00"), opts.EncryptionKey...))
 		ko.SharedKey = k[:]
 	}
+	if opts.TextStore != nil {
+		o.log.Info("text tier in a shared store", "store", fmt.Sprintf("%T", opts.TextStore))
+	}
 	if o.kv, err = kvcache.Open(o.db, ko); err != nil {
 		return nil, err
 	}
 	if o.reg, err = lora.NewRegistry(o.db, lora.RegistryOptions{Logger: opts.Logger}); err != nil {
 		return nil, err
 	}
-	if o.cubes, err = openCubes(ctx, o.db, o.mem, now); err != nil {
+	if o.cubes, err = openCubes(ctx, o.mem, now); err != nil {
 		return nil, err
 	}
 	if o.models, err = newModels(opts); err != nil {
@@ -171,6 +180,7 @@ func Open(ctx context.Context, opts Options) (*OS, error) {
 		go o.loop(lctx)
 	}
 	ok = true
+	o.ready.Store(true)
 	return o, nil
 }
 

@@ -98,6 +98,16 @@ func newMetrics(s *Server) *metrics {
 		collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(
 			collectors.GoRuntimeMetricsRule{Matcher: regexp.MustCompile(`^/gc/heap/live:bytes$`)})),
 	)
+	if up, ok := s.os.TextStore().Backend().(interface{ Up() bool }); ok {
+		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "memosrt_text_store_up",
+			Help: "1 while the shared text store (--text-store) is connected; 0 while it is down (memory writes and searches answer 503)."},
+			func() float64 {
+				if up.Up() {
+					return 1
+				}
+				return 0
+			}))
+	}
 	// the shared level's counters straight from kvcache: OS.Stats also sums
 	// slots and walks the data directory, for each gauge of each scrape
 	shared := s.os.KVCache().SharedStats

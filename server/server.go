@@ -339,6 +339,8 @@ func errStatus(err error) (int, string) {
 		return http.StatusBadRequest, "invalid_request_error"
 	case errors.As(err, &mbe), errors.Is(err, textmem.ErrTooLarge):
 		return http.StatusRequestEntityTooLarge, "invalid_request_error"
+	case errors.Is(err, textmem.ErrUnavailable):
+		return http.StatusServiceUnavailable, "server_error" // the shared text store is down; retry
 	case errors.Is(err, memosrt.ErrBusy):
 		return http.StatusTooManyRequests, "rate_limit_error"
 	case errors.Is(err, memosrt.ErrNoModel), errors.Is(err, ErrClosed), errors.Is(err, memosrt.ErrClosed),

@@ -1,6 +1,9 @@
 // Package textmem is the text tier of memosrt: plaintext memories kept per
-// cube (one user's or agent's namespace) in the shared Badger database under
-// the key prefix t/<cube>/, and found again by retrieval.
+// cube (one user's or agent's namespace) in a Backend, and found again by
+// retrieval. The default Backend is the embedded Badger database (key
+// prefix t/<cube>/, NewBadgerBackend); OpenPostgres keeps the same records
+// in PostgreSQL for several nodes to share, each following the others'
+// commits through LISTEN/NOTIFY (Watcher).
 //
 // A Store (Open) adds, reads, updates (keeping every version, see History)
 // and deletes Memory values, and answers Search with BM25 over an inverted
@@ -27,7 +30,9 @@
 // Options.NewVectorIndex). Vectors are stored next to the texts, tagged
 // with the embedder's Name.
 //
-// A Store is safe for concurrent use. Writes to one cube are serialised;
-// writes to different cubes and all reads run in parallel. Only one Store
-// may be open over a database at a time.
+// A Store is safe for concurrent use. Writes to one cube are serialised
+// within a Store; writes to different cubes and all reads run in parallel.
+// Only one Store may be open over a Badger database at a time; over
+// PostgreSQL any number may, in any processes: their writes are
+// SERIALIZABLE transactions, retried on conflict.
 package textmem

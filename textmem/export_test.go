@@ -1,14 +1,7 @@
 package textmem
 
 import (
-	bg "github.com/dgraph-io/badger/v4"
-
 	"github.com/memosrt/memosrt/badger"
-)
-
-type (
-	bgTxn             = bg.Txn
-	bgIteratorOptions = bg.IteratorOptions
 )
 
 type badgerDB = badger.DB

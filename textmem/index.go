@@ -8,11 +8,12 @@ import (
 
 // cubeIndex is the in-memory image of one cube's persisted index records
 // (d/, p/ and s keys): per-memory metadata, BM25 postings and collection
-// statistics. It is loaded from Badger on first use of the cube and then
-// kept in step with every committed write.
+// statistics. It is loaded from the Backend on first use of the cube and then
+// kept in step with every committed write of this Store (and reloaded after
+// another process's, see Store.changed).
 type cubeIndex struct {
 	// writeMu serialises the writers of this cube: a writer holds it from
-	// before its Badger transaction until the in-memory apply is done, so
+	// before its transaction until the in-memory apply is done, so
 	// that commits and applies happen in the same order. Loading also
 	// holds it.
 	writeMu sync.Mutex
@@ -20,6 +21,7 @@ type cubeIndex struct {
 	// mu guards every field below.
 	mu       sync.RWMutex
 	loaded   bool
+	stale    bool                // another process changed the cube since the load (Watcher)
 	docs     []docEntry          // by doc number; deleted entries have live false
 	lens     []uint32            // by doc number: doc length in terms (dense copy of docs[n].meta.length for the scoring loop)
 	byID     map[string]uint32   // id -> doc number, live docs only
@@ -67,7 +69,7 @@ func (ix *cubeIndex) reset() {
 func (ix *cubeIndex) isLoaded() bool {
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
-	return ix.loaded
+	return ix.loaded && !ix.stale
 }
 
 // addDoc adds a live document; the caller holds mu.

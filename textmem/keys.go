@@ -7,17 +7,16 @@ import (
 	"time"
 )
 
-// Key layout under the text tier prefix t/<cube>/ (see package badger).
-// Cube names cannot contain '/', so the prefix of cube "a" is never a prefix
-// of cube "ab"'s keys.
+// Key layout of a cube's records, relative to the cube (a Backend keeps
+// cubes apart; the Badger one stores cube c's key k at "t/<c>/<k>"):
 //
-//	t/<cube>/m/<id>               current Memory, JSON
-//	t/<cube>/h/<id>/<ver 8 hex>   superseded versions of <id>, JSON
-//	t/<cube>/d/<id>               docMeta: what the index needs per memory
-//	t/<cube>/p/<term>\x00<id>     posting: uvarint term frequency
-//	t/<cube>/x/<content hash>     id of the memory with that content
-//	t/<cube>/v/<id>               embedding vector (see vectors.go)
-//	t/<cube>/s                    cubeStats: analyzer name, doc count, total length
+//	m/<id>               current Memory, JSON
+//	h/<id>/<ver 8 hex>   superseded versions of <id>, JSON
+//	d/<id>               docMeta: what the index needs per memory
+//	p/<term>\x00<id>     posting: uvarint term frequency
+//	x/<content hash>     id of the memory with that content
+//	v/<id>               embedding vector (see vectors.go)
+//	s                    cubeStats: analyzer name, doc count, total length
 const (
 	nsMem   = 'm'
 	nsHist  = 'h'
@@ -28,35 +27,31 @@ const (
 	nsStats = 's'
 )
 
-func cubePrefix(cube string) []byte {
-	return []byte("t/" + cube + "/")
+func nsPrefix(ns byte) []byte {
+	return []byte{ns, '/'}
 }
 
-func nsPrefix(cube string, ns byte) []byte {
-	return append(cubePrefix(cube), ns, '/')
+func nsKey(ns byte, id string) []byte {
+	return append(nsPrefix(ns), id...)
 }
 
-func nsKey(cube string, ns byte, id string) []byte {
-	return append(nsPrefix(cube, ns), id...)
+func histPrefix(id string) []byte {
+	return append(nsKey(nsHist, id), '/')
 }
 
-func histPrefix(cube, id string) []byte {
-	return append(nsKey(cube, nsHist, id), '/')
+func histKey(id string, version int) []byte {
+	return fmt.Appendf(histPrefix(id), "%08x", version)
 }
 
-func histKey(cube, id string, version int) []byte {
-	return fmt.Appendf(histPrefix(cube, id), "%08x", version)
-}
-
-func postKey(cube, term, id string) []byte {
-	k := nsPrefix(cube, nsPost)
+func postKey(term, id string) []byte {
+	k := nsPrefix(nsPost)
 	k = append(k, term...)
 	k = append(k, 0)
 	return append(k, id...)
 }
 
-func statsKey(cube string) []byte {
-	return append(cubePrefix(cube), nsStats)
+func statsKey() []byte {
+	return []byte{nsStats}
 }
 
 // docMeta is what the in-memory index keeps of each memory, persisted so

@@ -87,6 +87,9 @@ func TestTextLimits(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
+			if tc.name == "too-many-terms" && pgServer != nil {
+				t.Skip("a limit of Badger's transactions; PostgreSQL's have none this text reaches")
+			}
 			s, _ := openStore(t, t.TempDir(), tc.opts)
 			if _, err := s.Add(ctx, "c", Memory{Text: tc.text}); !errors.Is(err, tc.want) {
 				t.Fatalf("Add: %v, want %v", err, tc.want)
@@ -104,18 +107,22 @@ func TestTextLimits(t *testing.T) {
 			}
 		})
 	}
-	// exactly the limit is accepted; a 64 KiB word within it too, unless
-	// it is longer than a Badger key can hold
+	// exactly the text limit is accepted; a word as long as the backend's
+	// key limit allows too, one byte more is refused with the limit named
 	s, _ := openStore(t, t.TempDir(), Options{})
 	if _, err := s.Add(ctx, "c", Memory{Text: strings.Repeat("a ", 32<<10)}); err != nil {
 		t.Fatalf("64 KiB: %v", err)
 	}
-	if _, err := s.Add(ctx, "c", Memory{Text: strings.Repeat("b", 64900)}); err != nil {
-		t.Fatalf("a 64 900-byte word: %v", err)
+	word := s.be.MaxKey("c") - len("p/") - 1 - 24 // postKey with a 24-byte id
+	if pgServer == nil && word != 64969 {
+		t.Errorf("Badger takes words up to %d bytes, want 64969", word)
 	}
-	_, err := s.Add(ctx, "c", Memory{Text: strings.Repeat("c", 64<<10)})
-	if !errors.Is(err, ErrTooLarge) || !strings.Contains(err.Error(), "a word of 65536 bytes; the index takes words up to 64969 bytes") {
-		t.Fatalf("a 64 KiB word: %v", err)
+	if _, err := s.Add(ctx, "c", Memory{Text: strings.Repeat("b", word)}); err != nil {
+		t.Fatalf("a %d-byte word: %v", word, err)
+	}
+	_, err := s.Add(ctx, "c", Memory{Text: strings.Repeat("c", word+1)})
+	if want := fmt.Sprintf("a word of %d bytes; the index takes words up to %d bytes", word+1, word); !errors.Is(err, ErrTooLarge) || !strings.Contains(err.Error(), want) {
+		t.Fatalf("a %d-byte word: %v", word+1, err)
 	}
 }
 

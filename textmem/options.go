@@ -56,6 +56,11 @@ type Options struct {
 	// can drop what they derived from it. It runs on the deleting
 	// goroutine and must not call back into the Store. Default: none.
 	OnDelete func(cube, id string)
+
+	// OnCubeDeleted, when set, is called when a Watcher Backend reports
+	// that another process deleted cube (this Store's own DeleteCube
+	// calls OnDelete per memory instead).
+	OnCubeDeleted func(cube string)
 }
 
 // DefaultOptions returns Options with every default filled in.

@@ -231,7 +231,7 @@ func TestDense(t *testing.T) {
 	func() {
 		db := openDB(t, dir)
 		defer db.Close()
-		s, err := Open(db, opts)
+		s, err := OpenBackend(backendFor(t, db, dir), opts)
 		if err != nil {
 			t.Fatal(err)
 		}

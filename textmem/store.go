@@ -15,19 +15,20 @@ import (
 	"sync"
 	"time"
 
-	bg "github.com/dgraph-io/badger/v4"
-
 	"github.com/memosrt/memosrt/badger"
 )
 
-// Store is the text tier over one Badger database. It is safe for
-// concurrent use. Only one Store may be open per database at a time: it
-// keeps an in-memory image of each cube's index that other writers would
-// not update.
+// Store is the text tier over one Backend. It is safe for concurrent use.
+// Over the Badger backend only one Store may be open per database at a
+// time: it keeps an in-memory image of each cube's index that other
+// writers would not update. Over a Backend that is a Watcher (PostgreSQL)
+// any number of Stores, in any processes, may share it: each reloads a
+// cube's index when another commits a change to that cube.
 type Store struct {
-	db   *bg.DB
+	be   Backend
 	opts Options
 	log  *slog.Logger
+	stop func() // ends the Watch; nil without a Watcher
 
 	// mu guards closed, cubes and lastNanos.
 	mu        sync.Mutex
@@ -36,22 +37,63 @@ type Store struct {
 	lastNanos uint64
 }
 
-// Open returns a Store over db. It loads no cube until that cube is first
-// used. The Store does not own db: Close leaves it open.
+// Open returns a Store over the embedded database db (NewBadgerBackend).
+// It loads no cube until that cube is first used. The Store does not own
+// db: Close leaves it open.
 func Open(db *badger.DB, opts Options) (*Store, error) {
 	if db == nil || db.Badger() == nil {
 		return nil, errors.New("textmem: nil database")
+	}
+	return OpenBackend(NewBadgerBackend(db), opts)
+}
+
+// OpenBackend returns a Store over be. When be is a Watcher the Store
+// follows other writers' changes (see Store). The Store does not own be:
+// Close leaves it open.
+func OpenBackend(be Backend, opts Options) (*Store, error) {
+	if be == nil {
+		return nil, errors.New("textmem: nil backend")
 	}
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
 	opts = opts.withDefaults()
-	return &Store{
-		db:    db.Badger(),
+	s := &Store{
+		be:    be,
 		opts:  opts,
 		log:   opts.Logger.With("tier", "text"),
 		cubes: make(map[string]*cubeIndex),
-	}, nil
+	}
+	if w, ok := be.(Watcher); ok {
+		s.stop = w.Watch(s.changed)
+	}
+	return s, nil
+}
+
+// Backend returns the Backend the Store keeps its records in.
+func (s *Store) Backend() Backend { return s.be }
+
+// changed marks the index of c's cube (every cube with c.All) stale, so
+// that its next use reloads it from the Backend; a deleted cube also gets
+// Options.OnCubeDeleted.
+func (s *Store) changed(c Change) {
+	s.mu.Lock()
+	var stale []*cubeIndex
+	for name, ix := range s.cubes {
+		if c.All || name == c.Cube {
+			stale = append(stale, ix)
+		}
+	}
+	s.mu.Unlock()
+	for _, ix := range stale {
+		ix.mu.Lock()
+		ix.stale = true
+		ix.mu.Unlock()
+	}
+	if c.Deleted && c.Cube != "" && s.opts.OnCubeDeleted != nil {
+		s.opts.OnCubeDeleted(c.Cube)
+	}
+	s.log.Debug("text store changed elsewhere", "cube", c.Cube, "all", c.All, "deleted", c.Deleted)
 }
 
 // Close releases the in-memory indexes. Later calls return ErrClosed.
@@ -59,6 +101,10 @@ func Open(db *badger.DB, opts Options) (*Store, error) {
 func (s *Store) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.stop != nil {
+		s.stop()
+		s.stop = nil
+	}
 	s.closed = true
 	s.cubes = nil
 	return nil
@@ -124,19 +170,17 @@ func (s *Store) checkOpen() error {
 func (s *Store) load(ctx context.Context, cube string, ix *cubeIndex) error {
 	var st cubeStats
 	var hasStats bool
-	err := s.db.View(func(txn *bg.Txn) error {
-		item, err := txn.Get(statsKey(cube))
-		if errors.Is(err, bg.ErrKeyNotFound) {
+	err := s.be.View(ctx, cube, func(txn Txn) error {
+		v, err := txn.Get(statsKey())
+		if errors.Is(err, ErrKeyNotFound) {
 			return nil
 		}
 		if err != nil {
 			return err
 		}
 		hasStats = true
-		return item.Value(func(v []byte) error {
-			st, err = decodeStats(v)
-			return err
-		})
+		st, err = decodeStats(v)
+		return err
 	})
 	if err != nil {
 		return fmt.Errorf("textmem: load cube %s: %w", cube, err)
@@ -150,68 +194,50 @@ func (s *Store) load(ctx context.Context, cube string, ix *cubeIndex) error {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	ix.reset()
-	err = s.db.View(func(txn *bg.Txn) error {
+	ix.stale = false // a change committed from now on marks it again
+	err = s.be.View(ctx, cube, func(txn Txn) error {
 		// Docs first, so that postings can map ids to doc numbers.
-		pre := nsPrefix(cube, nsDoc)
-		it := txn.NewIterator(bg.IteratorOptions{Prefix: pre, PrefetchValues: true, PrefetchSize: 256})
-		defer it.Close()
-		for it.Rewind(); it.Valid(); it.Next() {
-			item := it.Item()
-			id := string(item.Key()[len(pre):])
-			err := item.Value(func(v []byte) error {
-				d, err := decodeDocMeta(v)
-				if err != nil {
-					return fmt.Errorf("%w: doc %s", err, id)
-				}
-				ix.addDoc(id, d)
-				return nil
-			})
+		pre := nsPrefix(nsDoc)
+		err := txn.Iterate(pre, false, func(k, v []byte) error {
+			id := string(k[len(pre):])
+			d, err := decodeDocMeta(v)
 			if err != nil {
-				return err
+				return fmt.Errorf("%w: doc %s", err, id)
 			}
+			ix.addDoc(id, d)
 			if len(ix.docs)%4096 == 0 {
-				if err := ctx.Err(); err != nil {
-					return err
-				}
+				return ctx.Err()
 			}
+			return nil
+		})
+		if err != nil {
+			return err
 		}
-		it.Close()
-
-		pre = nsPrefix(cube, nsPost)
-		it = txn.NewIterator(bg.IteratorOptions{Prefix: pre, PrefetchValues: false})
-		defer it.Close()
+		pre = nsPrefix(nsPost)
 		count := 0
-		for it.Rewind(); it.Valid(); it.Next() {
-			item := it.Item()
-			k := item.Key()[len(pre):]
+		err = txn.Iterate(pre, false, func(k, v []byte) error {
+			k = k[len(pre):]
 			z := bytes.IndexByte(k, 0)
 			if z < 0 {
 				return fmt.Errorf("%w: posting key %q", errCorrupt, k)
 			}
 			n, ok := ix.byID[string(k[z+1:])]
 			if !ok {
-				continue // posting of a doc whose record is gone; ignore
+				return nil // posting of a doc whose record is gone; ignore
 			}
-			var tf uint64
-			err := item.Value(func(v []byte) error {
-				var m int
-				tf, m = binary.Uvarint(v)
-				if m <= 0 {
-					return fmt.Errorf("%w: posting value", errCorrupt)
-				}
-				return nil
-			})
-			if err != nil {
-				return err
+			tf, m := binary.Uvarint(v)
+			if m <= 0 {
+				return fmt.Errorf("%w: posting value", errCorrupt)
 			}
 			ix.addPosting(string(k[:z]), n, int(tf))
 			if count++; count%65536 == 0 {
-				if err := ctx.Err(); err != nil {
-					return err
-				}
+				return ctx.Err()
 			}
+			return nil
+		})
+		if err != nil {
+			return err
 		}
-		it.Close()
 		return s.loadVectors(txn, cube, ix)
 	})
 	if err != nil {
@@ -241,121 +267,100 @@ func (s *Store) load(ctx context.Context, cube string, ix *cubeIndex) error {
 // writeMu.
 func (s *Store) rebuild(ctx context.Context, cube string) error {
 	for _, ns := range []byte{nsPost, nsDoc} {
-		if err := s.dropPrefix(ctx, nsPrefix(cube, ns)); err != nil {
-			return err
+		if err := s.be.DeletePrefix(ctx, cube, nsPrefix(ns)); err != nil {
+			return fmt.Errorf("textmem: rebuild cube %s: %w", cube, err)
 		}
 	}
-	wb := s.db.NewWriteBatch()
-	defer wb.Cancel()
 	var st cubeStats
 	st.analyzer = s.opts.Analyzer.Name()
-	err := s.scanMemories(ctx, cube, func(m Memory) error {
-		tf, dl := termFreqs(s.opts.Analyzer, m.Text)
-		if err := wb.Set(nsKey(cube, nsDoc, m.ID), metaOf(m, dl).encode()); err != nil {
-			return err
-		}
-		for t, c := range tf {
-			if err := wb.Set(postKey(cube, t, m.ID), binary.AppendUvarint(nil, uint64(c))); err != nil {
+	err := s.be.Bulk(ctx, cube, func(put func(k, v []byte) error) error {
+		err := s.scanMemories(ctx, cube, func(m Memory) error {
+			tf, dl := termFreqs(s.opts.Analyzer, m.Text)
+			if err := put(nsKey(nsDoc, m.ID), metaOf(m, dl).encode()); err != nil {
 				return err
 			}
+			for t, c := range tf {
+				if err := put(postKey(t, m.ID), binary.AppendUvarint(nil, uint64(c))); err != nil {
+					return err
+				}
+			}
+			st.docs++
+			st.totalLen += uint64(dl)
+			return nil
+		})
+		if err != nil {
+			return err
 		}
-		st.docs++
-		st.totalLen += uint64(dl)
-		return nil
+		return put(statsKey(), st.encode())
 	})
-	if err == nil {
-		err = wb.Set(statsKey(cube), st.encode())
-	}
-	if err == nil {
-		err = wb.Flush()
-	}
 	if err != nil {
 		return fmt.Errorf("textmem: rebuild cube %s: %w", cube, err)
 	}
 	return nil
 }
 
-// dropPrefix deletes every key with prefix pre, in batches.
-func (s *Store) dropPrefix(ctx context.Context, pre []byte) error {
-	for {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		var keys [][]byte
-		err := s.db.View(func(txn *bg.Txn) error {
-			it := txn.NewIterator(bg.IteratorOptions{Prefix: pre})
-			defer it.Close()
-			for it.Rewind(); it.Valid() && len(keys) < 10000; it.Next() {
-				keys = append(keys, it.Item().KeyCopy(nil))
-			}
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-		if len(keys) == 0 {
-			return nil
-		}
-		wb := s.db.NewWriteBatch()
-		for _, k := range keys {
-			if err := wb.Delete(k); err != nil {
-				wb.Cancel()
-				return err
-			}
-		}
-		if err := wb.Flush(); err != nil {
-			return err
-		}
-	}
-}
-
 // scanMemories calls fn with every current memory of cube, in id order.
 func (s *Store) scanMemories(ctx context.Context, cube string, fn func(Memory) error) error {
-	return s.db.View(func(txn *bg.Txn) error {
-		pre := nsPrefix(cube, nsMem)
-		it := txn.NewIterator(bg.IteratorOptions{Prefix: pre, PrefetchValues: true, PrefetchSize: 256})
-		defer it.Close()
+	return s.be.View(ctx, cube, func(txn Txn) error {
 		i := 0
-		for it.Rewind(); it.Valid(); it.Next() {
+		return txn.Iterate(nsPrefix(nsMem), false, func(k, v []byte) error {
 			if i++; i%1024 == 0 {
 				if err := ctx.Err(); err != nil {
 					return err
 				}
 			}
 			var m Memory
-			if err := it.Item().Value(func(v []byte) error { return json.Unmarshal(v, &m) }); err != nil {
-				return fmt.Errorf("textmem: memory %s: %w", it.Item().Key(), err)
+			if err := json.Unmarshal(v, &m); err != nil {
+				return fmt.Errorf("textmem: memory %s: %w", k, err)
 			}
-			if err := fn(m); err != nil {
-				return err
-			}
-		}
-		return nil
+			return fn(m)
+		})
 	})
 }
 
-func getMemory(txn *bg.Txn, cube, id string) (Memory, error) {
+func getMemory(txn Txn, cube, id string) (Memory, error) {
 	var m Memory
 	if !validID(id) {
 		return m, fmt.Errorf("%w: %q", ErrNotFound, id)
 	}
-	item, err := txn.Get(nsKey(cube, nsMem, id))
-	if errors.Is(err, bg.ErrKeyNotFound) {
+	v, err := txn.Get(nsKey(nsMem, id))
+	if errors.Is(err, ErrKeyNotFound) {
 		return m, fmt.Errorf("%w: %s in cube %s", ErrNotFound, id, cube)
 	}
 	if err != nil {
 		return m, err
 	}
-	err = item.Value(func(v []byte) error { return json.Unmarshal(v, &m) })
+	err = json.Unmarshal(v, &m)
 	return m, err
 }
 
-func setJSON(txn *bg.Txn, key []byte, v any) error {
+func setJSON(txn Txn, key []byte, v any) error {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return err
 	}
 	return txn.Set(key, b)
+}
+
+// addStats adds docs and length (either may be negative) to cube's stored
+// statistics inside txn: read in the transaction, so that writers on
+// other nodes (whose in-memory indexes this one does not see) conflict
+// instead of overwriting each other's counts.
+func (s *Store) addStats(txn Txn, docs, length int64) error {
+	st := cubeStats{analyzer: s.opts.Analyzer.Name()}
+	v, err := txn.Get(statsKey())
+	switch {
+	case err == nil:
+		old, err := decodeStats(v)
+		if err == nil && old.analyzer == st.analyzer {
+			st = old
+		}
+	case !errors.Is(err, ErrKeyNotFound):
+		return err
+	}
+	st.docs = uint64(max(int64(st.docs)+docs, 0))
+	st.totalLen = uint64(max(int64(st.totalLen)+length, 0))
+	return txn.Set(statsKey(), st.encode())
 }
 
 // Add stores m in cube and returns it as stored. m.Text is required;
@@ -439,36 +444,28 @@ func (s *Store) add(ctx context.Context, cube string, m Memory, keep bool) (Memo
 	tf, dl := termFreqs(s.opts.Analyzer, m.Text)
 	meta := metaOf(m, dl)
 
-	ix.mu.RLock()
-	st := cubeStats{analyzer: s.opts.Analyzer.Name(), docs: uint64(ix.live) + 1, totalLen: uint64(ix.totalLen) + uint64(dl)}
-	ix.mu.RUnlock()
-
 	near := near{}
 	if !keep {
 		near = s.nearCandidate(ix, m, tf, vec)
 	}
 	var dup *Memory
 	var merged *rewrite
-	err = s.db.Update(func(txn *bg.Txn) error {
+	err = s.be.Update(ctx, cube, func(txn Txn) error {
 		dup, merged = nil, nil
-		hk := nsKey(cube, nsHash, contentHash(m.Text, m.EventTime))
+		hk := nsKey(nsHash, contentHash(m.Text, m.EventTime))
 		if keep {
-			switch _, err := txn.Get(nsKey(cube, nsMem, m.ID)); {
+			switch _, err := txn.Get(nsKey(nsMem, m.ID)); {
 			case err == nil:
 				return fmt.Errorf("%w: %s", ErrIDExists, m.ID)
-			case !errors.Is(err, bg.ErrKeyNotFound):
+			case !errors.Is(err, ErrKeyNotFound):
 				return err
 			}
 		}
-		item, err := txn.Get(hk)
+		id, err := txn.Get(hk)
 		switch {
 		case keep:
 			// an archive's memories stand as they are: no duplicate check
 		case err == nil:
-			var id []byte
-			if id, err = item.ValueCopy(nil); err != nil {
-				return err
-			}
 			old, err := getMemory(txn, cube, string(id))
 			if err == nil {
 				dup = &old
@@ -478,7 +475,7 @@ func (s *Store) add(ctx context.Context, cube string, m Memory, keep bool) (Memo
 				return err
 			}
 			// A stale duplicate key: overwrite it below.
-		case !errors.Is(err, bg.ErrKeyNotFound):
+		case !errors.Is(err, ErrKeyNotFound):
 			return err
 		}
 		for _, nid := range near.ids {
@@ -502,14 +499,14 @@ func (s *Store) add(ctx context.Context, cube string, m Memory, keep bool) (Memo
 				return nil
 			}
 		}
-		if err := setJSON(txn, nsKey(cube, nsMem, m.ID), m); err != nil {
+		if err := setJSON(txn, nsKey(nsMem, m.ID), m); err != nil {
 			return err
 		}
-		if err := txn.Set(nsKey(cube, nsDoc, m.ID), meta.encode()); err != nil {
+		if err := txn.Set(nsKey(nsDoc, m.ID), meta.encode()); err != nil {
 			return err
 		}
 		for t, c := range tf {
-			if err := txn.Set(postKey(cube, t, m.ID), binary.AppendUvarint(nil, uint64(c))); err != nil {
+			if err := txn.Set(postKey(t, m.ID), binary.AppendUvarint(nil, uint64(c))); err != nil {
 				return err
 			}
 		}
@@ -517,13 +514,13 @@ func (s *Store) add(ctx context.Context, cube string, m Memory, keep bool) (Memo
 			return err
 		}
 		if vec != nil {
-			if err := txn.Set(nsKey(cube, nsVec, m.ID), encodeVector(s.opts.Embedder.Name(), vec)); err != nil {
+			if err := txn.Set(nsKey(nsVec, m.ID), encodeVector(s.opts.Embedder.Name(), vec)); err != nil {
 				return err
 			}
 		}
-		return txn.Set(statsKey(cube), st.encode())
+		return s.addStats(txn, 1, int64(dl))
 	})
-	if errors.Is(err, bg.ErrTxnTooBig) {
+	if errors.Is(err, ErrTxnTooBig) {
 		err = fmt.Errorf("%w: %d distinct index terms do not fit one transaction (%v)", ErrTooLarge, len(tf), err)
 	}
 	if err != nil {
@@ -541,12 +538,14 @@ func (s *Store) add(ctx context.Context, cube string, m Memory, keep bool) (Memo
 		return merged.cur, nil
 	}
 	ix.mu.Lock()
-	n := ix.addDoc(m.ID, meta)
-	for t, c := range tf {
-		ix.addPosting(t, n, c)
-	}
-	if vec != nil && ix.vec != nil {
-		ix.vec.Add(n, vec)
+	if _, ok := ix.byID[m.ID]; !ok {
+		n := ix.addDoc(m.ID, meta)
+		for t, c := range tf {
+			ix.addPosting(t, n, c)
+		}
+		if vec != nil && ix.vec != nil {
+			ix.vec.Add(n, vec)
+		}
 	}
 	ix.mu.Unlock()
 	return m, nil
@@ -564,7 +563,7 @@ func (s *Store) Get(ctx context.Context, cube, id string) (Memory, error) {
 		return Memory{}, err
 	}
 	var m Memory
-	err := s.db.View(func(txn *bg.Txn) error {
+	err := s.be.View(ctx, cube, func(txn Txn) error {
 		var err error
 		m, err = getMemory(txn, cube, id)
 		return err
@@ -642,7 +641,7 @@ func (s *Store) Patch(ctx context.Context, cube, id string, p Patch) (Memory, er
 		return Memory{}, err
 	}
 	var rw rewrite
-	err = s.db.Update(func(txn *bg.Txn) error {
+	err = s.be.Update(ctx, cube, func(txn Txn) error {
 		old, err := getMemory(txn, cube, id)
 		if err != nil {
 			return err
@@ -670,7 +669,7 @@ func (s *Store) Patch(ctx context.Context, cube, id string, p Patch) (Memory, er
 		if errors.Is(err, ErrNotFound) || errors.Is(err, ErrInvalidUTF8) {
 			return Memory{}, err
 		}
-		if errors.Is(err, bg.ErrTxnTooBig) {
+		if errors.Is(err, ErrTxnTooBig) {
 			err = fmt.Errorf("%w: %d distinct index terms do not fit one transaction (%v)", ErrTooLarge, len(rw.newTF), err)
 		}
 		return Memory{}, fmt.Errorf("textmem: update %s in cube %s: %w", id, cube, err)
@@ -701,8 +700,8 @@ func (rw rewrite) apply(ix *cubeIndex) {
 // of old inside txn: old goes to history, next gets Version+1 and Updated
 // now, postings, doc record, duplicate key, vector and stats follow. The
 // caller holds ix.writeMu.
-func (s *Store) rewriteTxn(txn *bg.Txn, ix *cubeIndex, old, next Memory, vec []float32) (rewrite, error) {
-	cube, id := old.Cube, old.ID
+func (s *Store) rewriteTxn(txn Txn, ix *cubeIndex, old, next Memory, vec []float32) (rewrite, error) {
+	id := old.ID
 	next.Version = old.Version + 1
 	next.Updated = s.opts.Now().UTC()
 	rw := rewrite{cur: next, vec: vec}
@@ -710,67 +709,59 @@ func (s *Store) rewriteTxn(txn *bg.Txn, ix *cubeIndex, old, next Memory, vec []f
 	rw.oldTF, oldDL = termFreqs(s.opts.Analyzer, old.Text)
 	rw.newTF, dl = termFreqs(s.opts.Analyzer, next.Text)
 	rw.meta = metaOf(next, dl)
-	if err := setJSON(txn, histKey(cube, id, old.Version), old); err != nil {
+	if err := setJSON(txn, histKey(id, old.Version), old); err != nil {
 		return rw, err
 	}
-	if err := setJSON(txn, nsKey(cube, nsMem, id), next); err != nil {
+	if err := setJSON(txn, nsKey(nsMem, id), next); err != nil {
 		return rw, err
 	}
-	if err := txn.Set(nsKey(cube, nsDoc, id), rw.meta.encode()); err != nil {
+	if err := txn.Set(nsKey(nsDoc, id), rw.meta.encode()); err != nil {
 		return rw, err
 	}
 	for t := range rw.oldTF {
 		if _, ok := rw.newTF[t]; !ok {
-			if err := txn.Delete(postKey(cube, t, id)); err != nil {
+			if err := txn.Delete(postKey(t, id)); err != nil {
 				return rw, err
 			}
 		}
 	}
 	for t, c := range rw.newTF {
-		if err := txn.Set(postKey(cube, t, id), binary.AppendUvarint(nil, uint64(c))); err != nil {
+		if err := txn.Set(postKey(t, id), binary.AppendUvarint(nil, uint64(c))); err != nil {
 			return rw, err
 		}
 	}
-	if err := s.moveHash(txn, cube, id, old, next); err != nil {
+	if err := s.moveHash(txn, id, old, next); err != nil {
 		return rw, err
 	}
 	if vec != nil {
-		if err := txn.Set(nsKey(cube, nsVec, id), encodeVector(s.opts.Embedder.Name(), vec)); err != nil {
+		if err := txn.Set(nsKey(nsVec, id), encodeVector(s.opts.Embedder.Name(), vec)); err != nil {
 			return rw, err
 		}
 	}
-	ix.mu.RLock()
-	st := cubeStats{analyzer: s.opts.Analyzer.Name(), docs: uint64(ix.live),
-		totalLen: uint64(ix.totalLen - int64(oldDL) + int64(dl))}
-	ix.mu.RUnlock()
-	return rw, txn.Set(statsKey(cube), st.encode())
+	return rw, s.addStats(txn, 0, int64(dl)-int64(oldDL))
 }
 
 // moveHash points the duplicate key at cur's content, dropping old's key
 // if it was this memory's. A content already owned by another memory keeps
 // its owner.
-func (s *Store) moveHash(txn *bg.Txn, cube, id string, old, cur Memory) error {
-	if err := s.dropHash(txn, cube, id, old); err != nil {
+func (s *Store) moveHash(txn Txn, id string, old, cur Memory) error {
+	if err := s.dropHash(txn, id, old); err != nil {
 		return err
 	}
-	hk := nsKey(cube, nsHash, contentHash(cur.Text, cur.EventTime))
+	hk := nsKey(nsHash, contentHash(cur.Text, cur.EventTime))
 	_, err := txn.Get(hk)
-	if errors.Is(err, bg.ErrKeyNotFound) {
+	if errors.Is(err, ErrKeyNotFound) {
 		return txn.Set(hk, []byte(id))
 	}
 	return err
 }
 
-func (s *Store) dropHash(txn *bg.Txn, cube, id string, m Memory) error {
-	hk := nsKey(cube, nsHash, contentHash(m.Text, m.EventTime))
-	item, err := txn.Get(hk)
-	if errors.Is(err, bg.ErrKeyNotFound) {
+func (s *Store) dropHash(txn Txn, id string, m Memory) error {
+	hk := nsKey(nsHash, contentHash(m.Text, m.EventTime))
+	v, err := txn.Get(hk)
+	if errors.Is(err, ErrKeyNotFound) {
 		return nil
 	}
-	if err != nil {
-		return err
-	}
-	v, err := item.ValueCopy(nil)
 	if err != nil {
 		return err
 	}
@@ -793,19 +784,22 @@ func (s *Store) History(ctx context.Context, cube, id string) ([]Memory, error) 
 		return nil, err
 	}
 	var out []Memory
-	err := s.db.View(func(txn *bg.Txn) error {
+	err := s.be.View(ctx, cube, func(txn Txn) error {
+		out = nil
 		cur, err := getMemory(txn, cube, id)
 		if err != nil {
 			return err
 		}
-		it := txn.NewIterator(bg.IteratorOptions{Prefix: histPrefix(cube, id), PrefetchValues: true})
-		defer it.Close()
-		for it.Rewind(); it.Valid(); it.Next() {
+		err = txn.Iterate(histPrefix(id), false, func(_, v []byte) error {
 			var m Memory
-			if err := it.Item().Value(func(v []byte) error { return json.Unmarshal(v, &m) }); err != nil {
+			if err := json.Unmarshal(v, &m); err != nil {
 				return err
 			}
 			out = append(out, m)
+			return nil
+		})
+		if err != nil {
+			return err
 		}
 		out = append(out, cur)
 		return nil
@@ -830,7 +824,7 @@ func (s *Store) Delete(ctx context.Context, cube, id string) error {
 		return err
 	}
 	var tf map[string]int
-	err = s.db.Update(func(txn *bg.Txn) error {
+	err = s.be.Update(ctx, cube, func(txn Txn) error {
 		old, err := getMemory(txn, cube, id)
 		if err != nil {
 			return err
@@ -838,34 +832,32 @@ func (s *Store) Delete(ctx context.Context, cube, id string) error {
 		var dl int
 		tf, dl = termFreqs(s.opts.Analyzer, old.Text)
 		for t := range tf {
-			if err := txn.Delete(postKey(cube, t, id)); err != nil {
+			if err := txn.Delete(postKey(t, id)); err != nil {
 				return err
 			}
 		}
-		for _, k := range [][]byte{nsKey(cube, nsMem, id), nsKey(cube, nsDoc, id), nsKey(cube, nsVec, id)} {
+		for _, k := range [][]byte{nsKey(nsMem, id), nsKey(nsDoc, id), nsKey(nsVec, id)} {
 			if err := txn.Delete(k); err != nil {
 				return err
 			}
 		}
-		it := txn.NewIterator(bg.IteratorOptions{Prefix: histPrefix(cube, id)})
 		var hist [][]byte
-		for it.Rewind(); it.Valid(); it.Next() {
-			hist = append(hist, it.Item().KeyCopy(nil))
+		err = txn.Iterate(histPrefix(id), true, func(k, _ []byte) error {
+			hist = append(hist, k)
+			return nil
+		})
+		if err != nil {
+			return err
 		}
-		it.Close()
 		for _, k := range hist {
 			if err := txn.Delete(k); err != nil {
 				return err
 			}
 		}
-		if err := s.dropHash(txn, cube, id, old); err != nil {
+		if err := s.dropHash(txn, id, old); err != nil {
 			return err
 		}
-		ix.mu.RLock()
-		st := cubeStats{analyzer: s.opts.Analyzer.Name(), docs: uint64(ix.live - 1),
-			totalLen: uint64(ix.totalLen - int64(dl))}
-		ix.mu.RUnlock()
-		return txn.Set(statsKey(cube), st.encode())
+		return s.addStats(txn, -1, -int64(dl))
 	})
 	if err != nil {
 		if errors.Is(err, ErrNotFound) {
@@ -888,31 +880,13 @@ func (s *Store) Cubes(ctx context.Context) ([]string, error) {
 	if err := s.checkOpen(); err != nil {
 		return nil, err
 	}
+	all, err := s.be.Cubes(ctx, nsPrefix(nsMem))
 	out := []string{}
-	err := s.db.View(func(txn *bg.Txn) error {
-		it := txn.NewIterator(bg.IteratorOptions{Prefix: []byte("t/")})
-		defer it.Close()
-		for it.Rewind(); it.Valid(); {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			k := it.Item().Key()[2:]
-			slash := bytes.IndexByte(k, '/')
-			if slash <= 0 {
-				it.Next()
-				continue
-			}
-			cube := string(k[:slash])
-			mem := nsPrefix(cube, nsMem)
-			it.Seek(mem)
-			if it.Valid() && bytes.HasPrefix(it.Item().Key(), mem) && ValidCube(cube) {
-				out = append(out, cube)
-			}
-			// '0' is the byte after '/': the first key past "t/<cube>/...".
-			it.Seek([]byte("t/" + cube + "0"))
+	for _, c := range all {
+		if ValidCube(c) {
+			out = append(out, c)
 		}
-		return nil
-	})
+	}
 	if err != nil {
 		return nil, fmt.Errorf("textmem: cubes: %w", err)
 	}
@@ -943,9 +917,9 @@ func (s *Store) DeleteCube(ctx context.Context, cube string) error {
 		}
 	}
 	ix.mu.RUnlock()
-	err = s.dropPrefix(ctx, nsPrefix(cube, nsMem))
+	err = s.be.DeletePrefix(ctx, cube, nsPrefix(nsMem))
 	if err == nil {
-		err = s.dropPrefix(ctx, cubePrefix(cube))
+		err = s.be.DeletePrefix(ctx, cube, nil)
 	}
 	ix.mu.Lock()
 	ix.reset()

@@ -28,7 +28,9 @@ func clock() func() time.Time {
 	}
 }
 
-// openStore opens a Store over a real Badger database in dir and closes
+// openStore opens a Store over a real Badger database in dir (with
+// MEMOSRT_TEST_TEXT_STORE=postgres or postgres-sealed, over a PostgreSQL
+// database of its own for dir, see TestMain) and closes
 // both at the end of the test, checking Close.
 func openStore(t testing.TB, dir string, opts Options) (*Store, *badger.DB) {
 	t.Helper()
@@ -39,7 +41,11 @@ func openStore(t testing.TB, dir string, opts Options) (*Store, *badger.DB) {
 	if opts.Now == nil {
 		opts.Now = clock()
 	}
-	s, err := Open(db, opts)
+	var be Backend = NewBadgerBackend(db)
+	if pgServer != nil {
+		be = openPostgresFor(t, dir)
+	}
+	s, err := OpenBackend(be, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -317,7 +323,7 @@ func TestReopen(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		s, err := Open(db, Options{Now: clock()})
+		s, err := OpenBackend(backendFor(t, db, dir), Options{Now: clock()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -384,7 +390,7 @@ func TestAnalyzerChangeRebuilds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	plain, err := Open(db, Options{Analyzer: PlainAnalyzer{}})
+	plain, err := OpenBackend(backendFor(t, db, dir), Options{Analyzer: PlainAnalyzer{}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -479,18 +485,16 @@ func TestDelete(t *testing.T) {
 	if !slices.Equal(deleted, want) {
 		t.Errorf("OnDelete calls %v, want %v", deleted, want)
 	}
-	// Nothing of the cube is left in Badger.
+	// Nothing of the cube is left in the backend.
 	n := 0
-	err := s.db.View(func(txn *bgTxn) error {
-		it := txn.NewIterator(bgIteratorOptions{Prefix: []byte("t/c/")})
-		defer it.Close()
-		for it.Rewind(); it.Valid(); it.Next() {
+	err := s.be.View(ctx, "c", func(txn Txn) error {
+		return txn.Iterate(nil, true, func(k, _ []byte) error {
 			n++
-		}
-		return nil
+			return nil
+		})
 	})
 	if err != nil || n != 0 {
-		t.Errorf("%d keys left under t/c/ (%v)", n, err)
+		t.Errorf("%d keys of cube c left (%v)", n, err)
 	}
 }
 

@@ -7,7 +7,6 @@ import (
 	"math"
 	"sort"
 
-	bg "github.com/dgraph-io/badger/v4"
 	"github.com/viterin/vek/vek32"
 
 	"github.com/memosrt/memosrt/embed"
@@ -178,36 +177,32 @@ func (s *Store) vectorIndexMaker() func() VectorIndex {
 // loadVectors reads the stored vectors of cube made by the current
 // Embedder into ix; vectors of other embedders are ignored (and replaced
 // when their memory is next written). The caller holds ix.mu.
-func (s *Store) loadVectors(txn *bg.Txn, cube string, ix *cubeIndex) error {
+func (s *Store) loadVectors(txn Txn, cube string, ix *cubeIndex) error {
 	if ix.vec == nil {
 		return nil
 	}
 	name, dim := s.opts.Embedder.Name(), s.opts.Embedder.Dim()
-	pre := nsPrefix(cube, nsVec)
-	it := txn.NewIterator(bg.IteratorOptions{Prefix: pre, PrefetchValues: true, PrefetchSize: 256})
-	defer it.Close()
+	pre := nsPrefix(nsVec)
 	skipped := 0
-	for it.Rewind(); it.Valid(); it.Next() {
-		id := string(it.Item().Key()[len(pre):])
+	err := txn.Iterate(pre, false, func(k, b []byte) error {
+		id := string(k[len(pre):])
 		n, ok := ix.byID[id]
 		if !ok {
-			continue
-		}
-		err := it.Item().Value(func(b []byte) error {
-			vn, v, err := decodeVector(b)
-			if err != nil {
-				return fmt.Errorf("%w: vector %s", err, id)
-			}
-			if vn != name || len(v) != dim {
-				skipped++
-				return nil
-			}
-			ix.vec.Add(n, v)
 			return nil
-		})
-		if err != nil {
-			return err
 		}
+		vn, v, err := decodeVector(b)
+		if err != nil {
+			return fmt.Errorf("%w: vector %s", err, id)
+		}
+		if vn != name || len(v) != dim {
+			skipped++
+			return nil
+		}
+		ix.vec.Add(n, v)
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	if skipped > 0 {
 		s.log.Warn("vectors of another embedder ignored", "cube", cube, "n", skipped, "embedder", name)

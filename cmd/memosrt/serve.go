@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/memosrt/memosrt/kvcache"
+	"github.com/memosrt/memosrt/textmem"
 
 	"github.com/spf13/cobra"
 
@@ -59,6 +60,7 @@ func newServeCmd() *cobra.Command {
 	ollamaModel := fs.String("ollama-model", "", "upstream `MODEL` (--backend ollama)")
 	embedFlag := fs.String("embed", "model", "embeddings for /api/embed and /v1/embeddings (`EMBEDDER`): model (the loaded model, mean-pooled), hash[:DIM] or ollama:MODEL")
 	kvStore := fs.String("kv-store", "", "share the activation tier with other nodes through Redis at `URL` (redis://HOST:PORT/DB): packs one node computes restore on every node (default: this node's data directory only)")
+	textStore := fs.String("text-store", "", "keep memories and cubes in PostgreSQL at `URL` (postgres://USER:PASS@HOST:PORT/DB), shared with other nodes: a memory added on one is found on every one (default: this node's data directory)")
 	chatTemplate := fs.String("chat-template", "", "chat `TEMPLATE` (text or llama.cpp built-in name such as chatml); default: the model's")
 	ef := addEngineFlags(fs)
 	mf := addModelsFlags(fs)
@@ -88,7 +90,7 @@ func newServeCmd() *cobra.Command {
 			token: token, insecure: insecure, name: name, maxQueue: maxQueue, numPredict: numPredict, noPersist: noPersist,
 			minPersist: minPersist, adapterBudget: adapterBudget, convBudget: convBudget, tickEvery: tickEvery, kvBudget: kvBudget,
 			gcEvery: gcEvery, shutdownTimeout: shutdownTimeout, debugClock: debugClock, backend: backend, ollamaHost: ollamaHost,
-			ollamaModel: ollamaModel, embedFlag: embedFlag, chatTemplate: chatTemplate, kvStore: kvStore})
+			ollamaModel: ollamaModel, embedFlag: embedFlag, chatTemplate: chatTemplate, kvStore: kvStore, textStore: textStore})
 	}
 	return c
 }
@@ -99,7 +101,7 @@ type serveFlags struct {
 	ef                                                                  engineFlags
 	mf                                                                  modelsFlags
 	addr, token, name, backend, ollamaHost, ollamaModel, embedFlag      *string
-	chatTemplate, kvStore                                               *string
+	chatTemplate, kvStore, textStore                                    *string
 	parallel, resident, residentCells, maxQueue, numPredict, minPersist *int
 	adapterBudget, convBudget, kvBudget                                 *int64
 	tickEvery, gcEvery, shutdownTimeout                                 *time.Duration
@@ -112,7 +114,7 @@ func serve(ctx context.Context, f serveFlags) error {
 	name, maxQueue, numPredict, noPersist, minPersist := f.name, f.maxQueue, f.numPredict, f.noPersist, f.minPersist
 	adapterBudget, convBudget, tickEvery, kvBudget, gcEvery := f.adapterBudget, f.convBudget, f.tickEvery, f.kvBudget, f.gcEvery
 	shutdownTimeout, debugClock, backend, ollamaHost, ollamaModel := f.shutdownTimeout, f.debugClock, f.backend, f.ollamaHost, f.ollamaModel
-	embedFlag, chatTemplate, kvStore := f.embedFlag, f.chatTemplate, f.kvStore
+	embedFlag, chatTemplate, kvStore, textStore := f.embedFlag, f.chatTemplate, f.kvStore, f.textStore
 	if err := checkListen(*addr, *token, *insecure); err != nil {
 		return err
 	}
@@ -182,6 +184,19 @@ func serve(ctx context.Context, f serveFlags) error {
 			log.Warn("--kv-store not answering; sharing starts when it does", "err", err)
 		}
 		opts.KVShared = r
+	}
+	if *textStore != "" {
+		if !strings.HasPrefix(*textStore, "postgres://") && !strings.HasPrefix(*textStore, "postgresql://") {
+			return fmt.Errorf("--text-store %q: want a postgres:// URL", *textStore)
+		}
+		pg, err := textmem.OpenPostgres(ctx, *textStore, textmem.PostgresOptions{Key: memosrt.TextStoreKey(opts.EncryptionKey), Logger: log})
+		if err != nil {
+			// serve needs the store at start (its tables, the key check);
+			// once running it rides out outages
+			return fmt.Errorf("--text-store: %w", err)
+		}
+		defer pg.Close()
+		opts.TextStore = pg
 	}
 	o, err := memosrt.Open(ctx, opts)
 	if err != nil {

@@ -9,10 +9,13 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/memosrt/memosrt"
 	"github.com/memosrt/memosrt/internal/testmodels"
 	"github.com/memosrt/memosrt/internal/testutil"
+	"github.com/memosrt/memosrt/kvcache"
+	"github.com/memosrt/memosrt/textmem"
 )
 
 // generate sends one chat turn of msgs through POST /v1/generate.
@@ -135,4 +138,114 @@ func TestTwoNodesShareKV(t *testing.T) {
 	if r, code := b.generate(t, story("sea"), false); code != http.StatusOK || r.Text == "" {
 		t.Fatalf("node B after node A was killed: %d", code)
 	}
+}
+
+// Two serve processes sharing one PostgreSQL (and one Redis): a cube and
+// memory added on node A are found on node B, node B's chat retrieves the
+// memory, a cube deleted on A is gone on B; with PostgreSQL killed memory
+// writes answer 503 and plain chats 200, and once it is back both nodes
+// write and read again with nothing acknowledged lost.
+func TestTwoNodesShareText(t *testing.T) {
+	pg := testutil.StartPostgres(t)
+	redis := testutil.StartRedis(t, 0)
+	url := pg.CreateDB()
+	// an unknown database can never work: serve says so and exits
+	out, err := runCLI(t, "serve", "--db", t.TempDir(), "--model", testmodels.Stories(t), "--addr", "127.0.0.1:0",
+		"--text-store", pg.URL("nosuchdb"))
+	if err == nil || !strings.Contains(out, "--text-store") || !strings.Contains(out, "nosuchdb") {
+		t.Fatalf("serve with an unknown database: %v\n%s", err, out)
+	}
+	a := startServe(t, t.TempDir(), nil, "--text-store", url, "--kv-store", redis.URL())
+	b := startServe(t, t.TempDir(), nil, "--text-store", url, "--kv-store", redis.URL())
+	if metric(t, a, "memosrt_text_store_up") != 1 || metric(t, b, "memosrt_text_store_up") != 1 {
+		t.Fatal("text store not up on both nodes")
+	}
+
+	if code := a.call(t, "POST", "/v1/cubes", map[string]any{"name": "alice", "description": "Alice's memories"}, nil); code != http.StatusCreated {
+		t.Fatalf("create cube on A: %d", code)
+	}
+	var cube memosrt.Cube
+	if code := b.call(t, "GET", "/v1/cubes/alice", nil, &cube); code != http.StatusOK || cube.Description != "Alice's memories" {
+		t.Fatalf("cube on B: %d %+v", code, cube)
+	}
+	search := func(p *serveProc, q string) (int, []textmem.Hit) {
+		var r struct{ Hits []textmem.Hit }
+		code := p.call(t, "POST", "/v1/cubes/alice/search", map[string]any{"query": q}, &r)
+		return code, r.Hits
+	}
+	if code, hits := search(b, "lighthouse"); code != http.StatusOK || len(hits) != 0 {
+		t.Fatalf("empty cube on B: %d %v", code, hits)
+	}
+	var m textmem.Memory
+	if code := a.call(t, "POST", "/v1/cubes/alice/memories", map[string]any{"text": "Alice keeps the old lighthouse by the bay"}, &m); code != http.StatusCreated {
+		t.Fatalf("add on A: %d", code)
+	}
+	added := time.Now()
+	testutil.WaitFor(t, "node B to find node A's memory", func() bool {
+		code, hits := search(b, "lighthouse")
+		return code == http.StatusOK && len(hits) == 1 && hits[0].Memory.ID == m.ID
+	})
+	t.Logf("node B found node A's memory %v after the add answered", time.Since(added).Round(time.Millisecond))
+	r := b.chat(t, "alice", "Tell me about the lighthouse", false)
+	if r.Retrieved != 1 {
+		t.Fatalf("node B's chat carried %d memories, want node A's one", r.Retrieved)
+	}
+
+	// PostgreSQL killed: memory writes and searches 503, chats without a
+	// cube 200
+	pg.Kill()
+	if code := b.call(t, "POST", "/v1/cubes/alice/memories", map[string]any{"text": "written while the store is down"}, nil); code != http.StatusServiceUnavailable {
+		t.Fatalf("add with PostgreSQL down: %d, want 503", code)
+	}
+	if code, _ := search(a, "lighthouse"); code != http.StatusServiceUnavailable {
+		t.Fatalf("search with PostgreSQL down: %d, want 503", code)
+	}
+	if r, code := b.generate(t, story("meadow"), false); code != http.StatusOK || r.Text == "" {
+		t.Fatalf("chat with PostgreSQL down: %d", code)
+	}
+	in := map[string]any{"cube": "alice", "messages": []map[string]string{{"role": "user", "content": "the lighthouse"}}, "num_predict": 8}
+	if code := b.call(t, "POST", "/v1/generate", in, nil); code != http.StatusServiceUnavailable {
+		t.Fatalf("chat on a cube with PostgreSQL down: %d, want 503", code)
+	}
+	testutil.WaitFor(t, "node B's /metrics to say the text store is down", func() bool { return metric(t, b, "memosrt_text_store_up") == 0 })
+	pg.Start()
+	testutil.WaitFor(t, "node B's text store up again", func() bool { return metric(t, b, "memosrt_text_store_up") == 1 })
+	testutil.WaitFor(t, "node B to write again", func() bool {
+		return b.call(t, "POST", "/v1/cubes/alice/memories", map[string]any{"text": "Alice repainted the lighthouse red"}, nil) == http.StatusCreated
+	})
+	testutil.WaitFor(t, "node A to find both memories", func() bool {
+		code, hits := search(a, "lighthouse")
+		return code == http.StatusOK && len(hits) == 2
+	})
+
+	// the cube deleted on A is gone on B, with the packs node B made of it
+	var list struct{ Cubes []memosrt.Cube }
+	if code := b.call(t, "GET", "/v1/cubes", nil, &list); code != http.StatusOK || len(list.Cubes) != 1 || list.Cubes[0].Name != "alice" {
+		t.Fatalf("cubes on B: %d %+v", code, list)
+	}
+	alicePacks := func(p *serveProc) int {
+		var r struct{ Packs []kvcache.Info }
+		p.call(t, "GET", "/v1/packs", nil, &r)
+		n := 0
+		for _, k := range r.Packs {
+			if !k.Remote && strings.HasSuffix(k.Label, "alice") {
+				n++
+			}
+		}
+		return n
+	}
+	testutil.WaitFor(t, "node B's conversation pack of cube alice", func() bool { return alicePacks(b) >= 1 })
+	if code := a.call(t, "DELETE", "/v1/cubes/alice", nil, nil); code != http.StatusNoContent && code != http.StatusOK {
+		t.Fatalf("delete cube on A: %d", code)
+	}
+	if code := b.call(t, "GET", "/v1/cubes/alice", nil, nil); code != http.StatusNotFound {
+		t.Fatalf("cube on B after delete on A: %d, want 404", code)
+	}
+	if code, _ := search(b, "lighthouse"); code != http.StatusNotFound {
+		t.Fatalf("search on B after delete on A: %d, want 404", code)
+	}
+	if code := b.call(t, "GET", "/v1/cubes", nil, &list); code != http.StatusOK || len(list.Cubes) != 0 {
+		t.Fatalf("cubes on B after delete on A: %d %+v", code, list)
+	}
+	testutil.WaitFor(t, "node B to drop its packs of the deleted cube", func() bool { return alicePacks(b) == 0 })
 }

@@ -14,3 +14,12 @@ func DieWithParent(cmd *exec.Cmd) {
 	}
 	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
 }
+
+// runAs makes cmd run as uid and gid (a root test starting PostgreSQL,
+// which refuses to run as root).
+func runAs(cmd *exec.Cmd, uid, gid uint32) {
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uid, Gid: gid}
+}

@@ -1,0 +1,252 @@
+package textmem
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+
+	bg "github.com/dgraph-io/badger/v4"
+
+	"github.com/memosrt/memosrt/badger"
+)
+
+// keyRecord is the key prefix of cube registry records in the Badger
+// database: srv/cube/<name> (the prefix predates this package's Backend).
+const keyRecord = "srv/cube/"
+
+// badgerBackend keeps cube c's key k at "t/<c>/<k>" (cube names cannot
+// contain '/', so cube "a"'s keys never share a prefix with cube "ab"'s).
+type badgerBackend struct{ db *bg.DB }
+
+// NewBadgerBackend returns the Backend over the embedded database db, the
+// default of Open. db stays the caller's to close.
+func NewBadgerBackend(db *badger.DB) Backend { return badgerBackend{db: db.Badger()} }
+
+func cubeKeyPrefix(cube string) []byte { return []byte("t/" + cube + "/") }
+
+type badgerTxn struct {
+	txn *bg.Txn
+	pre []byte
+}
+
+func (t badgerTxn) key(k []byte) []byte {
+	return append(append(make([]byte, 0, len(t.pre)+len(k)), t.pre...), k...)
+}
+
+func (t badgerTxn) Get(k []byte) ([]byte, error) {
+	item, err := t.txn.Get(t.key(k))
+	if errors.Is(err, bg.ErrKeyNotFound) {
+		return nil, ErrKeyNotFound
+	}
+	if err != nil {
+		return nil, err
+	}
+	return item.ValueCopy(nil)
+}
+
+func (t badgerTxn) Set(k, v []byte) error {
+	err := t.txn.Set(t.key(k), v)
+	if errors.Is(err, bg.ErrTxnTooBig) {
+		return fmt.Errorf("%w: %v", ErrTxnTooBig, err)
+	}
+	return err
+}
+
+func (t badgerTxn) Delete(k []byte) error {
+	err := t.txn.Delete(t.key(k))
+	if errors.Is(err, bg.ErrTxnTooBig) {
+		return fmt.Errorf("%w: %v", ErrTxnTooBig, err)
+	}
+	return err
+}
+
+func (t badgerTxn) Iterate(prefix []byte, keysOnly bool, fn func(k, v []byte) error) error {
+	pre := t.key(prefix)
+	it := t.txn.NewIterator(bg.IteratorOptions{Prefix: pre, PrefetchValues: !keysOnly, PrefetchSize: 256})
+	defer it.Close()
+	for it.Rewind(); it.Valid(); it.Next() {
+		item := it.Item()
+		k := item.KeyCopy(nil)[len(t.pre):]
+		var v []byte
+		if !keysOnly {
+			var err error
+			if v, err = item.ValueCopy(nil); err != nil {
+				return err
+			}
+		}
+		if err := fn(k, v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (b badgerBackend) View(ctx context.Context, cube string, fn func(Txn) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return b.db.View(func(txn *bg.Txn) error { return fn(badgerTxn{txn: txn, pre: cubeKeyPrefix(cube)}) })
+}
+
+func (b badgerBackend) Update(ctx context.Context, cube string, fn func(Txn) error) error {
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		err := b.db.Update(func(txn *bg.Txn) error { return fn(badgerTxn{txn: txn, pre: cubeKeyPrefix(cube)}) })
+		if errors.Is(err, bg.ErrConflict) {
+			continue
+		}
+		if errors.Is(err, bg.ErrTxnTooBig) && !errors.Is(err, ErrTxnTooBig) {
+			err = fmt.Errorf("%w: %v", ErrTxnTooBig, err)
+		}
+		return err
+	}
+}
+
+func (b badgerBackend) Bulk(ctx context.Context, cube string, fn func(put func(k, v []byte) error) error) error {
+	wb := b.db.NewWriteBatch()
+	defer wb.Cancel()
+	pre := cubeKeyPrefix(cube)
+	err := fn(func(k, v []byte) error {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		return wb.Set(append(append([]byte(nil), pre...), k...), v)
+	})
+	if err != nil {
+		return err
+	}
+	return wb.Flush()
+}
+
+func (b badgerBackend) DeletePrefix(ctx context.Context, cube string, prefix []byte) error {
+	pre := append(cubeKeyPrefix(cube), prefix...)
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		var keys [][]byte
+		err := b.db.View(func(txn *bg.Txn) error {
+			it := txn.NewIterator(bg.IteratorOptions{Prefix: pre})
+			defer it.Close()
+			for it.Rewind(); it.Valid() && len(keys) < 10000; it.Next() {
+				keys = append(keys, it.Item().KeyCopy(nil))
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		if len(keys) == 0 {
+			return nil
+		}
+		wb := b.db.NewWriteBatch()
+		for _, k := range keys {
+			if err := wb.Delete(k); err != nil {
+				wb.Cancel()
+				return err
+			}
+		}
+		if err := wb.Flush(); err != nil {
+			return err
+		}
+	}
+}
+
+func (b badgerBackend) Cubes(ctx context.Context, prefix []byte) ([]string, error) {
+	var out []string
+	err := b.db.View(func(txn *bg.Txn) error {
+		it := txn.NewIterator(bg.IteratorOptions{Prefix: []byte("t/")})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			k := it.Item().Key()[2:]
+			slash := bytes.IndexByte(k, '/')
+			if slash <= 0 {
+				it.Next()
+				continue
+			}
+			cube := string(k[:slash])
+			want := append(cubeKeyPrefix(cube), prefix...)
+			it.Seek(want)
+			if it.Valid() && bytes.HasPrefix(it.Item().Key(), want) {
+				out = append(out, cube)
+			}
+			// '0' is the byte after '/': the first key past "t/<cube>/...".
+			it.Seek([]byte("t/" + cube + "0"))
+		}
+		return nil
+	})
+	return out, err
+}
+
+func (b badgerBackend) Record(ctx context.Context, cube string) ([]byte, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	var v []byte
+	err := b.db.View(func(txn *bg.Txn) error {
+		item, err := txn.Get([]byte(keyRecord + cube))
+		if errors.Is(err, bg.ErrKeyNotFound) {
+			return ErrNoRecord
+		}
+		if err != nil {
+			return err
+		}
+		v, err = item.ValueCopy(nil)
+		return err
+	})
+	return v, err
+}
+
+func (b badgerBackend) CreateRecord(ctx context.Context, cube string, rec []byte) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	for {
+		err := b.db.Update(func(txn *bg.Txn) error {
+			if _, err := txn.Get([]byte(keyRecord + cube)); err == nil {
+				return ErrRecordExists
+			} else if !errors.Is(err, bg.ErrKeyNotFound) {
+				return err
+			}
+			return txn.Set([]byte(keyRecord+cube), rec)
+		})
+		if !errors.Is(err, bg.ErrConflict) {
+			return err
+		}
+	}
+}
+
+func (b badgerBackend) Records(ctx context.Context) (map[string][]byte, error) {
+	out := map[string][]byte{}
+	err := b.db.View(func(txn *bg.Txn) error {
+		it := txn.NewIterator(bg.IteratorOptions{Prefix: []byte(keyRecord), PrefetchValues: true})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			v, err := it.Item().ValueCopy(nil)
+			if err != nil {
+				return err
+			}
+			out[string(it.Item().Key()[len(keyRecord):])] = v
+		}
+		return nil
+	})
+	return out, err
+}
+
+func (b badgerBackend) DeleteRecord(ctx context.Context, cube string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return b.db.Update(func(txn *bg.Txn) error { return txn.Delete([]byte(keyRecord + cube)) })
+}
+
+func (b badgerBackend) MaxKey(cube string) int { return badgerMaxKey - len(cubeKeyPrefix(cube)) }

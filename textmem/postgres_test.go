@@ -1,0 +1,268 @@
+package textmem
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/memosrt/memosrt/internal/testutil"
+)
+
+func openPG(t testing.TB, url string, key []byte, opts Options) (*Store, *Postgres) {
+	t.Helper()
+	p, err := OpenPostgres(context.Background(), url, PostgresOptions{Key: key, Timeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	s, err := OpenBackend(p, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		s.Close()
+		p.Close()
+	})
+	return s, p
+}
+
+// TestPostgresTwoNodes: two Stores (two nodes) over one database see each
+// other's adds, updates, deletes and cube deletes through LISTEN/NOTIFY.
+func TestPostgresTwoNodes(t *testing.T) {
+	for _, sealed := range []bool{false, true} {
+		t.Run(fmt.Sprintf("sealed=%v", sealed), func(t *testing.T) {
+			ctx := context.Background()
+			srv := testutil.StartPostgres(t)
+			url := srv.CreateDB()
+			var key []byte
+			if sealed {
+				key = testKey
+			}
+			a, _ := openPG(t, url, key, Options{})
+			var mu sync.Mutex
+			var gone []string
+			b, _ := openPG(t, url, key, Options{OnCubeDeleted: func(c string) {
+				mu.Lock()
+				gone = append(gone, c)
+				mu.Unlock()
+			}})
+			// B loads the cube first, so that it must hear A's add.
+			if h, err := b.Search(ctx, "c", "ukulele", 5); err != nil || len(h) != 0 {
+				t.Fatalf("empty cube: %v %v", h, err)
+			}
+			m := mustAdd(t, a, "c", Memory{Text: "Caroline plays the ukulele on Sundays"})
+			start := time.Now()
+			testutil.WaitFor(t, "B finds A's memory", func() bool {
+				h, err := b.Search(ctx, "c", "ukulele", 5)
+				return err == nil && len(h) == 1 && h[0].Memory.ID == m.ID
+			})
+			t.Logf("B found A's memory %v after the add returned (BenchmarkPostgresPropagation measures it)", time.Since(start))
+			if _, err := b.Update(ctx, "c", m.ID, "Caroline plays the banjo on Sundays"); err != nil {
+				t.Fatal(err)
+			}
+			testutil.WaitFor(t, "A sees B's update", func() bool {
+				h, err := a.Search(ctx, "c", "banjo", 5)
+				u, _ := a.Search(ctx, "c", "ukulele", 5)
+				return err == nil && len(h) == 1 && h[0].Memory.Version == 2 && len(u) == 0
+			})
+			if hist, err := a.History(ctx, "c", m.ID); err != nil || len(hist) != 2 || hist[0].Text != m.Text {
+				t.Fatalf("history on A: %+v %v", hist, err)
+			}
+			if err := a.Delete(ctx, "c", m.ID); err != nil {
+				t.Fatal(err)
+			}
+			testutil.WaitFor(t, "B drops A's delete", func() bool {
+				h, err := b.Search(ctx, "c", "banjo", 5)
+				return err == nil && len(h) == 0
+			})
+			mustAdd(t, a, "c", Memory{Text: "a memory of cube c"})
+			mustAdd(t, a, "d", Memory{Text: "a memory of cube d"})
+			if cs, err := b.Cubes(ctx); err != nil || !slices.Equal(cs, []string{"c", "d"}) {
+				t.Fatalf("cubes on B: %v %v", cs, err)
+			}
+			if err := a.DeleteCube(ctx, "c"); err != nil {
+				t.Fatal(err)
+			}
+			testutil.WaitFor(t, "B hears the cube delete", func() bool {
+				mu.Lock()
+				defer mu.Unlock()
+				return slices.Equal(gone, []string{"c"})
+			})
+			if l, err := b.List(ctx, "c"); err != nil || len(l) != 0 {
+				t.Fatalf("cube c on B after delete: %v %v", l, err)
+			}
+			if h, err := b.Search(ctx, "c", "memory", 5); err != nil || len(h) != 0 {
+				t.Fatalf("cube c searched on B after delete: %v %v", h, err)
+			}
+			if cs, err := b.Cubes(ctx); err != nil || !slices.Equal(cs, []string{"d"}) {
+				t.Fatalf("cubes on B after delete: %v %v", cs, err)
+			}
+		})
+	}
+}
+
+// TestPostgresConcurrentNodes: two nodes writing one cube at once keep
+// exact counts: every distinct memory once, identical ones once, and the
+// stored statistics equal to the records.
+func TestPostgresConcurrentNodes(t *testing.T) {
+	ctx := context.Background()
+	srv := testutil.StartPostgres(t)
+	url := srv.CreateDB()
+	a, _ := openPG(t, url, nil, Options{NearDuplicate: -1})
+	b, _ := openPG(t, url, nil, Options{NearDuplicate: -1})
+	const per = 12
+	var wg sync.WaitGroup
+	errs := make(chan error, 4*per)
+	for i, s := range []*Store{a, b} {
+		for j := range per {
+			wg.Add(2)
+			go func() {
+				defer wg.Done()
+				_, err := s.Add(ctx, "c", Memory{Text: fmt.Sprintf("node %d wrote distinct memory number %d", i, j)})
+				errs <- err
+			}()
+			go func() {
+				defer wg.Done()
+				_, err := s.Add(ctx, "c", Memory{Text: fmt.Sprintf("both nodes wrote shared memory %d", j)})
+				errs <- err
+			}()
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, s := range []*Store{a, b} {
+		l, err := s.List(ctx, "c")
+		if err != nil || len(l) != 3*per {
+			t.Fatalf("list: %d memories (%v), want %d", len(l), err, 3*per)
+		}
+	}
+	var st cubeStats
+	err := a.be.View(ctx, "c", func(txn Txn) error {
+		v, err := txn.Get(statsKey())
+		if err == nil {
+			st, err = decodeStats(v)
+		}
+		return err
+	})
+	if err != nil || st.docs != 3*per {
+		t.Fatalf("stored stats: %+v %v, want %d docs", st, err, 3*per)
+	}
+	testutil.WaitFor(t, "both indexes hold every memory", func() bool {
+		ha, _ := a.Search(ctx, "c", "shared memory", 100)
+		hb, _ := b.Search(ctx, "c", "distinct memory", 100)
+		return len(ha) == 3*per && len(hb) == 3*per
+	})
+}
+
+// TestPostgresSealed: with a Key no row holds a text, a word, a cube name
+// or an id in the clear; another key, or none, is refused.
+func TestPostgresSealed(t *testing.T) {
+	ctx := context.Background()
+	srv := testutil.StartPostgres(t)
+	url := srv.CreateDB()
+	s, _ := openPG(t, url, testKey, Options{})
+	m := mustAdd(t, s, "secretcube", Memory{Text: "the password is marmalade", Tags: []string{"hush"}})
+	if _, err := s.Update(ctx, "secretcube", m.ID, "the password is gooseberry"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.be.CreateRecord(ctx, "secretcube", []byte(`{"name":"secretcube"}`)); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	rows, err := conn.Query(ctx, `SELECT cube::bytea, k, v FROM memosrt_text
+		UNION ALL SELECT tag::bytea, name, coalesce(record, '') FROM memosrt_text_cubes`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for rows.Next() {
+		var c, k, v []byte
+		if err := rows.Scan(&c, &k, &v); err != nil {
+			t.Fatal(err)
+		}
+		n++
+		for _, secret := range []string{"marmalade", "gooseberry", "password", "secretcube", "hush", m.ID} {
+			for _, b := range [][]byte{c, k, v} {
+				if bytes.Contains(b, []byte(secret)) {
+					t.Errorf("%q in the clear in row (%x, %x)", secret, c, k)
+				}
+			}
+		}
+	}
+	if rows.Err() != nil || n < 5 {
+		t.Fatalf("%d rows read (%v)", n, rows.Err())
+	}
+	other := bytes.Repeat([]byte{7}, 32)
+	for _, key := range [][]byte{other, nil} {
+		if _, err := OpenPostgres(ctx, url, PostgresOptions{Key: key}); !errors.Is(err, ErrWrongKey) {
+			t.Errorf("key %x: %v, want ErrWrongKey", key, err)
+		}
+	}
+	// the same key reads everything back
+	s2, _ := openPG(t, url, testKey, Options{})
+	h, err := s2.Search(ctx, "secretcube", "gooseberry", 5)
+	if err != nil || len(h) != 1 || h[0].Memory.Text != "the password is gooseberry" {
+		t.Fatalf("search with the key: %v %v", h, err)
+	}
+	if hist, err := s2.History(ctx, "secretcube", m.ID); err != nil || len(hist) != 2 || hist[0].Text != m.Text {
+		t.Fatalf("history with the key: %v %v", hist, err)
+	}
+	if cs, err := s2.Cubes(ctx); err != nil || !slices.Equal(cs, []string{"secretcube"}) {
+		t.Fatalf("cubes with the key: %v %v", cs, err)
+	}
+}
+
+// TestPostgresDown: with the server killed writes and reads fail with
+// ErrUnavailable and lose nothing acknowledged; when it is back the same
+// Store works again and hears the other node again.
+func TestPostgresDown(t *testing.T) {
+	ctx := context.Background()
+	srv := testutil.StartPostgres(t)
+	url := srv.CreateDB()
+	a, pa := openPG(t, url, nil, Options{})
+	b, _ := openPG(t, url, nil, Options{})
+	kept := mustAdd(t, a, "c", Memory{Text: "written before the crash"})
+	if h, err := b.Search(ctx, "c", "crash", 5); err != nil || len(h) != 1 {
+		t.Fatalf("before: %v %v", h, err)
+	}
+	srv.Kill()
+	if _, err := a.Add(ctx, "c", Memory{Text: "written while down"}); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("add while down: %v, want ErrUnavailable", err)
+	}
+	if _, err := a.Search(ctx, "c", "crash", 5); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("search while down: %v, want ErrUnavailable", err)
+	}
+	testutil.WaitFor(t, "the listener reports down", func() bool { return !pa.Up() })
+	srv.Start()
+	testutil.WaitFor(t, "the listener reconnects", pa.Up)
+	testutil.WaitFor(t, "adds work again", func() bool {
+		_, err := a.Add(ctx, "c", Memory{Text: "written after the restart"})
+		return err == nil
+	})
+	testutil.WaitFor(t, "B finds it", func() bool {
+		h, err := b.Search(ctx, "c", "restart", 5)
+		return err == nil && len(h) == 1
+	})
+	l, err := b.List(ctx, "c")
+	if err != nil || len(l) != 2 || l[0].ID != kept.ID {
+		t.Fatalf("after restart: %+v %v", l, err)
+	}
+}
