@@ -72,7 +72,9 @@ type Change struct {
 }
 
 // Txn is one transaction of a Backend over one cube. Values returned by
-// Get and passed to Iterate's fn are the caller's to keep.
+// Get are the caller's to keep; the key and value Iterate passes to fn are
+// valid only until fn returns (Badger's own buffers: a cube's index loads
+// without a copy per posting), so fn copies what it keeps.
 type Txn interface {
 	// Get returns the value of key; ErrKeyNotFound if there is none.
 	Get(key []byte) ([]byte, error)

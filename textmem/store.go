@@ -843,7 +843,7 @@ func (s *Store) Delete(ctx context.Context, cube, id string) error {
 		}
 		var hist [][]byte
 		err = txn.Iterate(histPrefix(id), true, func(k, _ []byte) error {
-			hist = append(hist, k)
+			hist = append(hist, bytes.Clone(k))
 			return nil
 		})
 		if err != nil {
