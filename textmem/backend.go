@@ -66,9 +66,17 @@ type Watcher interface {
 
 // Change is one committed change seen by a Watcher.
 type Change struct {
-	Cube    string // the cube changed; empty with All
-	Deleted bool   // the cube was deleted
-	All     bool   // changes may have been missed: treat every cube as changed
+	Cube    string   // the cube changed; empty with All
+	IDs     []string // when set, the memories changed (added, updated or deleted): nothing else of the cube did
+	Deleted bool     // the cube was deleted
+	All     bool     // changes may have been missed: treat every cube as changed
+}
+
+// Toucher is a Txn that tells other processes which memories a
+// transaction changed (Change.IDs), so that they re-read those instead of
+// reloading the whole cube. Store calls Touch for every memory it writes.
+type Toucher interface {
+	Touch(id string)
 }
 
 // Txn is one transaction of a Backend over one cube. Values returned by

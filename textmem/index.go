@@ -21,7 +21,8 @@ type cubeIndex struct {
 	// mu guards every field below.
 	mu       sync.RWMutex
 	loaded   bool
-	stale    bool                // another process changed the cube since the load (Watcher)
+	stale    bool                // another process changed the cube since the load (Watcher): reload
+	pending  map[string]bool     // ids another process changed since the load: re-read those
 	docs     []docEntry          // by doc number; deleted entries have live false
 	lens     []uint32            // by doc number: doc length in terms (dense copy of docs[n].meta.length for the scoring loop)
 	byID     map[string]uint32   // id -> doc number, live docs only
@@ -69,7 +70,23 @@ func (ix *cubeIndex) reset() {
 func (ix *cubeIndex) isLoaded() bool {
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
-	return ix.loaded && !ix.stale
+	return ix.loaded && !ix.stale && len(ix.pending) == 0
+}
+
+// termsOf returns the terms of doc n with their frequencies by scanning
+// every posting (O(postings of the cube)): for a doc another process
+// changed, whose old text this process never saw. The caller holds mu.
+func (ix *cubeIndex) termsOf(n uint32) map[string]int {
+	out := map[string]int{}
+	for t, p := range ix.terms {
+		for i, d := range p.docs {
+			if d == n {
+				out[t] = int(p.tfs[i])
+				break
+			}
+		}
+	}
+	return out
 }
 
 // addDoc adds a live document; the caller holds mu.

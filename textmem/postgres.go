@@ -8,6 +8,7 @@ import (
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
@@ -267,16 +268,55 @@ func (p *Postgres) follow(ctx context.Context, conn *pgx.Conn) {
 	}
 }
 
+// payload is the NOTIFY payload of a transaction of op ('c' or 'd') over
+// tag: "<node> d <tag>" for a deleted cube; "<node> m <tag> <ids>" when
+// it changed only the memories it touched (ids comma-separated, sealed
+// and base64'd with Key, at most 64 of them); else "<node> c <tag>", or
+// nothing when it wrote nothing.
+func (p *Postgres) payload(op byte, tag string, t *pgTxn) string {
+	switch {
+	case op == 0:
+		return ""
+	case op == 'd':
+		return p.node + " d " + tag
+	case !t.wrote && op == 'c' && len(t.touched) == 0:
+		return "" // read only: a duplicate Add
+	case len(t.touched) > 0 && len(t.touched) <= 64:
+		ids := strings.Join(t.touched, ",")
+		if p.aead != nil {
+			ids = base64.RawURLEncoding.EncodeToString(p.seal([]byte(tag+"\x00ids"), []byte(ids)))
+		}
+		return p.node + " m " + tag + " " + ids
+	}
+	return p.node + " c " + tag
+}
+
 func (p *Postgres) notify(payload string) {
 	f := strings.Fields(payload)
-	if len(f) != 3 || f[0] == p.node {
+	if len(f) < 3 || f[0] == p.node {
 		return
 	}
 	name, ok := p.names.Load(f[2])
 	if !ok {
 		return // a cube this process never used: nothing of it is loaded
 	}
-	p.deliver(Change{Cube: name.(string), Deleted: f[1] == "d"})
+	c := Change{Cube: name.(string), Deleted: f[1] == "d"}
+	if f[1] == "m" && len(f) == 4 {
+		ids := []byte(f[3])
+		if p.aead != nil {
+			b, err := base64.RawURLEncoding.DecodeString(f[3])
+			if err == nil {
+				ids, err = p.open([]byte(f[2]+"\x00ids"), b)
+			}
+			if err != nil {
+				ids = nil // unreadable: reload the whole cube
+			}
+		}
+		if len(ids) > 0 {
+			c.IDs = strings.Split(string(ids), ",")
+		}
+	}
+	p.deliver(c)
 }
 
 func (p *Postgres) deliver(c Change) {
@@ -450,9 +490,19 @@ type pgTxn struct {
 	tx      pgx.Tx
 	tag     string
 	pending *pgx.Batch
+	wrote   bool     // a write was queued
+	touched []string // memories changed (Touch)
+}
+
+// Touch implements Toucher.
+func (t *pgTxn) Touch(id string) {
+	if !slices.Contains(t.touched, id) {
+		t.touched = append(t.touched, id)
+	}
 }
 
 func (t *pgTxn) queue(sql string, args ...any) {
+	t.wrote = true
 	if t.pending == nil {
 		t.pending = &pgx.Batch{}
 	}
@@ -654,8 +704,8 @@ func (p *Postgres) txn(ctx context.Context, cube string, iso pgx.TxIsoLevel, not
 			if err := t.flush(); err != nil {
 				return err
 			}
-			if notify != 0 {
-				if _, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, pgChannel, p.node+" "+string(notify)+" "+tag); err != nil {
+			if payload := p.payload(notify, tag, t); payload != "" {
+				if _, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, pgChannel, payload); err != nil {
 					return unavailable(err)
 				}
 			}
@@ -734,6 +784,7 @@ func (p *Postgres) DeletePrefix(ctx context.Context, cube string, prefix []byte)
 		op = 'd'
 	}
 	return p.txn(ctx, cube, pgx.ReadCommitted, op, func(t *pgTxn) error {
+		t.wrote = true
 		pre := p.physKey(t.tag, prefix)
 		var err error
 		if end := prefixEnd(pre); end != nil {

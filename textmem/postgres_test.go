@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"testing"
@@ -264,5 +265,119 @@ func TestPostgresDown(t *testing.T) {
 	l, err := b.List(ctx, "c")
 	if err != nil || len(l) != 2 || l[0].ID != kept.ID {
 		t.Fatalf("after restart: %+v %v", l, err)
+	}
+}
+
+// indexImage is what a cube's in-memory index holds, by memory id: each
+// live doc's length and each term's (id, tf) postings.
+func indexImage(t *testing.T, s *Store, cube string) (docs map[string]uint32, posts map[string]map[string]uint16, live int, total int64) {
+	t.Helper()
+	ix, err := s.index(context.Background(), cube)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	docs = map[string]uint32{}
+	for id, n := range ix.byID {
+		docs[id] = ix.docs[n].meta.length
+	}
+	posts = map[string]map[string]uint16{}
+	for term, p := range ix.terms {
+		m := map[string]uint16{}
+		for i, n := range p.docs {
+			m[ix.docs[n].id] = p.tfs[i]
+		}
+		posts[term] = m
+	}
+	return docs, posts, ix.live, ix.totalLen
+}
+
+// TestPostgresIndexesAgree: after two nodes add, update and delete
+// memories of one cube at once, each node's index (kept current from the
+// other's notices, memory by memory) equals one loaded afresh.
+func TestPostgresIndexesAgree(t *testing.T) {
+	for _, sealed := range []bool{false, true} {
+		t.Run(fmt.Sprintf("sealed=%v", sealed), func(t *testing.T) {
+			ctx := context.Background()
+			srv := testutil.StartPostgres(t)
+			url := srv.CreateDB()
+			var key []byte
+			if sealed {
+				key = testKey
+			}
+			a, _ := openPG(t, url, key, Options{NearDuplicate: -1})
+			b, _ := openPG(t, url, key, Options{NearDuplicate: -1})
+			for _, s := range []*Store{a, b} {
+				if _, err := s.Search(ctx, "c", "x", 1); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var wg sync.WaitGroup
+			done := make(chan struct{})
+			var readers sync.WaitGroup
+			for _, s := range []*Store{a, b} {
+				// each node also searches all along, so that it applies
+				// the other's notices a few at a time, to memories it has
+				readers.Add(1)
+				go func() {
+					defer readers.Done()
+					for {
+						select {
+						case <-done:
+							return
+						default:
+						}
+						if _, err := s.Search(ctx, "c", "apples figs", 5); err != nil {
+							t.Error(err)
+							return
+						}
+						time.Sleep(time.Millisecond)
+					}
+				}()
+			}
+			for i, s := range []*Store{a, b} {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					var mine []string
+					for j := range 40 {
+						text := fmt.Sprintf("node %d memory %d about apples pears and plum %d", i, j, j%7)
+						switch {
+						case j%5 == 3 && len(mine) > 0:
+							if _, err := s.Update(ctx, "c", mine[0], text+" rewritten with figs"); err != nil {
+								t.Error(err)
+							}
+						case j%7 == 6 && len(mine) > 1:
+							if err := s.Delete(ctx, "c", mine[1]); err != nil {
+								t.Error(err)
+							}
+							mine = slices.Delete(mine, 1, 2)
+						default:
+							m, err := s.Add(ctx, "c", Memory{Text: text})
+							if err != nil {
+								t.Error(err)
+								return
+							}
+							mine = append(mine, m.ID)
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			close(done)
+			readers.Wait()
+			fresh, _ := openPG(t, url, key, Options{NearDuplicate: -1})
+			wd, wp, wl, wt := indexImage(t, fresh, "c")
+			if wl < 40 {
+				t.Fatalf("%d memories", wl)
+			}
+			for name, s := range map[string]*Store{"A": a, "B": b} {
+				testutil.WaitFor(t, "node "+name+"'s index to equal a fresh load", func() bool {
+					d, p, l, tot := indexImage(t, s, "c")
+					return l == wl && tot == wt && maps.Equal(d, wd) && maps.EqualFunc(p, wp, maps.Equal)
+				})
+			}
+		})
 	}
 }

@@ -87,7 +87,16 @@ func (s *Store) changed(c Change) {
 	s.mu.Unlock()
 	for _, ix := range stale {
 		ix.mu.Lock()
-		ix.stale = true
+		if len(c.IDs) > 0 && !c.All && !c.Deleted && len(ix.pending) < 1024 {
+			if ix.pending == nil {
+				ix.pending = map[string]bool{}
+			}
+			for _, id := range c.IDs {
+				ix.pending[id] = true
+			}
+		} else {
+			ix.stale = true
+		}
 		ix.mu.Unlock()
 	}
 	if c.Deleted && c.Cube != "" && s.opts.OnCubeDeleted != nil {
@@ -149,10 +158,110 @@ func (s *Store) index(ctx context.Context, cube string) (*cubeIndex, error) {
 	if ix.isLoaded() {
 		return ix, nil
 	}
+	ix.mu.RLock()
+	stale, pending := ix.stale || !ix.loaded, len(ix.pending) > 0
+	ix.mu.RUnlock()
+	if !stale && pending {
+		if err := s.refresh(ctx, cube, ix); err != nil {
+			return nil, err
+		}
+		return ix, nil
+	}
 	if err := s.load(ctx, cube, ix); err != nil {
 		return nil, err
 	}
 	return ix, nil
+}
+
+// touch tells other processes sharing the Backend that txn changed memory
+// id (Toucher).
+func touch(txn Txn, id string) {
+	if t, ok := txn.(Toucher); ok {
+		t.Touch(id)
+	}
+}
+
+// refresh re-reads the memories another process changed (ix.pending) and
+// applies them to ix as that process did: a memory gone is removed, one
+// new or changed is (re)indexed from its stored text. The caller holds
+// ix.writeMu.
+func (s *Store) refresh(ctx context.Context, cube string, ix *cubeIndex) error {
+	ix.mu.Lock()
+	ids := make([]string, 0, len(ix.pending))
+	for id := range ix.pending {
+		ids = append(ids, id)
+	}
+	ix.pending = nil
+	ix.mu.Unlock()
+	type got struct {
+		m   *Memory
+		vec []float32
+	}
+	read := make([]got, len(ids))
+	err := s.be.View(ctx, cube, func(txn Txn) error {
+		for i, id := range ids {
+			read[i] = got{}
+			m, err := getMemory(txn, cube, id)
+			if errors.Is(err, ErrNotFound) {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			read[i].m = &m
+			if s.opts.Embedder == nil {
+				continue
+			}
+			v, err := txn.Get(nsKey(nsVec, id))
+			if errors.Is(err, ErrKeyNotFound) {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			name, vec, err := decodeVector(v)
+			if err == nil && name == s.opts.Embedder.Name() && len(vec) == s.opts.Embedder.Dim() {
+				read[i].vec = vec
+			}
+		}
+		return nil
+	})
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	if err != nil {
+		for _, id := range ids { // try again on the next use
+			if ix.pending == nil {
+				ix.pending = map[string]bool{}
+			}
+			ix.pending[id] = true
+		}
+		return fmt.Errorf("textmem: refresh cube %s: %w", cube, err)
+	}
+	for i, id := range ids {
+		n, had := ix.byID[id]
+		m := read[i].m
+		switch {
+		case m == nil && had:
+			ix.removeDoc(id, ix.termsOf(n))
+			continue
+		case m == nil:
+			continue
+		}
+		tf, dl := termFreqs(s.opts.Analyzer, m.Text)
+		if had {
+			ix.replaceDoc(id, ix.termsOf(n), tf, metaOf(*m, dl)) // keeps doc number n, as the writer did
+		} else {
+			n = ix.addDoc(id, metaOf(*m, dl))
+			for t, c := range tf {
+				ix.addPosting(t, n, c)
+			}
+		}
+		if read[i].vec != nil && ix.vec != nil {
+			ix.vec.Add(n, read[i].vec)
+		}
+	}
+	s.log.Debug("cube refreshed", "cube", cube, "memories", len(ids))
+	return nil
 }
 
 func (s *Store) checkOpen() error {
@@ -499,6 +608,7 @@ func (s *Store) add(ctx context.Context, cube string, m Memory, keep bool) (Memo
 				return nil
 			}
 		}
+		touch(txn, m.ID)
 		if err := setJSON(txn, nsKey(nsMem, m.ID), m); err != nil {
 			return err
 		}
@@ -709,6 +819,7 @@ func (s *Store) rewriteTxn(txn Txn, ix *cubeIndex, old, next Memory, vec []float
 	rw.oldTF, oldDL = termFreqs(s.opts.Analyzer, old.Text)
 	rw.newTF, dl = termFreqs(s.opts.Analyzer, next.Text)
 	rw.meta = metaOf(next, dl)
+	touch(txn, id)
 	if err := setJSON(txn, histKey(id, old.Version), old); err != nil {
 		return rw, err
 	}
@@ -831,6 +942,7 @@ func (s *Store) Delete(ctx context.Context, cube, id string) error {
 		}
 		var dl int
 		tf, dl = termFreqs(s.opts.Analyzer, old.Text)
+		touch(txn, id)
 		for t := range tf {
 			if err := txn.Delete(postKey(t, id)); err != nil {
 				return err
