@@ -190,6 +190,23 @@ func TestTwoNodesShareText(t *testing.T) {
 	if r.Retrieved != 1 {
 		t.Fatalf("node B's chat carried %d memories, want node A's one", r.Retrieved)
 	}
+	// the cube's pack warmed on A (its memories' prefill, in Redis) is the
+	// prefix of a new node C's first chat on the cube: restored, with C's
+	// cold output (node B's own slots would already hold its prefix)
+	var ps memosrt.PackStatus
+	if code := a.call(t, "POST", "/v1/cubes/alice/pack", nil, &ps); code != http.StatusOK || len(ps.Packs) != 1 {
+		t.Fatalf("warm on A: %d %+v", code, ps)
+	}
+	testutil.WaitFor(t, "node A's cube pack in Redis", func() bool { return metric(t, a, `memosrt_kv_shared_total{op="put"}`) >= 1 })
+	c := startServe(t, t.TempDir(), nil, "--text-store", url, "--kv-store", redis.URL())
+	warm := c.chat(t, "alice", "What color is the lighthouse?", false)
+	cold := c.chat(t, "alice", "What color is the lighthouse?", true)
+	t.Logf("node C: %d of %d prompt tokens cached (%s); the pack holds %d", warm.Usage.CachedTokens, warm.Usage.PromptTokens, warm.CacheSource, ps.Packs[0].NTokens)
+	if warm.CacheSource != memosrt.SourceRestored || warm.Usage.CachedTokens < ps.Packs[0].NTokens || warm.Text != cold.Text || warm.Retrieved != 1 {
+		t.Fatalf("node C with node A's pack: cached %d (%s), pack %d tokens; %q vs cold %q",
+			warm.Usage.CachedTokens, warm.CacheSource, ps.Packs[0].NTokens, warm.Text, cold.Text)
+	}
+	c.stop(t)
 
 	// PostgreSQL killed: memory writes and searches 503, chats without a
 	// cube 200
