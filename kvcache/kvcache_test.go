@@ -28,7 +28,7 @@ func openDB(t *testing.T, dir string) *badger.DB {
 	return db
 }
 
-func openEngine(t *testing.T, o runtime.Options) *runtime.Engine {
+func openEngine(t testing.TB, o runtime.Options) *runtime.Engine {
 	t.Helper()
 	o.ModelPath = testmodels.Stories(t)
 	o.Threads = 2

@@ -11,6 +11,8 @@ import (
 	"os"
 	"slices"
 
+	"github.com/memosrt/memosrt/internal/half"
+
 	"github.com/ollama/ollama/fs/ggml"
 
 	"github.com/memosrt/memosrt/internal/atomicfile"
@@ -85,32 +87,11 @@ func (t tensorWriter) WriteTo(w io.Writer) (int64, error) {
 		case ggml.TensorTypeF32:
 			binary.LittleEndian.PutUint32(buf[4*i:], math.Float32bits(t.data[i]))
 		case ggml.TensorTypeF16:
-			binary.LittleEndian.PutUint16(buf[2*i:], f16Bits(t.data[i]))
+			binary.LittleEndian.PutUint16(buf[2*i:], half.Bits(t.data[i]))
 		}
 	}
 	n, err := w.Write(buf)
 	return int64(n), err
-}
-
-// f16Bits converts f to IEEE 754 binary16 bits (round to nearest even; no
-// NaN, values past 65504 become infinity).
-func f16Bits(f float32) uint16 {
-	b := math.Float32bits(f)
-	sign := uint16(b>>16) & 0x8000
-	a := math.Abs(float64(f))
-	switch {
-	case a >= 65520:
-		return sign | 0x7c00
-	case a >= 0x1p-14:
-		exp := (b>>23)&0xff - 127 + 15
-		m, rem := (b&0x7fffff)>>13, b&0x1fff
-		if rem > 0x1000 || (rem == 0x1000 && m&1 == 1) {
-			m++
-		}
-		return sign | uint16(exp<<10+m)
-	default:
-		return sign | uint16(math.RoundToEven(a*0x1p24))
-	}
 }
 
 // RandomSpec shapes a random adapter for WriteRandom. Zero means the default.

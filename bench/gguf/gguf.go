@@ -11,6 +11,8 @@ import (
 	"math/bits"
 	"os"
 
+	"github.com/memosrt/memosrt/internal/half"
+
 	"github.com/ollama/ollama/fs/ggml"
 
 	"github.com/memosrt/memosrt/internal/atomicfile"
@@ -321,31 +323,10 @@ func newNormalTables(std float64) *normalTables {
 	for i := range t.f16 {
 		p := (float64(i) + 0.5) / (1 << 16)
 		x := std * math.Sqrt2 * math.Erfinv(2*p-1)
-		t.f16[i] = f16Bits(float32(x))
+		t.f16[i] = half.Bits(float32(x))
 		t.f32[i] = math.Float32bits(float32(x))
 	}
 	return t
-}
-
-// f16Bits converts f to IEEE 754 binary16 bits, rounding to nearest even.
-// NaN is not handled (never produced here).
-func f16Bits(f float32) uint16 {
-	b := math.Float32bits(f)
-	sign := uint16(b>>16) & 0x8000
-	a := math.Abs(float64(f))
-	switch {
-	case a >= 65520: // rounds past the largest half, 65504
-		return sign | 0x7c00
-	case a >= 0x1p-14: // normal half
-		exp := (b>>23)&0xff - 127 + 15
-		m, rem := (b&0x7fffff)>>13, b&0x1fff
-		if rem > 0x1000 || (rem == 0x1000 && m&1 == 1) {
-			m++ // a carry out of the mantissa correctly bumps the exponent
-		}
-		return sign | uint16(exp<<10+m)
-	default: // subnormal half: multiples of 2^-24
-		return sign | uint16(math.RoundToEven(a*0x1p24))
-	}
 }
 
 // tensorData produces one tensor's bytes in ChunkBytes pieces.

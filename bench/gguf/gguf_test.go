@@ -12,6 +12,8 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/memosrt/memosrt/internal/half"
+
 	"github.com/ollama/ollama/fs/ggml"
 
 	"github.com/memosrt/memosrt/runtime/llama"
@@ -298,8 +300,8 @@ func TestF16Bits(t *testing.T) {
 		{4095 * 0x1p-12, 0x3c00}, // halfway, odd: the carry bumps the exponent
 		{float32(0.0999755859375), 0x2e66},
 	} {
-		if got := f16Bits(tc.in); got != tc.want {
-			t.Errorf("f16Bits(%g) = %#04x, want %#04x", tc.in, got, tc.want)
+		if got := half.Bits(tc.in); got != tc.want {
+			t.Errorf("half.Bits(%g) = %#04x, want %#04x", tc.in, got, tc.want)
 		}
 		if tc.want != 0x7c00 {
 			if back := f16Float(tc.want); math.Abs(back-float64(tc.in)) > math.Abs(float64(tc.in))*0x1p-11+0x1p-25 {

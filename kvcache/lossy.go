@@ -1,0 +1,309 @@
+package kvcache
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+
+	"github.com/memosrt/memosrt/internal/half"
+	"github.com/memosrt/memosrt/runtime"
+)
+
+// Lossy KV quantization, after KIVI (Liu et al., "KIVI: A Tuning-Free
+// Asymmetric 2bit Quantization for KV Cache", ICML 2024): keys are
+// quantized per channel (each channel's values over a group of tokens
+// share a minimum and a step), values per token (each token's values over
+// a group of channels), asymmetric min/step with round to nearest. Only
+// f16 K and V are quantized; the rest of a llama_state_seq_get_data state
+// (cell positions, per-layer headers) is kept byte for byte, so the
+// dequantized state restores through llama_state_seq_set_data like any
+// other.
+//
+// Quantized stream (before zstd), little-endian:
+//
+//	u8  bits (2, 4 or 8)   u8 key group (tokens)   u8 value group (channels)   u8 0
+//	u64 state length
+//	u32 region count R; R × (u64 offset, u8 axis, u32 rows, u32 cols)
+//	the state's bytes outside the regions, in order
+//	per region, per group: f16 minimum, f16 step, then the codes packed
+//	low bits first
+//
+// A region is an f16 matrix of rows × cols in the state at offset. Axis 0
+// groups down a column (a K block [cells][channels]: per channel; a
+// transposed V block [channels][cells]: per token), axis 1 along a row (a
+// V block [cells][channels]: per token).
+
+// LossyParams choose the quantization.
+type LossyParams struct {
+	Bits     int // bits per value: 2, 4 or 8
+	KeyGroup int // tokens sharing a key channel's minimum and step (1..255)
+	ValGroup int // channels sharing a value token's minimum and step (1..255)
+}
+
+// DefaultLossy is 4-bit, keys in groups of 128 tokens, values in groups of
+// 64 channels (KIVI's group size is 32 to 128).
+var DefaultLossy = LossyParams{Bits: 4, KeyGroup: 128, ValGroup: 64}
+
+func (p LossyParams) check() error {
+	if p.Bits != 2 && p.Bits != 4 && p.Bits != 8 {
+		return fmt.Errorf("kvcache: lossy bits %d, want 2, 4 or 8", p.Bits)
+	}
+	if p.KeyGroup < 1 || p.KeyGroup > 255 || p.ValGroup < 1 || p.ValGroup > 255 {
+		return fmt.Errorf("kvcache: lossy groups %d/%d, want 1..255", p.KeyGroup, p.ValGroup)
+	}
+	return nil
+}
+
+type region struct {
+	off        int
+	axis       byte
+	rows, cols int
+}
+
+// ggmlF16 is GGML_TYPE_F16's id.
+const ggmlF16 = 1
+
+// regions lists the f16 K and V blocks of state (layout as in
+// runtime.SortSeqState); nil when K or V is not f16.
+func regions(s runtime.SeqState, state []byte) []region {
+	if s.NCells == 0 || s.TypeK != ggmlF16 || s.TypeV != ggmlF16 {
+		return nil
+	}
+	n := s.NCells
+	off := 4
+	for binary.LittleEndian.Uint32(state[off:]) == 0 {
+		off += 4
+	}
+	off += 4 + 12*n + 8 // cell count, cells, v_trans and n_layer
+	var out []region
+	for range s.NLayer {
+		off += 12
+		out = append(out, region{off: off, axis: 0, rows: n, cols: s.KRowBytes / 2})
+		off += s.KRowBytes * n
+	}
+	for range s.NLayer {
+		off += 12
+		if !s.VTrans {
+			out = append(out, region{off: off, axis: 1, rows: n, cols: s.VRowBytes / 2})
+			off += s.VRowBytes * n
+			continue
+		}
+		out = append(out, region{off: off, axis: 0, rows: s.NEmbdVGQA, cols: n})
+		off += s.VRowBytes * n
+	}
+	return out
+}
+
+// Quantize returns the quantized stream of state with p, and ok false
+// (nothing done) when state holds no f16 K and V (a quantized KV type, or
+// no cells). Errors wrap runtime.ErrBadState.
+func Quantize(state []byte, p LossyParams) (q []byte, ok bool, err error) {
+	if err := p.check(); err != nil {
+		return nil, false, err
+	}
+	s, err := runtime.ParseSeqState(state)
+	if err != nil {
+		return nil, false, err
+	}
+	rs := regions(s, state)
+	if rs == nil {
+		return nil, false, nil
+	}
+	q = append(q, byte(p.Bits), byte(p.KeyGroup), byte(p.ValGroup), 0)
+	q = binary.LittleEndian.AppendUint64(q, uint64(len(state)))
+	q = binary.LittleEndian.AppendUint32(q, uint32(len(rs)))
+	for _, r := range rs {
+		q = binary.LittleEndian.AppendUint64(q, uint64(r.off))
+		q = append(q, r.axis)
+		q = binary.LittleEndian.AppendUint32(q, uint32(r.rows))
+		q = binary.LittleEndian.AppendUint32(q, uint32(r.cols))
+	}
+	at := 0
+	for _, r := range rs {
+		q = append(q, state[at:r.off]...)
+		at = r.off + 2*r.rows*r.cols
+	}
+	q = append(q, state[at:]...)
+	for _, r := range rs {
+		g := p.KeyGroup
+		if r.axis == 1 {
+			g = p.ValGroup
+		}
+		q = quantRegion(q, state[r.off:r.off+2*r.rows*r.cols], r, g, p.Bits)
+	}
+	return q, true, nil
+}
+
+// groups calls fn for each group of r: the index of its first element, the
+// stride between its elements and its length.
+func groups(r region, g int, fn func(first, stride, n int)) {
+	if r.axis == 0 { // down each column
+		for c := 0; c < r.cols; c++ {
+			for r0 := 0; r0 < r.rows; r0 += g {
+				fn(r0*r.cols+c, r.cols, min(g, r.rows-r0))
+			}
+		}
+		return
+	}
+	for row := 0; row < r.rows; row++ { // along each row
+		for c0 := 0; c0 < r.cols; c0 += g {
+			fn(row*r.cols+c0, 1, min(g, r.cols-c0))
+		}
+	}
+}
+
+func quantRegion(q, data []byte, r region, g, bits int) []byte {
+	levels := float32(int(1)<<bits - 1)
+	codes := make([]byte, 0, g)
+	groups(r, g, func(first, stride, n int) {
+		lo, hi := float32(math.Inf(1)), float32(math.Inf(-1))
+		for i := range n {
+			v := half.Float(binary.LittleEndian.Uint16(data[2*(first+i*stride):]))
+			lo, hi = min(lo, v), max(hi, v)
+		}
+		// the stored (f16) minimum and step are the ones decoding uses
+		loH := half.Bits(lo)
+		lo = half.Float(loH)
+		stepH := half.Bits((hi - lo) / levels)
+		step := half.Float(stepH)
+		q = binary.LittleEndian.AppendUint16(q, loH)
+		q = binary.LittleEndian.AppendUint16(q, stepH)
+		codes = codes[:0]
+		for i := range n {
+			v := half.Float(binary.LittleEndian.Uint16(data[2*(first+i*stride):]))
+			c := float32(0)
+			if step > 0 {
+				c = min(max(float32(math.Round(float64((v-lo)/step))), 0), levels)
+			}
+			codes = append(codes, byte(c))
+		}
+		q = packCodes(q, codes, bits)
+	})
+	return q
+}
+
+func packCodes(q, codes []byte, bits int) []byte {
+	per := 8 / bits
+	for i := 0; i < len(codes); i += per {
+		var b byte
+		for j := 0; j < per && i+j < len(codes); j++ {
+			b |= codes[i+j] << (j * bits)
+		}
+		q = append(q, b)
+	}
+	return q
+}
+
+// Dequantize rebuilds a state from a stream Quantize made: the f16 K and
+// V values are min + code × step, everything else as it was. Errors wrap
+// ErrCorrupt for a stream that does not describe a state.
+func Dequantize(q []byte) ([]byte, error) {
+	bad := func(what string) ([]byte, error) { return nil, fmt.Errorf("%w: lossy stream: %s", ErrCorrupt, what) }
+	if len(q) < 16 {
+		return bad("short header")
+	}
+	bits, kg, vg := int(q[0]), int(q[1]), int(q[2])
+	if (bits != 2 && bits != 4 && bits != 8) || kg == 0 || vg == 0 {
+		return bad("parameters")
+	}
+	size := binary.LittleEndian.Uint64(q[4:])
+	nr := int(binary.LittleEndian.Uint32(q[12:]))
+	p := 16
+	if size > MaxRawBytes || nr > (len(q)-p)/17 {
+		return bad("sizes")
+	}
+	rs := make([]region, nr)
+	at := 0
+	for i := range rs {
+		r := region{off: int(binary.LittleEndian.Uint64(q[p:])), axis: q[p+8],
+			rows: int(binary.LittleEndian.Uint32(q[p+9:])), cols: int(binary.LittleEndian.Uint32(q[p+13:]))}
+		p += 17
+		if r.off < at || r.axis > 1 || r.rows <= 0 || r.cols <= 0 || uint64(r.off)+2*uint64(r.rows)*uint64(r.cols) > size {
+			return bad("region")
+		}
+		at = r.off + 2*r.rows*r.cols
+		rs[i] = r
+	}
+	state := make([]byte, size)
+	at = 0
+	for _, r := range rs { // the bytes between regions
+		n := r.off - at
+		if len(q)-p < n {
+			return bad("truncated")
+		}
+		copy(state[at:], q[p:p+n])
+		p += n
+		at = r.off + 2*r.rows*r.cols
+	}
+	if n := int(size) - at; len(q)-p < n {
+		return bad("truncated")
+	} else {
+		copy(state[at:], q[p:p+n])
+		p += n
+	}
+	per := 8 / bits
+	mask := byte(1)<<bits - 1
+	var table [256]uint16
+	for _, r := range rs {
+		g := kg
+		if r.axis == 1 {
+			g = vg
+		}
+		data := state[r.off : r.off+2*r.rows*r.cols]
+		ok := true
+		groups(r, g, func(first, stride, n int) {
+			need := 4 + (n+per-1)/per
+			if !ok || len(q)-p < need {
+				ok = false
+				return
+			}
+			lo := half.Float(binary.LittleEndian.Uint16(q[p:]))
+			step := half.Float(binary.LittleEndian.Uint16(q[p+2:]))
+			p += 4
+			// every code's f16 value once per group, then a lookup each
+			if bits < 8 || n >= 256 {
+				for c := 0; c <= int(mask); c++ {
+					table[c] = half.Bits(lo + float32(c)*step)
+				}
+			}
+			src := q[p : p+(n+per-1)/per]
+			o, d := 2*first, 2*stride
+			switch bits {
+			case 4:
+				for _, b := range src[:n/2] {
+					lo, hi := table[b&15], table[b>>4]
+					data[o], data[o+1] = byte(lo), byte(lo>>8)
+					data[o+d], data[o+d+1] = byte(hi), byte(hi>>8)
+					o += 2 * d
+				}
+				if n%2 == 1 {
+					v := table[src[n/2]&15]
+					data[o], data[o+1] = byte(v), byte(v>>8)
+				}
+			case 8:
+				for _, b := range src[:n] {
+					v := table[b]
+					if n < 256 { // no table: cheaper than 256 conversions
+						v = half.Bits(lo + float32(b)*step)
+					}
+					data[o], data[o+1] = byte(v), byte(v>>8)
+					o += d
+				}
+			default:
+				for i := range n {
+					v := table[src[i/per]>>((i%per)*bits)&mask]
+					data[o], data[o+1] = byte(v), byte(v>>8)
+					o += d
+				}
+			}
+			p += (n + per - 1) / per
+		})
+		if !ok {
+			return bad("truncated codes")
+		}
+	}
+	if p != len(q) {
+		return bad("trailing bytes")
+	}
+	return state, nil
+}
