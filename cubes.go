@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/memosrt/memosrt/kvcache"
@@ -210,6 +212,38 @@ func (o *OS) cubeDeletedElsewhere(cube string) {
 	}()
 }
 
+// resyncCubes drops this node's state of every cube the shared text store
+// no longer has a record of: deleted by another node while this one did
+// not hear it (down, or its listening connection lost). Runs in the
+// background; a store that does not answer leaves the state as it is.
+func (o *OS) resyncCubes() {
+	if !o.ready.Load() || o.enter() != nil {
+		return
+	}
+	go func() {
+		defer o.leave()
+		names, err := o.keyCubes()
+		if err != nil {
+			o.log.Warn("resync of cubes: access keys", "err", err)
+		}
+		for _, p := range o.kv.List("") {
+			c := strings.TrimPrefix(p.Label, convPrefix)
+			if textmem.ValidCube(c) && !slices.Contains(names, c) {
+				names = append(names, c)
+			}
+		}
+		for _, c := range names {
+			if _, err := o.cubes.get(o.base, c); !errors.Is(err, ErrUnknownCube) {
+				continue
+			}
+			o.log.Info("dropping a cube deleted on another node", "cube", c)
+			if err := o.dropCubeState(o.base, c); err != nil {
+				o.log.Warn("dropping a cube deleted on another node", "cube", c, "err", err)
+			}
+		}
+	}()
+}
+
 // dropCubeState deletes what this node derived from cube, after its
 // memories are deleted.
 func (o *OS) dropCubeState(ctx context.Context, cube string) error {
@@ -266,6 +300,23 @@ func (o *OS) AddMemory(ctx context.Context, cube string, m textmem.Memory) (text
 	defer o.leave()
 	if !textmem.ValidCube(cube) {
 		return m, fmt.Errorf("%w: %q", textmem.ErrBadCube, cube)
+	}
+	if o.opts.TextStore != nil {
+		// a shared store checks the record inside the add's transaction
+		// (textmem.Options.RequireRecord): make it first
+		_, err := o.cubes.create(ctx, Cube{Name: cube})
+		created := err == nil
+		if err != nil && !errors.Is(err, ErrCubeExists) {
+			return m, err
+		}
+		got, err := o.mem.Add(ctx, cube, m)
+		if err != nil && created && !errors.Is(err, textmem.ErrUnavailable) {
+			// refused input leaves no empty cube behind
+			if l, lerr := o.mem.List(ctx, cube); lerr == nil && len(l) == 0 {
+				_ = o.cubes.remove(ctx, cube)
+			}
+		}
+		return got, err
 	}
 	got, err := o.mem.Add(ctx, cube, m)
 	if err != nil {

@@ -19,6 +19,11 @@ var (
 	// ErrUnknownCube is returned for a cube that was neither created nor
 	// holds memories; HTTP 404.
 	ErrUnknownCube = errors.New("memosrt: unknown cube")
+
+	// ErrTextStoreElsewhere is returned by Open without Options.TextStore
+	// on a data directory whose text tier was kept in a shared store
+	// (serve --text-store): its own holds none of those memories.
+	ErrTextStoreElsewhere = errors.New("memosrt: this data directory's memories are in a shared text store (serve --text-store URL); start serve with it, and CLI commands on the directory go through the server")
 	// ErrCubeExists is returned by CreateCube for a name in use; HTTP 409.
 	ErrCubeExists = errors.New("memosrt: cube exists")
 	// ErrNotSupported is returned for what the configured backend cannot

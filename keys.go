@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -75,6 +76,26 @@ func (o *OS) KeyCube(ctx context.Context, token string) (AccessKey, error) {
 		return AccessKey{}, ErrUnknownKey
 	}
 	return k, err
+}
+
+// keyCubes returns the cubes that have access keys on this node.
+func (o *OS) keyCubes() ([]string, error) {
+	var out []string
+	err := o.db.Badger().View(func(txn *bg.Txn) error {
+		it := txn.NewIterator(bg.IteratorOptions{Prefix: []byte(keyAccess), PrefetchValues: true})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			var k AccessKey
+			if err := it.Item().Value(func(v []byte) error { return json.Unmarshal(v, &k) }); err != nil {
+				return err
+			}
+			if !slices.Contains(out, k.Cube) {
+				out = append(out, k.Cube)
+			}
+		}
+		return nil
+	})
+	return out, err
 }
 
 // deleteKeys revokes cube's access keys (its cube is deleted).

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	bg "github.com/dgraph-io/badger/v4"
 	"github.com/memosrt/memosrt/badger"
 	"github.com/memosrt/memosrt/kvcache"
 	"github.com/memosrt/memosrt/lora"
@@ -102,7 +103,10 @@ func Open(ctx context.Context, opts Options) (*OS, error) {
 	}
 	now := opts.Clock.Now
 	mo := textmem.Options{Logger: opts.Logger, Now: now, Embedder: opts.Embedder, OnDelete: func(string, string) { o.Kick() },
-		OnCubeDeleted: o.cubeDeletedElsewhere}
+		OnCubeDeleted: o.cubeDeletedElsewhere, OnResync: o.resyncCubes, RequireRecord: opts.TextStore != nil}
+	if err := o.markTextStore(ctx, opts.TextStore); err != nil {
+		return nil, err
+	}
 	be := opts.TextStore
 	if be == nil {
 		be = textmem.NewBadgerBackend(o.db)
@@ -181,6 +185,9 @@ func Open(ctx context.Context, opts Options) (*OS, error) {
 	}
 	ok = true
 	o.ready.Store(true)
+	if opts.TextStore != nil {
+		o.resyncCubes() // cubes other nodes deleted while this one was down
+	}
 	return o, nil
 }
 
@@ -440,6 +447,43 @@ func (o *OS) Engine() *runtime.Engine {
 		return nil
 	}
 	return l.eng
+}
+
+// keyTextStore marks a data directory whose text tier is a shared store:
+// its value names the store's kind.
+const keyTextStore = "srv/text-store"
+
+// markTextStore records in the data directory that its text tier is
+// shared (ts set), or refuses to open it without one when it was
+// (ErrTextStoreElsewhere); with ts set it also warns of memories the
+// directory's own text tier holds, which the shared one does not serve.
+func (o *OS) markTextStore(ctx context.Context, ts textmem.Backend) error {
+	db := o.db.Badger()
+	var marked bool
+	err := db.View(func(txn *bg.Txn) error {
+		_, err := txn.Get([]byte(keyTextStore))
+		marked = err == nil
+		if errors.Is(err, bg.ErrKeyNotFound) {
+			return nil
+		}
+		return err
+	})
+	switch {
+	case err != nil:
+		return err
+	case ts == nil && marked:
+		return ErrTextStoreElsewhere
+	case ts == nil:
+		return nil
+	}
+	if own, err := textmem.NewBadgerBackend(o.db).Cubes(ctx, []byte("m/")); err == nil && len(own) > 0 {
+		o.log.Warn("the data directory's own text tier holds memories the shared text store does not serve; export them before (memosrt cube export) and import them through the server",
+			"cubes", len(own))
+	}
+	if marked {
+		return nil
+	}
+	return db.Update(func(txn *bg.Txn) error { return txn.Set([]byte(keyTextStore), []byte(fmt.Sprintf("%T", ts))) })
 }
 
 // TextStore returns the text tier.

@@ -350,7 +350,7 @@ func errStatus(err error) (int, string) {
 		return http.StatusBadRequest, "invalid_request_error"
 	case errors.Is(err, lora.ErrBudget):
 		return http.StatusServiceUnavailable, "server_error"
-	case errors.Is(err, memosrt.ErrUnknownCube), errors.Is(err, textmem.ErrNotFound), errors.Is(err, kvcache.ErrNotFound),
+	case errors.Is(err, memosrt.ErrUnknownCube), errors.Is(err, textmem.ErrNotFound), errors.Is(err, textmem.ErrNoRecord), errors.Is(err, kvcache.ErrNotFound),
 		errors.Is(err, errModelNotFound), errors.Is(err, memosrt.ErrModelNotFound), errors.Is(err, lora.ErrNotFound),
 		errors.Is(err, errRouteNotFound):
 		return http.StatusNotFound, "not_found_error"

@@ -97,6 +97,14 @@ type Txn interface {
 	Iterate(prefix []byte, keysOnly bool, fn func(key, value []byte) error) error
 }
 
+// RecordChecker is a Txn that can check, inside the transaction, that its
+// cube still has a registry record (Options.RequireRecord): a write then
+// cannot land in a cube another node is deleting.
+type RecordChecker interface {
+	// CheckRecord returns ErrNoRecord when the cube has none.
+	CheckRecord() error
+}
+
 // Errors of Backends.
 var (
 	// ErrKeyNotFound is returned by Txn.Get for a missing key.

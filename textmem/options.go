@@ -61,6 +61,19 @@ type Options struct {
 	// that another process deleted cube (this Store's own DeleteCube
 	// calls OnDelete per memory instead).
 	OnCubeDeleted func(cube string)
+
+	// OnResync, when set, is called when a Watcher Backend reports that
+	// changes may have been missed (Change.All, after a lost connection):
+	// the Store reloads its indexes; the caller checks what it derived
+	// from cubes that may be gone.
+	OnResync func()
+
+	// RequireRecord makes every write check, inside its transaction, that
+	// the cube has a registry record (Backends implementing
+	// RecordChecker), and fail with ErrNoRecord otherwise: with several
+	// nodes, a memory added on one while another deletes the cube is then
+	// deleted with it or refused, never left in a cube without a record.
+	RequireRecord bool
 }
 
 // DefaultOptions returns Options with every default filled in.

@@ -75,10 +75,11 @@ CREATE TABLE IF NOT EXISTS memosrt_text_meta (
 
 // pgView shows the current memories as JSON, for people who look at the
 // database with psql; only made for a database without Key (sealed rows
-// would not parse).
+// would not parse). json, not jsonb: jsonb refuses a text holding U+0000.
 const pgView = `
-CREATE OR REPLACE VIEW memosrt_memories AS
-	SELECT cube, convert_from(substr(k, 3), 'UTF8') AS id, convert_from(v, 'UTF8')::jsonb AS memory
+DROP VIEW IF EXISTS memosrt_memories;
+CREATE VIEW memosrt_memories AS
+	SELECT cube, convert_from(substr(k, 3), 'UTF8') AS id, convert_from(v, 'UTF8')::json AS memory
 	FROM memosrt_text WHERE substr(k, 1, 2) = '\x6d2f'::bytea;`
 
 // Postgres is the Backend over a PostgreSQL database that several
@@ -98,6 +99,7 @@ type Postgres struct {
 	named sync.Map // tag -> true once its memosrt_text_cubes row is known to exist
 
 	up      atomic.Bool
+	failing atomic.Bool // the last bounded call could not reach the server
 	mu      sync.Mutex
 	watches map[int]func(Change)
 	nextW   int
@@ -147,24 +149,35 @@ func OpenPostgres(ctx context.Context, url string, opts PostgresOptions) (*Postg
 		return nil, fmt.Errorf("textmem: postgres: %w", err)
 	}
 	err = p.bounded(ctx, func(ctx context.Context) error {
-		if _, err := p.pool.Exec(ctx, pgSchema); err != nil {
-			return err
-		}
-		if p.aead == nil {
-			if _, err := p.pool.Exec(ctx, pgView); err != nil {
+		// one node at a time: concurrent CREATE TABLE IF NOT EXISTS of the
+		// same table collide in pg_type (SQLSTATE 23505)
+		return pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(7412063159)`); err != nil {
 				return err
 			}
-		}
-		var got string
-		err := p.pool.QueryRow(ctx, `INSERT INTO memosrt_text_meta (k, v) VALUES ('mode', $1)
-			ON CONFLICT (k) DO UPDATE SET v = memosrt_text_meta.v RETURNING v`, mode).Scan(&got)
-		if err != nil {
+			if _, err := tx.Exec(ctx, pgSchema); err != nil {
+				return err
+			}
+			var got string
+			err := tx.QueryRow(ctx, `INSERT INTO memosrt_text_meta (k, v) VALUES ('mode', $1)
+				ON CONFLICT (k) DO UPDATE SET v = memosrt_text_meta.v RETURNING v`, mode).Scan(&got)
+			if err != nil {
+				return err
+			}
+			if got != mode {
+				switch {
+				case got == "plain":
+					return fmt.Errorf("%w: the database holds plain records, this node has a key", ErrWrongKey)
+				case p.aead == nil:
+					return fmt.Errorf("%w: the database holds sealed records, this node has no key (--encrypt-key-file)", ErrWrongKey)
+				}
+				return fmt.Errorf("%w: the database's records are sealed under another key", ErrWrongKey)
+			}
+			if p.aead == nil {
+				_, err = tx.Exec(ctx, pgView)
+			}
 			return err
-		}
-		if got != mode {
-			return fmt.Errorf("%w (the database holds %q records, this node %q)", ErrWrongKey, strings.Fields(got)[0], strings.Fields(mode)[0])
-		}
-		return nil
+		})
 	})
 	if err != nil {
 		p.pool.Close()
@@ -198,9 +211,10 @@ func (p *Postgres) Close() error {
 	return nil
 }
 
-// Up reports whether the listening connection is up: false from a lost
-// connection until it is back.
-func (p *Postgres) Up() bool { return p.up.Load() }
+// Up reports whether the store answers: false from a lost listening
+// connection until it is back, and while the last call to the server
+// could not reach it (a hung server keeps its connection up).
+func (p *Postgres) Up() bool { return p.up.Load() && !p.failing.Load() }
 
 // Watch implements Watcher.
 func (p *Postgres) Watch(fn func(Change)) (stop func()) {
@@ -262,6 +276,7 @@ func (p *Postgres) follow(ctx context.Context, conn *pgx.Conn) {
 			continue
 		}
 		conn, wait = c, 100*time.Millisecond
+		p.failing.Store(false) // it answers again
 		p.up.Store(true)
 		p.log.Info("text store connection back")
 		p.deliver(Change{All: true})
@@ -368,6 +383,10 @@ func (p *Postgres) bounded(ctx context.Context, fn func(context.Context) error) 
 	if err != nil && ctx.Err() != nil {
 		return ctx.Err()
 	}
+	if err != nil && bctx.Err() != nil && !errors.Is(err, ErrUnavailable) {
+		err = fmt.Errorf("%w: no answer within %v: %v", ErrUnavailable, p.timeout, err)
+	}
+	p.failing.Store(errors.Is(err, ErrUnavailable))
 	return err
 }
 
@@ -396,6 +415,9 @@ func (p *Postgres) tag(cube string) string {
 // cube's tag, so that a prefix of whole components maps to a prefix.
 func (p *Postgres) physKey(tag string, key []byte) []byte {
 	if p.aead == nil {
+		if key == nil {
+			return []byte{} // pgx sends nil as NULL: k >= NULL matches nothing
+		}
 		return key
 	}
 	out := make([]byte, 0, 2*len(key)+16)
@@ -549,6 +571,21 @@ func (t *pgTxn) Set(key, value []byte) error {
 func (t *pgTxn) Delete(key []byte) error {
 	t.queue(`DELETE FROM memosrt_text WHERE cube = $1 AND k = $2`, t.tag, bytes.Clone(t.p.physKey(t.tag, key)))
 	return nil
+}
+
+// CheckRecord implements RecordChecker: it reads cube's record row with
+// a share lock, so that a cube delete (DeletePrefix of the whole cube)
+// waits for this transaction or this one sees the record gone.
+func (t *pgTxn) CheckRecord() error {
+	if err := t.flush(); err != nil {
+		return err
+	}
+	var has bool
+	err := t.tx.QueryRow(t.ctx, `SELECT record IS NOT NULL FROM memosrt_text_cubes WHERE tag = $1 FOR SHARE`, t.tag).Scan(&has)
+	if errors.Is(err, pgx.ErrNoRows) || (err == nil && !has) {
+		return ErrNoRecord
+	}
+	return unavailable(err)
 }
 
 // GetMany returns the values of keys in one query (nil where a key has
@@ -783,10 +820,18 @@ func (p *Postgres) DeletePrefix(ctx context.Context, cube string, prefix []byte)
 	if len(prefix) == 0 {
 		op = 'd'
 	}
-	return p.txn(ctx, cube, pgx.ReadCommitted, op, func(t *pgTxn) error {
+	return p.txn(ctx, cube, pgx.Serializable, op, func(t *pgTxn) error {
 		t.wrote = true
 		pre := p.physKey(t.tag, prefix)
 		var err error
+		if len(prefix) == 0 {
+			// the whole cube: its record goes in the same transaction, so a
+			// write on another node that checks the record (CheckRecord)
+			// either commits before and is deleted here, or sees none
+			if _, err := t.tx.Exec(t.ctx, `UPDATE memosrt_text_cubes SET record = NULL WHERE tag = $1`, t.tag); err != nil {
+				return unavailable(err)
+			}
+		}
 		if end := prefixEnd(pre); end != nil {
 			_, err = t.tx.Exec(t.ctx, `DELETE FROM memosrt_text WHERE cube = $1 AND k >= $2 AND k < $3`, t.tag, pre, end)
 		} else {

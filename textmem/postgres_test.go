@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -379,5 +380,101 @@ func TestPostgresIndexesAgree(t *testing.T) {
 				})
 			}
 		})
+	}
+}
+
+// TestPostgresDeleteVersusAdd: with RequireRecord, a cube deleted on one
+// node while another adds to it ends with neither a memory nor a record:
+// the add was deleted with the cube or refused (ErrNoRecord), never left
+// in a cube without a record. Deleting leaves no row of the cube.
+func TestPostgresDeleteVersusAdd(t *testing.T) {
+	for _, sealed := range []bool{false, true} {
+		t.Run(fmt.Sprintf("sealed=%v", sealed), func(t *testing.T) {
+			ctx := context.Background()
+			srv := testutil.StartPostgres(t)
+			url := srv.CreateDB()
+			var key []byte
+			if sealed {
+				key = testKey
+			}
+			a, pa := openPG(t, url, key, Options{RequireRecord: true})
+			b, _ := openPG(t, url, key, Options{RequireRecord: true})
+			if _, err := b.Add(ctx, "norecord", Memory{Text: "a cube nobody created"}); !errors.Is(err, ErrNoRecord) {
+				t.Fatalf("add without a record: %v, want ErrNoRecord", err)
+			}
+			refused := 0
+			for i := range 30 {
+				cube := fmt.Sprintf("race%d", i)
+				if err := a.be.CreateRecord(ctx, cube, []byte(`{}`)); err != nil {
+					t.Fatal(err)
+				}
+				mustAdd(t, a, cube, Memory{Text: "already there"})
+				var wg sync.WaitGroup
+				var addErr, delErr error
+				wg.Add(2)
+				go func() { defer wg.Done(); delErr = a.DeleteCube(ctx, cube) }()
+				go func() {
+					defer wg.Done()
+					_, addErr = b.Add(ctx, cube, Memory{Text: fmt.Sprintf("added during the delete %d", i)})
+				}()
+				wg.Wait()
+				if delErr != nil || (addErr != nil && !errors.Is(addErr, ErrNoRecord)) {
+					t.Fatalf("delete %v, add %v", delErr, addErr)
+				}
+				if addErr != nil {
+					refused++
+				}
+				if _, err := a.be.Record(ctx, cube); !errors.Is(err, ErrNoRecord) {
+					t.Fatalf("%s: record after delete: %v", cube, err)
+				}
+				rows := 0
+				err := pa.View(ctx, cube, func(txn Txn) error {
+					return txn.Iterate(nil, true, func(_, _ []byte) error { rows++; return nil })
+				})
+				if err != nil || rows != 0 {
+					t.Fatalf("%s: %d rows left after the delete (add: %v) %v", cube, rows, addErr, err)
+				}
+			}
+			t.Logf("%d of 30 adds refused, the rest deleted with their cube", refused)
+		})
+	}
+}
+
+// TestPostgresOpenTogether: nodes opening a fresh database at once all
+// start (the tables are made under an advisory lock), and a text holding
+// U+0000 does not break the memosrt_memories view.
+func TestPostgresOpenTogether(t *testing.T) {
+	ctx := context.Background()
+	srv := testutil.StartPostgres(t)
+	url := srv.CreateDB()
+	var wg sync.WaitGroup
+	errs := make([]error, 4)
+	for i := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p, err := OpenPostgres(ctx, url, PostgresOptions{})
+			if err == nil {
+				p.Close()
+			}
+			errs[i] = err
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("node %d: %v", i, err)
+		}
+	}
+	s, _ := openPG(t, url, nil, Options{})
+	mustAdd(t, s, "c", Memory{Text: "nul \x00 char"})
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var text string // json keeps the escape; jsonb (and ->>) refuse U+0000
+	if err := conn.QueryRow(ctx, `SELECT memory::text FROM memosrt_memories WHERE cube = 'c'`).Scan(&text); err != nil || !strings.Contains(text, `"text":"nul \u0000 char"`) {
+		t.Fatalf("view: %q %v", text, err)
 	}
 }

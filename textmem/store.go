@@ -102,6 +102,9 @@ func (s *Store) changed(c Change) {
 	if c.Deleted && c.Cube != "" && s.opts.OnCubeDeleted != nil {
 		s.opts.OnCubeDeleted(c.Cube)
 	}
+	if c.All && s.opts.OnResync != nil {
+		s.opts.OnResync()
+	}
 	s.log.Debug("text store changed elsewhere", "cube", c.Cube, "all", c.All, "deleted", c.Deleted)
 }
 
@@ -171,6 +174,17 @@ func (s *Store) index(ctx context.Context, cube string) (*cubeIndex, error) {
 		return nil, err
 	}
 	return ix, nil
+}
+
+// checkRecord is Options.RequireRecord's check inside a write txn.
+func (s *Store) checkRecord(txn Txn) error {
+	if !s.opts.RequireRecord {
+		return nil
+	}
+	if rc, ok := txn.(RecordChecker); ok {
+		return rc.CheckRecord()
+	}
+	return nil
 }
 
 // touch tells other processes sharing the Backend that txn changed memory
@@ -561,6 +575,9 @@ func (s *Store) add(ctx context.Context, cube string, m Memory, keep bool) (Memo
 	var merged *rewrite
 	err = s.be.Update(ctx, cube, func(txn Txn) error {
 		dup, merged = nil, nil
+		if err := s.checkRecord(txn); err != nil {
+			return err
+		}
 		hk := nsKey(nsHash, contentHash(m.Text, m.EventTime))
 		if keep {
 			switch _, err := txn.Get(nsKey(nsMem, m.ID)); {
@@ -752,6 +769,9 @@ func (s *Store) Patch(ctx context.Context, cube, id string, p Patch) (Memory, er
 	}
 	var rw rewrite
 	err = s.be.Update(ctx, cube, func(txn Txn) error {
+		if err := s.checkRecord(txn); err != nil {
+			return err
+		}
 		old, err := getMemory(txn, cube, id)
 		if err != nil {
 			return err

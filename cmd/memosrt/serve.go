@@ -186,8 +186,8 @@ func serve(ctx context.Context, f serveFlags) error {
 		opts.KVShared = r
 	}
 	if *textStore != "" {
-		if !strings.HasPrefix(*textStore, "postgres://") && !strings.HasPrefix(*textStore, "postgresql://") {
-			return fmt.Errorf("--text-store %q: want a postgres:// URL", *textStore)
+		if !strings.HasPrefix(*textStore, "postgres://") && !strings.HasPrefix(*textStore, "postgresql://") && !strings.Contains(*textStore, "=") {
+			return fmt.Errorf("--text-store %q: want a postgres:// URL (or a key=value connection string)", *textStore)
 		}
 		pg, err := textmem.OpenPostgres(ctx, *textStore, textmem.PostgresOptions{Key: memosrt.TextStoreKey(opts.EncryptionKey), Logger: log})
 		if err != nil {

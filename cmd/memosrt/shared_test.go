@@ -155,8 +155,9 @@ func TestTwoNodesShareText(t *testing.T) {
 	if err == nil || !strings.Contains(out, "--text-store") || !strings.Contains(out, "nosuchdb") {
 		t.Fatalf("serve with an unknown database: %v\n%s", err, out)
 	}
+	bdir := t.TempDir()
 	a := startServe(t, t.TempDir(), nil, "--text-store", url, "--kv-store", redis.URL())
-	b := startServe(t, t.TempDir(), nil, "--text-store", url, "--kv-store", redis.URL())
+	b := startServe(t, bdir, nil, "--text-store", url, "--kv-store", redis.URL())
 	if metric(t, a, "memosrt_text_store_up") != 1 || metric(t, b, "memosrt_text_store_up") != 1 {
 		t.Fatal("text store not up on both nodes")
 	}
@@ -240,17 +241,18 @@ func TestTwoNodesShareText(t *testing.T) {
 	if code := b.call(t, "GET", "/v1/cubes", nil, &list); code != http.StatusOK || len(list.Cubes) != 1 || list.Cubes[0].Name != "alice" {
 		t.Fatalf("cubes on B: %d %+v", code, list)
 	}
-	alicePacks := func(p *serveProc) int {
+	cubePacks := func(p *serveProc, cube string) int {
 		var r struct{ Packs []kvcache.Info }
 		p.call(t, "GET", "/v1/packs", nil, &r)
 		n := 0
 		for _, k := range r.Packs {
-			if !k.Remote && strings.HasSuffix(k.Label, "alice") {
+			if !k.Remote && (k.Label == cube || k.Label == "conv:"+cube) {
 				n++
 			}
 		}
 		return n
 	}
+	alicePacks := func(p *serveProc) int { return cubePacks(p, "alice") }
 	testutil.WaitFor(t, "node B's conversation pack of cube alice", func() bool { return alicePacks(b) >= 1 })
 	if code := a.call(t, "DELETE", "/v1/cubes/alice", nil, nil); code != http.StatusNoContent && code != http.StatusOK {
 		t.Fatalf("delete cube on A: %d", code)
@@ -265,4 +267,22 @@ func TestTwoNodesShareText(t *testing.T) {
 		t.Fatalf("cubes on B after delete on A: %d %+v", code, list)
 	}
 	testutil.WaitFor(t, "node B to drop its packs of the deleted cube", func() bool { return alicePacks(b) == 0 })
+
+	// a cube deleted while node B is down: back, node B drops its packs
+	// of it; while it is down, the CLI on its directory says where its
+	// memories are instead of showing the directory's own (empty) tier
+	if code := a.call(t, "POST", "/v1/cubes/carol/memories", map[string]any{"text": "Carol grows tomatoes"}, nil); code != http.StatusCreated {
+		t.Fatalf("add to carol: %d", code)
+	}
+	b.chat(t, "carol", "Tell me about the tomatoes", false)
+	testutil.WaitFor(t, "node B's conversation pack of cube carol", func() bool { return cubePacks(b, "carol") >= 1 })
+	b.stop(t)
+	if out, err := runCLI(t, "mem", "ls", "--db", bdir, "--cube", "carol"); err == nil || !strings.Contains(out, "shared text store") {
+		t.Fatalf("mem ls on node B's directory while it is down: %v\n%s", err, out)
+	}
+	if code := a.call(t, "DELETE", "/v1/cubes/carol", nil, nil); code != http.StatusNoContent && code != http.StatusOK {
+		t.Fatalf("delete carol on A: %d", code)
+	}
+	b = startServe(t, bdir, nil, "--text-store", url, "--kv-store", redis.URL())
+	testutil.WaitFor(t, "node B, restarted, to drop its packs of the cube deleted meanwhile", func() bool { return cubePacks(b, "carol") == 0 })
 }
