@@ -177,8 +177,17 @@ func (o *OS) deleteCube(ctx context.Context, cube string) error {
 	if err := o.mem.DeleteCube(ctx, cube); err != nil {
 		return err
 	}
+	if o.afterTextDelete != nil {
+		o.afterTextDelete(cube)
+	}
 	if err := o.dropCubeState(ctx, cube); err != nil {
 		return err
+	}
+	if o.opts.TextStore != nil {
+		// the shared store took the record with the texts, in one
+		// transaction; removing it again would hide a memory another node
+		// added since (its add made the record anew)
+		return nil
 	}
 	return o.cubes.remove(ctx, cube)
 }
@@ -233,7 +242,19 @@ func (o *OS) resyncCubes() {
 			}
 		}
 		for _, c := range names {
-			if _, err := o.cubes.get(o.base, c); !errors.Is(err, ErrUnknownCube) {
+			rec, err := o.cubes.get(o.base, c)
+			if err == nil {
+				// made again under the same name since: this node's packs
+				// of the one before are another cube's
+				o.kvMu.Lock()
+				for _, p := range o.cubePacks(c) {
+					if p.Created.Before(rec.Created) {
+						_ = o.kv.Delete(p.ID)
+					}
+				}
+				o.kvMu.Unlock()
+			}
+			if !errors.Is(err, ErrUnknownCube) {
 				continue
 			}
 			o.log.Info("dropping a cube deleted on another node", "cube", c)

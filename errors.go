@@ -23,7 +23,7 @@ var (
 	// ErrTextStoreElsewhere is returned by Open without Options.TextStore
 	// on a data directory whose text tier was kept in a shared store
 	// (serve --text-store): its own holds none of those memories.
-	ErrTextStoreElsewhere = errors.New("memosrt: this data directory's memories are in a shared text store (serve --text-store URL); start serve with it, and CLI commands on the directory go through the server")
+	ErrTextStoreElsewhere = errors.New("memosrt: this data directory's memories are in a shared text store: start serve with --text-store and that store, and CLI commands on the directory go through the server (serve --text-store local serves the directory's own text tier instead)")
 	// ErrCubeExists is returned by CreateCube for a name in use; HTTP 409.
 	ErrCubeExists = errors.New("memosrt: cube exists")
 	// ErrNotSupported is returned for what the configured backend cannot

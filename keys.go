@@ -31,6 +31,11 @@ type AccessKey struct {
 	ID      string    `json:"id"` // first 12 hex digits of the token's SHA-256
 	Cube    string    `json:"cube"`
 	Created time.Time `json:"created"`
+	// CubeCreated is the creation time of the cube the key was minted
+	// for: a cube deleted and created again under the same name (on
+	// another node sharing the text store, unheard here) is another cube,
+	// and the key no longer opens it. Zero in keys minted before it.
+	CubeCreated time.Time `json:"cube_created,omitzero"`
 }
 
 // CreateKey returns a new access key for cube and its token (32 random
@@ -41,7 +46,8 @@ func (o *OS) CreateKey(ctx context.Context, cube string) (AccessKey, string, err
 		return AccessKey{}, "", err
 	}
 	defer o.leave()
-	if _, err := o.cubes.get(ctx, cube); err != nil {
+	rec, err := o.cubes.get(ctx, cube)
+	if err != nil {
 		return AccessKey{}, "", err
 	}
 	var b [32]byte
@@ -50,9 +56,9 @@ func (o *OS) CreateKey(ctx context.Context, cube string) (AccessKey, string, err
 	}
 	tok := keyPrefix + hex.EncodeToString(b[:])
 	h := hashToken(tok)
-	k := AccessKey{ID: h[:12], Cube: cube, Created: o.opts.Clock.Now().UTC()}
+	k := AccessKey{ID: h[:12], Cube: cube, Created: o.opts.Clock.Now().UTC(), CubeCreated: rec.Created}
 	js, _ := json.Marshal(k)
-	err := o.db.Badger().Update(func(txn *bg.Txn) error { return txn.Set([]byte(keyAccess+h), js) })
+	err = o.db.Badger().Update(func(txn *bg.Txn) error { return txn.Set([]byte(keyAccess+h), js) })
 	if err != nil {
 		return AccessKey{}, "", fmt.Errorf("memosrt: store access key: %w", err)
 	}
@@ -73,6 +79,15 @@ func (o *OS) KeyCube(ctx context.Context, token string) (AccessKey, error) {
 		return it.Value(func(v []byte) error { return json.Unmarshal(v, &k) })
 	})
 	if errors.Is(err, bg.ErrKeyNotFound) {
+		return AccessKey{}, ErrUnknownKey
+	}
+	if err != nil || k.CubeCreated.IsZero() {
+		return k, err
+	}
+	// the cube it was minted for, not one made since under its name
+	rec, err := o.cubes.get(ctx, k.Cube)
+	if errors.Is(err, ErrUnknownCube) || (err == nil && !rec.Created.Equal(k.CubeCreated)) {
+		_ = o.db.Badger().Update(func(txn *bg.Txn) error { return txn.Delete([]byte(keyAccess + hashToken(token))) })
 		return AccessKey{}, ErrUnknownKey
 	}
 	return k, err

@@ -43,6 +43,11 @@ type Options struct {
 	// EncryptionKey set, open it with TextStoreKey(EncryptionKey). The
 	// caller owns it (Close leaves it open). Default: the data directory.
 	TextStore textmem.Backend
+	// TextStoreLocal opens the data directory's own text tier even though
+	// it was served with a TextStore (which Open otherwise refuses with
+	// ErrTextStoreElsewhere), and forgets that it was: to reach memories
+	// it held before, or to leave the shared store.
+	TextStoreLocal bool
 
 	// Model is the GGUF file to load. Empty opens the OS without a model:
 	// cubes, memories, search and tier state work; Chat, Generate, Warm

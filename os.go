@@ -30,6 +30,8 @@ type OS struct {
 	log   *slog.Logger
 	ready atomic.Bool // Open has finished
 
+	afterTextDelete func(cube string) // tests: runs between a cube's text delete and the rest of it
+
 	db    *badger.DB
 	mem   *textmem.Store
 	kv    *kvcache.Cache
@@ -104,7 +106,7 @@ func Open(ctx context.Context, opts Options) (*OS, error) {
 	now := opts.Clock.Now
 	mo := textmem.Options{Logger: opts.Logger, Now: now, Embedder: opts.Embedder, OnDelete: func(string, string) { o.Kick() },
 		OnCubeDeleted: o.cubeDeletedElsewhere, OnResync: o.resyncCubes, RequireRecord: opts.TextStore != nil}
-	if err := o.markTextStore(ctx, opts.TextStore); err != nil {
+	if err := o.markTextStore(ctx, opts.TextStore, opts.TextStoreLocal); err != nil {
 		return nil, err
 	}
 	be := opts.TextStore
@@ -457,33 +459,47 @@ const keyTextStore = "srv/text-store"
 // shared (ts set), or refuses to open it without one when it was
 // (ErrTextStoreElsewhere); with ts set it also warns of memories the
 // directory's own text tier holds, which the shared one does not serve.
-func (o *OS) markTextStore(ctx context.Context, ts textmem.Backend) error {
+func (o *OS) markTextStore(ctx context.Context, ts textmem.Backend, local bool) error {
 	db := o.db.Badger()
-	var marked bool
+	var mark string
 	err := db.View(func(txn *bg.Txn) error {
-		_, err := txn.Get([]byte(keyTextStore))
-		marked = err == nil
+		item, err := txn.Get([]byte(keyTextStore))
 		if errors.Is(err, bg.ErrKeyNotFound) {
 			return nil
 		}
+		if err != nil {
+			return err
+		}
+		v, err := item.ValueCopy(nil)
+		mark = string(v)
 		return err
 	})
 	switch {
 	case err != nil:
 		return err
-	case ts == nil && marked:
-		return ErrTextStoreElsewhere
+	case ts == nil && mark != "" && local:
+		o.log.Warn("serving the data directory's own text tier, not the shared one it was served with", "was", mark)
+		return db.Update(func(txn *bg.Txn) error { return txn.Delete([]byte(keyTextStore)) })
+	case ts == nil && mark != "":
+		return fmt.Errorf("%w (it was served with %s)", ErrTextStoreElsewhere, mark)
 	case ts == nil:
 		return nil
 	}
 	if own, err := textmem.NewBadgerBackend(o.db).Cubes(ctx, []byte("m/")); err == nil && len(own) > 0 {
-		o.log.Warn("the data directory's own text tier holds memories the shared text store does not serve; export them before (memosrt cube export) and import them through the server",
+		o.log.Warn("the data directory's own text tier holds memories the shared text store does not serve: serve the directory with --text-store local, export each cube (GET /v1/cubes/CUBE/export) and import it (POST /v1/cubes/import) into a node of the shared store",
 			"cubes", len(own))
 	}
-	if marked {
+	name := fmt.Sprintf("%T", ts)
+	if s, ok := ts.(fmt.Stringer); ok {
+		name = s.String()
+	}
+	if mark == name {
 		return nil
 	}
-	return db.Update(func(txn *bg.Txn) error { return txn.Set([]byte(keyTextStore), []byte(fmt.Sprintf("%T", ts))) })
+	if mark != "" {
+		o.log.Warn("the data directory was served with another text store", "was", mark, "now", name)
+	}
+	return db.Update(func(txn *bg.Txn) error { return txn.Set([]byte(keyTextStore), []byte(name)) })
 }
 
 // TextStore returns the text tier.

@@ -256,12 +256,20 @@ func (o *OS) ImportCube(ctx context.Context, r io.Reader, opts ImportOptions) (I
 		return res, err
 	}
 	ok := false
+	imported := map[string]bool{}
 	defer func() {
-		if !ok {
-			o.deleteCube(context.WithoutCancel(ctx), cube) // never leave half a cube
+		if ok {
+			return
+		}
+		// never leave half a cube: delete it, or, when it is gone already
+		// (deleted on another node meanwhile), the memories stored here
+		bg := context.WithoutCancel(ctx)
+		if err := o.deleteCube(bg, cube); errors.Is(err, ErrUnknownCube) {
+			for id := range imported {
+				_ = o.mem.Delete(bg, cube, id)
+			}
 		}
 	}()
-	imported := map[string]bool{}
 	h, err = next("memories.jsonl")
 	if err == io.EOF {
 		return res, fmt.Errorf("%w: no memories.jsonl", ErrBadArchive)

@@ -44,7 +44,7 @@ type PostgresOptions struct {
 // ErrWrongKey is returned by OpenPostgres for a database whose records
 // were written with another PostgresOptions.Key (or with none, or with one
 // when none is given now). Nothing is read or written.
-var ErrWrongKey = errors.New("textmem: the text store was written with another encryption key")
+var ErrWrongKey = errors.New("textmem: the text store's encryption does not match this node's")
 
 // pgMaxKey is the longest key OpenPostgres's Backend takes, bytes: a
 // btree entry of the primary key (cube, k) must stay under PostgreSQL's
@@ -89,6 +89,7 @@ CREATE VIEW memosrt_memories AS
 type Postgres struct {
 	pool    *pgxpool.Pool
 	url     string
+	where   string // host:port/database, no credentials
 	node    string // random id of this process in NOTIFY payloads
 	timeout time.Duration
 	log     *slog.Logger
@@ -98,13 +99,14 @@ type Postgres struct {
 	names sync.Map // tag -> cube name, of every cube this process used
 	named sync.Map // tag -> true once its memosrt_text_cubes row is known to exist
 
-	up      atomic.Bool
-	failing atomic.Bool // the last bounded call could not reach the server
+	up      atomic.Bool // the listening connection is up
+	healthy atomic.Bool // the last health check (every second) was answered
 	mu      sync.Mutex
 	watches map[int]func(Change)
 	nextW   int
 	cancel  context.CancelFunc
 	done    chan struct{}
+	hdone   chan struct{} // health loop ended
 }
 
 // OpenPostgres connects to the PostgreSQL database at url
@@ -129,7 +131,8 @@ func OpenPostgres(ctx context.Context, url string, opts PostgresOptions) (*Postg
 		cfg.ConnConfig.ConnectTimeout = opts.Timeout
 	}
 	p := &Postgres{url: url, timeout: opts.Timeout, log: opts.Logger.With("store", "postgres"),
-		watches: map[int]func(Change){}, done: make(chan struct{})}
+		watches: map[int]func(Change){}, done: make(chan struct{}),
+		where: fmt.Sprintf("%s:%d/%s", cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Database)}
 	var id [8]byte
 	_, _ = rand.Read(id[:])
 	p.node = hex.EncodeToString(id[:])
@@ -191,11 +194,17 @@ func OpenPostgres(ctx context.Context, url string, opts PostgresOptions) (*Postg
 		return nil, fmt.Errorf("textmem: postgres listen: %w", err)
 	}
 	p.up.Store(true)
+	p.healthy.Store(true)
 	lctx, cancel := context.WithCancel(context.Background())
 	p.cancel = cancel
+	p.hdone = make(chan struct{})
 	go p.follow(lctx, conn)
+	go func() { defer close(p.hdone); p.health(lctx) }()
 	return p, nil
 }
+
+// String names the store without credentials: postgres://HOST:PORT/DB.
+func (p *Postgres) String() string { return "postgres://" + p.where }
 
 // Close stops listening and closes the connections. Idempotent.
 func (p *Postgres) Close() error {
@@ -206,15 +215,43 @@ func (p *Postgres) Close() error {
 	if cancel != nil {
 		cancel()
 		<-p.done
+		<-p.hdone
 		p.pool.Close()
 	}
 	return nil
 }
 
 // Up reports whether the store answers: false from a lost listening
-// connection until it is back, and while the last call to the server
-// could not reach it (a hung server keeps its connection up).
-func (p *Postgres) Up() bool { return p.up.Load() && !p.failing.Load() }
+// connection until it is back, and while the health check (a ping every
+// second, answered within one) goes unanswered, as with a hung server that
+// keeps its connections open.
+func (p *Postgres) Up() bool { return p.up.Load() && p.healthy.Load() }
+
+// health pings the server every second until ctx ends (Up).
+func (p *Postgres) health(ctx context.Context) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		pctx, cancel := context.WithTimeout(ctx, min(time.Second, p.timeout))
+		err := p.pool.Ping(pctx)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		if was := p.healthy.Swap(err == nil); was != (err == nil) {
+			if err != nil {
+				p.log.Warn("text store not answering", "err", err)
+			} else {
+				p.log.Info("text store answering again")
+			}
+		}
+	}
+}
 
 // Watch implements Watcher.
 func (p *Postgres) Watch(fn func(Change)) (stop func()) {
@@ -276,7 +313,6 @@ func (p *Postgres) follow(ctx context.Context, conn *pgx.Conn) {
 			continue
 		}
 		conn, wait = c, 100*time.Millisecond
-		p.failing.Store(false) // it answers again
 		p.up.Store(true)
 		p.log.Info("text store connection back")
 		p.deliver(Change{All: true})
@@ -386,7 +422,6 @@ func (p *Postgres) bounded(ctx context.Context, fn func(context.Context) error) 
 	if err != nil && bctx.Err() != nil && !errors.Is(err, ErrUnavailable) {
 		err = fmt.Errorf("%w: no answer within %v: %v", ErrUnavailable, p.timeout, err)
 	}
-	p.failing.Store(errors.Is(err, ErrUnavailable))
 	return err
 }
 

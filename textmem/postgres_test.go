@@ -267,6 +267,24 @@ func TestPostgresDown(t *testing.T) {
 	if err != nil || len(l) != 2 || l[0].ID != kept.ID {
 		t.Fatalf("after restart: %+v %v", l, err)
 	}
+
+	// hung (SIGSTOP, connections open): ErrUnavailable within the call
+	// bound, Up false from the health check; continued: both work again
+	srv.Pause()
+	testutil.WaitFor(t, "the health check to report the hung server", func() bool { return !pa.Up() })
+	if _, err := a.Add(ctx, "c", Memory{Text: "written while hung"}); !errors.Is(err, ErrUnavailable) {
+		srv.Resume()
+		t.Fatalf("add while hung: %v, want ErrUnavailable", err)
+	}
+	srv.Resume()
+	testutil.WaitFor(t, "the server answering again", pa.Up)
+	testutil.WaitFor(t, "adds after the hang", func() bool {
+		_, err := a.Add(ctx, "c", Memory{Text: "written after the hang"})
+		return err == nil
+	})
+	if l, err := b.List(ctx, "c"); err != nil || len(l) != 3 {
+		t.Fatalf("after the hang: %d memories (%v), want 3", len(l), err)
+	}
 }
 
 // indexImage is what a cube's in-memory index holds, by memory id: each

@@ -60,7 +60,7 @@ func newServeCmd() *cobra.Command {
 	ollamaModel := fs.String("ollama-model", "", "upstream `MODEL` (--backend ollama)")
 	embedFlag := fs.String("embed", "model", "embeddings for /api/embed and /v1/embeddings (`EMBEDDER`): model (the loaded model, mean-pooled), hash[:DIM] or ollama:MODEL")
 	kvStore := fs.String("kv-store", "", "share the activation tier with other nodes through Redis at `URL` (redis://HOST:PORT/DB): packs one node computes restore on every node (default: this node's data directory only)")
-	textStore := fs.String("text-store", "", "keep memories and cubes in PostgreSQL at `URL` (postgres://USER:PASS@HOST:PORT/DB), shared with other nodes: a memory added on one is found on every one (default: this node's data directory)")
+	textStore := fs.String("text-store", "", "keep memories and cubes in PostgreSQL at `URL` (postgres://USER:PASS@HOST:PORT/DB), shared with other nodes: a memory added on one is found on every one; local: this node's data directory, also when it was served with a shared store before (default: local)")
 	chatTemplate := fs.String("chat-template", "", "chat `TEMPLATE` (text or llama.cpp built-in name such as chatml); default: the model's")
 	ef := addEngineFlags(fs)
 	mf := addModelsFlags(fs)
@@ -185,7 +185,9 @@ func serve(ctx context.Context, f serveFlags) error {
 		}
 		opts.KVShared = r
 	}
-	if *textStore != "" {
+	if *textStore == "local" {
+		opts.TextStoreLocal = true
+	} else if *textStore != "" {
 		if !strings.HasPrefix(*textStore, "postgres://") && !strings.HasPrefix(*textStore, "postgresql://") && !strings.Contains(*textStore, "=") {
 			return fmt.Errorf("--text-store %q: want a postgres:// URL (or a key=value connection string)", *textStore)
 		}

@@ -9,6 +9,7 @@ import (
 	"os/user"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -256,10 +257,50 @@ func (p *PostgresServer) Kill() {
 	if p.cmd == nil {
 		return
 	}
+	p.Resume() // a paused server's backends would stay stopped
 	p.cmd.Process.Signal(syscall.SIGKILL)
 	select {
 	case <-p.exited:
 	case <-time.After(10 * time.Second):
 	}
 	p.cmd = nil
+}
+
+// Pause stops the server and every backend process it forked with
+// SIGSTOP: a hung server whose connections stay open. Resume continues
+// them.
+func (p *PostgresServer) Pause() { p.signalAll(syscall.SIGSTOP) }
+
+// Resume continues a paused server (SIGCONT).
+func (p *PostgresServer) Resume() { p.signalAll(syscall.SIGCONT) }
+
+func (p *PostgresServer) signalAll(sig syscall.Signal) {
+	if p.cmd == nil {
+		return
+	}
+	root := p.cmd.Process.Pid
+	pids := []int{root}
+	// children by parent pid, from /proc/<pid>/stat (field 4)
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// the command name (field 2) is in parentheses and may hold spaces
+		s := string(b)
+		if i := strings.LastIndexByte(s, ')'); i > 0 {
+			f := strings.Fields(s[i+1:])
+			if len(f) > 1 && f[1] == strconv.Itoa(root) {
+				pids = append(pids, pid)
+			}
+		}
+	}
+	for _, pid := range pids {
+		syscall.Kill(pid, sig)
+	}
 }
