@@ -93,10 +93,9 @@ func (o *OS) KeyCube(ctx context.Context, token string) (AccessKey, error) {
 	return k, err
 }
 
-// keyCubes returns the cubes that have access keys on this node.
-func (o *OS) keyCubes() ([]string, error) {
-	var out []string
-	err := o.db.Badger().View(func(txn *bg.Txn) error {
+// eachKey calls fn with every access key of this node and its Badger key.
+func (o *OS) eachKey(fn func(dbKey []byte, k AccessKey)) error {
+	return o.db.Badger().View(func(txn *bg.Txn) error {
 		it := txn.NewIterator(bg.IteratorOptions{Prefix: []byte(keyAccess), PrefetchValues: true})
 		defer it.Close()
 		for it.Rewind(); it.Valid(); it.Next() {
@@ -104,11 +103,19 @@ func (o *OS) keyCubes() ([]string, error) {
 			if err := it.Item().Value(func(v []byte) error { return json.Unmarshal(v, &k) }); err != nil {
 				return err
 			}
-			if !slices.Contains(out, k.Cube) {
-				out = append(out, k.Cube)
-			}
+			fn(it.Item().KeyCopy(nil), k)
 		}
 		return nil
+	})
+}
+
+// keyCubes returns the cubes that have access keys on this node.
+func (o *OS) keyCubes() ([]string, error) {
+	var out []string
+	err := o.eachKey(func(_ []byte, k AccessKey) {
+		if !slices.Contains(out, k.Cube) {
+			out = append(out, k.Cube)
+		}
 	})
 	return out, err
 }
@@ -116,19 +123,10 @@ func (o *OS) keyCubes() ([]string, error) {
 // deleteKeys revokes cube's access keys (its cube is deleted).
 func (o *OS) deleteKeys(cube string) error {
 	var del [][]byte
-	err := o.db.Badger().View(func(txn *bg.Txn) error {
-		it := txn.NewIterator(bg.IteratorOptions{Prefix: []byte(keyAccess), PrefetchValues: true})
-		defer it.Close()
-		for it.Rewind(); it.Valid(); it.Next() {
-			var k AccessKey
-			if err := it.Item().Value(func(v []byte) error { return json.Unmarshal(v, &k) }); err != nil {
-				return err
-			}
-			if k.Cube == cube {
-				del = append(del, it.Item().KeyCopy(nil))
-			}
+	err := o.eachKey(func(dbKey []byte, k AccessKey) {
+		if k.Cube == cube {
+			del = append(del, dbKey)
 		}
-		return nil
 	})
 	if err != nil || len(del) == 0 {
 		return err
