@@ -485,7 +485,7 @@ func (o *OS) markTextStore(ctx context.Context, ts textmem.Backend, local bool) 
 	case ts == nil:
 		return nil
 	}
-	if own, err := textmem.NewBadgerBackend(o.db).Cubes(ctx, []byte("m/")); err == nil && len(own) > 0 {
+	if own, err := textmem.Cubes(ctx, textmem.NewBadgerBackend(o.db)); err == nil && len(own) > 0 {
 		o.log.Warn("the data directory's own text tier holds memories the shared text store does not serve: serve the directory with --text-store local, export each cube (GET /v1/cubes/CUBE/export) and import it (POST /v1/cubes/import) into a node of the shared store",
 			"cubes", len(own))
 	}

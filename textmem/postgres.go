@@ -876,9 +876,20 @@ func (p *Postgres) DeletePrefix(ctx context.Context, cube string, prefix []byte)
 	})
 }
 
-// cubeNames returns every row of memosrt_text_cubes: tag, name, record.
-func (p *Postgres) cubeRows(ctx context.Context, onlyRecords bool) (tags, names []string, recs [][]byte, err error) {
-	err = p.bounded(ctx, func(ctx context.Context) error {
+// cubeRow is a row of memosrt_text_cubes, opened.
+type cubeRow struct {
+	tag, name string
+	record    []byte // nil: none
+}
+
+// recordAD binds a sealed record to its cube's row.
+func recordAD(tag string) []byte { return []byte(tag + "\x00record") }
+
+// cubeRows returns the rows of memosrt_text_cubes (with onlyRecords, those
+// holding a record).
+func (p *Postgres) cubeRows(ctx context.Context, onlyRecords bool) ([]cubeRow, error) {
+	var out []cubeRow
+	err := p.bounded(ctx, func(ctx context.Context) error {
 		q := `SELECT tag, name, record FROM memosrt_text_cubes`
 		if onlyRecords {
 			q += ` WHERE record IS NOT NULL`
@@ -898,26 +909,27 @@ func (p *Postgres) cubeRows(ctx context.Context, onlyRecords bool) (tags, names 
 				return err
 			}
 			if rec != nil {
-				if rec, err = p.open([]byte(tag+"\x00record"), rec); err != nil {
+				if rec, err = p.open(recordAD(tag), rec); err != nil {
 					return err
 				}
 			}
 			p.names.Store(tag, string(name))
-			tags, names, recs = append(tags, tag), append(names, string(name)), append(recs, rec)
+			out = append(out, cubeRow{tag, string(name), rec})
 		}
 		return unavailable(rows.Err())
 	})
-	return tags, names, recs, err
+	return out, err
 }
 
 // Cubes implements Backend.
 func (p *Postgres) Cubes(ctx context.Context, prefix []byte) ([]string, error) {
-	tags, names, _, err := p.cubeRows(ctx, false)
+	rows, err := p.cubeRows(ctx, false)
 	if err != nil {
 		return nil, err
 	}
 	var out []string
-	for i, tag := range tags {
+	for _, r := range rows {
+		tag := r.tag
 		pre := p.physKey(tag, prefix)
 		var one int
 		err := p.bounded(ctx, func(ctx context.Context) error {
@@ -931,7 +943,7 @@ func (p *Postgres) Cubes(ctx context.Context, prefix []byte) ([]string, error) {
 		})
 		switch {
 		case err == nil:
-			out = append(out, names[i])
+			out = append(out, r.name)
 		case !errors.Is(err, pgx.ErrNoRows):
 			return nil, unavailable(err)
 		}
@@ -952,7 +964,7 @@ func (p *Postgres) Record(ctx context.Context, cube string) ([]byte, error) {
 	if err != nil {
 		return nil, unavailable(err)
 	}
-	return p.open([]byte(tag+"\x00record"), rec)
+	return p.open(recordAD(tag), rec)
 }
 
 // CreateRecord implements Backend.
@@ -962,7 +974,7 @@ func (p *Postgres) CreateRecord(ctx context.Context, cube string, rec []byte) er
 	err := p.bounded(ctx, func(ctx context.Context) error {
 		return p.pool.QueryRow(ctx, `INSERT INTO memosrt_text_cubes (tag, name, record) VALUES ($1, $2, $3)
 			ON CONFLICT (tag) DO UPDATE SET record = EXCLUDED.record WHERE memosrt_text_cubes.record IS NULL
-			RETURNING tag`, tag, p.seal([]byte(tag), []byte(cube)), p.seal([]byte(tag+"\x00record"), rec)).Scan(&tagOut)
+			RETURNING tag`, tag, p.seal([]byte(tag), []byte(cube)), p.seal(recordAD(tag), rec)).Scan(&tagOut)
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return ErrRecordExists
@@ -975,13 +987,13 @@ func (p *Postgres) CreateRecord(ctx context.Context, cube string, rec []byte) er
 
 // Records implements Backend.
 func (p *Postgres) Records(ctx context.Context) (map[string][]byte, error) {
-	_, names, recs, err := p.cubeRows(ctx, true)
+	rows, err := p.cubeRows(ctx, true)
 	if err != nil {
 		return nil, err
 	}
-	out := make(map[string][]byte, len(names))
-	for i, n := range names {
-		out[n] = recs[i]
+	out := make(map[string][]byte, len(rows))
+	for _, r := range rows {
+		out[r.name] = r.record
 	}
 	return out, nil
 }

@@ -318,6 +318,7 @@ func (s *Store) load(ctx context.Context, cube string, ix *cubeIndex) error {
 	defer ix.mu.Unlock()
 	ix.reset()
 	ix.stale = false // a change committed from now on marks it again
+	ix.pending = nil // the load reads them as they are now
 	err = s.be.View(ctx, cube, func(txn Txn) error {
 		// Docs first, so that postings can map ids to doc numbers.
 		pre := nsPrefix(nsDoc)
@@ -1012,7 +1013,13 @@ func (s *Store) Cubes(ctx context.Context) ([]string, error) {
 	if err := s.checkOpen(); err != nil {
 		return nil, err
 	}
-	all, err := s.be.Cubes(ctx, nsPrefix(nsMem))
+	return Cubes(ctx, s.be)
+}
+
+// Cubes returns the names of the cubes of be that hold at least one
+// memory, sorted, without opening a Store over it.
+func Cubes(ctx context.Context, be Backend) ([]string, error) {
+	all, err := be.Cubes(ctx, nsPrefix(nsMem))
 	out := []string{}
 	for _, c := range all {
 		if ValidCube(c) {

@@ -3,7 +3,6 @@ package testutil
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"os/user"
@@ -89,13 +88,12 @@ func StartPostgresMain() (p *PostgresServer, stop func(), ok bool) {
 }
 
 func startPostgres(t testing.TB) (*PostgresServer, func()) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	p := &PostgresServer{t: t, bin: pgBin()}
+	port, err := freePort()
 	if err != nil {
-		panic(err)
+		p.fatalf("%v", err)
 	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	p := &PostgresServer{t: t, bin: pgBin(), Port: port}
+	p.Port = port
 	if os.Geteuid() == 0 {
 		u, err := user.Lookup("postgres")
 		if err != nil {
