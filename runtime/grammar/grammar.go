@@ -7,7 +7,8 @@
 // JSON produces a grammar for any JSON object. FromSchema converts a subset
 // of JSON Schema: type (one or a list); properties, required (names among
 // the properties) and additionalProperties false for objects; items,
-// minItems and maxItems (up to 256) for arrays; enum and const (alone or
+// minItems and maxItems (up to 256) for arrays; minLength and maxLength (up
+// to 256 characters, escapes counting as one) for strings; enum and const (alone or
 // with a type every value has); anyOf; oneOf when its branches cannot
 // overlap (distinct types, or distinct constants); and the annotations
 // title, description, default, examples, $schema, $id, $comment and format
@@ -88,7 +89,8 @@ var annotations = map[string]bool{"title": true, "description": true, "default":
 
 // owner maps each supported constraint keyword to the type it constrains.
 var owner = map[string]string{"properties": "object", "required": "object", "additionalProperties": "object",
-	"items": "array", "minItems": "array", "maxItems": "array"}
+	"items": "array", "minItems": "array", "maxItems": "array",
+	"minLength": "string", "maxLength": "string"}
 
 // Limits keep a hostile schema from making a grammar that llama.cpp takes
 // seconds to build or to match per token: it keeps one parse stack per
@@ -209,7 +211,9 @@ func (c *conv) rule(n *node, path string) (string, error) {
 	for i, t := range types {
 		var err error
 		switch t {
-		case "string", "number", "integer", "boolean", "null":
+		case "string":
+			alts[i], err = c.str(n, path)
+		case "number", "integer", "boolean", "null":
 			alts[i] = t
 		case "object":
 			alts[i], err = c.object(n, path)
@@ -360,30 +364,60 @@ func (c *conv) object(n *node, path string) (string, error) {
 	return c.define(`"{" ws ` + strings.Join(parts, ` "," ws `) + ` "}" ws`), nil
 }
 
-// maxItemsLimit bounds maxItems: llama.cpp expands {m,n} into n copies.
-const maxItemsLimit = 256
+// str returns the rule of a string with n's minLength and maxLength, if
+// any: char{lo,hi} between the quotes. A bounded string ends a generation
+// that a model would otherwise fill with characters until num_predict.
+func (c *conv) str(n *node, path string) (string, error) {
+	lo, hi, ok, err := bounds(n, path, "minLength", "maxLength", maxLengthLimit)
+	if err != nil || !ok {
+		return "string", err
+	}
+	if hi < 0 {
+		return c.define(fmt.Sprintf(`"\"" char{%d,} "\"" ws`, lo)), nil
+	}
+	return c.define(fmt.Sprintf(`"\"" char{%d,%d} "\"" ws`, lo, hi)), nil
+}
 
-func (c *conv) array(n *node, path string) (string, error) {
-	items, lo, hi := n.get("items"), 0, -1
+// maxLengthLimit bounds maxLength: llama.cpp expands {m,n} into n copies.
+const maxLengthLimit = 256
+
+// bounds reads n's integer keywords loKey and hiKey (absent: 0 and -1);
+// ok is false when both are absent. Each must be a non-negative integer,
+// hiKey at most limit and not below loKey.
+func bounds(n *node, path, loKey, hiKey string, limit int) (lo, hi int, ok bool, err error) {
+	lo, hi = 0, -1
 	for _, b := range []struct {
 		key string
 		dst *int
-	}{{"minItems", &lo}, {"maxItems", &hi}} {
+	}{{loKey, &lo}, {hiKey, &hi}} {
 		v := n.get(b.key)
 		if v == nil {
 			continue
 		}
+		ok = true
 		k, err := strconv.Atoi(v.str)
 		if v.kind != kNumber || err != nil || k < 0 {
-			return "", fmt.Errorf("%w: %s: %s must be a non-negative integer", ErrBadSchema, path, b.key)
+			return 0, 0, false, fmt.Errorf("%w: %s: %s must be a non-negative integer", ErrBadSchema, path, b.key)
 		}
-		if k > maxItemsLimit {
-			return "", fmt.Errorf("%w: %s: %s above %d", ErrUnsupported, path, b.key, maxItemsLimit)
+		if k > limit {
+			return 0, 0, false, fmt.Errorf("%w: %s: %s above %d", ErrUnsupported, path, b.key, limit)
 		}
 		*b.dst = k
 	}
 	if hi >= 0 && hi < lo {
-		return "", fmt.Errorf("%w: %s: maxItems below minItems", ErrBadSchema, path)
+		return 0, 0, false, fmt.Errorf("%w: %s: %s below %s", ErrBadSchema, path, hiKey, loKey)
+	}
+	return lo, hi, ok, nil
+}
+
+// maxItemsLimit bounds maxItems: llama.cpp expands {m,n} into n copies.
+const maxItemsLimit = 256
+
+func (c *conv) array(n *node, path string) (string, error) {
+	items := n.get("items")
+	lo, hi, _, err := bounds(n, path, "minItems", "maxItems", maxItemsLimit)
+	if err != nil {
+		return "", err
 	}
 	if items == nil && lo == 0 && hi < 0 {
 		return "array", nil

@@ -44,6 +44,10 @@ func TestFromSchemaArrays(t *testing.T) {
 		`{"minItems":2}`:                                 `s1 ::= "[" ws value ( "," ws value ){1,} "]" ws`,
 		`{"type":"object","additionalProperties":false}`: `s1 ::= "{" ws "}" ws`,
 		`{"type":["integer","string"],"enum":[1,"a"]}`:   `s1 ::= "1" ws | "\"a\"" ws`,
+		`{"type":"string","maxLength":8}`:                `s1 ::= "\"" char{0,8} "\"" ws`,
+		`{"type":"string","minLength":2,"maxLength":3}`:  `s1 ::= "\"" char{2,3} "\"" ws`,
+		`{"minLength":1}`:                                `s1 ::= "\"" char{1,} "\"" ws`,
+		`{"type":["string","null"],"maxLength":2}`:       `s2 ::= s1 | null`,
 	} {
 		g, err := FromSchema([]byte(schema))
 		if err != nil {
@@ -73,6 +77,9 @@ func TestFromSchemaRefused(t *testing.T) {
 		`{"type":"array","minItems":3,"maxItems":2}`:               ErrBadSchema,
 		`{"type":"array","minItems":-1}`:                           ErrBadSchema,
 		`{"type":"array","minItems":1.5}`:                          ErrBadSchema,
+		`{"type":"string","maxLength":1000}`:                       ErrUnsupported,
+		`{"type":"string","minLength":3,"maxLength":2}`:            ErrBadSchema,
+		`{"type":"number","maxLength":2}`:                          ErrUnsupported,
 		`{"type":"thing"}`:                                         ErrBadSchema,
 		`{"type":7}`:                                               ErrBadSchema,
 		`{"enum":[]}`:                                              ErrBadSchema,
@@ -84,8 +91,8 @@ func TestFromSchemaRefused(t *testing.T) {
 		`{"type":`:                                                 ErrBadSchema,
 		``:                                                         ErrBadSchema,
 		deep:                                                       ErrBadSchema,
-		`{"anyOf":[{"type":"string"}],"type":"string"}`:                          ErrUnsupported,
-		`{"type":"object","properties":{"x":{"type":"string","minLength":1}}}`:   ErrUnsupported,
+		`{"anyOf":[{"type":"string"}],"type":"string"}`:            ErrUnsupported,
+		`{"type":"object","properties":{"x":{"type":"string","pattern":"a"}}}`:   ErrUnsupported,
 		`{"type":"object","properties":{"x":{"items":{"uniqueItems":true}}}}`:    ErrUnsupported,
 		`{"type":"object","properties":{"x":{"type":["string",{"a":1}]}}}`:       ErrBadSchema,
 		`{"type":"object","properties":{"x":{"type":"number","minimum":0}}}`:     ErrUnsupported,
@@ -119,8 +126,8 @@ func TestFromSchemaRefused(t *testing.T) {
 		t.Fatalf("error %v", err)
 	}
 	// the error names the place and the keyword
-	_, err = FromSchema([]byte(`{"type":"object","properties":{"x":{"type":"string","minLength":1}}}`))
-	if err == nil || !strings.Contains(err.Error(), `$.x`) || !strings.Contains(err.Error(), `"minLength"`) {
+	_, err = FromSchema([]byte(`{"type":"object","properties":{"x":{"type":"string","pattern":"a"}}}`))
+	if err == nil || !strings.Contains(err.Error(), `$.x`) || !strings.Contains(err.Error(), `"pattern"`) {
 		t.Fatalf("error %v", err)
 	}
 }
