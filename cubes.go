@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/memosrt/memosrt/convmem"
 	"github.com/memosrt/memosrt/kvcache"
 	"github.com/memosrt/memosrt/scheduler"
 	"github.com/memosrt/memosrt/textmem"
@@ -23,7 +24,10 @@ type Cube struct {
 	Name        string            `json:"name"`
 	Description string            `json:"description,omitempty"`
 	Metadata    map[string]string `json:"metadata,omitempty"`
-	Created     time.Time         `json:"created"`
+	// NoRecord keeps the cube's chat turns out of its memory (no turn
+	// recording, see Request.Record).
+	NoRecord bool      `json:"no_record,omitempty"`
+	Created  time.Time `json:"created"`
 }
 
 type cubeRecord = Cube
@@ -310,10 +314,18 @@ func (o *OS) cubePacks(cube string) []kvcache.Info {
 }
 
 // AddMemory adds m to cube, creating the cube if needed (as `memosrt mem
-// add` and Mem0's add do), and returns it with its id and times. An
-// identical memory (same normalized text and event time) returns the
-// existing one. Errors: textmem.ErrBadCube, textmem.ErrEmptyText,
-// textmem.ErrTooLarge, textmem.ErrInvalidUTF8, storage errors.
+// add` and Mem0's add do), and returns it with its id and times, under the
+// write governance of issue 17: an identical memory (same normalized text
+// and event time) returns the existing one and stores nothing; a memory
+// that states the opposite liking of the same thing as one the cube holds
+// ("I love Chinese food", then "I hate Chinese food"; convmem.Contradicts)
+// supersedes it: the held memory takes m's text as its next version (its
+// history keeps the old one, its change log says why, the pack holding it
+// is recomputed at the next tick), so the store never loses the fact in
+// between. m.Expires, when set, has the memory deleted by the first tick
+// after it. Every change is logged (MemoryLog). Errors:
+// textmem.ErrBadCube, textmem.ErrEmptyText, textmem.ErrTooLarge,
+// textmem.ErrInvalidUTF8, textmem.ErrBadField, storage errors.
 func (o *OS) AddMemory(ctx context.Context, cube string, m textmem.Memory) (textmem.Memory, error) {
 	if err := o.enter(); err != nil {
 		return m, err
@@ -322,31 +334,37 @@ func (o *OS) AddMemory(ctx context.Context, cube string, m textmem.Memory) (text
 	if !textmem.ValidCube(cube) {
 		return m, fmt.Errorf("%w: %q", textmem.ErrBadCube, cube)
 	}
+	got, _, err := o.remember(ctx, cube, m, "api", "")
+	return got, err
+}
+
+// addMemory is AddMemory without governance, reporting what textmem did.
+func (o *OS) addMemory(ctx context.Context, cube string, m textmem.Memory) (textmem.Memory, textmem.AddOutcome, error) {
 	if o.opts.TextStore != nil {
 		// a shared store checks the record inside the add's transaction
 		// (textmem.Options.RequireRecord): make it first
 		_, err := o.cubes.create(ctx, Cube{Name: cube})
 		created := err == nil
 		if err != nil && !errors.Is(err, ErrCubeExists) {
-			return m, err
+			return m, textmem.Added, err
 		}
-		got, err := o.mem.Add(ctx, cube, m)
+		got, how, err := o.mem.AddOutcome(ctx, cube, m)
 		if err != nil && created && !errors.Is(err, textmem.ErrUnavailable) {
 			// refused input leaves no empty cube behind
 			if l, lerr := o.mem.List(ctx, cube); lerr == nil && len(l) == 0 {
 				_ = o.cubes.remove(ctx, cube)
 			}
 		}
-		return got, err
+		return got, how, err
 	}
-	got, err := o.mem.Add(ctx, cube, m)
+	got, how, err := o.mem.AddOutcome(ctx, cube, m)
 	if err != nil {
-		return got, err
+		return got, how, err
 	}
 	if _, err := o.cubes.create(ctx, Cube{Name: cube}); err != nil && !errors.Is(err, ErrCubeExists) {
-		return got, err
+		return got, how, err
 	}
-	return got, nil
+	return got, how, nil
 }
 
 // Memories returns cube's memories in canonical order (creation time, then id).
@@ -378,6 +396,8 @@ func (o *OS) UpdateMemory(ctx context.Context, cube, id, text string) (textmem.M
 	m, err := o.mem.Update(ctx, cube, id, text)
 	if err == nil {
 		o.Kick()
+		o.logChange(ctx, cube, id, convmem.Change{Op: "update", By: "api", Text: m.Text, Version: m.Version})
+		_ = o.conv.ProfileForget(ctx, cube, id, m.Text)
 	}
 	return m, err
 }
@@ -392,8 +412,12 @@ func (o *OS) PatchMemory(ctx context.Context, cube, id string, p textmem.Patch) 
 	}
 	defer o.leave()
 	m, err := o.mem.Patch(ctx, cube, id, p)
-	if err == nil && p.Text != nil {
-		o.Kick()
+	if err == nil {
+		if p.Text != nil {
+			o.Kick()
+			_ = o.conv.ProfileForget(ctx, cube, id, m.Text)
+		}
+		o.logChange(ctx, cube, id, convmem.Change{Op: "update", By: "api", Text: m.Text, Version: m.Version})
 	}
 	return m, err
 }
@@ -406,7 +430,7 @@ func (o *OS) DeleteMemory(ctx context.Context, cube, id string) error {
 		return err
 	}
 	defer o.leave()
-	return o.mem.Delete(ctx, cube, id)
+	return o.deleteMemory(ctx, cube, id, "api", "")
 }
 
 // Search finds cube's memories for q (textmem.Store.SearchWith: BM25 with
@@ -417,9 +441,33 @@ func (o *OS) Search(ctx context.Context, cube string, q textmem.Query) ([]textme
 		return nil, err
 	}
 	defer o.leave()
+	ses, err := o.conv.SearchSessions(ctx, cube, q.Text, sessionTop)
+	if err != nil {
+		return nil, err
+	}
+	k := q.K
+	if k == 0 {
+		k = textmem.DefaultK
+	}
+	if len(ses) > 0 {
+		q.K = max(3*k, 30) // candidates for the sessions' rerank
+	}
 	hits, err := o.mem.SearchWith(ctx, cube, q)
 	if err != nil {
 		return nil, err
+	}
+	hits = o.liveHits(hits)
+	if len(ses) > 0 {
+		if hits, err = o.fuse(ctx, cube, ses, hits, k); err != nil {
+			return nil, err
+		}
+		ids := make([]string, len(ses))
+		for i, s := range ses {
+			ids[i] = s.Session.ID
+		}
+		if err := o.conv.Visit(ctx, cube, ids); err != nil {
+			o.log.Warn("session visits", "cube", cube, "err", err)
+		}
 	}
 	uses := make([]scheduler.Use, len(hits))
 	for i, h := range hits {

@@ -3,6 +3,7 @@ package memosrt
 import (
 	"errors"
 	"fmt"
+	"github.com/memosrt/memosrt/convmem"
 	"log/slog"
 	"time"
 
@@ -141,6 +142,17 @@ type Options struct {
 	// DefaultNumPredict caps generated tokens of a request that sets no
 	// limit; 0 means until n_ctx.
 	DefaultNumPredict int
+
+	// Conversations shapes the memory chats write by themselves (package
+	// convmem): the short-term queue's length, when turns join a session,
+	// the session heat that consolidates it into the profile.
+	Conversations convmem.Options
+	// NoRecord turns turn recording off for every cube (Request.Record
+	// and Cube.NoRecord turn it off for one request or cube).
+	NoRecord bool
+	// NoExtract turns off consolidation jobs on chat turns: sessions are
+	// still formed, AddMessages still extracts.
+	NoExtract bool
 
 	// Upstream, when set, generates through an Ollama server instead of a
 	// loaded model: memories go into the prompt as text (the same layout),

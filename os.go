@@ -15,6 +15,7 @@ import (
 
 	bg "github.com/dgraph-io/badger/v4"
 	"github.com/memosrt/memosrt/badger"
+	"github.com/memosrt/memosrt/convmem"
 	"github.com/memosrt/memosrt/kvcache"
 	"github.com/memosrt/memosrt/lora"
 	"github.com/memosrt/memosrt/runtime"
@@ -69,6 +70,9 @@ type OS struct {
 
 	usage *usageBuffer
 
+	conv *convmem.Store // turns, sessions, profiles, jobs, change logs
+	jobs *jobRunner
+
 	// mu guards closed and the Add side of inflight.
 	mu       sync.RWMutex
 	closed   bool
@@ -96,6 +100,7 @@ func Open(ctx context.Context, opts Options) (*OS, error) {
 	ok := false
 	defer func() {
 		if !ok {
+			o.stopJobs()
 			o.release()
 		}
 	}()
@@ -173,6 +178,9 @@ func Open(ctx context.Context, opts Options) (*OS, error) {
 		return nil, err
 	}
 	o.usage = newUsageBuffer()
+	if err := o.startJobs(ctx); err != nil {
+		return nil, err
+	}
 	if prim != nil {
 		// the resident level is state too: pinned and hot packs come back
 		if err := o.applyResident(ctx, prim); err != nil {
@@ -240,6 +248,7 @@ func (o *OS) release() error {
 // background pack writes, writes recorded usage, and closes the engine and
 // the data directory. Idempotent: a second Close returns nil.
 func (o *OS) Close(ctx context.Context) error {
+	o.stopJobs() // a running extraction stays running in the store: resumed at the next Open
 	o.mu.Lock()
 	if o.closed {
 		o.mu.Unlock()

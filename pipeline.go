@@ -237,7 +237,11 @@ func (o *OS) do(ctx context.Context, req *Request, chat bool) (*Response, error)
 		if len(req.Tools) > 0 {
 			return nil, badField("tools", "tools are not supported with the ollama backend")
 		}
-		return o.up.generate(ctx, req, start)
+		res, err := o.up.generate(ctx, req, start)
+		if err == nil && chat {
+			o.recordChat(ctx, req, res.Text)
+		}
+		return res, err
 	}
 	asked := time.Now()
 	l, release, err := o.use(ctx, req.Model, req.KeepAlive)
@@ -338,7 +342,9 @@ func (o *OS) do(ctx context.Context, req *Request, chat bool) (*Response, error)
 	slotN = l.pool.cachedAfterAdmit(sl, slotN) // 0 if emptied for the request first in line
 	// restore and generate ahead of background work; not while waiting for
 	// cells above: a tier job holding cells must be able to finish
-	defer l.eng.BeginForeground()()
+	if !req.background {
+		defer l.eng.BeginForeground()()
+	}
 	src, err := o.prepare(ctx, l, sl, toks, slotN, req.Cube, ad, req.NoCache)
 	sl.scope = scope
 	if err != nil {
@@ -361,7 +367,7 @@ func (o *OS) do(ctx context.Context, req *Request, chat bool) (*Response, error)
 	var res runtime.Result
 	gerr := o.stream(ctx, onText, func(ctx context.Context, onText func(string) error) error {
 		var err error
-		res, err = o.run(ctx, l, runtime.Request{Seq: sl.seq, Tokens: toks, NPast: src.npast, Sampling: sp,
+		res, err = o.run(ctx, l, runtime.Request{Seq: sl.seq, Tokens: toks, NPast: src.npast, Sampling: sp, Background: req.background,
 			MaxTokens: maxTok, Stop: req.Stop, OnText: onText, Start: start, Adapters: ad.refs})
 		return err
 	})
@@ -396,6 +402,9 @@ func (o *OS) do(ctx context.Context, req *Request, chat bool) (*Response, error)
 	}
 	if req.Cube != "" && !req.NoUsage {
 		o.recordUse(req.Cube, r.prompt)
+	}
+	if chat {
+		o.recordChat(ctx, req, out.Text)
 	}
 	out.Usage.TotalDuration = time.Since(start)
 	return out, nil

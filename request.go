@@ -91,9 +91,28 @@ type Request struct {
 	// text queues up to 4 MiB, then the request fails) and ends the
 	// generation with its error.
 	OnText func(text string) error
+	// Record says what of a chat turn in a cube is recorded as short-term
+	// memory (package convmem): RecordTurn (the default: the last user
+	// message and the answer), RecordUser (the message alone, the answer
+	// discarded) or RecordNone.
+	Record RecordMode
 	// Start is when the request began, for TTFT; zero means the call.
 	Start time.Time
+
+	// background runs the request at background priority (an extraction
+	// job): it yields batch room to foreground requests, records nothing.
+	background bool
 }
+
+// RecordMode is what Chat records of a turn; see Request.Record.
+type RecordMode string
+
+// Record modes.
+const (
+	RecordTurn RecordMode = ""
+	RecordUser RecordMode = "user"
+	RecordNone RecordMode = "none"
+)
 
 // Usage are a generation's token counts and timings.
 type Usage struct {

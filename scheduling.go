@@ -155,6 +155,7 @@ func (o *OS) loop(ctx context.Context) {
 // Tick runs one scheduler tick now: it writes recorded usage, plans and
 // runs tier moves (promotions, demotions, pack refreshes; see
 // scheduler.Tiers.Tick) and then sets the resident level from pack heat.
+// Memories past their expiry are deleted first (also without a model).
 // The background loop runs the same on its period. Errors: ErrNoModel, a
 // failed job's error (it stays pending), ctx's error.
 func (o *OS) Tick(ctx context.Context) (scheduler.TickReport, error) {
@@ -164,6 +165,9 @@ func (o *OS) Tick(ctx context.Context) (scheduler.TickReport, error) {
 	defer o.leave()
 	ctx, done := o.bound(ctx)
 	defer done()
+	if err := o.sweepExpired(ctx); err != nil {
+		return scheduler.TickReport{}, err
+	}
 	_, release, err := o.use(ctx, "", nil) // loaded for it, as a request would
 	if err != nil {
 		return scheduler.TickReport{}, err
@@ -173,6 +177,9 @@ func (o *OS) Tick(ctx context.Context) (scheduler.TickReport, error) {
 }
 
 func (o *OS) tick(ctx context.Context) (scheduler.TickReport, error) {
+	if err := o.sweepExpired(ctx); err != nil {
+		o.log.Warn("expired memories not swept", "err", err)
+	}
 	o.usage.mu.Lock()
 	o.usage.since = 0
 	o.usage.mu.Unlock()

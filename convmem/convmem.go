@@ -132,6 +132,9 @@ func (t Turn) Text() string {
 	if t.Assistant == "" {
 		return t.User
 	}
+	if t.User == "" {
+		return t.Assistant
+	}
 	return t.User + "\n" + t.Assistant
 }
 

@@ -272,6 +272,10 @@ func polarityOf(ws []string) int {
 	return p
 }
 
+// Sentiment is +1 when s states a liking, -1 a disliking, 0 neither (see
+// Contradicts): a cheap test before looking for a contradicted memory.
+func Sentiment(s string) int { return polarityOf(words(s)) }
+
 // Contradicts reports whether statement b contradicts a: both state a
 // liking or disliking (polarityOf) of opposite sign about the same thing —
 // the same terms under an analyzer once sentiment words, negators and

@@ -366,7 +366,7 @@ func errStatus(err error) (int, string) {
 		return http.StatusForbidden, "permission_error"
 	case errors.Is(err, scheduler.ErrKVBudget):
 		return http.StatusInsufficientStorage, "server_error"
-	case errors.Is(err, textmem.ErrBadCube), errors.Is(err, textmem.ErrEmptyText), errors.Is(err, textmem.ErrInvalidUTF8),
+	case errors.Is(err, textmem.ErrBadCube), errors.Is(err, textmem.ErrEmptyText), errors.Is(err, textmem.ErrInvalidUTF8), errors.Is(err, textmem.ErrBadField),
 		errors.Is(err, textmem.ErrBadQuery), errors.Is(err, memosrt.ErrBadArchive), errors.Is(err, runtime.ErrPromptTooLong),
 		errors.Is(err, runtime.ErrEmptyPrompt), errors.Is(err, kvcache.ErrCorrupt), errors.Is(err, kvcache.ErrVersion),
 		errors.Is(err, llama.ErrGrammar), errors.Is(err, llama.ErrBadParams):

@@ -39,6 +39,10 @@ var (
 	// memory with that id.
 	ErrIDExists = errors.New("textmem: memory id exists")
 
+	// ErrBadField is returned by Add, Import and Patch for a field out of
+	// its range (a confidence outside [0, 1]).
+	ErrBadField = errors.New("textmem: bad field")
+
 	// ErrBadQuery is returned by SearchWith when the Query is inconsistent
 	// (for example Until before Since).
 	ErrBadQuery = errors.New("textmem: bad query")

@@ -31,6 +31,15 @@ type Memory struct {
 	EventTime time.Time `json:"event_time,omitzero"`
 	// Version is 1 after Add and grows by one with each Update.
 	Version int `json:"version"`
+	// Confidence is how sure the writer was, in [0, 1] (an extraction's
+	// confidence); 0 means unstated.
+	Confidence float64 `json:"confidence,omitempty"`
+	// Turns are the ids of the recorded chat turns the memory was
+	// extracted from (package convmem), oldest first.
+	Turns []string `json:"turns,omitempty"`
+	// Expires is when the memory is deleted by the memory OS's sweep, UTC;
+	// zero means never.
+	Expires time.Time `json:"expires,omitzero"`
 }
 
 // Hit is one search result.
@@ -104,6 +113,9 @@ func checkText(text string, max int) error {
 func checkMeta(m *Memory) error {
 	if !utf8.ValidString(m.Kind) || !utf8.ValidString(m.Source) {
 		return ErrInvalidUTF8
+	}
+	if m.Confidence < 0 || m.Confidence > 1 || m.Confidence != m.Confidence {
+		return fmt.Errorf("%w: confidence %v outside [0, 1]", ErrBadField, m.Confidence)
 	}
 	for _, t := range m.Tags {
 		if !utf8.ValidString(t) {

@@ -500,6 +500,21 @@ func (s *Store) addStats(txn Txn, docs, length int64) error {
 // and is returned. The memory, its index postings, vector and duplicate key
 // are written in one transaction.
 func (s *Store) Add(ctx context.Context, cube string, m Memory) (Memory, error) {
+	got, _, err := s.add(ctx, cube, m, false)
+	return got, err
+}
+
+// What AddOutcome reports Add did.
+type AddOutcome int
+
+const (
+	Added      AddOutcome = iota // a new memory
+	Identical                    // an identical memory existed: nothing stored
+	NearMerged                   // merged into a near duplicate as its next version
+)
+
+// AddOutcome is Add, also reporting what it did.
+func (s *Store) AddOutcome(ctx context.Context, cube string, m Memory) (Memory, AddOutcome, error) {
 	return s.add(ctx, cube, m, false)
 }
 
@@ -514,32 +529,33 @@ func (s *Store) Import(ctx context.Context, cube string, m Memory) (Memory, erro
 	if !validID(m.ID) {
 		return Memory{}, fmt.Errorf("%w: %q", ErrBadID, m.ID)
 	}
-	return s.add(ctx, cube, m, true)
+	got, _, err := s.add(ctx, cube, m, true)
+	return got, err
 }
 
 // add is Add, or with keep Import.
-func (s *Store) add(ctx context.Context, cube string, m Memory, keep bool) (Memory, error) {
+func (s *Store) add(ctx context.Context, cube string, m Memory, keep bool) (Memory, AddOutcome, error) {
 	if err := checkText(m.Text, s.opts.MaxTextBytes); err != nil {
-		return Memory{}, err
+		return Memory{}, Added, err
 	}
 	if err := checkMeta(&m); err != nil {
-		return Memory{}, err
+		return Memory{}, Added, err
 	}
 	if err := s.checkTermKeys(cube, m.Text); err != nil {
-		return Memory{}, err
+		return Memory{}, Added, err
 	}
 	ix, err := s.index(ctx, cube)
 	if err != nil {
-		return Memory{}, err
+		return Memory{}, Added, err
 	}
 	vec, err := s.embedText(ctx, m.Text)
 	if err != nil {
-		return Memory{}, err
+		return Memory{}, Added, err
 	}
 	ix.writeMu.Lock()
 	defer ix.writeMu.Unlock()
 	if err := s.checkOpen(); err != nil {
-		return Memory{}, err
+		return Memory{}, Added, err
 	}
 
 	now := s.opts.Now().UTC()
@@ -652,18 +668,18 @@ func (s *Store) add(ctx context.Context, cube string, m Memory, keep bool) (Memo
 		err = fmt.Errorf("%w: %d distinct index terms do not fit one transaction (%v)", ErrTooLarge, len(tf), err)
 	}
 	if err != nil {
-		return Memory{}, fmt.Errorf("textmem: add to cube %s: %w", cube, err)
+		return Memory{}, Added, fmt.Errorf("textmem: add to cube %s: %w", cube, err)
 	}
 	if dup != nil {
 		s.log.Debug("duplicate add", "cube", cube, "id", dup.ID)
-		return *dup, nil
+		return *dup, Identical, nil
 	}
 	if merged != nil {
 		s.log.Debug("near-duplicate merged", "cube", cube, "id", merged.cur.ID, "version", merged.cur.Version)
 		ix.mu.Lock()
 		merged.apply(ix)
 		ix.mu.Unlock()
-		return merged.cur, nil
+		return merged.cur, NearMerged, nil
 	}
 	ix.mu.Lock()
 	if _, ok := ix.byID[m.ID]; !ok {
@@ -676,7 +692,7 @@ func (s *Store) add(ctx context.Context, cube string, m Memory, keep bool) (Memo
 		}
 	}
 	ix.mu.Unlock()
-	return m, nil
+	return m, Added, nil
 }
 
 // Get returns the current version of memory id of cube.
