@@ -27,6 +27,10 @@ import (
 // KindTurn is the Kind of the memories that hold recorded chat turns.
 const KindTurn = "turn"
 
+// SourceShortTerm is the Source of a search hit that is a turn of the
+// short-term queue (its ID is the turn's, not a memory's).
+const SourceShortTerm = "short-term"
+
 // jobRunner runs extraction jobs one at a time, in the background.
 type jobRunner struct {
 	queue chan jobRef
@@ -56,6 +60,15 @@ func (o *OS) startJobs(ctx context.Context) error {
 	}
 	jctx, stop := context.WithCancel(o.base)
 	o.jobs = &jobRunner{queue: make(chan jobRef, 1024), stop: stop, done: make(chan struct{}), queued: map[jobRef]bool{}}
+	if cubes, err := o.conv.PendingCubes(ctx); err != nil {
+		o.log.Warn("turn memories not checked", "err", err)
+	} else {
+		for _, c := range cubes {
+			if err := o.materialize(ctx, c); err != nil {
+				o.log.Warn("turn memories not written", "cube", c, "err", err)
+			}
+		}
+	}
 	left, err := o.conv.Unfinished(ctx)
 	if err != nil {
 		o.log.Warn("extraction jobs not resumed", "err", err)
@@ -353,30 +366,26 @@ func (o *OS) recordChat(ctx context.Context, req *Request, answer string) {
 	}
 }
 
-// recordTurns stores each turn's text as a memory of Kind KindTurn and
-// appends the turns to the cube's short-term queue; with consolidate,
-// sessions the move made due get an extraction job. Returns the turns with
-// their ids.
+// recordTurns appends turns to the cube's short-term queue; turns the
+// overflow moved into a session get their textmem memories (Kind
+// KindTurn, retrievable from then on: materialize); with consolidate,
+// sessions the move made due get an extraction job. Returns the turns
+// with their ids.
 func (o *OS) recordTurns(ctx context.Context, cube string, turns []convmem.Turn, consolidate bool) ([]convmem.Turn, error) {
 	now := o.opts.Clock.Now().UTC()
 	for i := range turns {
-		t := &turns[i]
-		if t.Time.IsZero() {
-			t.Time = now
+		if turns[i].Time.IsZero() {
+			turns[i].Time = now
 		}
-		text := t.Text()
-		if max := textmem.DefaultOptions().MaxTextBytes; len(text) > max {
-			text = strings.ToValidUTF8(text[:max], "")
-		}
-		m, err := o.mem.Add(ctx, cube, textmem.Memory{Text: text, Kind: KindTurn, Source: "chat", EventTime: t.Time})
-		if err != nil {
-			return nil, err
-		}
-		t.ID = m.ID
 	}
 	moved, err := o.conv.Record(ctx, cube, turns...)
 	if err != nil {
 		return nil, err
+	}
+	if len(moved) > 0 {
+		if err := o.materialize(ctx, cube); err != nil {
+			return turns, err
+		}
 	}
 	if !consolidate {
 		return turns, nil
@@ -402,6 +411,33 @@ func (o *OS) recordTurns(ctx context.Context, cube string, turns []convmem.Turn,
 		o.enqueue(jobRef{cube, j.ID})
 	}
 	return turns, nil
+}
+
+// materialize writes the texts of cube's turns that moved to a session as
+// textmem memories of Kind KindTurn (Source "chat", EventTime the turn's
+// time) and links each turn to its memory. An identical memory is reused
+// (textmem's exact-duplicate check), so running it again after a crash
+// between the move and the link writes nothing twice.
+func (o *OS) materialize(ctx context.Context, cube string) error {
+	pend, err := o.conv.Pending(ctx, cube)
+	if err != nil {
+		return err
+	}
+	limit := textmem.DefaultOptions().MaxTextBytes
+	for _, t := range pend {
+		text := t.Text()
+		if len(text) > limit {
+			text = strings.ToValidUTF8(text[:limit], "")
+		}
+		m, err := o.mem.Add(ctx, cube, textmem.Memory{Text: text, Kind: KindTurn, Source: "chat", EventTime: t.Time})
+		if err != nil {
+			return err
+		}
+		if err := o.conv.SetMemory(ctx, cube, t.ID, m.ID); err != nil && !errors.Is(err, convmem.ErrNotFound) {
+			return err
+		}
+	}
+	return nil
 }
 
 // MessagesOptions configure AddMessages.
@@ -646,19 +682,24 @@ func (o *OS) sweepExpired(ctx context.Context) error {
 }
 
 // sessionWeight and sessionTop shape how sessions rerank a search (see
-// fuse).
+// fuse); shortTermAt is the share of a query's terms a short-term turn must
+// hold to be a hit.
 const (
 	sessionWeight = 0.5
 	sessionTop    = 3
+	shortTermAt   = 0.5
 )
 
-// fuse reranks hits of a search in cube with its sessions, as MemoryOS
-// retrieves sessions first and pages within them: each hit scores
-// 1/(60+rank) (reciprocal rank fusion, Cormack et al. 2009), plus
-// sessionWeight/(60+srank) when its turn lies in one of the sessionTop
-// sessions that best match the query (ses, srank their rank). Hits
-// outside sessions keep their own term. The first k are returned.
-func (o *OS) fuse(ctx context.Context, cube string, ses []convmem.SessionHit, hits []textmem.Hit, k int) ([]textmem.Hit, error) {
+// fuse reranks the hits of a search in cube for query with the cube's
+// conversation memory, as MemoryOS retrieves sessions first and pages
+// within them: each hit scores 1/(60+rank) (reciprocal rank fusion,
+// Cormack et al. 2009), plus sessionWeight/(60+srank) when its turn lies
+// in one of ses, the sessionTop sessions that best match the query (srank
+// their rank). The turns of the short-term queue, not in the text index
+// yet, join as hits of their own ranking when they hold at least
+// shortTermAt of the query's terms (ranked by that share). The first k
+// are returned.
+func (o *OS) fuse(ctx context.Context, cube, query string, ses []convmem.SessionHit, hits []textmem.Hit, k int) ([]textmem.Hit, error) {
 	srank := map[string]int{}
 	for i, s := range ses {
 		srank[s.Session.ID] = i
@@ -675,19 +716,61 @@ func (o *OS) fuse(ctx context.Context, cube string, ses []convmem.SessionHit, hi
 		h     textmem.Hit
 		score float64
 	}
-	sc := make([]scored, len(hits))
+	sc := make([]scored, 0, len(hits))
 	for i, h := range hits {
 		s := 1 / (60 + float64(i))
 		if r, ok := srank[of[h.Memory.ID]]; ok {
 			s += sessionWeight / (60 + float64(r))
 		}
-		sc[i] = scored{h, s}
+		sc = append(sc, scored{h, s})
+	}
+	st, err := o.shortTermHits(ctx, cube, query)
+	if err != nil {
+		return nil, err
+	}
+	for i, h := range st {
+		sc = append(sc, scored{h, 1 / (60 + float64(i))})
 	}
 	slices.SortStableFunc(sc, func(a, b scored) int { return cmp.Compare(b.score, a.score) })
 	out := make([]textmem.Hit, 0, min(k, len(sc)))
 	for _, x := range sc[:min(k, len(sc))] {
 		out = append(out, x.h)
 	}
+	return out, nil
+}
+
+// shortTermHits are the turns of cube's short-term queue holding at least
+// shortTermAt of query's distinct terms, best share first (then newest);
+// Score is the share. Their Memory carries the turn: ID the turn's id,
+// Kind KindTurn, Source SourceShortTerm.
+func (o *OS) shortTermHits(ctx context.Context, cube, query string) ([]textmem.Hit, error) {
+	an := o.conv.Options().Analyzer
+	q := map[string]bool{}
+	an.Terms(query, func(w string) { q[w] = true })
+	if len(q) == 0 {
+		return nil, nil
+	}
+	turns, err := o.conv.ShortTerm(ctx, cube)
+	if err != nil {
+		return nil, err
+	}
+	var out []textmem.Hit
+	for i := len(turns) - 1; i >= 0; i-- {
+		t := turns[i]
+		seen := map[string]bool{}
+		an.Terms(t.Text(), func(w string) {
+			if q[w] {
+				seen[w] = true
+			}
+		})
+		share := float64(len(seen)) / float64(len(q))
+		if share < shortTermAt {
+			continue
+		}
+		out = append(out, textmem.Hit{Score: share, Memory: textmem.Memory{ID: t.ID, Cube: cube, Text: t.Text(),
+			Kind: KindTurn, Source: SourceShortTerm, Created: t.Time, Updated: t.Time, EventTime: t.Time, Version: 1}})
+	}
+	slices.SortStableFunc(out, func(a, b textmem.Hit) int { return cmp.Compare(b.Score, a.Score) })
 	return out, nil
 }
 

@@ -449,29 +449,38 @@ func (o *OS) Search(ctx context.Context, cube string, q textmem.Query) ([]textme
 	if k == 0 {
 		k = textmem.DefaultK
 	}
-	if len(ses) > 0 {
-		q.K = max(3*k, 30) // candidates for the sessions' rerank
+	st, err := o.conv.ShortTerm(ctx, cube)
+	if err != nil {
+		return nil, err
+	}
+	conv := len(ses) > 0 || len(st) > 0
+	if conv {
+		q.K = max(3*k, 30) // candidates for the conversation rerank
 	}
 	hits, err := o.mem.SearchWith(ctx, cube, q)
 	if err != nil {
 		return nil, err
 	}
 	hits = o.liveHits(hits)
-	if len(ses) > 0 {
-		if hits, err = o.fuse(ctx, cube, ses, hits, k); err != nil {
+	if conv {
+		if hits, err = o.fuse(ctx, cube, q.Text, ses, hits, k); err != nil {
 			return nil, err
 		}
-		ids := make([]string, len(ses))
-		for i, s := range ses {
-			ids[i] = s.Session.ID
-		}
-		if err := o.conv.Visit(ctx, cube, ids); err != nil {
-			o.log.Warn("session visits", "cube", cube, "err", err)
+		if len(ses) > 0 {
+			ids := make([]string, len(ses))
+			for i, s := range ses {
+				ids[i] = s.Session.ID
+			}
+			if err := o.conv.Visit(ctx, cube, ids); err != nil {
+				o.log.Warn("session visits", "cube", cube, "err", err)
+			}
 		}
 	}
-	uses := make([]scheduler.Use, len(hits))
-	for i, h := range hits {
-		uses[i] = scheduler.Use{Cube: cube, ID: h.Memory.ID, Visits: 1}
+	uses := make([]scheduler.Use, 0, len(hits))
+	for _, h := range hits {
+		if h.Memory.Source != SourceShortTerm {
+			uses = append(uses, scheduler.Use{Cube: cube, ID: h.Memory.ID, Visits: 1})
+		}
 	}
 	o.addUses(uses)
 	return hits, nil

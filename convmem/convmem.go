@@ -116,8 +116,14 @@ func (o *Options) ensureDefaults() {
 // Turn is one recorded chat turn (MemoryOS's page): the user's message and
 // the answer, if recorded.
 type Turn struct {
-	// ID is the textmem memory that holds the turn's text.
-	ID        string    `json:"id"`
+	// ID is the turn's id, of textmem's id shape (Record assigns one when
+	// empty).
+	ID string `json:"id"`
+	// Memory is the textmem memory holding the turn's text once it moved
+	// to a session (MemoryOS's mid-term pages are retrieved; the
+	// short-term queue is the conversation's own recent context, which
+	// retrieval would only repeat); "" before.
+	Memory    string    `json:"memory,omitempty"`
 	User      string    `json:"user"`
 	Assistant string    `json:"assistant,omitempty"`
 	Time      time.Time `json:"time"`
@@ -197,6 +203,8 @@ func (s *Store) Options() Options { return s.opts }
 //
 //	c/t/<turn id>            Turn JSON
 //	c/q/<turn id>            empty: the turn is in the short-term queue
+//	c/m/<turn id>            empty: the turn moved to a session and awaits its textmem memory (Materialize)
+//	c/r/<memory id>          the turn id whose text that memory holds
 //	c/s/<session id>         Session JSON
 //	c/p                      Profile JSON
 //	c/j/<job id>             Job JSON
@@ -206,6 +214,8 @@ func (s *Store) Options() Options { return s.opts }
 const (
 	pTurn    = "c/t/"
 	pQueue   = "c/q/"
+	pPending = "c/m/"
+	pMemTurn = "c/r/"
 	pSession = "c/s/"
 	kProfile = "c/p"
 	pJob     = "c/j/"
@@ -258,16 +268,17 @@ type Moved struct {
 	Joined bool `json:"joined"`
 }
 
-// Record appends turns (their IDs set, the textmem memories holding their
-// texts) to cube's short-term queue. When the queue then holds more than
+// Record appends turns to cube's short-term queue, assigning the IDs left
+// empty (turns is updated in place). When the queue then holds more than
 // Options.ShortTermLen turns, its oldest max(MoveLen, overflow) turns move
 // into a session in the same transaction (see package doc): nothing is
-// dropped. A turn already recorded is left as it is. Returns the moves
-// made.
+// dropped. Moved turns are marked as awaiting their textmem memory
+// (Pending, SetMemory). A turn already recorded is left as it is. Returns
+// the moves made.
 func (s *Store) Record(ctx context.Context, cube string, turns ...Turn) ([]Moved, error) {
-	for _, t := range turns {
-		if t.ID == "" {
-			return nil, errors.New("convmem: record: a turn without an id")
+	for i := range turns {
+		if turns[i].ID == "" {
+			turns[i].ID = s.newID()
 		}
 	}
 	now := s.opts.Now().UTC()
@@ -374,6 +385,11 @@ func (s *Store) move(txn textmem.Txn, ids []string, sid string, now time.Time) (
 		}
 		if err := txn.Delete([]byte(pQueue + t.ID)); err != nil {
 			return Moved{}, err
+		}
+		if t.Memory == "" {
+			if err := txn.Set([]byte(pPending+t.ID), nil); err != nil {
+				return Moved{}, err
+			}
 		}
 	}
 	ses.Heat = 0
@@ -573,15 +589,22 @@ func (s *Store) Turn(ctx context.Context, cube, id string) (Turn, error) {
 	return t, err
 }
 
-// SessionsOf maps each of ids that is a recorded turn in a session to
-// that session's id.
+// SessionsOf maps each of ids that is a recorded turn in a session, or the
+// textmem memory of one, to that session's id.
 func (s *Store) SessionsOf(ctx context.Context, cube string, ids []string) (map[string]string, error) {
 	out := map[string]string{}
 	err := s.be.View(ctx, cube, func(txn textmem.Txn) error {
 		clear(out)
 		for _, id := range ids {
+			tid := id
+			switch b, err := txn.Get([]byte(pMemTurn + id)); {
+			case err == nil:
+				tid = string(b)
+			case !errors.Is(err, textmem.ErrKeyNotFound):
+				return err
+			}
 			var t Turn
-			switch err := getJSON(txn, pTurn+id, &t); {
+			switch err := getJSON(txn, pTurn+tid, &t); {
 			case errors.Is(err, ErrNotFound):
 				continue
 			case err != nil:
@@ -724,10 +747,20 @@ func (s *Store) Consolidated(ctx context.Context, cube, id string) error {
 	})
 }
 
-// DropTurn forgets turn id (its memory was deleted): out of the queue, out
-// of its session. Not an error if it was not recorded.
+// DropTurn forgets turn id, or the turn whose text memory id holds (the
+// memory was deleted): out of the queue, out of its session. Not an error
+// if it was not recorded.
 func (s *Store) DropTurn(ctx context.Context, cube, id string) error {
 	return s.be.Update(ctx, cube, func(txn textmem.Txn) error {
+		switch b, err := txn.Get([]byte(pMemTurn + id)); {
+		case err == nil:
+			if err := txn.Delete([]byte(pMemTurn + id)); err != nil {
+				return err
+			}
+			id = string(b)
+		case !errors.Is(err, textmem.ErrKeyNotFound):
+			return err
+		}
 		var t Turn
 		switch err := getJSON(txn, pTurn+id, &t); {
 		case errors.Is(err, ErrNotFound):
@@ -750,6 +783,59 @@ func (s *Store) DropTurn(ctx context.Context, cube, id string) error {
 		if err := txn.Delete([]byte(pQueue + id)); err != nil {
 			return err
 		}
+		if err := txn.Delete([]byte(pPending + id)); err != nil {
+			return err
+		}
 		return txn.Delete([]byte(pTurn + id))
+	})
+}
+
+// Pending returns cube's turns that moved to a session and await their
+// textmem memory, oldest first.
+func (s *Store) Pending(ctx context.Context, cube string) ([]Turn, error) {
+	var out []Turn
+	err := s.be.View(ctx, cube, func(txn textmem.Txn) error {
+		out = nil
+		var ids []string
+		if err := txn.Iterate([]byte(pPending), true, func(k, _ []byte) error {
+			ids = append(ids, string(k[len(pPending):]))
+			return nil
+		}); err != nil {
+			return err
+		}
+		for _, id := range ids {
+			var t Turn
+			if err := getJSON(txn, pTurn+id, &t); err != nil {
+				return fmt.Errorf("turn %s: %w", id, err)
+			}
+			out = append(out, t)
+		}
+		return nil
+	})
+	return out, err
+}
+
+// PendingCubes returns the cubes with turns awaiting their memory (after a
+// crash between a move and the memories' writes).
+func (s *Store) PendingCubes(ctx context.Context) ([]string, error) {
+	return s.be.Cubes(ctx, []byte(pPending))
+}
+
+// SetMemory records that textmem memory mem holds turn id's text and
+// clears its pending mark. ErrNotFound if the turn is gone.
+func (s *Store) SetMemory(ctx context.Context, cube, id, mem string) error {
+	return s.be.Update(ctx, cube, func(txn textmem.Txn) error {
+		var t Turn
+		if err := getJSON(txn, pTurn+id, &t); err != nil {
+			return err
+		}
+		t.Memory = mem
+		if err := setJSON(txn, pTurn+id, t); err != nil {
+			return err
+		}
+		if err := txn.Set([]byte(pMemTurn+mem), []byte(id)); err != nil {
+			return err
+		}
+		return txn.Delete([]byte(pPending + id))
 	})
 }

@@ -261,8 +261,12 @@ func TestRecord(t *testing.T) {
 	if want := map[string]string{turnID(1): cooking, turnID(3): football}; fmt.Sprint(of) != fmt.Sprint(want) {
 		t.Errorf("SessionsOf = %v, want %v", of, want)
 	}
-	if _, err := s.Record(ctx, "alice", Turn{User: "no id"}); err == nil {
-		t.Error("a turn without an id recorded")
+	noID := []Turn{{User: "no id"}}
+	if _, err := s.Record(ctx, "alice", noID...); err != nil || len(noID[0].ID) != 24 {
+		t.Errorf("a turn without an id: %v, id %q", err, noID[0].ID)
+	}
+	if err := s.DropTurn(ctx, "alice", noID[0].ID); err != nil {
+		t.Fatal(err)
 	}
 	if _, err := s.Turn(ctx, "alice", turnID(12)); !errors.Is(err, ErrNotFound) {
 		t.Errorf("Turn(12) = %v, want ErrNotFound", err)
@@ -279,6 +283,48 @@ func TestRecord(t *testing.T) {
 	}
 	if q, _ := s.ShortTerm(ctx, "alice"); !slices.Equal(turnIDs(q), ids(10, 11)) {
 		t.Errorf("queue after drop %v, want 10, 11", turnIDs(q))
+	}
+}
+
+// TestPending: moved turns await their memory until SetMemory, which maps
+// the memory back to its turn for SessionsOf and DropTurn.
+func TestPending(t *testing.T) {
+	ctx := context.Background()
+	s := openStore(t, Options{ShortTermLen: 2, MoveLen: 1, Now: newClock().Now})
+	for i := 1; i <= 4; i++ {
+		if _, err := s.Record(ctx, "p", Turn{ID: turnID(i), User: topicTurns[0]}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pend, err := s.Pending(ctx, "p")
+	if err != nil || !slices.Equal(turnIDs(pend), ids(1, 2)) {
+		t.Fatalf("Pending = %v, %v; want 1, 2", turnIDs(pend), err)
+	}
+	if cs, _ := s.PendingCubes(ctx); !slices.Equal(cs, []string{"p"}) {
+		t.Errorf("PendingCubes = %v", cs)
+	}
+	mem := "aaaaaaaaaaaaaaaaaaaaaaaa"
+	if err := s.SetMemory(ctx, "p", turnID(1), mem); err != nil {
+		t.Fatal(err)
+	}
+	if pend, _ := s.Pending(ctx, "p"); !slices.Equal(turnIDs(pend), ids(2)) {
+		t.Errorf("Pending after SetMemory = %v, want 2", turnIDs(pend))
+	}
+	if tr, _ := s.Turn(ctx, "p", turnID(1)); tr.Memory != mem {
+		t.Errorf("Turn.Memory = %q", tr.Memory)
+	}
+	of, _ := s.SessionsOf(ctx, "p", []string{mem})
+	if of[mem] == "" {
+		t.Errorf("SessionsOf(memory) = %v", of)
+	}
+	if err := s.DropTurn(ctx, "p", mem); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Turn(ctx, "p", turnID(1)); !errors.Is(err, ErrNotFound) {
+		t.Errorf("turn of a dropped memory: %v", err)
+	}
+	if err := s.SetMemory(ctx, "p", turnID(1), mem); !errors.Is(err, ErrNotFound) {
+		t.Errorf("SetMemory of a dropped turn: %v", err)
 	}
 }
 
