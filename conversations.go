@@ -697,8 +697,8 @@ const (
 // in one of ses, the sessionTop sessions that best match the query (srank
 // their rank). The turns of the short-term queue, not in the text index
 // yet, join as hits of their own ranking when they hold at least
-// shortTermAt of the query's terms (ranked by that share). The first k
-// are returned.
+// shortTermAt of the query's terms (ranked by that share), scored as if
+// in the best session. The first k are returned.
 func (o *OS) fuse(ctx context.Context, cube, query string, ses []convmem.SessionHit, hits []textmem.Hit, k int) ([]textmem.Hit, error) {
 	srank := map[string]int{}
 	for i, s := range ses {
@@ -729,7 +729,9 @@ func (o *OS) fuse(ctx context.Context, cube, query string, ses []convmem.Session
 		return nil, err
 	}
 	for i, h := range st {
-		sc = append(sc, scored{h, 1 / (60 + float64(i))})
+		// the queue is the conversation's current session: it ranks as
+		// the best-matching session does
+		sc = append(sc, scored{h, (1 + sessionWeight) / (60 + float64(i))})
 	}
 	slices.SortStableFunc(sc, func(a, b scored) int { return cmp.Compare(b.score, a.score) })
 	out := make([]textmem.Hit, 0, min(k, len(sc)))

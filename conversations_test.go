@@ -1,0 +1,452 @@
+package memosrt
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/memosrt/memosrt/convmem"
+	"github.com/memosrt/memosrt/internal/testutil"
+	"github.com/memosrt/memosrt/textmem"
+)
+
+// waitJob waits for job id of cube to leave queued and running.
+func waitJob(t *testing.T, o *OS, cube, id string) convmem.Job {
+	t.Helper()
+	var j convmem.Job
+	testutil.WaitFor(t, "job "+id, func() bool {
+		var err error
+		j, err = o.Job(context.Background(), cube, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return j.State != convmem.JobQueued && j.State != convmem.JobRunning
+	})
+	return j
+}
+
+// nonTurn lists cube's memories that are not recorded turns.
+func nonTurn(t *testing.T, o *OS, cube string) []textmem.Memory {
+	t.Helper()
+	ms, err := o.Memories(context.Background(), cube)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return slices.DeleteFunc(ms, func(m textmem.Memory) bool { return m.Kind == KindTurn })
+}
+
+// Chat turns are recorded: the short-term queue stays bounded, overflow
+// moves into sessions (and only then into the text index), every turn is
+// in exactly one place; Record none, RecordUser and a NoRecord cube do as
+// they say.
+func TestTurnRecording(t *testing.T) {
+	ctx := context.Background()
+	opts := testOptions(t, t.TempDir())
+	opts.NoExtract = true
+	opts.Conversations.ShortTermLen, opts.Conversations.MoveLen = 3, 2
+	o := openOS(t, opts)
+	if _, err := o.CreateCube(ctx, Cube{Name: "lily"}); err != nil {
+		t.Fatal(err)
+	}
+	var answers []string
+	for i := range 8 {
+		res, err := o.Chat(ctx, Request{Cube: "lily", NumPredict: 6, Messages: []Message{
+			{Role: "user", Content: fmt.Sprintf("Lily went to the park on day %d.", i)}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		answers = append(answers, res.Text)
+		st, err := o.ShortTerm(ctx, "lily")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(st) > 3 {
+			t.Fatalf("after chat %d the short-term queue holds %d turns, at most 3", i, len(st))
+		}
+	}
+	st, _ := o.ShortTerm(ctx, "lily")
+	ses, err := o.Sessions(ctx, "lily")
+	if err != nil {
+		t.Fatal(err)
+	}
+	place := map[string]int{}
+	for _, tr := range st {
+		place[tr.ID]++
+	}
+	inSessions := 0
+	for _, s := range ses {
+		for _, id := range s.Turns {
+			place[id]++
+			inSessions++
+		}
+	}
+	if len(st) != 2 || inSessions != 6 || len(place) != 8 {
+		t.Fatalf("short-term %d, in sessions %d, distinct %d; want 2, 6, 8", len(st), inSessions, len(place))
+	}
+	for id, n := range place {
+		if n != 1 {
+			t.Errorf("turn %s is in %d places", id, n)
+		}
+	}
+	if want := "Lily went to the park on day 7.\n" + answers[7]; st[1].Text() != want {
+		t.Errorf("last turn %q, want %q", st[1].Text(), want)
+	}
+	// moved turns are memories of Kind turn; short-term ones are not yet
+	ms, _ := o.Memories(ctx, "lily")
+	var turnMems []string
+	for _, m := range ms {
+		if m.Kind == KindTurn {
+			turnMems = append(turnMems, m.Text)
+		}
+	}
+	if len(turnMems) != 6 || turnMems[0] != "Lily went to the park on day 0.\n"+answers[0] {
+		t.Errorf("turn memories %q", turnMems)
+	}
+	// a search finds a short-term turn too, as a short-term hit
+	hits, err := o.Search(ctx, "lily", textmem.DefaultQuery("park day 7", 3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(hits) == 0 || !slices.ContainsFunc(hits, func(h textmem.Hit) bool {
+		return h.Memory.Source == SourceShortTerm && strings.HasPrefix(h.Memory.Text, "Lily went to the park on day 7.")
+	}) {
+		t.Errorf("search hits %v lack the short-term turn of day 7", hits)
+	}
+
+	count := func(cube string) int {
+		st, _ := o.ShortTerm(ctx, cube)
+		ses, _ := o.Sessions(ctx, cube)
+		n := len(st)
+		for _, s := range ses {
+			n += len(s.Turns)
+		}
+		return n
+	}
+	for _, tc := range []struct {
+		name   string
+		cube   Cube
+		record RecordMode
+		turns  int
+		text   string
+	}{
+		{"none", Cube{Name: "c-none"}, RecordNone, 0, ""},
+		{"user", Cube{Name: "c-user"}, RecordUser, 1, "Sue has a red ball."},
+		{"cube-off", Cube{Name: "c-off", NoRecord: true}, RecordTurn, 0, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := o.CreateCube(ctx, tc.cube); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := o.Chat(ctx, Request{Cube: tc.cube.Name, NumPredict: 4, Record: tc.record,
+				Messages: []Message{{Role: "user", Content: "Sue has a red ball."}}}); err != nil {
+				t.Fatal(err)
+			}
+			if n := count(tc.cube.Name); n != tc.turns {
+				t.Fatalf("%d turns recorded, want %d", n, tc.turns)
+			}
+			if tc.turns > 0 {
+				st, _ := o.ShortTerm(ctx, tc.cube.Name)
+				if st[0].Text() != tc.text {
+					t.Errorf("turn %q, want %q", st[0].Text(), tc.text)
+				}
+			}
+		})
+	}
+	// a chat without a cube records nothing anywhere
+	if _, err := o.Chat(ctx, Request{NumPredict: 4, Messages: []Message{{Role: "user", Content: "Hi"}}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// An identical add is a no-op that returns the same memory; the change
+// log says so.
+func TestIdenticalAdd(t *testing.T) {
+	ctx := context.Background()
+	o := openOS(t, Options{Dir: t.TempDir(), NoSync: true})
+	a, err := o.AddMemory(ctx, "u", textmem.Memory{Text: "Max is a brown dog."})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := o.AddMemory(ctx, "u", textmem.Memory{Text: "  max is a BROWN dog. "})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.ID != b.ID || b.Version != 1 || b.Text != "Max is a brown dog." {
+		t.Fatalf("identical add gave %+v, first %+v", b, a)
+	}
+	if ms := nonTurn(t, o, "u"); len(ms) != 1 {
+		t.Fatalf("%d memories, want 1", len(ms))
+	}
+	log, err := o.MemoryLog(ctx, "u", a.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ops := opsOf(log); !slices.Equal(ops, []string{"add", "same"}) {
+		t.Errorf("change log %v, want add, same", ops)
+	}
+}
+
+func opsOf(log []convmem.Change) []string {
+	var ops []string
+	for _, c := range log {
+		ops = append(ops, c.Op)
+	}
+	return ops
+}
+
+// A contradicting fact supersedes the old one: one memory, the new text
+// as its next version, the old in its history, the change log linking
+// them; the store never holds neither; the rendered prompt carries the new
+// text, not the old, once the pack is recomputed.
+func TestContradictingFact(t *testing.T) {
+	ctx := context.Background()
+	opts := testOptions(t, t.TempDir())
+	opts.NoRecord = true
+	o := openOS(t, opts)
+	love, err := o.AddMemory(ctx, "ann", textmem.Memory{Text: "I love Chinese food."})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addMemories(t, o, "ann", "Ann has a cat named Tom.")
+	if _, err := o.Warm(ctx, "ann", WarmOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	render := func() string {
+		res, err := o.Chat(ctx, Request{Cube: "ann", RenderOnly: true, Messages: []Message{{Role: "user", Content: "What food?"}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.Rendered
+	}
+	if r := render(); !strings.Contains(r, "I love Chinese food.") {
+		t.Fatalf("prompt before lacks the liking:\n%s", r)
+	}
+	hate, err := o.AddMemory(ctx, "ann", textmem.Memory{Text: "I hate Chinese food.", Source: "chat"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hate.ID != love.ID || hate.Version != 2 || hate.Text != "I hate Chinese food." {
+		t.Fatalf("superseding add gave %+v", hate)
+	}
+	hist, err := o.mem.History(ctx, "ann", love.ID)
+	if err != nil || len(hist) != 2 || hist[0].Text != "I love Chinese food." {
+		t.Fatalf("history %+v, %v", hist, err)
+	}
+	ms := nonTurn(t, o, "ann")
+	if len(ms) != 2 {
+		t.Fatalf("%d memories after the contradiction, want 2", len(ms))
+	}
+	log, _ := o.MemoryLog(ctx, "ann", love.ID)
+	if ops := opsOf(log); !slices.Equal(ops, []string{"add", "supersede"}) || !strings.Contains(log[1].Why, "I love Chinese food.") {
+		t.Errorf("change log %+v", log)
+	}
+	// a liking of something else is no contradiction
+	other, err := o.AddMemory(ctx, "ann", textmem.Memory{Text: "I hate Italian food."})
+	if err != nil || other.ID == love.ID {
+		t.Fatalf("unrelated add %+v, %v", other, err)
+	}
+	if _, err := o.Tick(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := render()
+	if strings.Contains(r, "I love Chinese food.") || !strings.Contains(r, "I hate Chinese food.") {
+		t.Errorf("prompt after the supersede:\n%s", r)
+	}
+}
+
+// A memory with an expiry is deleted by the first tick after it, logged.
+func TestExpiry(t *testing.T) {
+	ctx := context.Background()
+	clock := &fakeClock{t: epoch}
+	o := openOS(t, Options{Dir: t.TempDir(), NoSync: true, Clock: clock})
+	keep, _ := o.AddMemory(ctx, "e", textmem.Memory{Text: "Tom likes milk."})
+	gone, err := o.AddMemory(ctx, "e", textmem.Memory{Text: "The party is at noon today.", Expires: epoch.Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := o.Tick(ctx); err != nil && !errors.Is(err, ErrNoModel) {
+		t.Fatal(err)
+	}
+	if ms := nonTurn(t, o, "e"); len(ms) != 2 {
+		t.Fatalf("%d memories before the expiry", len(ms))
+	}
+	clock.Advance(2 * time.Hour)
+	hits, err := o.Search(ctx, "e", textmem.DefaultQuery("party noon", 5))
+	if err != nil || len(hits) != 0 {
+		t.Fatalf("expired memory found by search: %v, %v", hits, err)
+	}
+	if _, err := o.Tick(ctx); err != nil && !errors.Is(err, ErrNoModel) {
+		t.Fatal(err)
+	}
+	ms := nonTurn(t, o, "e")
+	if len(ms) != 1 || ms[0].ID != keep.ID {
+		t.Fatalf("memories after the expiry: %+v", ms)
+	}
+	log, _ := o.MemoryLog(ctx, "e", gone.ID)
+	if ops := opsOf(log); !slices.Equal(ops, []string{"add", "delete"}) || log[1].By != "expiry" {
+		t.Errorf("change log %+v", log)
+	}
+}
+
+// AddMessages refuses empty and whitespace-only lists (no turn, no job);
+// without a model the extraction is extractive; undo removes what a job
+// added and gives a superseded memory its text back.
+func TestAddMessagesExtractiveAndUndo(t *testing.T) {
+	ctx := context.Background()
+	o := openOS(t, Options{Dir: t.TempDir(), NoSync: true})
+	for _, msgs := range [][]Message{nil, {}, {{Role: "user", Content: "  \n\t"}}, {{Role: "user", Content: ""}, {Role: "assistant", Content: " "}}} {
+		_, _, err := o.AddMessages(ctx, "x", msgs, MessagesOptions{})
+		var fe *FieldError
+		if !errors.As(err, &fe) {
+			t.Errorf("AddMessages(%q) = %v, want a FieldError", msgs, err)
+		}
+	}
+	if _, _, err := o.AddMessages(ctx, "x", []Message{{Role: "robot", Content: "hi"}}, MessagesOptions{}); err == nil {
+		t.Error("a bad role was accepted")
+	}
+	if st, _ := o.ShortTerm(ctx, "x"); len(st) != 0 {
+		t.Fatalf("refused lists recorded %d turns", len(st))
+	}
+	j1, turns, err := o.AddMessages(ctx, "x", []Message{
+		{Role: "user", Content: "I love hiking. What time is it? My sister lives in Paris."},
+		{Role: "assistant", Content: "It is noon."}}, MessagesOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j1.State != convmem.JobQueued || len(turns) != 1 || turns[0].Assistant != "It is noon." {
+		t.Fatalf("job %+v, turns %+v", j1, turns)
+	}
+	j1 = waitJob(t, o, "x", j1.ID)
+	if j1.State != convmem.JobDone || j1.By != "extractive" || len(j1.Results) != 2 {
+		t.Fatalf("job 1: %+v", j1)
+	}
+	got := map[string]string{}
+	for _, m := range nonTurn(t, o, "x") {
+		got[m.Text] = m.Kind
+		if m.Source != "extract:"+j1.ID || !slices.Equal(m.Turns, []string{turns[0].ID}) || m.Confidence != 0.5 {
+			t.Errorf("memory %+v lacks its source, turns or confidence", m)
+		}
+	}
+	if want := map[string]string{"I love hiking.": "preference", "My sister lives in Paris.": "fact"}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("extracted %v, want %v", got, want)
+	}
+	j2, _, err := o.AddMessages(ctx, "x", []Message{{Role: "user", Content: "I hate hiking."}}, MessagesOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	j2 = waitJob(t, o, "x", j2.ID)
+	if len(j2.Results) != 1 || j2.Results[0].Op != convmem.OpSupersede || j2.Results[0].PrevText != "I love hiking." {
+		t.Fatalf("job 2: %+v", j2)
+	}
+	if _, err := o.UndoJob(ctx, "x", "000000000000000000000000"); !errors.Is(err, convmem.ErrNotFound) {
+		t.Errorf("undo of no job: %v", err)
+	}
+	if _, err := o.UndoJob(ctx, "x", j2.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := o.UndoJob(ctx, "x", j2.ID); !errors.Is(err, ErrJobState) {
+		t.Errorf("second undo: %v", err)
+	}
+	m, _ := o.Memory(ctx, "x", j2.Results[0].MemoryID)
+	if m.Text != "I love hiking." || m.Version != 3 {
+		t.Errorf("after undo of job 2: %+v", m)
+	}
+	log, _ := o.MemoryLog(ctx, "x", m.ID)
+	if ops := opsOf(log); !slices.Equal(ops, []string{"add", "supersede", "undo"}) {
+		t.Errorf("change log %v", ops)
+	}
+	// job 1's hiking memory changed since (versions 2, 3): undo keeps it
+	if _, err := o.UndoJob(ctx, "x", j1.ID); err != nil {
+		t.Fatal(err)
+	}
+	left := nonTurn(t, o, "x")
+	if len(left) != 1 || left[0].Text != "I love hiking." {
+		t.Errorf("after undo of job 1: %+v", left)
+	}
+	j1, _ = o.Job(ctx, "x", j1.ID)
+	if j1.State != convmem.JobUndone || len(j1.Dropped) != 1 || !strings.Contains(j1.Dropped[0].Why, "changed since") {
+		t.Errorf("job 1 after undo: %+v", j1)
+	}
+}
+
+// Extraction by the served model (stories260K): every job ends with
+// schema-valid output or a recorded failure, and nothing malformed is
+// stored: every memory a job stored is one of its parsed results.
+func TestModelExtraction(t *testing.T) {
+	ctx := context.Background()
+	opts := testOptions(t, t.TempDir())
+	opts.NoRecord = true
+	o := openOS(t, opts)
+	convs := [][]Message{
+		{{Role: "user", Content: "I love my dog Max. He runs in the park."}},
+		{{Role: "user", Content: "My name is Lily and I like red balls."}, {Role: "assistant", Content: "Nice!"}},
+		{{Role: "user", Content: "Yesterday I went to the big park with Tom."}},
+		{{Role: "user", Content: "I think the sun is warm."}},
+		{{Role: "user", Content: "Once upon a time there was a little girl."}},
+	}
+	done, failed := 0, 0
+	for i, msgs := range convs {
+		cube := fmt.Sprintf("m%d", i)
+		j, _, err := o.AddMessages(ctx, cube, msgs, MessagesOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		j = waitJob(t, o, cube, j.ID)
+		stored := nonTurn(t, o, cube)
+		switch j.State {
+		case convmem.JobDone:
+			done++
+			if j.By != "model" {
+				t.Errorf("job by %q", j.By)
+			}
+			if _, _, err := convmem.ParseExtraction(j.Output, []string{msgs[0].Content}, textmem.EnglishAnalyzer{}); err != nil {
+				t.Errorf("done job's output does not parse: %v\n%s", err, j.Output)
+			}
+			if len(stored) != len(j.Results) {
+				t.Errorf("cube %s stores %d memories, the job reports %d", cube, len(stored), len(j.Results))
+			}
+		case convmem.JobFailed:
+			failed++
+			if j.Error == "" || len(stored) != 0 {
+				t.Errorf("failed job without a recorded error, or with %d memories stored: %+v", len(stored), j)
+			}
+		default:
+			t.Fatalf("job state %s", j.State)
+		}
+		t.Logf("job %d: %s, %d stored, %d dropped; output %.200q", i, j.State, len(j.Results), len(j.Dropped), j.Output)
+	}
+	t.Logf("extraction on stories260K: %d of %d jobs schema-valid, %d recorded failures", done, len(convs), failed)
+}
+
+// A job cut short by Close (a restart) stays running in the store and is
+// resumed by the next Open.
+func TestExtractionResumes(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	o, err := Open(ctx, Options{Dir: dir, NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	started := make(chan struct{})
+	o.jobs.hook = func(ctx context.Context, j convmem.Job) {
+		close(started)
+		<-ctx.Done() // the restart comes mid-job
+	}
+	j, _, err := o.AddMessages(ctx, "r", []Message{{Role: "user", Content: "My brother plays the violin."}}, MessagesOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	if err := o.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	o = openOS(t, Options{Dir: dir, NoSync: true})
+	j = waitJob(t, o, "r", j.ID)
+	if j.State != convmem.JobDone || j.Attempts != 2 || len(j.Results) != 1 || j.Results[0].Text != "My brother plays the violin." {
+		t.Fatalf("resumed job: %+v", j)
+	}
+}
