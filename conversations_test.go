@@ -450,3 +450,64 @@ func TestExtractionResumes(t *testing.T) {
 		t.Fatalf("resumed job: %+v", j)
 	}
 }
+
+// Short → mid → long: turns that overflow the queue form a session; once
+// its heat reaches HeatAt a consolidation job extracts its memories into
+// the cube's profile (facts and preferences) and knowledge, and the
+// session's interactions start again from 0.
+func TestConsolidation(t *testing.T) {
+	ctx := context.Background()
+	opts := Options{Dir: t.TempDir(), NoSync: true}
+	opts.Conversations.ShortTermLen, opts.Conversations.MoveLen, opts.Conversations.HeatAt = 2, 2, 2.5
+	o := openOS(t, opts)
+	msgs := []Message{
+		{Role: "user", Content: "I love green tea."},
+		{Role: "user", Content: "My cat is called Tom."},
+		{Role: "user", Content: "Yesterday I visited my aunt."},
+		{Role: "user", Content: "What is the weather?"},
+	}
+	if _, _, err := o.AddMessages(ctx, "p", msgs, MessagesOptions{NoExtract: true}); err != nil {
+		t.Fatal(err)
+	}
+	ses, err := o.Sessions(ctx, "p")
+	if err != nil || len(ses) != 1 || len(ses[0].Turns) != 2 {
+		t.Fatalf("sessions %+v, %v", ses, err)
+	}
+	var js []convmem.Job
+	testutil.WaitFor(t, "the consolidation job", func() bool {
+		js, err = o.Jobs(ctx, "p")
+		return err == nil && len(js) == 1 && js[0].State == convmem.JobDone
+	})
+	if js[0].Session != ses[0].ID {
+		t.Fatalf("job %+v is not the session's", js[0])
+	}
+	p, err := o.Profile(ctx, "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var facts, knowledge []string
+	for _, it := range p.Facts {
+		facts = append(facts, it.Type+": "+it.Text)
+	}
+	for _, it := range p.Knowledge {
+		knowledge = append(knowledge, it.Type+": "+it.Text)
+	}
+	if !slices.Equal(facts, []string{"preference: I love green tea.", "fact: My cat is called Tom."}) || len(knowledge) != 0 {
+		t.Fatalf("profile facts %q, knowledge %q", facts, knowledge)
+	}
+	s, _ := o.conv.Session(ctx, "p", ses[0].ID)
+	if s.Interactions != 0 || s.Consolidated != 1 {
+		t.Errorf("session after consolidation: %+v", s)
+	}
+	// a memory deleted leaves the profile; a changed one changes there
+	if err := o.DeleteMemory(ctx, "p", p.Facts[1].MemoryID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := o.UpdateMemory(ctx, "p", p.Facts[0].MemoryID, "I love black tea."); err != nil {
+		t.Fatal(err)
+	}
+	p, _ = o.Profile(ctx, "p")
+	if len(p.Facts) != 1 || p.Facts[0].Text != "I love black tea." {
+		t.Errorf("profile after delete and update: %+v", p.Facts)
+	}
+}
