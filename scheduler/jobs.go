@@ -381,39 +381,16 @@ func (t *Tiers) runJob(ctx context.Context, j Job) error {
 	if err != nil {
 		return err
 	}
-	members := slices.Clone(st.Members)
-	in := slices.Contains(members, j.Memory)
-	from, to := TierText, TierActivation
-	switch j.Kind {
-	case JobPromote:
-		if in {
-			return t.finish(j, nil, nil, nil) // already done (a job run twice)
-		}
-		members = append(members, j.Memory)
-	case JobDemote:
-		if !in {
-			return t.finish(j, nil, nil, nil)
-		}
-		if j.Reason != "deleted" && slices.Contains(st.Pinned, j.Memory) {
-			return t.finish(j, nil, nil, nil) // pinned since it was planned (a warm)
-		}
-		if j.Reason == "cold" {
-			usage, err := t.usages(ctx, cube)
-			if err != nil {
-				return err
-			}
-			if h := usage[j.Memory].Heat(t.heat, t.opts.Clock.Now()); h >= t.heat.DemoteBelow {
-				return t.finish(j, nil, nil, nil) // used again since it was planned
-			}
-		}
-		from, to = TierActivation, TierText
-		members = slices.DeleteFunc(members, func(id string) bool { return id == j.Memory })
-	case JobRefresh:
-		if len(members) == 0 {
-			return t.finish(j, nil, nil, nil)
-		}
-	default:
+	members, change, err := t.jobMembers(ctx, j, st)
+	if err != nil {
+		return err
+	}
+	if !change {
 		return t.finish(j, nil, nil, nil)
+	}
+	from, to := TierText, TierActivation
+	if j.Kind == JobDemote {
+		from, to = TierActivation, TierText
 	}
 	mems, err := t.loadMembers(ctx, cube, members)
 	if err != nil {
@@ -471,6 +448,62 @@ func (t *Tiers) runJob(ctx context.Context, j Job) error {
 		tr.Pack, tr.Tokens, tr.Decoded = info.ID, info.NTokens, decoded
 	}
 	return t.finish(j, next, tr, &st)
+}
+
+// jobMembers returns the member ids of j's cube's pack once j commits over
+// the committed pack state st, before the layout fits them into
+// MaxPackTokens (see Layout.Pack), and false when j commits without a new
+// pack: a promotion of a member or a demotion of a non-member (a job run
+// twice), a demotion of a member pinned since it was planned (a warm) or,
+// when planned "cold", used again since, a refresh of an empty pack, an
+// unknown kind.
+func (t *Tiers) jobMembers(ctx context.Context, j Job, st packState) ([]string, bool, error) {
+	members := slices.Clone(st.Members)
+	in := slices.Contains(members, j.Memory)
+	switch j.Kind {
+	case JobPromote:
+		if in {
+			return nil, false, nil
+		}
+		return append(members, j.Memory), true, nil
+	case JobDemote:
+		if !in || j.Reason != "deleted" && slices.Contains(st.Pinned, j.Memory) {
+			return nil, false, nil
+		}
+		if j.Reason == "cold" {
+			usage, err := t.usages(ctx, j.Cube)
+			if err != nil {
+				return nil, false, err
+			}
+			if h := usage[j.Memory].Heat(t.heat, t.opts.Clock.Now()); h >= t.heat.DemoteBelow {
+				return nil, false, nil
+			}
+		}
+		return slices.DeleteFunc(members, func(id string) bool { return id == j.Memory }), true, nil
+	case JobRefresh:
+		return members, len(members) > 0, nil
+	}
+	return nil, false, nil
+}
+
+// jobPackID returns the id of the pack j stores when it runs over the
+// committed pack state st (computePack's lookup key: the cube's packKey and
+// the pack tokens of its members), "" when it stores none. It needs the
+// engine and layout.
+func (t *Tiers) jobPackID(ctx context.Context, j Job, st packState) (string, error) {
+	members, change, err := t.jobMembers(ctx, j, st)
+	if err != nil || !change {
+		return "", err
+	}
+	mems, err := t.loadMembers(ctx, j.Cube, members)
+	if err != nil || len(mems) == 0 {
+		return "", err
+	}
+	p, err := t.lay.Pack(ctx, j.Cube, mems)
+	if err != nil {
+		return "", err
+	}
+	return kvcache.PackID(t.packKey(j.Cube), p.PackTokens), nil
 }
 
 // makeRoom plans demotions of members cooler than j's memory, least heat

@@ -140,7 +140,8 @@ type Tiers struct {
 // NewTiers returns the tier scheduler over d (DB, Mem and KV required).
 // Pending jobs of an earlier process are kept and run at the next Tick;
 // packs left to delete by a crash, and tier packs no committed state
-// refers to (a job cut short), are deleted now.
+// refers to (a job or warm cut short), are deleted now, but for the pack
+// each pending job stores when it runs again (see removeOrphans).
 func NewTiers(d Deps, opts TierOptions) (*Tiers, error) {
 	if d.DB == nil || d.Mem == nil || d.KV == nil {
 		return nil, errors.New("scheduler: tiers need a DB, a text store and a KV cache")
@@ -197,20 +198,44 @@ func NewTiers(d Deps, opts TierOptions) (*Tiers, error) {
 // removeOrphans deletes the tier packs (labelled with their cube, not
 // "conv:") that no committed pack state refers to: a job or warm that
 // stored its pack and was cut short before its commit leaves one, and
-// nothing would ever find or delete it. Conversation packs, and the packs
-// of cubes with pending jobs, are left alone.
+// nothing would ever find or delete it. Conversation packs are left alone.
+//
+// Kept are, besides each cube's committed pack, the packs pending jobs
+// store when they run again: for each pending job, the one whose id is
+// that job's pack over the committed state (jobPackID), which the job
+// finds and commits without decoding it again. So a cube keeps at most one
+// uncommitted pack per pending job; any other one of a cube with pending
+// jobs (a warm cut short while a job was pending, a pack of members since
+// changed) is deleted, as is every uncommitted pack when the job's pack
+// cannot be told: without an engine (read-only: no job runs here), or
+// when computing it fails (logged; the job computes its pack again if it
+// runs).
 func (t *Tiers) removeOrphans() error {
-	jobs, err := t.Jobs(context.Background())
+	ctx := context.Background()
+	jobs, err := t.Jobs(ctx)
 	if err != nil {
 		return fmt.Errorf("scheduler: %w", err)
 	}
-	for _, p := range t.kv.List("") {
-		if p.Label == "" || strings.HasPrefix(p.Label, "conv:") {
-			continue
+	keep := map[string]bool{}
+	if t.eng != nil {
+		for _, j := range jobs {
+			st, err := t.packState(j.Cube)
+			if err != nil {
+				return fmt.Errorf("scheduler: %w", err)
+			}
+			id, err := t.jobPackID(ctx, j, st)
+			if err != nil {
+				t.log.Warn("pending job's pack not told; its cube's uncommitted packs are removed", "job", j.Seq, "kind", j.Kind,
+					"cube", j.Cube, "memory", j.Memory, "err", err)
+				continue
+			}
+			if id != "" {
+				keep[id] = true
+			}
 		}
-		// a pending job of the cube may have stored this pack before it was
-		// cut short: it finds and commits it when it runs again
-		if slices.ContainsFunc(jobs, func(j Job) bool { return j.Cube == p.Label }) {
+	}
+	for _, p := range t.kv.List("") {
+		if p.Label == "" || strings.HasPrefix(p.Label, "conv:") || keep[p.ID] {
 			continue
 		}
 		st, err := t.packState(p.Label)
