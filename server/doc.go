@@ -1,7 +1,9 @@
 // Package server is memosrt's HTTP front end over one memosrt.OS: the
 // Ollama API (/api/...), the OpenAI API (/v1/chat/completions,
 // /v1/completions, /v1/embeddings, /v1/models), the memory API
-// (/v1/cubes/..., /v1/packs, /v1/tiers/tick) and Prometheus metrics
+// (/v1/cubes/..., /v1/packs, /v1/tiers/tick; the conversation memory of
+// conversations.go: messages, extraction jobs, profile, turns, sessions,
+// change logs) and Prometheus metrics
 // (/metrics), all on one stdlib http.ServeMux; the MCP tools (NewMCP)
 // over streamable HTTP at /mcp, the same tools `memosrt mcp` serves on
 // stdio; and the inspector page at /ui (ui.go: static files embedded from
@@ -13,7 +15,9 @@
 // memosrt.Response becomes the wire answer. Prompt assembly, the choice of
 // KV source, restores, conversation state and usage all live in the root
 // package; a request's cube comes from the header X-Memosrt-Cube or the
-// option "cube" (without one it is plain inference).
+// option "cube" (without one it is plain inference), and what a chat
+// turn leaves in the cube's memory from the field "record" ("", "user",
+// "none"; memosrt.Request.Record).
 //
 // Streamed text is written by the request's goroutine (memosrt delivers it
 // there); a client that disconnects cancels its request and frees its

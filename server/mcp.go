@@ -14,6 +14,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/memosrt/memosrt"
+	"github.com/memosrt/memosrt/convmem"
 	"github.com/memosrt/memosrt/scheduler"
 	"github.com/memosrt/memosrt/textmem"
 )
@@ -50,8 +51,8 @@ type MCPOptions struct {
 }
 
 // NewMCP returns an MCP server whose tools work on o, which the caller
-// keeps owning: add_memory, search_memory, list_memories, delete_memory,
-// get_profile and chat (see the tool descriptions). Run it on a transport
+// keeps owning: add_memory, add_messages, search_memory, list_memories,
+// delete_memory, get_profile and chat (see the tool descriptions). Run it on a transport
 // (mcp.StdioTransport for `memosrt mcp`); a Server serves the same tools
 // at /mcp. Safe for concurrent use: tool calls run concurrently and go
 // through o's own locking.
@@ -95,8 +96,11 @@ func newMCP(o *memosrt.OS, opts MCPOptions, caller mcpCaller) *mcp.Server {
 		Description: "List the cube's memories, newest first, and how many it holds."}, t.listMemories)
 	addTool(t, s, &mcp.Tool{Name: "delete_memory", Annotations: &mcp.ToolAnnotations{DestructiveHint: new(true), IdempotentHint: true},
 		Description: "Delete one memory of the cube by id."}, t.deleteMemory)
+	addTool(t, s, &mcp.Tool{Name: "add_messages", Description: "Record a conversation (user and assistant messages) in the cube " +
+		"(created if new) and queue a background job that extracts memories from it; returns the job and the recorded turns."}, t.addMessages)
 	addTool(t, s, &mcp.Tool{Name: "get_profile", Annotations: readOnly,
-		Description: "What the cube's memories say about its user: the most used memories first, as text and as a list."}, t.getProfile)
+		Description: "What the cube knows about its user: the long-term profile (facts and knowledge extracted from " +
+			"conversations) and the most used memories first, as text and as lists."}, t.getProfile)
 	addTool(t, s, &mcp.Tool{Name: "chat", Description: "Send one message to the local model with the cube's memories in its prompt; returns the reply."}, t.chat)
 	return s
 }
@@ -311,21 +315,31 @@ type mcpProfileMemory struct {
 
 type mcpProfileOut struct {
 	Cube     string             `json:"cube"`
-	Profile  string             `json:"profile" jsonschema:"the memories as text, one line each"`
+	Profile  string             `json:"profile" jsonschema:"the profile and the memories as text, one line each"`
 	Memories []mcpProfileMemory `json:"memories" jsonschema:"hottest first, then newest; at most 20"`
 	Total    int                `json:"total" jsonschema:"memories the cube holds"`
+	// the long-term profile (OS.Profile, convmem.Profile)
+	Facts     []convmem.ProfileItem `json:"facts" jsonschema:"long-term profile: facts and preferences about the user, written by consolidated conversations"`
+	Knowledge []convmem.ProfileItem `json:"knowledge" jsonschema:"long-term profile: knowledge the conversations taught"`
+	Updated   time.Time             `json:"updated,omitzero" jsonschema:"when the long-term profile last changed, RFC 3339 UTC"`
 }
 
-// getProfile returns the cube's memories hottest first (OS.Tiers; equal
-// heat: newest first), at most mcpProfileMemories, as a text profile (the
-// result's text content) and as a list. Errors: an unknown or forbidden
-// cube.
+// getProfile returns the cube's long-term profile (OS.Profile) and its
+// memories hottest first (OS.Tiers; equal heat: newest first), at most
+// mcpProfileMemories, as a text profile (the result's text content) and as
+// lists. Errors: an unknown or forbidden cube.
 func (t *mcpTools) getProfile(ctx context.Context, c mcpCall, in mcpProfileIn) (*mcp.CallToolResult, mcpProfileOut, error) {
-	out := mcpProfileOut{Memories: []mcpProfileMemory{}}
+	out := mcpProfileOut{Memories: []mcpProfileMemory{}, Facts: []convmem.ProfileItem{}, Knowledge: []convmem.ProfileItem{}}
 	cube, err := t.resolve(ctx, c, in.Cube, true)
 	if err != nil {
 		return nil, out, err
 	}
+	p, err := t.os.Profile(ctx, cube)
+	if err != nil {
+		return nil, out, err
+	}
+	p = wireProfile(p)
+	out.Facts, out.Knowledge, out.Updated = p.Facts, p.Knowledge, p.Updated
 	st, err := t.os.Tiers(ctx, cube, 1)
 	if err != nil {
 		return nil, out, err
@@ -356,6 +370,18 @@ func (t *mcpTools) getProfile(ctx context.Context, c mcpCall, in mcpProfileIn) (
 		out.Memories = append(out.Memories, mcpProfileMemory{ID: m.ID, Text: m.Text, Heat: m.Heat, Tier: m.Tier})
 		fmt.Fprintf(&b, "\n- %s", strings.Join(strings.Fields(m.Text), " "))
 	}
+	for _, l := range []struct {
+		head  string
+		items []convmem.ProfileItem
+	}{{"Facts about the user", p.Facts}, {"Knowledge", p.Knowledge}} {
+		if len(l.items) == 0 {
+			continue
+		}
+		fmt.Fprintf(&b, "\n%s (long-term profile):", l.head)
+		for _, it := range l.items {
+			fmt.Fprintf(&b, "\n- %s", strings.Join(strings.Fields(it.Text), " "))
+		}
+	}
 	out.Profile = b.String()
 	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: out.Profile}}}, out, nil
 }
@@ -364,6 +390,7 @@ type mcpChatIn struct {
 	Cube       string `json:"cube,omitempty" jsonschema:"memory cube whose memories the prompt carries (default: the connection's cube)"`
 	Message    string `json:"message" jsonschema:"the user's message"`
 	NumPredict int    `json:"num_predict,omitempty" jsonschema:"most tokens to generate (default 256; -1: until the context is full)"`
+	Record     string `json:"record,omitempty" jsonschema:"what the turn leaves in the cube's memory: empty (default) the message and the reply, user the message alone, none nothing"`
 }
 
 type mcpChatOut struct {
@@ -384,6 +411,10 @@ func (t *mcpTools) chat(ctx context.Context, c mcpCall, in mcpChatIn) (*mcp.Call
 	if err == nil && strings.TrimSpace(in.Message) == "" {
 		err = badField("message", "empty message")
 	}
+	var rec memosrt.RecordMode
+	if err == nil {
+		rec, err = recordMode("record", in.Record)
+	}
 	if err != nil {
 		return nil, mcpChatOut{}, err
 	}
@@ -391,7 +422,9 @@ func (t *mcpTools) chat(ctx context.Context, c mcpCall, in mcpChatIn) (*mcp.Call
 	if n == 0 {
 		n = mcpDefaultNumPredict
 	}
-	res, err := t.os.Chat(ctx, mcpChatRequest(cube, in.Message, n))
+	req := mcpChatRequest(cube, in.Message, n)
+	req.Record = rec
+	res, err := t.os.Chat(ctx, req)
 	if errors.Is(err, memosrt.ErrNoModel) {
 		err = fmt.Errorf("%w: chat needs a model (memosrt mcp --model PATH)", err)
 	}
@@ -407,6 +440,49 @@ func (t *mcpTools) chat(ctx context.Context, c mcpCall, in mcpChatIn) (*mcp.Call
 // turn in cube, greedy, at most numPredict tokens.
 func mcpChatRequest(cube, message string, numPredict int) memosrt.Request {
 	return memosrt.Request{Cube: cube, Messages: []memosrt.Message{{Role: "user", Content: message}}, NumPredict: numPredict}
+}
+
+type mcpMessage struct {
+	Role    string `json:"role" jsonschema:"user or assistant (system and tool messages are left out)"`
+	Content string `json:"content"`
+}
+
+type mcpMessagesIn struct {
+	Cube     string       `json:"cube,omitempty" jsonschema:"memory cube (default: the connection's cube)"`
+	Messages []mcpMessage `json:"messages" jsonschema:"the conversation, oldest first; each user message makes a turn with the assistant message after it"`
+	Infer    *bool        `json:"infer,omitempty" jsonschema:"queue the extraction job (default true); false records the turns only"`
+}
+
+type mcpMessagesOut struct {
+	Job   *convmem.Job   `json:"job,omitempty" jsonschema:"the extraction job, queued: it runs in the background (absent with infer false)"`
+	Turns []convmem.Turn `json:"turns" jsonschema:"the recorded turns, each stored as a memory of kind turn"`
+}
+
+// addMessages runs OS.AddMessages (the cube created if new), as POST
+// /v1/cubes/{cube}/messages does. Errors: no message with text, a bad
+// role, a bad or forbidden cube.
+func (t *mcpTools) addMessages(ctx context.Context, c mcpCall, in mcpMessagesIn) (*mcp.CallToolResult, mcpMessagesOut, error) {
+	out := mcpMessagesOut{Turns: []convmem.Turn{}}
+	cube, err := t.resolve(ctx, c, in.Cube, false)
+	if err != nil {
+		return nil, out, err
+	}
+	msgs := make([]memosrt.Message, len(in.Messages))
+	for i, m := range in.Messages {
+		msgs[i] = memosrt.Message{Role: m.Role, Content: m.Content}
+	}
+	noExtract := in.Infer != nil && !*in.Infer
+	j, turns, err := t.os.AddMessages(ctx, cube, msgs, memosrt.MessagesOptions{NoExtract: noExtract})
+	if err != nil {
+		return nil, out, err
+	}
+	if !noExtract {
+		out.Job = &j
+	}
+	if turns != nil {
+		out.Turns = turns
+	}
+	return nil, out, nil
 }
 
 // mcpHandler serves the MCP tools over streamable HTTP (stateless: each

@@ -102,7 +102,7 @@ func TestMCPRoundTrip(t *testing.T) {
 			t.Errorf("tool %s has no description", tl.Name)
 		}
 	}
-	if got := strings.Join(names, ","); got != "add_memory,chat,delete_memory,get_profile,list_memories,search_memory" {
+	if got := strings.Join(names, ","); got != "add_memory,add_messages,chat,delete_memory,get_profile,list_memories,search_memory" {
 		t.Fatalf("tools: %s", got)
 	}
 

@@ -37,6 +37,9 @@ type cubeCreateRequest struct {
 	Name        string            `json:"name"`
 	Description string            `json:"description"`
 	Metadata    map[string]string `json:"metadata"`
+	// NoRecord keeps the cube's chat turns out of its memory
+	// (memosrt.Cube.NoRecord).
+	NoRecord bool `json:"no_record"`
 }
 
 func (s *Server) handleCubeCreate(w http.ResponseWriter, r *http.Request) {
@@ -49,7 +52,8 @@ func (s *Server) handleCubeCreate(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, badField("name", "%q is not a cube name (1..64 of [A-Za-z0-9._-])", req.Name))
 		return
 	}
-	rec, err := s.os.CreateCube(r.Context(), memosrt.Cube{Name: req.Name, Description: req.Description, Metadata: req.Metadata})
+	rec, err := s.os.CreateCube(r.Context(), memosrt.Cube{Name: req.Name, Description: req.Description, Metadata: req.Metadata,
+		NoRecord: req.NoRecord})
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -130,6 +134,11 @@ type memoryInput struct {
 	Tags      []string  `json:"tags"`
 	Source    string    `json:"source"`
 	EventTime time.Time `json:"event_time"`
+	// Confidence is in [0, 1]; 0 means unstated.
+	Confidence float64 `json:"confidence"`
+	// Expires (RFC 3339) has the memory deleted by the first tier tick
+	// after it; absent means never.
+	Expires time.Time `json:"expires"`
 }
 
 type memoryAddRequest struct {
@@ -166,7 +175,7 @@ func (s *Server) handleMemoryAdd(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		got, err := s.os.AddMemory(r.Context(), cube, textmem.Memory{Text: m.Text, Kind: m.Kind, Tags: m.Tags,
-			Source: m.Source, EventTime: m.EventTime.UTC()})
+			Source: m.Source, EventTime: m.EventTime.UTC(), Confidence: m.Confidence, Expires: m.Expires.UTC()})
 		if err != nil {
 			if errors.Is(err, textmem.ErrTooLarge) || errors.Is(err, textmem.ErrInvalidUTF8) {
 				err = &fieldErrorWrap{field: field, err: err}

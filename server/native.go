@@ -37,6 +37,9 @@ type NativeRequest struct {
 	NoCache   bool    `json:"no_cache"`
 	NoPersist bool    `json:"no_persist"` // a chat turn: do not save its state as a conversation pack
 	Stream    bool    `json:"stream"`
+	// Record is what a chat turn in a cube leaves in its memory: "" the
+	// turn, "user" the message alone, "none" nothing (memosrt.Request.Record).
+	Record string `json:"record,omitempty"`
 }
 
 // NativeChunk is one streamed line of POST /v1/generate: text, then a last
@@ -64,6 +67,9 @@ func (s *Server) handleNativeGenerate(w http.ResponseWriter, r *http.Request) {
 		Sampling: memosrt.Sampling{Temperature: req.Sampling.Temperature, TopK: req.Sampling.TopK, TopP: req.Sampling.TopP,
 			MinP: req.Sampling.MinP, RepeatPenalty: req.Sampling.RepeatPenalty, RepeatLastN: req.Sampling.RepeatLastN,
 			Seed: req.Sampling.Seed, Grammar: req.Sampling.Grammar}}
+	if err == nil {
+		g.Record, err = recordMode("record", req.Record)
+	}
 	if err == nil && req.Adapters != nil {
 		g.Adapters, err = lora.ParseSpecs(*req.Adapters)
 		if err != nil {

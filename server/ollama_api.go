@@ -91,9 +91,16 @@ func useSchema(g *memosrt.Request, field string, t []byte) error {
 	return nil
 }
 
+// ollamaChatRequest is Ollama's chat request with memosrt's top-level
+// extension "record" (see recordMode).
+type ollamaChatRequest struct {
+	api.ChatRequest
+	Record string `json:"record"`
+}
+
 func (s *Server) handleOllamaChat(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	var req api.ChatRequest
+	var req ollamaChatRequest
 	if err := decodeJSON(r, &req); err != nil {
 		s.writeError(w, r, err)
 		return
@@ -125,6 +132,13 @@ func (s *Server) handleOllamaChat(w http.ResponseWriter, r *http.Request) {
 	}
 	if err == nil {
 		g.Cube, err = s.cube(r, sp.Cube)
+	}
+	if err == nil {
+		field, rec := "record", req.Record
+		if rec == "" && sp.Record != "" {
+			field, rec = "options.record", sp.Record
+		}
+		g.Record, err = recordMode(field, rec)
 	}
 	switch c := sp.ToolChoice; c {
 	case "", memosrt.ToolAuto, memosrt.ToolNone, memosrt.ToolRequired:

@@ -73,6 +73,9 @@ type oaiChatRequest struct {
 		Type       string         `json:"type"` // text, json_object, json_schema
 		JSONSchema *oaiJSONSchema `json:"json_schema"`
 	} `json:"response_format"`
+	// Record is memosrt's extension, as cube is (also metadata.record):
+	// what the turn leaves in the cube's memory (see recordMode).
+	Record string `json:"record"`
 }
 
 type oaiCompletionRequest struct {
@@ -214,6 +217,13 @@ func (s *Server) handleOpenAIChat(w http.ResponseWriter, r *http.Request) {
 	}
 	g := &memosrt.Request{Start: start, Messages: []memosrt.Message{}}
 	err := s.applyOpenAI(r, &req.oaiSampling, g)
+	if err == nil {
+		field, rec := "record", req.Record
+		if m, ok := req.Metadata["record"].(string); ok && rec == "" {
+			field, rec = "metadata.record", m
+		}
+		g.Record, err = recordMode(field, rec)
+	}
 	if err == nil {
 		err = openAITools(g, req.Tools, req.ToolChoice, req.ParallelToolCalls)
 	}

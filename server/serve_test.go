@@ -132,7 +132,7 @@ func TestBadRequests(t *testing.T) {
 		{"openai json_schema string", "/v1/chat/completions", chat(map[string]any{"response_format": map[string]any{"type": "json_schema",
 			"json_schema": map[string]any{"name": "x", "schema": "json"}}}), 400, "response_format.json_schema.schema"},
 		{"openai json_schema unsupported", "/v1/chat/completions", chat(map[string]any{"response_format": map[string]any{"type": "json_schema",
-			"json_schema": map[string]any{"name": "x", "schema": map[string]any{"type": "string", "maxLength": 3}}}}), 400, "response_format.json_schema.schema"},
+			"json_schema": map[string]any{"name": "x", "schema": map[string]any{"type": "string", "pattern": "^a+$"}}}}), 400, "response_format.json_schema.schema"},
 		{"openai max_tokens type", "/v1/chat/completions", chat(map[string]any{"max_tokens": "many"}), 400, "max_tokens"},
 		{"openai unknown model", "/v1/chat/completions", chat(map[string]any{"model": "gpt-9"}), 404, ""},
 		{"openai embeddings format", "/v1/embeddings", map[string]any{"model": "x", "input": "a", "encoding_format": "hex"}, 400, "encoding_format"},

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/memosrt/memosrt"
+	"github.com/memosrt/memosrt/convmem"
 	"github.com/memosrt/memosrt/embed"
 	"github.com/memosrt/memosrt/kvcache"
 	"github.com/memosrt/memosrt/lora"
@@ -129,6 +130,15 @@ func (s *Server) routes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /v1/server", s.handleServerInfo)
 	mux.HandleFunc("GET /v1/stats", s.handleStats)
 	mux.HandleFunc("GET /v1/cubes/{cube}/adapters", s.handleAdapters)
+	// conversation memory (conversations.go)
+	mux.HandleFunc("POST /v1/cubes/{cube}/messages", s.handleMessagesAdd)
+	mux.HandleFunc("GET /v1/cubes/{cube}/jobs", s.handleJobs)
+	mux.HandleFunc("GET /v1/cubes/{cube}/jobs/{id}", s.handleJob)
+	mux.HandleFunc("POST /v1/cubes/{cube}/jobs/{id}/undo", s.handleJobUndo)
+	mux.HandleFunc("GET /v1/cubes/{cube}/profile", s.handleProfile)
+	mux.HandleFunc("GET /v1/cubes/{cube}/turns", s.handleTurns)
+	mux.HandleFunc("GET /v1/cubes/{cube}/sessions", s.handleSessions)
+	mux.HandleFunc("GET /v1/cubes/{cube}/memories/{id}/log", s.handleMemoryLog)
 	mux.HandleFunc("POST /v1/keys", s.handleKeyCreate)
 	if s.opts.DebugClock != nil {
 		mux.HandleFunc("POST /v1/debug/clock", s.handleDebugClock)
@@ -352,9 +362,9 @@ func errStatus(err error) (int, string) {
 		return http.StatusServiceUnavailable, "server_error"
 	case errors.Is(err, memosrt.ErrUnknownCube), errors.Is(err, textmem.ErrNotFound), errors.Is(err, textmem.ErrNoRecord), errors.Is(err, kvcache.ErrNotFound),
 		errors.Is(err, errModelNotFound), errors.Is(err, memosrt.ErrModelNotFound), errors.Is(err, lora.ErrNotFound),
-		errors.Is(err, errRouteNotFound):
+		errors.Is(err, errRouteNotFound), errors.Is(err, convmem.ErrNotFound):
 		return http.StatusNotFound, "not_found_error"
-	case errors.Is(err, memosrt.ErrCubeExists):
+	case errors.Is(err, memosrt.ErrCubeExists), errors.Is(err, memosrt.ErrJobState):
 		return http.StatusConflict, "invalid_request_error"
 	case errors.Is(err, memosrt.ErrNotSupported), errors.Is(err, scheduler.ErrReadOnly):
 		return http.StatusNotImplemented, "not_implemented"
@@ -466,7 +476,7 @@ func decodeBody(r *http.Request, v any, strict bool) error {
 			return err
 		case errors.As(err, &te):
 			f := te.Field
-			for _, emb := range []string{"oaiSampling.", "memoryInput."} { // embedded structs
+			for _, emb := range []string{"oaiSampling.", "memoryInput.", "ChatRequest."} { // embedded structs
 				f = strings.ReplaceAll(f, emb, "")
 			}
 			if f == "" {

@@ -105,6 +105,10 @@ type sampling struct {
 	// or a tool's name; the cap on one answer's calls.
 	ToolChoice   string
 	MaxToolCalls *int
+	// Record is options.record, memosrt's extension as cube is (Ollama's
+	// clients send no top-level field of their own): a chat's top-level
+	// "record" wins (see recordMode).
+	Record string
 }
 
 // params turns s into sampler parameters with the given API defaults.
@@ -227,6 +231,12 @@ func parseOllamaOptions(m map[string]any) (sampling, error) {
 				err = badField("options.cube", "want a string, got %T", v)
 			}
 			s.Cube = c
+		case "record":
+			c, ok := v.(string)
+			if !ok {
+				err = badField("options.record", "want a string, got %T", v)
+			}
+			s.Record = c
 		default:
 			// unknown and load-time options are accepted, as Ollama does
 		}

@@ -1,0 +1,199 @@
+package server
+
+import (
+	"net/http"
+
+	"github.com/memosrt/memosrt"
+	"github.com/memosrt/memosrt/convmem"
+)
+
+// The conversation memory API (memosrt's conversations.go, package
+// convmem): messages recorded as turns with an extraction job, the jobs,
+// the long-term profile, the short-term queue, the mid-term sessions and a
+// memory's change log. Each handler translates to one memosrt.OS call; the
+// access-key scope is checked by wrap from the /v1/cubes/{cube}/ path, as
+// for every cube route.
+
+// wireMessage is one message of POST /v1/cubes/{cube}/messages.
+type wireMessage struct {
+	Role    string `json:"role"`
+	Content string `json:"content"`
+}
+
+type messagesRequest struct {
+	Messages []wireMessage `json:"messages"`
+	// Infer queues an extraction job over the turns; absent means true
+	// (Mem0's infer).
+	Infer *bool `json:"infer"`
+}
+
+// recordMode reads a request's "record" field (field names it in a 400):
+// "" (the turn), "user" or "none".
+func recordMode(field, v string) (memosrt.RecordMode, error) {
+	switch m := memosrt.RecordMode(v); m {
+	case memosrt.RecordTurn, memosrt.RecordUser, memosrt.RecordNone:
+		return m, nil
+	}
+	return "", badField(field, `%q: want "", "user" or "none"`, v)
+}
+
+// handleMessagesAdd answers POST /v1/cubes/{cube}/messages (OS.AddMessages;
+// the cube is created if needed): 202 {"job", "turns"}, the job queued; with
+// "infer": false, 200 {"turns"} and no job.
+func (s *Server) handleMessagesAdd(w http.ResponseWriter, r *http.Request) {
+	var req messagesRequest
+	cube, err := s.pathCubeName(r)
+	if err == nil {
+		err = decodeStrict(r, &req)
+	}
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	msgs := make([]memosrt.Message, len(req.Messages))
+	for i, m := range req.Messages {
+		msgs[i] = memosrt.Message{Role: m.Role, Content: m.Content}
+	}
+	noExtract := req.Infer != nil && !*req.Infer
+	job, turns, err := s.os.AddMessages(r.Context(), cube, msgs, memosrt.MessagesOptions{NoExtract: noExtract})
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if turns == nil {
+		turns = []convmem.Turn{}
+	}
+	if noExtract {
+		writeJSON(w, http.StatusOK, map[string]any{"turns": turns})
+		return
+	}
+	writeJSON(w, http.StatusAccepted, map[string]any{"job": job, "turns": turns})
+}
+
+// handleJobs answers GET /v1/cubes/{cube}/jobs: {"jobs"}, oldest first.
+func (s *Server) handleJobs(w http.ResponseWriter, r *http.Request) {
+	rec, err := s.pathCube(r)
+	var jobs []convmem.Job
+	if err == nil {
+		jobs, err = s.os.Jobs(r.Context(), rec.Name)
+	}
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if jobs == nil {
+		jobs = []convmem.Job{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"jobs": jobs})
+}
+
+// handleJob answers GET /v1/cubes/{cube}/jobs/{id}: the job, 404 for an
+// unknown one.
+func (s *Server) handleJob(w http.ResponseWriter, r *http.Request) {
+	rec, err := s.pathCube(r)
+	var j convmem.Job
+	if err == nil {
+		j, err = s.os.Job(r.Context(), rec.Name, r.PathValue("id"))
+	}
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, j)
+}
+
+// handleJobUndo answers POST /v1/cubes/{cube}/jobs/{id}/undo (OS.UndoJob):
+// the undone job; 409 for a job that is not done, 404 for an unknown one.
+func (s *Server) handleJobUndo(w http.ResponseWriter, r *http.Request) {
+	rec, err := s.pathCube(r)
+	var j convmem.Job
+	if err == nil {
+		j, err = s.os.UndoJob(r.Context(), rec.Name, r.PathValue("id"))
+	}
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, j)
+}
+
+// handleProfile answers GET /v1/cubes/{cube}/profile: the cube's long-term
+// profile (convmem.Profile).
+func (s *Server) handleProfile(w http.ResponseWriter, r *http.Request) {
+	rec, err := s.pathCube(r)
+	var p convmem.Profile
+	if err == nil {
+		p, err = s.os.Profile(r.Context(), rec.Name)
+	}
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, wireProfile(p))
+}
+
+// wireProfile is p with empty lists as [] rather than null.
+func wireProfile(p convmem.Profile) convmem.Profile {
+	if p.Facts == nil {
+		p.Facts = []convmem.ProfileItem{}
+	}
+	if p.Knowledge == nil {
+		p.Knowledge = []convmem.ProfileItem{}
+	}
+	return p
+}
+
+// handleTurns answers GET /v1/cubes/{cube}/turns: {"turns"}, the
+// short-term queue, oldest first.
+func (s *Server) handleTurns(w http.ResponseWriter, r *http.Request) {
+	rec, err := s.pathCube(r)
+	var turns []convmem.Turn
+	if err == nil {
+		turns, err = s.os.ShortTerm(r.Context(), rec.Name)
+	}
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if turns == nil {
+		turns = []convmem.Turn{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"turns": turns})
+}
+
+// handleSessions answers GET /v1/cubes/{cube}/sessions: {"sessions"}, the
+// mid-term sessions with their heat, oldest first.
+func (s *Server) handleSessions(w http.ResponseWriter, r *http.Request) {
+	rec, err := s.pathCube(r)
+	var ses []convmem.Session
+	if err == nil {
+		ses, err = s.os.Sessions(r.Context(), rec.Name)
+	}
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if ses == nil {
+		ses = []convmem.Session{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"sessions": ses})
+}
+
+// handleMemoryLog answers GET /v1/cubes/{cube}/memories/{id}/log:
+// {"changes"}, the memory's change log, oldest first (a deleted memory
+// keeps its log).
+func (s *Server) handleMemoryLog(w http.ResponseWriter, r *http.Request) {
+	rec, err := s.pathCube(r)
+	var log []convmem.Change
+	if err == nil {
+		log, err = s.os.MemoryLog(r.Context(), rec.Name, r.PathValue("id"))
+	}
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if log == nil {
+		log = []convmem.Change{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"changes": log})
+}
