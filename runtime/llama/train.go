@@ -1,0 +1,399 @@
+package llama
+
+/*
+#include <stdlib.h>
+#include <string.h>
+#include <stdint.h>
+#include "llama.h"
+#include "ggml.h"
+#include "ggml-backend.h"
+#include "ggml-opt.h"
+
+// What the parameter filter compares against and records: C memory owned
+// by the Trainer, so llama.cpp never holds a Go pointer.
+typedef struct {
+	int n;
+	char **names;                       // [n] tensor names chosen in Go
+	const struct ggml_tensor **found;   // [n] the model's tensors, set by the filter
+} memosrt_filter;
+
+static bool memosrt_filter_cb(const struct ggml_tensor *t, void *ud) {
+	memosrt_filter *f = (memosrt_filter *)ud;
+	for (int i = 0; i < f->n; i++) {
+		if (strcmp(t->name, f->names[i]) == 0) {
+			f->found[i] = t;
+			return true;
+		}
+	}
+	return false;
+}
+
+// Optimizer parameters read from a C struct the Trainer owns and may change
+// between epochs (learning rate schedule).
+static struct ggml_opt_optimizer_params memosrt_opt_pars(void *ud) {
+	return *(struct ggml_opt_optimizer_params *)ud;
+}
+
+static void memosrt_opt_init(struct llama_context *ctx, struct llama_model *m, memosrt_filter *f, struct ggml_opt_optimizer_params *p) {
+	struct llama_opt_params lp;
+	memset(&lp, 0, sizeof(lp));
+	lp.n_ctx_train = 0; // the context's n_ctx
+	lp.param_filter = memosrt_filter_cb;
+	lp.param_filter_ud = f;
+	lp.get_opt_pars = memosrt_opt_pars;
+	lp.get_opt_pars_ud = p;
+	lp.optimizer_type = GGML_OPT_OPTIMIZER_TYPE_ADAMW;
+	llama_opt_init(ctx, m, lp);
+}
+
+static void memosrt_tensor_get(const struct ggml_tensor *t, void *dst, size_t n) {
+	ggml_backend_tensor_get(t, dst, 0, n);
+}
+*/
+import "C"
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"unsafe" // unsafe: the cgo boundary; dataset buffers and tensors are copied between C and Go memory here only.
+
+	"github.com/ollama/ollama/fs/ggml"
+)
+
+// Training errors.
+var (
+	// ErrNotTrainable is returned by NewTrainer when a chosen weight is not
+	// F32 (quantized and F16 weights cannot be trained by ggml-opt), is one
+	// llama.cpp never trains (token_embd.weight, rope_freqs.weight), feeds
+	// the KV cache (see Trainer), or when the filter chooses no weight.
+	ErrNotTrainable = errors.New("llama: weight cannot be trained")
+	// ErrTrain is returned when llama.cpp does not offer a chosen weight to
+	// the optimizer, or a dataset is malformed (a sequence longer than
+	// NCtx()+1 tokens, none at all, a token outside the vocabulary).
+	ErrTrain = errors.New("llama: training failed")
+)
+
+// TrainOptions configure a Trainer. Zero means the default.
+type TrainOptions struct {
+	// Train chooses the weights to train by GGUF tensor name
+	// ("blk.0.attn_q.weight"). Required.
+	Train func(name string) bool
+	// NCtx is the tokens per datapoint; llama.cpp rounds it up to a
+	// multiple of 256. Default 256.
+	NCtx int
+	// Threads for the forward and backward graphs. Default 2.
+	Threads int
+	// LearningRate is AdamW's alpha. Default 1e-3.
+	LearningRate float32
+	// WeightDecay is AdamW's decoupled weight decay (0 disables; the default).
+	WeightDecay float32
+}
+
+// TrainedTensor is one trained weight: Data is [Shape[1]][Shape[0]]float32
+// (ne0 fastest, as in GGUF), copied into Go memory.
+type TrainedTensor struct {
+	Name  string
+	Shape [2]int // ne0, ne1
+	Data  []float32
+}
+
+// EpochStats are llama.cpp's figures for one epoch (ggml_opt_result).
+type EpochStats struct {
+	Loss     float64 // mean cross-entropy per token, nats
+	LossUnc  float64 // its standard error
+	Accuracy float64 // fraction of positions whose argmax is the label
+	NData    int     // datapoints
+}
+
+// Trainer fine-tunes chosen F32 weights of its own copy of a model in
+// process with llama.cpp's training API (llama_opt_init, llama_opt_epoch;
+// AdamW from ggml-opt, cross-entropy on every position of every
+// datapoint). It loads the model separately (not memory-mapped, since the
+// weights are written) because llama_opt_init changes the model's
+// n_ctx_train.
+//
+// Only weights no cached K or V depends on train: the last block's attn_q,
+// attn_output, ffn_gate, ffn_up, ffn_down, ffn_norm, and output.weight,
+// output_norm.weight. llama_opt_epoch in the pinned llama.cpp builds the
+// inference graph, which writes K and V into the KV cache with
+// ggml_set_rows; ggml's backward pass aborts on that write once it depends
+// on a trained weight (llama.cpp issue 16258, fixed upstream by a
+// training graph without the cache). NewTrainer refuses other weights.
+// Not safe for concurrent use; Close frees every C object.
+type Trainer struct {
+	model  *Model
+	ctx    *Ctx
+	filter *C.memosrt_filter
+	pars   *C.struct_ggml_opt_optimizer_params
+	names  []string
+	nCtx   int
+	nVocab int
+}
+
+// NewTrainer loads the GGUF model at path for training the weights o.Train
+// chooses. It refuses, with ErrNotTrainable, a chosen weight that is not
+// F32 before llama.cpp sees it.
+func NewTrainer(path string, o TrainOptions) (_ *Trainer, err error) {
+	if o.Train == nil {
+		return nil, fmt.Errorf("%w: TrainOptions.Train is nil", ErrNotTrainable)
+	}
+	if o.NCtx <= 0 {
+		o.NCtx = 256
+	}
+	if o.Threads <= 0 {
+		o.Threads = 2
+	}
+	if o.LearningRate <= 0 {
+		o.LearningRate = 1e-3
+	}
+	names, err := trainableNames(path, o.Train)
+	if err != nil {
+		return nil, err
+	}
+	m, err := LoadModel(path, ModelParams{UseMmap: false})
+	if err != nil {
+		return nil, err
+	}
+	t := &Trainer{model: m, names: names}
+	defer func() {
+		if err != nil {
+			t.Close()
+		}
+	}()
+	t.ctx, err = NewContext(m, ContextParams{NCtx: o.NCtx, NBatch: o.NCtx, NUBatch: o.NCtx, Threads: o.Threads,
+		TypeK: TypeF32, TypeV: TypeF32, FlashAttn: FlashAttnDisabled})
+	if err != nil {
+		return nil, err
+	}
+	t.nCtx = t.ctx.NCtx()
+	t.nVocab = t.ctx.nVocab
+	// llama_opt_epoch computes through the scheduler without setting the
+	// CPU backend's thread count and pool; one decode sets both.
+	b := NewBatch(1)
+	defer b.Close()
+	if err := b.Add(m.BOS(), 0, 0, true); err != nil {
+		return nil, err
+	}
+	if err := t.ctx.Decode(b); err != nil {
+		return nil, fmt.Errorf("%w: warm-up decode: %v", ErrTrain, err)
+	}
+	t.ctx.ClearMemory()
+
+	t.filter = (*C.memosrt_filter)(C.calloc(1, C.size_t(unsafe.Sizeof(C.memosrt_filter{}))))
+	t.filter.n = C.int(len(names))
+	t.filter.names = (**C.char)(C.calloc(C.size_t(len(names)), C.size_t(unsafe.Sizeof((*C.char)(nil)))))
+	t.filter.found = (**C.struct_ggml_tensor)(C.calloc(C.size_t(len(names)), C.size_t(unsafe.Sizeof((*C.struct_ggml_tensor)(nil)))))
+	cnames := unsafe.Slice(t.filter.names, len(names))
+	for i, n := range names {
+		cnames[i] = C.CString(n) // freed by Close
+	}
+	t.pars = (*C.struct_ggml_opt_optimizer_params)(C.calloc(1, C.size_t(unsafe.Sizeof(C.struct_ggml_opt_optimizer_params{}))))
+	*t.pars = C.ggml_opt_get_default_optimizer_params(nil)
+	t.SetOptimizer(o.LearningRate, o.WeightDecay)
+
+	m.mu.RLock()
+	C.memosrt_opt_init(t.ctx.c, m.m, t.filter, t.pars)
+	m.mu.RUnlock()
+	for i, f := range unsafe.Slice(t.filter.found, len(names)) {
+		if f == nil {
+			return nil, fmt.Errorf("%w: llama.cpp did not offer %s to the optimizer", ErrTrain, names[i])
+		}
+	}
+	return t, nil
+}
+
+// trainableNames returns the tensors of the GGUF at path that train
+// chooses, refusing non-F32 ones and those llama.cpp never trains.
+func trainableNames(path string, train func(string) bool) ([]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrLoad, err)
+	}
+	defer f.Close()
+	g, err := ggml.Decode(f, 0)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrLoad, path, err)
+	}
+	last := -1
+	for _, t := range g.Tensors().Items() {
+		var b int
+		if _, err := fmt.Sscanf(t.Name, "blk.%d.", &b); err == nil && b > last {
+			last = b
+		}
+	}
+	var names []string
+	for _, t := range g.Tensors().Items() {
+		if !train(t.Name) {
+			continue
+		}
+		switch {
+		case t.Kind != uint32(TypeF32):
+			return nil, fmt.Errorf("%w: %s is %s; only f32 weights can be trained (quantized and f16 weights cannot)",
+				ErrNotTrainable, t.Name, TypeName(int(t.Kind)))
+		case t.Name == "token_embd.weight" || t.Name == "rope_freqs.weight":
+			return nil, fmt.Errorf("%w: llama.cpp does not train %s", ErrNotTrainable, t.Name)
+		case !cacheFree(t.Name, last):
+			return nil, fmt.Errorf("%w: %s feeds the KV cache; the pinned llama.cpp cannot back-propagate through the cache write "+
+				"(ggml_set_rows, llama.cpp issue 16258), so only the last block's attn_q, attn_output, ffn_* and the output weights train",
+				ErrNotTrainable, t.Name)
+		case len(t.Shape) > 2:
+			return nil, fmt.Errorf("%w: %s has shape %v, want at most 2 dimensions", ErrNotTrainable, t.Name, t.Shape)
+		}
+		names = append(names, t.Name)
+	}
+	if len(names) == 0 {
+		return nil, fmt.Errorf("%w: the filter chose no tensor of %s", ErrNotTrainable, path)
+	}
+	return names, nil
+}
+
+// cacheFree reports whether no K or V written to the KV cache depends on
+// the weight name, given the last block's index: llama_opt_epoch builds the
+// inference graph, whose cache writes (ggml_set_rows, a view) ggml's
+// backward pass asserts on once they depend on a trained weight; the
+// assertion would abort the process.
+func cacheFree(name string, last int) bool {
+	switch name {
+	case "output.weight", "output_norm.weight":
+		return true
+	}
+	p := fmt.Sprintf("blk.%d.", last)
+	if !strings.HasPrefix(name, p) {
+		return false
+	}
+	switch strings.TrimPrefix(name, p) {
+	case "attn_q.weight", "attn_output.weight", "ffn_gate.weight", "ffn_up.weight", "ffn_down.weight", "ffn_norm.weight":
+		return true
+	}
+	return false
+}
+
+// NCtx returns the tokens per datapoint (the context's n_ctx).
+func (t *Trainer) NCtx() int { return t.nCtx }
+
+// Names returns the trained tensors' names, in GGUF order.
+func (t *Trainer) Names() []string { return append([]string(nil), t.names...) }
+
+// SetOptimizer sets AdamW's learning rate and weight decay for the
+// following steps (read by llama.cpp before each optimizer step).
+func (t *Trainer) SetOptimizer(lr, wd float32) {
+	if t.pars == nil {
+		return
+	}
+	t.pars.adamw.alpha = C.float(lr)
+	t.pars.adamw.wd = C.float(wd)
+}
+
+// Epoch trains one pass over seqs in the order given: each sequence is one
+// datapoint, inputs seq[:NCtx()] and labels seq[1:NCtx()+1]; a sequence
+// shorter than NCtx()+1 tokens is padded with pad at the end (those
+// positions are trained too: llama_opt_epoch has no label mask, so pack
+// sequences to full length where that matters). One optimizer step per
+// datapoint. ctx is checked before the pass; llama_opt_epoch itself is not
+// interruptible, so keep passes short.
+func (t *Trainer) Epoch(ctx context.Context, seqs [][]Token, pad Token) (EpochStats, error) {
+	if t.ctx.closed() {
+		return EpochStats{}, ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return EpochStats{}, err
+	}
+	if len(seqs) == 0 {
+		return EpochStats{}, fmt.Errorf("%w: no datapoints", ErrTrain)
+	}
+	n := t.nCtx
+	for i, s := range seqs {
+		if len(s) > n+1 || len(s) < 2 {
+			return EpochStats{}, fmt.Errorf("%w: sequence %d has %d tokens, want 2..%d", ErrTrain, i, len(s), n+1)
+		}
+		for _, tok := range s {
+			if tok < 0 || int(tok) >= t.nVocab {
+				return EpochStats{}, fmt.Errorf("%w: sequence %d: token %d outside [0, %d)", ErrTrain, i, tok, t.nVocab)
+			}
+		}
+	}
+	if pad < 0 || int(pad) >= t.nVocab {
+		return EpochStats{}, fmt.Errorf("%w: pad token %d outside [0, %d)", ErrTrain, pad, t.nVocab)
+	}
+	ds := C.ggml_opt_dataset_init(C.GGML_TYPE_I32, C.GGML_TYPE_I32, C.int64_t(n), C.int64_t(n), C.int64_t(len(seqs)), 1)
+	if ds == nil {
+		return EpochStats{}, fmt.Errorf("%w: dataset of %d×%d tokens", ErrTrain, len(seqs), n)
+	}
+	defer C.ggml_opt_dataset_free(ds)
+	data := unsafe.Slice((*int32)(C.ggml_opt_dataset_data(ds).data), n*len(seqs))
+	labels := unsafe.Slice((*int32)(C.ggml_opt_dataset_labels(ds).data), n*len(seqs))
+	for i, s := range seqs {
+		d, l := data[i*n:(i+1)*n], labels[i*n:(i+1)*n]
+		for j := range n {
+			d[j], l[j] = pad, pad
+			if j < len(s) {
+				d[j] = s[j]
+			}
+			if j+1 < len(s) {
+				l[j] = s[j+1]
+			}
+		}
+	}
+	res := C.ggml_opt_result_init()
+	defer C.ggml_opt_result_free(res)
+	C.llama_opt_epoch(t.ctx.c, ds, res, nil, C.int64_t(len(seqs)), nil, nil)
+	var st EpochStats
+	var loss, unc, acc, accUnc C.double
+	var nd C.int64_t
+	C.ggml_opt_result_loss(res, &loss, &unc)
+	C.ggml_opt_result_accuracy(res, &acc, &accUnc)
+	C.ggml_opt_result_ndata(res, &nd)
+	st.Loss, st.LossUnc, st.Accuracy, st.NData = float64(loss), float64(unc), float64(acc), int(nd)
+	return st, nil
+}
+
+// Weights copies the current values of the trained tensors into Go memory
+// (the base values before the first Epoch).
+func (t *Trainer) Weights() ([]TrainedTensor, error) {
+	if t.ctx.closed() || t.filter == nil {
+		return nil, ErrClosed
+	}
+	out := make([]TrainedTensor, len(t.names))
+	for i, f := range unsafe.Slice(t.filter.found, len(t.names)) {
+		ne0, ne1 := int(f.ne[0]), int(f.ne[1])
+		buf := make([]float32, ne0*ne1)
+		C.memosrt_tensor_get(f, unsafe.Pointer(&buf[0]), C.size_t(4*len(buf)))
+		out[i] = TrainedTensor{Name: t.names[i], Shape: [2]int{ne0, ne1}, Data: buf}
+	}
+	return out, nil
+}
+
+// Close frees the context, the model and the filter and optimizer
+// parameters. Idempotent.
+func (t *Trainer) Close() error {
+	if t == nil {
+		return nil
+	}
+	if t.ctx != nil {
+		t.ctx.Close()
+		t.ctx = nil
+	}
+	if t.model != nil {
+		t.model.Close()
+		t.model = nil
+	}
+	if t.filter != nil {
+		if t.filter.names != nil {
+			for _, p := range unsafe.Slice(t.filter.names, int(t.filter.n)) {
+				C.free(unsafe.Pointer(p))
+			}
+			C.free(unsafe.Pointer(t.filter.names))
+		}
+		C.free(unsafe.Pointer(t.filter.found))
+		C.free(unsafe.Pointer(t.filter))
+		t.filter = nil
+	}
+	if t.pars != nil {
+		C.free(unsafe.Pointer(t.pars))
+		t.pars = nil
+	}
+	return nil
+}
