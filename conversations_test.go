@@ -156,6 +156,10 @@ func TestTurnRecording(t *testing.T) {
 			}
 		})
 	}
+	var fe *FieldError
+	if _, err := o.Chat(ctx, Request{Cube: "lily", Record: "bogus", Messages: []Message{{Role: "user", Content: "Hi"}}}); !errors.As(err, &fe) || fe.Field != "record" {
+		t.Errorf("record bogus: %v", err)
+	}
 	// a chat without a cube records nothing anywhere
 	if _, err := o.Chat(ctx, Request{NumPredict: 4, Messages: []Message{{Role: "user", Content: "Hi"}}}); err != nil {
 		t.Fatal(err)

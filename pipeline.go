@@ -222,6 +222,11 @@ func (o *OS) do(ctx context.Context, req *Request, chat bool) (*Response, error)
 			return nil, err
 		}
 	}
+	switch req.Record {
+	case RecordTurn, RecordUser, RecordNone:
+	default:
+		return nil, badField("record", "%q: one of \"\" (the turn), \"user\" (the message alone), \"none\"", req.Record)
+	}
 	toolGrammar, err := checkTools(req)
 	if err != nil {
 		return nil, err
