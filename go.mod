@@ -15,6 +15,7 @@ require (
 	github.com/prometheus/client_golang v1.25.0
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/viterin/vek v0.4.3
+	gonum.org/v1/gonum v0.16.0
 )
 
 require (
