@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/memosrt/memosrt/convmem"
 	"github.com/memosrt/memosrt/scheduler"
@@ -168,6 +169,17 @@ func (o *OS) runJob(ctx context.Context, r jobRef) error {
 	if ctx.Err() != nil || errors.Is(err, ErrClosed) {
 		return errors.Join(ctx.Err(), err) // left running: resumed at the next Open
 	}
+	if errors.Is(err, errNoIdleSlot) || errors.Is(err, context.Canceled) {
+		// every slot busy, or a foreground request took this one: again
+		// in a second, behind the jobs queued meanwhile
+		j.State = convmem.JobQueued
+		j.Attempts--
+		if err := o.conv.PutJob(ctx, j); err != nil {
+			return err
+		}
+		time.AfterFunc(time.Second, func() { o.enqueue(r) })
+		return nil
+	}
 	if err != nil {
 		return fail(err)
 	}
@@ -240,7 +252,12 @@ func (o *OS) consolidate(ctx context.Context, j convmem.Job) error {
 // extract runs the extraction of j over turns: by the served model, its
 // output held to convmem.ExtractSchema (the llama backend through the
 // grammar, the Ollama backend through format), or extractively without a
-// model. A model's raw output is kept in j.Output.
+// model. The model sees the turns in chunks whose prompt leaves at least
+// half the context to the output (extractChunks); a chunk that fails (its
+// output cut or malformed) is recorded in the dropped list, and the job
+// fails only when every chunk does. The last raw output is kept in
+// j.Output. errNoIdleSlot and a preemption (context.Canceled while ctx
+// lives) mean: run again later.
 func (o *OS) extract(ctx context.Context, j *convmem.Job, turns []convmem.Turn) ([]convmem.Extracted, []convmem.Dropped, error) {
 	an := o.conv.Options().Analyzer
 	if o.opts.Model == "" && o.up == nil {
@@ -252,24 +269,82 @@ func (o *OS) extract(ctx context.Context, j *convmem.Job, turns []convmem.Turn) 
 	if err != nil {
 		return nil, nil, err
 	}
-	req := Request{Prompt: convmem.ExtractPrompt(turns), Raw: true, Sampling: Sampling{Grammar: g},
-		Format: []byte(convmem.ExtractSchema), NumPredict: convmem.MaxExtractTokens,
-		NoPersist: true, NoUsage: true, Record: RecordNone, background: true}
-	res, err := o.do(ctx, &req, false)
-	if res != nil {
-		j.Output = res.Text
+	var out []convmem.Extracted
+	var dropped []convmem.Dropped
+	var firstErr error
+	chunks := extractChunks(turns, o.extractBytes())
+	for i, ch := range chunks {
+		req := Request{Prompt: convmem.ExtractPrompt(ch), Raw: true, Sampling: Sampling{Grammar: g},
+			Format: []byte(convmem.ExtractSchema), NumPredict: convmem.MaxExtractTokens,
+			NoPersist: true, NoUsage: true, Record: RecordNone, background: true}
+		res, err := o.do(ctx, &req, false)
+		if errors.Is(err, errNoIdleSlot) || errors.Is(err, context.Canceled) || errors.Is(err, ErrClosed) {
+			return nil, nil, err
+		}
+		if res != nil {
+			j.Output = res.Text
+		}
+		if err == nil && res.DoneReason == "length" {
+			err = fmt.Errorf("%w: cut at %d tokens (done_reason length)", convmem.ErrMalformed, res.Usage.EvalTokens)
+		}
+		var ex []convmem.Extracted
+		var dr []convmem.Dropped
+		if err == nil {
+			srcs := make([]string, len(ch))
+			for i, t := range ch {
+				srcs[i] = t.Text()
+			}
+			ex, dr, err = convmem.ParseExtraction(res.Text, srcs, an)
+		}
+		if err != nil {
+			err = fmt.Errorf("memosrt: extraction, chunk %d of %d: %w", i+1, len(chunks), err)
+			firstErr = cmp.Or(firstErr, err)
+			dropped = append(dropped, convmem.Dropped{Why: err.Error()})
+			continue
+		}
+		out, dropped = append(out, ex...), append(dropped, dr...)
 	}
-	if err != nil {
-		return nil, nil, fmt.Errorf("memosrt: extraction: %w", err)
+	if firstErr != nil && len(out) == 0 && len(dropped) == len(chunks) {
+		return nil, nil, firstErr
 	}
-	if res.DoneReason == "length" {
-		return nil, nil, fmt.Errorf("%w: cut at %d tokens (done_reason length)", convmem.ErrMalformed, res.Usage.EvalTokens)
+	return out, dropped, nil
+}
+
+// extractBytes bounds the turn text of one extraction chunk: a quarter of
+// the loaded context at two bytes a token, so that the prompt takes at most
+// about half of n_ctx and the output the rest (8 KiB without a loaded
+// model: the Ollama backend).
+func (o *OS) extractBytes() int {
+	if l := o.jobL.Load(); l != nil {
+		return max(256, l.eng.NCtx()/2)
 	}
-	srcs := make([]string, len(turns))
-	for i, t := range turns {
-		srcs[i] = t.Text()
+	return 8 << 10
+}
+
+// extractChunks splits turns into runs of at most limit bytes of text; a
+// longer turn is cut to limit (its start is what is extracted from).
+func extractChunks(turns []convmem.Turn, limit int) [][]convmem.Turn {
+	var out [][]convmem.Turn
+	var cur []convmem.Turn
+	size := 0
+	for _, t := range turns {
+		if n := len(t.User) + len(t.Assistant); n > limit {
+			u := strings.ToValidUTF8(t.User[:min(len(t.User), limit)], "")
+			t.Assistant = strings.ToValidUTF8(t.Assistant[:min(len(t.Assistant), limit-len(u))], "")
+			t.User = u
+		}
+		n := len(t.User) + len(t.Assistant)
+		if len(cur) > 0 && size+n > limit {
+			out = append(out, cur)
+			cur, size = nil, 0
+		}
+		cur = append(cur, t)
+		size += n
 	}
-	return convmem.ParseExtraction(res.Text, srcs, an)
+	if len(cur) > 0 {
+		out = append(out, cur)
+	}
+	return out
 }
 
 // remember stores m in cube under governance and logs it by by: an
@@ -289,10 +364,9 @@ func (o *OS) remember(ctx context.Context, cube string, m textmem.Memory, by, wh
 			if old.Kind == KindTurn || !convmem.Contradicts(old.Text, m.Text, o.conv.Options().Analyzer) {
 				continue
 			}
-			p := textmem.Patch{Text: &m.Text}
-			if m.Source != "" {
-				p.Source = &m.Source
-			}
+			// the new statement replaces the old one whole: its source,
+			// kind and expiry (none clears the old one's)
+			p := textmem.Patch{Text: &m.Text, Source: &m.Source, Expires: &m.Expires}
 			if m.Kind != "" {
 				p.Kind = &m.Kind
 			}
@@ -300,12 +374,15 @@ func (o *OS) remember(ctx context.Context, cube string, m textmem.Memory, by, wh
 			if err != nil {
 				return textmem.Memory{}, convmem.JobResult{}, err
 			}
+			if err := o.conv.SetExpiry(ctx, cube, cur.ID, m.Expires); err != nil {
+				return cur, convmem.JobResult{}, err
+			}
 			o.Kick()
 			o.logChange(ctx, cube, cur.ID, convmem.Change{Op: convmem.OpSupersede, By: by,
 				Why: fmt.Sprintf("contradicts version %d: %q", old.Version, old.Text), Text: cur.Text, Version: cur.Version})
 			_ = o.conv.ProfileForget(ctx, cube, cur.ID, cur.Text)
 			return cur, convmem.JobResult{MemoryID: cur.ID, Op: convmem.OpSupersede, Text: cur.Text, Version: cur.Version,
-				PrevText: old.Text, PrevVersion: old.Version}, nil
+				PrevText: old.Text, PrevKind: old.Kind, PrevSource: old.Source, PrevVersion: old.Version}, nil
 		}
 	}
 	got, how, err := o.addMemory(ctx, cube, m)
@@ -317,6 +394,17 @@ func (o *OS) remember(ctx context.Context, cube string, m textmem.Memory, by, wh
 	case textmem.Identical:
 		res.Op = convmem.OpSame
 		o.logChange(ctx, cube, got.ID, convmem.Change{Op: convmem.OpSame, By: by, Why: "identical add: nothing stored", Version: got.Version})
+		if !m.Expires.IsZero() && !m.Expires.Equal(got.Expires) {
+			// the one thing an identical add can change: when it expires
+			if got, err = o.mem.Patch(ctx, cube, got.ID, textmem.Patch{Expires: &m.Expires}); err != nil {
+				return got, res, err
+			}
+			if err := o.conv.SetExpiry(ctx, cube, got.ID, m.Expires); err != nil {
+				return got, res, err
+			}
+			res.Version = got.Version
+			o.logChange(ctx, cube, got.ID, convmem.Change{Op: "update", By: by, Why: "expiry set by an identical add", Version: got.Version})
+		}
 	case textmem.NearMerged:
 		res.Op = "update"
 		o.logChange(ctx, cube, got.ID, convmem.Change{Op: "update", By: by, Why: "near-duplicate add merged as the next version", Text: got.Text, Version: got.Version})
@@ -440,6 +528,10 @@ func (o *OS) materialize(ctx context.Context, cube string) error {
 	return nil
 }
 
+// MaxMessages bounds the messages of one AddMessages call: the turns are
+// recorded before it returns.
+const MaxMessages = 1000
+
 // MessagesOptions configure AddMessages.
 type MessagesOptions struct {
 	// NoExtract records the turns without an extraction job (Mem0's
@@ -461,6 +553,9 @@ func (o *OS) AddMessages(ctx context.Context, cube string, msgs []Message, mo Me
 	defer o.leave()
 	if len(msgs) == 0 {
 		return convmem.Job{}, nil, badField("messages", "at least one message is required")
+	}
+	if len(msgs) > MaxMessages {
+		return convmem.Job{}, nil, badField("messages", "%d messages, at most %d in one call", len(msgs), MaxMessages)
 	}
 	var turns []convmem.Turn
 	for i, m := range msgs {
@@ -579,7 +674,7 @@ func (o *OS) UndoJob(ctx context.Context, cube, id string) (convmem.Job, error) 
 				return j, err
 			}
 		case convmem.OpSupersede:
-			m, err := o.mem.Update(ctx, cube, r.MemoryID, r.PrevText)
+			m, err := o.mem.Patch(ctx, cube, r.MemoryID, textmem.Patch{Text: &r.PrevText, Kind: &r.PrevKind, Source: &r.PrevSource})
 			if err != nil {
 				return j, err
 			}
@@ -589,7 +684,7 @@ func (o *OS) UndoJob(ctx context.Context, cube, id string) (convmem.Job, error) 
 			_ = o.conv.ProfileForget(ctx, cube, m.ID, m.Text)
 		}
 	}
-	j.State, j.Finished = convmem.JobUndone, o.opts.Clock.Now().UTC()
+	j.State, j.Undone = convmem.JobUndone, o.opts.Clock.Now().UTC()
 	return j, o.conv.PutJob(ctx, j)
 }
 
@@ -698,7 +793,8 @@ const (
 // their rank). The turns of the short-term queue, not in the text index
 // yet, join as hits of their own ranking when they hold at least
 // shortTermAt of the query's terms (ranked by that share), scored as if
-// in the best session. The first k are returned.
+// in the best session. The first k are returned, Score their fused score
+// (one scale for all).
 func (o *OS) fuse(ctx context.Context, cube, query string, ses []convmem.SessionHit, hits []textmem.Hit, k int) ([]textmem.Hit, error) {
 	srank := map[string]int{}
 	for i, s := range ses {
@@ -736,6 +832,7 @@ func (o *OS) fuse(ctx context.Context, cube, query string, ses []convmem.Session
 	slices.SortStableFunc(sc, func(a, b scored) int { return cmp.Compare(b.score, a.score) })
 	out := make([]textmem.Hit, 0, min(k, len(sc)))
 	for _, x := range sc[:min(k, len(sc))] {
+		x.h.Score = x.score
 		out = append(out, x.h)
 	}
 	return out, nil

@@ -294,6 +294,76 @@ func TestExpiry(t *testing.T) {
 	if ops := opsOf(log); !slices.Equal(ops, []string{"add", "delete"}) || log[1].By != "expiry" {
 		t.Errorf("change log %+v", log)
 	}
+	// an expiry given to an identical or a superseding add is kept too
+	same, err := o.AddMemory(ctx, "e", textmem.Memory{Text: "Tom likes milk.", Expires: clock.Now().Add(time.Hour)})
+	if err != nil || same.ID != keep.ID || same.Expires.IsZero() {
+		t.Fatalf("identical add with an expiry: %+v, %v", same, err)
+	}
+	sup, err := o.AddMemory(ctx, "e", textmem.Memory{Text: "I love rainy days."})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sup, err = o.AddMemory(ctx, "e", textmem.Memory{Text: "I hate rainy days.", Expires: clock.Now().Add(time.Hour)}); err != nil || sup.Version != 2 || sup.Expires.IsZero() {
+		t.Fatalf("superseding add with an expiry: %+v, %v", sup, err)
+	}
+	clock.Advance(2 * time.Hour)
+	if _, err := o.Tick(ctx); err != nil && !errors.Is(err, ErrNoModel) {
+		t.Fatal(err)
+	}
+	if ms := nonTurn(t, o, "e"); len(ms) != 0 {
+		t.Errorf("memories left after their expiry: %+v", ms)
+	}
+}
+
+// extractChunks keeps each chunk within its byte limit, cutting a longer
+// turn, and keeps the turns' order.
+func TestExtractChunks(t *testing.T) {
+	tr := func(u, a string) convmem.Turn { return convmem.Turn{User: u, Assistant: a} }
+	got := extractChunks([]convmem.Turn{tr("aaaa", ""), tr("bbb", "cc"), tr(strings.Repeat("x", 30), "yy"), tr("d", "")}, 10)
+	var shape [][]string
+	for _, ch := range got {
+		var c []string
+		for _, t := range ch {
+			c = append(c, t.User+"|"+t.Assistant)
+		}
+		shape = append(shape, c)
+	}
+	want := [][]string{{"aaaa|", "bbb|cc"}, {"xxxxxxxxxx|"}, {"d|"}}
+	if fmt.Sprint(shape) != fmt.Sprint(want) {
+		t.Errorf("chunks %q, want %q", shape, want)
+	}
+}
+
+// Background work takes only an idle slot, and gives it up to the first
+// foreground request that finds none free.
+func TestBackgroundSlotPreempted(t *testing.T) {
+	p := newSlotPool([]int{0}, 4)
+	var cause error
+	var bg *slot
+	ctx, cancel := context.WithCancelCause(context.Background())
+	bg, _, err := p.acquireBackground(nil, "", func(err error) { cause = err; cancel(err) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := p.acquireBackground(nil, "", func(error) {}); !errors.Is(err, errNoIdleSlot) {
+		t.Fatalf("second background acquire: %v", err)
+	}
+	got := make(chan *slot)
+	go func() {
+		s, _, err := p.acquire(context.Background(), nil, "")
+		if err != nil {
+			t.Error(err)
+		}
+		got <- s
+	}()
+	<-ctx.Done() // the foreground request preempted the background one
+	if !errors.Is(cause, errPreempted) {
+		t.Fatalf("cause %v", cause)
+	}
+	p.release(bg)
+	if s := <-got; s != bg {
+		t.Fatalf("foreground got %v", s)
+	}
 }
 
 // AddMessages refuses empty and whitespace-only lists (no turn, no job);
@@ -356,8 +426,8 @@ func TestAddMessagesExtractiveAndUndo(t *testing.T) {
 		t.Errorf("second undo: %v", err)
 	}
 	m, _ := o.Memory(ctx, "x", j2.Results[0].MemoryID)
-	if m.Text != "I love hiking." || m.Version != 3 {
-		t.Errorf("after undo of job 2: %+v", m)
+	if m.Text != "I love hiking." || m.Version != 3 || m.Kind != "preference" || m.Source != "extract:"+j1.ID {
+		t.Errorf("after undo of job 2 (text, kind and source back): %+v", m)
 	}
 	log, _ := o.MemoryLog(ctx, "x", m.ID)
 	if ops := opsOf(log); !slices.Equal(ops, []string{"add", "supersede", "undo"}) {

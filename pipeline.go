@@ -328,7 +328,18 @@ func (o *OS) do(ctx context.Context, req *Request, chat bool) (*Response, error)
 	defer ad.release()
 	out.Adapters = ad.key
 	scope := scopeOf(req.Cube, gen, ad.key)
-	sl, slotN, err := l.pool.acquire(ctx, toks, scope)
+	var sl *slot
+	var slotN int
+	if req.background {
+		// background work takes an idle slot or none, and gives it up to
+		// the first foreground request that finds no free one
+		var cancel context.CancelCauseFunc
+		ctx, cancel = context.WithCancelCause(ctx)
+		defer cancel(nil)
+		sl, slotN, err = l.pool.acquireBackground(toks, scope, cancel)
+	} else {
+		sl, slotN, err = l.pool.acquire(ctx, toks, scope)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -54,6 +54,52 @@ type slotPool struct {
 	// get ErrClosed at once (a shutdown answers the queue, 503).
 	closing   chan struct{}
 	closeOnce sync.Once
+
+	// bg cancels the background requests holding slots (guarded by mu): a
+	// foreground request that finds no free slot preempts one.
+	bg map[*slot]context.CancelCauseFunc
+}
+
+// errPreempted ends a background request whose slot a foreground request
+// took; errNoIdleSlot refuses one when no slot is idle. Either way the
+// background work runs again later.
+var (
+	errPreempted  = errors.New("memosrt: background request preempted by a foreground request")
+	errNoIdleSlot = errors.New("memosrt: no idle slot for background work")
+)
+
+// acquireBackground lends a slot to background work only when one is idle
+// and no request waits: errNoIdleSlot otherwise. cancel ends the
+// background request when a foreground request needs its slot (with cause
+// errPreempted).
+func (p *slotPool) acquireBackground(prompt []int32, scope string, cancel context.CancelCauseFunc) (*slot, int, error) {
+	if p.waiting.Load() > 0 {
+		return nil, 0, errNoIdleSlot
+	}
+	select {
+	case p.sem <- struct{}{}:
+	default:
+		return nil, 0, errNoIdleSlot
+	}
+	s, n := p.take(prompt, scope)
+	p.mu.Lock()
+	if p.bg == nil {
+		p.bg = map[*slot]context.CancelCauseFunc{}
+	}
+	p.bg[s] = cancel
+	p.mu.Unlock()
+	return s, n, nil
+}
+
+// preempt cancels one background request holding a slot, if any.
+func (p *slotPool) preempt() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for s, cancel := range p.bg {
+		cancel(errPreempted)
+		delete(p.bg, s)
+		return
+	}
 }
 
 func newSlotPool(seqs []int, maxQueue int) *slotPool {
@@ -89,6 +135,7 @@ func (p *slotPool) acquire(ctx context.Context, prompt []int32, scope string) (*
 			p.waiting.Add(-1)
 			return nil, 0, ErrBusy
 		}
+		p.preempt()
 		select {
 		case p.sem <- struct{}{}:
 			p.waiting.Add(-1)
@@ -100,6 +147,14 @@ func (p *slotPool) acquire(ctx context.Context, prompt []int32, scope string) (*
 			return nil, 0, ErrClosed
 		}
 	}
+	s, n := p.take(prompt, scope)
+	return s, n, nil
+}
+
+// take removes the free slot that best continues prompt in scope (the
+// longest common prefix, then the least recently used); the caller holds a
+// sem token.
+func (p *slotPool) take(prompt []int32, scope string) (*slot, int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	best, bestN := 0, -1
@@ -114,7 +169,7 @@ func (p *slotPool) acquire(ctx context.Context, prompt []int32, scope string) (*
 	}
 	s := p.free[best]
 	p.free = append(p.free[:best], p.free[best+1:]...)
-	return s, bestN, nil
+	return s, bestN
 }
 
 // hold records that s's sequence now holds toks (positions [0, len)).
@@ -129,6 +184,7 @@ func (p *slotPool) hold(s *slot, toks []int32) {
 func (p *slotPool) release(s *slot) {
 	s.used = time.Now()
 	p.mu.Lock()
+	delete(p.bg, s)
 	p.free = append(p.free, s)
 	if s.reserved > 0 {
 		s.reserved = 0

@@ -139,6 +139,8 @@ type Job struct {
 	Created  time.Time `json:"created"`
 	Started  time.Time `json:"started,omitzero"`
 	Finished time.Time `json:"finished,omitzero"`
+	// Undone is when UndoJob undid it.
+	Undone   time.Time `json:"undone,omitzero"`
 	Attempts int       `json:"attempts"`
 	// Output is the model's raw output (at most 4 KiB), kept for a failed
 	// job's record.
@@ -162,9 +164,11 @@ type JobResult struct {
 	Text     string `json:"text"`
 	Type     string `json:"type"`
 	Version  int    `json:"version"`
-	// PrevText and PrevVersion are the superseded text and version
-	// (OpSupersede), for undo.
+	// PrevText, PrevKind, PrevSource and PrevVersion are the superseded
+	// memory's (OpSupersede), for undo.
 	PrevText    string `json:"prev_text,omitempty"`
+	PrevKind    string `json:"prev_kind,omitempty"`
+	PrevSource  string `json:"prev_source,omitempty"`
 	PrevVersion int    `json:"prev_version,omitempty"`
 }
 

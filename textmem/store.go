@@ -755,6 +755,8 @@ type Patch struct {
 	Kind   *string
 	Tags   *[]string
 	Source *string
+	// Expires sets Memory.Expires (the zero time: never).
+	Expires *time.Time
 }
 
 // Patch applies p to memory id as one new version, as Update does: a new
@@ -805,6 +807,9 @@ func (s *Store) Patch(ctx context.Context, cube, id string, p Patch) (Memory, er
 		}
 		if p.Source != nil {
 			cur.Source = *p.Source
+		}
+		if p.Expires != nil {
+			cur.Expires = p.Expires.UTC()
 		}
 		if err := checkMeta(&cur); err != nil {
 			return err
