@@ -344,7 +344,19 @@ func (t *mcpTools) getProfile(ctx context.Context, c mcpCall, in mcpProfileIn) (
 	if err != nil {
 		return nil, out, err
 	}
-	mems := st.Memories
+	// recorded chat turns are the conversation, not what is known of the
+	// user: the profile lists the other memories
+	all, err := t.os.Memories(ctx, cube)
+	if err != nil {
+		return nil, out, err
+	}
+	turn := map[string]bool{}
+	for _, m := range all {
+		if m.Kind == memosrt.KindTurn {
+			turn[m.ID] = true
+		}
+	}
+	mems := slices.DeleteFunc(st.Memories, func(m scheduler.MemoryTier) bool { return turn[m.ID] })
 	// State sorts by heat alone (stably, in creation order); ids sort in
 	// creation order, so the later id is the newer memory
 	slices.SortStableFunc(mems, func(a, b scheduler.MemoryTier) int {
