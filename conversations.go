@@ -502,8 +502,8 @@ func (o *OS) recordTurns(ctx context.Context, cube string, turns []convmem.Turn,
 }
 
 // materialize writes the texts of cube's turns that moved to a session as
-// textmem memories of Kind KindTurn (Source "chat", EventTime the turn's
-// time) and links each turn to its memory. An identical memory is reused
+// textmem memories of Kind KindTurn (Source "session:<id>", EventTime the
+// turn's time) and links each turn to its memory. An identical memory is reused
 // (textmem's exact-duplicate check), so running it again after a crash
 // between the move and the link writes nothing twice.
 func (o *OS) materialize(ctx context.Context, cube string) error {
@@ -517,7 +517,9 @@ func (o *OS) materialize(ctx context.Context, cube string) error {
 		if len(text) > limit {
 			text = strings.ToValidUTF8(text[:limit], "")
 		}
-		m, err := o.mem.Add(ctx, cube, textmem.Memory{Text: text, Kind: KindTurn, Source: "chat", EventTime: t.Time})
+		// the session is the Source: textmem's neighbour expansion then
+		// stays within the conversation, as it does within a dialog session
+		m, err := o.mem.Add(ctx, cube, textmem.Memory{Text: text, Kind: KindTurn, Source: "session:" + t.Session, EventTime: t.Time})
 		if err != nil {
 			return err
 		}
@@ -777,12 +779,12 @@ func (o *OS) sweepExpired(ctx context.Context) error {
 }
 
 // sessionWeight and sessionTop shape how sessions rerank a search (see
-// fuse); shortTermAt is the share of a query's terms a short-term turn must
-// hold to be a hit.
+// fuse); shortTermAt is the share of a query's distinct terms a short-term
+// turn must hold to be a hit.
 const (
 	sessionWeight = 0.5
 	sessionTop    = 3
-	shortTermAt   = 0.5
+	shortTermAt   = 1.0
 )
 
 // fuse reranks the hits of a search in cube for query with the cube's
@@ -792,8 +794,8 @@ const (
 // in one of ses, the sessionTop sessions that best match the query (srank
 // their rank). The turns of the short-term queue, not in the text index
 // yet, join as hits of their own ranking when they hold at least
-// shortTermAt of the query's terms (ranked by that share), scored as if
-// in the best session. The first k are returned, Score their fused score
+// shortTermAt of the query's terms (all of them: a share would let a
+// speaker's name alone match). The first k are returned, Score their fused score
 // (one scale for all).
 func (o *OS) fuse(ctx context.Context, cube, query string, ses []convmem.SessionHit, hits []textmem.Hit, k int) ([]textmem.Hit, error) {
 	srank := map[string]int{}
@@ -825,9 +827,7 @@ func (o *OS) fuse(ctx context.Context, cube, query string, ses []convmem.Session
 		return nil, err
 	}
 	for i, h := range st {
-		// the queue is the conversation's current session: it ranks as
-		// the best-matching session does
-		sc = append(sc, scored{h, (1 + sessionWeight) / (60 + float64(i))})
+		sc = append(sc, scored{h, 1 / (60 + float64(i))})
 	}
 	slices.SortStableFunc(sc, func(a, b scored) int { return cmp.Compare(b.score, a.score) })
 	out := make([]textmem.Hit, 0, min(k, len(sc)))

@@ -107,7 +107,7 @@ func TestTurnRecording(t *testing.T) {
 		t.Errorf("turn memories %q", turnMems)
 	}
 	// a search finds a short-term turn too, as a short-term hit
-	hits, err := o.Search(ctx, "lily", textmem.DefaultQuery("park day 7", 3))
+	hits, err := o.Search(ctx, "lily", textmem.DefaultQuery("park day 7", 10))
 	if err != nil {
 		t.Fatal(err)
 	}

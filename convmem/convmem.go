@@ -36,6 +36,12 @@ type Options struct {
 	// MoveLen is how many of the oldest turns move to a session when the
 	// queue overflows; default ShortTermLen/2 (at least the overflow).
 	MoveLen int
+	// SessionGap is the longest pause within one session: turns further
+	// apart (by Turn.Time) never share a session, so a session is a topic
+	// of one conversation rather than of a user's whole history (common
+	// words, names above all, would otherwise make every group similar
+	// enough to join). Default 1 h.
+	SessionGap time.Duration
 	// JoinAt is the cosine similarity of term counts at or above which a
 	// group of turns joins an existing session instead of starting one;
 	// default 0.3. MemoryOS joins at 0.6 of its embedding plus keyword
@@ -74,7 +80,7 @@ func (o Options) Validate() error {
 	if o.JoinAt < 0 || o.JoinAt > 1 || math.IsNaN(o.JoinAt) {
 		errs = append(errs, fmt.Errorf("JoinAt %v outside [0, 1]", o.JoinAt))
 	}
-	if o.HeatAt < 0 || math.IsNaN(o.HeatAt) || o.Tau < 0 {
+	if o.HeatAt < 0 || math.IsNaN(o.HeatAt) || o.Tau < 0 || o.SessionGap < 0 {
 		errs = append(errs, errors.New("HeatAt and Tau must be >= 0"))
 	}
 	if len(errs) > 0 {
@@ -92,6 +98,9 @@ func (o *Options) ensureDefaults() {
 	}
 	if o.JoinAt == 0 {
 		o.JoinAt = 0.3
+	}
+	if o.SessionGap == 0 {
+		o.SessionGap = time.Hour
 	}
 	if o.HeatAt == 0 {
 		o.HeatAt = 5
@@ -159,7 +168,9 @@ type Session struct {
 	Visits       int       `json:"visits"`
 	Interactions int       `json:"interactions"`
 	LastVisit    time.Time `json:"last_visit"`
-	Created      time.Time `json:"created"`
+	// Last is the time of its newest turn.
+	Last    time.Time `json:"last"`
+	Created time.Time `json:"created"`
 	Updated      time.Time `json:"updated"`
 	// Consolidated counts its consolidations into the profile.
 	Consolidated int `json:"consolidated"`
@@ -315,11 +326,20 @@ func (s *Store) Record(ctx context.Context, cube string, turns ...Turn) ([]Moved
 			return nil
 		}
 		n := max(s.opts.MoveLen, len(queue)-s.opts.ShortTermLen)
-		m, err := s.move(txn, queue[:n], sid, now)
+		parts, err := s.split(txn, queue[:n])
 		if err != nil {
 			return err
 		}
-		moved = append(moved, m)
+		for i, part := range parts {
+			if i > 0 {
+				sid = s.newID()
+			}
+			m, err := s.move(txn, part, sid, now)
+			if err != nil {
+				return err
+			}
+			moved = append(moved, m)
+		}
 		return nil
 	})
 	if err != nil {
@@ -328,16 +348,32 @@ func (s *Store) Record(ctx context.Context, cube string, turns ...Turn) ([]Moved
 	return moved, nil
 }
 
-// move takes ids out of the queue into the most similar session, or a new
-// one with id sid.
-func (s *Store) move(txn textmem.Txn, ids []string, sid string, now time.Time) (Moved, error) {
-	group := make([]Turn, 0, len(ids))
-	for _, id := range ids {
+// split cuts the turns ids (oldest first) where two follow each other
+// more than Options.SessionGap apart.
+func (s *Store) split(txn textmem.Txn, ids []string) ([][]Turn, error) {
+	var parts [][]Turn
+	var prev time.Time
+	for i, id := range ids {
 		var t Turn
 		if err := getJSON(txn, pTurn+id, &t); err != nil {
-			return Moved{}, fmt.Errorf("turn %s: %w", id, err)
+			return nil, fmt.Errorf("turn %s: %w", id, err)
 		}
-		group = append(group, t)
+		if i == 0 || t.Time.Sub(prev) > s.opts.SessionGap || prev.Sub(t.Time) > s.opts.SessionGap {
+			parts = append(parts, nil)
+		}
+		parts[len(parts)-1] = append(parts[len(parts)-1], t)
+		prev = t.Time
+	}
+	return parts, nil
+}
+
+// move takes group out of the queue into the most similar session whose
+// newest turn is within Options.SessionGap of the group's first, or a new
+// one with id sid.
+func (s *Store) move(txn textmem.Txn, group []Turn, sid string, now time.Time) (Moved, error) {
+	ids := make([]string, len(group))
+	for i, t := range group {
+		ids[i] = t.ID
 	}
 	terms := map[string]int{}
 	for _, t := range group {
@@ -349,6 +385,9 @@ func (s *Store) move(txn textmem.Txn, ids []string, sid string, now time.Time) (
 		var ss Session
 		if err := json.Unmarshal(v, &ss); err != nil {
 			return err
+		}
+		if gap := group[0].Time.Sub(ss.Last); gap > s.opts.SessionGap || -gap > s.opts.SessionGap {
+			return nil
 		}
 		if sim := cosine(terms, ss.Terms); sim > bestSim {
 			best, bestSim = ss, sim
@@ -378,6 +417,9 @@ func (s *Store) move(txn textmem.Txn, ids []string, sid string, now time.Time) (
 	ses.Interactions += len(group)
 	ses.Updated = now
 	for _, t := range group {
+		if t.Time.After(ses.Last) {
+			ses.Last = t.Time
+		}
 		ses.Turns = append(ses.Turns, t.ID)
 		t.Session = ses.ID
 		if err := setJSON(txn, pTurn+t.ID, t); err != nil {
