@@ -1032,3 +1032,32 @@ func TestSentences(t *testing.T) {
 		}
 	}
 }
+
+// TestSessionGap: turns of one topic but two conversations hours apart go
+// to two sessions, and a batch that spans the pause is split at it.
+func TestSessionGap(t *testing.T) {
+	ctx := context.Background()
+	s := openStore(t, Options{ShortTermLen: 2, MoveLen: 2, Now: newClock().Now})
+	var batch []Turn
+	for i := 1; i <= 6; i++ {
+		at := t0.Add(time.Duration(i) * time.Minute)
+		if i > 3 {
+			at = at.Add(3 * time.Hour) // the second conversation
+		}
+		batch = append(batch, Turn{ID: turnID(i), User: topicTurns[0], Time: at})
+	}
+	if _, err := s.Record(ctx, "g", batch...); err != nil {
+		t.Fatal(err)
+	}
+	ses, err := s.Sessions(ctx, "g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got [][]string
+	for _, x := range ses {
+		got = append(got, x.Turns)
+	}
+	if want := [][]string{ids(1, 2, 3), ids(4)}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("sessions %v, want %v", got, want)
+	}
+}
