@@ -59,23 +59,29 @@ func systemConfig(e embed.Embedder) config {
 	return c
 }
 
+// turnText is the text c indexes for turn t of ses: "<session date>
+// <speaker>: <text> [image: <caption>]", the date and speaker as c asks.
+func (c config) turnText(ses session, t turn) string {
+	text := t.Text
+	if t.Caption != "" {
+		text += " [image: " + t.Caption + "]"
+	}
+	if c.speaker {
+		text = t.Speaker + ": " + text
+	}
+	if c.date && !ses.Date.IsZero() {
+		text = ses.Date.Format("2 January 2006") + " " + text
+	}
+	return text
+}
+
 // load stores every turn of s in cube.
 func (c config) load(ctx context.Context, st *textmem.Store, cube string, s sample) (dialog, error) {
 	d := dialog{byID: map[string]string{}, known: map[string]bool{}}
 	for _, ses := range s.Sessions {
 		for _, t := range ses.Turns {
-			text := t.Text
-			if t.Caption != "" {
-				text += " [image: " + t.Caption + "]"
-			}
-			if c.speaker {
-				text = t.Speaker + ": " + text
-			}
-			if c.date && !ses.Date.IsZero() {
-				text = ses.Date.Format("2 January 2006") + " " + text
-			}
 			m, err := st.Add(ctx, cube, textmem.Memory{
-				Text:      text,
+				Text:      c.turnText(ses, t),
 				Kind:      "dialog",
 				Source:    fmt.Sprintf("%s/session_%d", s.ID, ses.N),
 				Tags:      []string{t.DiaID},

@@ -32,12 +32,41 @@ type Options struct {
 	Logger *slog.Logger
 	// NoBaseline skips the plain BM25 baseline run. Default false.
 	NoBaseline bool
+
+	// Mode is what is measured: ModeFlat ("" too) or ModeSessions.
+	Mode string
+	// Model is the GGUF file the OS of ModeSessions chats with (its
+	// answers are discarded: stories260K.gguf suffices). Required with
+	// ModeSessions, unused otherwise.
+	Model string
+	// Threads are the engine's prefill and decode threads in
+	// ModeSessions. Default 2.
+	Threads int
+	// NCtx is the engine's n_ctx in ModeSessions, tokens. Default 1024.
+	NCtx int
+	// ShortTermLen is the short-term queue length of ModeSessions' OS
+	// (convmem.Options.ShortTermLen). Default 10, convmem's.
+	ShortTermLen int
 }
+
+// Modes of Run.
+const (
+	// ModeFlat stores every turn as a memory of a textmem.Store and
+	// searches it (Store.SearchWith), next to plain BM25.
+	ModeFlat = "flat"
+	// ModeSessions feeds every turn, in order, through the chat API of a
+	// memosrt.OS (OS.Chat with Record RecordUser: the turn is recorded,
+	// the answer discarded), then asks each question with OS.Search
+	// (text hits reranked with the cube's sessions), next to ModeFlat's
+	// figures on the same data.
+	ModeSessions = "sessions"
+)
 
 // DefaultOptions returns Options with every default filled in (LoCoMo is
 // still empty).
 func DefaultOptions() Options {
-	return Options{K: []int{5, 10, 25}, Logger: slog.New(slog.DiscardHandler)}
+	return Options{K: []int{5, 10, 25}, Logger: slog.New(slog.DiscardHandler), Mode: ModeFlat,
+		Threads: 2, NCtx: 1024, ShortTermLen: 10}
 }
 
 // Validate reports every problem at once.
@@ -50,6 +79,18 @@ func (o Options) Validate() error {
 		if k <= 0 {
 			errs = append(errs, fmt.Errorf("recall: k is %d, want > 0", k))
 		}
+	}
+	switch o.Mode {
+	case "", ModeFlat:
+	case ModeSessions:
+		if o.Model == "" {
+			errs = append(errs, errors.New("recall: Options.Model is empty (required with mode sessions)"))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("recall: mode %q, want %q or %q", o.Mode, ModeFlat, ModeSessions))
+	}
+	if o.Threads < 0 || o.NCtx < 0 || o.ShortTermLen < 0 {
+		errs = append(errs, fmt.Errorf("recall: Threads %d, NCtx %d, ShortTermLen %d: want >= 0", o.Threads, o.NCtx, o.ShortTermLen))
 	}
 	return errors.Join(errs...)
 }
@@ -78,10 +119,11 @@ func CategoryName(n int) string {
 //	{"recall": {"overall": {"5": r, "10": r, "25": r}, "1": {...}, ..., "5": {...}},
 //	 "questions": N, "skipped_evidence": M}
 //
-// with recall in percent. A category without questions is left out.
+// with recall in percent; ModeSessions adds "mode", "flat" (a table like
+// "recall") and "conversations". A category without questions is left out.
 type Report struct {
 	// Recall maps "overall" or a category number ("1".."5") to k ("5") to
-	// recall@k in percent.
+	// recall@k in percent: of the mode's search (ModeSessions: OS.Search).
 	Recall Table `json:"recall"`
 	// Questions is the number of questions scored: those with at least one
 	// valid evidence id.
@@ -90,9 +132,17 @@ type Report struct {
 	// "D<session>:<turn>") or naming no turn of the conversation.
 	SkippedEvidence int `json:"skipped_evidence"`
 
+	// Mode is the mode measured, "" for ModeFlat.
+	Mode string `json:"mode,omitempty"`
+	// Flat is ModeFlat's table on the same data (ModeSessions only).
+	Flat Table `json:"flat,omitempty"`
+	// Conversations are what ModeSessions fed and where the turns went,
+	// one per conversation.
+	Conversations []Conversation `json:"conversations,omitempty"`
+
 	// Baseline is the same table for plain BM25 (PlainAnalyzer over the
 	// turn text and image caption, no query processing), nil with
-	// Options.NoBaseline. Not part of the JSON.
+	// Options.NoBaseline and in ModeSessions. Not part of the JSON.
 	Baseline Table `json:"-"`
 	// K is the list of cut-offs, ascending. Not part of the JSON.
 	K []int `json:"-"`
@@ -103,15 +153,20 @@ type Report struct {
 }
 
 // Table renders the report for people: one row per category and overall,
-// one column per k, the system's recall and, when present, the baseline's.
+// one column per k, the system's recall and, when present, the baseline's
+// (ModeSessions: the flat store's), then ModeSessions' conversations.
 func (r *Report) Table() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "LoCoMo evidence recall@k (%%), %d questions, %d evidence ids skipped\n", r.Questions, r.SkippedEvidence)
 	fmt.Fprintf(&b, "system: %s\n", r.System)
+	other, label := r.Baseline, "bm25"
+	if r.Mode == ModeSessions {
+		other, label = r.Flat, "flat"
+	}
 	fmt.Fprintf(&b, "%-16s", "category")
 	for _, k := range r.K {
-		if r.Baseline != nil {
-			fmt.Fprintf(&b, " %15s", fmt.Sprintf("@%d (bm25)", k))
+		if other != nil {
+			fmt.Fprintf(&b, " %15s", fmt.Sprintf("@%d (%s)", k, label))
 		} else {
 			fmt.Fprintf(&b, " %7s", fmt.Sprintf("@%d", k))
 		}
@@ -130,13 +185,20 @@ func (r *Report) Table() string {
 		fmt.Fprintf(&b, "%-16s", row.name)
 		for _, k := range r.K {
 			ks := strconv.Itoa(k)
-			if r.Baseline != nil {
-				fmt.Fprintf(&b, " %15s", fmt.Sprintf("%.1f (%.1f)", sys[ks], r.Baseline[row.key][ks]))
+			if other != nil {
+				fmt.Fprintf(&b, " %15s", fmt.Sprintf("%.1f (%.1f)", sys[ks], other[row.key][ks]))
 			} else {
 				fmt.Fprintf(&b, " %7.1f", sys[ks])
 			}
 		}
 		b.WriteByte('\n')
+	}
+	if len(r.Conversations) > 0 {
+		fmt.Fprintf(&b, "%-12s %6s %10s %14s %8s %11s %9s %8s\n", "conversation", "turns", "short-term", "max short-term", "sessions", "in sessions", "misplaced", "seconds")
+		for _, c := range r.Conversations {
+			fmt.Fprintf(&b, "%-12s %6d %10d %14d %8d %11d %9d %8.1f\n", c.Cube, c.Turns, c.ShortTerm, c.MaxShortTerm,
+				c.Sessions, c.InSessions, c.Misplaced(), c.Elapsed.Seconds())
+		}
 	}
 	return b.String()
 }
@@ -239,6 +301,27 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		return nil, err
 	}
 	rep.Recall, rep.Questions, rep.SkippedEvidence = res.table(ks), res.questions, res.skipped
+	if opts.Mode == ModeSessions {
+		if opts.Threads == 0 {
+			opts.Threads = d.Threads
+		}
+		if opts.NCtx == 0 {
+			opts.NCtx = d.NCtx
+		}
+		if opts.ShortTermLen == 0 {
+			opts.ShortTermLen = d.ShortTermLen
+		}
+		ses, convs, err := measureSessions(ctx, samples, sys, ks, opts)
+		if err != nil {
+			return nil, err
+		}
+		rep.Mode, rep.Flat, rep.Conversations = ModeSessions, rep.Recall, convs
+		rep.Recall, rep.Questions, rep.SkippedEvidence = ses.table(ks), ses.questions, ses.skipped
+		rep.System = "memosrt.OS: chat turns recorded (RecordUser), OS.Search (text hits reranked with the cube's sessions); flat: " + rep.System
+		rep.Elapsed = time.Since(start)
+		opts.Logger.Info("recall done", "mode", ModeSessions, "questions", rep.Questions, "elapsed_ms", rep.Elapsed.Milliseconds())
+		return rep, nil
+	}
 	if !opts.NoBaseline {
 		base, err := measure(ctx, samples, baselineConfig(), ks, opts.Logger)
 		if err != nil {
@@ -249,6 +332,10 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	rep.Elapsed = time.Since(start)
 	opts.Logger.Info("recall done", "questions", rep.Questions, "elapsed_ms", rep.Elapsed.Milliseconds())
 	return rep, nil
+}
+
+func newResults() *results {
+	return &results{sum: map[string]map[int]float64{}, n: map[string]int{}}
 }
 
 // results accumulates per-question recall.
@@ -307,7 +394,7 @@ func measure(ctx context.Context, samples []sample, cfg config, ks []int, log *s
 		return nil, err
 	}
 	defer store.Close()
-	res := &results{sum: map[string]map[int]float64{}, n: map[string]int{}}
+	res := newResults()
 	maxK := ks[len(ks)-1]
 	for _, s := range samples {
 		cube := cubeName(s.ID)
@@ -315,42 +402,63 @@ func measure(ctx context.Context, samples []sample, cfg config, ks []int, log *s
 		if err != nil {
 			return nil, err
 		}
-		for _, q := range s.QA {
-			var want []string
-			for _, e := range q.Evidence {
-				if !validEvidence(e) || !dia.has(e) {
-					res.skipped++
-					continue
-				}
-				if !slices.Contains(want, e) {
-					want = append(want, e)
-				}
-			}
-			if len(want) == 0 {
-				continue
-			}
-			ranked, err := cfg.search(ctx, store, cube, q.Question, maxK, s)
-			if err != nil {
-				return nil, err
-			}
-			rec := make(map[int]float64, len(ks))
-			for _, k := range ks {
-				found := 0
-				for _, w := range want {
-					for i := 0; i < k && i < len(ranked); i++ {
-						if dia.byID[ranked[i]] == w {
-							found++
-							break
-						}
-					}
-				}
-				rec[k] = float64(found) / float64(len(want))
-			}
-			res.add(q.Category, ks, rec)
+		// One search of the largest k; the first k of its hits are the
+		// hits of a search of k (textmem's candidate pool, max(4k, 100),
+		// is the same for every k <= 25, and a neighbour pulled in scores
+		// below the hit that pulled it).
+		err = res.score(s, dia, ks, func(question string) (func(k int) ([]string, error), error) {
+			ranked, err := cfg.search(ctx, store, cube, question, maxK, s)
+			return func(k int) ([]string, error) { return ranked[:min(k, len(ranked))], nil }, err
+		})
+		if err != nil {
+			return nil, err
 		}
 		log.Debug("conversation done", "cube", cube, "turns", len(dia.byID))
 	}
 	return res, nil
+}
+
+// score adds the recall@k of every question of s to r: search(question)
+// returns the function that gives the ids of the first k hits for it.
+func (r *results) score(s sample, dia dialog, ks []int, search func(question string) (func(k int) ([]string, error), error)) error {
+	for _, q := range s.QA {
+		var want []string
+		for _, e := range q.Evidence {
+			if !validEvidence(e) || !dia.has(e) {
+				r.skipped++
+				continue
+			}
+			if !slices.Contains(want, e) {
+				want = append(want, e)
+			}
+		}
+		if len(want) == 0 {
+			continue
+		}
+		top, err := search(q.Question)
+		if err != nil {
+			return err
+		}
+		rec := make(map[int]float64, len(ks))
+		for _, k := range ks {
+			ranked, err := top(k)
+			if err != nil {
+				return err
+			}
+			found := 0
+			for _, w := range want {
+				for i := 0; i < k && i < len(ranked); i++ {
+					if dia.byID[ranked[i]] == w {
+						found++
+						break
+					}
+				}
+			}
+			rec[k] = float64(found) / float64(len(want))
+		}
+		r.add(q.Category, ks, rec)
+	}
+	return nil
 }
 
 // cubeName maps a sample id to a valid cube name.
@@ -370,7 +478,8 @@ func cubeName(id string) string {
 	return string(b)
 }
 
-// dialog maps memory ids to LoCoMo dia_ids.
+// dialog maps the keys of hits (memory ids; in ModeSessions, event times)
+// to LoCoMo dia_ids.
 type dialog struct {
 	byID  map[string]string
 	known map[string]bool

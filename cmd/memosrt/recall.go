@@ -25,6 +25,10 @@ func newBenchRecallCmd() *cobra.Command {
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	ollamaHost := fs.String("ollama-host", "", "embed through Ollama's /api/embed at this `URL` (dense + lexical fusion)")
 	ollamaModel := fs.String("embed-model", "", "Ollama embedding `MODEL` (with --ollama-host)")
+	mode := fs.String("mode", recall.ModeFlat, "`MODE`: flat (turns stored as memories) or sessions (turns fed through the chat API and recorded; flat beside it)")
+	model := fs.String("model", "", "GGUF model file `PATH` that --mode sessions chats with, answers discarded (default $MEMOSRT_MODEL)")
+	threads := fs.Int("threads", 2, "CPU threads `N` of --mode sessions' engine")
+	envDefault(fs, "model", "MEMOSRT_MODEL")
 	c.RunE = func(cmd *cobra.Command, args []string) error {
 		ctx := cmd.Context()
 		if *file == "" {
@@ -34,7 +38,16 @@ func newBenchRecallCmd() *cobra.Command {
 		if err != nil {
 			return fmt.Errorf("--k: %w", err)
 		}
-		o := recall.Options{LoCoMo: *file, K: k, Logger: logger()}
+		if *mode != recall.ModeFlat && *mode != recall.ModeSessions {
+			return fmt.Errorf("--mode %q: want %s or %s", *mode, recall.ModeFlat, recall.ModeSessions)
+		}
+		if *mode == recall.ModeSessions && *model == "" {
+			return errors.New("--mode sessions needs --model PATH")
+		}
+		if *threads < 1 || *threads > 512 {
+			return fmt.Errorf("--threads %d: want 1 to 512", *threads)
+		}
+		o := recall.Options{LoCoMo: *file, K: k, Logger: logger(), Mode: *mode, Model: *model, Threads: *threads}
 		if *ollamaHost != "" {
 			e, err := embed.NewOllama(ctx, embed.OllamaOptions{URL: *ollamaHost, Model: *ollamaModel})
 			if err != nil {
