@@ -453,10 +453,12 @@ func (o *OS) Search(ctx context.Context, cube string, q textmem.Query) ([]textme
 	if err != nil {
 		return nil, err
 	}
+	// the text tier's own top k, reordered by the sessions: a wider pool
+	// let session bonuses pull in hits from other dialog sessions (LoCoMo
+	// dev recall@10 fell from 76.0 to 68.4 with sessions a conversation
+	// each, `make recall-sessions` at 0249fbb)
 	conv := len(ses) > 0 || len(st) > 0
-	if conv {
-		q.K = max(3*k, 30) // candidates for the conversation rerank
-	}
+	q.K = k
 	hits, err := o.mem.SearchWith(ctx, cube, q)
 	if err != nil {
 		return nil, err
