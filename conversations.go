@@ -370,17 +370,11 @@ func (o *OS) remember(ctx context.Context, cube string, m textmem.Memory, by, wh
 			if m.Kind != "" {
 				p.Kind = &m.Kind
 			}
-			cur, err := o.mem.Patch(ctx, cube, old.ID, p)
+			cur, err := o.patchMemory(ctx, cube, old.ID, p, convmem.Change{Op: convmem.OpSupersede, By: by,
+				Why: fmt.Sprintf("contradicts version %d: %q", old.Version, old.Text)})
 			if err != nil {
-				return textmem.Memory{}, convmem.JobResult{}, err
-			}
-			if err := o.conv.SetExpiry(ctx, cube, cur.ID, m.Expires); err != nil {
 				return cur, convmem.JobResult{}, err
 			}
-			o.Kick()
-			o.logChange(ctx, cube, cur.ID, convmem.Change{Op: convmem.OpSupersede, By: by,
-				Why: fmt.Sprintf("contradicts version %d: %q", old.Version, old.Text), Text: cur.Text, Version: cur.Version})
-			_ = o.conv.ProfileForget(ctx, cube, cur.ID, cur.Text)
 			return cur, convmem.JobResult{MemoryID: cur.ID, Op: convmem.OpSupersede, Text: cur.Text, Version: cur.Version,
 				PrevText: old.Text, PrevKind: old.Kind, PrevSource: old.Source, PrevVersion: old.Version}, nil
 		}
@@ -396,14 +390,11 @@ func (o *OS) remember(ctx context.Context, cube string, m textmem.Memory, by, wh
 		o.logChange(ctx, cube, got.ID, convmem.Change{Op: convmem.OpSame, By: by, Why: "identical add: nothing stored", Version: got.Version})
 		if !m.Expires.IsZero() && !m.Expires.Equal(got.Expires) {
 			// the one thing an identical add can change: when it expires
-			if got, err = o.mem.Patch(ctx, cube, got.ID, textmem.Patch{Expires: &m.Expires}); err != nil {
-				return got, res, err
-			}
-			if err := o.conv.SetExpiry(ctx, cube, got.ID, m.Expires); err != nil {
+			if got, err = o.patchMemory(ctx, cube, got.ID, textmem.Patch{Expires: &m.Expires},
+				convmem.Change{Op: "update", By: by, Why: "expiry set by an identical add"}); err != nil {
 				return got, res, err
 			}
 			res.Version = got.Version
-			o.logChange(ctx, cube, got.ID, convmem.Change{Op: "update", By: by, Why: "expiry set by an identical add", Version: got.Version})
 		}
 	case textmem.NearMerged:
 		res.Op = "update"
@@ -676,18 +667,38 @@ func (o *OS) UndoJob(ctx context.Context, cube, id string) (convmem.Job, error) 
 				return j, err
 			}
 		case convmem.OpSupersede:
-			m, err := o.mem.Patch(ctx, cube, r.MemoryID, textmem.Patch{Text: &r.PrevText, Kind: &r.PrevKind, Source: &r.PrevSource})
-			if err != nil {
+			if _, err := o.patchMemory(ctx, cube, r.MemoryID, textmem.Patch{Text: &r.PrevText, Kind: &r.PrevKind, Source: &r.PrevSource},
+				convmem.Change{Op: "undo", By: by, Why: "undo of extraction job " + j.ID}); err != nil {
 				return j, err
 			}
-			o.Kick()
-			o.logChange(ctx, cube, m.ID, convmem.Change{Op: "undo", By: by, Why: "undo of extraction job " + j.ID,
-				Text: m.Text, Version: m.Version})
-			_ = o.conv.ProfileForget(ctx, cube, m.ID, m.Text)
 		}
 	}
 	j.State, j.Undone = convmem.JobUndone, o.opts.Clock.Now().UTC()
 	return j, o.conv.PutJob(ctx, j)
+}
+
+// patchMemory applies p to memory id as one new version (textmem.Patch)
+// and keeps what derives from it in step: a changed text recomputes the
+// pack holding it at the next tick and changes its profile entry; a
+// changed expiry moves its place in the expiry index; c (Text and Version
+// filled in) goes into its change log.
+func (o *OS) patchMemory(ctx context.Context, cube, id string, p textmem.Patch, c convmem.Change) (textmem.Memory, error) {
+	m, err := o.mem.Patch(ctx, cube, id, p)
+	if err != nil {
+		return m, err
+	}
+	if p.Expires != nil {
+		if err := o.conv.SetExpiry(ctx, cube, id, *p.Expires); err != nil {
+			return m, err
+		}
+	}
+	if p.Text != nil {
+		o.Kick()
+		_ = o.conv.ProfileForget(ctx, cube, id, m.Text)
+	}
+	c.Text, c.Version = m.Text, m.Version
+	o.logChange(ctx, cube, id, c)
+	return m, nil
 }
 
 // deleteMemory deletes memory id and what derives from it (its turn
@@ -797,7 +808,7 @@ const (
 // shortTermAt of the query's terms (all of them: a share would let a
 // speaker's name alone match). The first k are returned, Score their fused score
 // (one scale for all).
-func (o *OS) fuse(ctx context.Context, cube, query string, ses []convmem.SessionHit, hits []textmem.Hit, k int) ([]textmem.Hit, error) {
+func (o *OS) fuse(ctx context.Context, cube, query string, ses []convmem.SessionHit, short []convmem.Turn, hits []textmem.Hit, k int) ([]textmem.Hit, error) {
 	srank := map[string]int{}
 	for i, s := range ses {
 		srank[s.Session.ID] = i
@@ -822,11 +833,7 @@ func (o *OS) fuse(ctx context.Context, cube, query string, ses []convmem.Session
 		}
 		sc = append(sc, scored{h, s})
 	}
-	st, err := o.shortTermHits(ctx, cube, query)
-	if err != nil {
-		return nil, err
-	}
-	for i, h := range st {
+	for i, h := range o.shortTermHits(cube, query, short) {
 		sc = append(sc, scored{h, 1 / (60 + float64(i))})
 	}
 	slices.SortStableFunc(sc, func(a, b scored) int { return cmp.Compare(b.score, a.score) })
@@ -838,20 +845,16 @@ func (o *OS) fuse(ctx context.Context, cube, query string, ses []convmem.Session
 	return out, nil
 }
 
-// shortTermHits are the turns of cube's short-term queue holding at least
-// shortTermAt of query's distinct terms, best share first (then newest);
-// Score is the share. Their Memory carries the turn: ID the turn's id,
-// Kind KindTurn, Source SourceShortTerm.
-func (o *OS) shortTermHits(ctx context.Context, cube, query string) ([]textmem.Hit, error) {
+// shortTermHits are the turns of cube's short-term queue (turns, oldest
+// first) holding at least shortTermAt of query's distinct terms, best share
+// first (then newest); Score is the share. Their Memory carries the turn:
+// ID the turn's id, Kind KindTurn, Source SourceShortTerm.
+func (o *OS) shortTermHits(cube, query string, turns []convmem.Turn) []textmem.Hit {
 	an := o.conv.Options().Analyzer
 	q := map[string]bool{}
 	an.Terms(query, func(w string) { q[w] = true })
 	if len(q) == 0 {
-		return nil, nil
-	}
-	turns, err := o.conv.ShortTerm(ctx, cube)
-	if err != nil {
-		return nil, err
+		return nil
 	}
 	var out []textmem.Hit
 	for i := len(turns) - 1; i >= 0; i-- {
@@ -870,7 +873,7 @@ func (o *OS) shortTermHits(ctx context.Context, cube, query string) ([]textmem.H
 			Kind: KindTurn, Source: SourceShortTerm, Created: t.Time, Updated: t.Time, EventTime: t.Time, Version: 1}})
 	}
 	slices.SortStableFunc(out, func(a, b textmem.Hit) int { return cmp.Compare(b.Score, a.Score) })
-	return out, nil
+	return out
 }
 
 // liveHits drops hits whose memory has expired (the sweep deletes them at

@@ -361,10 +361,7 @@ func (o *OS) addMemory(ctx context.Context, cube string, m textmem.Memory) (text
 	if err != nil {
 		return got, how, err
 	}
-	if _, err := o.cubes.create(ctx, Cube{Name: cube}); err != nil && !errors.Is(err, ErrCubeExists) {
-		return got, how, err
-	}
-	return got, how, nil
+	return got, how, o.ensureCube(ctx, cube)
 }
 
 // Memories returns cube's memories in canonical order (creation time, then id).
@@ -393,13 +390,7 @@ func (o *OS) UpdateMemory(ctx context.Context, cube, id, text string) (textmem.M
 		return textmem.Memory{}, err
 	}
 	defer o.leave()
-	m, err := o.mem.Update(ctx, cube, id, text)
-	if err == nil {
-		o.Kick()
-		o.logChange(ctx, cube, id, convmem.Change{Op: "update", By: "api", Text: m.Text, Version: m.Version})
-		_ = o.conv.ProfileForget(ctx, cube, id, m.Text)
-	}
-	return m, err
+	return o.patchMemory(ctx, cube, id, textmem.Patch{Text: &text}, convmem.Change{Op: "update", By: "api"})
 }
 
 // PatchMemory changes the fields p sets (text, kind, tags, source) as one
@@ -411,15 +402,7 @@ func (o *OS) PatchMemory(ctx context.Context, cube, id string, p textmem.Patch) 
 		return textmem.Memory{}, err
 	}
 	defer o.leave()
-	m, err := o.mem.Patch(ctx, cube, id, p)
-	if err == nil {
-		if p.Text != nil {
-			o.Kick()
-			_ = o.conv.ProfileForget(ctx, cube, id, m.Text)
-		}
-		o.logChange(ctx, cube, id, convmem.Change{Op: "update", By: "api", Text: m.Text, Version: m.Version})
-	}
-	return m, err
+	return o.patchMemory(ctx, cube, id, p, convmem.Change{Op: "update", By: "api"})
 }
 
 // DeleteMemory deletes a memory; it leaves the cube's pack at the next
@@ -465,7 +448,7 @@ func (o *OS) Search(ctx context.Context, cube string, q textmem.Query) ([]textme
 	}
 	hits = o.liveHits(hits)
 	if conv {
-		if hits, err = o.fuse(ctx, cube, q.Text, ses, hits, k); err != nil {
+		if hits, err = o.fuse(ctx, cube, q.Text, ses, st, hits, k); err != nil {
 			return nil, err
 		}
 		if len(ses) > 0 {

@@ -146,6 +146,9 @@ func (o *OS) loop(ctx context.Context) {
 		case <-tick.C:
 		case <-o.kick:
 		}
+		if err := o.sweepExpired(ctx); err != nil && ctx.Err() == nil {
+			o.log.Warn("expired memories not swept", "err", err)
+		}
 		if _, err := o.tick(ctx); err != nil && ctx.Err() == nil {
 			o.log.Warn("tick failed", "err", err)
 		}
@@ -177,9 +180,6 @@ func (o *OS) Tick(ctx context.Context) (scheduler.TickReport, error) {
 }
 
 func (o *OS) tick(ctx context.Context) (scheduler.TickReport, error) {
-	if err := o.sweepExpired(ctx); err != nil {
-		o.log.Warn("expired memories not swept", "err", err)
-	}
 	o.usage.mu.Lock()
 	o.usage.since = 0
 	o.usage.mu.Unlock()

@@ -171,7 +171,7 @@ type Session struct {
 	// Last is the time of its newest turn.
 	Last    time.Time `json:"last"`
 	Created time.Time `json:"created"`
-	Updated      time.Time `json:"updated"`
+	Updated time.Time `json:"updated"`
 	// Consolidated counts its consolidations into the profile.
 	Consolidated int `json:"consolidated"`
 	// Heat is Heat(now) when the session was read.
@@ -315,11 +315,8 @@ func (s *Store) Record(ctx context.Context, cube string, turns ...Turn) ([]Moved
 				return err
 			}
 		}
-		var queue []string
-		if err := txn.Iterate([]byte(pQueue), true, func(k, _ []byte) error {
-			queue = append(queue, string(k[len(pQueue):]))
-			return nil
-		}); err != nil {
+		queue, err := idsUnder(txn, pQueue)
+		if err != nil {
 			return err
 		}
 		if len(queue) <= s.opts.ShortTermLen {
@@ -381,20 +378,17 @@ func (s *Store) move(txn textmem.Txn, group []Turn, sid string, now time.Time) (
 	}
 	var best Session
 	bestSim := -1.0
-	if err := txn.Iterate([]byte(pSession), false, func(_, v []byte) error {
-		var ss Session
-		if err := json.Unmarshal(v, &ss); err != nil {
-			return err
-		}
+	all, err := scan[Session](txn, pSession)
+	if err != nil {
+		return Moved{}, err
+	}
+	for _, ss := range all {
 		if gap := group[0].Time.Sub(ss.Last); gap > s.opts.SessionGap || -gap > s.opts.SessionGap {
-			return nil
+			continue
 		}
 		if sim := cosine(terms, ss.Terms); sim > bestSim {
 			best, bestSim = ss, sim
 		}
-		return nil
-	}); err != nil {
-		return Moved{}, err
 	}
 	joined := bestSim >= s.opts.JoinAt && best.ID != ""
 	ses := best
@@ -585,41 +579,59 @@ func truncUTF8(s string, n int) string {
 
 // ShortTerm returns cube's short-term queue, oldest first.
 func (s *Store) ShortTerm(ctx context.Context, cube string) ([]Turn, error) {
+	return s.turnsUnder(ctx, cube, pQueue)
+}
+
+// Turns returns every recorded turn of cube, oldest first.
+func (s *Store) Turns(ctx context.Context, cube string) ([]Turn, error) {
+	var out []Turn
+	err := s.be.View(ctx, cube, func(txn textmem.Txn) (err error) {
+		out, err = scan[Turn](txn, pTurn)
+		return err
+	})
+	return out, err
+}
+
+// turnsUnder reads the turns whose ids are the keys under prefix (the
+// queue's or the pending marks), in key order: oldest first.
+func (s *Store) turnsUnder(ctx context.Context, cube, prefix string) ([]Turn, error) {
 	var out []Turn
 	err := s.be.View(ctx, cube, func(txn textmem.Txn) error {
-		out = nil
-		var ids []string
-		if err := txn.Iterate([]byte(pQueue), true, func(k, _ []byte) error {
-			ids = append(ids, string(k[len(pQueue):]))
-			return nil
-		}); err != nil {
+		ids, err := idsUnder(txn, prefix)
+		if err != nil {
 			return err
 		}
-		for _, id := range ids {
-			var t Turn
-			if err := getJSON(txn, pTurn+id, &t); err != nil {
+		out = make([]Turn, len(ids))
+		for i, id := range ids {
+			if err := getJSON(txn, pTurn+id, &out[i]); err != nil {
 				return fmt.Errorf("turn %s: %w", id, err)
 			}
-			out = append(out, t)
 		}
 		return nil
 	})
 	return out, err
 }
 
-// Turns returns every recorded turn of cube, oldest first.
-func (s *Store) Turns(ctx context.Context, cube string) ([]Turn, error) {
-	var out []Turn
-	err := s.be.View(ctx, cube, func(txn textmem.Txn) error {
-		out = nil
-		return txn.Iterate([]byte(pTurn), false, func(_, v []byte) error {
-			var t Turn
-			if err := json.Unmarshal(v, &t); err != nil {
-				return err
-			}
-			out = append(out, t)
-			return nil
-		})
+// idsUnder returns what follows prefix in each key under it, in key order.
+func idsUnder(txn textmem.Txn, prefix string) ([]string, error) {
+	var ids []string
+	err := txn.Iterate([]byte(prefix), true, func(k, _ []byte) error {
+		ids = append(ids, string(k[len(prefix):]))
+		return nil
+	})
+	return ids, err
+}
+
+// scan decodes every JSON value under prefix, in key order.
+func scan[T any](txn textmem.Txn, prefix string) ([]T, error) {
+	var out []T
+	err := txn.Iterate([]byte(prefix), false, func(_, v []byte) error {
+		var x T
+		if err := json.Unmarshal(v, &x); err != nil {
+			return err
+		}
+		out = append(out, x)
+		return nil
 	})
 	return out, err
 }
@@ -665,18 +677,13 @@ func (s *Store) SessionsOf(ctx context.Context, cube string, ids []string) (map[
 func (s *Store) Sessions(ctx context.Context, cube string) ([]Session, error) {
 	now := s.opts.Now()
 	var out []Session
-	err := s.be.View(ctx, cube, func(txn textmem.Txn) error {
-		out = nil
-		return txn.Iterate([]byte(pSession), false, func(_, v []byte) error {
-			var ss Session
-			if err := json.Unmarshal(v, &ss); err != nil {
-				return err
-			}
-			ss.Heat = ss.heat(now, s.opts.Tau)
-			out = append(out, ss)
-			return nil
-		})
+	err := s.be.View(ctx, cube, func(txn textmem.Txn) (err error) {
+		out, err = scan[Session](txn, pSession)
+		return err
 	})
+	for i := range out {
+		out[i].Heat = out[i].heat(now, s.opts.Tau)
+	}
 	return out, err
 }
 
@@ -835,26 +842,7 @@ func (s *Store) DropTurn(ctx context.Context, cube, id string) error {
 // Pending returns cube's turns that moved to a session and await their
 // textmem memory, oldest first.
 func (s *Store) Pending(ctx context.Context, cube string) ([]Turn, error) {
-	var out []Turn
-	err := s.be.View(ctx, cube, func(txn textmem.Txn) error {
-		out = nil
-		var ids []string
-		if err := txn.Iterate([]byte(pPending), true, func(k, _ []byte) error {
-			ids = append(ids, string(k[len(pPending):]))
-			return nil
-		}); err != nil {
-			return err
-		}
-		for _, id := range ids {
-			var t Turn
-			if err := getJSON(txn, pTurn+id, &t); err != nil {
-				return fmt.Errorf("turn %s: %w", id, err)
-			}
-			out = append(out, t)
-		}
-		return nil
-	})
-	return out, err
+	return s.turnsUnder(ctx, cube, pPending)
 }
 
 // PendingCubes returns the cubes with turns awaiting their memory (after a

@@ -2,7 +2,6 @@ package convmem
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -199,16 +198,9 @@ func (s *Store) Job(ctx context.Context, cube, id string) (Job, error) {
 // Jobs returns cube's jobs, oldest first.
 func (s *Store) Jobs(ctx context.Context, cube string) ([]Job, error) {
 	var out []Job
-	err := s.be.View(ctx, cube, func(txn textmem.Txn) error {
-		out = nil
-		return txn.Iterate([]byte(pJob), false, func(_, v []byte) error {
-			var j Job
-			if err := json.Unmarshal(v, &j); err != nil {
-				return err
-			}
-			out = append(out, j)
-			return nil
-		})
+	err := s.be.View(ctx, cube, func(txn textmem.Txn) (err error) {
+		out, err = scan[Job](txn, pJob)
+		return err
 	})
 	return out, err
 }
@@ -263,16 +255,9 @@ func (s *Store) Log(ctx context.Context, cube, id string, c Change) error {
 // Changes returns memory id's change log, oldest first.
 func (s *Store) Changes(ctx context.Context, cube, id string) ([]Change, error) {
 	var out []Change
-	err := s.be.View(ctx, cube, func(txn textmem.Txn) error {
-		out = nil
-		return txn.Iterate([]byte(pLog+id+"/"), false, func(_, v []byte) error {
-			var c Change
-			if err := json.Unmarshal(v, &c); err != nil {
-				return err
-			}
-			out = append(out, c)
-			return nil
-		})
+	err := s.be.View(ctx, cube, func(txn textmem.Txn) (err error) {
+		out, err = scan[Change](txn, pLog+id+"/")
+		return err
 	})
 	return out, err
 }

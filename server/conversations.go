@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"net/http"
 
 	"github.com/memosrt/memosrt"
@@ -72,64 +73,32 @@ func (s *Server) handleMessagesAdd(w http.ResponseWriter, r *http.Request) {
 
 // handleJobs answers GET /v1/cubes/{cube}/jobs: {"jobs"}, oldest first.
 func (s *Server) handleJobs(w http.ResponseWriter, r *http.Request) {
-	rec, err := s.pathCube(r)
-	var jobs []convmem.Job
-	if err == nil {
-		jobs, err = s.os.Jobs(r.Context(), rec.Name)
-	}
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	if jobs == nil {
-		jobs = []convmem.Job{}
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"jobs": jobs})
+	answerCube(s, w, r, listed("jobs", s.os.Jobs))
 }
 
 // handleJob answers GET /v1/cubes/{cube}/jobs/{id}: the job, 404 for an
 // unknown one.
 func (s *Server) handleJob(w http.ResponseWriter, r *http.Request) {
-	rec, err := s.pathCube(r)
-	var j convmem.Job
-	if err == nil {
-		j, err = s.os.Job(r.Context(), rec.Name, r.PathValue("id"))
-	}
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, j)
+	answerCube(s, w, r, func(ctx context.Context, cube string) (convmem.Job, error) {
+		return s.os.Job(ctx, cube, r.PathValue("id"))
+	})
 }
 
 // handleJobUndo answers POST /v1/cubes/{cube}/jobs/{id}/undo (OS.UndoJob):
 // the undone job; 409 for a job that is not done, 404 for an unknown one.
 func (s *Server) handleJobUndo(w http.ResponseWriter, r *http.Request) {
-	rec, err := s.pathCube(r)
-	var j convmem.Job
-	if err == nil {
-		j, err = s.os.UndoJob(r.Context(), rec.Name, r.PathValue("id"))
-	}
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, j)
+	answerCube(s, w, r, func(ctx context.Context, cube string) (convmem.Job, error) {
+		return s.os.UndoJob(ctx, cube, r.PathValue("id"))
+	})
 }
 
 // handleProfile answers GET /v1/cubes/{cube}/profile: the cube's long-term
 // profile (convmem.Profile).
 func (s *Server) handleProfile(w http.ResponseWriter, r *http.Request) {
-	rec, err := s.pathCube(r)
-	var p convmem.Profile
-	if err == nil {
-		p, err = s.os.Profile(r.Context(), rec.Name)
-	}
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, wireProfile(p))
+	answerCube(s, w, r, func(ctx context.Context, cube string) (convmem.Profile, error) {
+		p, err := s.os.Profile(ctx, cube)
+		return wireProfile(p), err
+	})
 }
 
 // wireProfile is p with empty lists as [] rather than null.
@@ -146,54 +115,47 @@ func wireProfile(p convmem.Profile) convmem.Profile {
 // handleTurns answers GET /v1/cubes/{cube}/turns: {"turns"}, the
 // short-term queue, oldest first.
 func (s *Server) handleTurns(w http.ResponseWriter, r *http.Request) {
-	rec, err := s.pathCube(r)
-	var turns []convmem.Turn
-	if err == nil {
-		turns, err = s.os.ShortTerm(r.Context(), rec.Name)
-	}
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	if turns == nil {
-		turns = []convmem.Turn{}
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"turns": turns})
+	answerCube(s, w, r, listed("turns", s.os.ShortTerm))
 }
 
 // handleSessions answers GET /v1/cubes/{cube}/sessions: {"sessions"}, the
 // mid-term sessions with their heat, oldest first.
 func (s *Server) handleSessions(w http.ResponseWriter, r *http.Request) {
-	rec, err := s.pathCube(r)
-	var ses []convmem.Session
-	if err == nil {
-		ses, err = s.os.Sessions(r.Context(), rec.Name)
-	}
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	if ses == nil {
-		ses = []convmem.Session{}
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"sessions": ses})
+	answerCube(s, w, r, listed("sessions", s.os.Sessions))
 }
 
 // handleMemoryLog answers GET /v1/cubes/{cube}/memories/{id}/log:
 // {"changes"}, the memory's change log, oldest first (a deleted memory
 // keeps its log).
 func (s *Server) handleMemoryLog(w http.ResponseWriter, r *http.Request) {
+	answerCube(s, w, r, listed("changes", func(ctx context.Context, cube string) ([]convmem.Change, error) {
+		return s.os.MemoryLog(ctx, cube, r.PathValue("id"))
+	}))
+}
+
+// answerCube answers a request on the path's cube with get's value as JSON
+// (200), or with get's or the cube check's error.
+func answerCube[T any](s *Server, w http.ResponseWriter, r *http.Request, get func(ctx context.Context, cube string) (T, error)) {
 	rec, err := s.pathCube(r)
-	var log []convmem.Change
+	var v T
 	if err == nil {
-		log, err = s.os.MemoryLog(r.Context(), rec.Name, r.PathValue("id"))
+		v, err = get(r.Context(), rec.Name)
 	}
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	if log == nil {
-		log = []convmem.Change{}
+	writeJSON(w, http.StatusOK, v)
+}
+
+// listed wraps a cube's list as {key: list}, an empty list as [] rather
+// than null.
+func listed[T any](key string, list func(ctx context.Context, cube string) ([]T, error)) func(context.Context, string) (map[string]any, error) {
+	return func(ctx context.Context, cube string) (map[string]any, error) {
+		l, err := list(ctx, cube)
+		if l == nil {
+			l = []T{}
+		}
+		return map[string]any{key: l}, err
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"changes": log})
 }
