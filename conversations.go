@@ -423,17 +423,15 @@ func (o *OS) logChange(ctx context.Context, cube, id string, c convmem.Change) {
 
 // recordChat records the turn of a chat request that was answered: the
 // last message if it is the user's, and the answer unless req.Record is
-// RecordUser. Sessions made hot by the move are queued for consolidation.
+// RecordUser, and not in a NoRecord cube (its record as the request found
+// it). Sessions made hot by the move are queued for consolidation.
 // A failure is logged, never the request's.
-func (o *OS) recordChat(ctx context.Context, req *Request, answer string) {
-	if req.Cube == "" || req.Record == RecordNone || req.background || o.opts.NoRecord || len(req.Messages) == 0 {
+func (o *OS) recordChat(ctx context.Context, req *Request, cube Cube, answer string) {
+	if req.Cube == "" || req.Record == RecordNone || req.background || o.opts.NoRecord || cube.NoRecord || len(req.Messages) == 0 {
 		return
 	}
 	last := req.Messages[len(req.Messages)-1]
 	if last.Role != "user" || strings.TrimSpace(last.Content) == "" {
-		return
-	}
-	if c, err := o.cubes.get(ctx, req.Cube); err == nil && c.NoRecord {
 		return
 	}
 	t := convmem.Turn{User: last.Content}

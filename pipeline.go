@@ -63,20 +63,19 @@ func checkRole(field, role string) error {
 
 // checkCube returns an error unless cube is "" or an existing cube.
 func (o *OS) checkCube(ctx context.Context, cube string) error {
+	_, err := o.cubeOf(ctx, cube)
+	return err
+}
+
+// cubeOf is checkCube returning the cube's record (the zero Cube for "").
+func (o *OS) cubeOf(ctx context.Context, cube string) (Cube, error) {
 	if cube == "" {
-		return nil
+		return Cube{}, nil
 	}
 	if !textmem.ValidCube(cube) {
-		return badField("cube", "%q is not a cube name (1..64 of [A-Za-z0-9._-])", cube)
+		return Cube{}, badField("cube", "%q is not a cube name (1..64 of [A-Za-z0-9._-])", cube)
 	}
-	ok, err := o.cubes.exists(ctx, cube)
-	if err != nil {
-		return err
-	}
-	if !ok {
-		return fmt.Errorf("%w: %q", ErrUnknownCube, cube)
-	}
-	return nil
+	return o.cubes.get(ctx, cube)
 }
 
 // rendered is a request's assembled prompt.
@@ -232,7 +231,8 @@ func (o *OS) do(ctx context.Context, req *Request, chat bool) (*Response, error)
 		return nil, err
 	}
 	gen := o.gen(req.Cube) // before the cube check: a delete after it is seen
-	if err := o.checkCube(ctx, req.Cube); err != nil {
+	cube, err := o.cubeOf(ctx, req.Cube)
+	if err != nil {
 		return nil, err
 	}
 	if !chat && req.Prompt == "" && len(req.Context) == 0 {
@@ -244,7 +244,7 @@ func (o *OS) do(ctx context.Context, req *Request, chat bool) (*Response, error)
 		}
 		res, err := o.up.generate(ctx, req, start)
 		if err == nil && chat {
-			o.recordChat(ctx, req, res.Text)
+			o.recordChat(ctx, req, cube, res.Text)
 		}
 		return res, err
 	}
@@ -420,7 +420,7 @@ func (o *OS) do(ctx context.Context, req *Request, chat bool) (*Response, error)
 		o.recordUse(req.Cube, r.prompt)
 	}
 	if chat {
-		o.recordChat(ctx, req, out.Text)
+		o.recordChat(ctx, req, cube, out.Text)
 	}
 	out.Usage.TotalDuration = time.Since(start)
 	return out, nil
