@@ -727,35 +727,63 @@ func (w *worker) reconcilePacks(t testing.TB, cycle int, c *client, st *stats) {
 	if !w.created {
 		return
 	}
-	var status struct {
+	type packList struct {
 		Packs []struct {
 			ID    string `json:"id"`
 			Label string `json:"label"`
 		} `json:"packs"`
 	}
-	ctx := context.Background()
-	code, err := c.do(ctx, "GET", "/v1/cubes/"+w.cube+"/pack", nil, &status)
-	if err != nil || code != http.StatusOK {
-		t.Fatalf("cycle %d: pack status %s: %d %v", cycle, w.cube, code, err)
-	}
-	var tiers struct {
+	type tierState struct {
 		PackID string            `json:"pack_id"`
 		Jobs   []json.RawMessage `json:"jobs"`
 	}
-	if code, err := c.do(ctx, "GET", "/v1/cubes/"+w.cube+"/tiers?limit=1", nil, &tiers); err != nil || code != http.StatusOK {
-		t.Fatalf("cycle %d: tiers %s: %d %v", cycle, w.cube, code, err)
-	}
-	listed, uncommitted := false, 0
-	for _, pk := range status.Packs {
-		switch {
-		case pk.ID == tiers.PackID:
-			listed = true
-		case pk.Label == w.cube:
-			uncommitted++
+	ctx := context.Background()
+	readTiers := func() tierState {
+		var ts tierState
+		if code, err := c.do(ctx, "GET", "/v1/cubes/"+w.cube+"/tiers?limit=1", nil, &ts); err != nil || code != http.StatusOK {
+			t.Fatalf("cycle %d: tiers %s: %d %v", cycle, w.cube, code, err)
 		}
+		return ts
 	}
-	// a pending job may have stored its pack before the kill: it commits
-	// it when it runs again; any other uncommitted pack was left behind
+	// The server's scheduler runs while this reads: a job resumed at the
+	// start may store its pack, commit it and delete the old one between
+	// two reads. So the pack list is read between two equal tier states,
+	// and a state that fails the checks is read again for up to 10 s: a
+	// pack is left behind (or lost) only if it stays so once the jobs are
+	// done; the window between a commit and its old pack's deletion is not.
+	var (
+		tiers       tierState
+		listed      bool
+		uncommitted int
+		deadline    = time.Now().Add(10 * time.Second)
+	)
+	for {
+		before := readTiers()
+		var status packList
+		code, err := c.do(ctx, "GET", "/v1/cubes/"+w.cube+"/pack", nil, &status)
+		if err != nil || code != http.StatusOK {
+			t.Fatalf("cycle %d: pack status %s: %d %v", cycle, w.cube, code, err)
+		}
+		tiers = readTiers()
+		listed, uncommitted = false, 0
+		for _, pk := range status.Packs {
+			switch {
+			case pk.ID == tiers.PackID:
+				listed = true
+			case pk.Label == w.cube:
+				uncommitted++
+			}
+		}
+		// a pending job may have stored its pack before the kill: it
+		// commits it when it runs again; any other uncommitted pack was
+		// left behind
+		stable := before.PackID == tiers.PackID && len(before.Jobs) == len(tiers.Jobs)
+		ok := uncommitted <= len(tiers.Jobs) && (tiers.PackID == "" || listed)
+		if stable && ok || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 	if uncommitted > len(tiers.Jobs) {
 		t.Errorf("cycle %d: cube %s keeps %d packs that no tier state refers to, %d jobs pending (tier pack %.12s, pending %s)",
 			cycle, w.cube, uncommitted, len(tiers.Jobs), tiers.PackID, p)
