@@ -63,6 +63,10 @@ type Options struct {
 	// otherwise graphs are reused as without LoRA. Default false: adapters
 	// are refused.
 	LoRA bool
+	// BlendProbe installs the tensor tap (llama.Ctx.TapStart) that
+	// ComposeSeq's selection by KV deviation (ComposeOptions.Ratio) needs.
+	// Idle, it costs one C call per graph node and decode. Default false.
+	BlendProbe bool
 	// Logger receives load information and llama.cpp warnings; nil discards.
 	Logger *slog.Logger
 	// Progress, if set, is called with the load fraction in [0, 1].
@@ -168,6 +172,7 @@ type Engine struct {
 	ended     []endedJob   // jobs ended by the running step, finished after it; guarded by mu
 	tuner     *threadTuner // decode threads under contention (nil: Options.Threads as given); guarded by mu
 	threads   int          // decode threads set on ctx now; guarded by mu
+	shiftErr  error        // ShiftGuard's verdict for this model and KV config, set at Load
 }
 
 // Load loads the model and creates the context, then probes the KV layout
@@ -221,7 +226,7 @@ func Load(ctx context.Context, opts Options) (*Engine, error) {
 	c, err := llama.NewContext(m, llama.ContextParams{
 		NCtx: nctx, NBatch: opts.NBatch, NUBatch: opts.NUBatch, NSeqMax: opts.NSeqMax,
 		Threads: opts.Threads, TypeK: kvTypes[opts.TypeK], TypeV: kvTypes[opts.TypeV],
-		FlashAttn: faModes[opts.FlashAttn], KVUnified: true,
+		FlashAttn: faModes[opts.FlashAttn], KVUnified: true, Tap: opts.BlendProbe,
 	})
 	if err != nil {
 		m.Close()
@@ -244,6 +249,7 @@ func Load(ctx context.Context, opts Options) (*Engine, error) {
 		m.Close()
 		return nil, err
 	}
+	e.shiftErr = ShiftGuard(m.Attention(), e.kv, c.CanShift())
 	e.seqs = make(chan int, opts.NSeqMax)
 	for i := 0; i < opts.NSeqMax; i++ {
 		e.seqs <- i

@@ -52,6 +52,49 @@ static void memosrt_store_flag(int *flag, int v) {
 	__atomic_store_n(flag, v, __ATOMIC_RELAXED);
 }
 
+// A tap copies the rows of one named graph tensor (e.g. "Vcur-1") out of
+// each ubatch's graph as it is computed (llama_context_params.cb_eval, the
+// eval callback of ggml_backend_sched_compute_splits) and then stops that
+// graph: the tapped Decode computes only the nodes up to that tensor.
+typedef struct {
+	int active;     // capture on (set between TapStart and TapStop)
+	char name[64];  // tensor name, e.g. "Vcur-1"
+	float *buf;     // captured values, appended ubatch by ubatch
+	size_t cap;     // floats allocated in buf
+	size_t used;    // floats written to buf
+	int err;        // 1: tensor not F32 or not contiguous; 2: out of memory
+} memosrt_tap;
+
+static bool memosrt_tap_cb(struct ggml_tensor *t, bool ask, void *ud) {
+	memosrt_tap *tp = (memosrt_tap *)ud;
+	if (tp == NULL || !tp->active) return ask ? false : true;
+	if (strcmp(t->name, tp->name) != 0) return ask ? false : true;
+	if (ask) return true;
+	if (t->type != GGML_TYPE_F32 || !ggml_is_contiguous(t)) { tp->err = 1; return false; }
+	size_t n = (size_t)ggml_nelements(t);
+	if (tp->used + n > tp->cap) {
+		size_t c = tp->cap ? tp->cap : 4096;
+		while (c < tp->used + n) c *= 2;
+		float *nb = (float *)realloc(tp->buf, c * sizeof(float));
+		if (nb == NULL) { tp->err = 2; return false; }
+		tp->buf = nb;
+		tp->cap = c;
+	}
+	ggml_backend_tensor_get(t, tp->buf + tp->used, 0, n * sizeof(float));
+	tp->used += n;
+	return false; // stop this graph: nothing after the tapped tensor is needed
+}
+
+static void memosrt_set_tap(struct llama_context_params *p, memosrt_tap *tp) {
+	p->cb_eval = memosrt_tap_cb;
+	p->cb_eval_user_data = tp;
+}
+
+static void memosrt_tap_name(memosrt_tap *tp, const char *name) {
+	strncpy(tp->name, name, sizeof(tp->name) - 1);
+	tp->name[sizeof(tp->name) - 1] = 0;
+}
+
 static void memosrt_batch_set(struct llama_batch *b, int i, llama_token tok, llama_pos pos, llama_seq_id seq, int8_t logits) {
 	b->token[i] = tok;
 	b->pos[i] = pos;
@@ -305,6 +348,61 @@ func (m *Model) Shape() Shape {
 	}
 }
 
+// RoPE types (enum llama_rope_type): how a model rotates Q and K by position.
+const (
+	RopeTypeNone   = int(C.LLAMA_ROPE_TYPE_NONE)
+	RopeTypeNorm   = int(C.LLAMA_ROPE_TYPE_NORM)
+	RopeTypeNeoX   = int(C.LLAMA_ROPE_TYPE_NEOX)
+	RopeTypeMRoPE  = int(C.LLAMA_ROPE_TYPE_MROPE)
+	RopeTypeIMRoPE = int(C.LLAMA_ROPE_TYPE_IMROPE)
+	RopeTypeVision = int(C.LLAMA_ROPE_TYPE_VISION)
+)
+
+// Attention facts of a model that decide whether its KV cells may be moved
+// to other positions (see runtime.ShiftGuard).
+type Attention struct {
+	Arch      string // general.architecture, e.g. "llama"
+	RopeType  int    // RopeType*, from llama_model_rope_type
+	NSWA      int    // sliding-window size in tokens (llama_model_n_swa); 0: none
+	Hybrid    bool   // attention and recurrent layers (llama_model_is_hybrid)
+	Recurrent bool   // recurrent state only (llama_model_is_recurrent)
+	// KVLoraRank is <arch>.attention.kv_lora_rank, > 0 for multi-head
+	// latent attention (MLA, DeepSeek-2 style), whose cache holds a
+	// compressed latent next to a separate rotated part.
+	KVLoraRank int
+	// SlidingWindowMeta is true when the GGUF declares
+	// <arch>.attention.sliding_window (even where llama.cpp ignores it
+	// for this architecture).
+	SlidingWindowMeta bool
+	// RopeSections is true when the GGUF declares
+	// <arch>.rope.dimension_sections (M-RoPE), even where llama.cpp
+	// resolves another RoPE type for this architecture.
+	RopeSections bool
+}
+
+// Attention returns the model's attention facts.
+func (m *Model) Attention() Attention {
+	m.mu.RLock()
+	if m.m == nil {
+		m.mu.RUnlock()
+		return Attention{}
+	}
+	a := Attention{
+		RopeType:  int(C.llama_model_rope_type(m.m)),
+		NSWA:      int(C.llama_model_n_swa(m.m)),
+		Hybrid:    bool(C.llama_model_is_hybrid(m.m)),
+		Recurrent: bool(C.llama_model_is_recurrent(m.m)),
+	}
+	m.mu.RUnlock()
+	a.Arch, _ = m.Meta("general.architecture")
+	if v, ok := m.Meta(a.Arch + ".attention.kv_lora_rank"); ok {
+		fmt.Sscan(v, &a.KVLoraRank)
+	}
+	_, a.SlidingWindowMeta = m.Meta(a.Arch + ".attention.sliding_window")
+	_, a.RopeSections = m.Meta(a.Arch + ".rope.dimension_sections")
+	return a
+}
+
 // Meta returns the GGUF metadata value for key, and whether it exists.
 func (m *Model) Meta(key string) (string, bool) {
 	m.mu.RLock()
@@ -502,6 +600,9 @@ type ContextParams struct {
 	// Pooling is the pooling type with Embeddings: PoolingMean, PoolingCLS,
 	// PoolingLast, or PoolingUnspecified for the model's own.
 	Pooling int
+	// Tap installs the tensor tap (Ctx.TapStart): an eval callback that
+	// is idle, one C call per graph node, until a tap starts. Default off.
+	Tap bool
 }
 
 // Pooling types (enum llama_pooling_type).
@@ -522,7 +623,8 @@ type Ctx struct {
 	abort  *C.int                    // C memory polled by the abort callback
 	pool   *C.struct_ggml_threadpool // CPU worker threads, nil with one thread
 	nVocab int
-	embd   bool // the context outputs embeddings (ContextParams.Embeddings)
+	embd   bool           // the context outputs embeddings (ContextParams.Embeddings)
+	tap    *C.memosrt_tap // C memory read by the eval callback; nil without ContextParams.Tap
 	// dropGraph makes the next Decode build its graph anew (DropGraph).
 	dropGraph bool
 }
@@ -560,14 +662,20 @@ func NewContext(m *Model, p ContextParams) (*Ctx, error) {
 		cp.embeddings = true
 		cp.pooling_type = C.enum_llama_pooling_type(p.Pooling)
 	}
+	var tap *C.memosrt_tap
+	if p.Tap {
+		tap = (*C.memosrt_tap)(C.calloc(1, C.size_t(unsafe.Sizeof(C.memosrt_tap{}))))
+		C.memosrt_set_tap(&cp, tap)
+	}
 	c := C.llama_init_from_model(m.m, cp)
 	if c == nil {
+		C.free(unsafe.Pointer(tap))
 		return nil, fmt.Errorf("%w: n_ctx=%d n_batch=%d n_seq_max=%d type_k=%s type_v=%s", ErrContext,
 			p.NCtx, p.NBatch, p.NSeqMax, TypeName(p.TypeK), TypeName(p.TypeV))
 	}
 	flag := (*C.int)(C.calloc(1, C.size_t(unsafe.Sizeof(C.int(0)))))
 	C.memosrt_set_abort(c, flag)
-	ctx := &Ctx{c: c, model: m, abort: flag, nVocab: int(C.llama_vocab_n_tokens(m.vocab)), embd: p.Embeddings}
+	ctx := &Ctx{c: c, model: m, abort: flag, nVocab: int(C.llama_vocab_n_tokens(m.vocab)), embd: p.Embeddings, tap: tap}
 	// A persistent ggml threadpool, as llama-server attaches one. Without
 	// it ggml-cpu starts and joins its worker threads on every graph; and
 	// the OpenMP alternative (GGML_USE_OPENMP) keeps one libgomp team per
@@ -594,8 +702,76 @@ func (c *Ctx) Close() error {
 		}
 		C.free(unsafe.Pointer(c.abort))
 		c.abort = nil
+		if c.tap != nil {
+			C.free(unsafe.Pointer(c.tap.buf))
+			C.free(unsafe.Pointer(c.tap))
+			c.tap = nil
+		}
 	}
 	return nil
+}
+
+// ErrTap is returned by TapStop when no tap is installed
+// (ContextParams.Tap), or when the tapped tensor was not F32 and
+// contiguous, or memory for its rows ran out.
+var ErrTap = errors.New("llama: tensor tap")
+
+// TapStart arms the tap: until TapStop, every Decode copies the values of
+// the graph tensor called name (llama.cpp names them "<name>-<layer>",
+// e.g. "Vcur-1": layer 1's V before it enters the KV cache, shape
+// [n_embd_v_gqa][n_tokens] float32 for llama) and stops each ubatch's graph
+// right after it. Such a Decode writes the KV cells of the layers before
+// the tapped tensor only and leaves its logits undefined: decode into a
+// scratch sequence and remove it afterwards. Returns ErrTap without
+// ContextParams.Tap.
+func (c *Ctx) TapStart(name string) error {
+	if c.closed() {
+		return ErrClosed
+	}
+	if c.tap == nil {
+		return fmt.Errorf("%w: context created without ContextParams.Tap", ErrTap)
+	}
+	cs := C.CString(name)
+	defer C.free(unsafe.Pointer(cs))
+	C.memosrt_tap_name(c.tap, cs)
+	c.tap.used = 0
+	c.tap.err = 0
+	c.tap.active = 1
+	return nil
+}
+
+// TapStop disarms the tap and returns the captured values in Go memory,
+// ubatch after ubatch in batch order ([n_tokens][width]float32 for a
+// tensor of width values per token). An error wraps ErrTap.
+func (c *Ctx) TapStop() ([]float32, error) {
+	if c.closed() {
+		return nil, ErrClosed
+	}
+	if c.tap == nil {
+		return nil, fmt.Errorf("%w: context created without ContextParams.Tap", ErrTap)
+	}
+	c.tap.active = 0
+	switch c.tap.err {
+	case 1:
+		return nil, fmt.Errorf("%w: tensor %q is not contiguous F32", ErrTap, C.GoString(&c.tap.name[0]))
+	case 2:
+		return nil, fmt.Errorf("%w: out of memory after %d values", ErrTap, int(c.tap.used))
+	}
+	n := int(c.tap.used)
+	if n == 0 {
+		return nil, nil
+	}
+	return append([]float32(nil), unsafe.Slice((*float32)(unsafe.Pointer(c.tap.buf)), n)...), nil
+}
+
+// CanShift reports whether the KV cache supports position shifts
+// (llama_memory_can_shift): false for recurrent state and for
+// sliding-window caches whose two halves differ in size.
+func (c *Ctx) CanShift() bool {
+	if c.closed() {
+		return false
+	}
+	return bool(C.llama_memory_can_shift(c.mem()))
 }
 
 // Model returns the model the context was made from.
