@@ -4,7 +4,9 @@ package llama
 #include <stdlib.h>
 #include <string.h>
 #include <stdint.h>
+#include <math.h>
 #include "llama.h"
+#include "ggml-cpu.h"
 #include "ggml.h"
 #include "ggml-backend.h"
 #include "ggml-opt.h"
@@ -53,6 +55,110 @@ static void memosrt_tensor_get(const struct ggml_tensor *t, void *dst, size_t n)
 static void memosrt_tensor_set(struct ggml_tensor *t, const void *src, size_t n) {
 	ggml_backend_tensor_set(t, src, 0, n);
 }
+
+// The trainer's eval callback (llama_context_params.cb_eval, called by
+// ggml_backend_sched_compute_splits) repairs one fault of the pinned ggml:
+// ggml-alloc may compute GGML_OP_RMS_NORM_BACK in place over its src[0]
+// (the incoming gradient dz, when that has no other consumer), but the CPU
+// kernel copies x into dst before it reads dz again, so dz is lost and the
+// gradient below every RMS norm is wrong. Asking for every node makes the
+// scheduler compute the graph one node at a time; when such an in-place
+// node is next, its sources are final, so the callback computes the right
+// dx into scratch memory and writes it over the kernel's result afterwards.
+typedef struct {
+	float *buf;   // [n_rows][ne0] dx computed before the node runs
+	size_t cap;   // floats allocated in buf
+	const struct ggml_tensor *pending; // the node buf belongs to
+	long fixed;   // nodes repaired so far
+	int err;      // 1: a node with unexpected layout; 2: out of memory
+} memosrt_fix;
+
+// dx of y = x/rms(x), rms(x) = sqrt(mean(x²) + eps), for one row:
+// dx = (dz − x·mean(x·dz)/(mean(x²) + eps)) / rms(x) (RMSNorm, Zhang and
+// Sennrich 2019; the derivative of x·(mean(x²)+eps)^(−1/2)).
+static void memosrt_rms_norm_back_row(int n, float eps, const float *dz, const float *x, float *dx) {
+	double sxx = 0, sxdz = 0;
+	for (int i = 0; i < n; i++) {
+		sxx += (double)x[i] * x[i];
+		sxdz += (double)x[i] * dz[i];
+	}
+	double meps = sxx / n + eps;
+	double r = 1.0 / sqrt(meps);
+	double c = (sxdz / n) / meps;
+	for (int i = 0; i < n; i++) {
+		dx[i] = (float)(r * (dz[i] - x[i] * c));
+	}
+}
+
+static bool memosrt_fix_cb(struct ggml_tensor *t, bool ask, void *ud) {
+	memosrt_fix *f = (memosrt_fix *)ud;
+	bool broken = t->op == GGML_OP_RMS_NORM_BACK && t->src[0] != NULL && t->src[1] != NULL && t->data == t->src[0]->data;
+	if (!ask) {
+		if (broken && f->pending == t) {
+			size_t n = (size_t)ggml_nelements(t);
+			memcpy(t->data, f->buf, n * sizeof(float));
+			f->pending = NULL;
+			f->fixed++;
+		}
+		return true;
+	}
+	if (!broken) {
+		return true;
+	}
+	const struct ggml_tensor *dz = t->src[0], *x = t->src[1];
+	if (t->type != GGML_TYPE_F32 || !ggml_is_contiguous(t) || !ggml_is_contiguous(dz) || !ggml_is_contiguous(x) ||
+		ggml_nelements(dz) != ggml_nelements(t) || ggml_nelements(x) != ggml_nelements(t)) {
+		f->err = 1;
+		return true;
+	}
+	size_t n = (size_t)ggml_nelements(t);
+	if (n > f->cap) {
+		float *nb = (float *)realloc(f->buf, n * sizeof(float));
+		if (nb == NULL) {
+			f->err = 2;
+			return true;
+		}
+		f->buf = nb;
+		f->cap = n;
+	}
+	float eps;
+	memcpy(&eps, t->op_params, sizeof(float));
+	int ne0 = (int)t->ne[0];
+	size_t rows = n / (size_t)ne0;
+	for (size_t r = 0; r < rows; r++) {
+		memosrt_rms_norm_back_row(ne0, eps, (const float *)dz->data + r * ne0, (const float *)x->data + r * ne0, f->buf + r * ne0);
+	}
+	f->pending = t;
+	return true;
+}
+
+// memosrt_train_ctx creates the training context with the repair callback
+// and a persistent threadpool (the scheduler computes node by node, and
+// without a pool ggml-cpu would start and join its threads per node).
+static struct llama_context *memosrt_train_ctx(struct llama_model *m, int n_ctx, int threads, memosrt_fix *f, struct ggml_threadpool **pool) {
+	struct llama_context_params cp = llama_context_default_params();
+	cp.n_ctx = n_ctx;
+	cp.n_batch = n_ctx;
+	cp.n_ubatch = n_ctx;
+	cp.n_threads = threads;
+	cp.n_threads_batch = threads;
+	cp.type_k = GGML_TYPE_F32;
+	cp.type_v = GGML_TYPE_F32;
+	cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
+	cp.no_perf = true;
+	cp.cb_eval = memosrt_fix_cb;
+	cp.cb_eval_user_data = f;
+	struct llama_context *c = llama_init_from_model(m, cp);
+	*pool = NULL;
+	if (c != NULL && threads > 1) {
+		struct ggml_threadpool_params tpp = ggml_threadpool_params_default(threads);
+		*pool = ggml_threadpool_new(&tpp);
+		if (*pool != NULL) {
+			llama_attach_threadpool(c, *pool, *pool);
+		}
+	}
+	return c;
+}
 */
 import "C"
 
@@ -62,6 +168,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strings"
 	"unsafe" // unsafe: the cgo boundary; dataset buffers and tensors are copied between C and Go memory here only.
 
 	"github.com/ollama/ollama/fs/ggml"
@@ -124,14 +231,21 @@ type EpochStats struct {
 // weights are written) because llama_opt_init changes the model's
 // n_ctx_train.
 //
-// Only output.weight and output_norm.weight train: llama_opt_epoch in the
-// pinned llama.cpp builds the inference graph, which writes K and V into
-// the KV cache with ggml_set_rows, and ggml's backward pass aborts on that
-// write once it depends on a trained weight (llama.cpp issue 16258); and
-// the gradients it computes for the last block's weights (below the final
-// RMS norm) are wrong on the CPU backend, measured against finite
-// differences (see cacheFree). NewTrainer refuses other weights with
-// ErrNotTrainable rather than train them in a wrong direction.
+// Only weights no cached K or V depends on train: the last block's attn_q,
+// attn_output, ffn_gate, ffn_up, ffn_down, ffn_norm, and output.weight,
+// output_norm.weight. llama_opt_epoch in the pinned llama.cpp builds the
+// inference graph, which writes K and V into the KV cache with
+// ggml_set_rows; ggml's backward pass aborts on that write once it depends
+// on a trained weight (llama.cpp issue 16258, fixed upstream by a
+// training graph without the cache). NewTrainer refuses other weights.
+//
+// The Trainer's context repairs one fault of the pinned ggml that made
+// every gradient below an RMS norm wrong (see memosrt_fix_cb): ggml-alloc
+// runs rms_norm_back in place over its incoming gradient, which the CPU
+// kernel overwrites before reading it. Its eval callback makes the
+// scheduler compute the graph one node at a time and recomputes those
+// nodes. TestTrainerGradient checks each trainable weight's gradient
+// against central finite differences of the loss.
 // Not safe for concurrent use; Close frees every C object.
 type Trainer struct {
 	model  *Model
@@ -142,6 +256,7 @@ type Trainer struct {
 	nCtx   int
 	nVocab int
 	sgd    bool
+	fix    *C.memosrt_fix // C memory of the eval callback that repairs rms_norm_back
 }
 
 // NewTrainer loads the GGUF model at path for training the weights o.Train
@@ -174,11 +289,15 @@ func NewTrainer(path string, o TrainOptions) (_ *Trainer, err error) {
 			t.Close()
 		}
 	}()
-	t.ctx, err = NewContext(m, ContextParams{NCtx: o.NCtx, NBatch: o.NCtx, NUBatch: o.NCtx, Threads: o.Threads,
-		TypeK: TypeF32, TypeV: TypeF32, FlashAttn: FlashAttnDisabled})
-	if err != nil {
-		return nil, err
+	t.fix = (*C.memosrt_fix)(C.calloc(1, C.size_t(unsafe.Sizeof(C.memosrt_fix{}))))
+	m.mu.RLock()
+	var pool *C.struct_ggml_threadpool
+	c := C.memosrt_train_ctx(m.m, C.int(o.NCtx), C.int(o.Threads), t.fix, &pool)
+	m.mu.RUnlock()
+	if c == nil {
+		return nil, fmt.Errorf("%w: training context n_ctx=%d", ErrContext, o.NCtx)
 	}
+	t.ctx = &Ctx{c: c, model: m, pool: pool, nVocab: int(C.llama_vocab_n_tokens(m.vocab))}
 	t.nCtx = t.ctx.NCtx()
 	t.nVocab = t.ctx.nVocab
 	// llama_opt_epoch computes through the scheduler without setting the
@@ -251,9 +370,8 @@ func trainableNames(path string, train func(string) bool) ([]string, error) {
 		case t.Name == "token_embd.weight" || t.Name == "rope_freqs.weight":
 			return nil, fmt.Errorf("%w: llama.cpp does not train %s", ErrNotTrainable, t.Name)
 		case !cacheFree(t.Name, last):
-			return nil, fmt.Errorf("%w: %s: the pinned llama.cpp cannot back-propagate through the cache write "+
-				"(ggml_set_rows, llama.cpp issue 16258) and its gradients below the final norm are wrong on the CPU backend (TestTrainerGradient), "+
-				"so only output.weight and output_norm.weight train",
+			return nil, fmt.Errorf("%w: %s feeds the KV cache; the pinned llama.cpp cannot back-propagate through the cache write "+
+				"(ggml_set_rows, llama.cpp issue 16258), so only the last block's attn_q, attn_output, ffn_* and the output weights train",
 				ErrNotTrainable, t.Name)
 		case len(t.Shape) > 2:
 			return nil, fmt.Errorf("%w: %s has shape %v, want at most 2 dimensions", ErrNotTrainable, t.Name, t.Shape)
@@ -266,30 +384,22 @@ func trainableNames(path string, train func(string) bool) ([]string, error) {
 	return names, nil
 }
 
-// cacheFree reports whether the pinned llama.cpp computes a correct
-// gradient for the weight name (last is the last block's index; unused
-// now, kept for when more weights qualify). Two faults rule the others out:
-//
-//   - every weight that feeds the KV cache: llama_opt_epoch builds the
-//     inference graph, whose cache writes (ggml_set_rows, a view) ggml's
-//     backward pass asserts on once they depend on a trained weight (an
-//     abort; llama.cpp issue 16258);
-//   - every weight below the final RMS norm (blk.N.*, including the last
-//     block's attn_q, attn_output and ffn_*): measured on stories260K by
-//     TestTrainerGradient, the gradient one SGD step applies disagrees
-//     with central finite differences of the loss in sign and size (0 of
-//     8 of the largest entries within 10%), so AdamW raises the loss
-//     (blk.4.ffn_down.weight alone, lr 1e-5: 3.402 → 3.403 over 20
-//     steps). output.weight and output_norm.weight, whose gradients do
-//     not pass through ggml's rms_norm_back, match finite differences to
-//     4 digits. The fault lies in the CPU backward graph below
-//     output_norm (ggml issue 1501 reports CPU gradient chains read
-//     reused buffers in ggml-alloc; pinning every backward node as an
-//     output restores them, which llama_opt_epoch gives no hook for).
+// cacheFree reports whether no K or V written to the KV cache depends on
+// the weight name, given the last block's index: llama_opt_epoch builds the
+// inference graph, whose cache writes (ggml_set_rows, a view) ggml's
+// backward pass asserts on once they depend on a trained weight; the
+// assertion would abort the process (llama.cpp issue 16258).
 func cacheFree(name string, last int) bool {
-	_ = last
 	switch name {
 	case "output.weight", "output_norm.weight":
+		return true
+	}
+	p := fmt.Sprintf("blk.%d.", last)
+	if !strings.HasPrefix(name, p) {
+		return false
+	}
+	switch strings.TrimPrefix(name, p) {
+	case "attn_q.weight", "attn_output.weight", "ffn_gate.weight", "ffn_up.weight", "ffn_down.weight", "ffn_norm.weight":
 		return true
 	}
 	return false
@@ -373,6 +483,12 @@ func (t *Trainer) Epoch(ctx context.Context, seqs [][]Token, pad Token) (EpochSt
 	res := C.ggml_opt_result_init()
 	defer C.ggml_opt_result_free(res)
 	C.llama_opt_epoch(t.ctx.c, ds, res, nil, C.int64_t(len(seqs)), nil, nil)
+	switch t.fix.err {
+	case 1:
+		return EpochStats{}, fmt.Errorf("%w: an in-place rms_norm_back node with an unexpected layout; its gradient is wrong", ErrTrain)
+	case 2:
+		return EpochStats{}, fmt.Errorf("%w: out of memory repairing rms_norm_back", ErrTrain)
+	}
 	var st EpochStats
 	var loss, unc, acc, accUnc C.double
 	var nd C.int64_t
@@ -451,6 +567,11 @@ func (t *Trainer) Close() error {
 	if t.pars != nil {
 		C.free(unsafe.Pointer(t.pars))
 		t.pars = nil
+	}
+	if t.fix != nil {
+		C.free(unsafe.Pointer(t.fix.buf))
+		C.free(unsafe.Pointer(t.fix))
+		t.fix = nil
 	}
 	return nil
 }

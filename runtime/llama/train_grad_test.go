@@ -42,14 +42,16 @@ func seqLoss(t *testing.T, c *Ctx, seq []Token, n int) float64 {
 }
 
 // The gradient one SGD step applies (g = −Δw/lr) matches central finite
-// differences of the loss for the 8 entries with the largest gradients of
-// each trainable weight. (The same check on blk.4.ffn_down, ffn_up,
-// attn_output and attn_q matched 0 of 8, often in sign: why NewTrainer
-// refuses them.)
+// differences of the loss for the 4 entries with the largest gradients of
+// weights whose gradients pass through none, one (ffn_down: the output
+// norm), two (ffn_norm) RMS norms and attention (attn_q). Without the
+// Trainer's rms_norm_back repair 0 of 8 entries matched for every weight
+// below the output norm, often not even in sign, and AdamW raised the
+// loss (blk.4.ffn_down.weight alone, lr 1e-5: 3.402 → 3.403 in 20 steps).
 func TestTrainerGradient(t *testing.T) {
 	Init("")
 	path := testmodels.Stories(t)
-	for _, name := range []string{"output.weight", "output_norm.weight"} {
+	for _, name := range []string{"output.weight", "blk.4.ffn_down.weight", "blk.4.ffn_norm.weight", "blk.4.attn_q.weight"} {
 		t.Run(name, func(t *testing.T) {
 			tr, err := NewTrainer(path, TrainOptions{Train: func(n string) bool { return n == name }, LearningRate: 1, SGD: true})
 			if err != nil {
@@ -95,7 +97,7 @@ func TestTrainerGradient(t *testing.T) {
 			w := base[0]
 			const h = 1e-2
 			agree := 0
-			for _, i := range idx[:8] {
+			for _, i := range idx[:4] {
 				w0 := w.Data[i]
 				w.Data[i] = w0 + h
 				tr.SetWeights([]TrainedTensor{w})
@@ -111,8 +113,8 @@ func TestTrainerGradient(t *testing.T) {
 					agree++
 				}
 			}
-			if agree < 8 {
-				t.Errorf("%s: %d of 8 gradients match finite differences", name, agree)
+			if agree < 4 {
+				t.Errorf("%s: %d of 4 gradients match finite differences", name, agree)
 			}
 		})
 	}

@@ -14,18 +14,19 @@ func attnFilter(name string) bool {
 	return strings.HasPrefix(name, "blk.") && (strings.HasSuffix(name, ".attn_q.weight") || strings.HasSuffix(name, ".ffn_up.weight"))
 }
 
-// outputWeights chooses the weights whose gradients are right (see
-// TestTrainerGradient).
-func outputWeights(name string) bool {
-	return name == "output.weight" || name == "output_norm.weight"
+// lastBlock chooses stories260K's last block (blk.4).
+func lastBlock(name string) bool {
+	return strings.HasPrefix(name, "blk.4.") && (strings.HasSuffix(name, "attn_q.weight") || strings.Contains(name, "ffn_") && name != "blk.4.ffn_norm.weight")
 }
 
-// A few AdamW steps on one repeated sentence lower the training loss, and
+// Six AdamW steps on one repeated sentence cut the training loss by half
+// (2.708 → 0.683 measured; 2.708 → 2.510 while the gradients below the
+// output norm were wrong), and
 // the weights read back change only in the chosen tensors.
 func TestTrainerLowersLoss(t *testing.T) {
 	Init("")
 	path := testmodels.Stories(t)
-	tr, err := NewTrainer(path, TrainOptions{Train: outputWeights, LearningRate: 1e-3})
+	tr, err := NewTrainer(path, TrainOptions{Train: lastBlock, LearningRate: 1e-3})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,8 +57,8 @@ func TestTrainerLowersLoss(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(base) != 2 {
-		t.Fatalf("%d tensors, want 2", len(base))
+	if len(base) != 4 {
+		t.Fatalf("%d tensors, want 4", len(base))
 	}
 	var first, last EpochStats
 	for i := range 6 {
@@ -73,8 +74,8 @@ func TestTrainerLowersLoss(t *testing.T) {
 		last = st
 	}
 	t.Logf("loss %.3f -> %.3f, accuracy %.2f -> %.2f", first.Loss, last.Loss, first.Accuracy, last.Accuracy)
-	if !(last.Loss < first.Loss*0.95) {
-		t.Errorf("loss %.3f -> %.3f, want a drop of 5%%", first.Loss, last.Loss)
+	if !(last.Loss < first.Loss*0.5) {
+		t.Errorf("loss %.3f -> %.3f, want a drop of 50%%", first.Loss, last.Loss)
 	}
 	after, err := tr.Weights()
 	if err != nil {
@@ -110,7 +111,6 @@ func TestTrainerRefuses(t *testing.T) {
 	}{
 		{"f16 weights", "llama-2-tiny-random.gguf", attnFilter},
 		{"feeds the KV cache", "stories260K.gguf", attnFilter},
-		{"wrong gradient (last block)", "stories260K.gguf", func(n string) bool { return n == "blk.4.ffn_down.weight" }},
 		{"token_embd", "stories260K.gguf", func(n string) bool { return n == "token_embd.weight" }},
 		{"nothing chosen", "stories260K.gguf", func(string) bool { return false }},
 		{"nil filter", "stories260K.gguf", nil},
