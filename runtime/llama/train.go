@@ -61,16 +61,22 @@ static void memosrt_tensor_set(struct ggml_tensor *t, const void *src, size_t n)
 // ggml-alloc may compute GGML_OP_RMS_NORM_BACK in place over its src[0]
 // (the incoming gradient dz, when that has no other consumer), but the CPU
 // kernel copies x into dst before it reads dz again, so dz is lost and the
-// gradient below every RMS norm is wrong. Asking for every node makes the
-// scheduler compute the graph one node at a time; when such an in-place
-// node is next, its sources are final, so the callback computes the right
-// dx into scratch memory and writes it over the kernel's result afterwards.
+// gradient below every RMS norm is wrong. The callback asks the scheduler
+// to stop after every GGML_OP_MUL node (in llama's graphs dz is the MUL of
+// the norm's weight backward) and records them; when an in-place
+// rms_norm_back is next and its dz is such a finished node, the callback
+// computes the right dx into scratch memory first (x, a forward tensor,
+// is finished too) and writes it over the kernel's result afterwards. A
+// dz that is not a finished MUL is reported (err 1), never ignored.
+#define MEMOSRT_FIX_RING 64
 typedef struct {
 	float *buf;   // [n_rows][ne0] dx computed before the node runs
 	size_t cap;   // floats allocated in buf
 	const struct ggml_tensor *pending; // the node buf belongs to
+	const struct ggml_tensor *done[MEMOSRT_FIX_RING]; // MUL nodes computed, latest graph
+	int ndone;    // entries written to done (mod MEMOSRT_FIX_RING)
 	long fixed;   // nodes repaired so far
-	int err;      // 1: a node with unexpected layout; 2: out of memory
+	int err;      // 1: a node whose sources are not known to be final, or an unexpected layout; 2: out of memory
 } memosrt_fix;
 
 // dx of y = x/rms(x), rms(x) = sqrt(mean(x²) + eps), for one row:
@@ -90,33 +96,47 @@ static void memosrt_rms_norm_back_row(int n, float eps, const float *dz, const f
 	}
 }
 
+static bool memosrt_fix_done(const memosrt_fix *f, const struct ggml_tensor *t) {
+	int n = f->ndone < MEMOSRT_FIX_RING ? f->ndone : MEMOSRT_FIX_RING;
+	for (int i = 0; i < n; i++) {
+		if (f->done[i] == t) return true;
+	}
+	return false;
+}
+
 static bool memosrt_fix_cb(struct ggml_tensor *t, bool ask, void *ud) {
 	memosrt_fix *f = (memosrt_fix *)ud;
 	bool broken = t->op == GGML_OP_RMS_NORM_BACK && t->src[0] != NULL && t->src[1] != NULL && t->data == t->src[0]->data;
 	if (!ask) {
+		if (t->op == GGML_OP_MUL) {
+			f->done[f->ndone % MEMOSRT_FIX_RING] = t;
+			f->ndone++;
+		}
 		if (broken && f->pending == t) {
-			size_t n = (size_t)ggml_nelements(t);
-			memcpy(t->data, f->buf, n * sizeof(float));
+			memcpy(t->data, f->buf, (size_t)ggml_nelements(t) * sizeof(float));
 			f->pending = NULL;
 			f->fixed++;
 		}
 		return true;
 	}
-	if (!broken) {
+	if (t->op == GGML_OP_MUL) {
 		return true;
 	}
+	if (!broken) {
+		return false;
+	}
 	const struct ggml_tensor *dz = t->src[0], *x = t->src[1];
-	if (t->type != GGML_TYPE_F32 || !ggml_is_contiguous(t) || !ggml_is_contiguous(dz) || !ggml_is_contiguous(x) ||
-		ggml_nelements(dz) != ggml_nelements(t) || ggml_nelements(x) != ggml_nelements(t)) {
+	if (!memosrt_fix_done(f, dz) || t->type != GGML_TYPE_F32 || !ggml_is_contiguous(t) || !ggml_is_contiguous(dz) ||
+		!ggml_is_contiguous(x) || ggml_nelements(dz) != ggml_nelements(t) || ggml_nelements(x) != ggml_nelements(t)) {
 		f->err = 1;
-		return true;
+		return false;
 	}
 	size_t n = (size_t)ggml_nelements(t);
 	if (n > f->cap) {
 		float *nb = (float *)realloc(f->buf, n * sizeof(float));
 		if (nb == NULL) {
 			f->err = 2;
-			return true;
+			return false;
 		}
 		f->buf = nb;
 		f->cap = n;
@@ -133,8 +153,8 @@ static bool memosrt_fix_cb(struct ggml_tensor *t, bool ask, void *ud) {
 }
 
 // memosrt_train_ctx creates the training context with the repair callback
-// and a persistent threadpool (the scheduler computes node by node, and
-// without a pool ggml-cpu would start and join its threads per node).
+// and a persistent threadpool (the scheduler computes the graph in pieces,
+// and without a pool ggml-cpu would start and join its threads per piece).
 static struct llama_context *memosrt_train_ctx(struct llama_model *m, int n_ctx, int threads, memosrt_fix *f, struct ggml_threadpool **pool) {
 	struct llama_context_params cp = llama_context_default_params();
 	cp.n_ctx = n_ctx;
@@ -242,9 +262,8 @@ type EpochStats struct {
 // The Trainer's context repairs one fault of the pinned ggml that made
 // every gradient below an RMS norm wrong (see memosrt_fix_cb): ggml-alloc
 // runs rms_norm_back in place over its incoming gradient, which the CPU
-// kernel overwrites before reading it. Its eval callback makes the
-// scheduler compute the graph one node at a time and recomputes those
-// nodes. TestTrainerGradient checks each trainable weight's gradient
+// kernel overwrites before reading it. Its eval callback stops the
+// scheduler before those nodes and recomputes them. TestTrainerGradient checks each trainable weight's gradient
 // against central finite differences of the loss.
 // Not safe for concurrent use; Close frees every C object.
 type Trainer struct {
@@ -485,7 +504,7 @@ func (t *Trainer) Epoch(ctx context.Context, seqs [][]Token, pad Token) (EpochSt
 	C.llama_opt_epoch(t.ctx.c, ds, res, nil, C.int64_t(len(seqs)), nil, nil)
 	switch t.fix.err {
 	case 1:
-		return EpochStats{}, fmt.Errorf("%w: an in-place rms_norm_back node with an unexpected layout; its gradient is wrong", ErrTrain)
+		return EpochStats{}, fmt.Errorf("%w: an in-place rms_norm_back node whose incoming gradient is not a finished MUL or has an unexpected layout; its gradient would be wrong", ErrTrain)
 	case 2:
 		return EpochStats{}, fmt.Errorf("%w: out of memory repairing rms_norm_back", ErrTrain)
 	}
