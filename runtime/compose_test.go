@@ -1,13 +1,16 @@
 package runtime
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 
+	"github.com/memosrt/memosrt/bench/gguf"
 	"github.com/memosrt/memosrt/internal/testmodels"
 	"github.com/memosrt/memosrt/runtime/llama"
 )
@@ -71,6 +74,10 @@ type composeFixture struct {
 	pre    Preamble
 	chunks []Chunk
 	query  []Token
+	// oracle, when > 0, recomputes that many moved tokens chosen by their
+	// V deviation from a full prefill summed over every layer (an upper
+	// bound for any selection from the KV alone; experiment only)
+	oracle int
 }
 
 func newComposeFixture(t testing.TB, e *Engine, alone bool) *composeFixture {
@@ -131,9 +138,55 @@ func (f *composeFixture) run(t testing.TB, order []int, o ComposeOptions, nGreed
 	want := argmaxAt(t, e, 0, forced, n)
 	e.ClearSeq(0)
 
+	var fullState []byte
+	if f.oracle > 0 {
+		e.ClearSeq(0)
+		if err := e.Prefill(ctx, 0, full[:n], 0); err != nil {
+			t.Fatal(err)
+		}
+		if fullState, err = e.SaveSeq(0); err != nil {
+			t.Fatal(err)
+		}
+		e.ClearSeq(0)
+		o = ComposeOptions{Head: -1, Tail: -1, Ratio: -1}
+	}
 	res, err := e.ComposeSeq(ctx, 1, 2, f.pre, chunks, o)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if f.oracle > 0 {
+		dev := map[int]float64{}
+		var cand []int
+		pos := len(f.pre.Tokens) + len(chunks[0].Tokens)
+		for _, c := range chunks[1:] {
+			for l := range e.kv.NLayer {
+				fv, _, err := seqStateV(fullState, l)
+				if err != nil {
+					t.Fatal(err)
+				}
+				cv, _, _ := seqStateV(c.State, l)
+				for k := range c.Tokens {
+					for j := range cv[k] {
+						x := float64(fv[pos+k][j] - cv[k][j])
+						dev[pos+k] += x * x
+					}
+				}
+			}
+			for k := range c.Tokens {
+				cand = append(cand, pos+k)
+			}
+			pos += len(c.Tokens)
+		}
+		slices.SortFunc(cand, func(a, b int) int { return cmp.Compare(dev[b], dev[a]) })
+		redo := slices.Clone(cand[:min(f.oracle, len(cand))])
+		slices.Sort(redo)
+		e.mu.Lock()
+		err := e.recomputeLocked(ctx, 1, 2, res.Tokens, redo)
+		e.mu.Unlock()
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Recomputed = len(redo)
 	}
 	if !slices.Equal(res.Tokens, full[:n]) {
 		t.Fatalf("composed tokens differ from the full prompt")
@@ -193,47 +246,102 @@ func (f *composeFixture) pairs(t testing.TB, o ComposeOptions, nGreedy int) comp
 	}
 }
 
-// BenchmarkComposeQuality prints, for 30 ordered pairs of stories260K
-// memories plus a query, how composed KV agrees with a full prefill of the
-// same tokens under each recompute rule: top-1 next-token agreement over
-// the query positions and 24 teacher-forced continuation positions, the
-// share of pairs whose 24 greedy tokens all equal the full prefill's,
-// the mean share of leading greedy tokens that equal, and the fraction of
-// chunk tokens decoded again. Chunks are prefilled after the BOS preamble
-// (and, in the "alone" rows, from position 0 without it).
+// BenchmarkComposeQuality prints, for the 30 ordered pairs of six
+// stories260K memories (17-24 tokens) plus a 9-token query, how composed
+// KV agrees with a full prefill of the same tokens under each recompute
+// rule:
+//
+//   - top1: top-1 next-token agreement over the query positions and the
+//     23 teacher-forced positions of the full prefill's greedy
+//     continuation (32 positions a pair, 960 in all);
+//   - greedy: the share of pairs whose 24 greedy tokens all equal the
+//     full prefill's (the strict reading of "greedy 24-token match");
+//   - prefix: the mean share of leading greedy tokens that equal;
+//   - recomputed: chunk tokens decoded again / chunk tokens.
+//
+// Chunks are prefilled after the BOS preamble ("alone": from position 0
+// without it; "filler": after BOS and an unrelated sentence, shifted back).
+// The oracle row ranks moved tokens by their V deviation from the full
+// prefill summed over every layer: the best any selection from the KV
+// alone can do at that budget. The guard row runs with ShiftGuard's
+// verdict for q8_0 K: no shift, moved chunks recomputed at their place.
+// Target (issue 15): top1 >= 99% and greedy >= 95% at <= 15% recomputed.
+// Threads 1: the figures are the same with more, faster alone.
 //
 //	go test -run '^$' -bench ComposeQuality -benchtime 1x ./runtime/
 func BenchmarkComposeQuality(b *testing.B) {
-	e, err := Load(context.Background(), Options{ModelPath: testmodels.Stories(b), Threads: 2, NCtx: 512, NSeqMax: 3, BlendProbe: true})
+	load := func() *Engine {
+		e, err := Load(context.Background(), Options{ModelPath: testmodels.Stories(b), Threads: 1, NCtx: 512, NSeqMax: 3, BlendProbe: true})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { e.Close() })
+		return e
+	}
+	e := load()
+	after := newComposeFixture(b, e, false)
+	alone := newComposeFixture(b, e, true)
+	oracle := *after
+	oracle.oracle = 6 // of 41 chunk tokens on average: 14.6%
+	filler := *after
+	filler.chunks = nil
+	ft, err := e.Tokenize(" The cat sat on the mat. It was a sunny day.", false)
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer e.Close()
-	after := newComposeFixture(b, e, false)
-	alone := newComposeFixture(b, e, true)
+	fp, err := e.PrefillPreamble(context.Background(), 0, append([]Token{e.BOS()}, ft...))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, c := range after.chunks {
+		fc, err := e.PrefillChunk(context.Background(), 0, fp, c.Tokens)
+		if err != nil {
+			b.Fatal(err)
+		}
+		filler.chunks = append(filler.chunks, fc)
+	}
+	// stories260K's 8-wide heads cannot hold q8_0 K (ggml asserts): the
+	// guard row sets the verdict Load gives a q8_0-K engine (the seam
+	// TestComposeGuardPath also uses; the refusal itself is tested there
+	// on a generated model)
+	ge := load()
+	ge.shiftErr = ShiftGuard(ge.model.Attention(), KVConfig{TypeK: "q8_0"}, true)
+	guarded := newComposeFixture(b, ge, false)
+	none := ComposeOptions{Ratio: -1}
 	const nGreedy = 24
 	rows := []struct {
 		name string
 		f    *composeFixture
 		o    ComposeOptions
 	}{
-		{"shift only", after, ComposeOptions{Head: -1, Tail: -1, Ratio: -1}},
-		{"shift only, chunks alone", alone, ComposeOptions{Head: -1, Tail: -1, Ratio: -1}},
-		{"tail 4", after, ComposeOptions{Head: -1, Tail: 4, Ratio: -1}},
+		{"shift only", after, none},
+		{"shift only, chunks alone", alone, none},
+		{"shift only, filler", &filler, none},
+		{"tail 4", after, ComposeOptions{Tail: 4, Ratio: -1}},
 		{"head 2 tail 2", after, ComposeOptions{Head: 2, Tail: 2, Ratio: -1}},
 		{"head 4 tail 2", after, ComposeOptions{Head: 4, Tail: 2, Ratio: -1}},
-		{"blend 0.10", after, ComposeOptions{Head: -1, Tail: -1, Ratio: 0.10}},
-		{"blend 0.15", after, ComposeOptions{Head: -1, Tail: -1, Ratio: 0.15}},
-		{"head 2 tail 2 + blend to 0.15", after, ComposeOptions{Head: 2, Tail: 2, Ratio: 0.15}},
-		{"head 1 tail 1 + blend to 0.15", after, ComposeOptions{Head: 1, Tail: 1, Ratio: 0.15}},
-		{"default", after, ComposeOptions{}},
-		{"default, chunks alone", alone, ComposeOptions{}},
+		{"head 2 tail 2 + blend to 0.15, L2", after, ComposeOptions{Head: 2, Tail: 2, Ratio: 0.15}},
+		{"blend 0.15, probe layer 1", after, ComposeOptions{Ratio: 0.15, ProbeLayer: 1}},
+		{"blend 0.15, probe layer 2 (default)", after, ComposeOptions{}},
+		{"blend 0.15, L2, chunks alone", alone, ComposeOptions{}},
+		{"blend 0.15, L2, filler", &filler, ComposeOptions{}},
+		{"oracle 6 tokens (all-layer V dev.)", &oracle, ComposeOptions{}},
+		{"blend 0.25, L2", after, ComposeOptions{Ratio: 0.25}},
+		{"blend 0.35, L2", after, ComposeOptions{Ratio: 0.35}},
+		{"blend 0.40, L2", after, ComposeOptions{Ratio: 0.40}},
+		{"whole moved chunk", after, ComposeOptions{Head: 1000, Ratio: -1}},
+		{"guard (q8_0 K verdict): recompute", guarded, ComposeOptions{}},
 	}
 	for range b.N {
-		fmt.Fprintf(os.Stdout, "%-34s %8s %8s %8s %10s\n", "rule", "top1", "greedy", "prefix", "recomputed")
+		fmt.Fprintf(os.Stdout, "%-38s %7s %7s %7s %10s\n", "rule (30 ordered pairs)", "top1", "greedy", "prefix", "recomputed")
 		for _, r := range rows {
 			s := r.f.pairs(b, r.o, nGreedy)
-			fmt.Fprintf(os.Stdout, "%-34s %7.1f%% %7.1f%% %7.1f%% %9.1f%%\n", r.name, 100*s.top1, 100*s.greedy, 100*s.prefix, 100*s.recomputed)
+			fmt.Fprintf(os.Stdout, "%-38s %6.1f%% %6.1f%% %6.1f%% %9.1f%%\n", r.name, 100*s.top1, 100*s.greedy, 100*s.prefix, 100*s.recomputed)
+			if r.o == (ComposeOptions{}) && r.f == after {
+				b.ReportMetric(100*s.top1, "top1_%")
+				b.ReportMetric(100*s.greedy, "greedy_%")
+				b.ReportMetric(100*s.recomputed, "recomputed_%")
+			}
 		}
 	}
 }
@@ -252,5 +360,218 @@ func TestComposeMemoryLengths(t *testing.T) {
 	}
 }
 
-var _ = errors.Is
-var _ = llama.TypeF16
+func TestShiftGuard(t *testing.T) {
+	llamaRope := llama.Attention{Arch: "llama", RopeType: llama.RopeTypeNorm}
+	f16 := KVConfig{TypeK: "f16", TypeV: "f16"}
+	for _, tc := range []struct {
+		name     string
+		a        llama.Attention
+		kv       KVConfig
+		canShift bool
+		refused  bool
+	}{
+		{"llama f16", llamaRope, f16, true, false},
+		{"neox f32", llama.Attention{RopeType: llama.RopeTypeNeoX}, KVConfig{TypeK: "f32"}, true, false},
+		{"quantized K q8_0", llamaRope, KVConfig{TypeK: "q8_0", TypeV: "f16"}, true, true},
+		{"quantized K q4_0", llamaRope, KVConfig{TypeK: "q4_0", TypeV: "f16"}, true, true},
+		{"quantized V only", llamaRope, KVConfig{TypeK: "f16", TypeV: "q8_0"}, true, false},
+		{"M-RoPE", llama.Attention{RopeType: llama.RopeTypeMRoPE}, f16, true, true},
+		{"interleaved M-RoPE", llama.Attention{RopeType: llama.RopeTypeIMRoPE}, f16, true, true},
+		{"rope sections declared", llama.Attention{RopeType: llama.RopeTypeNorm, RopeSections: true}, f16, true, true},
+		{"no RoPE", llama.Attention{RopeType: llama.RopeTypeNone}, f16, true, true},
+		{"sliding window", llama.Attention{RopeType: llama.RopeTypeNorm, NSWA: 4096}, f16, true, true},
+		{"sliding window declared", llama.Attention{RopeType: llama.RopeTypeNorm, SlidingWindowMeta: true}, f16, true, true},
+		{"hybrid", llama.Attention{RopeType: llama.RopeTypeNorm, Hybrid: true}, f16, true, true},
+		{"recurrent", llama.Attention{RopeType: llama.RopeTypeNorm, Recurrent: true}, f16, true, true},
+		{"MLA", llama.Attention{RopeType: llama.RopeTypeNorm, KVLoraRank: 512}, f16, true, true},
+		{"cache cannot shift", llamaRope, f16, false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := ShiftGuard(tc.a, tc.kv, tc.canShift)
+			if tc.refused != (err != nil) {
+				t.Fatalf("ShiftGuard = %v, want refused=%v", err, tc.refused)
+			}
+			if err != nil && !errors.Is(err, ErrNoShift) {
+				t.Fatalf("%v does not wrap ErrNoShift", err)
+			}
+		})
+	}
+}
+
+func openCompose(t *testing.T, typeK string, probe bool) *Engine {
+	fa := "auto"
+	if typeK != "f16" {
+		fa = "on" // llama.cpp quantizes K only with flash attention
+	}
+	return openStories(t, Options{Threads: 1, NCtx: 512, NSeqMax: 3, BlendProbe: probe, TypeK: typeK, FlashAttn: fa})
+}
+
+// stories260K is a llama with normal RoPE: the shift is allowed at f16.
+// Its 8-wide heads cannot hold q8_0 K (ggml asserts), so the refusal of
+// quantized K is checked on a generated llama with 64-wide heads, and
+// the recompute path on stories260K through the guard seam (shiftErr, set
+// as Load sets it): every moved chunk is decoded in full at its new
+// position and agrees with a full prefill exactly.
+func TestComposeGuardPath(t *testing.T) {
+	e := openCompose(t, "f16", true)
+	if err := e.ShiftGuard(); err != nil {
+		t.Fatalf("f16 stories260K: %v", err)
+	}
+	e.shiftErr = ShiftGuard(e.model.Attention(), KVConfig{TypeK: "q8_0"}, true)
+	f := newComposeFixture(t, e, false)
+	for _, order := range [][]int{{0, 1}, {3, 2}, {5, 4, 1}} {
+		c := f.run(t, order, ComposeOptions{}, 24)
+		moved := c.res.ChunkTokens - len(f.chunks[order[0]].Tokens)
+		if !errors.Is(c.res.Guard, ErrNoShift) || c.res.Moved != moved || c.res.Recomputed != moved || c.res.Probed != 0 {
+			t.Fatalf("%v: guard %v, moved %d, recomputed %d, probed %d; want ErrNoShift, %d, %d, 0", order, c.res.Guard, c.res.Moved, c.res.Recomputed, c.res.Probed, moved, moved)
+		}
+		if c.agree != c.positions || !c.greedySame {
+			t.Fatalf("%v: top-1 %d/%d, greedy same %v; want exact", order, c.agree, c.positions, c.greedySame)
+		}
+	}
+
+	path := filepath.Join(t.TempDir(), "q8k.gguf")
+	spec := gguf.Spec{NLayer: 2, NEmbd: 128, NHead: 2, NHeadKV: 1, NFF: 128, NCtxTrain: 512}
+	if err := gguf.Write(t.Context(), path, spec, testmodels.Path(t, "llama-2-tiny-random.gguf"), 1); err != nil {
+		t.Fatal(err)
+	}
+	q, err := Load(t.Context(), Options{ModelPath: path, Threads: 1, NCtx: 256, NSeqMax: 3, TypeK: "q8_0", FlashAttn: "on"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	if err := q.ShiftGuard(); !errors.Is(err, ErrNoShift) {
+		t.Fatalf("q8_0 K: ShiftGuard = %v, want ErrNoShift", err)
+	}
+	pre, err := q.PrefillPreamble(t.Context(), 0, []Token{q.BOS()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var chunks []Chunk
+	for _, m := range composeMemories[:2] {
+		toks, _ := q.Tokenize(m, false)
+		c, err := q.PrefillChunk(t.Context(), 0, pre, toks)
+		if err != nil {
+			t.Fatal(err)
+		}
+		chunks = append(chunks, c)
+	}
+	res, err := q.ComposeSeq(t.Context(), 1, 2, pre, chunks, ComposeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(res.Guard, ErrNoShift) || res.Recomputed != len(chunks[1].Tokens) || q.SeqLen(1) != len(res.Tokens) {
+		t.Fatalf("q8_0 K: %+v, seq holds %d positions", res, q.SeqLen(1))
+	}
+}
+
+// On the 30 ordered pairs the default rule (blend 0.15, probe layer 2)
+// recomputes at most 15.5% of chunk tokens and beats shifting alone; at a
+// 40% budget it reaches the issue's quality targets. Figures measured by
+// BenchmarkComposeQuality: shift only 94.8% / 23.3%, default 98.1% /
+// 66.7% at 15.2%, blend 0.40 99.6% / 96.7%.
+func TestComposeAgreement(t *testing.T) {
+	e := openCompose(t, "f16", true)
+	f := newComposeFixture(t, e, false)
+	shift := f.pairs(t, ComposeOptions{Ratio: -1}, 24)
+	def := f.pairs(t, ComposeOptions{}, 24)
+	if shift.recomputed != 0 || def.recomputed > 0.155 || def.recomputed < 0.14 {
+		t.Fatalf("recomputed: shift only %.3f, default %.3f", shift.recomputed, def.recomputed)
+	}
+	if def.top1 < 0.975 || def.top1 <= shift.top1 || def.greedy < 0.6 || def.greedy <= shift.greedy {
+		t.Fatalf("default top1 %.3f greedy %.3f, shift only %.3f %.3f", def.top1, def.greedy, shift.top1, shift.greedy)
+	}
+	wide := f.pairs(t, ComposeOptions{Ratio: 0.40}, 24)
+	if wide.top1 < 0.99 || wide.greedy < 0.95 {
+		t.Fatalf("blend 0.40: top1 %.3f greedy %.3f, want >= 0.99, 0.95", wide.top1, wide.greedy)
+	}
+	// three chunks, middle and last moved: runs of recompute in the middle
+	c := f.run(t, []int{2, 0, 4}, ComposeOptions{Ratio: 0.3}, 24)
+	if c.res.Recomputed == 0 || c.res.Probed != c.res.Moved || c.agree < c.positions*9/10 {
+		t.Fatalf("three chunks: %+v, top-1 %d/%d", c.res, c.agree, c.positions)
+	}
+}
+
+func TestComposeErrors(t *testing.T) {
+	e := openCompose(t, "f16", false)
+	f := newComposeFixture(t, e, false)
+	ctx := context.Background()
+	two := []Chunk{f.chunks[0], f.chunks[1]}
+	if _, err := e.ComposeSeq(ctx, 1, 1, f.pre, two, ComposeOptions{Ratio: -1}); !errors.Is(err, ErrCompose) {
+		t.Errorf("seq == scratch: %v", err)
+	}
+	if _, err := e.ComposeSeq(ctx, 1, 2, f.pre, two, ComposeOptions{}); !errors.Is(err, ErrBadOptions) {
+		t.Errorf("deviation ranking without BlendProbe: %v", err)
+	}
+	bad := f.chunks[1]
+	bad.Pos0 = 0
+	if _, err := e.ComposeSeq(ctx, 1, 2, f.pre, []Chunk{f.chunks[0], bad}, ComposeOptions{Ratio: -1}); !errors.Is(err, ErrCompose) {
+		t.Errorf("chunk with a wrong Pos0: %v", err)
+	}
+	if e.SeqLen(1) != 0 || e.SeqLen(2) != 0 {
+		t.Errorf("after errors seq holds %d, scratch %d positions", e.SeqLen(1), e.SeqLen(2))
+	}
+	// head and tail alone need no probe
+	res, err := e.ComposeSeq(ctx, 1, 2, f.pre, two, ComposeOptions{Head: 2, Tail: 2, Ratio: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n0, n1 := len(two[0].Tokens), len(two[1].Tokens)
+	want := []int{1 + n0, 2 + n0, n0 + n1 - 1, n0 + n1}
+	if !slices.Equal(res.Positions, want) || e.SeqLen(1) != 1+n0+n1 || e.SeqLen(2) != 0 {
+		t.Errorf("recomputed %v, want %v; seq %d scratch %d positions", res.Positions, want, e.SeqLen(1), e.SeqLen(2))
+	}
+}
+
+func TestSliceSeqState(t *testing.T) {
+	e := openCompose(t, "f16", false)
+	toks, _ := e.Tokenize("Ben found a shiny stone by the river.", true)
+	if err := e.Prefill(context.Background(), 0, toks, 0); err != nil {
+		t.Fatal(err)
+	}
+	st, err := e.SaveSeq(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	whole, _ := ParseSeqState(st)
+	for _, tc := range []struct{ p0, p1, n int }{{0, len(toks), len(toks)}, {3, 7, 4}, {5, 1000, len(toks) - 5}, {4, 4, 0}} {
+		sl, err := SliceSeqState(st, tc.p0, tc.p1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := ParseSeqState(sl)
+		if err != nil || s.NCells != tc.n {
+			t.Fatalf("[%d, %d): %d cells, %v; want %d", tc.p0, tc.p1, s.NCells, err, tc.n)
+		}
+		for i, p := range s.Positions {
+			if int(p) != tc.p0+i {
+				t.Fatalf("[%d, %d): cell %d at %d", tc.p0, tc.p1, i, p)
+			}
+		}
+		if tc.n == 0 {
+			continue
+		}
+		// V rows of every layer are those of the same positions
+		for l := range whole.NLayer {
+			a, _, err := seqStateV(st, l)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _, _ := seqStateV(sl, l)
+			for i := range b {
+				if !slices.Equal(a[tc.p0+i], b[i]) {
+					t.Fatalf("[%d, %d) layer %d cell %d: V differs", tc.p0, tc.p1, l, i)
+				}
+			}
+		}
+	}
+	if tr, _ := TruncateSeqState(st, 6); true {
+		sl, _ := SliceSeqState(st, 0, 6)
+		if !slices.Equal(tr, sl) {
+			t.Error("SliceSeqState(0, 6) differs from TruncateSeqState(6)")
+		}
+	}
+	if _, err := SliceSeqState(st, 5, 2); !errors.Is(err, ErrBadState) {
+		t.Errorf("reversed range: %v", err)
+	}
+}

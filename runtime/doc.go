@@ -1,7 +1,9 @@
 // Package runtime runs inference on a GGUF model with llama.cpp: model load,
 // tokenization, chat templates, batched prefill and decode, sampling, stop
 // strings, streaming and cancellation, and per-sequence KV operations
-// (save/restore state, remove a range, copy, shift).
+// (save/restore state, remove a range, copy, shift), and composition of
+// per-memory KV chunks (PrefillChunk, ComposeSeq: K-shift plus a
+// CacheBlend-style selective recompute, guarded by ShiftGuard).
 //
 // The C binding lives in the subpackage runtime/llama, the only package that
 // imports "C". An Engine owns one model and one llama context with NSeqMax
@@ -20,7 +22,9 @@
 //  2. the batcher lock (queue, active set, adapter set): Generate,
 //     BeginForeground's wake-up, DetachAdapter, admission;
 //  3. the engine lock (the llama context): a batch step, ClearSeq,
-//     SaveSeq, RestoreSeq, CopySeq and the other sequence operations.
+//     SaveSeq, RestoreSeq, CopySeq and the other sequence operations;
+//     ComposeSeq holds it for the whole composition (restores, shifts,
+//     probe and recompute decodes), so batch steps wait for it.
 //
 // A step holds the engine lock only: the jobs it ends are finished after
 // it releases the lock, under the batcher lock. Request callbacks
