@@ -2,6 +2,7 @@ package memosrt
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -12,8 +13,10 @@ import (
 // BenchmarkTurnRecording measures what recording a chat turn (issue 17:
 // the turn stored as a memory of Kind KindTurn, queued short-term, moved
 // into a topic session on overflow) adds to a chat request on
-// stories260K: the same chat request (a cube of three memories, the same
-// user message, 8 tokens, NoPersist) with Record RecordTurn and with
+// stories260K: the same chat request (a cube of three memories, a user
+// message that differs in a number from request to request, so that no
+// turn is an identical add answered by textmem's duplicate check, 8
+// tokens, NoPersist) with Record RecordTurn and with
 // RecordNone, alternated request by request so that both see the same
 // machine and the same cube, the order flipped every pair (RecordTurn
 // first, then RecordNone first) so that neither always follows the other.
@@ -34,9 +37,10 @@ func BenchmarkTurnRecording(b *testing.B) {
 	opts.NoExtract = true
 	o := openOS(b, opts)
 	addMemories(b, o, "c", "Lily has a dog named Max.", "Max likes to run in the park.", "Lily's favourite food is apple pie.")
-	recorded := 0
+	recorded, n := 0, 0
 	chat := func(mode RecordMode) float64 {
-		req := Request{Cube: "c", Messages: []Message{{Role: "user", Content: "Once upon a time, Lily"}},
+		n++
+		req := Request{Cube: "c", Messages: []Message{{Role: "user", Content: fmt.Sprintf("Once upon a time, Lily found %d shells", n)}},
 			NumPredict: 8, NoPersist: true, Record: mode}
 		start := time.Now()
 		if _, err := o.Chat(ctx, req); err != nil {

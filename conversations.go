@@ -17,8 +17,9 @@ import (
 
 // Memory that conversations write by themselves (issue 17; package
 // convmem). A chat turn in a cube is recorded after its answer: its text
-// becomes a textmem memory of Kind KindTurn (retrieved like any memory),
-// and convmem queues it short-term, moves overflowing turns into topic
+// becomes a textmem memory of Kind KindTurn (searchable at once, retrieved
+// into prompts like any memory once it left the short-term queue), and
+// convmem queues it short-term, moves overflowing turns into topic
 // sessions and tells which sessions are hot enough to consolidate. A
 // consolidation, or AddMessages, queues an extraction job: run in the
 // background by one goroutine (jobRunner), persisted, resumed after a
@@ -28,8 +29,9 @@ import (
 // KindTurn is the Kind of the memories that hold recorded chat turns.
 const KindTurn = "turn"
 
-// SourceShortTerm is the Source of a search hit that is a turn of the
-// short-term queue (its ID is the turn's, not a memory's).
+// SourceShortTerm is the Source of the memory of a turn still in its
+// cube's short-term queue: Search finds it, prompts never hold it (the
+// conversation carries it); it becomes "session:<id>" when the turn moves.
 const SourceShortTerm = "short-term"
 
 // jobRunner runs extraction jobs one at a time, in the background.
@@ -443,9 +445,10 @@ func (o *OS) recordChat(ctx context.Context, req *Request, cube Cube, answer str
 	}
 }
 
-// recordTurns appends turns to the cube's short-term queue; turns the
-// overflow moved into a session get their textmem memories (Kind
-// KindTurn, retrievable from then on: materialize); with consolidate,
+// recordTurns appends turns to the cube's short-term queue and writes
+// their textmem memories (Kind KindTurn: searchable at once, retrieved
+// into prompts once the overflow moved them into a session: materialize);
+// with consolidate,
 // sessions the move made due get an extraction job. Returns the turns
 // with their ids.
 func (o *OS) recordTurns(ctx context.Context, cube string, turns []convmem.Turn, consolidate bool) ([]convmem.Turn, error) {
@@ -459,10 +462,8 @@ func (o *OS) recordTurns(ctx context.Context, cube string, turns []convmem.Turn,
 	if err != nil {
 		return nil, err
 	}
-	if len(moved) > 0 {
-		if err := o.materialize(ctx, cube); err != nil {
-			return turns, err
-		}
+	if err := o.materialize(ctx, cube); err != nil {
+		return turns, err
 	}
 	if !consolidate {
 		return turns, nil
@@ -490,11 +491,16 @@ func (o *OS) recordTurns(ctx context.Context, cube string, turns []convmem.Turn,
 	return turns, nil
 }
 
-// materialize writes the texts of cube's turns that moved to a session as
-// textmem memories of Kind KindTurn (Source "session:<id>", EventTime the
-// turn's time) and links each turn to its memory. An identical memory is reused
-// (textmem's exact-duplicate check), so running it again after a crash
-// between the move and the link writes nothing twice.
+// materialize brings the textmem memories of cube's pending turns
+// (convmem.Store.Pending) up to date: a turn without one gets a memory of
+// Kind KindTurn (EventTime the turn's time), Source SourceShortTerm while
+// it is in the short-term queue (searchable by Search, hidden from
+// prompts: Layout.HideSources) or "session:<id>" once it moved; a moved
+// turn whose memory still has the short-term Source gets its session as
+// Source. The session as Source keeps textmem's neighbour expansion within
+// the conversation, as it does within a dialog session. An identical
+// memory is reused (textmem's exact-duplicate check), so running it again
+// after a crash between a record or move and the link writes nothing twice.
 func (o *OS) materialize(ctx context.Context, cube string) error {
 	pend, err := o.conv.Pending(ctx, cube)
 	if err != nil {
@@ -502,17 +508,33 @@ func (o *OS) materialize(ctx context.Context, cube string) error {
 	}
 	limit := textmem.DefaultOptions().MaxTextBytes
 	for _, t := range pend {
-		text := t.Text()
-		if len(text) > limit {
-			text = strings.ToValidUTF8(text[:limit], "")
+		src := SourceShortTerm
+		if t.Session != "" {
+			src = "session:" + t.Session
 		}
-		// the session is the Source: textmem's neighbour expansion then
-		// stays within the conversation, as it does within a dialog session
-		m, err := o.mem.Add(ctx, cube, textmem.Memory{Text: text, Kind: KindTurn, Source: "session:" + t.Session, EventTime: t.Time})
-		if err != nil {
-			return err
+		id := t.Memory
+		if id == "" {
+			text := t.Text()
+			if len(text) > limit {
+				text = strings.ToValidUTF8(text[:limit], "")
+			}
+			m, err := o.mem.Add(ctx, cube, textmem.Memory{Text: text, Kind: KindTurn, Source: src, EventTime: t.Time})
+			if err != nil {
+				return err
+			}
+			id = m.ID
+		} else if src != SourceShortTerm {
+			switch m, err := o.mem.Get(ctx, cube, id); {
+			case errors.Is(err, textmem.ErrNotFound):
+			case err != nil:
+				return err
+			case m.Source == SourceShortTerm:
+				if _, err := o.mem.Patch(ctx, cube, id, textmem.Patch{Source: &src}); err != nil && !errors.Is(err, textmem.ErrNotFound) {
+					return err
+				}
+			}
 		}
-		if err := o.conv.SetMemory(ctx, cube, t.ID, m.ID); err != nil && !errors.Is(err, convmem.ErrNotFound) {
+		if err := o.conv.SetMemory(ctx, cube, t.ID, id); err != nil && !errors.Is(err, convmem.ErrNotFound) {
 			return err
 		}
 	}
@@ -788,25 +810,19 @@ func (o *OS) sweepExpired(ctx context.Context) error {
 }
 
 // sessionWeight and sessionTop shape how sessions rerank a search (see
-// fuse); shortTermAt is the share of a query's distinct terms a short-term
-// turn must hold to be a hit.
+// fuse).
 const (
 	sessionWeight = 0.5
 	sessionTop    = 3
-	shortTermAt   = 1.0
 )
 
-// fuse reranks the hits of a search in cube for query with the cube's
-// conversation memory, as MemoryOS retrieves sessions first and pages
-// within them: each hit scores 1/(60+rank) (reciprocal rank fusion,
-// Cormack et al. 2009), plus sessionWeight/(60+srank) when its turn lies
-// in one of ses, the sessionTop sessions that best match the query (srank
-// their rank). The turns of the short-term queue, not in the text index
-// yet, join as hits of their own ranking when they hold at least
-// shortTermAt of the query's terms (all of them: a share would let a
-// speaker's name alone match). The first k are returned, Score their fused score
-// (one scale for all).
-func (o *OS) fuse(ctx context.Context, cube, query string, ses []convmem.SessionHit, short []convmem.Turn, hits []textmem.Hit, k int) ([]textmem.Hit, error) {
+// fuse reranks the hits of a search in cube with the cube's conversation
+// memory, as MemoryOS retrieves sessions first and pages within them:
+// each hit scores 1/(60+rank) (reciprocal rank fusion, Cormack et al.
+// 2009), plus sessionWeight/(60+srank) when its turn lies in one of ses,
+// the sessionTop sessions that best match the query (srank their rank).
+// Score is the fused score (one scale for all).
+func (o *OS) fuse(ctx context.Context, cube string, ses []convmem.SessionHit, hits []textmem.Hit) ([]textmem.Hit, error) {
 	srank := map[string]int{}
 	for i, s := range ses {
 		srank[s.Session.ID] = i
@@ -831,47 +847,13 @@ func (o *OS) fuse(ctx context.Context, cube, query string, ses []convmem.Session
 		}
 		sc = append(sc, scored{h, s})
 	}
-	for i, h := range o.shortTermHits(cube, query, short) {
-		sc = append(sc, scored{h, 1 / (60 + float64(i))})
-	}
 	slices.SortStableFunc(sc, func(a, b scored) int { return cmp.Compare(b.score, a.score) })
-	out := make([]textmem.Hit, 0, min(k, len(sc)))
-	for _, x := range sc[:min(k, len(sc))] {
+	out := make([]textmem.Hit, len(sc))
+	for i, x := range sc {
 		x.h.Score = x.score
-		out = append(out, x.h)
+		out[i] = x.h
 	}
 	return out, nil
-}
-
-// shortTermHits are the turns of cube's short-term queue (turns, oldest
-// first) holding at least shortTermAt of query's distinct terms, best share
-// first (then newest); Score is the share. Their Memory carries the turn:
-// ID the turn's id, Kind KindTurn, Source SourceShortTerm.
-func (o *OS) shortTermHits(cube, query string, turns []convmem.Turn) []textmem.Hit {
-	an := o.conv.Options().Analyzer
-	q := map[string]bool{}
-	an.Terms(query, func(w string) { q[w] = true })
-	if len(q) == 0 {
-		return nil
-	}
-	var out []textmem.Hit
-	for i := len(turns) - 1; i >= 0; i-- {
-		t := turns[i]
-		seen := map[string]bool{}
-		an.Terms(t.Text(), func(w string) {
-			if q[w] {
-				seen[w] = true
-			}
-		})
-		share := float64(len(seen)) / float64(len(q))
-		if share < shortTermAt {
-			continue
-		}
-		out = append(out, textmem.Hit{Score: share, Memory: textmem.Memory{ID: t.ID, Cube: cube, Text: t.Text(),
-			Kind: KindTurn, Source: SourceShortTerm, Created: t.Time, Updated: t.Time, EventTime: t.Time, Version: 1}})
-	}
-	slices.SortStableFunc(out, func(a, b textmem.Hit) int { return cmp.Compare(b.Score, a.Score) })
-	return out
 }
 
 // liveHits drops hits whose memory has expired (the sweep deletes them at

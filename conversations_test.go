@@ -40,7 +40,7 @@ func nonTurn(t *testing.T, o *OS, cube string) []textmem.Memory {
 }
 
 // Chat turns are recorded: the short-term queue stays bounded, overflow
-// moves into sessions (and only then into the text index), every turn is
+// moves into sessions (and only then into prompts), every turn is
 // in exactly one place; Record none, RecordUser and a NoRecord cube do as
 // they say.
 func TestTurnRecording(t *testing.T) {
@@ -95,7 +95,8 @@ func TestTurnRecording(t *testing.T) {
 	if want := "Lily went to the park on day 7.\n" + answers[7]; st[1].Text() != want {
 		t.Errorf("last turn %q, want %q", st[1].Text(), want)
 	}
-	// moved turns are memories of Kind turn; short-term ones are not yet
+	// every turn is a memory of Kind turn: moved ones with their session
+	// as Source, short-term ones with SourceShortTerm
 	ms, _ := o.Memories(ctx, "lily")
 	var turnMems []string
 	for _, m := range ms {
@@ -103,8 +104,41 @@ func TestTurnRecording(t *testing.T) {
 			turnMems = append(turnMems, m.Text)
 		}
 	}
-	if len(turnMems) != 6 || turnMems[0] != "Lily went to the park on day 0.\n"+answers[0] {
+	if len(turnMems) != 8 || turnMems[0] != "Lily went to the park on day 0.\n"+answers[0] {
 		t.Errorf("turn memories %q", turnMems)
+	}
+	source := func(id string) string {
+		tr, err := o.conv.Turn(ctx, "lily", id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := o.mem.Get(ctx, "lily", tr.Memory)
+		if err != nil {
+			t.Fatalf("turn %s's memory %q: %v", id, tr.Memory, err)
+		}
+		return m.Source
+	}
+	for _, tr := range st {
+		if src := source(tr.ID); src != SourceShortTerm {
+			t.Errorf("short-term turn %s: memory Source %q, want %q", tr.ID, src, SourceShortTerm)
+		}
+	}
+	for _, se := range ses {
+		for _, id := range se.Turns {
+			if src := source(id); src != "session:"+se.ID {
+				t.Errorf("turn %s of session %s: memory Source %q", id, se.ID, src)
+			}
+		}
+	}
+	// the short-term turns are never retrieved into a prompt (the
+	// conversation carries them); moved ones are
+	res, err := o.Chat(ctx, Request{Cube: "lily", RenderOnly: true, Record: RecordNone,
+		Messages: []Message{{Role: "user", Content: "Did Lily go to the park on day 7 or day 5?"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(res.Rendered, "day 7.") || strings.Contains(res.Rendered, "day 6.") || !strings.Contains(res.Rendered, "day 5.") {
+		t.Errorf("prompt %q: want day 5's moved turn retrieved, day 6 and 7 (short-term) not", res.Rendered)
 	}
 	// a search finds a short-term turn too, as a short-term hit
 	hits, err := o.Search(ctx, "lily", textmem.DefaultQuery("park day 7", 10))

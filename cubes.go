@@ -417,8 +417,10 @@ func (o *OS) DeleteMemory(ctx context.Context, cube, id string) error {
 }
 
 // Search finds cube's memories for q (textmem.Store.SearchWith: BM25 with
-// stemming, neighbours, optional dense fusion) and counts each hit as a
-// visit towards its heat.
+// stemming, neighbours, optional dense fusion; the cube's recorded turns
+// included, short-term ones too), reorders the hits by the cube's best
+// matching conversation sessions (fuse) and counts each hit but
+// short-term turns as a visit towards its heat.
 func (o *OS) Search(ctx context.Context, cube string, q textmem.Query) ([]textmem.Hit, error) {
 	if err := o.enter(); err != nil {
 		return nil, err
@@ -432,33 +434,26 @@ func (o *OS) Search(ctx context.Context, cube string, q textmem.Query) ([]textme
 	if k == 0 {
 		k = textmem.DefaultK
 	}
-	st, err := o.conv.ShortTerm(ctx, cube)
-	if err != nil {
-		return nil, err
-	}
 	// the text tier's own top k, reordered by the sessions: a wider pool
 	// let session bonuses pull in hits from other dialog sessions (LoCoMo
 	// dev recall@10 fell from 76.0 to 68.4 with sessions a conversation
 	// each, `make recall-sessions` at 0249fbb)
-	conv := len(ses) > 0 || len(st) > 0
 	q.K = k
 	hits, err := o.mem.SearchWith(ctx, cube, q)
 	if err != nil {
 		return nil, err
 	}
 	hits = o.liveHits(hits)
-	if conv {
-		if hits, err = o.fuse(ctx, cube, q.Text, ses, st, hits, k); err != nil {
+	if len(ses) > 0 {
+		if hits, err = o.fuse(ctx, cube, ses, hits); err != nil {
 			return nil, err
 		}
-		if len(ses) > 0 {
-			ids := make([]string, len(ses))
-			for i, s := range ses {
-				ids[i] = s.Session.ID
-			}
-			if err := o.conv.Visit(ctx, cube, ids); err != nil {
-				o.log.Warn("session visits", "cube", cube, "err", err)
-			}
+		ids := make([]string, len(ses))
+		for i, s := range ses {
+			ids[i] = s.Session.ID
+		}
+		if err := o.conv.Visit(ctx, cube, ids); err != nil {
+			o.log.Warn("session visits", "cube", cube, "err", err)
 		}
 	}
 	uses := make([]scheduler.Use, 0, len(hits))

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"github.com/memosrt/memosrt/convmem"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/memosrt/memosrt/kvcache"
@@ -187,6 +188,11 @@ func DefaultOptions() Options {
 
 func (o *Options) ensureDefaults() {
 	d := DefaultOptions()
+	// short-term turns are searchable (OS.Search) but never retrieved into
+	// a prompt: the conversation itself carries them
+	if !slices.Contains(o.Layout.HideSources, SourceShortTerm) {
+		o.Layout.HideSources = append(slices.Clone(o.Layout.HideSources), SourceShortTerm)
+	}
 	if o.Parallel == 0 {
 		o.Parallel = d.Parallel
 	}

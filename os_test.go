@@ -396,8 +396,9 @@ func TestConcurrentRunWarmDelete(t *testing.T) {
 	bPack := bWarm.Packs[0]
 	bList, _ := o.Memories(ctx, "b")
 	run := func(cube string, noCache bool) *Response {
+		// not recorded: the test follows the memories it writes
 		res, err := o.Chat(ctx, Request{Cube: cube, Messages: []Message{{Role: "user", Content: "Once upon a time"}},
-			NoCache: noCache, NumPredict: 24, NoPersist: true})
+			NoCache: noCache, NumPredict: 24, NoPersist: true, Record: RecordNone})
 		if err != nil {
 			t.Error(err)
 			return &Response{}

@@ -126,9 +126,10 @@ func (e *tierEnv) cmd(t *testing.T, d *datadriven.TestData) string {
 		}
 	case "chat":
 		// a chat turn (its text is the input): retrieval puts matching
-		// memories into the prompt
+		// memories into the prompt; the turn is not recorded (the scripts
+		// follow the memories they add; TestTurnRecording follows turns)
 		for range times {
-			res, err := e.o.Chat(ctx, Request{Cube: cube, NumPredict: 4,
+			res, err := e.o.Chat(ctx, Request{Cube: cube, NumPredict: 4, Record: RecordNone,
 				Messages: []Message{{Role: "user", Content: strings.TrimSpace(d.Input)}}})
 			if err != nil {
 				return err.Error()

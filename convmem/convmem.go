@@ -214,7 +214,7 @@ func (s *Store) Options() Options { return s.opts }
 //
 //	c/t/<turn id>            Turn JSON
 //	c/q/<turn id>            empty: the turn is in the short-term queue
-//	c/m/<turn id>            empty: the turn moved to a session and awaits its textmem memory (Materialize)
+//	c/m/<turn id>            empty: the turn was recorded or moved to a session and awaits its textmem memory or that memory's new Source (the OS's materialize)
 //	c/r/<memory id>          the turn id whose text that memory holds
 //	c/s/<session id>         Session JSON
 //	c/p                      Profile JSON
@@ -283,8 +283,8 @@ type Moved struct {
 // empty (turns is updated in place). When the queue then holds more than
 // Options.ShortTermLen turns, its oldest max(MoveLen, overflow) turns move
 // into a session in the same transaction (see package doc): nothing is
-// dropped. Moved turns are marked as awaiting their textmem memory
-// (Pending, SetMemory). A turn already recorded is left as it is. Returns
+// dropped. Recorded and moved turns are marked as awaiting their textmem
+// memory or its new Source (Pending, SetMemory). A turn already recorded is left as it is. Returns
 // the moves made.
 func (s *Store) Record(ctx context.Context, cube string, turns ...Turn) ([]Moved, error) {
 	for i := range turns {
@@ -312,6 +312,9 @@ func (s *Store) Record(ctx context.Context, cube string, turns ...Turn) ([]Moved
 				return err
 			}
 			if err := txn.Set([]byte(pQueue+t.ID), nil); err != nil {
+				return err
+			}
+			if err := txn.Set([]byte(pPending+t.ID), nil); err != nil {
 				return err
 			}
 		}
@@ -422,10 +425,8 @@ func (s *Store) move(txn textmem.Txn, group []Turn, sid string, now time.Time) (
 		if err := txn.Delete([]byte(pQueue + t.ID)); err != nil {
 			return Moved{}, err
 		}
-		if t.Memory == "" {
-			if err := txn.Set([]byte(pPending+t.ID), nil); err != nil {
-				return Moved{}, err
-			}
+		if err := txn.Set([]byte(pPending+t.ID), nil); err != nil {
+			return Moved{}, err
 		}
 	}
 	ses.Heat = 0
@@ -839,14 +840,15 @@ func (s *Store) DropTurn(ctx context.Context, cube, id string) error {
 	})
 }
 
-// Pending returns cube's turns that moved to a session and await their
-// textmem memory, oldest first.
+// Pending returns cube's turns that were recorded or moved to a session
+// since their textmem memory was last written (none yet, or its Source
+// still the short-term one), oldest first.
 func (s *Store) Pending(ctx context.Context, cube string) ([]Turn, error) {
 	return s.turnsUnder(ctx, cube, pPending)
 }
 
 // PendingCubes returns the cubes with turns awaiting their memory (after a
-// crash between a move and the memories' writes).
+// crash between a record or move and the memories' writes).
 func (s *Store) PendingCubes(ctx context.Context) ([]string, error) {
 	return s.be.Cubes(ctx, []byte(pPending))
 }

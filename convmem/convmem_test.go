@@ -286,8 +286,10 @@ func TestRecord(t *testing.T) {
 	}
 }
 
-// TestPending: moved turns await their memory until SetMemory, which maps
-// the memory back to its turn for SessionsOf and DropTurn.
+// TestPending: recorded and moved turns await their memory until
+// SetMemory, which maps the memory back to its turn for SessionsOf and
+// DropTurn; a move marks a linked turn pending again (its memory's Source
+// changes).
 func TestPending(t *testing.T) {
 	ctx := context.Background()
 	s := openStore(t, Options{ShortTermLen: 2, MoveLen: 1, Now: newClock().Now})
@@ -297,8 +299,25 @@ func TestPending(t *testing.T) {
 		}
 	}
 	pend, err := s.Pending(ctx, "p")
-	if err != nil || !slices.Equal(turnIDs(pend), ids(1, 2)) {
-		t.Fatalf("Pending = %v, %v; want 1, 2", turnIDs(pend), err)
+	if err != nil || !slices.Equal(turnIDs(pend), ids(1, 2, 3, 4)) {
+		t.Fatalf("Pending = %v, %v; want 1, 2, 3, 4", turnIDs(pend), err)
+	}
+	for _, i := range []int{2, 3, 4} {
+		if err := s.SetMemory(ctx, "p", turnID(i), fmt.Sprintf("bbbbbbbbbbbbbbbbbbbbbbb%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// turn 3 leaves the queue: its memory needs its session as Source
+	if _, err := s.Record(ctx, "p", Turn{ID: turnID(5), User: topicTurns[0]}); err != nil {
+		t.Fatal(err)
+	}
+	if pend, _ := s.Pending(ctx, "p"); !slices.Equal(turnIDs(pend), ids(1, 3, 5)) {
+		t.Fatalf("Pending after a move = %v, want 1, 3, 5", turnIDs(pend))
+	}
+	for _, i := range []int{3, 5} {
+		if err := s.SetMemory(ctx, "p", turnID(i), fmt.Sprintf("bbbbbbbbbbbbbbbbbbbbbbb%d", i)); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if cs, _ := s.PendingCubes(ctx); !slices.Equal(cs, []string{"p"}) {
 		t.Errorf("PendingCubes = %v", cs)
@@ -307,8 +326,8 @@ func TestPending(t *testing.T) {
 	if err := s.SetMemory(ctx, "p", turnID(1), mem); err != nil {
 		t.Fatal(err)
 	}
-	if pend, _ := s.Pending(ctx, "p"); !slices.Equal(turnIDs(pend), ids(2)) {
-		t.Errorf("Pending after SetMemory = %v, want 2", turnIDs(pend))
+	if pend, _ := s.Pending(ctx, "p"); len(pend) != 0 {
+		t.Errorf("Pending after SetMemory = %v, want none", turnIDs(pend))
 	}
 	if tr, _ := s.Turn(ctx, "p", turnID(1)); tr.Memory != mem {
 		t.Errorf("Turn.Memory = %q", tr.Memory)

@@ -36,6 +36,10 @@ type LayoutOptions struct {
 	// turns' blocks together), tokens: a memory that would pass it is left
 	// out. Default n_ctx/4 with an engine, 4096 without one.
 	MaxRetrievedTokens int
+	// HideSources are Sources whose memories retrieval never adds to a
+	// prompt (the OS's short-term chat turns: the conversation carries
+	// them, and retrieving them would change every next prompt's prefix).
+	HideSources []string
 	// ChatTemplate overrides the model's template ("" uses the model's; a
 	// model without one gets the plain layout described at Assemble).
 	ChatTemplate string
@@ -219,7 +223,9 @@ func (l *Layout) retrieve(ctx context.Context, cube string, pack []textmem.Memor
 		if m.Role != "user" || strings.TrimSpace(m.Content) == "" {
 			continue
 		}
-		hits, err := l.mem.Search(ctx, cube, m.Content, l.opts.RetrieveK+len(shown))
+		q := textmem.DefaultQuery(m.Content, l.opts.RetrieveK+len(shown))
+		q.NotSources = l.opts.HideSources
+		hits, err := l.mem.SearchWith(ctx, cube, q)
 		if err != nil {
 			return nil, nil, err
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 
@@ -155,8 +156,11 @@ func TestMCPRoundTrip(t *testing.T) {
 	if del.Deleted != dog.ID {
 		t.Fatalf("delete: %+v", del)
 	}
+	list = mcpListOut{}
 	mustTool(t, cs, "list_memories", map[string]any{"cube": "lily"}, &list)
-	if list.Total != 1 || len(list.Memories) != 1 || list.Memories[0].ID != paint.ID {
+	// besides the two chats' recorded turns (Kind turn), only paint is left
+	kept := slices.DeleteFunc(slices.Clone(list.Memories), func(m mcpMemory) bool { return m.Kind == memosrt.KindTurn })
+	if list.Total != 3 || len(list.Memories) != 3 || len(kept) != 1 || kept[0].ID != paint.ID {
 		t.Fatalf("list after delete: %+v", list)
 	}
 
@@ -172,15 +176,17 @@ func TestMCPRoundTrip(t *testing.T) {
 	failTool(t, cs, "chat", map[string]any{"cube": "lily", "message": ""}, "empty message")
 	failTool(t, cs, "chat", map[string]any{"cube": "lily", "message": "x", "num_predict": -3}, "num_predict")
 	failTool(t, cs, "add_memory", map[string]any{"cube": "lily"}, "text")
+	list = mcpListOut{}
 	mustTool(t, cs, "list_memories", map[string]any{"cube": "lily"}, &list)
-	if list.Total != 1 {
+	if list.Total != 3 { // paint and the two recorded chat turns
 		t.Fatalf("failed calls changed the cube: %+v", list)
 	}
 
 	// the X-Memosrt-Cube header is the default cube
 	hc := mcpSession(t, e, "Authorization", "Bearer admin", CubeHeader, "lily")
+	list = mcpListOut{}
 	mustTool(t, hc, "list_memories", nil, &list)
-	if list.Total != 1 || list.Memories[0].ID != paint.ID {
+	if list.Total != 3 || list.Memories[2].ID != paint.ID {
 		t.Fatalf("list in the header's cube: %+v", list)
 	}
 

@@ -44,6 +44,9 @@ type Query struct {
 	Kinds []string
 	// Tags keeps memories that carry every one of these tags.
 	Tags []string
+	// NotSources drops memories whose Source is one of these (the OS keeps
+	// a cube's short-term chat turns out of prompts this way).
+	NotSources []string
 	// Since and Until keep memories whose EventTime (Created when EventTime
 	// is zero) is in [Since, Until); a zero bound is open.
 	Since, Until time.Time
@@ -130,7 +133,7 @@ func (s *Store) Search(ctx context.Context, cube, query string, k int) ([]Hit, e
 
 // keep returns the filter of q, nil when q has none.
 func (q Query) keep() func(*docEntry) bool {
-	if len(q.Kinds) == 0 && len(q.Tags) == 0 && q.Since.IsZero() && q.Until.IsZero() {
+	if len(q.Kinds) == 0 && len(q.Tags) == 0 && len(q.NotSources) == 0 && q.Since.IsZero() && q.Until.IsZero() {
 		return nil
 	}
 	since, until := int64(math.MinInt64), int64(math.MaxInt64)
@@ -142,6 +145,9 @@ func (q Query) keep() func(*docEntry) bool {
 	}
 	return func(d *docEntry) bool {
 		if len(q.Kinds) > 0 && !slices.Contains(q.Kinds, d.meta.kind) {
+			return false
+		}
+		if slices.Contains(q.NotSources, d.meta.source) {
 			return false
 		}
 		for _, t := range q.Tags {

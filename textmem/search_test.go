@@ -23,7 +23,7 @@ func TestSearchWithFilters(t *testing.T) {
 	ctx := context.Background()
 	s, _ := openStore(t, t.TempDir(), Options{})
 	day := func(d int) time.Time { return time.Date(2023, 5, d, 0, 0, 0, 0, time.UTC) }
-	a := mustAdd(t, s, "c", Memory{Text: "tea with Alice", Kind: "fact", Tags: []string{"drink", "alice"}, EventTime: day(1)})
+	a := mustAdd(t, s, "c", Memory{Text: "tea with Alice", Kind: "fact", Tags: []string{"drink", "alice"}, Source: "chat", EventTime: day(1)})
 	b := mustAdd(t, s, "c", Memory{Text: "tea with Bob", Kind: "preference", Tags: []string{"drink"}, EventTime: day(5)})
 	c := mustAdd(t, s, "c", Memory{Text: "tea with Carol", Kind: "fact", Tags: []string{"alice"}}) // no event: Created (2025) counts
 	cases := []struct {
@@ -41,6 +41,8 @@ func TestSearchWithFilters(t *testing.T) {
 		{"window", Query{Since: day(1), Until: day(6)}, []string{a.ID, b.ID}},
 		{"created window", Query{Since: t0, Until: t0.Add(time.Hour)}, []string{c.ID}},
 		{"kind and window", Query{Kinds: []string{"fact"}, Since: day(2)}, []string{c.ID}},
+		{"not source", Query{NotSources: []string{"chat"}}, []string{b.ID, c.ID}},
+		{"not sources", Query{NotSources: []string{"other", "chat"}, Kinds: []string{"fact"}}, []string{c.ID}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
