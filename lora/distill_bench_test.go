@@ -206,13 +206,9 @@ func runDistill(b *testing.B, path string, m *llama.Model, ev *llama.Ctx, mems, 
 	var nllBase, nllAd float64
 	recalled := 0
 	for _, t := range mems {
-		ev.ClearAdapters()
-		ev.DropGraph()
+		useAdapter(b, ev, nil)
 		nllBase += nll(b, ev, t)
-		if err := ev.SetAdapter(a, 1); err != nil {
-			b.Fatal(err)
-		}
-		ev.DropGraph()
+		useAdapter(b, ev, a)
 		nllAd += nll(b, ev, t)
 		h := 1 + (len(t)-1)/2
 		got := greedy(b, ev, t[:h], len(t)-h, 0)
@@ -226,13 +222,9 @@ func runDistill(b *testing.B, path string, m *llama.Model, ev *llama.Ctx, mems, 
 	var agree, pos int
 	var kl float64
 	for _, g := range generic[distillTrainOpenings:] {
-		ev.ClearAdapters()
-		ev.DropGraph()
+		useAdapter(b, ev, nil)
 		pb := dists(b, ev, g)
-		if err := ev.SetAdapter(a, 1); err != nil {
-			b.Fatal(err)
-		}
-		ev.DropGraph()
+		useAdapter(b, ev, a)
 		pa := dists(b, ev, g)
 		for i := range pb {
 			if pos == 1000 {
@@ -253,6 +245,24 @@ func runDistill(b *testing.B, path string, m *llama.Model, ev *llama.Ctx, mems, 
 	fmt.Printf("| %d | %g | %d | %.2f→%.2f | %.3f→%.3f (−%.0f%%) | %d/20 | %.1f%% | %.4f | %d | %.2f | %d MiB | %d | %.3f | %.4f |\n",
 		st.epochs, st.lr, st.rank, first.Loss, last.Loss, nllBase, nllAd, 100*(1-nllAd/nllBase), recalled,
 		100*float64(agree)/float64(pos), kl/float64(pos), pos, trainSec/float64(len(mems)), rss>>20, fi.Size(), minKept, maxDelta)
+}
+
+// useAdapter attaches a alone (nil: none) and makes sure the next Decode
+// builds its graph anew. DropGraph alone is not enough when the Decode
+// before was itself a DropGraph Decode of the same shape: both build with
+// the embeddings output on, so llama.cpp reuses the previous adapters'
+// graph (that made every adapter look inert in this benchmark). A
+// throwaway 1-token DropGraph Decode here leaves an embeddings-on graph
+// behind, so the caller's Decode (embeddings off) always rebuilds.
+func useAdapter(b *testing.B, c *llama.Ctx, a *llama.Adapter) {
+	c.ClearAdapters()
+	if a != nil {
+		if err := c.SetAdapter(a, 1); err != nil {
+			b.Fatal(err)
+		}
+	}
+	c.DropGraph()
+	decodeAll(b, c, []llama.Token{1})
 }
 
 func equalTokens(a, b []llama.Token) bool {
