@@ -55,6 +55,9 @@ type distillSetting struct {
 	epochs int
 	lr     float32
 	rank   int
+	// forms per memory: 1 = the memory as the model sees it in a prompt
+	// (BOS + text); 3 adds a cloze form and a story-opening form.
+	forms int
 }
 
 // BenchmarkDistill distills 20 memories into a LoRA adapter for
@@ -91,12 +94,25 @@ func BenchmarkDistill(b *testing.B) {
 		p := tok(s, true)
 		generic[i] = append(p, greedy(b, ev, p, 130-len(p), 0)...)
 	}
-	settings := []distillSetting{{8, 1e-3, 8}, {16, 1e-3, 16}, {16, 3e-3, 16}}
+	settings := []distillSetting{{30, 1e-3, 32, 1}, {30, 1e-3, 32, 3}}
 	if os.Getenv("MEMOSRT_DISTILL_QUICK") != "" {
-		settings = []distillSetting{{3, 1e-4, 8}}
+		settings = []distillSetting{{3, 1e-4, 8, 1}}
 	}
+	// MEMOSRT_DISTILL_SETTINGS="epochs,lr,rank,forms;..." replaces the settings.
+	if v := os.Getenv("MEMOSRT_DISTILL_SETTINGS"); v != "" {
+		settings = nil
+		for _, f := range strings.Split(v, ";") {
+			var st distillSetting
+			if _, err := fmt.Sscanf(f, "%d,%g,%d,%d", &st.epochs, &st.lr, &st.rank, &st.forms); err != nil {
+				b.Fatalf("MEMOSRT_DISTILL_SETTINGS %q: %v", f, err)
+			}
+			settings = append(settings, st)
+		}
+	}
+	fmt.Println("| epochs | lr | rank | forms | train loss first→last | memory NLL base→adapter | full delta NLL | recalled | held-out top-1 | held-out KL | positions | s/memory | peak RSS | adapter bytes | min kept | max |Δw| |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, st := range settings {
-		b.Run(fmt.Sprintf("epochs=%d,lr=%g,rank=%d", st.epochs, st.lr, st.rank), func(b *testing.B) {
+		b.Run(fmt.Sprintf("epochs=%d,lr=%g,rank=%d,forms=%d", st.epochs, st.lr, st.rank, st.forms), func(b *testing.B) {
 			for b.Loop() {
 				runDistill(b, path, m, ev, mems, generic, st)
 			}
@@ -122,6 +138,9 @@ func runDistill(b *testing.B, path string, m *llama.Model, ev *llama.Ctx, mems, 
 	var forms [][]llama.Token
 	for i, s := range distillMemories {
 		forms = append(forms, mems[i])
+		if st.forms < 3 {
+			continue
+		}
 		words := strings.Fields(s)
 		cloze := strings.Join(words[:len(words)-1], " ") + " ___. The missing word is " + strings.TrimSuffix(words[len(words)-1], ".") + ". " + s
 		t, _ := m.Tokenize(cloze, true, false)
@@ -196,6 +215,20 @@ func runDistill(b *testing.B, path string, m *llama.Model, ev *llama.Ctx, mems, 
 		b.Fatal(err)
 	}
 	fi, _ := os.Stat(out)
+	// base + the full delta (the Trainer's own weights), for comparison
+	// with the rank-r adapter.
+	var nllFull float64
+	{
+		tc, err := llama.NewContext(tr.Model(), llama.ContextParams{NCtx: 512, NBatch: 512, Threads: 2})
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, t := range mems {
+			nllFull += nll(b, tc, t)
+		}
+		nllFull /= float64(len(mems))
+		tc.Close()
+	}
 	a, err := llama.LoadAdapter(m, out)
 	if err != nil {
 		b.Fatal(err)
@@ -242,8 +275,8 @@ func runDistill(b *testing.B, path string, m *llama.Model, ev *llama.Ctx, mems, 
 		}
 	}
 	ev.ClearAdapters()
-	fmt.Printf("| %d | %g | %d | %.2f→%.2f | %.3f→%.3f (−%.0f%%) | %d/20 | %.1f%% | %.4f | %d | %.2f | %d MiB | %d | %.3f | %.4f |\n",
-		st.epochs, st.lr, st.rank, first.Loss, last.Loss, nllBase, nllAd, 100*(1-nllAd/nllBase), recalled,
+	fmt.Printf("| %d | %g | %d | %d | %.2f→%.2f | %.3f→%.3f (−%.0f%%) | %.3f | %d/20 | %.1f%% | %.4f | %d | %.2f | %d MiB | %d | %.3f | %.4f |\n",
+		st.epochs, st.lr, st.rank, st.forms, first.Loss, last.Loss, nllBase, nllAd, 100*(1-nllAd/nllBase), nllFull, recalled,
 		100*float64(agree)/float64(pos), kl/float64(pos), pos, trainSec/float64(len(mems)), rss>>20, fi.Size(), minKept, maxDelta)
 }
 
@@ -254,7 +287,7 @@ func runDistill(b *testing.B, path string, m *llama.Model, ev *llama.Ctx, mems, 
 // graph (that made every adapter look inert in this benchmark). A
 // throwaway 1-token DropGraph Decode here leaves an embeddings-on graph
 // behind, so the caller's Decode (embeddings off) always rebuilds.
-func useAdapter(b *testing.B, c *llama.Ctx, a *llama.Adapter) {
+func useAdapter(b testing.TB, c *llama.Ctx, a *llama.Adapter) {
 	c.ClearAdapters()
 	if a != nil {
 		if err := c.SetAdapter(a, 1); err != nil {
@@ -279,7 +312,7 @@ func equalTokens(a, b []llama.Token) bool {
 
 // decodeAll decodes toks as sequence 0 from an empty cache with logits at
 // every position.
-func decodeAll(b *testing.B, c *llama.Ctx, toks []llama.Token) {
+func decodeAll(b testing.TB, c *llama.Ctx, toks []llama.Token) {
 	c.ClearMemory()
 	bt := llama.NewBatch(len(toks))
 	defer bt.Close()
@@ -295,7 +328,7 @@ func decodeAll(b *testing.B, c *llama.Ctx, toks []llama.Token) {
 
 // dists returns softmax(logits) after each of toks[:len-1] (the
 // distribution of the next token).
-func dists(b *testing.B, c *llama.Ctx, toks []llama.Token) [][]float64 {
+func dists(b testing.TB, c *llama.Ctx, toks []llama.Token) [][]float64 {
 	decodeAll(b, c, toks)
 	var out [][]float64
 	var buf []float32
@@ -307,7 +340,7 @@ func dists(b *testing.B, c *llama.Ctx, toks []llama.Token) [][]float64 {
 }
 
 // nll is the mean negative log-likelihood of toks[1:], nats per token.
-func nll(b *testing.B, c *llama.Ctx, toks []llama.Token) float64 {
+func nll(b testing.TB, c *llama.Ctx, toks []llama.Token) float64 {
 	var s float64
 	for i, p := range dists(b, c, toks) {
 		s -= math.Log(max(p[toks[i+1]], 1e-30))
@@ -343,7 +376,7 @@ func argmax(p []float64) int {
 }
 
 // greedy decodes n tokens after prompt (argmax).
-func greedy(b *testing.B, c *llama.Ctx, prompt []llama.Token, n int, _ int) []llama.Token {
+func greedy(b testing.TB, c *llama.Ctx, prompt []llama.Token, n int, _ int) []llama.Token {
 	decodeAll(b, c, prompt)
 	bt := llama.NewBatch(1)
 	defer bt.Close()
