@@ -205,7 +205,7 @@ func encode(h Header, state []byte) (Header, []byte, error) {
 	e, _ := codecs()
 	var payload []byte
 	if len(state) > segBytes {
-		h.Codec, payload = CodecZstdShuffle2Seg, encodeSegments(e, state)
+		h.Codec, payload = CodecZstdShuffle2Seg, encodeSegments(e, state, segBytes)
 	} else {
 		h.Codec, payload = CodecZstdShuffle2, e.EncodeAll(shuffle2(state), nil)
 	}
@@ -260,29 +260,40 @@ func DecodeHeader(blob []byte) (Header, []byte, error) {
 	if hl > maxHeader || 10+hl+8 > len(body) {
 		return h, nil, fmt.Errorf("%w: header length %d", ErrCorrupt, hl)
 	}
-	if err := json.Unmarshal(body[10:10+hl], &h); err != nil {
-		return h, nil, fmt.Errorf("%w: header: %v", ErrCorrupt, err)
+	h, err := parseHeader(body[10:10+hl], binary.LittleEndian.Uint64(body[10+hl:]), len(body)-10-hl-8)
+	if err != nil {
+		return h, nil, err
 	}
-	pl := binary.LittleEndian.Uint64(body[10+hl:])
-	if pl != uint64(len(body)-10-hl-8) {
-		return h, nil, fmt.Errorf("%w: payload length %d, have %d", ErrCorrupt, pl, len(body)-10-hl-8)
+	return h, body[10+hl+8:], nil
+}
+
+// parseHeader parses a blob's header JSON hj and checks it against the
+// payload length pl written after it and the have bytes that follow.
+// Errors wrap ErrCorrupt or ErrVersion.
+func parseHeader(hj []byte, pl uint64, have int) (Header, error) {
+	var h Header
+	if err := json.Unmarshal(hj, &h); err != nil {
+		return h, fmt.Errorf("%w: header: %v", ErrCorrupt, err)
+	}
+	if pl != uint64(have) {
+		return h, fmt.Errorf("%w: payload length %d, have %d", ErrCorrupt, pl, have)
 	}
 	if h.Codec != CodecZstdShuffle2 && h.Codec != CodecZstdShuffle2Seg && h.Codec != CodecRaw {
-		return h, nil, fmt.Errorf("%w: codec %q", ErrVersion, h.Codec)
+		return h, fmt.Errorf("%w: codec %q", ErrVersion, h.Codec)
 	}
 	if h.Codec == CodecRaw && uint64(h.RawBytes) != pl {
-		return h, nil, fmt.Errorf("%w: raw payload of %d bytes, header says %d", ErrCorrupt, pl, h.RawBytes)
+		return h, fmt.Errorf("%w: raw payload of %d bytes, header says %d", ErrCorrupt, pl, h.RawBytes)
 	}
 	if h.RawBytes < 0 || h.RawBytes > MaxRawBytes || h.NTokens != len(h.Tokens) || TokensHash(h.Tokens) != h.TokensHash {
-		return h, nil, fmt.Errorf("%w: header fields inconsistent", ErrCorrupt)
+		return h, fmt.Errorf("%w: header fields inconsistent", ErrCorrupt)
 	}
 	// Every zstd block yields at most 128 KiB and takes at least 4 bytes (an
 	// RLE block, RFC 8878 §3.1.1.2), so a payload expands at most 32768
 	// times: a larger RawBytes is a lie that would make Decode allocate it.
 	if h.RawBytes > 32768*int64(pl) {
-		return h, nil, fmt.Errorf("%w: %d raw bytes cannot come from a %d-byte payload", ErrCorrupt, h.RawBytes, pl)
+		return h, fmt.Errorf("%w: %d raw bytes cannot come from a %d-byte payload", ErrCorrupt, h.RawBytes, pl)
 	}
-	return h, body[10+hl+8:], nil
+	return h, nil
 }
 
 // Decode checks and unpacks a blob into its header and the raw state. For
@@ -341,22 +352,27 @@ func (h Header) Check(kv runtime.KVConfig, adapterKey string) error {
 // cores.
 const segBytes = 4 << 20
 
-// encodeSegments is CodecZstdShuffle2Seg's payload of state, its segments
-// compressed in parallel.
-func encodeSegments(e *zstd.Encoder, state []byte) []byte {
-	n := (len(state) + segBytes - 1) / segBytes
+// encodeSegments is CodecZstdShuffle2Seg's payload of state in segments
+// of seg bytes, compressed in parallel.
+func encodeSegments(e *zstd.Encoder, state []byte, seg int) []byte {
+	n := (len(state) + seg - 1) / seg
 	frames := make([][]byte, n)
 	var g errgroup.Group
 	g.SetLimit(goruntime.GOMAXPROCS(0))
 	for i := range frames {
 		g.Go(func() error {
-			frames[i] = e.EncodeAll(shuffle2(state[i*segBytes:min(len(state), (i+1)*segBytes)]), nil)
+			frames[i] = e.EncodeAll(shuffle2(state[i*seg:min(len(state), (i+1)*seg)]), nil)
 			return nil
 		})
 	}
 	g.Wait()
-	out := binary.LittleEndian.AppendUint32(nil, uint32(n))
-	out = binary.LittleEndian.AppendUint32(out, segBytes)
+	size := 8 + 8*n
+	for _, f := range frames {
+		size += len(f)
+	}
+	out := make([]byte, 0, size)
+	out = binary.LittleEndian.AppendUint32(out, uint32(n))
+	out = binary.LittleEndian.AppendUint32(out, uint32(seg))
 	for _, f := range frames {
 		out = binary.LittleEndian.AppendUint64(out, uint64(len(f)))
 	}
@@ -366,43 +382,95 @@ func encodeSegments(e *zstd.Encoder, state []byte) []byte {
 	return out
 }
 
+// segHead checks the first 8 bytes of a CodecZstdShuffle2Seg payload of
+// pl bytes (segment count n, segment size seg) against a state of rawBytes
+// and returns them. Errors wrap ErrCorrupt.
+func segHead(p []byte, pl, rawBytes int) (n, seg int, err error) {
+	if len(p) < 8 || pl < 8 {
+		return 0, 0, fmt.Errorf("%w: segment table", ErrCorrupt)
+	}
+	n, seg = int(binary.LittleEndian.Uint32(p)), int(binary.LittleEndian.Uint32(p[4:]))
+	if n < 1 || seg < 1 || n > (pl-8)/8 || (n-1)*seg >= rawBytes || n*seg < rawBytes {
+		return 0, 0, fmt.Errorf("%w: %d segments of %d bytes for %d raw bytes", ErrCorrupt, n, seg, rawBytes)
+	}
+	return n, seg, nil
+}
+
+// segFrames returns the payload offsets of a CodecZstdShuffle2Seg
+// payload's n frames and its end (n+1 values) from its table (8 + 8n
+// bytes): the frames must fill the pl-byte payload exactly. Errors wrap
+// ErrCorrupt.
+func segFrames(table []byte, n, pl int) ([]int, error) {
+	offs := make([]int, n+1)
+	offs[0] = 8 + 8*n
+	for i := range n {
+		l := binary.LittleEndian.Uint64(table[8+8*i:])
+		if l > uint64(pl-offs[i]) {
+			return nil, fmt.Errorf("%w: segment %d of %d bytes, %d left", ErrCorrupt, i, l, pl-offs[i])
+		}
+		offs[i+1] = offs[i] + int(l)
+	}
+	if offs[n] != pl {
+		return nil, fmt.Errorf("%w: %d bytes after the last segment", ErrCorrupt, pl-offs[n])
+	}
+	return offs, nil
+}
+
+// decodeSegment decodes frame i of a CodecZstdShuffle2Seg payload into
+// dst, its segment of the state, through a pooled scratch buffer. Errors
+// wrap ErrCorrupt.
+func decodeSegment(d *zstd.Decoder, i int, f, dst []byte) error {
+	sp := getScratch(len(dst))
+	defer putScratch(sp)
+	// cap(dst) bounds what DecodeAll writes (WithDecodeAllCapLimit)
+	raw, err := d.DecodeAll(f, (*sp)[:0:len(dst)])
+	if err != nil {
+		return fmt.Errorf("%w: segment %d: zstd: %v", ErrCorrupt, i, err)
+	}
+	if len(raw) != len(dst) {
+		return fmt.Errorf("%w: segment %d: %d bytes, want %d", ErrCorrupt, i, len(raw), len(dst))
+	}
+	unshuffle2Into(dst, raw)
+	return nil
+}
+
+// scratchPool holds decode buffers of segBytes, so that restoring a state
+// does not allocate (and page-fault) a second state's worth of memory.
+var scratchPool = sync.Pool{New: func() any { b := make([]byte, segBytes); return &b }}
+
+// getScratch returns a pooled buffer of at least n bytes (one of its own
+// above segBytes: only hostile tables ask for more).
+func getScratch(n int) *[]byte {
+	if n > segBytes {
+		b := make([]byte, n)
+		return &b
+	}
+	return scratchPool.Get().(*[]byte)
+}
+
+func putScratch(b *[]byte) {
+	if len(*b) == segBytes {
+		scratchPool.Put(b)
+	}
+}
+
 // decodeSegments decodes a CodecZstdShuffle2Seg payload into a state of
 // rawBytes, its segments in parallel. Errors wrap ErrCorrupt.
 func decodeSegments(d *zstd.Decoder, p []byte, rawBytes int) ([]byte, error) {
-	if len(p) < 8 {
-		return nil, fmt.Errorf("%w: segment table", ErrCorrupt)
+	n, seg, err := segHead(p, len(p), rawBytes)
+	if err != nil {
+		return nil, err
 	}
-	n, seg := int(binary.LittleEndian.Uint32(p)), int(binary.LittleEndian.Uint32(p[4:]))
-	if n < 1 || seg < 1 || n > (len(p)-8)/8 || (n-1)*seg >= rawBytes || n*seg < rawBytes {
-		return nil, fmt.Errorf("%w: %d segments of %d bytes for %d raw bytes", ErrCorrupt, n, seg, rawBytes)
-	}
-	frames := make([][]byte, n)
-	rest := p[8+8*n:]
-	for i := range frames {
-		l := binary.LittleEndian.Uint64(p[8+8*i:])
-		if l > uint64(len(rest)) {
-			return nil, fmt.Errorf("%w: segment %d of %d bytes, %d left", ErrCorrupt, i, l, len(rest))
-		}
-		frames[i], rest = rest[:l], rest[l:]
-	}
-	if len(rest) != 0 {
-		return nil, fmt.Errorf("%w: %d bytes after the last segment", ErrCorrupt, len(rest))
+	offs, err := segFrames(p, n, len(p))
+	if err != nil {
+		return nil, err
 	}
 	out := make([]byte, rawBytes)
 	var g errgroup.Group
 	g.SetLimit(goruntime.GOMAXPROCS(0))
-	for i, f := range frames {
+	for i := range n {
 		g.Go(func() error {
-			dst := out[i*seg : min(rawBytes, (i+1)*seg)]
-			raw, err := d.DecodeAll(f, make([]byte, 0, len(dst)))
-			if err != nil {
-				return fmt.Errorf("%w: segment %d: zstd: %v", ErrCorrupt, i, err)
-			}
-			if len(raw) != len(dst) {
-				return fmt.Errorf("%w: segment %d: %d bytes, want %d", ErrCorrupt, i, len(raw), len(dst))
-			}
-			unshuffle2Into(dst, raw)
-			return nil
+			return decodeSegment(d, i, p[offs[i]:offs[i+1]], out[i*seg:min(rawBytes, (i+1)*seg)])
 		})
 	}
 	if err := g.Wait(); err != nil {

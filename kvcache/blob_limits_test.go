@@ -71,6 +71,10 @@ func TestHostileSizesDoNotAllocate(t *testing.T) {
 			if n > 64<<20 {
 				t.Fatalf("refusing a %d-byte blob allocated %d bytes", len(blob), n)
 			}
+			n = allocated(func() { _, _, derr = decodeParts(split(blob, 1000), len(blob), nil) })
+			if !errors.Is(derr, ErrCorrupt) || n > 64<<20 {
+				t.Fatalf("in parts: err = %v, %d bytes allocated", derr, n)
+			}
 		})
 	}
 	// the honest blob still decodes, also for an empty state

@@ -490,6 +490,30 @@ func (c *Cache) Blob(id string) ([]byte, error) {
 	return blob, nil
 }
 
+// readState reads a pack's blob from Badger and decodes it chunk by chunk
+// as Badger lends each value (partsDecoder): no copy of the blob is made.
+// Errors wrap ErrCorrupt or ErrVersion for bad bytes, else are I/O.
+func (c *Cache) readState(rec *packRecord) (h Header, state []byte, err error) {
+	err = c.db.View(func(txn *bg.Txn) error {
+		d := newPartsDecoder(int(rec.BlobBytes), &rec.Header)
+		for i := 0; i < rec.Chunks; i++ {
+			item, err := txn.Get(chunkKey(rec.ID, i))
+			if errors.Is(err, bg.ErrKeyNotFound) {
+				return fmt.Errorf("%w: chunk %d of %d is missing", ErrCorrupt, i, rec.Chunks)
+			}
+			if err != nil {
+				return fmt.Errorf("kvcache: read chunk %d: %w", i, err) // I/O: the pack may be fine
+			}
+			if err := item.Value(d.write); err != nil {
+				return err
+			}
+		}
+		h, state, err = d.finish()
+		return err
+	})
+	return h, state, err
+}
+
 // State returns a pack's header and decompressed state, from RAM if cached,
 // else from Badger (then cached). fromRAM reports which.
 func (c *Cache) State(id string) (h Header, state []byte, fromRAM bool, err error) {
@@ -506,12 +530,15 @@ func (c *Cache) State(id string) (h Header, state []byte, fromRAM bool, err erro
 		return rec.Header, st, true, nil
 	}
 	c.mu.Unlock()
-	blob, err := c.Blob(id)
-	if err != nil {
-		return h, nil, false, err
-	}
-	h, state, err = Decode(blob)
-	if err != nil {
+	if rec.remote {
+		blob, err := c.Blob(id)
+		if err != nil {
+			return h, nil, false, err
+		}
+		if h, state, err = Decode(blob); err != nil {
+			return h, nil, false, err
+		}
+	} else if h, state, err = c.readState(rec); err != nil {
 		return h, nil, false, err
 	}
 	if h.TokensHash != rec.Header.TokensHash || h.KV != rec.Header.KV || h.AdapterKey != rec.Header.AdapterKey || h.Scope != rec.Header.Scope {

@@ -24,6 +24,7 @@ func fuzzSeeds(t testing.TB) [][]byte {
 		}
 		seeds = append(seeds, b, b[:len(b)-1], b[:20])
 	}
+	seeds = append(seeds, segBlob(t, h, bytes.Repeat([]byte{7, 60, 9, 61}, 100), 96)) // small segments
 	return append(seeds, nil, []byte(magic), []byte("MKVB\x01\x00\xff\xff\xff\xff"))
 }
 
@@ -35,6 +36,7 @@ func FuzzDecode(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, blob []byte) {
+		checkParts(t, blob, 1, 7, len(blob)/2+1) // what Cache.State reads from Badger chunks
 		h, payload, err := DecodeHeader(blob)
 		if err != nil {
 			if !errors.Is(err, ErrCorrupt) && !errors.Is(err, ErrVersion) {
@@ -86,6 +88,7 @@ func FuzzDecodeFramed(f *testing.F) {
 	f.Add([]byte(`{"tokens":[],"tokens_hash":"e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855","codec":"zstd+shuffle2","raw_bytes":0}`), []byte{})
 	f.Fuzz(func(t *testing.T, hj, payload []byte) {
 		blob := frameBlob(hj, payload)
+		checkParts(t, blob, 1, 7, len(blob)/2+1)
 		h, state, err := Decode(blob)
 		if err != nil {
 			if !errors.Is(err, ErrCorrupt) && !errors.Is(err, ErrVersion) {

@@ -14,7 +14,7 @@ import (
 	"github.com/memosrt/memosrt/runtime"
 )
 
-func openDB(t *testing.T, dir string) *badger.DB {
+func openDB(t testing.TB, dir string) *badger.DB {
 	t.Helper()
 	db, err := badger.Open(badger.Options{Dir: dir, NoSync: true})
 	if err != nil {
