@@ -131,10 +131,11 @@ func TTFT(ctx context.Context, e *runtime.Engine, o TTFTOptions) ([]TTFTRow, err
 			cold = append(cold, ms(d))
 		}
 		row.ColdMs = stats.Median(cold)
-		// the pack: prefix state saved from a sequence that held only it
-		say("prefix %d: building the pack", n)
-		e.ClearSeq(0)
-		if err := e.Prefill(ctx, 0, prefix, 0); err != nil {
+		// the pack: the cold sequence cut back to the prefix
+		// (llama_memory_seq_rm), as the floor below is: one prefill per
+		// length (16,000 tokens of the 1B shape take over 20 minutes on 2
+		// cores)
+		if err := e.TruncateSeq(0, n); err != nil {
 			return rows, err
 		}
 		state, err := e.SaveSeq(0)
