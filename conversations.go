@@ -31,7 +31,7 @@ const KindTurn = "turn"
 
 // SourceShortTerm is the Source of the memory of a turn still in its
 // cube's short-term queue: Search finds it, prompts never hold it (the
-// conversation carries it); it becomes "session:<id>" when the turn moves.
+// conversation carries it); it becomes "dialog:<id>" when the turn moves.
 const SourceShortTerm = "short-term"
 
 // jobRunner runs extraction jobs one at a time, in the background.
@@ -495,10 +495,14 @@ func (o *OS) recordTurns(ctx context.Context, cube string, turns []convmem.Turn,
 // (convmem.Store.Pending) up to date: a turn without one gets a memory of
 // Kind KindTurn (EventTime the turn's time), Source SourceShortTerm while
 // it is in the short-term queue (searchable by Search, hidden from
-// prompts: Layout.HideSources) or "session:<id>" once it moved; a moved
-// turn whose memory still has the short-term Source gets its session as
-// Source. The session as Source keeps textmem's neighbour expansion within
-// the conversation, as it does within a dialog session. An identical
+// prompts: Layout.HideSources) or "dialog:<id>" once it moved; a moved
+// turn whose memory still has the short-term Source gets its dialog as
+// Source. The dialog (convmem.Turn.Dialog: the turns without a pause
+// longer than SessionGap, a sitting) keeps textmem's neighbour expansion
+// and context smoothing within what was said together, as a LoCoMo dialog
+// session does for the flat store; topic sessions cut a sitting wherever
+// its topic drifts, and as Source they cost LoCoMo dev recall@10 (75.85
+// against the flat 76.00, `make recall-sessions` at 806723d). An identical
 // memory is reused (textmem's exact-duplicate check), so running it again
 // after a crash between a record or move and the link writes nothing twice.
 func (o *OS) materialize(ctx context.Context, cube string) error {
@@ -510,7 +514,7 @@ func (o *OS) materialize(ctx context.Context, cube string) error {
 	for _, t := range pend {
 		src := SourceShortTerm
 		if t.Session != "" {
-			src = "session:" + t.Session
+			src = "dialog:" + t.Dialog
 		}
 		id := t.Memory
 		if id == "" {
@@ -812,7 +816,7 @@ func (o *OS) sweepExpired(ctx context.Context) error {
 // sessionWeight and sessionTop shape how sessions rerank a search (see
 // fuse).
 const (
-	sessionWeight = 0.5
+	sessionWeight = 0.03
 	sessionTop    = 3
 )
 
@@ -821,7 +825,12 @@ const (
 // each hit scores 1/(60+rank) (reciprocal rank fusion, Cormack et al.
 // 2009), plus sessionWeight/(60+srank) when its turn lies in one of ses,
 // the sessionTop sessions that best match the query (srank their rank).
-// Score is the fused score (one scale for all).
+// The bonus is small on purpose: at most 0.03/60 = 0.0005, what separates
+// rank 9 from rank 11 or 12, so a session lifts a hit over a near tie and
+// never over a clearly better one (with 0.5 a session's hits displaced the
+// text tier's: LoCoMo dev recall@10 68.4 against 76.0 from a 3k pool,
+// `make recall-sessions` at 0249fbb). Score is the fused score (one scale
+// for all); hits keep their order otherwise.
 func (o *OS) fuse(ctx context.Context, cube string, ses []convmem.SessionHit, hits []textmem.Hit) ([]textmem.Hit, error) {
 	srank := map[string]int{}
 	for i, s := range ses {

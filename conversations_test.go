@@ -95,8 +95,8 @@ func TestTurnRecording(t *testing.T) {
 	if want := "Lily went to the park on day 7.\n" + answers[7]; st[1].Text() != want {
 		t.Errorf("last turn %q, want %q", st[1].Text(), want)
 	}
-	// every turn is a memory of Kind turn: moved ones with their session
-	// as Source, short-term ones with SourceShortTerm
+	// every turn is a memory of Kind turn: moved ones with their dialog
+	// (here all 8: no pause) as Source, short-term ones with SourceShortTerm
 	ms, _ := o.Memories(ctx, "lily")
 	var turnMems []string
 	for _, m := range ms {
@@ -123,10 +123,11 @@ func TestTurnRecording(t *testing.T) {
 			t.Errorf("short-term turn %s: memory Source %q, want %q", tr.ID, src, SourceShortTerm)
 		}
 	}
+	first := ses[0].Turns[0]
 	for _, se := range ses {
 		for _, id := range se.Turns {
-			if src := source(id); src != "session:"+se.ID {
-				t.Errorf("turn %s of session %s: memory Source %q", id, se.ID, src)
+			if src := source(id); src != "dialog:"+first {
+				t.Errorf("turn %s of session %s: memory Source %q, want dialog:%s", id, se.ID, src, first)
 			}
 		}
 	}

@@ -434,11 +434,12 @@ func (o *OS) Search(ctx context.Context, cube string, q textmem.Query) ([]textme
 	if k == 0 {
 		k = textmem.DefaultK
 	}
-	// the text tier's own top k, reordered by the sessions: a wider pool
-	// let session bonuses pull in hits from other dialog sessions (LoCoMo
-	// dev recall@10 fell from 76.0 to 68.4 with sessions a conversation
-	// each, `make recall-sessions` at 0249fbb)
+	// the text tier's top 2k, reranked with the sessions (fuse's bonus
+	// reaches two or three ranks: the pool only needs to be a little over k)
 	q.K = k
+	if len(ses) > 0 {
+		q.K = 2 * k
+	}
 	hits, err := o.mem.SearchWith(ctx, cube, q)
 	if err != nil {
 		return nil, err
@@ -448,6 +449,7 @@ func (o *OS) Search(ctx context.Context, cube string, q textmem.Query) ([]textme
 		if hits, err = o.fuse(ctx, cube, ses, hits); err != nil {
 			return nil, err
 		}
+		hits = hits[:min(k, len(hits))]
 		ids := make([]string, len(ses))
 		for i, s := range ses {
 			ids[i] = s.Session.ID

@@ -128,10 +128,8 @@ type Turn struct {
 	// ID is the turn's id, of textmem's id shape (Record assigns one when
 	// empty).
 	ID string `json:"id"`
-	// Memory is the textmem memory holding the turn's text once it moved
-	// to a session (MemoryOS's mid-term pages are retrieved; the
-	// short-term queue is the conversation's own recent context, which
-	// retrieval would only repeat); "" before.
+	// Memory is the textmem memory holding the turn's text; "" until the
+	// OS wrote it (see Pending).
 	Memory    string    `json:"memory,omitempty"`
 	User      string    `json:"user"`
 	Assistant string    `json:"assistant,omitempty"`
@@ -139,6 +137,11 @@ type Turn struct {
 	// Session is the mid-term session holding the turn; "" while it is in
 	// the short-term queue.
 	Session string `json:"session,omitempty"`
+	// Dialog is the id of the first turn of the turn's dialog: the turns
+	// of a cube recorded without a pause longer than Options.SessionGap
+	// between two (a sitting, as a LoCoMo or MemoryOS dialog session is);
+	// Record sets it.
+	Dialog string `json:"dialog,omitempty"`
 }
 
 // Text is the turn as one text: the user's message, then the answer on
@@ -297,6 +300,10 @@ func (s *Store) Record(ctx context.Context, cube string, turns ...Turn) ([]Moved
 	var moved []Moved
 	err := s.be.Update(ctx, cube, func(txn textmem.Txn) error {
 		moved = nil
+		prev, err := s.lastTurn(txn)
+		if err != nil {
+			return err
+		}
 		for _, t := range turns {
 			switch _, err := txn.Get([]byte(pTurn + t.ID)); {
 			case err == nil:
@@ -308,6 +315,11 @@ func (s *Store) Record(ctx context.Context, cube string, turns ...Turn) ([]Moved
 			if t.Time.IsZero() {
 				t.Time = now
 			}
+			t.Dialog = t.ID
+			if prev.Dialog != "" && t.Time.Sub(prev.Time) <= s.opts.SessionGap && !t.Time.Before(prev.Time) {
+				t.Dialog = prev.Dialog
+			}
+			prev = t
 			if err := setJSON(txn, pTurn+t.ID, t); err != nil {
 				return err
 			}
@@ -346,6 +358,21 @@ func (s *Store) Record(ctx context.Context, cube string, turns ...Turn) ([]Moved
 		return nil, fmt.Errorf("convmem: record in cube %s: %w", cube, err)
 	}
 	return moved, nil
+}
+
+// lastTurn is the newest turn of the short-term queue; the zero Turn when
+// it is empty.
+func (s *Store) lastTurn(txn textmem.Txn) (Turn, error) {
+	queue, err := idsUnder(txn, pQueue)
+	if err != nil || len(queue) == 0 {
+		return Turn{}, err
+	}
+	var t Turn
+	err = getJSON(txn, pTurn+queue[len(queue)-1], &t)
+	if errors.Is(err, ErrNotFound) {
+		return Turn{}, nil
+	}
+	return t, err
 }
 
 // split cuts the turns ids (oldest first) where two follow each other

@@ -1079,4 +1079,27 @@ func TestSessionGap(t *testing.T) {
 	if want := [][]string{ids(1, 2, 3), ids(4)}; fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("sessions %v, want %v", got, want)
 	}
+	// each turn names its dialog's first turn; a turn recorded later,
+	// within the gap, continues the second dialog, one after it starts a
+	// third
+	more := []Turn{{ID: turnID(7), User: "x", Time: t0.Add(3*time.Hour + 50*time.Minute)},
+		{ID: turnID(8), User: "y", Time: t0.Add(5 * time.Hour)}}
+	if _, err := s.Record(ctx, "g", more[0]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Record(ctx, "g", more[1]); err != nil {
+		t.Fatal(err)
+	}
+	var dialogs []string
+	for i := 1; i <= 8; i++ {
+		tr, err := s.Turn(ctx, "g", turnID(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		dialogs = append(dialogs, tr.Dialog)
+	}
+	d1, d2, d3 := turnID(1), turnID(4), turnID(8)
+	if want := []string{d1, d1, d1, d2, d2, d2, d2, d3}; !slices.Equal(dialogs, want) {
+		t.Errorf("dialogs %v, want %v", dialogs, want)
+	}
 }
