@@ -445,10 +445,10 @@ func (o *OS) recordChat(ctx context.Context, req *Request, cube Cube, answer str
 	}
 }
 
-// recordTurns appends turns to the cube's short-term queue and writes
-// their textmem memories (Kind KindTurn: searchable at once, retrieved
-// into prompts once the overflow moved them into a session: materialize);
-// with consolidate,
+// recordTurns appends turns to the cube's short-term queue and has their
+// textmem memories written in the background (materializeLater: Kind
+// KindTurn, searchable, retrieved into prompts once the overflow moved
+// them into a session); with consolidate,
 // sessions the move made due get an extraction job. Returns the turns
 // with their ids.
 func (o *OS) recordTurns(ctx context.Context, cube string, turns []convmem.Turn, consolidate bool) ([]convmem.Turn, error) {
@@ -462,9 +462,7 @@ func (o *OS) recordTurns(ctx context.Context, cube string, turns []convmem.Turn,
 	if err != nil {
 		return nil, err
 	}
-	if err := o.materialize(ctx, cube); err != nil {
-		return turns, err
-	}
+	o.materializeLater(cube)
 	if !consolidate {
 		return turns, nil
 	}
@@ -506,6 +504,8 @@ func (o *OS) recordTurns(ctx context.Context, cube string, turns []convmem.Turn,
 // memory is reused (textmem's exact-duplicate check), so running it again
 // after a crash between a record or move and the link writes nothing twice.
 func (o *OS) materialize(ctx context.Context, cube string) error {
+	o.turnMu.Lock()
+	defer o.turnMu.Unlock()
 	pend, err := o.conv.Pending(ctx, cube)
 	if err != nil {
 		return err
@@ -543,6 +543,38 @@ func (o *OS) materialize(ctx context.Context, cube string) error {
 		}
 	}
 	return nil
+}
+
+// materializeLater writes cube's pending turn memories (materialize) in a
+// goroutine, off the chat request's path: the memory write costs about as
+// much as the rest of recording (`make bench-conv`). At most one write per
+// cube waits at a time; one asked for while another runs runs after it.
+// Reads that must see every turn (Search, Memories) materialize first; a
+// write cut short by Close or a crash is done at the next Open (the
+// turns stay pending).
+func (o *OS) materializeLater(cube string) {
+	o.turnsMu.Lock()
+	if o.turnsDue == nil {
+		o.turnsDue = map[string]bool{}
+	}
+	due := o.turnsDue[cube]
+	o.turnsDue[cube] = true
+	o.turnsMu.Unlock()
+	if due {
+		return
+	}
+	go func() {
+		if o.enter() != nil {
+			return
+		}
+		defer o.leave()
+		o.turnsMu.Lock()
+		delete(o.turnsDue, cube)
+		o.turnsMu.Unlock()
+		if err := o.materialize(o.base, cube); err != nil {
+			o.log.Warn("turn memories not written (written at the next read or start)", "cube", cube, "err", err)
+		}
+	}()
 }
 
 // MaxMessages bounds the messages of one AddMessages call: the turns are

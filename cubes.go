@@ -370,6 +370,9 @@ func (o *OS) Memories(ctx context.Context, cube string) ([]textmem.Memory, error
 		return nil, err
 	}
 	defer o.leave()
+	if err := o.materialize(ctx, cube); err != nil {
+		return nil, err
+	}
 	return o.mem.List(ctx, cube)
 }
 
@@ -426,6 +429,9 @@ func (o *OS) Search(ctx context.Context, cube string, q textmem.Query) ([]textme
 		return nil, err
 	}
 	defer o.leave()
+	if err := o.materialize(ctx, cube); err != nil { // the newest turns, if not written yet
+		return nil, err
+	}
 	ses, err := o.conv.SearchSessions(ctx, cube, q.Text, sessionTop)
 	if err != nil {
 		return nil, err

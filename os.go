@@ -62,6 +62,13 @@ type OS struct {
 	genMu  sync.Mutex
 	gens   map[string]uint64
 	writes sync.WaitGroup // background conversation pack writes
+
+	// turnMu serialises materialize (the textmem memories of recorded
+	// turns); turnsDue are the cubes whose turn memories a background
+	// write will bring up to date (guarded by turnsMu).
+	turnMu   sync.Mutex
+	turnsMu  sync.Mutex
+	turnsDue map[string]bool
 	// convEvicted counts conversation packs deleted over ConvBytes;
 	// fallbacks, stored packs refused at restore (prefilled instead).
 	convEvicted, fallbacks atomic.Int64
