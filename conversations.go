@@ -500,9 +500,9 @@ func (o *OS) recordTurns(ctx context.Context, cube string, turns []convmem.Turn,
 // and context smoothing within what was said together, as a LoCoMo dialog
 // session does for the flat store; topic sessions cut a sitting wherever
 // its topic drifts, and as Source they cost LoCoMo dev recall@10 (75.85
-// against the flat 76.00, `make recall-sessions` at 806723d). An identical
-// memory is reused (textmem's exact-duplicate check), so running it again
-// after a crash between a record or move and the link writes nothing twice.
+// against the flat 76.00, `make recall-sessions` at 806723d). The memory's
+// id is the turn's, so running it again after a crash between a record or
+// move and the link writes nothing twice.
 func (o *OS) materialize(ctx context.Context, cube string) error {
 	o.turnMu.Lock()
 	defer o.turnMu.Unlock()
@@ -522,11 +522,15 @@ func (o *OS) materialize(ctx context.Context, cube string) error {
 			if len(text) > limit {
 				text = strings.ToValidUTF8(text[:limit], "")
 			}
-			m, err := o.mem.Add(ctx, cube, textmem.Memory{Text: text, Kind: KindTurn, Source: src, EventTime: t.Time})
-			if err != nil {
+			// the turn's id is its memory's (Import: no duplicate check or
+			// near-duplicate merge, which would let a turn overwrite
+			// another memory's text); a repair after a crash between this
+			// write and the link finds it stored
+			_, err := o.mem.Import(ctx, cube, textmem.Memory{ID: t.ID, Text: text, Kind: KindTurn, Source: src, EventTime: t.Time})
+			if err != nil && !errors.Is(err, textmem.ErrIDExists) {
 				return err
 			}
-			id = m.ID
+			id = t.ID
 		} else if src != SourceShortTerm {
 			switch m, err := o.mem.Get(ctx, cube, id); {
 			case errors.Is(err, textmem.ErrNotFound):
