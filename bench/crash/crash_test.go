@@ -896,7 +896,9 @@ func rawCheck(t *testing.T, cycle int, dir, keyFile string, ws []*worker, st *st
 				continue // a recorded chat turn: it names other memories' terms
 			}
 			term, _, _ := strings.Cut(m.Text, " ")
-			hits, err := mem.Search(ctx, w.cube, term, 3)
+			// k covers the whole cube: recorded turns quoting the term may
+			// rank above the memory itself
+			hits, err := mem.Search(ctx, w.cube, term, max(len(list), 3))
 			hits = slices.DeleteFunc(hits, func(h textmem.Hit) bool { return h.Memory.Kind == memosrt.KindTurn })
 			if err != nil || len(hits) != 1 || hits[0].Memory.ID != m.ID || hits[0].Memory.Text != m.Text {
 				t.Errorf("cycle %d: search %s for %q: %d hits, %v (want memory %s)", cycle, w.cube, term, len(hits), err, m.ID)
