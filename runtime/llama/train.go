@@ -76,7 +76,15 @@ typedef struct {
 	const struct ggml_tensor *done[MEMOSRT_FIX_RING]; // MUL nodes computed, latest graph
 	int ndone;    // entries written to done (mod MEMOSRT_FIX_RING)
 	long fixed;   // nodes repaired so far
-	int err;      // 1: a node whose sources are not known to be final, or an unexpected layout; 2: out of memory
+	int err;      // 1: a node whose sources are not known to be final, or an unexpected layout; 2: out of memory; 3: soft labels of the wrong shape
+	// Soft labels (Trainer.EpochSoft): before each cross-entropy loss node
+	// the callback overwrites the rows of its labels tensor that soft_rows
+	// marks with the rows of soft for datapoint soft_next (then advances).
+	const float *soft;               // [soft_n][soft_ctx][soft_vocab], NULL: one-hot labels only
+	const unsigned char *soft_rows;  // [soft_n][soft_ctx], 1: replace that position's label
+	int soft_n, soft_ctx, soft_vocab;
+	int soft_next;                   // datapoints whose loss was computed so far in this epoch
+	long zeroed;                     // gradient accumulators zeroed so far (see memosrt_fix_cb)
 } memosrt_fix;
 
 // dx of y = x/rms(x), rms(x) = sqrt(mean(x²) + eps), for one row:
@@ -121,6 +129,38 @@ static bool memosrt_fix_cb(struct ggml_tensor *t, bool ask, void *ud) {
 	}
 	if (t->op == GGML_OP_MUL) {
 		return true;
+	}
+	if (t->op == GGML_OP_ADD && t->src[0] != NULL && t->view_src == t->src[0] && t->src[0]->op == GGML_OP_NONE &&
+		t->src[0]->view_src == NULL && strncmp(t->name, "grad for ", 9) == 0) {
+		// The first in-place add into a weight's gradient accumulator in
+		// this step: zero the accumulator first. ggml-opt gives a weight
+		// an accumulator whenever graphs are not static (llama.cpp's are
+		// rebuilt per step) and resets it only when opt_period > 1, via
+		// the previous step's graph, which it has already dropped; so in
+		// the pinned ggml every step's gradient was the sum of all
+		// gradients since the first step. Nothing reads the accumulator
+		// before this node, so zeroing it before the range runs is safe.
+		memset(t->src[0]->data, 0, ggml_nbytes(t->src[0]));
+		f->zeroed++;
+		return false;
+	}
+	if (t->op == GGML_OP_CROSS_ENTROPY_LOSS && f->soft != NULL) {
+		// The labels are a graph input, set (one-hot) before the graph
+		// is computed; this runs before the loss node and its backward.
+		struct ggml_tensor *l = t->src[1];
+		int i = f->soft_next++;
+		if (l == NULL || i >= f->soft_n || l->type != GGML_TYPE_F32 || !ggml_is_contiguous(l) ||
+			l->ne[0] != f->soft_vocab || l->ne[1] != f->soft_ctx || ggml_nelements(l) != (int64_t)f->soft_vocab * f->soft_ctx) {
+			f->err = 3;
+			return false;
+		}
+		size_t nv = (size_t)f->soft_vocab;
+		for (int r = 0; r < f->soft_ctx; r++) {
+			if (f->soft_rows[(size_t)i * f->soft_ctx + r]) {
+				memcpy((float *)l->data + (size_t)r * nv, f->soft + ((size_t)i * f->soft_ctx + r) * nv, nv * sizeof(float));
+			}
+		}
+		return false;
 	}
 	if (!broken) {
 		return false;
@@ -264,7 +304,12 @@ type EpochStats struct {
 // runs rms_norm_back in place over its incoming gradient, which the CPU
 // kernel overwrites before reading it. Its eval callback stops the
 // scheduler before those nodes and recomputes them. TestTrainerGradient checks each trainable weight's gradient
-// against central finite differences of the loss.
+// against central finite differences of the loss. The same callback zeroes
+// each weight's gradient accumulator before a step adds into it: the
+// pinned ggml-opt never resets them for llama.cpp's per-step graphs, so
+// every step used the sum of all gradients so far (TestTrainerEpochSoft
+// checks a repeated step is the same step), and it writes
+// EpochSoft's soft labels.
 // Not safe for concurrent use; Close frees every C object.
 type Trainer struct {
 	model  *Model
@@ -427,6 +472,9 @@ func cacheFree(name string, last int) bool {
 // NCtx returns the tokens per datapoint (the context's n_ctx).
 func (t *Trainer) NCtx() int { return t.nCtx }
 
+// NVocab returns the vocabulary size: the width of a soft label row.
+func (t *Trainer) NVocab() int { return t.nVocab }
+
 // Model returns the Trainer's own copy of the model, whose chosen weights
 // hold the trained values: a context made on it (NewContext) evaluates
 // base plus the full weight delta. Valid until Close; close such contexts
@@ -457,6 +505,27 @@ func (t *Trainer) SetOptimizer(lr, wd float32) {
 // datapoint. ctx is checked before the pass; llama_opt_epoch itself is not
 // interruptible, so keep passes short.
 func (t *Trainer) Epoch(ctx context.Context, seqs [][]Token, pad Token) (EpochStats, error) {
+	return t.EpochSoft(ctx, seqs, nil, pad)
+}
+
+// EpochSoft is Epoch with soft labels: soft is nil or has one entry per
+// datapoint, and soft[i] is nil (one-hot labels, as Epoch) or
+// [NCtx()][NVocab()]float32, a target distribution for each position j
+// (the next token after seqs[i][j]). A row that is all zeros keeps that
+// position's one-hot label seqs[i][j+1]; any other row must be a
+// distribution (entries ≥ 0 summing to 1 within 1e-3) and replaces it, so
+// the loss at that position is the cross-entropy H(p, q) = H(p) +
+// KL(p‖q) against the model's q. With p the base model's own next-token
+// distribution this is knowledge distillation (Hinton, Vinyals and Dean
+// 2015, "Distilling the Knowledge in a Neural Network", at temperature
+// 1): a KL regularizer toward the base. EpochStats.Loss then includes
+// H(p) and Accuracy counts agreement with argmax p.
+//
+// llama_opt_epoch writes one-hot labels only; the Trainer's eval callback
+// overwrites the chosen rows of ggml-opt's labels tensor right before each
+// datapoint's cross-entropy node (which its backward reads too). A labels
+// tensor of another shape is an ErrTrain after the pass.
+func (t *Trainer) EpochSoft(ctx context.Context, seqs [][]Token, soft [][]float32, pad Token) (EpochStats, error) {
 	if t.ctx.closed() {
 		return EpochStats{}, ErrClosed
 	}
@@ -480,6 +549,53 @@ func (t *Trainer) Epoch(ctx context.Context, seqs [][]Token, pad Token) (EpochSt
 	if pad < 0 || int(pad) >= t.nVocab {
 		return EpochStats{}, fmt.Errorf("%w: pad token %d outside [0, %d)", ErrTrain, pad, t.nVocab)
 	}
+	if soft != nil {
+		if len(soft) != len(seqs) {
+			return EpochStats{}, fmt.Errorf("%w: %d soft label sets for %d datapoints", ErrTrain, len(soft), len(seqs))
+		}
+		nv := t.nVocab
+		cs := (*float32)(C.malloc(C.size_t(4 * len(seqs) * n * nv)))
+		cr := (*byte)(C.calloc(C.size_t(len(seqs)*n), 1))
+		if cs == nil || cr == nil {
+			C.free(unsafe.Pointer(cs))
+			C.free(unsafe.Pointer(cr))
+			return EpochStats{}, fmt.Errorf("%w: out of memory for %d×%d×%d soft labels", ErrTrain, len(seqs), n, nv)
+		}
+		defer func() {
+			t.fix.soft, t.fix.soft_rows, t.fix.soft_n = nil, nil, 0
+			C.free(unsafe.Pointer(cs))
+			C.free(unsafe.Pointer(cr))
+		}()
+		dst := unsafe.Slice(cs, len(seqs)*n*nv)
+		rows := unsafe.Slice(cr, len(seqs)*n)
+		for i, p := range soft {
+			if p == nil {
+				continue
+			}
+			if len(p) != n*nv {
+				return EpochStats{}, fmt.Errorf("%w: soft labels %d have %d values, want %d×%d", ErrTrain, i, len(p), n, nv)
+			}
+			for j := range n {
+				row := p[j*nv : (j+1)*nv]
+				var sum float64
+				neg := false
+				for _, v := range row {
+					sum += float64(v)
+					neg = neg || v < 0 || v != v
+				}
+				if sum == 0 && !neg {
+					continue
+				}
+				if neg || sum < 1-1e-3 || sum > 1+1e-3 {
+					return EpochStats{}, fmt.Errorf("%w: soft labels %d, position %d: entries sum to %g or are negative, want a distribution", ErrTrain, i, j, sum)
+				}
+				copy(dst[(i*n+j)*nv:], row)
+				rows[i*n+j] = 1
+			}
+		}
+		t.fix.soft, t.fix.soft_rows = (*C.float)(unsafe.Pointer(cs)), (*C.uchar)(unsafe.Pointer(cr))
+		t.fix.soft_n, t.fix.soft_ctx, t.fix.soft_vocab, t.fix.soft_next = C.int(len(seqs)), C.int(n), C.int(nv), 0
+	}
 	ds := C.ggml_opt_dataset_init(C.GGML_TYPE_I32, C.GGML_TYPE_I32, C.int64_t(n), C.int64_t(n), C.int64_t(len(seqs)), 1)
 	if ds == nil {
 		return EpochStats{}, fmt.Errorf("%w: dataset of %d×%d tokens", ErrTrain, len(seqs), n)
@@ -501,12 +617,21 @@ func (t *Trainer) Epoch(ctx context.Context, seqs [][]Token, pad Token) (EpochSt
 	}
 	res := C.ggml_opt_result_init()
 	defer C.ggml_opt_result_free(res)
+	zeroed := t.fix.zeroed
 	C.llama_opt_epoch(t.ctx.c, ds, res, nil, C.int64_t(len(seqs)), nil, nil)
 	switch t.fix.err {
 	case 1:
 		return EpochStats{}, fmt.Errorf("%w: an in-place rms_norm_back node whose incoming gradient is not a finished MUL or has an unexpected layout; its gradient would be wrong", ErrTrain)
 	case 2:
 		return EpochStats{}, fmt.Errorf("%w: out of memory repairing rms_norm_back", ErrTrain)
+	case 3:
+		return EpochStats{}, fmt.Errorf("%w: soft labels: ggml-opt's labels tensor is not [%d][%d]float32 or more loss nodes than %d datapoints", ErrTrain, n, t.nVocab, len(seqs))
+	}
+	if z := int(t.fix.zeroed - zeroed); z != len(seqs)*len(t.names) {
+		return EpochStats{}, fmt.Errorf("%w: %d gradient accumulators zeroed in %d steps of %d weights; gradients would accumulate across steps", ErrTrain, z, len(seqs), len(t.names))
+	}
+	if soft != nil && int(t.fix.soft_next) != len(seqs) {
+		return EpochStats{}, fmt.Errorf("%w: soft labels: %d loss nodes computed for %d datapoints", ErrTrain, t.fix.soft_next, len(seqs))
 	}
 	var st EpochStats
 	var loss, unc, acc, accUnc C.double
