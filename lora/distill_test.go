@@ -2,11 +2,15 @@ package lora
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/memosrt/memosrt/internal/testmodels"
 	"github.com/memosrt/memosrt/runtime/llama"
@@ -174,5 +178,118 @@ func TestDistillAdapterMatchesTrainedModel(t *testing.T) {
 	}
 	if !(got[8] < nllBase && got[8] > full-1e-3) {
 		t.Errorf("rank-8 adapter NLL %.4f outside (%.4f, %.4f)", got[8], full, nllBase)
+	}
+}
+
+// Distill end to end on stories260K with two memories: the adapter file
+// passes Check, adapts the last block's five matrices at full rank (64),
+// lowers both memories' NLL with the memory not in the prompt, and the
+// step count is epochs × (memories + generic datapoints). A cancelled ctx
+// writes nothing; a budget reached before the first step writes an
+// untrained (zero) adapter and says Truncated.
+func TestDistill(t *testing.T) {
+	path := testmodels.Stories(t)
+	llama.Init("")
+	mems := distillMemories[:2]
+	dir := t.TempDir()
+	res, err := Distill(context.Background(), path, mems, DistillOptions{Out: filepath.Join(dir, "a.gguf"), Epochs: 4, Generic: 1, Threads: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%+v", *res)
+	want := []string{"blk.4.attn_q.weight", "blk.4.attn_output.weight", "blk.4.ffn_gate.weight", "blk.4.ffn_down.weight", "blk.4.ffn_up.weight"}
+	if fmt.Sprint(res.Tensors) != fmt.Sprint(want) || res.Rank != 64 || res.Steps != 4*3 || res.Epochs != 4 || res.Truncated || res.MinKept < 1-1e-9 {
+		t.Errorf("tensors %v rank %d steps %d epochs %d truncated %v kept %g; want %v, 64, 12, 4, false, 1", res.Tensors, res.Rank, res.Steps, res.Epochs, res.Truncated, res.MinKept, want)
+	}
+	f, err := Inspect(res.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Check(f, stories(t)); err != nil {
+		t.Fatal(err)
+	}
+	m, err := llama.LoadModel(path, llama.ModelParams{UseMmap: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	ev, err := llama.NewContext(m, llama.ContextParams{NCtx: 256, NBatch: 256, Threads: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ev.Close()
+	a, err := llama.LoadAdapter(m, res.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	for i, s := range mems {
+		tk, err := m.Tokenize(s, true, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		useAdapter(t, ev, nil)
+		nb := nll(t, ev, tk)
+		useAdapter(t, ev, a)
+		na := nll(t, ev, tk)
+		t.Logf("memory %d NLL: base %.4f, adapter %.4f", i, nb, na)
+		if !(na < nb-0.1) {
+			t.Errorf("memory %d NLL: base %.4f, adapter %.4f", i, nb, na)
+		}
+	}
+	useAdapter(t, ev, nil)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	out := filepath.Join(dir, "cancelled.gguf")
+	if _, err := Distill(ctx, path, mems, DistillOptions{Out: out, Epochs: 1}); !errors.Is(err, context.Canceled) {
+		t.Errorf("cancelled: %v, want context.Canceled", err)
+	}
+	if _, err := os.Stat(out); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("cancelled run left %s: %v", out, err)
+	}
+	res, err = Distill(context.Background(), path, mems, DistillOptions{Out: filepath.Join(dir, "b.gguf"), Epochs: 1, Rank: 4, Generic: -1, Budget: time.Nanosecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Truncated || res.Steps != 0 || res.Rank != 4 {
+		t.Errorf("budget 1ns: truncated %v, steps %d, rank %d; want true, 0, 4", res.Truncated, res.Steps, res.Rank)
+	}
+}
+
+func TestDistillRefuses(t *testing.T) {
+	llama.Init("")
+	dir := t.TempDir()
+	err := DistillOptions{Epochs: -1, LearningRate: -1, Rank: -2, Threads: -1, Budget: -1}.Validate()
+	if err == nil || strings.Count(err.Error(), "\n") != 5 {
+		t.Errorf("Validate: %v, want 6 problems", err)
+	}
+	for _, c := range []struct {
+		name, model string
+		mems        []string
+		want        error
+	}{
+		{"f16 weights", "llama-2-tiny-random.gguf", []string{"a b c"}, ErrNotTrainable},
+		{"no memories", "stories260K.gguf", nil, nil},
+		{"too long", "stories260K.gguf", []string{strings.Repeat("Lily has a red ball. ", 40)}, nil},
+		{"no out", "", []string{"x"}, nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			o := DistillOptions{Out: filepath.Join(dir, c.name+".gguf"), Epochs: 1}
+			p := testmodels.Stories(t)
+			if c.model == "" {
+				o.Out = ""
+			} else {
+				p = testmodels.Path(t, c.model)
+			}
+			_, err := Distill(context.Background(), p, c.mems, o)
+			if err == nil || (c.want != nil && !errors.Is(err, c.want)) {
+				t.Fatalf("err %v, want %v", err, c.want)
+			}
+			t.Log(err)
+			if _, err := os.Stat(o.Out); o.Out != "" && !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("%s written: %v", o.Out, err)
+			}
+		})
 	}
 }

@@ -1,0 +1,468 @@
+package lora
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/memosrt/memosrt/runtime/llama"
+)
+
+// DistillOptions configure Distill. Zero means the default; see
+// DefaultDistillOptions.
+type DistillOptions struct {
+	// Out is the path of the adapter file to write. Required.
+	Out string
+	// Name is the adapter's general.name. Default "memosrt-distilled".
+	Name string
+	// Epochs is the number of passes over the datapoints (one per memory
+	// and Generic more). Default 40.
+	Epochs int
+	// LearningRate is AdamW's alpha at the first step; it decays linearly
+	// to a tenth of that at the last planned step. Default 1e-3.
+	LearningRate float32
+	// Rank of the written adapter: each weight delta is cut to its best
+	// rank-Rank approximation (Extract). 0 (the default) keeps full rank,
+	// min(n_in, n_out), which reproduces the trained weights exactly.
+	Rank int
+	// Threads for training and for the base model's evaluation. Default 2.
+	Threads int
+	// Generic is the number of datapoints of text sampled from the base
+	// model (from BOS, temperature 1) trained each epoch besides the
+	// memories' datapoints. Default: as many as there are memories.
+	// Negative: none.
+	Generic int
+	// Budget bounds the training time (sampling and soft labels excluded);
+	// training stops after the step that reaches it and the adapter is
+	// written from what was trained (DistillResult.Truncated). 0: none.
+	Budget time.Duration
+	// Weights chooses the weights to train by GGUF tensor name; each must
+	// be a 2-D F32 matrix llama.Trainer accepts. Default
+	// DistillWeights(last block): the last block's attn_q, attn_output,
+	// ffn_gate, ffn_up, ffn_down.
+	Weights func(name string) bool
+	// Seed of the sampler that writes the generic text and the shuffles.
+	// Default 1.
+	Seed uint64
+	// KeepDeltas returns the full weight deltas in DistillResult.Deltas
+	// (to extract at other ranks). Default false.
+	KeepDeltas bool
+	// Logger receives one debug line per epoch. Default: none.
+	Logger *slog.Logger
+}
+
+// DefaultDistillOptions returns the defaults Distill uses for zero fields
+// (Out stays empty; Weights stays nil and means the last block's matrices).
+func DefaultDistillOptions() DistillOptions {
+	return DistillOptions{Name: "memosrt-distilled", Epochs: 40, LearningRate: 1e-3, Threads: 2, Seed: 1}
+}
+
+// Validate reports every problem with o at once.
+func (o DistillOptions) Validate() error {
+	var errs []error
+	if o.Out == "" {
+		errs = append(errs, errors.New("lora: DistillOptions.Out is empty"))
+	}
+	if o.Epochs < 0 {
+		errs = append(errs, fmt.Errorf("lora: DistillOptions.Epochs %d < 0", o.Epochs))
+	}
+	if o.LearningRate < 0 || o.LearningRate != o.LearningRate {
+		errs = append(errs, fmt.Errorf("lora: DistillOptions.LearningRate %g < 0", o.LearningRate))
+	}
+	if o.Rank < 0 {
+		errs = append(errs, fmt.Errorf("lora: DistillOptions.Rank %d < 0", o.Rank))
+	}
+	if o.Threads < 0 {
+		errs = append(errs, fmt.Errorf("lora: DistillOptions.Threads %d < 0", o.Threads))
+	}
+	if o.Budget < 0 {
+		errs = append(errs, fmt.Errorf("lora: DistillOptions.Budget %v < 0", o.Budget))
+	}
+	return errors.Join(errs...)
+}
+
+func (o DistillOptions) withDefaults() DistillOptions {
+	d := DefaultDistillOptions()
+	if o.Name == "" {
+		o.Name = d.Name
+	}
+	if o.Epochs == 0 {
+		o.Epochs = d.Epochs
+	}
+	if o.LearningRate == 0 {
+		o.LearningRate = d.LearningRate
+	}
+	if o.Threads == 0 {
+		o.Threads = d.Threads
+	}
+	if o.Seed == 0 {
+		o.Seed = d.Seed
+	}
+	return o
+}
+
+// DistillWeights returns a filter choosing block blk's attn_q, attn_output,
+// ffn_gate, ffn_up and ffn_down: the matrices of a block that a LoRA
+// adapter can hold and that the pinned llama.cpp can train without
+// back-propagating through the KV cache (only the last block's; see
+// llama.Trainer).
+func DistillWeights(blk int) func(string) bool {
+	p := fmt.Sprintf("blk.%d.", blk)
+	return func(n string) bool {
+		if !strings.HasPrefix(n, p) {
+			return false
+		}
+		switch strings.TrimPrefix(n, p) {
+		case "attn_q.weight", "attn_output.weight", "ffn_gate.weight", "ffn_up.weight", "ffn_down.weight":
+			return true
+		}
+		return false
+	}
+}
+
+// DistillResult describes the adapter Distill wrote.
+type DistillResult struct {
+	Path    string
+	Bytes   int64    // size of the adapter file
+	Rank    int      // rank of its pairs (the largest, min(n_in, n_out), at full rank)
+	Tensors []string // the base tensors it adapts, GGUF order
+	// Epochs and Steps completed (one optimizer step per datapoint).
+	Epochs, Steps int
+	// Truncated is true when Budget stopped training before Epochs.
+	Truncated bool
+	// LossFirst and LossLast are the mean training loss of the first and
+	// last completed epoch, nats per position: cross-entropy against the
+	// memory token where a memory is the label, against the base model's
+	// distribution elsewhere (so it includes that distribution's entropy).
+	LossFirst, LossLast float64
+	// MinKept is the smallest share of a delta's squared Frobenius norm
+	// that its rank-Rank pair keeps (1 at full rank).
+	MinKept float64
+	// Train is the wall time of the optimizer steps; Prepare that of
+	// loading, sampling the generic text and the base's soft labels.
+	Train, Prepare time.Duration
+	// Deltas are the full weight deltas (DistillOptions.KeepDeltas).
+	Deltas []Delta
+}
+
+// ErrNotTrainable is returned by Distill when the base model's chosen
+// weights cannot be trained: quantized or F16 (ggml-opt trains F32 only;
+// distill from an F32 GGUF of the same model and apply the adapter to the
+// quantized one), or weights llama.Trainer refuses. It wraps
+// llama.ErrNotTrainable's message.
+var ErrNotTrainable = errors.New("lora: base weights cannot be trained")
+
+// Distill trains the memories into the weights of the base model at
+// modelPath and writes the weight change as an ordinary GGUF LoRA adapter
+// (WriteFactors) at o.Out, so that with the adapter attached the model
+// continues a memory's text without the memory in the prompt.
+//
+// Each memory is tokenized with BOS ([1 + n_tokens]) and must fit half a
+// datapoint (128 tokens). Datapoints are 257 tokens (llama.Trainer's NCtx
+// 256 + 1): for each memory, the memory at position 0 followed by the base
+// model's own continuation of it (sampled at temperature 1), and o.Generic
+// datapoints of the base's samples from BOS. The memory's tokens are
+// trained as one-hot labels; every other position's label is the base
+// model's next-token distribution there (llama.Trainer.EpochSoft), so the
+// rest of the loss is KL(p_base‖q) plus a constant: knowledge
+// distillation toward the base (Hinton et al. 2015) as the regularizer
+// that keeps generic behaviour. AdamW, one step per datapoint, datapoints
+// shuffled each epoch, learning rate decayed linearly to a tenth. The
+// delta of each trained matrix is cut to o.Rank by truncated SVD
+// (Extract).
+//
+// Costs: the soft labels take NCtx×n_vocab×4 bytes per datapoint (512 KiB
+// each on a 512-token vocabulary; mind large vocabularies), the Trainer a
+// second, unmapped copy of the model. llama.Init must have been called.
+//
+// Errors: o.Validate's; ErrNotTrainable for weights that are not F32 (a
+// quantized model) or that the Trainer refuses; an error for an empty
+// memory list or a memory longer than 128 tokens; ctx.Err() (wrapped) when
+// ctx ends, checked between steps and while sampling (no file is written
+// then); llama and I/O errors wrapped.
+func Distill(ctx context.Context, modelPath string, memories []string, o DistillOptions) (*DistillResult, error) {
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	o = o.withDefaults()
+	if len(memories) == 0 {
+		return nil, errors.New("lora: distill: no memories")
+	}
+	t0 := time.Now()
+	bs, err := ReadBase(modelPath)
+	if err != nil {
+		return nil, err
+	}
+	if o.Weights == nil {
+		last := -1
+		for n := range bs.Shapes {
+			var b int
+			if _, err := fmt.Sscanf(n, "blk.%d.", &b); err == nil && b > last {
+				last = b
+			}
+		}
+		o.Weights = DistillWeights(last)
+	}
+	m, err := llama.LoadModel(modelPath, llama.ModelParams{UseMmap: true})
+	if err != nil {
+		return nil, fmt.Errorf("lora: distill: %w", err)
+	}
+	defer m.Close()
+	tr, err := llama.NewTrainer(modelPath, llama.TrainOptions{Train: o.Weights, Threads: o.Threads, LearningRate: o.LearningRate})
+	if err != nil {
+		if errors.Is(err, llama.ErrNotTrainable) {
+			return nil, fmt.Errorf("%w: %v", ErrNotTrainable, err)
+		}
+		return nil, fmt.Errorf("lora: distill: %w", err)
+	}
+	defer tr.Close()
+	n, nv := tr.NCtx(), tr.NVocab()
+	ev, err := llama.NewContext(m, llama.ContextParams{NCtx: n + 1, NBatch: n + 1, Threads: o.Threads})
+	if err != nil {
+		return nil, fmt.Errorf("lora: distill: %w", err)
+	}
+	defer ev.Close()
+	rng := rand.New(rand.NewPCG(o.Seed, 0x6d656d6f))
+
+	type datapoint struct {
+		seq  []llama.Token // n+1 tokens
+		soft []float32     // [n][nv]: zero rows for memory labels
+	}
+	var data []datapoint
+	add := func(prefix []llama.Token, hard int) error {
+		seq, err := sampleBase(ctx, ev, prefix, n+1, rng)
+		if err != nil {
+			return err
+		}
+		soft, err := baseDists(ev, seq[:n], nv)
+		if err != nil {
+			return err
+		}
+		// Position j predicts seq[j+1]: the memory's own tokens keep
+		// their one-hot labels.
+		clear(soft[:(hard-1)*nv])
+		data = append(data, datapoint{seq, soft})
+		return nil
+	}
+	for i, s := range memories {
+		toks, err := m.Tokenize(s, true, false)
+		if err != nil {
+			return nil, fmt.Errorf("lora: distill: memory %d: %w", i, err)
+		}
+		if len(toks) < 2 || len(toks) > n/2 {
+			return nil, fmt.Errorf("lora: distill: memory %d has %d tokens, want 1..%d after BOS", i, len(toks)-1, n/2-1)
+		}
+		if err := add(toks, len(toks)); err != nil {
+			return nil, err
+		}
+	}
+	generic := o.Generic
+	if generic == 0 {
+		generic = len(memories)
+	}
+	for range max(generic, 0) {
+		if err := add([]llama.Token{m.BOS()}, 1); err != nil {
+			return nil, err
+		}
+	}
+	res := &DistillResult{Path: o.Out, Prepare: time.Since(t0), MinKept: 1}
+	base, err := tr.Weights()
+	if err != nil {
+		return nil, fmt.Errorf("lora: distill: %w", err)
+	}
+
+	t1 := time.Now()
+	total := o.Epochs * len(data)
+	order := make([]int, len(data))
+	for i := range order {
+		order[i] = i
+	}
+epochs:
+	for e := range o.Epochs {
+		rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+		var loss float64
+		done := 0
+		for _, i := range order {
+			if err := ctx.Err(); err != nil {
+				return nil, fmt.Errorf("lora: distill: %w", err)
+			}
+			if o.Budget > 0 && time.Since(t1) >= o.Budget {
+				res.Truncated = true
+				if done > 0 {
+					res.LossLast = loss / float64(done)
+				}
+				break epochs
+			}
+			// Linear decay from lr to lr/10 over the planned steps.
+			f := 1 - 0.9*float64(res.Steps)/float64(max(total-1, 1))
+			tr.SetOptimizer(o.LearningRate*float32(f), 0)
+			st, err := tr.EpochSoft(ctx, [][]llama.Token{data[i].seq}, [][]float32{data[i].soft}, m.EOS())
+			if err != nil {
+				return nil, fmt.Errorf("lora: distill: epoch %d: %w", e, err)
+			}
+			loss += st.Loss
+			done++
+			res.Steps++
+		}
+		loss /= float64(len(order))
+		if e == 0 {
+			res.LossFirst = loss
+		}
+		res.LossLast = loss
+		res.Epochs++
+		if o.Logger != nil {
+			o.Logger.Debug("distill epoch", "epoch", e, "loss", loss, "steps", res.Steps)
+		}
+	}
+	res.Train = time.Since(t1)
+	trained, err := tr.Weights()
+	if err != nil {
+		return nil, fmt.Errorf("lora: distill: %w", err)
+	}
+	rank := o.Rank
+	if rank == 0 {
+		for _, w := range base {
+			rank = max(rank, min(w.Shape[0], w.Shape[1]))
+		}
+	}
+	var factors []Factor
+	for i := range base {
+		d := Delta{Name: base[i].Name, NIn: base[i].Shape[0], NOut: base[i].Shape[1], Base: base[i].Data, Trained: trained[i].Data}
+		f, err := Extract(d, rank)
+		if err != nil {
+			return nil, err
+		}
+		// WriteFactors wants one rank: pad a smaller matrix's pair with
+		// zero rows/columns (they add nothing to B·A).
+		if f.Rank < rank {
+			f = padRank(f, rank)
+		}
+		res.MinKept = min(res.MinKept, f.Kept)
+		factors = append(factors, f)
+		res.Tensors = append(res.Tensors, d.Name)
+		if o.KeepDeltas {
+			res.Deltas = append(res.Deltas, d)
+		}
+	}
+	res.Rank = rank
+	if err := WriteFactors(o.Out, bs, o.Name, factors); err != nil {
+		return nil, err
+	}
+	fi, err := os.Stat(o.Out)
+	if err != nil {
+		return nil, fmt.Errorf("lora: distill: %w", err)
+	}
+	res.Bytes = fi.Size()
+	return res, nil
+}
+
+// padRank returns f with rank r ≥ f.Rank: A gains zero rows, B zero
+// columns, so B·A is unchanged.
+func padRank(f Factor, r int) Factor {
+	a := make([]float32, r*f.NIn)
+	copy(a, f.A)
+	b := make([]float32, f.NOut*r)
+	for o := range f.NOut {
+		copy(b[o*r:o*r+f.Rank], f.B[o*f.Rank:(o+1)*f.Rank])
+	}
+	f.A, f.B, f.Rank = a, b, r
+	return f
+}
+
+// sampleBase returns prefix extended to n tokens by sampling the base
+// model at temperature 1 (c holds no adapter).
+func sampleBase(ctx context.Context, c *llama.Ctx, prefix []llama.Token, n int, rng *rand.Rand) ([]llama.Token, error) {
+	seq := append([]llama.Token(nil), prefix...)
+	c.ClearMemory()
+	b := llama.NewBatch(len(prefix))
+	defer b.Close()
+	for i, t := range prefix {
+		if err := b.Add(t, i, 0, i == len(prefix)-1); err != nil {
+			return nil, err
+		}
+	}
+	if err := c.Decode(b); err != nil {
+		return nil, fmt.Errorf("lora: distill: %w", err)
+	}
+	last := len(prefix) - 1
+	var buf []float32
+	p := make([]float64, 0, 512)
+	for len(seq) < n {
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("lora: distill: %w", err)
+		}
+		buf = c.Logits(last, buf)
+		p = softmaxInto(p[:0], buf)
+		u, tok := rng.Float64(), len(p)-1
+		for i, v := range p {
+			if u -= v; u < 0 {
+				tok = i
+				break
+			}
+		}
+		seq = append(seq, llama.Token(tok))
+		b.Clear()
+		if err := b.Add(llama.Token(tok), len(seq)-1, 0, true); err != nil {
+			return nil, err
+		}
+		if err := c.Decode(b); err != nil {
+			return nil, fmt.Errorf("lora: distill: %w", err)
+		}
+		last = 0
+	}
+	return seq, nil
+}
+
+// baseDists returns the base model's next-token distribution after each
+// of toks ([len(toks)][nv]float32, rows summing to 1).
+func baseDists(c *llama.Ctx, toks []llama.Token, nv int) ([]float32, error) {
+	c.ClearMemory()
+	b := llama.NewBatch(len(toks))
+	defer b.Close()
+	for i, t := range toks {
+		if err := b.Add(t, i, 0, true); err != nil {
+			return nil, err
+		}
+	}
+	if err := c.Decode(b); err != nil {
+		return nil, fmt.Errorf("lora: distill: %w", err)
+	}
+	out := make([]float32, len(toks)*nv)
+	var buf []float32
+	p := make([]float64, 0, nv)
+	for i := range toks {
+		buf = c.Logits(i, buf)
+		if len(buf) != nv {
+			return nil, fmt.Errorf("lora: distill: %d logits, want %d", len(buf), nv)
+		}
+		p = softmaxInto(p[:0], buf)
+		for v, x := range p {
+			out[i*nv+v] = float32(x)
+		}
+	}
+	return out, nil
+}
+
+// softmaxInto appends softmax(l) to dst.
+func softmaxInto(dst []float64, l []float32) []float64 {
+	mx := math.Inf(-1)
+	for _, v := range l {
+		mx = max(mx, float64(v))
+	}
+	var z float64
+	for _, v := range l {
+		e := math.Exp(float64(v) - mx)
+		dst = append(dst, e)
+		z += e
+	}
+	for i := range dst {
+		dst[i] /= z
+	}
+	return dst
+}
