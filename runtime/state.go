@@ -303,8 +303,9 @@ func SortSeqState(state []byte) ([]byte, error) {
 // TruncateSeqState returns state holding only positions [0, n): restoring
 // it fills n cells, not every cell of the saved sequence (a conversation
 // pack restored for a shorter prompt). Cells are sorted first
-// (SortSeqState). n >= the state's cells returns it as is. Errors wrap
-// ErrBadState.
+// (SortSeqState); positions [0, n) must be the first n cells. It is
+// SliceSeqState(state, 0, n) after that check; n >= the state's cells
+// returns it as is. Errors wrap ErrBadState.
 func TruncateSeqState(state []byte, n int) ([]byte, error) {
 	state, err := SortSeqState(state)
 	if err != nil {
@@ -325,43 +326,5 @@ func TruncateSeqState(state []byte, n int) ([]byte, error) {
 			return nil, fmt.Errorf("%w: positions are not [0, %d)", ErrBadState, s.NCells)
 		}
 	}
-	le := binary.LittleEndian
-	out := make([]byte, 0, len(state))
-	off := 4
-	for {
-		c := le.Uint32(state[off:])
-		if c != 0 {
-			break
-		}
-		off += 4
-	}
-	out = append(out, state[:off]...)
-	out = le.AppendUint32(out, uint32(n))
-	off += 4
-	out = append(out, state[off:off+12*n]...)
-	off += 12 * s.NCells
-	out = append(out, state[off:off+8]...) // v_trans, n_layer
-	off += 8
-	for range s.NLayer {
-		out = append(out, state[off:off+12]...)
-		off += 12
-		out = append(out, state[off:off+s.KRowBytes*n]...)
-		off += s.KRowBytes * s.NCells
-	}
-	for range s.NLayer {
-		out = append(out, state[off:off+12]...)
-		if !s.VTrans {
-			off += 12
-			out = append(out, state[off:off+s.VRowBytes*n]...)
-			off += s.VRowBytes * s.NCells
-			continue
-		}
-		el := int(le.Uint32(state[off+4:]))
-		off += 12
-		for range s.NEmbdVGQA {
-			out = append(out, state[off:off+el*n]...)
-			off += el * s.NCells
-		}
-	}
-	return append(out, state[off:]...), nil
+	return SliceSeqState(state, 0, n)
 }
