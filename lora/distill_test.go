@@ -260,9 +260,9 @@ func TestDistill(t *testing.T) {
 func TestDistillRefuses(t *testing.T) {
 	llama.Init("")
 	dir := t.TempDir()
-	err := DistillOptions{Epochs: -1, LearningRate: -1, Rank: -2, Threads: -1, Budget: -1}.Validate()
-	if err == nil || strings.Count(err.Error(), "\n") != 5 {
-		t.Errorf("Validate: %v, want 6 problems", err)
+	err := DistillOptions{Epochs: -1, LearningRate: -1, Rank: -2, Threads: -1, Budget: -1, Copies: -1}.Validate()
+	if err == nil || strings.Count(err.Error(), "\n") != 6 {
+		t.Errorf("Validate: %v, want 7 problems", err)
 	}
 	for _, c := range []struct {
 		name, model string

@@ -38,6 +38,11 @@ type DistillOptions struct {
 	// memories' datapoints. Default: as many as there are memories.
 	// Negative: none.
 	Generic int
+	// Copies is how many times each memory appears in its datapoint: at
+	// position 0 and then after stretches of the base's continuation, each
+	// copy starting with BOS as a new text would (the memory as seen
+	// anywhere in a prompt). Default 1.
+	Copies int
 	// Budget bounds the training time (sampling and soft labels excluded);
 	// training stops after the step that reaches it and the adapter is
 	// written from what was trained (DistillResult.Truncated). 0: none.
@@ -81,6 +86,9 @@ func (o DistillOptions) Validate() error {
 	if o.Threads < 0 {
 		errs = append(errs, fmt.Errorf("lora: DistillOptions.Threads %d < 0", o.Threads))
 	}
+	if o.Copies < 0 {
+		errs = append(errs, fmt.Errorf("lora: DistillOptions.Copies %d < 0", o.Copies))
+	}
 	if o.Budget < 0 {
 		errs = append(errs, fmt.Errorf("lora: DistillOptions.Budget %v < 0", o.Budget))
 	}
@@ -103,6 +111,9 @@ func (o DistillOptions) withDefaults() DistillOptions {
 	}
 	if o.Seed == 0 {
 		o.Seed = d.Seed
+	}
+	if o.Copies == 0 {
+		o.Copies = 1
 	}
 	return o
 }
@@ -163,16 +174,17 @@ var ErrNotTrainable = errors.New("lora: base weights cannot be trained")
 // (WriteFactors) at o.Out, so that with the adapter attached the model
 // continues a memory's text without the memory in the prompt.
 //
-// Each memory is tokenized with BOS ([1 + n_tokens]) and must fit half a
-// datapoint (128 tokens). Datapoints are 257 tokens (llama.Trainer's NCtx
-// 256 + 1): for each memory, the memory at position 0 followed by the base
-// model's own continuation of it (sampled at temperature 1), and o.Generic
-// datapoints of the base's samples from BOS. The memory's tokens are
-// trained as one-hot labels; every other position's label is the base
-// model's next-token distribution there (llama.Trainer.EpochSoft), so the
-// rest of the loss is KL(p_base‖q) plus a constant: knowledge
-// distillation toward the base (Hinton et al. 2015) as the regularizer
-// that keeps generic behaviour. AdamW, one step per datapoint, datapoints
+// Each memory is tokenized with BOS ([1 + n_tokens]); o.Copies copies of
+// it must fit half a datapoint (128 tokens). Datapoints are 257 tokens
+// (llama.Trainer's NCtx 256 + 1): for each memory, o.Copies copies of it,
+// the first at position 0, with the base model's own continuation
+// (sampled at temperature 1) after each; and o.Generic datapoints of the
+// base's samples from BOS. The memory's text tokens are trained as one-hot
+// labels; every other position's label is the base model's next-token
+// distribution there (llama.Trainer.EpochSoft), so the rest of the loss
+// is KL(p_base‖q) plus a constant: knowledge distillation toward the base
+// (Hinton et al. 2015) as the regularizer that keeps generic behaviour.
+// AdamW, one step per datapoint, datapoints
 // shuffled each epoch, learning rate decayed linearly to a tenth. The
 // delta of each trained matrix is cut to o.Rank by truncated SVD
 // (Extract).
@@ -183,7 +195,7 @@ var ErrNotTrainable = errors.New("lora: base weights cannot be trained")
 //
 // Errors: o.Validate's; ErrNotTrainable for weights that are not F32 (a
 // quantized model) or that the Trainer refuses; an error for an empty
-// memory list or a memory longer than 128 tokens; ctx.Err() (wrapped) when
+// memory list or memories whose copies pass 128 tokens; ctx.Err() (wrapped) when
 // ctx ends, checked between steps and while sampling (no file is written
 // then); llama and I/O errors wrapped.
 func Distill(ctx context.Context, modelPath string, memories []string, o DistillOptions) (*DistillResult, error) {
@@ -235,18 +247,34 @@ func Distill(ctx context.Context, modelPath string, memories []string, o Distill
 		soft []float32     // [n][nv]: zero rows for memory labels
 	}
 	var data []datapoint
-	add := func(prefix []llama.Token, hard int) error {
-		seq, err := sampleBase(ctx, ev, prefix, n+1, rng)
-		if err != nil {
-			return err
+	// add samples a datapoint: copies of mem (BOS + text) spread over it,
+	// the base's continuation between and after them. Positions whose
+	// label is one of a copy's text tokens keep one-hot labels; every
+	// other row is the base's distribution.
+	add := func(mem []llama.Token, copies int) error {
+		gap := (n + 1 - copies*len(mem)) / copies
+		var seq []llama.Token
+		var starts []int
+		for c := range copies {
+			starts = append(starts, len(seq))
+			seq = append(seq, mem...)
+			end := n + 1
+			if c < copies-1 {
+				end = len(seq) + gap
+			}
+			var err error
+			if seq, err = sampleBase(ctx, ev, seq, end, rng); err != nil {
+				return err
+			}
 		}
 		soft, err := baseDists(ev, seq[:n], nv)
 		if err != nil {
 			return err
 		}
-		// Position j predicts seq[j+1]: the memory's own tokens keep
-		// their one-hot labels.
-		clear(soft[:(hard-1)*nv])
+		for _, st := range starts {
+			// Position j predicts seq[j+1].
+			clear(soft[st*nv : (st+len(mem)-1)*nv])
+		}
 		data = append(data, datapoint{seq, soft})
 		return nil
 	}
@@ -255,10 +283,10 @@ func Distill(ctx context.Context, modelPath string, memories []string, o Distill
 		if err != nil {
 			return nil, fmt.Errorf("lora: distill: memory %d: %w", i, err)
 		}
-		if len(toks) < 2 || len(toks) > n/2 {
-			return nil, fmt.Errorf("lora: distill: memory %d has %d tokens, want 1..%d after BOS", i, len(toks)-1, n/2-1)
+		if len(toks) < 2 || len(toks)*o.Copies > n/2 {
+			return nil, fmt.Errorf("lora: distill: memory %d has %d tokens, want 1..%d after BOS (%d copies fill at most half a datapoint)", i, len(toks)-1, n/2/o.Copies-1, o.Copies)
 		}
-		if err := add(toks, len(toks)); err != nil {
+		if err := add(toks, o.Copies); err != nil {
 			return nil, err
 		}
 	}
@@ -267,7 +295,7 @@ func Distill(ctx context.Context, modelPath string, memories []string, o Distill
 		generic = len(memories)
 	}
 	for range max(generic, 0) {
-		if err := add([]llama.Token{m.BOS()}, 1); err != nil {
+		if err := add([]llama.Token{m.BOS()}, 1); err != nil { // nothing hard: one BOS
 			return nil, err
 		}
 	}
