@@ -5,6 +5,9 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"math"
+	"math/rand/v2"
+	goruntime "runtime"
 	"strings"
 	"testing"
 	"time"
@@ -272,10 +275,84 @@ func BenchmarkDequantize(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.SetBytes(int64(len(state)))
+	// the machine may be shared: the thread's own CPU time gives the rate
+	// on one core, whatever else runs (cpu-MB/s)
+	goruntime.LockOSThread()
+	defer goruntime.UnlockOSThread()
+	cpu0 := threadCPU()
 	b.ResetTimer()
 	for range b.N {
 		if _, err := Dequantize(q); err != nil {
 			b.Fatal(err)
 		}
+	}
+	b.StopTimer()
+	if ns := threadCPU() - cpu0; ns > 0 {
+		b.ReportMetric(float64(b.N)*float64(len(state))/float64(ns)*1e3, "cpu-MB/s")
+	}
+}
+
+// BenchmarkDecodeRegion: the value decoding alone, without the state's
+// allocation (SetBytes: the region's bytes).
+func BenchmarkDecodeRegion(b *testing.B) {
+	for _, tc := range []struct {
+		name string
+		r    region
+		g    int
+	}{
+		{"K-300x32-g128", region{axis: 0, rows: 300, cols: 32}, 128},
+		{"V-300x32-g64", region{axis: 1, rows: 300, cols: 32}, 64},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			data := make([]byte, 2*tc.r.rows*tc.r.cols)
+			for i := 0; i < len(data); i += 2 {
+				binary.LittleEndian.PutUint16(data[i:], half.Bits(float32(i%97)/50-1))
+			}
+			src := quantRegion(nil, data, tc.r, tc.g, 4)
+			b.SetBytes(int64(len(data)))
+			goruntime.LockOSThread()
+			defer goruntime.UnlockOSThread()
+			cpu0 := threadCPU()
+			b.ResetTimer()
+			for range b.N {
+				if _, ok := decodeRegion(data, src, tc.r, tc.g, 4); !ok {
+					b.Fatal("short")
+				}
+			}
+			b.StopTimer()
+			if ns := threadCPU() - cpu0; ns > 0 {
+				b.ReportMetric(float64(b.N)*float64(len(data))/float64(ns)*1e3, "cpu-MB/s")
+			}
+		})
+	}
+}
+
+// TestHalfBits: the fast converters (halfBits, halfTable) equal half.Bits
+// on every float32 whose upper 20 bits vary (all signs and exponents, the
+// mantissa bits that decide rounding, with low bits at and around the
+// halfway point) and on 1<<20 random ones.
+func TestHalfBits(t *testing.T) {
+	var tab [1]uint16
+	check := func(b uint32) {
+		f := math.Float32frombits(b)
+		if math.IsNaN(float64(f)) {
+			return
+		}
+		want := half.Bits(f)
+		if got := halfBits(f); got != want {
+			t.Fatalf("halfBits(%g) = %#04x, want %#04x", f, got, want)
+		}
+		if halfTable(tab[:], f, 0); f != 0 && tab[0] != want { // -0 + 0 is +0
+			t.Fatalf("halfTable(%g) = %#04x, want %#04x", f, tab[0], want)
+		}
+	}
+	for hi := uint32(0); hi < 1<<20; hi++ {
+		for _, lo := range []uint32{0, 1, 0x7ff, 0x800, 0x801, 0xfff} {
+			check(hi<<12 | lo)
+		}
+	}
+	r := rand.New(rand.NewPCG(3, 4))
+	for range 1 << 20 {
+		check(r.Uint32())
 	}
 }
