@@ -197,3 +197,75 @@ func TestAdapterSwitchOneTokenBatch(t *testing.T) {
 		}
 	}
 }
+
+// A cube with a default adapter restores its tier pack: the pack is
+// computed under the cube's default adapter set and stored under its key,
+// and a request naming no adapter restores it, with the output of a cold
+// prefill under the same adapter. Replacing the adapter's file under the
+// same name (another SHA-256) leaves the old pack unusable; the next Tick
+// refreshes it under the new key.
+func TestTierPackUnderDefaultAdapter(t *testing.T) {
+	e := newLoraEnv(t)
+	ctx := context.Background()
+	addMemories(t, e.o, "c", "Lily has a dog named Max.", "Max likes to run in the park.")
+	st, err := e.o.Warm(ctx, "c", WarmOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Packs) != 1 {
+		t.Fatalf("warm: %d packs", len(st.Packs))
+	}
+	def := e.lease(t, "c").Key() // b@<sha>:1, the cube's default set
+	if !strings.HasPrefix(def, "b@") || st.Packs[0].AdapterKey != def {
+		t.Fatalf("pack computed under %q, the cube's default set is %q", st.Packs[0].AdapterKey, def)
+	}
+	turn := []Message{{Role: "user", Content: "One day"}}
+	chat := func(noCache bool) *Response {
+		t.Helper()
+		res, err := e.o.Chat(ctx, Request{Cube: "c", Messages: turn, NumPredict: 16, NoCache: noCache, Record: RecordNone})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	warm := chat(false) // first: a slot holds nothing of the cube yet
+	cold := chat(true)
+	if warm.CacheSource != SourceRestored || warm.PackID != st.Packs[0].ID || warm.Adapters != def {
+		t.Fatalf("warm chat: source %q pack %q adapters %q; want the tier pack %s under %s", warm.CacheSource, warm.PackID, warm.Adapters, st.Packs[0].ID, def)
+	}
+	if warm.Text != cold.Text {
+		t.Fatalf("restored under the default adapter %q, cold %q", warm.Text, cold.Text)
+	}
+
+	// a same-named replacement file: another SHA-256, another key
+	p := filepath.Join(t.TempDir(), "b2.gguf")
+	if err := lora.WriteRandom(ctx, p, testmodels.Stories(t), lora.RandomSpec{Seed: 7, Std: 0.5}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.o.AdapterRegistry().Add(ctx, lora.AddRequest{Name: "b", Cube: "c", Path: p, Default: true, Replace: true}); err != nil {
+		t.Fatal(err)
+	}
+	def2 := e.lease(t, "c").Key()
+	if def2 == def {
+		t.Fatalf("replacement file kept the key %q", def)
+	}
+	if _, err := e.o.Tick(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e.o.writes.Wait()
+	var packs []kvcache.Info
+	for _, i := range e.o.KVCache().List("c") {
+		packs = append(packs, i)
+	}
+	if len(packs) != 1 || packs[0].AdapterKey != def2 {
+		t.Fatalf("after the replacement and a tick: packs %+v; want one under %s", packs, def2)
+	}
+	warm2 := chat(false) // the slot's state is under the old key
+	cold2 := chat(true)
+	if warm2.CacheSource != SourceRestored || warm2.PackID != packs[0].ID || warm2.Text != cold2.Text {
+		t.Fatalf("after the refresh: source %q pack %q (want %s), text %q, cold %q", warm2.CacheSource, warm2.PackID, packs[0].ID, warm2.Text, cold2.Text)
+	}
+	if cold2.Text == cold.Text {
+		t.Fatalf("the replacement adapter gives the same output %q", cold.Text)
+	}
+}

@@ -180,6 +180,7 @@ func Open(ctx context.Context, opts Options) (*OS, error) {
 	}
 	if opts.Model != "" {
 		opts.Tiers.Reserve = o.reserveJob
+		opts.Tiers.Adapters = o.tierAdapters
 	}
 	if o.tiers, err = scheduler.NewTiers(deps, opts.Tiers); err != nil {
 		return nil, err

@@ -319,7 +319,7 @@ func (o *OS) makeResident(ctx context.Context, l *loaded, cube, id string) error
 	}
 	now := time.Now()
 	l.resMu.Lock()
-	l.res[cube] = &residentPack{seq: seq, toks: slices.Clone(h.Tokens), packID: id, created: now, used: now}
+	l.res[cube] = &residentPack{seq: seq, adapters: h.AdapterKey, toks: slices.Clone(h.Tokens), packID: id, created: now, used: now}
 	l.resMu.Unlock()
 	return ctx.Err()
 }
@@ -411,6 +411,23 @@ func (o *OS) reserveJob(ctx context.Context, cells int, wait bool) (func(), erro
 		return nil, err
 	}
 	return func() { l.pool.unreserve(l.jobSlot) }, nil
+}
+
+// tierAdapters is TierOptions.Adapters: the adapter set a request of cube
+// naming no adapters runs under (OS.adapters with nil specs: the cube's
+// default adapters at scale 1, none when the model was loaded without LoRA
+// support), on the model tier jobs use. Errors: ErrDeferred (wrapped)
+// while no model is loaded; lora errors (an adapter file changed or gone).
+func (o *OS) tierAdapters(ctx context.Context, cube string) (scheduler.AdapterSet, error) {
+	l := o.jobL.Load()
+	if l == nil {
+		return scheduler.AdapterSet{}, fmt.Errorf("%w: the model is not loaded", scheduler.ErrDeferred)
+	}
+	ad, err := o.adapters(ctx, l, cube, nil)
+	if err != nil {
+		return scheduler.AdapterSet{}, err
+	}
+	return scheduler.AdapterSet{Refs: ad.refs, Key: ad.key, Release: ad.release}, nil
 }
 
 // noEvict is the resident level for making a pack resident: room comes

@@ -63,7 +63,7 @@ func BenchmarkTTFTUnderJobs(b *testing.B) {
 					defer wg.Done()
 					for jctx.Err() == nil {
 						for npast := 0; npast < len(job) && jctx.Err() == nil; npast += 16 {
-							if err := prefillBackground(jctx, eng, 1, job[:min(len(job), npast+16)], npast, 16); err != nil {
+							if err := prefillBackground(jctx, eng, 1, job[:min(len(job), npast+16)], npast, 16, nil); err != nil {
 								if jctx.Err() == nil {
 									b.Error(err)
 								}

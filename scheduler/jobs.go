@@ -284,7 +284,11 @@ func (t *Tiers) plan(ctx context.Context) ([]Job, error) {
 			if err != nil {
 				return nil, err
 			}
-			if kvcache.PackID(t.packKey(cube), p.PackTokens) != st.PackID {
+			key, err := t.packKeyNow(ctx, cube)
+			if err != nil {
+				return nil, err
+			}
+			if kvcache.PackID(key, p.PackTokens) != st.PackID {
 				jobs = append(jobs, Job{Kind: JobRefresh, Cube: cube, Reason: "changed", Heat: usage[packUse].Heat(t.heat, now), Created: now})
 			}
 		}
@@ -366,9 +370,20 @@ func (t *Tiers) planBudget(ctx context.Context, now time.Time, planned []Job) ([
 }
 
 // packKey is the prefix-chain key of cube's tier packs: the live KV config
-// without adapters, scoped to the cube.
-func (t *Tiers) packKey(cube string) string {
-	return kvcache.ScopedKey(kvcache.ConfigKey(t.eng.KVConfig(), ""), cube)
+// under the adapter set of key adapterKey (TierOptions.Adapters), scoped to
+// the cube.
+func (t *Tiers) packKey(cube, adapterKey string) string {
+	return kvcache.ScopedKey(kvcache.ConfigKey(t.eng.KVConfig(), adapterKey), cube)
+}
+
+// packKeyNow is packKey under cube's adapter set now.
+func (t *Tiers) packKeyNow(ctx context.Context, cube string) (string, error) {
+	a, err := t.adapterSet(ctx, cube)
+	if err != nil {
+		return "", err
+	}
+	a.release()
+	return t.packKey(cube, a.Key), nil
 }
 
 // runJob executes j: computes the cube's new pack, restoring the longest
@@ -503,7 +518,11 @@ func (t *Tiers) jobPackID(ctx context.Context, j Job, st packState) (string, err
 	if err != nil {
 		return "", err
 	}
-	return kvcache.PackID(t.packKey(j.Cube), p.PackTokens), nil
+	key, err := t.packKeyNow(ctx, j.Cube)
+	if err != nil {
+		return "", err
+	}
+	return kvcache.PackID(key, p.PackTokens), nil
 }
 
 // makeRoom plans demotions of members cooler than j's memory, least heat
@@ -586,7 +605,12 @@ func (t *Tiers) makeRoom(ctx context.Context, j Job, need int64) error {
 // decoded is the tokens computed.
 func (t *Tiers) computePack(ctx context.Context, cube string, toks []int32, wait bool) (kvcache.Info, int, error) {
 	eng, kv := t.eng, t.kv
-	cfg := t.packKey(cube)
+	ad, err := t.adapterSet(ctx, cube)
+	if err != nil {
+		return kvcache.Info{}, 0, err
+	}
+	defer ad.release()
+	cfg := t.packKey(cube, ad.Key)
 	if i, ok := kv.Info(kvcache.PackID(cfg, toks)); ok {
 		return i, 0, nil // computed by an earlier run of this job, or before
 	}
@@ -605,7 +629,7 @@ func (t *Tiers) computePack(ctx context.Context, cube string, toks []int32, wait
 		eng.ClearSeq(seq)
 		eng.ReleaseSeq(seq)
 	}()
-	rs, err := kv.Restore(ctx, eng, seq, append(slices.Clone(toks), 0), kvcache.RestoreOptions{Scope: cube})
+	rs, err := kv.Restore(ctx, eng, seq, append(slices.Clone(toks), 0), kvcache.RestoreOptions{AdapterKey: ad.Key, Scope: cube})
 	if err != nil {
 		return kvcache.Info{}, 0, err
 	}
@@ -614,34 +638,35 @@ func (t *Tiers) computePack(ctx context.Context, cube string, toks []int32, wait
 		// any request's prefill; queued behind background chunks it would
 		// hold the pack writes and cube deletes serialised after it
 		if rs.Tokens < len(toks) {
-			if _, err := eng.Generate(ctx, runtime.Request{Seq: seq, Tokens: toks, NPast: rs.Tokens, PrefillOnly: true}); err != nil {
+			if _, err := eng.Generate(ctx, runtime.Request{Seq: seq, Tokens: toks, NPast: rs.Tokens, PrefillOnly: true, Adapters: ad.Refs}); err != nil {
 				return kvcache.Info{}, 0, err
 			}
 		}
-	} else if err := prefillBackground(ctx, eng, seq, toks, rs.Tokens, t.opts.JobChunk); err != nil {
+	} else if err := prefillBackground(ctx, eng, seq, toks, rs.Tokens, t.opts.JobChunk, ad.Refs); err != nil {
 		return kvcache.Info{}, 0, err
 	}
 	state, err := eng.SaveSeq(seq)
 	if err != nil {
 		return kvcache.Info{}, 0, err
 	}
-	info, err := kv.Put(ctx, kvcache.Header{KV: eng.KVConfig(), Tokens: toks, Label: cube, Scope: cube}, state)
+	info, err := kv.Put(ctx, kvcache.Header{KV: eng.KVConfig(), AdapterKey: ad.Key, Tokens: toks, Label: cube, Scope: cube}, state)
 	return info, len(toks) - rs.Tokens, err
 }
 
 // prefillBackground decodes toks[npast:] into seq (which holds toks[:npast])
-// as a series of background requests of at most chunk tokens, so that a
-// foreground request waits for at most one small batch of it.
-func prefillBackground(ctx context.Context, eng *runtime.Engine, seq int, toks []int32, npast, chunk int) error {
+// under adapters as a series of background requests of at most chunk
+// tokens, so that a foreground request waits for at most one small batch
+// of it.
+func prefillBackground(ctx context.Context, eng *runtime.Engine, seq int, toks []int32, npast, chunk int, adapters []runtime.AdapterRef) error {
 	for npast < len(toks) {
 		end := min(len(toks), npast+chunk)
-		_, err := eng.Generate(ctx, runtime.Request{Seq: seq, Tokens: toks[:end], NPast: npast, PrefillOnly: true, Background: true})
+		_, err := eng.Generate(ctx, runtime.Request{Seq: seq, Tokens: toks[:end], NPast: npast, PrefillOnly: true, Background: true, Adapters: adapters})
 		// Stopgap: the engine reports a request done before its batch loop
 		// drops it from the active set, so the next request on the same seq
 		// can briefly see ErrSeqBusy (reported to runtime's owner).
 		for try := 0; errors.Is(err, runtime.ErrSeqBusy) && try < 100000; try++ {
 			goruntime.Gosched()
-			_, err = eng.Generate(ctx, runtime.Request{Seq: seq, Tokens: toks[:end], NPast: npast, PrefillOnly: true, Background: true})
+			_, err = eng.Generate(ctx, runtime.Request{Seq: seq, Tokens: toks[:end], NPast: npast, PrefillOnly: true, Background: true, Adapters: adapters})
 		}
 		if err != nil {
 			return err

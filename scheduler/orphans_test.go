@@ -42,7 +42,7 @@ func TestRestartKeepsPendingJobPackOnly(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return kvcache.PackID(tr.packKey("c"), p.PackTokens)
+		return kvcache.PackID(tr.packKey("c", ""), p.PackTokens)
 	}
 	jobPack, warmPack := packID(mems[0], mems[1]), packID(mems[0], mems[2])
 	// the job stores its pack and dies before its commit: it stays pending

@@ -90,6 +90,43 @@ type TierOptions struct {
 	// commits: a test seam (an error simulates a crash mid-job). Nil in
 	// production.
 	AfterPut func(Job) error
+	// Adapters, if set, leases the adapter set a cube's requests run under
+	// when they name none (memosrt.OS: the cube's default LoRA adapters,
+	// at scale 1). Tier packs are computed under it and stored under its
+	// key (kvcache.ConfigKey), so that a cube with default adapters
+	// restores its pack, and a changed set (another adapter version, a
+	// same-named replacement file: the key holds each file's SHA-256)
+	// refreshes the pack at the next Tick. Nil: packs are computed without
+	// adapters.
+	Adapters func(ctx context.Context, cube string) (AdapterSet, error)
+}
+
+// AdapterSet is a leased adapter set (TierOptions.Adapters): Refs as a
+// runtime.Request takes them, Key = runtime.AdapterKey(Refs) ("" for none),
+// Release gives the lease back (nil: nothing to give back).
+type AdapterSet struct {
+	Refs    []runtime.AdapterRef
+	Key     string
+	Release func()
+}
+
+func (a AdapterSet) release() {
+	if a.Release != nil {
+		a.Release()
+	}
+}
+
+// adapterSet leases cube's adapter set (TierOptions.Adapters); the empty
+// set without the option.
+func (t *Tiers) adapterSet(ctx context.Context, cube string) (AdapterSet, error) {
+	if t.opts.Adapters == nil {
+		return AdapterSet{}, nil
+	}
+	a, err := t.opts.Adapters(ctx, cube)
+	if err != nil {
+		return AdapterSet{}, fmt.Errorf("scheduler: adapters of cube %s: %w", cube, err)
+	}
+	return a, nil
 }
 
 // Deps are what Tiers works on. Layout and Engine are nil for a read-only
