@@ -318,6 +318,11 @@ func (o *OS) do(ctx context.Context, req *Request, chat bool) (*Response, error)
 	switch {
 	case sp.RepeatLastN == -1:
 		sp.RepeatLastN = limit // Ollama's -1: the whole context
+	case sp.RepeatLastN > limit:
+		// a window past the context holds no more tokens than the context;
+		// the sampler allocates the window (4 bytes a token) up front, so
+		// an uncapped 1e9 cost 4 GB of RSS per request
+		sp.RepeatLastN = limit
 	case sp.RepeatLastN < -1:
 		return nil, badField("options.repeat_last_n", "%d < -1 (-1: num_ctx, 0: 64)", sp.RepeatLastN)
 	}

@@ -16,6 +16,7 @@ type Message = scheduler.Message
 // Sampling are the per-request sampler settings (llama.cpp's sampler
 // chain, as common_sampler orders it); the zero value is greedy decoding.
 // RepeatLastN -1 means the request's whole context (Ollama's -1: num_ctx);
+// more than the context is cut to it (the window is allocated up front);
 // below -1 is a *FieldError.
 type Sampling = llama.SamplerParams
 

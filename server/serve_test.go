@@ -20,7 +20,8 @@ import (
 )
 
 // TestRepeatLastN: Ollama's -1 (num_ctx) and 0 (off) keep their meaning;
-// -1 once panicked in the sampler and killed the server.
+// -1 once panicked in the sampler and killed the server; a window past the
+// context is cut to it (1e9 once cost 4 GB of RSS for one request).
 func TestRepeatLastN(t *testing.T) {
 	e := newEnv(t, envConfig{nctx: 256})
 	gen := func(opts map[string]any) string {
@@ -37,6 +38,11 @@ func TestRepeatLastN(t *testing.T) {
 	whole := gen(map[string]any{"repeat_last_n": -1, "repeat_penalty": 5.0})
 	if want := gen(map[string]any{"repeat_last_n": 256, "repeat_penalty": 5.0}); whole != want {
 		t.Fatalf("repeat_last_n -1 gave %q, num_ctx (256) gave %q", whole, want)
+	}
+	// a window past the context is the context: 2^32 is answered (the
+	// sampler takes at most 2^31 - 1) as num_ctx, without allocating it
+	if huge := gen(map[string]any{"repeat_last_n": int64(1) << 32, "repeat_penalty": 5.0}); huge != whole {
+		t.Fatalf("repeat_last_n 2^32 gave %q, num_ctx (256) gave %q", huge, whole)
 	}
 	off := gen(map[string]any{"repeat_last_n": 0, "repeat_penalty": 5.0})
 	if want := gen(map[string]any{"repeat_penalty": 1}); off != want {

@@ -208,7 +208,7 @@ func parseOllamaOptions(m map[string]any) (sampling, error) {
 		case "repeat_last_n":
 			s.RepeatLastN, err = integer(k, v)
 			if err == nil && *s.RepeatLastN < -1 {
-				err = badField("options.repeat_last_n", "%d < -1 (-1: num_ctx, 0: off)", *s.RepeatLastN)
+				err = badField("options.repeat_last_n", "%d < -1 (-1: num_ctx, 0: off; more than num_ctx is num_ctx)", *s.RepeatLastN)
 			}
 		case "stop":
 			s.Stop, err = stringList("options.stop", v)

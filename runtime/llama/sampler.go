@@ -9,6 +9,7 @@ import "C"
 
 import (
 	"fmt"
+	"math"
 	"unsafe"
 )
 
@@ -46,8 +47,8 @@ type Sampler struct {
 // grammar. An error is returned, and nothing allocated, if p.Grammar does
 // not parse (ErrGrammar) or a parameter is out of range (ErrBadParams).
 func NewSampler(m *Model, p SamplerParams, history []Token) (*Sampler, error) {
-	if p.RepeatLastN < 0 {
-		return nil, fmt.Errorf("%w: repeat_last_n %d < 0", ErrBadParams, p.RepeatLastN)
+	if p.RepeatLastN < 0 || p.RepeatLastN > math.MaxInt32 {
+		return nil, fmt.Errorf("%w: repeat_last_n %d outside [0, 2^31)", ErrBadParams, p.RepeatLastN)
 	}
 	var grammar *C.struct_llama_sampler
 	nVocab := 0
