@@ -151,6 +151,15 @@ func TestTurnRecording(t *testing.T) {
 	}) {
 		t.Errorf("search hits %v lack the short-term turn of day 7", hits)
 	}
+	// a warm pins the cube's memories, never its recorded turns (the
+	// model's answers among them)
+	if _, err := o.Warm(ctx, "lily", WarmOptions{}); !errors.As(err, new(*FieldError)) {
+		t.Errorf("warm of a cube holding only turns: %v, want a *FieldError", err)
+	}
+	addMemories(t, o, "lily", "Lily has a dog named Max.")
+	if ps, err := o.Warm(ctx, "lily", WarmOptions{}); err != nil || ps.Memories != 1 {
+		t.Errorf("warm: %d memories in the pack (%v), want 1: the memory, no turn", ps.Memories, err)
+	}
 
 	count := func(cube string) int {
 		st, _ := o.ShortTerm(ctx, cube)

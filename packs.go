@@ -9,6 +9,7 @@ import (
 
 	"github.com/memosrt/memosrt/kvcache"
 	"github.com/memosrt/memosrt/scheduler"
+	"github.com/memosrt/memosrt/textmem"
 )
 
 // PackStatus is a cube's activation tier: its stored packs (tier and
@@ -87,7 +88,8 @@ type WarmOptions struct {
 }
 
 // Warm puts cube's memories into the activation tier now: every memory
-// (canonical order) joins the cube's pack while it fits the pack budget,
+// (canonical order) but recorded chat turns (Kind KindTurn) joins the
+// cube's pack while it fits the pack budget,
 // pinned (low heat never demotes them; deleting one does), and the pack's
 // KV state is computed (foreground priority: the caller waits) and stored; with Resident
 // the pack is also made resident. The next request of the cube restores
@@ -121,8 +123,14 @@ func (o *OS) Warm(ctx context.Context, cube string, wo WarmOptions) (PackStatus,
 	if err != nil {
 		return PackStatus{}, err
 	}
+	// recorded chat turns (the model's answers among them) are not the
+	// cube's memories to pin: moved ones reach prompts by retrieval and
+	// heat, short-term ones never (Layout.HideSources)
+	mems = slices.DeleteFunc(mems, func(m textmem.Memory) bool {
+		return m.Kind == KindTurn || slices.Contains(o.opts.Layout.HideSources, m.Source)
+	})
 	if len(mems) == 0 {
-		return PackStatus{}, badField("cube", "cube %s has no memories to warm", cube)
+		return PackStatus{}, badField("cube", "cube %s has no memories to warm (recorded chat turns are not warmed)", cube)
 	}
 	ids := make([]string, len(mems))
 	for i, m := range mems {
