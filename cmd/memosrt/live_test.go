@@ -142,6 +142,11 @@ func TestCLINextToServer(t *testing.T) {
 	if warm.CachedTokens < st.PackTokens || cold.CachedTokens != 0 || warm.Response != cold.Response || warm.Response == "" {
 		t.Fatalf("run through the server: warm %+v\ncold %+v (pack %d tokens)", warm, cold, st.PackTokens)
 	}
+	// the server's model answers, but a --model that does not exist is
+	// still an error (it once answered with the server's model, exit 0)
+	if out, err := runCLI(t, "run", "--db", db, "--model", db+"/no-such-model.gguf", "--num-predict", "2", "hi"); err == nil || !strings.Contains(out, "no such file") {
+		t.Fatalf("run --model <missing> next to the server: %v %s", err, out)
+	}
 	if out, err := runCLI(t, "lora", "ls", "--db", db); err == nil || !strings.Contains(out, "memosrt serve is running") {
 		t.Fatalf("lora ls next to the server: %v %s", err, out)
 	}
