@@ -82,7 +82,7 @@ func tiers(ctx context.Context, sf storeFlags, ef engineFlags, cube string, limi
 		if m.Pinned {
 			tier += " (pinned)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%.3f\t%.2f\t%.2f\t%s\n", m.ID, tier, m.Heat, m.Usage.Visits, m.Usage.Interactions, clip(m.Text, 48))
+		fmt.Fprintf(tw, "%s\t%s\t%.3f\t%.2f\t%.2f\t%s\n", m.ID, tier, m.Heat, m.Usage.Visits, m.Usage.Interactions, oneLine(m.Text, 48))
 	}
 	tw.Flush()
 	if len(st.Jobs) > 0 {
@@ -108,12 +108,4 @@ func orDash(s string) string {
 		return "-"
 	}
 	return s
-}
-
-func clip(s string, n int) string {
-	r := []rune(s)
-	if len(r) <= n {
-		return s
-	}
-	return string(r[:n-1]) + "…"
 }
