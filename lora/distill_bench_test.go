@@ -58,12 +58,13 @@ type distillSetting struct {
 	output  int // 1: train output.weight too
 	threads int // DistillOptions.Threads
 	copies  int // DistillOptions.Copies
+	greedy  int // DistillOptions.Greedy
 }
 
 // BenchmarkDistill distills 20 memories into a LoRA adapter for
 // stories260K with Distill and prints the figures of issue 14 for each
-// setting (MEMOSRT_DISTILL_SETTINGS="epochs,lr,rank,generic,output,threads,copies;...",
-// e.g. "40,1e-3,0,20,0,2,1"):
+// setting (MEMOSRT_DISTILL_SETTINGS="epochs,lr,rank,generic,output,threads,copies,greedy;...",
+// e.g. "40,1e-3,0,20,0,2,1,0"):
 //
 //	go test -count=1 -timeout 60m -run '^$' -bench Distill -benchtime 1x -v ./lora/
 //
@@ -99,21 +100,21 @@ func BenchmarkDistill(b *testing.B) {
 		}
 		generic = append(generic, append(p, greedy(b, ev, p, 130-len(p), 0)...))
 	}
-	settings := []distillSetting{{40, 1e-3, 0, 20, 0, 2, 1}}
+	settings := []distillSetting{{40, 1e-3, 0, 20, 0, 2, 1, 0}}
 	if v := os.Getenv("MEMOSRT_DISTILL_SETTINGS"); v != "" {
 		settings = nil
 		for _, f := range strings.Split(v, ";") {
 			var st distillSetting
-			if _, err := fmt.Sscanf(f, "%d,%g,%d,%d,%d,%d,%d", &st.epochs, &st.lr, &st.rank, &st.generic, &st.output, &st.threads, &st.copies); err != nil {
+			if _, err := fmt.Sscanf(f, "%d,%g,%d,%d,%d,%d,%d,%d", &st.epochs, &st.lr, &st.rank, &st.generic, &st.output, &st.threads, &st.copies, &st.greedy); err != nil {
 				b.Fatalf("MEMOSRT_DISTILL_SETTINGS %q: %v", f, err)
 			}
 			settings = append(settings, st)
 		}
 	}
-	fmt.Println("| epochs | lr | rank | generic | output.weight | threads | copies | train loss first→last | memory NLL base→adapter | recalled | held-out top-1 | held-out KL | positions | s/memory (prepare+train) | peak RSS | adapter bytes | min kept |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Println("| epochs | lr | rank | generic | output.weight | threads | copies | greedy | train loss first→last | memory NLL base→adapter | recalled | held-out top-1 | held-out KL | positions | s/memory (prepare+train) | peak RSS | adapter bytes | min kept |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, st := range settings {
-		b.Run(fmt.Sprintf("epochs=%d,lr=%g,rank=%d,generic=%d,output=%d,threads=%d,copies=%d", st.epochs, st.lr, st.rank, st.generic, st.output, st.threads, st.copies), func(b *testing.B) {
+		b.Run(fmt.Sprintf("epochs=%d,lr=%g,rank=%d,generic=%d,output=%d,threads=%d,copies=%d,greedy=%d", st.epochs, st.lr, st.rank, st.generic, st.output, st.threads, st.copies, st.greedy), func(b *testing.B) {
 			for b.Loop() {
 				runDistill(b, path, m, ev, mems, generic, st)
 			}
@@ -125,7 +126,7 @@ func BenchmarkDistill(b *testing.B) {
 // mems and on the held-out generic text.
 func runDistill(b *testing.B, path string, m *llama.Model, ev *llama.Ctx, mems, generic [][]llama.Token, st distillSetting) {
 	out := filepath.Join(b.TempDir(), "distilled.gguf")
-	o := DistillOptions{Out: out, Epochs: st.epochs, LearningRate: st.lr, Rank: st.rank, Generic: st.generic, Threads: st.threads, Copies: st.copies}
+	o := DistillOptions{Out: out, Epochs: st.epochs, LearningRate: st.lr, Rank: st.rank, Generic: st.generic, Threads: st.threads, Copies: st.copies, Greedy: st.greedy}
 	if st.output == 1 {
 		w := DistillWeights(4)
 		o.Weights = func(n string) bool { return w(n) || n == "output.weight" }
@@ -144,8 +145,8 @@ func runDistill(b *testing.B, path string, m *llama.Model, ev *llama.Ctx, mems, 
 	agree, kl, pos := genericFigures(b, ev, a, generic, 1000)
 	ev.ClearAdapters()
 	sec := (res.Prepare + res.Train).Seconds() / float64(len(mems))
-	fmt.Printf("| %d | %g | %d | %d | %d | %d | %d | %.3f→%.3f | %.3f→%.3f (−%.0f%%) | %d/%d | %.1f%% | %.4f | %d | %.2f (%.2f+%.2f) | %d MiB | %d | %.3f |\n",
-		st.epochs, st.lr, res.Rank, st.generic, st.output, st.threads, st.copies, res.LossFirst, res.LossLast, nllBase, nllAd, 100*(1-nllAd/nllBase), recalled, len(mems),
+	fmt.Printf("| %d | %g | %d | %d | %d | %d | %d | %d | %.3f→%.3f | %.3f→%.3f (−%.0f%%) | %d/%d | %.1f%% | %.4f | %d | %.2f (%.2f+%.2f) | %d MiB | %d | %.3f |\n",
+		st.epochs, st.lr, res.Rank, st.generic, st.output, st.threads, st.copies, st.greedy, res.LossFirst, res.LossLast, nllBase, nllAd, 100*(1-nllAd/nllBase), recalled, len(mems),
 		100*agree, kl, pos, sec, res.Prepare.Seconds()/float64(len(mems)), res.Train.Seconds()/float64(len(mems)), rss>>20, res.Bytes, res.MinKept)
 }
 

@@ -18,6 +18,10 @@
 //     llama.LoadAdapter) and lends them out as Refs inside a Lease; it frees
 //     the least recently used unleased adapters when the loaded bytes would
 //     pass Options.MaxBytes.
+//   - Distill trains memories into a base model's last block (llama.Trainer,
+//     with the base's own distribution as the label away from the memories)
+//     and writes the weight change as an adapter: Extract cuts each delta
+//     to rank r by SVD, WriteFactors writes the pairs.
 //   - WriteRandom writes a random rank-r adapter for a base model (tests,
 //     demos); WriteFile writes any adapter-shaped GGUF (including broken
 //     ones, for tests of Check).
