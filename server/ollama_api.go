@@ -95,7 +95,10 @@ func useSchema(g *memosrt.Request, field string, t []byte) error {
 // extension "record" (see recordMode).
 type ollamaChatRequest struct {
 	api.ChatRequest
-	Record string `json:"record"`
+	// Tools shadows api.ChatRequest.Tools: the tools as sent (see
+	// ollamaTools).
+	Tools  []json.RawMessage `json:"tools"`
+	Record string            `json:"record"`
 }
 
 func (s *Server) handleOllamaChat(w http.ResponseWriter, r *http.Request) {

@@ -14,19 +14,27 @@ import (
 // memosrt.ToolCall; the root package renders the tools, generates the
 // calls under their grammar and parses them.
 
-// ollamaTools converts /api/chat "tools" (api.Tools: only type
-// "function").
-func ollamaTools(ts api.Tools) ([]memosrt.Tool, error) {
-	out := make([]memosrt.Tool, 0, len(ts))
-	for i, t := range ts {
+// ollamaTools converts /api/chat "tools" (only type "function"; an empty
+// type is taken as it). The parameters are read as the client sent them,
+// not through api.Tools, whose fixed property struct drops the JSON schema
+// keywords it does not know (pattern, minimum, ...): the grammar refuses
+// those with a 400 here as on /v1/chat/completions, instead of generating
+// unconstrained.
+func ollamaTools(raw []json.RawMessage) ([]memosrt.Tool, error) {
+	out := make([]memosrt.Tool, 0, len(raw))
+	for i, r := range raw {
+		var t oaiTool
+		if err := json.Unmarshal(r, &t); err != nil {
+			return nil, badField(fmt.Sprintf("tools[%d]", i), "want {\"type\": \"function\", \"function\": {...}}: %v", err)
+		}
 		if t.Type != "" && t.Type != "function" {
 			return nil, badField(fmt.Sprintf("tools[%d].type", i), "want function, got %q", t.Type)
 		}
-		p, err := json.Marshal(t.Function.Parameters)
-		if err != nil {
-			return nil, badField(fmt.Sprintf("tools[%d].function.parameters", i), "%v", err)
+		var p json.RawMessage
+		if len(t.Function.Parameters) > 0 {
+			p = dropNulls(t.Function.Parameters)
 		}
-		out = append(out, memosrt.Tool{Name: t.Function.Name, Description: t.Function.Description, Parameters: dropNulls(p)})
+		out = append(out, memosrt.Tool{Name: t.Function.Name, Description: t.Function.Description, Parameters: p})
 	}
 	return out, nil
 }

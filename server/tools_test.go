@@ -274,6 +274,19 @@ func TestToolCallsOllama(t *testing.T) {
 			t.Fatalf("auto: non-streamed %q %d calls, streamed %q %d calls", whole, len(wcalls), streamed, len(scalls))
 		}
 	})
+	t.Run("unsupported schema keyword refused", func(t *testing.T) {
+		// api.Tools drops keywords its property struct lacks: the schema is
+		// read as sent, so /api/chat refuses what it cannot enforce, as
+		// /v1/chat/completions does (it once generated unconstrained prose)
+		body := map[string]any{"model": testModel, "stream": false, "messages": []map[string]any{{"role": "user", "content": "Hi"}},
+			"tools": []map[string]any{{"type": "function", "function": map[string]any{"name": "f",
+				"parameters": map[string]any{"type": "object", "properties": map[string]any{"s": map[string]any{"type": "string", "pattern": "^a"}}}}}}}
+		var out struct{ Error string }
+		if code := do(t, "POST", e.url()+"/api/chat", body, &out); code != http.StatusBadRequest ||
+			!strings.Contains(out.Error, "tools[0].function.parameters") || !strings.Contains(out.Error, "pattern") {
+			t.Fatalf("/api/chat with a pattern keyword: %d %q, want 400 naming tools[0].function.parameters", code, out.Error)
+		}
+	})
 	t.Run("results back in the prompt", func(t *testing.T) {
 		args := api.NewToolCallFunctionArguments()
 		args.Set("city", "Paris")
