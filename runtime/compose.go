@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"time"
 
 	"github.com/memosrt/memosrt/runtime/llama"
 )
@@ -112,12 +113,28 @@ type ComposeOptions struct {
 	// never deviates; on stories260K layer 2 ranked better than 1 and as
 	// well as 3, at 3/5 of the probe cost).
 	ProbeLayer int
+	// Gap merges recomputed runs: two chosen tokens at most Gap positions
+	// apart are recomputed as one run, the tokens between them included
+	// and counted in the Ratio budget (a token is only chosen while the
+	// run it makes still fits, so merging trades some high-deviation
+	// tokens for their neighbours). Each run is one llama_decode, which
+	// streams every weight once whatever its length: at 8x128 chunk
+	// tokens and Ratio 0.15, 116 runs without merging, 26 at Gap 8, 12 at
+	// Gap 32 (BenchmarkComposeTTFT). Default GapDefault; negative: no
+	// merging (one run per stretch of consecutive chosen tokens).
+	Gap int
 }
+
+// GapDefault is ComposeOptions.Gap's default, in tokens: a guess at what
+// one decode's weight pass costs in prefilled tokens on a CPU (not yet
+// measured on the 1B shape); on stories260K it costs 0.2 points of top-1
+// and 2 of 30 greedy matches (BenchmarkComposeQuality).
+const GapDefault = 8
 
 // DefaultComposeOptions returns the defaults (measured on stories260K by
 // BenchmarkComposeQuality).
 func DefaultComposeOptions() ComposeOptions {
-	return ComposeOptions{Ratio: 0.15, ProbeLayer: 2}
+	return ComposeOptions{Ratio: 0.15, ProbeLayer: 2, Gap: GapDefault}
 }
 
 func (o ComposeOptions) withDefaults(nLayer int) ComposeOptions {
@@ -128,8 +145,11 @@ func (o ComposeOptions) withDefaults(nLayer int) ComposeOptions {
 	if o.ProbeLayer == 0 {
 		o.ProbeLayer = d.ProbeLayer
 	}
+	if o.Gap == 0 {
+		o.Gap = d.Gap
+	}
 	o.ProbeLayer = min(o.ProbeLayer, nLayer-1)
-	o.Head, o.Tail, o.Ratio = max(o.Head, 0), max(o.Tail, 0), max(o.Ratio, 0)
+	o.Head, o.Tail, o.Ratio, o.Gap = max(o.Head, 0), max(o.Tail, 0), max(o.Ratio, 0), max(o.Gap, 0)
 	return o
 }
 
@@ -148,6 +168,11 @@ type ComposeResult struct {
 	// Guard is nil when moved chunks were shifted, else ShiftGuard's
 	// reason for decoding them again in full.
 	Guard error
+	// Wall-clock time of the phases: restoring the preamble and chunks
+	// (and shifting them), the probe decode that ranks tokens, and the
+	// recompute; RecomputeDecodes is the llama_decode calls it took.
+	RestoreTime, ProbeTime, RecomputeTime time.Duration
+	RecomputeDecodes                      int
 }
 
 // Fraction returns Recomputed / ChunkTokens (0 with no chunk tokens).
@@ -283,6 +308,7 @@ func (e *Engine) ComposeSeq(ctx context.Context, seq, scratch int, pre Preamble,
 		e.ctx.SeqRemove(scratch, -1, -1)
 		return res, err
 	}
+	t0 := time.Now()
 	e.ctx.SeqRemove(seq, -1, -1)
 	e.ctx.SeqRemove(scratch, -1, -1)
 	if len(pre.State) > 0 {
@@ -316,8 +342,9 @@ func (e *Engine) ComposeSeq(ctx context.Context, seq, scratch int, pre Preamble,
 		e.ctx.SeqRemove(scratch, -1, -1)
 	}
 
+	res.RestoreTime = time.Since(t0)
 	if res.Guard == nil {
-		pick := map[int]bool{}
+		pick := map[int]bool{} // head and tail
 		var movedPos []int
 		for _, p := range places {
 			if !p.moved {
@@ -337,8 +364,14 @@ func (e *Engine) ComposeSeq(ctx context.Context, seq, scratch int, pre Preamble,
 			}
 		}
 		budget := int(math.Round(o.Ratio * float64(res.ChunkTokens)))
-		if budget > len(pick) && len(movedPos) > len(pick) {
+		sel := runCover{gap: o.Gap}
+		for p := range pick {
+			sel.add(p)
+		}
+		if budget > sel.cost && len(movedPos) > len(sel.pos) {
+			t1 := time.Now()
 			dev, err := e.deviationLocked(ctx, seq, scratch, res.Tokens, places, o.ProbeLayer)
+			res.ProbeTime = time.Since(t1)
 			res.Probed = len(movedPos)
 			if err != nil {
 				return fail(err)
@@ -346,39 +379,43 @@ func (e *Engine) ComposeSeq(ctx context.Context, seq, scratch int, pre Preamble,
 			order := slices.Clone(movedPos)
 			slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(dev[b], dev[a]) })
 			for _, p := range order {
-				if len(pick) >= budget {
+				if sel.cost >= budget {
 					break
 				}
-				pick[p] = true
+				if sel.cost+sel.delta(p) <= budget {
+					sel.add(p)
+				}
 			}
 		}
-		for p := range pick {
-			redo = append(redo, p)
-		}
-		slices.Sort(redo)
+		redo = sel.positions()
 	}
 	res.Positions = redo
 	res.Recomputed = len(redo)
-	if err := e.recomputeLocked(ctx, seq, scratch, res.Tokens, redo); err != nil {
+	t2 := time.Now()
+	n, err := e.recomputeLocked(ctx, seq, scratch, res.Tokens, redo)
+	res.RecomputeTime, res.RecomputeDecodes = time.Since(t2), n
+	if err != nil {
 		return fail(err)
 	}
 	return res, nil
 }
 
 // recomputeLocked decodes the tokens at positions redo (ascending) of seq
-// again. llama.cpp takes a sequence's batch only at consecutive positions
-// right after the sequence's last one (llama_batch_allocr::init), so each
-// run of consecutive positions [a, b) is decoded in scratch holding seq's
-// cells [0, a) (shared, llama_memory_seq_cp), and its new cells are then
-// shared into seq: one llama_decode per run. The old cells of every run
-// are removed from seq first. scratch is left empty. Caller holds e.mu.
-func (e *Engine) recomputeLocked(ctx context.Context, seq, scratch int, toks []Token, redo []int) error {
+// again and returns the llama_decode calls it took. llama.cpp takes a
+// sequence's batch only at consecutive positions right after the
+// sequence's last one (llama_batch_allocr::init), so each run of
+// consecutive positions [a, b) is decoded in scratch holding seq's cells
+// [0, a) (shared, llama_memory_seq_cp), and its new cells are then shared
+// into seq: one llama_decode per run. The old cells of every run are
+// removed from seq first. scratch is left empty. Caller holds e.mu.
+func (e *Engine) recomputeLocked(ctx context.Context, seq, scratch int, toks []Token, redo []int) (int, error) {
 	for _, p := range redo {
 		if !e.ctx.SeqRemove(seq, p, p+1) {
-			return fmt.Errorf("%w: cannot remove position %d", ErrCompose, p)
+			return 0, fmt.Errorf("%w: cannot remove position %d", ErrCompose, p)
 		}
 	}
 	defer e.ctx.SeqRemove(scratch, -1, -1)
+	decodes := 0
 	for i := 0; i < len(redo); {
 		j := i + 1
 		for j < len(redo) && redo[j] == redo[j-1]+1 {
@@ -388,18 +425,80 @@ func (e *Engine) recomputeLocked(ctx context.Context, seq, scratch int, toks []T
 		e.ctx.SeqRemove(scratch, -1, -1)
 		if a > 0 {
 			if err := e.ctx.SeqCopy(seq, scratch, 0, a); err != nil {
-				return err
+				return decodes, err
 			}
 		}
 		if err := e.decodeAtLocked(ctx, scratch, toks[a:b], a); err != nil {
-			return err
+			return decodes, err
 		}
+		decodes += (b - a + e.batch.Cap() - 1) / e.batch.Cap()
 		if err := e.ctx.SeqCopy(scratch, seq, a, b); err != nil {
-			return err
+			return decodes, err
 		}
 		i = j
 	}
-	return nil
+	return decodes, nil
+}
+
+// runCover is a set of chosen positions (pos, ascending) and what
+// recomputing them costs: two chosen positions at most gap apart are one
+// run, the positions between them recomputed too; cost counts every
+// recomputed position.
+type runCover struct {
+	gap  int
+	pos  []int
+	cost int
+}
+
+// fill is how many positions between chosen a < b are recomputed.
+func (c *runCover) fill(a, b int) int {
+	if b-a-1 <= c.gap {
+		return b - a - 1
+	}
+	return 0
+}
+
+// delta is what choosing p adds to cost: p itself and the gaps it fills
+// to its chosen neighbours a < p < b, less the gap between a and b that
+// was filled before (0 when p already lay in it).
+func (c *runCover) delta(p int) int {
+	i, found := slices.BinarySearch(c.pos, p)
+	if found {
+		return 0
+	}
+	d := 1
+	if i > 0 {
+		d += c.fill(c.pos[i-1], p)
+	}
+	if i < len(c.pos) {
+		d += c.fill(p, c.pos[i])
+	}
+	if i > 0 && i < len(c.pos) {
+		d -= c.fill(c.pos[i-1], c.pos[i])
+	}
+	return d
+}
+
+// add chooses p.
+func (c *runCover) add(p int) {
+	c.cost += c.delta(p)
+	if i, found := slices.BinarySearch(c.pos, p); !found {
+		c.pos = slices.Insert(c.pos, i, p)
+	}
+}
+
+// positions returns every recomputed position, ascending.
+func (c *runCover) positions() []int {
+	var out []int
+	for i, p := range c.pos {
+		if i > 0 && c.fill(c.pos[i-1], p) > 0 {
+			for q := c.pos[i-1] + 1; q < p; q++ {
+				out = append(out, q)
+			}
+		}
+		out = append(out, p)
+	}
+	return out
 }
 
 // spans reports whether pos holds each position of [p0, p1) exactly once.
