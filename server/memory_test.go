@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"io"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/memosrt/memosrt"
@@ -47,6 +48,12 @@ func TestMemoryAPI(t *testing.T) {
 				t.Fatalf("param %v, want %q (%s)", oe.Error.Param, c.param, oe.Error.Message)
 			}
 		})
+	}
+	// a body of the wrong JSON type names what is wanted, not a Go type
+	oe = oaiError{}
+	if code := do(t, "POST", u+"/work/memories", []int{1, 2, 3}, &oe); code != http.StatusBadRequest ||
+		!strings.Contains(oe.Error.Message, "want a JSON object, got JSON array") || strings.Contains(oe.Error.Message, "server.") {
+		t.Fatalf("array body: %d %q", code, oe.Error.Message)
 	}
 	// adding a memory creates its cube, as `memosrt mem add` and Mem0 do
 	if code := do(t, "POST", u+"/fresh/memories", map[string]any{"text": "A new cube."}, nil); code != http.StatusCreated {

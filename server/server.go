@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"reflect"
 	"runtime/debug"
 	"strings"
 	"sync"
@@ -479,10 +480,14 @@ func decodeBody(r *http.Request, v any, strict bool) error {
 			for _, emb := range []string{"oaiSampling.", "memoryInput.", "ChatRequest."} { // embedded structs
 				f = strings.ReplaceAll(f, emb, "")
 			}
+			want := te.Type.String()
+			if te.Type.Kind() == reflect.Struct {
+				want = "a JSON object" // not our Go type's name
+			}
 			if f == "" {
 				f = "body"
 			}
-			return badField(f, "want %s, got JSON %s", te.Type, te.Value)
+			return badField(f, "want %s, got JSON %s", want, te.Value)
 		case errors.As(err, &se):
 			return badField("body", "invalid JSON at byte %d: %v", se.Offset, err)
 		case errors.Is(err, io.EOF):
