@@ -118,6 +118,14 @@ func serve(ctx context.Context, f serveFlags) error {
 	if err := checkListen(*addr, *token, *insecure); err != nil {
 		return err
 	}
+	// an address in use fails here, before the data directory is created
+	// and the model loaded (it once failed after both); the listener is
+	// opened again once the OS is up
+	probe, err := net.Listen("tcp", *addr)
+	if err != nil {
+		return err
+	}
+	probe.Close()
 	emb, err := embedderFromFlag(ctx, *embedFlag, *ollamaHost)
 	if err != nil {
 		return err
