@@ -64,7 +64,7 @@ type distillSetting struct {
 // BenchmarkDistill distills 20 memories into a LoRA adapter for
 // stories260K with Distill and prints the figures of issue 14 for each
 // setting (MEMOSRT_DISTILL_SETTINGS="epochs,lr,rank,generic,output,threads,copies,greedy;...",
-// e.g. "40,1e-3,0,20,0,2,1,0"):
+// e.g. "30,1e-3,0,40,1,2,3,0", the defaults of DistillOptions):
 //
 //	go test -count=1 -timeout 60m -run '^$' -bench Distill -benchtime 1x -v ./lora/
 //
@@ -100,7 +100,7 @@ func BenchmarkDistill(b *testing.B) {
 		}
 		generic = append(generic, append(p, greedy(b, ev, p, 130-len(p), 0)...))
 	}
-	settings := []distillSetting{{40, 1e-3, 0, 20, 0, 2, 1, 0}}
+	settings := []distillSetting{{30, 1e-3, 0, 40, 1, 2, 3, 0}}
 	if v := os.Getenv("MEMOSRT_DISTILL_SETTINGS"); v != "" {
 		settings = nil
 		for _, f := range strings.Split(v, ";") {

@@ -192,7 +192,7 @@ func TestDistill(t *testing.T) {
 	llama.Init("")
 	mems := distillMemories[:2]
 	dir := t.TempDir()
-	res, err := Distill(context.Background(), path, mems, DistillOptions{Out: filepath.Join(dir, "a.gguf"), Epochs: 4, Generic: 1, Threads: 1})
+	res, err := Distill(context.Background(), path, mems, DistillOptions{Out: filepath.Join(dir, "a.gguf"), Epochs: 4, Generic: 1, Threads: 1, Weights: DistillWeights(4)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,7 +22,7 @@ type DistillOptions struct {
 	// Name is the adapter's general.name. Default "memosrt-distilled".
 	Name string
 	// Epochs is the number of passes over the datapoints (one per memory
-	// and Generic more). Default 40.
+	// and Generic more). Default 30.
 	Epochs int
 	// LearningRate is AdamW's alpha at the first step; it decays linearly
 	// to a tenth of that at the last planned step. Default 1e-3.
@@ -40,7 +40,7 @@ type DistillOptions struct {
 	SampleThreads int
 	// Generic is the number of datapoints of text sampled from the base
 	// model (from BOS, temperature 1) trained each epoch besides the
-	// memories' datapoints. Default: as many as there are memories.
+	// memories' datapoints. Default: twice as many as there are memories.
 	// Negative: none.
 	Generic int
 	// Greedy is how many of the Generic datapoints continue greedily
@@ -51,7 +51,7 @@ type DistillOptions struct {
 	// Copies is how many times each memory appears in its datapoint: at
 	// position 0 and then after stretches of the base's continuation, each
 	// copy starting with BOS as a new text would (the memory as seen
-	// anywhere in a prompt). Default 1.
+	// anywhere in a prompt). Default 3.
 	Copies int
 	// Budget bounds the training time (sampling and soft labels excluded);
 	// training stops after the step that reaches it and the adapter is
@@ -59,8 +59,9 @@ type DistillOptions struct {
 	Budget time.Duration
 	// Weights chooses the weights to train by GGUF tensor name; each must
 	// be a 2-D F32 matrix llama.Trainer accepts. Default
-	// DistillWeights(last block): the last block's attn_q, attn_output,
-	// ffn_gate, ffn_up, ffn_down.
+	// DistillWeights(last block) and output.weight: the last block's
+	// attn_q, attn_output, ffn_gate, ffn_up, ffn_down and the output
+	// matrix.
 	Weights func(name string) bool
 	// Seed of the sampler that writes the generic text and the shuffles.
 	// Default 1.
@@ -75,7 +76,7 @@ type DistillOptions struct {
 // DefaultDistillOptions returns the defaults Distill uses for zero fields
 // (Out stays empty; Weights stays nil and means the last block's matrices).
 func DefaultDistillOptions() DistillOptions {
-	return DistillOptions{Name: "memosrt-distilled", Epochs: 40, LearningRate: 1e-3, Threads: 2, Seed: 1}
+	return DistillOptions{Name: "memosrt-distilled", Epochs: 30, LearningRate: 1e-3, Threads: 2, SampleThreads: 1, Copies: 3, Seed: 1}
 }
 
 // Validate reports every problem with o at once.
@@ -123,13 +124,13 @@ func (o DistillOptions) withDefaults() DistillOptions {
 		o.Threads = d.Threads
 	}
 	if o.SampleThreads == 0 {
-		o.SampleThreads = 1
+		o.SampleThreads = d.SampleThreads
 	}
 	if o.Seed == 0 {
 		o.Seed = d.Seed
 	}
 	if o.Copies == 0 {
-		o.Copies = 1
+		o.Copies = d.Copies
 	}
 	return o
 }
@@ -205,6 +206,14 @@ var ErrNotTrainable = errors.New("lora: base weights cannot be trained")
 // delta of each trained matrix is cut to o.Rank by truncated SVD
 // (Extract).
 //
+// The defaults are the best of the settings measured by BenchmarkDistill
+// on stories260K (20 memories of 10-30 tokens, 1 training thread on 2 busy
+// vCPUs): memory NLL 2.371 → 0.329 nats/token (−86%), greedy recall of
+// the second half from the first 19/20, and on held-out generic text
+// top-1 agreement 93.2% and KL(base‖adapter) 0.0558 per position (issue
+// 14 asks ≥ 95% and ≤ 0.05: not met); 40 epochs reach 20/20 recall at
+// 91.5% and 0.0739.
+//
 // Costs: the soft labels take NCtx×n_vocab×4 bytes per datapoint (512 KiB
 // each on a 512-token vocabulary; mind large vocabularies), the Trainer a
 // second, unmapped copy of the model. llama.Init must have been called.
@@ -235,7 +244,8 @@ func Distill(ctx context.Context, modelPath string, memories []string, o Distill
 				last = b
 			}
 		}
-		o.Weights = DistillWeights(last)
+		w := DistillWeights(last)
+		o.Weights = func(n string) bool { return w(n) || n == "output.weight" }
 	}
 	m, err := llama.LoadModel(modelPath, llama.ModelParams{UseMmap: true})
 	if err != nil {
@@ -308,7 +318,7 @@ func Distill(ctx context.Context, modelPath string, memories []string, o Distill
 	}
 	generic := o.Generic
 	if generic == 0 {
-		generic = len(memories)
+		generic = 2 * len(memories)
 	}
 	for g := range max(generic, 0) {
 		after := n + 1
