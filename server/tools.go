@@ -19,20 +19,28 @@ import (
 // not through api.Tools, whose fixed property struct drops the JSON schema
 // keywords it does not know (pattern, minimum, ...): the grammar refuses
 // those with a 400 here as on /v1/chat/completions, instead of generating
-// unconstrained.
+// unconstrained. Top-level null members of the parameters are dropped
+// (dropNulls), as Ollama's own struct decoding does.
 func ollamaTools(raw []json.RawMessage) ([]memosrt.Tool, error) {
+	return rawTools(raw, true)
+}
+
+// rawTools converts the "tools" of a chat request on either API: each an
+// {"type": "function", "function": {...}}; with ollama an empty type is
+// taken as "function" and the parameters go through dropNulls.
+func rawTools(raw []json.RawMessage, ollama bool) ([]memosrt.Tool, error) {
 	out := make([]memosrt.Tool, 0, len(raw))
 	for i, r := range raw {
 		var t oaiTool
 		if err := json.Unmarshal(r, &t); err != nil {
 			return nil, badField(fmt.Sprintf("tools[%d]", i), "want {\"type\": \"function\", \"function\": {...}}: %v", err)
 		}
-		if t.Type != "" && t.Type != "function" {
+		if t.Type != "function" && (!ollama || t.Type != "") {
 			return nil, badField(fmt.Sprintf("tools[%d].type", i), "want function, got %q", t.Type)
 		}
-		var p json.RawMessage
-		if len(t.Function.Parameters) > 0 {
-			p = dropNulls(t.Function.Parameters)
+		p := t.Function.Parameters
+		if ollama && len(p) > 0 {
+			p = dropNulls(p)
 		}
 		out = append(out, memosrt.Tool{Name: t.Function.Name, Description: t.Function.Description, Parameters: p})
 	}
@@ -117,16 +125,11 @@ type oaiToolCall struct {
 // ("auto", "none", "required" or {"type": "function", "function":
 // {"name": ...}}) and parallel_tool_calls.
 func openAITools(g *memosrt.Request, raw []json.RawMessage, choice json.RawMessage, parallel *bool) error {
-	for i, r := range raw {
-		var t oaiTool
-		if err := json.Unmarshal(r, &t); err != nil {
-			return badField(fmt.Sprintf("tools[%d]", i), "want {\"type\": \"function\", \"function\": {...}}: %v", err)
-		}
-		if t.Type != "function" {
-			return badField(fmt.Sprintf("tools[%d].type", i), "want function, got %q", t.Type)
-		}
-		g.Tools = append(g.Tools, memosrt.Tool{Name: t.Function.Name, Description: t.Function.Description, Parameters: t.Function.Parameters})
+	tools, err := rawTools(raw, false)
+	if err != nil {
+		return err
 	}
+	g.Tools = append(g.Tools, tools...)
 	if c := strings.TrimSpace(string(choice)); c != "" && c != "null" {
 		var mode string
 		if json.Unmarshal(choice, &mode) == nil {
