@@ -76,16 +76,8 @@ type distillSetting struct {
 func BenchmarkDistill(b *testing.B) {
 	path := testmodels.Stories(b)
 	llama.Init("")
-	m, err := llama.LoadModel(path, llama.ModelParams{UseMmap: true})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer m.Close()
-	ev, err := llama.NewContext(m, llama.ContextParams{NCtx: 512, NBatch: 512, Threads: 2})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer ev.Close()
+	m, ev := evalContext(b, path, 512)
+	var err error
 	mems := make([][]llama.Token, len(distillMemories))
 	for i, s := range distillMemories {
 		if mems[i], err = m.Tokenize(s, true, false); err != nil {

@@ -86,16 +86,7 @@ func TestExtractRank2(t *testing.T) {
 func TestDistillAdapterMatchesTrainedModel(t *testing.T) {
 	path := testmodels.Stories(t)
 	llama.Init("")
-	m, err := llama.LoadModel(path, llama.ModelParams{UseMmap: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
-	ev, err := llama.NewContext(m, llama.ContextParams{NCtx: 256, NBatch: 256, Threads: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ev.Close()
+	m, ev := evalContext(t, path, 256)
 	tr, err := llama.NewTrainer(path, llama.TrainOptions{Threads: 2, LearningRate: 1e-3, Train: func(n string) bool {
 		switch n {
 		case "blk.4.attn_q.weight", "blk.4.attn_output.weight", "blk.4.ffn_gate.weight", "blk.4.ffn_up.weight", "blk.4.ffn_down.weight":
@@ -208,16 +199,7 @@ func TestDistill(t *testing.T) {
 	if _, err := Check(f, stories(t)); err != nil {
 		t.Fatal(err)
 	}
-	m, err := llama.LoadModel(path, llama.ModelParams{UseMmap: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
-	ev, err := llama.NewContext(m, llama.ContextParams{NCtx: 256, NBatch: 256, Threads: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ev.Close()
+	m, ev := evalContext(t, path, 256)
 	a, err := llama.LoadAdapter(m, res.Path)
 	if err != nil {
 		t.Fatal(err)
@@ -292,4 +274,22 @@ func TestDistillRefuses(t *testing.T) {
 			}
 		})
 	}
+}
+
+// evalContext loads the model at path (mapped) and an evaluation context
+// of nctx tokens (batch nctx, 2 threads) on it, both closed at the end of
+// the test or benchmark.
+func evalContext(tb testing.TB, path string, nctx int) (*llama.Model, *llama.Ctx) {
+	tb.Helper()
+	m, err := llama.LoadModel(path, llama.ModelParams{UseMmap: true})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { m.Close() })
+	ev, err := llama.NewContext(m, llama.ContextParams{NCtx: nctx, NBatch: nctx, Threads: 2})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { ev.Close() })
+	return m, ev
 }
