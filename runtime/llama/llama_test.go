@@ -3,6 +3,8 @@ package llama
 import (
 	"errors"
 	"os"
+	goruntime "runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -184,5 +186,42 @@ func TestClosedObjects(t *testing.T) {
 	var a *Adapter
 	if err := a.Close(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// MissingCPUFeatures names exactly the extensions that /proc/cpuinfo lists
+// and SystemInfo (ggml's compiled-in features) lacks: under go test's
+// default CGO_CFLAGS (no -march) on an AVX2 machine, AVX2 among them; under
+// make's -march=native, none.
+func TestMissingCPUFeatures(t *testing.T) {
+	Init("")
+	got := MissingCPUFeatures()
+	t.Logf("missing %v; %s", got, SystemInfo())
+	if goruntime.GOARCH != "amd64" {
+		if got != nil {
+			t.Fatalf("%v on %s", got, goruntime.GOARCH)
+		}
+		return
+	}
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		t.Skip(err)
+	}
+	var flags []string
+	for _, line := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "flags" {
+			flags = strings.Fields(v)
+			break
+		}
+	}
+	info := SystemInfo()
+	var want []string
+	for _, f := range []struct{ name, flag string }{{"AVX", "avx"}, {"AVX2", "avx2"}, {"FMA", "fma"}, {"F16C", "f16c"}, {"AVX512", "avx512f"}} {
+		if slices.Contains(flags, f.flag) && !strings.Contains(info, " "+f.name+" = 1 ") {
+			want = append(want, f.name)
+		}
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("MissingCPUFeatures %v, want %v (cpuinfo flags vs %q)", got, want, info)
 	}
 }
