@@ -14,6 +14,7 @@ import (
 	"github.com/memosrt/memosrt/internal/testmodels"
 	"github.com/memosrt/memosrt/kvcache"
 	"github.com/memosrt/memosrt/runtime"
+	"github.com/memosrt/memosrt/runtime/llama"
 )
 
 // composeTTFTShape is the request of issue 15's TTFT point: nChunks
@@ -178,10 +179,19 @@ func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 // The model is $MEMOSRT_BENCH_MODEL (the generated 1B shape: `make
 // models/1b.gguf`), else stories260K; $MEMOSRT_BENCH_REPS reps (3),
 // $MEMOSRT_BENCH_THREADS threads (2), $MEMOSRT_BENCH_GAP another
-// ComposeOptions.Gap (-1: no merging of recomputed runs).
+// ComposeOptions.Gap (-1: no merging of recomputed runs). It needs ggml
+// built for this CPU, as make builds it: go test's own CGO_CFLAGS (-O2 -g,
+// no -march) give baseline x86-64 kernels, tens of times slower (256
+// tokens of the 1B shape on one thread: 380 s instead of 5.4 s), so it
+// fails on such a build (llama.MissingCPUFeatures). The flags change the
+// build cache key: the first run recompiles llama.cpp (minutes).
 //
-//	MEMOSRT_BENCH_MODEL=$PWD/models/1b.gguf go test -run '^$' -bench ComposeTTFT -benchtime 1x -timeout 30m ./runtime/
+//	F="-O3 -march=native -mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+//	CGO_CFLAGS="$F" CGO_CXXFLAGS="$F" MEMOSRT_BENCH_MODEL=$PWD/models/1b.gguf go test -run '^$' -bench ComposeTTFT -benchtime 1x -timeout 30m ./runtime/
 func BenchmarkComposeTTFT(b *testing.B) {
+	if miss := llama.MissingCPUFeatures(); len(miss) > 0 {
+		b.Fatalf("ggml was compiled without %v, which this CPU has (CGO_CFLAGS without -march; go test's default is -O2 -g), so prefill runs baseline x86-64 code, tens of times slower: set CGO_CFLAGS and CGO_CXXFLAGS as make does (doc comment)", miss)
+	}
 	path := os.Getenv("MEMOSRT_BENCH_MODEL")
 	if path == "" {
 		path = testmodels.Stories(b)
