@@ -3,6 +3,7 @@ package lora
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"math"
 	"os"
 	"path/filepath"
@@ -53,18 +54,21 @@ const distillTrainOpenings = 16
 type distillSetting struct {
 	epochs  int
 	lr      float32
-	rank    int // 0: full rank
-	generic int // generic datapoints (DistillOptions.Generic)
-	output  int // 1: train output.weight too
-	threads int // DistillOptions.Threads
-	copies  int // DistillOptions.Copies
-	greedy  int // DistillOptions.Greedy
+	rank    int     // 0: full rank
+	generic int     // generic datapoints (DistillOptions.Generic)
+	output  int     // 1: train output.weight too
+	threads int     // DistillOptions.Threads
+	copies  int     // DistillOptions.Copies
+	greedy  int     // DistillOptions.Greedy
+	margin  float64 // DistillOptions.Margin (optional 9th field; 0: the default)
+	anchor  float32 // DistillOptions.Anchor (optional 10th field)
+	cue     int     // DistillOptions.Cue (optional 11th field; 0: the default)
 }
 
 // BenchmarkDistill distills 20 memories into a LoRA adapter for
 // stories260K with Distill and prints the figures of issue 14 for each
-// setting (MEMOSRT_DISTILL_SETTINGS="epochs,lr,rank,generic,output,threads,copies,greedy;...",
-// e.g. "30,1e-3,0,40,1,2,3,0", the defaults of DistillOptions):
+// setting (MEMOSRT_DISTILL_SETTINGS="epochs,lr,rank,generic,output,threads,copies,greedy[,margin[,anchor[,cue]]];...",
+// e.g. "30,1e-3,0,40,1,2,3,0,-1,0,-1", the defaults of DistillOptions):
 //
 //	go test -count=1 -timeout 60m -run '^$' -bench Distill -benchtime 1x -v ./lora/
 //
@@ -72,7 +76,8 @@ type distillSetting struct {
 // from its first half) are measured with the adapter attached and the
 // memory not in the prompt; base behaviour as top-1 agreement and
 // KL(base‖adapter) over 1,000 positions of the base's greedy stories from
-// 8 openings no training text starts with.
+// 8 openings no training text starts with. MEMOSRT_DISTILL_LOG=1 logs
+// each epoch to stderr.
 func BenchmarkDistill(b *testing.B) {
 	path := testmodels.Stories(b)
 	llama.Init("")
@@ -92,21 +97,32 @@ func BenchmarkDistill(b *testing.B) {
 		}
 		generic = append(generic, append(p, greedy(b, ev, p, 130-len(p), 0)...))
 	}
-	settings := []distillSetting{{30, 1e-3, 0, 40, 1, 2, 3, 0}}
+	settings := []distillSetting{{30, 1e-3, 0, 40, 1, 2, 3, 0, 0, 0, 0}}
 	if v := os.Getenv("MEMOSRT_DISTILL_SETTINGS"); v != "" {
 		settings = nil
 		for _, f := range strings.Split(v, ";") {
 			var st distillSetting
-			if _, err := fmt.Sscanf(f, "%d,%g,%d,%d,%d,%d,%d,%d", &st.epochs, &st.lr, &st.rank, &st.generic, &st.output, &st.threads, &st.copies, &st.greedy); err != nil {
+			format := "%d,%g,%d,%d,%d,%d,%d,%d"
+			args := []any{&st.epochs, &st.lr, &st.rank, &st.generic, &st.output, &st.threads, &st.copies, &st.greedy}
+			if c := strings.Count(f, ","); c >= 8 {
+				format, args = format+",%g", append(args, &st.margin)
+				if c >= 9 {
+					format, args = format+",%g", append(args, &st.anchor)
+				}
+				if c >= 10 {
+					format, args = format+",%d", append(args, &st.cue)
+				}
+			}
+			if _, err := fmt.Sscanf(f, format, args...); err != nil {
 				b.Fatalf("MEMOSRT_DISTILL_SETTINGS %q: %v", f, err)
 			}
 			settings = append(settings, st)
 		}
 	}
-	fmt.Println("| epochs | lr | rank | generic | output.weight | threads | copies | greedy | train loss first→last | memory NLL base→adapter | recalled | held-out top-1 | held-out KL | positions | s/memory (prepare+train) | peak RSS | adapter bytes | min kept |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Println("| epochs | lr | rank | generic | output.weight | threads | copies | greedy | margin | anchor | cue | train loss first→last | memory NLL base→adapter | recalled | held-out top-1 | held-out KL | positions | steps (skipped) | s/memory (prepare+train) | peak RSS | adapter bytes | min kept |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, st := range settings {
-		b.Run(fmt.Sprintf("epochs=%d,lr=%g,rank=%d,generic=%d,output=%d,threads=%d,copies=%d,greedy=%d", st.epochs, st.lr, st.rank, st.generic, st.output, st.threads, st.copies, st.greedy), func(b *testing.B) {
+		b.Run(fmt.Sprintf("epochs=%d,lr=%g,rank=%d,generic=%d,output=%d,threads=%d,copies=%d,greedy=%d,margin=%g,anchor=%g,cue=%d", st.epochs, st.lr, st.rank, st.generic, st.output, st.threads, st.copies, st.greedy, st.margin, st.anchor, st.cue), func(b *testing.B) {
 			for b.Loop() {
 				runDistill(b, path, m, ev, mems, generic, st)
 			}
@@ -118,10 +134,12 @@ func BenchmarkDistill(b *testing.B) {
 // mems and on the held-out generic text.
 func runDistill(b *testing.B, path string, m *llama.Model, ev *llama.Ctx, mems, generic [][]llama.Token, st distillSetting) {
 	out := filepath.Join(b.TempDir(), "distilled.gguf")
-	o := DistillOptions{Out: out, Epochs: st.epochs, LearningRate: st.lr, Rank: st.rank, Generic: st.generic, Threads: st.threads, Copies: st.copies, Greedy: st.greedy}
-	if st.output == 1 {
-		w := DistillWeights(4)
-		o.Weights = func(n string) bool { return w(n) || n == "output.weight" }
+	o := DistillOptions{Out: out, Epochs: st.epochs, LearningRate: st.lr, Rank: st.rank, Generic: st.generic, Threads: st.threads, Copies: st.copies, Greedy: st.greedy, Margin: st.margin, Anchor: st.anchor, Cue: st.cue}
+	if os.Getenv("MEMOSRT_DISTILL_LOG") != "" {
+		o.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	if st.output == 0 {
+		o.Weights = DistillWeights(4)
 	}
 	res, err := Distill(context.Background(), path, distillMemories, o)
 	if err != nil {
@@ -137,9 +155,9 @@ func runDistill(b *testing.B, path string, m *llama.Model, ev *llama.Ctx, mems, 
 	agree, kl, pos := genericFigures(b, ev, a, generic, 1000)
 	ev.ClearAdapters()
 	sec := (res.Prepare + res.Train).Seconds() / float64(len(mems))
-	fmt.Printf("| %d | %g | %d | %d | %d | %d | %d | %d | %.3f→%.3f | %.3f→%.3f (−%.0f%%) | %d/%d | %.1f%% | %.4f | %d | %.2f (%.2f+%.2f) | %d MiB | %d | %.3f |\n",
-		st.epochs, st.lr, res.Rank, st.generic, st.output, st.threads, st.copies, st.greedy, res.LossFirst, res.LossLast, nllBase, nllAd, 100*(1-nllAd/nllBase), recalled, len(mems),
-		100*agree, kl, pos, sec, res.Prepare.Seconds()/float64(len(mems)), res.Train.Seconds()/float64(len(mems)), rss>>20, res.Bytes, res.MinKept)
+	fmt.Printf("| %d | %g | %d | %d | %d | %d | %d | %d | %g | %g | %d | %.3f→%.3f | %.3f→%.3f (−%.0f%%) | %d/%d | %.1f%% | %.4f | %d | %d (%d) | %.2f (%.2f+%.2f) | %d MiB | %d | %.3f |\n",
+		st.epochs, st.lr, res.Rank, st.generic, st.output, st.threads, st.copies, st.greedy, st.margin, st.anchor, st.cue, res.LossFirst, res.LossLast, nllBase, nllAd, 100*(1-nllAd/nllBase), recalled, len(mems),
+		100*agree, kl, pos, res.Steps, res.Skipped, sec, res.Prepare.Seconds()/float64(len(mems)), res.Train.Seconds()/float64(len(mems)), rss>>20, res.Bytes, res.MinKept)
 }
 
 // memoryFigures returns the mean NLL of mems (nats per token) without and
@@ -161,10 +179,14 @@ func memoryFigures(b testing.TB, ev *llama.Ctx, a *llama.Adapter, mems [][]llama
 
 // genericFigures returns the share of positions whose argmax agrees with
 // and without a, and the mean KL(base‖adapter) in nats, over the first
-// limit next-token positions of texts.
+// limit next-token positions of texts. With MEMOSRT_DISTILL_LOG set it
+// logs where the argmax changed (text:position) and the KL of each
+// text's first 8 positions against the rest.
 func genericFigures(b testing.TB, ev *llama.Ctx, a *llama.Adapter, texts [][]llama.Token, limit int) (agree, kl float64, pos int) {
-	var same int
-	for _, g := range texts {
+	var same, early int
+	var klEarly float64
+	var flips []string
+	for t, g := range texts {
 		useAdapter(b, ev, nil)
 		pb := dists(b, ev, g)
 		useAdapter(b, ev, a)
@@ -176,13 +198,25 @@ func genericFigures(b testing.TB, ev *llama.Ctx, a *llama.Adapter, texts [][]lla
 			pos++
 			if argmax(pb[i]) == argmax(pa[i]) {
 				same++
+			} else {
+				flips = append(flips, fmt.Sprintf("%d:%d", t, i))
 			}
+			var k float64
 			for v := range pb[i] {
 				if pb[i][v] > 0 {
-					kl += pb[i][v] * (math.Log(pb[i][v]) - math.Log(max(pa[i][v], 1e-30)))
+					k += pb[i][v] * (math.Log(pb[i][v]) - math.Log(max(pa[i][v], 1e-30)))
 				}
 			}
+			kl += k
+			if i < 8 {
+				early++
+				klEarly += k
+			}
 		}
+	}
+	if os.Getenv("MEMOSRT_DISTILL_LOG") != "" {
+		fmt.Fprintf(os.Stderr, "held-out: %d flips %v; KL first 8 positions of each text %.4f (%d positions), rest %.4f\n",
+			len(flips), flips, klEarly/float64(max(early, 1)), early, (kl-klEarly)/float64(max(pos-early, 1)))
 	}
 	return float64(same) / float64(pos), kl / float64(pos), pos
 }

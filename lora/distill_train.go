@@ -53,6 +53,32 @@ type DistillOptions struct {
 	// copy starting with BOS as a new text would (the memory as seen
 	// anywhere in a prompt). Default 3.
 	Copies int
+	// Cue is how many of each memory's first text tokens are trained with
+	// the base's next-token distributions as labels instead of one-hot
+	// (at most half of them): the cue a memory is recalled from, which the
+	// model need not produce unprompted. One-hot labels on a memory's first
+	// tokens teach the model to start memories after BOS, and that moved
+	// the base's distribution most at the first positions of unrelated
+	// texts. Zero: the default (see DefaultDistillOptions); negative: none,
+	// every text token is one-hot.
+	Cue int
+	// Margin decides when a memory is known: prompted with its first half
+	// (BOS and ⌈n/2⌉ of its n text tokens), each token of its second half
+	// is the trained model's argmax, ahead of the runner-up by at least
+	// Margin nats of log-probability (so greedy decoding recalls it).
+	// After each epoch Distill checks every memory on the trained weights,
+	// and a known memory's datapoint sits out the next epoch while the
+	// generic datapoints and the other memories train: steps stop pushing
+	// memories the weights already hold, and the base-distribution labels
+	// pull the rest back toward the base. A memory that is no longer known
+	// trains again. Zero: the default (see DefaultDistillOptions);
+	// negative: every memory trains every epoch.
+	Margin float64
+	// Anchor is a weight decay toward the base weights (L2-SP, Li, Grandvalet
+	// and Davidson 2018, decoupled as in AdamW): after each step every
+	// trained weight w becomes w − lr·Anchor·(w − w_base), lr that step's
+	// learning rate. Default 0: none.
+	Anchor float32
 	// Budget bounds the training time (sampling and soft labels excluded);
 	// training stops after the step that reaches it and the adapter is
 	// written from what was trained (DistillResult.Truncated). 0: none.
@@ -76,7 +102,7 @@ type DistillOptions struct {
 // DefaultDistillOptions returns the defaults Distill uses for zero fields
 // (Out stays empty; Weights stays nil and means the last block's matrices).
 func DefaultDistillOptions() DistillOptions {
-	return DistillOptions{Name: "memosrt-distilled", Epochs: 30, LearningRate: 1e-3, Threads: 2, SampleThreads: 1, Copies: 3, Seed: 1}
+	return DistillOptions{Name: "memosrt-distilled", Epochs: 30, LearningRate: 1e-3, Threads: 2, SampleThreads: 1, Copies: 3, Cue: -1, Margin: -1, Seed: 1}
 }
 
 // Validate reports every problem with o at once.
@@ -102,6 +128,12 @@ func (o DistillOptions) Validate() error {
 	}
 	if o.Copies < 0 {
 		errs = append(errs, fmt.Errorf("lora: DistillOptions.Copies %d < 0", o.Copies))
+	}
+	if o.Anchor < 0 || o.Anchor != o.Anchor {
+		errs = append(errs, fmt.Errorf("lora: DistillOptions.Anchor %g < 0", o.Anchor))
+	}
+	if o.Margin != o.Margin {
+		errs = append(errs, errors.New("lora: DistillOptions.Margin is NaN"))
 	}
 	if o.Budget < 0 {
 		errs = append(errs, fmt.Errorf("lora: DistillOptions.Budget %v < 0", o.Budget))
@@ -131,6 +163,12 @@ func (o DistillOptions) withDefaults() DistillOptions {
 	}
 	if o.Copies == 0 {
 		o.Copies = d.Copies
+	}
+	if o.Margin == 0 {
+		o.Margin = d.Margin
+	}
+	if o.Cue == 0 {
+		o.Cue = d.Cue
 	}
 	return o
 }
@@ -164,8 +202,13 @@ type DistillResult struct {
 	Epochs, Steps int
 	// Truncated is true when Budget stopped training before Epochs.
 	Truncated bool
+	// Known is how many memories the trained weights recall (the test of
+	// DistillOptions.Margin, with margin 0 when Margin is negative) at the
+	// end; Skipped counts the memory datapoints that sat out an epoch
+	// because their memory was known.
+	Known, Skipped int
 	// LossFirst and LossLast are the mean training loss of the first and
-	// last completed epoch, nats per position: cross-entropy against the
+	// last completed epoch that took a step, nats per position: cross-entropy against the
 	// memory token where a memory is the label, against the base model's
 	// distribution elsewhere (so it includes that distribution's entropy).
 	LossFirst, LossLast float64
@@ -266,6 +309,13 @@ func Distill(ctx context.Context, modelPath string, memories []string, o Distill
 		return nil, fmt.Errorf("lora: distill: %w", err)
 	}
 	defer ev.Close()
+	// kc evaluates the trained weights (the Trainer's own model) for the
+	// memories' recall; closed before the Trainer.
+	kc, err := llama.NewContext(tr.Model(), llama.ContextParams{NCtx: n + 1, NBatch: n + 1, Threads: o.SampleThreads})
+	if err != nil {
+		return nil, fmt.Errorf("lora: distill: %w", err)
+	}
+	defer kc.Close()
 	rng := rand.New(rand.NewPCG(o.Seed, 0x6d656d6f))
 
 	type datapoint struct {
@@ -277,7 +327,7 @@ func Distill(ctx context.Context, modelPath string, memories []string, o Distill
 	// the base's continuation between and after them. Positions whose
 	// label is one of a copy's text tokens keep one-hot labels; every
 	// other row is the base's distribution.
-	add := func(mem []llama.Token, copies, greedyAfter int) error {
+	add := func(mem []llama.Token, copies, greedyAfter, cue int) error {
 		gap := (n + 1 - copies*len(mem)) / copies
 		var seq []llama.Token
 		var starts []int
@@ -298,12 +348,14 @@ func Distill(ctx context.Context, modelPath string, memories []string, o Distill
 			return err
 		}
 		for _, st := range starts {
-			// Position j predicts seq[j+1].
-			clear(soft[st*nv : (st+len(mem)-1)*nv])
+			// Position j predicts seq[j+1]; the cue's tokens keep the
+			// base's labels.
+			clear(soft[(st+cue)*nv : (st+len(mem)-1)*nv])
 		}
 		data = append(data, datapoint{seq, soft})
 		return nil
 	}
+	var mems [][]llama.Token // BOS + text of each memory
 	for i, s := range memories {
 		toks, err := m.Tokenize(s, true, false)
 		if err != nil {
@@ -312,9 +364,10 @@ func Distill(ctx context.Context, modelPath string, memories []string, o Distill
 		if len(toks) < 2 || len(toks)*o.Copies > n/2 {
 			return nil, fmt.Errorf("lora: distill: memory %d has %d tokens, want 1..%d after BOS (%d copies fill at most half a datapoint)", i, len(toks)-1, n/2/o.Copies-1, o.Copies)
 		}
-		if err := add(toks, o.Copies, n+1); err != nil {
+		if err := add(toks, o.Copies, n+1, min(max(o.Cue, 0), (len(toks)-1)/2)); err != nil {
 			return nil, err
 		}
+		mems = append(mems, toks)
 	}
 	generic := o.Generic
 	if generic == 0 {
@@ -325,7 +378,7 @@ func Distill(ctx context.Context, modelPath string, memories []string, o Distill
 		if g < o.Greedy {
 			after = 9
 		}
-		if err := add([]llama.Token{m.BOS()}, 1, after); err != nil { // nothing hard: one BOS
+		if err := add([]llama.Token{m.BOS()}, 1, after, 0); err != nil { // nothing hard: one BOS
 			return nil, err
 		}
 	}
@@ -337,16 +390,21 @@ func Distill(ctx context.Context, modelPath string, memories []string, o Distill
 
 	t1 := time.Now()
 	total := o.Epochs * len(data)
-	order := make([]int, len(data))
-	for i := range order {
-		order[i] = i
+	perm := make([]int, len(data))
+	for i := range perm {
+		perm[i] = i
 	}
+	skip := make([]bool, len(mems)) // memory i is known: its datapoint sits out the epoch
 epochs:
 	for e := range o.Epochs {
-		rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+		rng.Shuffle(len(perm), func(i, j int) { perm[i], perm[j] = perm[j], perm[i] })
 		var loss float64
 		done := 0
-		for _, i := range order {
+		for k, i := range perm {
+			if i < len(mems) && skip[i] {
+				res.Skipped++
+				continue
+			}
 			if err := ctx.Err(); err != nil {
 				return nil, fmt.Errorf("lora: distill: %w", err)
 			}
@@ -357,25 +415,53 @@ epochs:
 				}
 				break epochs
 			}
-			// Linear decay from lr to lr/10 over the planned steps.
-			f := 1 - 0.9*float64(res.Steps)/float64(max(total-1, 1))
+			// Linear decay from lr to lr/10 over the planned steps
+			// (skipped datapoints keep their place in the schedule).
+			f := 1 - 0.9*float64(e*len(perm)+k)/float64(max(total-1, 1))
 			tr.SetOptimizer(o.LearningRate*float32(f), 0)
 			st, err := tr.EpochSoft(ctx, [][]llama.Token{data[i].seq}, [][]float32{data[i].soft}, m.EOS())
 			if err != nil {
 				return nil, fmt.Errorf("lora: distill: epoch %d: %w", e, err)
 			}
+			if o.Anchor > 0 {
+				if err := anchor(tr, base, o.LearningRate*float32(f)*o.Anchor); err != nil {
+					return nil, err
+				}
+			}
 			loss += st.Loss
 			done++
 			res.Steps++
 		}
-		loss /= float64(len(order))
-		if e == 0 {
-			res.LossFirst = loss
+		if done > 0 { // an epoch with every datapoint skipped keeps the last loss
+			loss /= float64(done)
+			if e == 0 {
+				res.LossFirst = loss
+			}
+			res.LossLast = loss
 		}
-		res.LossLast = loss
 		res.Epochs++
+		known := 0
+		if o.Margin >= 0 {
+			for i, mem := range mems {
+				if skip[i], err = recalls(kc, mem, o.Margin); err != nil {
+					return nil, err
+				}
+				if skip[i] {
+					known++
+				}
+			}
+		}
 		if o.Logger != nil {
-			o.Logger.Debug("distill epoch", "epoch", e, "loss", loss, "steps", res.Steps)
+			o.Logger.Debug("distill epoch", "epoch", e, "loss", loss, "steps", res.Steps, "known", known, "train", time.Since(t1).Round(time.Second))
+		}
+	}
+	for _, mem := range mems {
+		ok, err := recalls(kc, mem, 0)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			res.Known++
 		}
 	}
 	res.Train = time.Since(t1)
@@ -484,6 +570,54 @@ func sampleBase(ctx context.Context, c *llama.Ctx, prefix []llama.Token, n, gree
 		last = 0
 	}
 	return seq, nil
+}
+
+// anchor moves the Trainer's weights toward base by the share k of their
+// difference.
+func anchor(tr *llama.Trainer, base []llama.TrainedTensor, k float32) error {
+	ws, err := tr.Weights()
+	if err != nil {
+		return fmt.Errorf("lora: distill: %w", err)
+	}
+	for i, w := range ws {
+		for j, v := range w.Data {
+			w.Data[j] = v - k*(v-base[i].Data[j])
+		}
+	}
+	if err := tr.SetWeights(ws); err != nil {
+		return fmt.Errorf("lora: distill: %w", err)
+	}
+	return nil
+}
+
+// recalls reports whether c's model recalls mem (BOS + text, n text
+// tokens) from its first half: prompted with BOS and ⌈n/2⌉ tokens, each
+// later token is the argmax after the tokens before it, ahead of every
+// other token by at least margin nats of log-probability (the logits'
+// difference), so greedy decoding reproduces the second half.
+func recalls(c *llama.Ctx, mem []llama.Token, margin float64) (bool, error) {
+	c.ClearMemory()
+	b := llama.NewBatch(len(mem) - 1)
+	defer b.Close()
+	for i, t := range mem[:len(mem)-1] {
+		if err := b.Add(t, i, 0, true); err != nil {
+			return false, err
+		}
+	}
+	if err := c.Decode(b); err != nil {
+		return false, fmt.Errorf("lora: distill: %w", err)
+	}
+	var buf []float32
+	for j := 1 + (len(mem)-1)/2; j < len(mem); j++ {
+		buf = c.Logits(j-1, buf)
+		want := buf[mem[j]]
+		for v, l := range buf {
+			if v != int(mem[j]) && float64(want-l) < margin || v < int(mem[j]) && l == want {
+				return false, nil
+			}
+		}
+	}
+	return true, nil
 }
 
 // baseDists returns the base model's next-token distribution after each
