@@ -100,7 +100,9 @@ type Options struct {
 	// retrieved memories per request (default 5), chat template.
 	Layout scheduler.LayoutOptions
 	// Tiers configures heat (MemoryOS), the KV byte budget of the
-	// activation tier, job chunking and the tick period (default 10 s).
+	// activation tier, job chunking and the tick period (default 10 s),
+	// and the parametric tier (Tiers.Parametric, off by default; its
+	// adapter files go to Dir/adapters unless Parametric.Dir is set).
 	Tiers scheduler.TierOptions
 	// RAMBytes bounds the decompressed pack states kept in RAM (the RAM
 	// level of the activation tier). Default 1 GiB.

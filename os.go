@@ -173,10 +173,17 @@ func Open(ctx context.Context, opts Options) (*OS, error) {
 		}
 	}
 	o.lay = scheduler.NewLayout(nil, o.mem, opts.Layout)
-	deps := scheduler.Deps{DB: o.db, Mem: o.mem, KV: o.kv}
+	deps := scheduler.Deps{DB: o.db, Mem: o.mem, KV: o.kv, Registry: o.reg}
+	if opts.Tiers.Parametric.Enabled && opts.Tiers.Parametric.Dir == "" {
+		// in the data directory, beside Badger's files
+		opts.Tiers.Parametric.Dir = filepath.Join(opts.Dir, "adapters")
+	}
 	if prim != nil {
 		deps.Layout, deps.Engine = prim.lay, prim.eng
 		o.jobL.Store(prim)
+	}
+	if opts.Tiers.Parametric.OnChange == nil {
+		opts.Tiers.Parametric.OnChange = func(string) { o.Kick() }
 	}
 	if opts.Model != "" {
 		opts.Tiers.Reserve = o.reserveJob

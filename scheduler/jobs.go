@@ -174,6 +174,16 @@ func (t *Tiers) Tick(ctx context.Context) (TickReport, error) {
 			if err := ctx.Err(); err != nil {
 				return rep, err
 			}
+			if j.Kind == JobDistill {
+				// trains beside the tier jobs, one at a time; pending until
+				// it commits
+				t.jobMu.Lock()
+				if t.eng != nil {
+					t.startDistill(j)
+				}
+				t.jobMu.Unlock()
+				continue
+			}
 			t.jobMu.Lock()
 			err := ErrReadOnly
 			if t.eng != nil { // the model was unloaded meanwhile (SetEngine)
@@ -232,6 +242,17 @@ func (t *Tiers) plan(ctx context.Context) ([]Job, error) {
 		if err != nil {
 			return nil, err
 		}
+		var param []string
+		if t.param.Enabled {
+			dj, err := t.planParametric(ctx, cube, usage, st, now)
+			if err != nil {
+				return nil, err
+			}
+			jobs = append(jobs, dj...)
+			if param, err = t.parametricIDs(cube); err != nil {
+				return nil, err
+			}
+		}
 		exists := func(id string) (bool, error) {
 			_, err := t.mem.Get(ctx, cube, id)
 			if errors.Is(err, textmem.ErrNotFound) || errors.Is(err, textmem.ErrBadCube) {
@@ -257,7 +278,7 @@ func (t *Tiers) plan(ctx context.Context) ([]Job, error) {
 		}
 		var ids []string
 		for id := range usage {
-			if id != packUse && !slices.Contains(st.Members, id) {
+			if id != packUse && !slices.Contains(st.Members, id) && !slices.Contains(param, id) {
 				ids = append(ids, id)
 			}
 		}
@@ -477,7 +498,11 @@ func (t *Tiers) jobMembers(ctx context.Context, j Job, st packState) ([]string, 
 	in := slices.Contains(members, j.Memory)
 	switch j.Kind {
 	case JobPromote:
-		if in {
+		param, err := t.parametricIDs(j.Cube)
+		if err != nil {
+			return nil, false, err
+		}
+		if in || slices.Contains(param, j.Memory) { // a parametric memory stays out of the pack
 			return nil, false, nil
 		}
 		return append(members, j.Memory), true, nil
@@ -764,9 +789,13 @@ func (t *Tiers) Promote(ctx context.Context, cube string, ids []string, reason s
 	if err != nil {
 		return out, err
 	}
+	param, err := t.parametricIDs(cube)
+	if err != nil {
+		return out, err
+	}
 	members := slices.Clone(st.Members)
 	for _, id := range ids {
-		if !slices.Contains(members, id) {
+		if !slices.Contains(members, id) && !slices.Contains(param, id) {
 			members = append(members, id)
 		}
 	}

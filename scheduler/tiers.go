@@ -16,6 +16,7 @@ import (
 
 	"github.com/memosrt/memosrt/badger"
 	"github.com/memosrt/memosrt/kvcache"
+	"github.com/memosrt/memosrt/lora"
 	"github.com/memosrt/memosrt/runtime"
 	"github.com/memosrt/memosrt/textmem"
 )
@@ -90,6 +91,9 @@ type TierOptions struct {
 	// commits: a test seam (an error simulates a crash mid-job). Nil in
 	// production.
 	AfterPut func(Job) error
+	// Parametric configures the parametric tier (off by default); it needs
+	// Deps.Registry.
+	Parametric ParametricOptions
 	// Adapters, if set, leases the adapter set a cube's requests run under
 	// when they name none (memosrt.OS: the cube's default LoRA adapters,
 	// at scale 1). Tier packs are computed under it and stored under its
@@ -138,6 +142,9 @@ type Deps struct {
 	KV     *kvcache.Cache
 	Layout *Layout
 	Engine *runtime.Engine
+	// Registry receives the parametric tier's adapters (each cube's
+	// default adapter, TierOptions.Parametric). Required when it is on.
+	Registry *lora.Registry
 }
 
 // Tiers moves memories between the text and activation tiers by heat, in
@@ -153,6 +160,11 @@ type Tiers struct {
 	heat HeatOptions
 	log  *slog.Logger
 	seq  *bg.Sequence
+	reg   *lora.Registry
+	param ParametricOptions
+	// bg is the context of background distillations, cancelled by Close.
+	bg       context.Context
+	bgCancel context.CancelFunc
 
 	// jobMu serializes job execution (one pack rebuild at a time).
 	jobMu sync.Mutex
@@ -162,6 +174,8 @@ type Tiers struct {
 	// and waits for that one, never for another cube's job.
 	runMu     sync.Mutex
 	running   *runningJob
+	// distilling is the running distillation (JobDistill), nil if none.
+	distilling *runningJob
 	deleting  map[string]int
 	promoting int // Promotes waiting for or holding jobMu: no Tick job starts
 
@@ -215,12 +229,17 @@ func NewTiers(d Deps, opts TierOptions) (*Tiers, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	param := opts.Parametric.withDefaults(opts.Heat.withDefaults())
+	if param.Enabled && (d.Registry == nil || param.Dir == "") {
+		return nil, errors.New("scheduler: the parametric tier needs an adapter registry and a directory")
+	}
 	seq, err := db.Badger().GetSequence([]byte(keySeq), 64)
 	if err != nil {
 		return nil, fmt.Errorf("scheduler: %w", err)
 	}
 	t := &Tiers{mem: d.Mem, kv: d.KV, lay: d.Layout, eng: d.Engine, db: db.Badger(), opts: opts, heat: opts.Heat.withDefaults(), log: log.With("component", "tiers"),
-		seq: seq, kick: make(chan struct{}, 1), resident: map[string]string{}}
+		seq: seq, kick: make(chan struct{}, 1), resident: map[string]string{}, reg: d.Registry, param: param}
+	t.bg, t.bgCancel = context.WithCancel(context.Background())
 	if err := t.collectGarbage(context.Background()); err != nil {
 		seq.Release()
 		return nil, err
@@ -303,6 +322,7 @@ func (t *Tiers) Close() error {
 	if t.cancel != nil {
 		t.cancel()
 	}
+	t.bgCancel()
 	t.mu.Unlock()
 	t.wg.Wait()
 	t.jobMu.Lock()
@@ -362,6 +382,7 @@ func (t *Tiers) SetEngine(eng *runtime.Engine, lay *Layout) error {
 	t.runMu.Lock()
 	t.cancelJob()
 	t.runMu.Unlock()
+	t.cancelDistill("") // it trains for the model being replaced
 	t.jobMu.Lock()
 	t.eng, t.lay = eng, lay
 	t.jobMu.Unlock()
@@ -571,6 +592,8 @@ type CubeTiers struct {
 	Transitions []Transition `json:"transitions"` // oldest first, at most the last limit
 	KVBytes     int64        `json:"kv_bytes"`    // all cubes' packs, committed
 	KVBudget    int64        `json:"kv_budget"`
+	// Parametric is the cube's distilled adapter (nil when the tier is off).
+	Parametric *Parametric `json:"parametric,omitempty"`
 }
 
 // State returns cube's tier state with its last limit transitions (all if
@@ -593,10 +616,16 @@ func (t *Tiers) State(ctx context.Context, cube string, limit int) (CubeTiers, e
 	if err != nil {
 		return out, err
 	}
+	var param []string
+	if out.Parametric, param, err = t.parametricView(cube); err != nil {
+		return out, err
+	}
 	for _, m := range mems {
 		tier := TierText
 		if slices.Contains(st.Members, m.ID) {
 			tier = TierActivation
+		} else if slices.Contains(param, m.ID) {
+			tier = TierParametric
 		}
 		u := usage[m.ID]
 		out.Memories = append(out.Memories, MemoryTier{ID: m.ID, Text: m.Text, Tier: tier, Heat: u.Heat(t.heat, now),
@@ -706,7 +735,7 @@ func (t *Tiers) kvBytes(skip string) (int64, error) {
 func (t *Tiers) cubes(ctx context.Context) ([]string, error) {
 	set := map[string]bool{}
 	err := t.db.View(func(txn *bg.Txn) error {
-		for _, pre := range []string{keyUsage, keyPack} {
+		for _, pre := range []string{keyUsage, keyPack, keyParam} {
 			it := txn.NewIterator(bg.IteratorOptions{Prefix: []byte(pre)})
 			for it.Rewind(); it.Valid(); it.Next() {
 				k := string(it.Item().Key()[len(pre):])
@@ -1051,6 +1080,10 @@ func (t *Tiers) DeleteCube(ctx context.Context, cube string) error {
 		r.cancel()
 		<-r.done
 	}
+	t.cancelDistill(cube)
+	if err := t.deleteParametric(ctx, cube); err != nil {
+		return err
+	}
 	st, err := t.packState(cube)
 	if err != nil {
 		return fmt.Errorf("scheduler: %w", err)
@@ -1073,7 +1106,7 @@ func (t *Tiers) DeleteCube(ctx context.Context, cube string) error {
 	if err != nil {
 		return fmt.Errorf("scheduler: %w", err)
 	}
-	keys = append(keys, []byte(keyPack+cube))
+	keys = append(keys, []byte(keyPack+cube), []byte(keyParam+cube))
 	for _, j := range jobs {
 		if j.Cube == cube {
 			keys = append(keys, jobKey(j.Seq))

@@ -24,14 +24,17 @@ type NativeSampling struct {
 // NativeRequest is the body of POST /v1/generate: one memosrt.Request as
 // JSON, what `memosrt run` sends to a running server.
 type NativeRequest struct {
-	Cube       string            `json:"cube"`
-	Prompt     string            `json:"prompt"`
-	Messages   []memosrt.Message `json:"messages,omitempty"` // a chat turn when set
-	System     string            `json:"system,omitempty"`
-	Sampling   NativeSampling    `json:"sampling"`
-	NumPredict int               `json:"num_predict"`
-	NumCtx     int               `json:"num_ctx"`
-	Stop       []string          `json:"stop,omitempty"`
+	Cube     string            `json:"cube"`
+	Prompt   string            `json:"prompt"`
+	Messages []memosrt.Message `json:"messages,omitempty"` // a chat turn when set
+	System   string            `json:"system,omitempty"`
+	// Raw sends Prompt as is: no template, no memories; the cube's
+	// default adapters are still attached (memosrt.Request.Raw).
+	Raw        bool           `json:"raw,omitempty"`
+	Sampling   NativeSampling `json:"sampling"`
+	NumPredict int            `json:"num_predict"`
+	NumCtx     int            `json:"num_ctx"`
+	Stop       []string       `json:"stop,omitempty"`
 	// Adapters is "NAME[:SCALE],..." or "none"; absent: the cube's defaults.
 	Adapters  *string `json:"adapters,omitempty"`
 	NoCache   bool    `json:"no_cache"`
@@ -62,7 +65,7 @@ func (s *Server) handleNativeGenerate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	_, err := s.model("")
-	g := &memosrt.Request{Start: start, Cube: req.Cube, Prompt: req.Prompt, Messages: req.Messages, System: req.System,
+	g := &memosrt.Request{Start: start, Cube: req.Cube, Prompt: req.Prompt, Raw: req.Raw, Messages: req.Messages, System: req.System,
 		NumPredict: req.NumPredict, NumCtx: req.NumCtx, Stop: req.Stop, NoCache: req.NoCache, NoPersist: req.NoPersist,
 		Sampling: memosrt.Sampling{Temperature: req.Sampling.Temperature, TopK: req.Sampling.TopK, TopP: req.Sampling.TopP,
 			MinP: req.Sampling.MinP, RepeatPenalty: req.Sampling.RepeatPenalty, RepeatLastN: req.Sampling.RepeatLastN,

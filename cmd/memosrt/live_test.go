@@ -17,6 +17,7 @@ import (
 	"github.com/memosrt/memosrt"
 	"github.com/memosrt/memosrt/internal/testmodels"
 	"github.com/memosrt/memosrt/internal/testutil"
+	"github.com/memosrt/memosrt/lora"
 	"github.com/memosrt/memosrt/scheduler"
 )
 
@@ -395,4 +396,87 @@ func metric(t *testing.T, p *serveProc, name string) float64 {
 		}
 	}
 	return -1
+}
+
+// The parametric tier through `memosrt serve --parametric` on a moved
+// clock: a memory used steadily (a chat every 6 hours) past the 48-hour
+// horizon is distilled into the cube's adapter and ends in the parametric
+// tier, out of the pack; the gate's NLL figures come back in the tier
+// state; a raw prompt of its first words in the cube (memory not in the
+// prompt, the adapter attached by default) completes it; deleting it
+// retires the adapter within a tick.
+func TestServeParametric(t *testing.T) {
+	db := t.TempDir()
+	p := startServe(t, db, nil, "--debug-clock", "--tick-interval", "50ms", "--parametric", "--distill-after", "48h")
+	var ball struct{ ID string }
+	p.call(t, "POST", "/v1/cubes/lily/memories", map[string]string{"text": "Lily has a red ball named Bob."}, &ball)
+	raw := func() memosrt.Response {
+		t.Helper()
+		var r memosrt.Response
+		in := map[string]any{"cube": "lily", "prompt": "Lily has a red", "raw": true, "num_predict": 8, "no_cache": true, "record": "none"}
+		if code := p.call(t, "POST", "/v1/generate", in, &r); code != http.StatusOK {
+			t.Fatalf("generate: %d", code)
+		}
+		return r
+	}
+	const tail = " ball named Bob."
+	if r := raw(); strings.HasPrefix(r.Text, tail) || r.Adapters != "" {
+		t.Fatalf("before: the base completes with %q (adapters %q)", r.Text, r.Adapters)
+	}
+	const q = "Where is the red ball Bob?"
+	for range 3 {
+		p.chat(t, "lily", q, false)
+	}
+	testutil.WaitFor(t, "the ball to enter the activation tier", func() bool { return p.tier(t, "lily", ball.ID) == scheduler.TierActivation })
+	for range 9 { // 54 hours of steady use
+		if code := p.call(t, "POST", "/v1/debug/clock", map[string]float64{"advance_s": 6 * 3600}, nil); code != http.StatusNoContent {
+			t.Fatalf("clock: %d", code)
+		}
+		p.chat(t, "lily", q, false)
+	}
+	// training runs in the background: 30 minutes bound a hang, not the
+	// speed
+	var v struct {
+		PackID     string `json:"pack_id"`
+		Parametric struct {
+			Adapter string          `json:"adapter"`
+			Members int             `json:"members"`
+			Failure string          `json:"failure"`
+			Eval    lora.Evaluation `json:"eval"`
+			Seconds float64         `json:"seconds"`
+			Bytes   int64           `json:"bytes"`
+		} `json:"parametric"`
+	}
+	for deadline := time.Now().Add(30 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		if code := p.call(t, "GET", "/v1/cubes/lily/tiers?limit=0", nil, &v); code != http.StatusOK {
+			t.Fatalf("tiers: %d", code)
+		}
+		if v.Parametric.Adapter != "" || v.Parametric.Failure != "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no distillation after 30 minutes\n%s", p.stderr.String())
+		}
+	}
+	ev := v.Parametric.Eval
+	t.Logf("through serve: adapter %s (%d bytes, %.1f s), memory NLL %.3f → %.3f (−%.0f%%), recalled %d/%d, generic top-1 %.1f%% KL %.4f",
+		v.Parametric.Adapter, v.Parametric.Bytes, v.Parametric.Seconds, ev.NLLBase, ev.NLLAdapter, 100*ev.NLLDrop(), ev.Recalled, ev.Memories, 100*ev.Top1, ev.KL)
+	if v.Parametric.Adapter == "" || ev.NLLDrop() < 0.5 {
+		t.Fatalf("distillation: %+v", v.Parametric)
+	}
+	if got := p.tier(t, "lily", ball.ID); got != scheduler.TierParametric {
+		t.Fatalf("the ball is in the %s tier", got)
+	}
+	testutil.WaitFor(t, "the pack to leave the ball", func() bool { return p.tiers(t, "lily").PackID == "" })
+	if r := raw(); !strings.HasPrefix(r.Text, tail) || r.Adapters != v.Parametric.Adapter+":1" || r.Retrieved != 0 || r.PackMemories != 0 {
+		t.Fatalf("after the distillation: %q (adapters %q, %d retrieved, %d in the pack), want %q under %s",
+			r.Text, r.Adapters, r.Retrieved, r.PackMemories, tail, v.Parametric.Adapter)
+	}
+	if code := p.call(t, "DELETE", "/v1/cubes/lily/memories/"+ball.ID, nil, nil); code != http.StatusNoContent && code != http.StatusOK {
+		t.Fatalf("delete: %d", code)
+	}
+	testutil.WaitFor(t, "the adapter to be retired", func() bool { return raw().Adapters == "" })
+	if r := raw(); strings.HasPrefix(r.Text, tail) {
+		t.Fatalf("after the delete the cube still completes the memory: %q", r.Text)
+	}
 }

@@ -21,6 +21,7 @@ import (
 
 	"github.com/memosrt/memosrt"
 	"github.com/memosrt/memosrt/embed"
+	"github.com/memosrt/memosrt/lora"
 	"github.com/memosrt/memosrt/scheduler"
 	"github.com/memosrt/memosrt/server"
 )
@@ -54,6 +55,10 @@ func newServeCmd() *cobra.Command {
 	kvBudget := fs.Int64("kv-budget", 0, "`BYTES` of KV state all packs of the activation tier may hold (default 256 MiB)")
 	gcEvery := fs.Duration("gc-interval", 5*time.Minute, "`PERIOD` of the value-log GC (deleted packs' space is also reclaimed at every start)")
 	shutdownTimeout := fs.Duration("shutdown-timeout", 10*time.Second, "on SIGTERM/SIGINT: how long (`DURATION`) running requests may finish before they are cancelled")
+	parametric := fs.Bool("parametric", false, "distill memories that stay hot into each cube's LoRA adapter, attached to its requests by default (the parametric tier; training takes CPU minutes per cube)")
+	distillAfter := fs.Duration("distill-after", 7*24*time.Hour, "with --parametric: how long (`DURATION`) a memory stays at --distill-heat before it is distilled")
+	distillHeat := fs.Float64("distill-heat", 0, "with --parametric: the `HEAT` a memory keeps to be distilled (default: the promotion heat, 5)")
+	distillThreads := fs.Int("distill-threads", 1, "with --parametric: CPU `THREADS` training uses")
 	debugClock := fs.Bool("debug-clock", false, "serve POST /v1/debug/clock to move the scheduler's clock (tests)")
 	backend := fs.String("backend", "llama", "`BACKEND`: llama (in-process) or ollama (text-only fallback)")
 	ollamaHost := fs.String("ollama-host", "http://127.0.0.1:11434", "Ollama server `URL` (--backend ollama, --embed ollama:MODEL)")
@@ -90,7 +95,14 @@ func newServeCmd() *cobra.Command {
 			token: token, insecure: insecure, name: name, maxQueue: maxQueue, numPredict: numPredict, noPersist: noPersist,
 			minPersist: minPersist, adapterBudget: adapterBudget, convBudget: convBudget, tickEvery: tickEvery, kvBudget: kvBudget,
 			gcEvery: gcEvery, shutdownTimeout: shutdownTimeout, debugClock: debugClock, backend: backend, ollamaHost: ollamaHost,
-			ollamaModel: ollamaModel, embedFlag: embedFlag, chatTemplate: chatTemplate, kvStore: kvStore, textStore: textStore})
+			ollamaModel: ollamaModel, embedFlag: embedFlag, chatTemplate: chatTemplate, kvStore: kvStore, textStore: textStore,
+			param: func() scheduler.ParametricOptions {
+				if !*parametric {
+					return scheduler.ParametricOptions{}
+				}
+				return scheduler.ParametricOptions{Enabled: true, For: *distillAfter, HeatAt: *distillHeat,
+					Distill: lora.DistillOptions{Threads: *distillThreads}}
+			}})
 	}
 	return c
 }
@@ -106,6 +118,7 @@ type serveFlags struct {
 	adapterBudget, convBudget, kvBudget                                 *int64
 	tickEvery, gcEvery, shutdownTimeout                                 *time.Duration
 	insecure, noPersist, debugClock                                     *bool
+	param                                                               func() scheduler.ParametricOptions
 }
 
 func serve(ctx context.Context, f serveFlags) error {
@@ -146,6 +159,7 @@ func serve(ctx context.Context, f serveFlags) error {
 	opts.ConvBytes, opts.AdapterBytes, opts.GCInterval = *convBudget, *adapterBudget, *gcEvery
 	opts.ModelName, opts.Embedder, opts.Layout.ChatTemplate = *name, emb, *chatTemplate
 	opts.Tiers.Interval, opts.Tiers.KVBytes = *tickEvery, *kvBudget
+	opts.Tiers.Parametric = f.param()
 	var clock *scheduler.OffsetClock
 	if *debugClock {
 		clock = &scheduler.OffsetClock{}

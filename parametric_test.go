@@ -1,0 +1,189 @@
+package memosrt
+
+import (
+	"context"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/memosrt/memosrt/lora"
+	"github.com/memosrt/memosrt/scheduler"
+)
+
+// parametricOS is an OS on a moved clock with the parametric tier on
+// (horizon 48 h at heat 5, the scheduler's default thresholds).
+func parametricOS(t *testing.T) (*OS, *fakeClock) {
+	t.Helper()
+	clock := &fakeClock{t: epoch}
+	opts := testOptions(t, t.TempDir())
+	opts.Clock = clock
+	opts.Tiers.Parametric = scheduler.ParametricOptions{Enabled: true, For: 48 * time.Hour,
+		Distill: lora.DistillOptions{Threads: 1}}
+	return openOS(t, opts), clock
+}
+
+// recall generates greedily from the first words of text, the memory not
+// in the prompt (raw: no template, no memories), in cube.
+func recall(t *testing.T, o *OS, cube, prompt string, n int) *Response {
+	t.Helper()
+	res, err := o.Generate(context.Background(), Request{Cube: cube, Prompt: prompt, Raw: true, NumPredict: n, Record: RecordNone, NoCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+// A memory used steadily past the horizon is distilled into the cube's
+// adapter: it moves to the parametric tier (recorded), leaves the pack,
+// the adapter is attached to the cube's requests by default and carries
+// the memory (greedy recall from its first half, memory not in the
+// prompt; the gate's NLL figures); deleting it retires the adapter at
+// the next tick.
+func TestParametricTier(t *testing.T) {
+	o, clock := parametricOS(t)
+	ctx := context.Background()
+	const text = "Lily has a red ball named Bob."
+	const head, tail = "Lily has a red", " ball named Bob."
+	mems := addMemories(t, o, "c", text, "Tom keeps his blue car under the big bed.")
+	ball := mems[0].ID
+	addMemories(t, o, "d", "Tom keeps his blue car under the big bed.")
+	if before := recall(t, o, "c", head, 5); strings.HasPrefix(before.Text, tail) || before.Adapters != "" {
+		t.Fatalf("the base model already completes %q with %q (adapters %q)", head, before.Text, before.Adapters)
+	}
+	use := func() {
+		t.Helper()
+		res, err := o.Chat(ctx, Request{Cube: "c", Messages: []Message{{Role: "user", Content: "Where is the red ball Bob?"}}, NumPredict: 4, Record: RecordNone})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Retrieved+res.PackMemories == 0 {
+			t.Fatalf("the chat used no memory")
+		}
+		if _, err := o.Tick(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tier := func(id string) string {
+		st, err := o.Tiers(ctx, "c", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range st.Memories {
+			if m.ID == id {
+				return m.Tier
+			}
+		}
+		return ""
+	}
+	for range 3 {
+		use()
+	}
+	if got := tier(ball); got != scheduler.TierActivation {
+		t.Fatalf("after 3 uses the ball is in the %s tier, want activation", got)
+	}
+	// steady use, one chat every 6 hours: still in the activation tier
+	// until the 48-hour horizon passes
+	for h := 6; h < 48; h += 6 {
+		clock.Advance(6 * time.Hour)
+		use()
+		if st, _ := o.Tiers(ctx, "c", 0); len(st.Jobs) > 0 && st.Jobs[0].Kind == scheduler.JobDistill {
+			t.Fatalf("a distillation was planned after %d hours, before the 48-hour horizon", h)
+		}
+	}
+	clock.Advance(6 * time.Hour)
+	use() // plans the distillation and starts it in the background
+	// training runs in the background; 30 minutes bounds a hang, not
+	// the speed (it takes seconds to minutes on 2 busy vCPUs)
+	for deadline := time.Now().Add(30 * time.Minute); ; time.Sleep(50 * time.Millisecond) {
+		st, err := o.Tiers(ctx, "c", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Parametric != nil && (st.Parametric.Adapter != "" || st.Parametric.Failure != "") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the distillation did not end: %+v", st.Parametric)
+		}
+	}
+	st, err := o.Tiers(ctx, "c", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := st.Parametric
+	if p.Adapter == "" {
+		t.Fatalf("distillation refused: %s (eval %+v)", p.Failure, p.Eval)
+	}
+	t.Logf("adapter %s v%d: %d memories, %d bytes, %.1f s; memory NLL %.3f → %.3f (−%.0f%%), recalled %d/%d, generic top-1 %.1f%% KL %.4f over %d positions",
+		p.Adapter, p.Version, p.Members, p.Bytes, p.Seconds, p.Eval.NLLBase, p.Eval.NLLAdapter, 100*p.Eval.NLLDrop(), p.Eval.Recalled, p.Eval.Memories,
+		100*p.Eval.Top1, p.Eval.KL, p.Eval.Positions)
+	if p.Version != 1 || p.Members != 1 || p.Eval.NLLDrop() < 0.5 || !p.Eval.Passed {
+		t.Fatalf("parametric tier %+v, eval %+v", p, p.Eval)
+	}
+	if got := tier(ball); got != scheduler.TierParametric {
+		t.Fatalf("the ball is in the %s tier, want parametric", got)
+	}
+	var moved *scheduler.Transition
+	for i, tr := range st.Transitions {
+		if tr.Memory == ball && tr.To == scheduler.TierParametric {
+			moved = &st.Transitions[i]
+		}
+	}
+	if moved == nil || moved.From != scheduler.TierActivation || moved.Reason != "distilled" {
+		t.Fatalf("no activation → parametric transition of the ball: %+v", st.Transitions)
+	}
+	if _, err := o.Tick(ctx); err != nil { // the pack leaves the ball
+		t.Fatal(err)
+	}
+	members, _, _, err := o.tiers.Membership("c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slices.Contains(members, ball) {
+		t.Fatalf("the pack still holds the distilled memory: %v", members)
+	}
+	if got := recall(t, o, "c", head, 8); !strings.HasPrefix(got.Text, tail) || got.Adapters != p.Adapter+":1" {
+		t.Fatalf("with the cube's adapter %q: %q continues as %q (adapters %q), want %q", p.Adapter, head, got.Text, got.Adapters, tail)
+	}
+	if other := recall(t, o, "d", head, 5); other.Adapters != "" {
+		t.Fatalf("cube d got adapters %q", other.Adapters)
+	}
+	recs, err := o.AdapterRegistry().Defaults(ctx, "c")
+	if err != nil || len(recs) != 1 || recs[0].RefName() != p.Adapter {
+		t.Fatalf("registry defaults of c: %+v %v", recs, err)
+	}
+	path := recs[0].Path
+
+	// deleting the memory retires the adapter within one tick
+	if err := o.DeleteMemory(ctx, "c", ball); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := o.Tick(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st, err = o.Tiers(ctx, "c", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Parametric.Adapter != "" || st.Parametric.Members != 0 {
+		t.Fatalf("after the delete and a tick: %+v", st.Parametric)
+	}
+	if recs, _ := o.AdapterRegistry().Defaults(ctx, "c"); len(recs) != 0 {
+		t.Fatalf("the retired adapter is still registered: %+v", recs)
+	}
+	if _, err := os.Stat(path); !os.IsNotExist(err) {
+		t.Fatalf("the retired adapter file %s: %v", path, err)
+	}
+	if got := recall(t, o, "c", head, 5); got.Adapters != "" {
+		t.Fatalf("after the delete the cube's request attached %q", got.Adapters)
+	}
+	var retired bool
+	for _, tr := range st.Transitions {
+		retired = retired || tr.Memory == ball && tr.From == scheduler.TierParametric && tr.To == scheduler.TierText && tr.Reason == "deleted"
+	}
+	if !retired {
+		t.Fatalf("no parametric → text transition for the deleted memory: %+v", st.Transitions)
+	}
+}
