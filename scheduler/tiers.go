@@ -151,15 +151,15 @@ type Deps struct {
 // background jobs persisted in Badger, and records every move. Safe for
 // concurrent use.
 type Tiers struct {
-	mem  *textmem.Store
-	kv   *kvcache.Cache
-	lay  *Layout
-	eng  *runtime.Engine
-	db   *bg.DB
-	opts TierOptions
-	heat HeatOptions
-	log  *slog.Logger
-	seq  *bg.Sequence
+	mem   *textmem.Store
+	kv    *kvcache.Cache
+	lay   *Layout
+	eng   *runtime.Engine
+	db    *bg.DB
+	opts  TierOptions
+	heat  HeatOptions
+	log   *slog.Logger
+	seq   *bg.Sequence
 	reg   *lora.Registry
 	param ParametricOptions
 	// bg is the context of background distillations, cancelled by Close.
@@ -172,12 +172,12 @@ type Tiers struct {
 	// none) and deleting (cubes being deleted: no job of theirs starts).
 	// DeleteCube takes only runMu: it cancels a running job of its cube
 	// and waits for that one, never for another cube's job.
-	runMu     sync.Mutex
-	running   *runningJob
+	runMu   sync.Mutex
+	running *runningJob
 	// distilling is the running distillation (JobDistill), nil if none.
 	distilling *runningJob
-	deleting  map[string]int
-	promoting int // Promotes waiting for or holding jobMu: no Tick job starts
+	deleting   map[string]int
+	promoting  int // Promotes waiting for or holding jobMu: no Tick job starts
 
 	// mu guards closed, cancel and resident.
 	mu       sync.Mutex
