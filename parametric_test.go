@@ -87,6 +87,11 @@ func TestParametricTier(t *testing.T) {
 	// until the 48-hour horizon passes
 	for h := 6; h < 48; h += 6 {
 		clock.Advance(6 * time.Hour)
+		// a tick in the pause: the heat has dipped under 5 (interactions
+		// decayed by e^(−1/4)), not under the demotion heat 1
+		if _, err := o.Tick(ctx); err != nil {
+			t.Fatal(err)
+		}
 		use()
 		if st, _ := o.Tiers(ctx, "c", 0); len(st.Jobs) > 0 && st.Jobs[0].Kind == scheduler.JobDistill {
 			t.Fatalf("a distillation was planned after %d hours, before the 48-hour horizon", h)

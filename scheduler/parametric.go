@@ -39,12 +39,18 @@ const (
 // Enabled: training takes minutes of CPU per cube.
 type ParametricOptions struct {
 	Enabled bool
-	// HeatAt is the heat H a memory must keep (at every Tick) for For to
-	// become eligible; a memory pinned in the pack (a user's warm) counts
-	// as hot. Default Heat.PromoteAt.
+	// HeatAt is the heat H at which a memory starts to count as hot; it
+	// stays hot while its heat is at least KeepAbove (the hysteresis of the
+	// activation tier: heat decays between uses, so a steadily used memory
+	// dips under H after each pause). A memory pinned in the pack (a
+	// user's warm) counts as hot. Default Heat.PromoteAt.
 	HeatAt float64
-	// For is the horizon D: how long a memory stays at or above HeatAt
-	// before it is distilled. Default 7 days.
+	// KeepAbove is the heat under which a hot memory stops being hot (its
+	// hot-since time is forgotten). Default Heat.DemoteBelow: a memory is
+	// distilled after For in the activation tier without being demoted.
+	KeepAbove float64
+	// For is the horizon D: how long a memory stays hot before it is
+	// distilled. Default 7 days.
 	For time.Duration
 	// Max is the most memories one cube's adapter holds; the hottest are
 	// taken first. Default 32.
@@ -71,6 +77,9 @@ func (o ParametricOptions) withDefaults(h HeatOptions) ParametricOptions {
 	if o.HeatAt == 0 {
 		o.HeatAt = h.PromoteAt
 	}
+	if o.KeepAbove == 0 {
+		o.KeepAbove = min(h.DemoteBelow, o.HeatAt)
+	}
 	if o.For == 0 {
 		o.For = 7 * 24 * time.Hour
 	}
@@ -92,8 +101,8 @@ type paramState struct {
 	// Digests the SHA-256 of each one's text then.
 	Members []string          `json:"members,omitempty"`
 	Digests map[string]string `json:"digests,omitempty"`
-	// HotSince is, for each memory at or above HeatAt at the last Tick
-	// (and not a member), the first Tick it was seen so.
+	// HotSince is, for each hot memory (not a member: reached HeatAt and
+	// not under KeepAbove at any Tick since), the first Tick it was hot.
 	HotSince map[string]time.Time `json:"hot_since,omitempty"`
 	// Version counts trained adapters (the file is Dir/<cube>/v<Version>.gguf).
 	Version int    `json:"version"`
@@ -235,7 +244,9 @@ func (t *Tiers) planParametric(ctx context.Context, cube string, usage map[strin
 			eligible = true
 			continue
 		}
-		hot := usage[id].Heat(t.heat, now) >= o.HeatAt || slices.Contains(st.Pinned, id)
+		h := usage[id].Heat(t.heat, now)
+		_, was := ps.HotSince[id]
+		hot := h >= o.HeatAt || was && h >= o.KeepAbove || slices.Contains(st.Pinned, id)
 		if hot {
 			m, err := t.mem.Get(ctx, cube, id)
 			if errors.Is(err, textmem.ErrNotFound) || errors.Is(err, textmem.ErrBadCube) || err == nil && m.Kind == kindTurn {

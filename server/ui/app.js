@@ -126,7 +126,19 @@ function renderCube(tiers, packs, adapters) {
       el("span", { text: ` · ${tiers.pack_tokens} tokens · ${bytes(tiers.raw_bytes)} KV (${bytes(tiers.blob_bytes)} stored) · heat ${tiers.pack_heat.toFixed(2)} · ` }),
       badge(tiers.pack_level || "disk"));
   } else {
-    sum.replaceChildren(el("span", { class: "muted", text: "No tier pack: every memory is in the text tier." }));
+    sum.replaceChildren(el("span", { class: "muted", text: "No tier pack." }));
+  }
+  const pm = tiers.parametric;
+  if (pm && (pm.adapter || pm.failure || pm.distilling)) {
+    const ev = pm.eval;
+    sum.append(el("div", {},
+      badge("parametric"),
+      el("span", { text: pm.adapter
+        ? ` adapter ${pm.adapter} (v${pm.version}) · ${pm.members} memories · ${bytes(pm.bytes)}` +
+          (ev ? ` · memory NLL ${ev.nll_base.toFixed(3)} → ${ev.nll_adapter.toFixed(3)} · generic top-1 ${(100 * ev.top1).toFixed(1)}% KL ${ev.kl.toFixed(4)}` : "")
+        : "" }),
+      pm.distilling ? el("span", { class: "muted", text: " · distilling now" }) : null,
+      pm.failure ? el("span", { class: "muted", text: ` · last run not attached: ${pm.failure}` }) : null));
   }
   if (!state.admin) {
     document.getElementById("budgets").replaceChildren(el("span", { class: "muted",
