@@ -192,3 +192,135 @@ func TestParametricTier(t *testing.T) {
 		t.Fatalf("no parametric → text transition for the deleted memory: %+v", st.Transitions)
 	}
 }
+
+// Memories a user pinned (a warm) count as hot: after the horizon both are
+// distilled into version 1. Changing one retires that adapter at the next
+// tick (nothing answers from the old text) and the same tick's job trains
+// version 2 from the unchanged one alone; the changed memory starts its
+// horizon again in the text tier.
+func TestParametricRetrain(t *testing.T) {
+	o, clock := parametricOS(t)
+	ctx := context.Background()
+	mems := addMemories(t, o, "c", "Lily has a red ball named Bob.", "Tom keeps his blue car under the big bed.")
+	ball, car := mems[0].ID, mems[1].ID
+	if _, err := o.Warm(ctx, "c", WarmOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	tick := func() {
+		t.Helper()
+		if _, err := o.Tick(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	state := func() scheduler.CubeTiers {
+		t.Helper()
+		st, err := o.Tiers(ctx, "c", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	wait := func(version int) *scheduler.Parametric {
+		t.Helper()
+		for deadline := time.Now().Add(30 * time.Minute); ; time.Sleep(50 * time.Millisecond) {
+			p := state().Parametric
+			if p.Version >= version && !p.Distilling && len(state().Jobs) == 0 {
+				return p
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no version %d: %+v", version, p)
+			}
+		}
+	}
+	tick() // hot since now (pinned)
+	clock.Advance(49 * time.Hour)
+	tick()
+	p := wait(1)
+	if p.Adapter == "" || p.Members != 2 {
+		t.Fatalf("version 1: %+v (eval %+v)", p, p.Eval)
+	}
+	if _, err := o.UpdateMemory(ctx, "c", ball, "Lily has a green kite named Sky."); err != nil {
+		t.Fatal(err)
+	}
+	tick()
+	st := state()
+	reasons := map[string]string{}
+	for _, tr := range st.Transitions {
+		if tr.From == scheduler.TierParametric {
+			reasons[tr.Memory] = tr.Reason
+		}
+	}
+	if reasons[ball] != "changed" || reasons[car] != "retrained" {
+		t.Fatalf("after the change and a tick: transitions out of the parametric tier %v", reasons)
+	}
+	if st.Parametric.Adapter != "" && st.Parametric.Version == 1 {
+		t.Fatalf("version 1 still attached after the change: %+v", st.Parametric)
+	}
+	p = wait(2)
+	if p.Adapter == "" || p.Members != 1 || p.Version != 2 {
+		t.Fatalf("version 2: %+v (eval %+v)", p, p.Eval)
+	}
+	tiers := map[string]string{}
+	for _, m := range state().Memories {
+		tiers[m.ID] = m.Tier
+	}
+	if tiers[car] != scheduler.TierParametric || tiers[ball] == scheduler.TierParametric {
+		t.Fatalf("after the retrain: car %s, ball %s", tiers[car], tiers[ball])
+	}
+	recs, err := o.AdapterRegistry().Defaults(ctx, "c")
+	if err != nil || len(recs) != 1 || recs[0].RefName() != p.Adapter || !strings.HasSuffix(recs[0].Path, "v2.gguf") {
+		t.Fatalf("registry: %+v %v", recs, err)
+	}
+}
+
+// A distillation cut short by Close (a stop, a crash) stays pending in
+// Badger and the next process trains it at its first tick: the job is
+// persisted and resumed (trained again from the start: one run takes
+// seconds to minutes, and its steps are not checkpointed).
+func TestParametricResumes(t *testing.T) {
+	clock := &fakeClock{t: epoch}
+	opts := testOptions(t, t.TempDir())
+	opts.Clock = clock
+	opts.Tiers.Parametric = scheduler.ParametricOptions{Enabled: true, For: 48 * time.Hour}
+	ctx := context.Background()
+	o, err := Open(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addMemories(t, o, "c", "Lily has a red ball named Bob.")
+	if _, err := o.Warm(ctx, "c", WarmOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := o.Tick(ctx); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(49 * time.Hour)
+	if _, err := o.Tick(ctx); err != nil { // starts the training
+		t.Fatal(err)
+	}
+	if err := o.Close(ctx); err != nil { // cancels it
+		t.Fatal(err)
+	}
+	o = openOS(t, opts)
+	st, err := o.Tiers(ctx, "c", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Jobs) != 1 || st.Jobs[0].Kind != scheduler.JobDistill || st.Parametric.Adapter != "" {
+		t.Fatalf("after the stop: jobs %+v, parametric %+v", st.Jobs, st.Parametric)
+	}
+	if _, err := o.Tick(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(30 * time.Minute); ; time.Sleep(50 * time.Millisecond) {
+		if st, err = o.Tiers(ctx, "c", 0); err != nil {
+			t.Fatal(err)
+		}
+		if st.Parametric.Adapter != "" || st.Parametric.Failure != "" || time.Now().After(deadline) {
+			break
+		}
+	}
+	if st.Parametric.Adapter == "" || st.Parametric.Version != 1 || len(st.Jobs) != 0 {
+		t.Fatalf("after the restart: %+v, jobs %+v", st.Parametric, st.Jobs)
+	}
+}

@@ -229,7 +229,7 @@ func (t *Tiers) planParametric(ctx context.Context, cube string, usage map[strin
 	if ps.HotSince == nil {
 		ps.HotSince = map[string]time.Time{}
 	}
-	eligible := false
+	eligible := len(retrain) > 0
 	for id := range ps.HotSince {
 		if !cands[id] && !retrain[id] {
 			delete(ps.HotSince, id)
@@ -241,7 +241,6 @@ func (t *Tiers) planParametric(ctx context.Context, cube string, usage map[strin
 			continue
 		}
 		if retrain[id] {
-			eligible = true
 			continue
 		}
 		h := usage[id].Heat(t.heat, now)
