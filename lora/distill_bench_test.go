@@ -68,7 +68,7 @@ type distillSetting struct {
 // BenchmarkDistill distills 20 memories into a LoRA adapter for
 // stories260K with Distill and prints the figures of issue 14 for each
 // setting (MEMOSRT_DISTILL_SETTINGS="epochs,lr,rank,generic,output,threads,copies,greedy[,margin[,anchor[,cue]]];...",
-// e.g. "30,1e-3,0,40,1,2,3,0,-1,0,-1", the defaults of DistillOptions):
+// e.g. "40,5e-4,0,120,0,2,3,120,1,0,6", the defaults of DistillOptions):
 //
 //	go test -count=1 -timeout 60m -run '^$' -bench Distill -benchtime 1x -v ./lora/
 //
@@ -97,7 +97,7 @@ func BenchmarkDistill(b *testing.B) {
 		}
 		generic = append(generic, append(p, greedy(b, ev, p, 130-len(p), 0)...))
 	}
-	settings := []distillSetting{{30, 1e-3, 0, 40, 1, 2, 3, 0, 0, 0, 0}}
+	settings := []distillSetting{{40, 5e-4, 0, 120, 0, 2, 3, 120, 1, 0, 6}}
 	if v := os.Getenv("MEMOSRT_DISTILL_SETTINGS"); v != "" {
 		settings = nil
 		for _, f := range strings.Split(v, ";") {
