@@ -320,3 +320,70 @@ func evalContext(tb testing.TB, path string, nctx int) (*llama.Model, *llama.Ctx
 	tb.Cleanup(func() { ev.Close() })
 	return m, ev
 }
+
+// Pause runs before every optimizer step, and its error stops training
+// before that step with no file written.
+func TestDistillPause(t *testing.T) {
+	path := testmodels.Stories(t)
+	llama.Init("")
+	out := filepath.Join(t.TempDir(), "a.gguf")
+	stop := errors.New("stop")
+	calls := 0
+	o := DistillOptions{Out: out, Epochs: 4, Generic: -1, Threads: 1, Margin: -1, Pause: func(context.Context) error {
+		if calls++; calls == 3 {
+			return stop
+		}
+		return nil
+	}}
+	if _, err := Distill(context.Background(), path, distillMemories[:1], o); !errors.Is(err, stop) {
+		t.Fatalf("err %v, want the pause's", err)
+	}
+	if _, err := os.Stat(out); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("%s written: %v", out, err)
+	}
+	calls, o.Pause = 0, func(context.Context) error { calls++; return nil }
+	res, err := Distill(context.Background(), path, distillMemories[:1], o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if calls != 4 || res.Steps != 4 {
+		t.Fatalf("%d pauses for %d steps, want 4 and 4", calls, res.Steps)
+	}
+}
+
+// DistillRAM's estimate, figure by figure, for stories260K (512-token
+// vocabulary, 1 MiB file): 20 memories and the default 120 generic
+// datapoints of 257 × 512 float32 soft labels, and the last block's five
+// trained matrices four times over.
+func TestDistillRAM(t *testing.T) {
+	path := testmodels.Stories(t)
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bs, err := ReadBase(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var trained int64
+	for n, sh := range bs.Shapes {
+		if DistillWeights(4)(n) {
+			trained += int64(sh[0] * sh[1])
+		}
+	}
+	got, err := DistillRAM(path, 20, DistillOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fi.Size() + 140*257*512*4 + 16*trained
+	t.Logf("20 memories: %d bytes (%.1f MiB), %d trained weights", got, float64(got)/(1<<20), trained)
+	if got != want || trained == 0 {
+		t.Fatalf("DistillRAM %d, want %d", got, want)
+	}
+	if one, _ := DistillRAM(path, 1, DistillOptions{Generic: -1}); one != fi.Size()+257*512*4+16*trained {
+		t.Fatalf("1 memory, no generic: %d", one)
+	}
+	if _, err := DistillRAM(filepath.Join(t.TempDir(), "none.gguf"), 1, DistillOptions{}); err == nil {
+		t.Fatal("a missing model estimated")
+	}
+}

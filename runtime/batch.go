@@ -383,6 +383,12 @@ func (e *Engine) BeginForeground() (end func()) {
 	}
 }
 
+// Foreground returns how many foreground requests are in flight
+// (BeginForeground): work that runs beside the engine, not through it
+// (training a LoRA adapter), waits while it is above 0 to keep to
+// background priority.
+func (e *Engine) Foreground() int { return int(e.fg.Load()) }
+
 // DetachAdapter removes a from the context if attached and forgets the
 // current adapter set, so the next request re-applies its own. Call it before
 // freeing an adapter that requests may have used.

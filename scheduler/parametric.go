@@ -61,8 +61,15 @@ type ParametricOptions struct {
 	// Name is the adapter's name in the cube's registry scope. Default
 	// "distilled".
 	Name string
-	// Distill configures training (Out is set per job). Threads default 1.
+	// Distill configures training (Out is set per job). Threads default
+	// 1; Budget (training time per job) default 1 hour, after which the
+	// adapter trained so far goes to the gate.
 	Distill lora.DistillOptions
+	// MaxRAM bounds a job's allocations as lora.DistillRAM estimates them
+	// before it runs: the coolest memories wait for a later version until
+	// the estimate fits; a job whose one memory does not fit fails (and is
+	// recorded). Default 1 GiB.
+	MaxRAM int64
 	// Gate is the quality check a trained adapter passes before it
 	// replaces the cube's previous one (lora.Evaluate).
 	Gate lora.GateOptions
@@ -91,6 +98,12 @@ func (o ParametricOptions) withDefaults(h HeatOptions) ParametricOptions {
 	}
 	if o.Distill.Threads == 0 {
 		o.Distill.Threads = 1
+	}
+	if o.Distill.Budget == 0 {
+		o.Distill.Budget = time.Hour
+	}
+	if o.MaxRAM <= 0 {
+		o.MaxRAM = 1 << 30
 	}
 	return o
 }
@@ -319,14 +332,15 @@ func (t *Tiers) startDistill(j Job) {
 	if t.distilling != nil || t.deleting[j.Cube] > 0 || t.eng == nil {
 		return
 	}
-	model := t.eng.Options().ModelPath
+	eng := t.eng
+	model := eng.Options().ModelPath
 	ctx, cancel := context.WithCancel(t.bg)
 	r := &runningJob{cube: j.Cube, job: true, cancel: cancel, done: make(chan struct{})}
 	t.distilling = r
 	t.wg.Add(1)
 	go func() {
 		defer t.wg.Done()
-		err := t.runDistill(ctx, j, model)
+		err := t.runDistill(ctx, j, model, eng.Foreground)
 		t.runMu.Lock()
 		t.distilling = nil
 		t.runMu.Unlock()
@@ -414,7 +428,11 @@ func (t *Tiers) distillSet(ctx context.Context, cube string, ps paramState, now 
 // commit takes jobMu and gives up (the job is dropped; the next Tick plans
 // again) when the cube's memories or parametric state changed during
 // training.
-func (t *Tiers) runDistill(ctx context.Context, j Job, model string) error {
+//
+// Training waits before each optimizer step while foreground() (the
+// engine's foreground requests in flight) is above 0, unless
+// Distill.Pause is set.
+func (t *Tiers) runDistill(ctx context.Context, j Job, model string, foreground func() int) error {
 	cube := j.Cube
 	now := t.opts.Clock.Now()
 	ps, err := t.paramState(cube)
@@ -428,11 +446,27 @@ func (t *Tiers) runDistill(ctx context.Context, j Job, model string) error {
 	if len(mems) == 0 {
 		return t.finishDistill(j, nil, nil)
 	}
+	ver := ps.Version + 1
+	now0 := now
+	for {
+		need, err := lora.DistillRAM(model, len(mems), t.param.Distill)
+		if err != nil {
+			return err
+		}
+		if need <= t.param.MaxRAM {
+			break
+		}
+		if len(mems) == 1 {
+			why := fmt.Sprintf("RAM: one memory needs an estimated %d bytes (lora.DistillRAM), the budget is %d", need, t.param.MaxRAM)
+			t.log.Warn("distillation refused", "cube", cube, "why", why)
+			return t.finishDistill(j, func(p *paramState) { p.Version, p.FailedAt, p.Failure = ver, now0, why }, nil)
+		}
+		mems = mems[:len(mems)-1] // the coolest waits for a later version
+	}
 	texts := make([]string, len(mems))
 	for i, m := range mems {
 		texts[i] = m.Text
 	}
-	ver := ps.Version + 1
 	dir := filepath.Join(t.param.Dir, cube)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("scheduler: %w", err)
@@ -440,6 +474,18 @@ func (t *Tiers) runDistill(ctx context.Context, j Job, model string) error {
 	out := filepath.Join(dir, fmt.Sprintf("v%d.gguf", ver))
 	o := t.param.Distill
 	o.Out = out
+	if o.Pause == nil {
+		o.Pause = func(ctx context.Context) error {
+			for foreground() > 0 {
+				select {
+				case <-ctx.Done():
+					return ctx.Err()
+				case <-time.After(5 * time.Millisecond):
+				}
+			}
+			return nil
+		}
+	}
 	if o.Name == "" {
 		o.Name = "memosrt-" + cube
 	}
@@ -514,6 +560,13 @@ func (t *Tiers) runDistill(ctx context.Context, j Job, model string) error {
 	at := t.opts.Clock.Now()
 	var trs []Transition
 	ids := make([]string, len(mems))
+	for _, id := range ps.Members {
+		if !slices.ContainsFunc(mems, func(m textmem.Memory) bool { return m.ID == id }) {
+			// left out for the RAM budget (it shrank): back to the text tier
+			trs = append(trs, Transition{Cube: cube, Memory: id, From: TierParametric, To: TierText, Reason: "budget",
+				Heat: usage[id].Heat(t.heat, at), Time: at})
+		}
+	}
 	for i, m := range mems {
 		ids[i] = m.ID
 		if slices.Contains(ps.Members, m.ID) {

@@ -409,17 +409,17 @@ func TestServeParametric(t *testing.T) {
 	db := t.TempDir()
 	p := startServe(t, db, nil, "--debug-clock", "--tick-interval", "50ms", "--parametric", "--distill-after", "48h")
 	var ball struct{ ID string }
-	p.call(t, "POST", "/v1/cubes/lily/memories", map[string]string{"text": "Lily has a red ball named Bob."}, &ball)
+	p.call(t, "POST", "/v1/cubes/lily/memories", map[string]string{"text": "Lily has a red ball named Bob that she keeps under the big green bed."}, &ball)
 	raw := func() memosrt.Response {
 		t.Helper()
 		var r memosrt.Response
-		in := map[string]any{"cube": "lily", "prompt": "Lily has a red", "raw": true, "num_predict": 8, "no_cache": true, "record": "none"}
+		in := map[string]any{"cube": "lily", "prompt": "Lily has a red ball named Bob that", "raw": true, "num_predict": 24, "no_cache": true, "record": "none"}
 		if code := p.call(t, "POST", "/v1/generate", in, &r); code != http.StatusOK {
 			t.Fatalf("generate: %d", code)
 		}
 		return r
 	}
-	const tail = " ball named Bob."
+	const tail = " she keeps under the big green bed."
 	if r := raw(); strings.HasPrefix(r.Text, tail) || r.Adapters != "" {
 		t.Fatalf("before: the base completes with %q (adapters %q)", r.Text, r.Adapters)
 	}
@@ -461,7 +461,7 @@ func TestServeParametric(t *testing.T) {
 	ev := v.Parametric.Eval
 	t.Logf("through serve: adapter %s (%d bytes, %.1f s), memory NLL %.3f → %.3f (−%.0f%%), recalled %d/%d, generic top-1 %.1f%% KL %.4f",
 		v.Parametric.Adapter, v.Parametric.Bytes, v.Parametric.Seconds, ev.NLLBase, ev.NLLAdapter, 100*ev.NLLDrop(), ev.Recalled, ev.Memories, 100*ev.Top1, ev.KL)
-	if v.Parametric.Adapter == "" || ev.NLLDrop() < 0.5 {
+	if v.Parametric.Adapter == "" || ev.NLLDrop() < 0.5 || ev.Recalled != 1 {
 		t.Fatalf("distillation: %+v", v.Parametric)
 	}
 	if got := p.tier(t, "lily", ball.ID); got != scheduler.TierParametric {
