@@ -244,14 +244,11 @@ func (t *Tiers) plan(ctx context.Context) ([]Job, error) {
 		}
 		var param []string
 		if t.param.Enabled {
-			dj, err := t.planParametric(ctx, cube, usage, st, now)
-			if err != nil {
+			var dj []Job
+			if dj, param, err = t.planParametric(ctx, cube, usage, st, now); err != nil {
 				return nil, err
 			}
 			jobs = append(jobs, dj...)
-			if param, err = t.parametricIDs(cube); err != nil {
-				return nil, err
-			}
 		}
 		exists := func(id string) (bool, error) {
 			_, err := t.mem.Get(ctx, cube, id)
@@ -712,23 +709,8 @@ func (t *Tiers) finish(j Job, next *packState, tr *Transition, old *packState, c
 	}
 	err := t.db.Update(func(txn *bg.Txn) error {
 		if next != nil {
-			if len(next.Members) == 0 && next.PackID == "" {
-				if err := txn.Delete([]byte(keyPack + j.Cube)); err != nil {
-					return err
-				}
-			} else if err := setJSON(txn, []byte(keyPack+j.Cube), next); err != nil {
+			if err := writePack(txn, j.Cube, next, old); err != nil {
 				return err
-			}
-			if old != nil && old.PackID != "" && old.PackID != next.PackID {
-				if err := txn.Set([]byte(keyGarb+old.PackID), nil); err != nil {
-					return err
-				}
-			}
-			if next.PackID != "" {
-				// the pack is live again (a state before held it)
-				if err := txn.Delete([]byte(keyGarb + next.PackID)); err != nil {
-					return err
-				}
 			}
 		}
 		if tr != nil {
@@ -745,6 +727,29 @@ func (t *Tiers) finish(j Job, next *packState, tr *Transition, old *packState, c
 		return cause[0]
 	}
 	return t.collectGarbage(context.Background())
+}
+
+// writePack writes cube's pack state next in txn (deleting the key when
+// next holds nothing) and marks old's pack (nil: none) for deletion when
+// next no longer refers to it; next's pack is live again if a state before
+// held it.
+func writePack(txn *bg.Txn, cube string, next, old *packState) error {
+	if len(next.Members) == 0 && next.PackID == "" {
+		if err := txn.Delete([]byte(keyPack + cube)); err != nil {
+			return err
+		}
+	} else if err := setJSON(txn, []byte(keyPack+cube), next); err != nil {
+		return err
+	}
+	if old != nil && old.PackID != "" && old.PackID != next.PackID {
+		if err := txn.Set([]byte(keyGarb+old.PackID), nil); err != nil {
+			return err
+		}
+	}
+	if next.PackID != "" {
+		return txn.Delete([]byte(keyGarb + next.PackID))
+	}
+	return nil
 }
 
 // Promoted reports a Promote.
@@ -845,15 +850,7 @@ func (t *Tiers) Promote(ctx context.Context, cube string, ids []string, reason s
 		decoded = 0 // counted once, on the first transition
 	}
 	err = t.db.Update(func(txn *bg.Txn) error {
-		if err := setJSON(txn, []byte(keyPack+cube), next); err != nil {
-			return err
-		}
-		if st.PackID != "" && st.PackID != next.PackID {
-			if err := txn.Set([]byte(keyGarb+st.PackID), nil); err != nil {
-				return err
-			}
-		}
-		if err := txn.Delete([]byte(keyGarb + next.PackID)); err != nil {
+		if err := writePack(txn, cube, next, &st); err != nil {
 			return err
 		}
 		for _, tr := range trs {

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -176,14 +177,18 @@ func (t *Tiers) parametricIDs(cube string) ([]string, error) {
 // from this Tick on; the members go back to the text tier, recorded), the
 // hot-since times are brought up to date, and a JobDistill is returned
 // when some memory has been hot for For (and the last failed run is older
-// than For). usage is the cube's usage records, st its pack state.
-func (t *Tiers) planParametric(ctx context.Context, cube string, usage map[string]Usage, st packState, now time.Time) ([]Job, error) {
+// than For). usage is the cube's usage records, st its pack state. It
+// returns the jobs and the cube's parametric members after the retirement.
+func (t *Tiers) planParametric(ctx context.Context, cube string, usage map[string]Usage, st packState, now time.Time) ([]Job, []string, error) {
 	o := t.param
 	ps, err := t.paramState(cube)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	before := fmt.Sprint(ps)
+	if ps.HotSince == nil {
+		ps.HotSince = map[string]time.Time{}
+	}
+	hot0 := maps.Clone(ps.HotSince)
 	var stale []Transition
 	for _, id := range ps.Members {
 		m, err := t.mem.Get(ctx, cube, id)
@@ -192,7 +197,7 @@ func (t *Tiers) planParametric(ctx context.Context, cube string, usage map[strin
 		case errors.Is(err, textmem.ErrNotFound) || errors.Is(err, textmem.ErrBadCube):
 			reason = "deleted"
 		case err != nil:
-			return nil, err
+			return nil, nil, err
 		case digest(m.Text) != ps.Digests[id]:
 			reason = "changed"
 		}
@@ -208,7 +213,7 @@ func (t *Tiers) planParametric(ctx context.Context, cube string, usage map[strin
 		// members go back to the text tier too (retrained below, without
 		// the stale ones, as they are still hot)
 		if err := t.retire(ctx, cube, ps); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		trs = stale
 		for _, id := range ps.Members {
@@ -219,9 +224,6 @@ func (t *Tiers) planParametric(ctx context.Context, cube string, usage map[strin
 		}
 		// the unchanged members are trained again at once (this Tick's
 		// job), hot or not now
-		if ps.HotSince == nil {
-			ps.HotSince = map[string]time.Time{}
-		}
 		for _, tr := range trs[len(stale):] {
 			ps.HotSince[tr.Memory] = now.Add(-o.For)
 			retrain[tr.Memory] = true
@@ -238,9 +240,6 @@ func (t *Tiers) planParametric(ctx context.Context, cube string, usage map[strin
 	}
 	for _, id := range st.Pinned {
 		cands[id] = true
-	}
-	if ps.HotSince == nil {
-		ps.HotSince = map[string]time.Time{}
 	}
 	eligible := len(retrain) > 0
 	for id := range ps.HotSince {
@@ -264,7 +263,7 @@ func (t *Tiers) planParametric(ctx context.Context, cube string, usage map[strin
 			if errors.Is(err, textmem.ErrNotFound) || errors.Is(err, textmem.ErrBadCube) || err == nil && m.Kind == kindTurn {
 				hot = false
 			} else if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 		}
 		if !hot {
@@ -279,7 +278,7 @@ func (t *Tiers) planParametric(ctx context.Context, cube string, usage map[strin
 			eligible = true
 		}
 	}
-	if len(trs) > 0 || fmt.Sprint(ps) != before {
+	if len(trs) > 0 || !maps.Equal(hot0, ps.HotSince) {
 		ps.Updated = now
 		err := t.db.Update(func(txn *bg.Txn) error {
 			if err := setJSON(txn, []byte(keyParam+cube), ps); err != nil {
@@ -293,16 +292,16 @@ func (t *Tiers) planParametric(ctx context.Context, cube string, usage map[strin
 			return nil
 		})
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		for _, tr := range trs {
 			t.log.Info("parametric memory left the adapter", "cube", cube, "memory", tr.Memory, "reason", tr.Reason)
 		}
 	}
 	if !eligible || !ps.FailedAt.IsZero() && now.Before(ps.FailedAt.Add(o.For)) {
-		return nil, nil
+		return nil, ps.Members, nil
 	}
-	return []Job{{Kind: JobDistill, Cube: cube, Reason: "heat", Created: now}}, nil
+	return []Job{{Kind: JobDistill, Cube: cube, Reason: "heat", Created: now}}, ps.Members, nil
 }
 
 // retire removes cube's adapter record (requests stop attaching it) and
@@ -381,19 +380,11 @@ func (t *Tiers) distillSet(ctx context.Context, cube string, ps paramState, now 
 	if err != nil {
 		return nil, err
 	}
-	var out []textmem.Memory
-	for _, id := range ps.Members {
-		m, err := t.mem.Get(ctx, cube, id)
-		if errors.Is(err, textmem.ErrNotFound) {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		if digest(m.Text) == ps.Digests[id] {
-			out = append(out, m)
-		}
+	cur, err := t.loadMembers(ctx, cube, ps.Members)
+	if err != nil {
+		return nil, err
 	}
+	out := slices.DeleteFunc(cur, func(m textmem.Memory) bool { return digest(m.Text) != ps.Digests[m.ID] })
 	var ids []string
 	for id, since := range ps.HotSince {
 		if !now.Before(since.Add(t.param.For)) && !slices.Contains(ps.Members, id) {
@@ -407,19 +398,11 @@ func (t *Tiers) distillSet(ctx context.Context, cube string, ps paramState, now 
 		}
 		return ids[i] < ids[j]
 	})
-	for _, id := range ids {
-		if len(out) >= t.param.Max {
-			break
-		}
-		m, err := t.mem.Get(ctx, cube, id)
-		if errors.Is(err, textmem.ErrNotFound) {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, m)
+	hot, err := t.loadMembers(ctx, cube, ids)
+	if err != nil {
+		return nil, err
 	}
+	out = append(out, hot[:min(len(hot), max(t.param.Max-len(out), 0))]...)
 	return out, nil
 }
 
@@ -609,17 +592,7 @@ func (t *Tiers) runDistill(ctx context.Context, j Job, model string, foreground 
 		if nextPack == nil {
 			return nil
 		}
-		if len(nextPack.Members) == 0 {
-			if err := txn.Delete([]byte(keyPack + cube)); err != nil {
-				return err
-			}
-		} else if err := setJSON(txn, []byte(keyPack+cube), nextPack); err != nil {
-			return err
-		}
-		if st.PackID != "" && nextPack.PackID == "" {
-			return txn.Set([]byte(keyGarb+st.PackID), nil)
-		}
-		return nil
+		return writePack(txn, cube, nextPack, &st)
 	})
 	if err != nil {
 		return err
