@@ -166,9 +166,9 @@ func runDistill(b *testing.B, path string, m *llama.Model, ev *llama.Ctx, mems, 
 func memoryFigures(b testing.TB, ev *llama.Ctx, a *llama.Adapter, mems [][]llama.Token) (nllBase, nllAd float64, recalled int) {
 	for _, t := range mems {
 		useAdapter(b, ev, nil)
-		nllBase += nll(b, ev, t)
+		nllBase += nll(dists(b, ev, t), t)
 		useAdapter(b, ev, a)
-		nllAd += nll(b, ev, t)
+		nllAd += nll(dists(b, ev, t), t)
 		h := 1 + (len(t)-1)/2
 		if equalTokens(greedy(b, ev, t[:h], len(t)-h, 0), t[h:]) {
 			recalled++
@@ -280,15 +280,6 @@ func dists(b testing.TB, c *llama.Ctx, toks []llama.Token) [][]float64 {
 	return out
 }
 
-// nll is the mean negative log-likelihood of toks[1:], nats per token.
-func nll(b testing.TB, c *llama.Ctx, toks []llama.Token) float64 {
-	var s float64
-	for i, p := range dists(b, c, toks) {
-		s -= math.Log(max(p[toks[i+1]], 1e-30))
-	}
-	return s / float64(len(toks)-1)
-}
-
 func softmax(l []float32) []float64 {
 	mx := float32(math.Inf(-1))
 	for _, v := range l {
@@ -306,16 +297,6 @@ func softmax(l []float32) []float64 {
 	return p
 }
 
-func argmax(p []float64) int {
-	best := 0
-	for i, v := range p {
-		if v > p[best] {
-			best = i
-		}
-	}
-	return best
-}
-
 // greedy decodes n tokens after prompt (argmax).
 func greedy(b testing.TB, c *llama.Ctx, prompt []llama.Token, n int, _ int) []llama.Token {
 	decodeAll(b, c, prompt)
@@ -326,12 +307,7 @@ func greedy(b testing.TB, c *llama.Ctx, prompt []llama.Token, n int, _ int) []ll
 	last := len(prompt) - 1
 	for range n {
 		buf = c.Logits(last, buf)
-		best := 0
-		for i, v := range buf {
-			if v > buf[best] {
-				best = i
-			}
-		}
+		best := argmax(buf)
 		out = append(out, llama.Token(best))
 		bt.Clear()
 		if err := bt.Add(llama.Token(best), len(prompt)+len(out)-1, 0, true); err != nil {

@@ -125,7 +125,7 @@ func TestDistillAdapterMatchesTrainedModel(t *testing.T) {
 	meanNLL := func(c *llama.Ctx) float64 {
 		var s float64
 		for _, tk := range mems {
-			s += nll(t, c, tk)
+			s += nll(dists(t, c, tk), tk)
 		}
 		return s / float64(len(mems))
 	}
@@ -211,9 +211,9 @@ func TestDistill(t *testing.T) {
 			t.Fatal(err)
 		}
 		useAdapter(t, ev, nil)
-		nb := nll(t, ev, tk)
+		nb := nll(dists(t, ev, tk), tk)
 		useAdapter(t, ev, a)
-		na := nll(t, ev, tk)
+		na := nll(dists(t, ev, tk), tk)
 		t.Logf("memory %d NLL: base %.4f, adapter %.4f", i, nb, na)
 		if !(na < nb-0.1) {
 			t.Errorf("memory %d NLL: base %.4f, adapter %.4f", i, nb, na)

@@ -166,20 +166,11 @@ func Evaluate(ctx context.Context, modelPath, adapterPath string, memories []str
 	}
 	ev.Memories = len(mems)
 	for _, t := range mems {
-		if err := e.use(nil); err != nil {
-			return ev, err
-		}
-		nb, err := e.nll(ctx, t)
+		pb, pa, err := e.pair(ctx, a, t)
 		if err != nil {
 			return ev, err
 		}
-		if err := e.use(a); err != nil {
-			return ev, err
-		}
-		na, err := e.nll(ctx, t)
-		if err != nil {
-			return ev, err
-		}
+		nb, na := nll(pb, t), nll(pa, t)
 		ev.NLLBase += nb / float64(len(mems))
 		ev.NLLAdapter += na / float64(len(mems))
 		ev.PerMemory = append(ev.PerMemory, na)
@@ -194,23 +185,13 @@ func Evaluate(ctx context.Context, modelPath, adapterPath string, memories []str
 	}
 	var same int
 	for _, g := range texts {
-		if err := e.use(nil); err != nil {
-			return ev, err
-		}
-		pb, err := e.dists(ctx, g)
-		if err != nil {
-			return ev, err
-		}
-		if err := e.use(a); err != nil {
-			return ev, err
-		}
-		pa, err := e.dists(ctx, g)
+		pb, pa, err := e.pair(ctx, a, g)
 		if err != nil {
 			return ev, err
 		}
 		for i := range pb {
 			ev.Positions++
-			if argmaxF(pb[i]) == argmaxF(pa[i]) {
+			if argmax(pb[i]) == argmax(pa[i]) {
 				same++
 			}
 			for v := range pb[i] {
@@ -291,17 +272,30 @@ func (e *evaluator) dists(ctx context.Context, toks []llama.Token) ([][]float64,
 	return out, nil
 }
 
-// nll is the mean negative log-likelihood of toks[1:], nats per token.
-func (e *evaluator) nll(ctx context.Context, toks []llama.Token) (float64, error) {
-	ps, err := e.dists(ctx, toks)
-	if err != nil {
-		return 0, err
+// pair returns toks' next-token distributions (dists) without an adapter
+// and with a alone.
+func (e *evaluator) pair(ctx context.Context, a *llama.Adapter, toks []llama.Token) (base, adapted [][]float64, err error) {
+	if err := e.use(nil); err != nil {
+		return nil, nil, err
 	}
+	if base, err = e.dists(ctx, toks); err != nil {
+		return nil, nil, err
+	}
+	if err := e.use(a); err != nil {
+		return nil, nil, err
+	}
+	adapted, err = e.dists(ctx, toks)
+	return base, adapted, err
+}
+
+// nll is the mean negative log-likelihood of toks[1:] under ps, toks'
+// next-token distributions (dists), nats per token.
+func nll(ps [][]float64, toks []llama.Token) float64 {
 	var s float64
 	for i, p := range ps {
 		s -= math.Log(max(p[toks[i+1]], 1e-30))
 	}
-	return s / float64(len(ps)), nil
+	return s / float64(len(ps))
 }
 
 // write continues prompt to n tokens in all: the first sampled tokens after
@@ -318,7 +312,7 @@ func (e *evaluator) write(ctx context.Context, prompt []llama.Token, n, sampled 
 			return nil, err
 		}
 		e.buf = e.c.Logits(len(toks)-1, e.buf)
-		next := argmax32(e.buf)
+		next := argmax(e.buf)
 		if len(toks)-len(prompt) < sampled {
 			p := softmaxInto(make([]float64, 0, len(e.buf)), e.buf)
 			u, acc := rng.Float64(), 0.0
@@ -334,17 +328,8 @@ func (e *evaluator) write(ctx context.Context, prompt []llama.Token, n, sampled 
 	return toks, nil
 }
 
-func argmax32(l []float32) int {
-	best := 0
-	for i, v := range l {
-		if v > l[best] {
-			best = i
-		}
-	}
-	return best
-}
-
-func argmaxF(p []float64) int {
+// argmax returns the index of the first largest value of p (0 for none).
+func argmax[T float32 | float64](p []T) int {
 	best := 0
 	for i, v := range p {
 		if v > p[best] {
