@@ -12,16 +12,62 @@ import (
 	"github.com/memosrt/memosrt/scheduler"
 )
 
-// parametricOS is an OS on a moved clock with the parametric tier on
-// (horizon 48 h at heat 5, the scheduler's default thresholds).
-func parametricOS(t *testing.T) (*OS, *fakeClock) {
+// parametricOptions are test options on a moved clock with the
+// parametric tier on (horizon 48 h at heat 5, the scheduler's default
+// thresholds; MaxRAM maxRAM, 0 the default).
+func parametricOptions(t *testing.T, maxRAM int64) (Options, *fakeClock) {
 	t.Helper()
 	clock := &fakeClock{t: epoch}
 	opts := testOptions(t, t.TempDir())
 	opts.Clock = clock
-	opts.Tiers.Parametric = scheduler.ParametricOptions{Enabled: true, For: 48 * time.Hour,
+	opts.Tiers.Parametric = scheduler.ParametricOptions{Enabled: true, For: 48 * time.Hour, MaxRAM: maxRAM,
 		Distill: lora.DistillOptions{Threads: 1}}
+	return opts, clock
+}
+
+// parametricOS is an OS opened with parametricOptions.
+func parametricOS(t *testing.T) (*OS, *fakeClock) {
+	t.Helper()
+	opts, clock := parametricOptions(t, 0)
 	return openOS(t, opts), clock
+}
+
+// warmPastHorizon pins cube's memories (a warm: hot from the next tick),
+// ticks, moves the clock past the 48-hour horizon and ticks again, which
+// plans the distillation and starts it in the background.
+func warmPastHorizon(t *testing.T, o *OS, clock *fakeClock, cube string) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := o.Warm(ctx, cube, WarmOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := o.Tick(ctx); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(49 * time.Hour)
+	if _, err := o.Tick(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitDistilled waits for cube's distillation to attach an adapter or to
+// record a failure and returns the tier state then. Training runs in the
+// background; 30 minutes bound a hang, not the speed (it takes seconds to
+// minutes on 2 busy vCPUs).
+func waitDistilled(t *testing.T, o *OS, cube string) scheduler.CubeTiers {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Minute); ; time.Sleep(50 * time.Millisecond) {
+		st, err := o.Tiers(context.Background(), cube, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p := st.Parametric; p != nil && (p.Adapter != "" || p.Failure != "") {
+			return st
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the distillation did not end: %+v", st.Parametric)
+		}
+	}
 }
 
 // recall generates greedily from the first words of text, the memory not
@@ -99,24 +145,7 @@ func TestParametricTier(t *testing.T) {
 	}
 	clock.Advance(6 * time.Hour)
 	use() // plans the distillation and starts it in the background
-	// training runs in the background; 30 minutes bounds a hang, not
-	// the speed (it takes seconds to minutes on 2 busy vCPUs)
-	for deadline := time.Now().Add(30 * time.Minute); ; time.Sleep(50 * time.Millisecond) {
-		st, err := o.Tiers(ctx, "c", 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if st.Parametric != nil && (st.Parametric.Adapter != "" || st.Parametric.Failure != "") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the distillation did not end: %+v", st.Parametric)
-		}
-	}
-	st, err := o.Tiers(ctx, "c", 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := waitDistilled(t, o, "c")
 	p := st.Parametric
 	if p.Adapter == "" {
 		t.Fatalf("distillation refused: %s (eval %+v)", p.Failure, p.Eval)
@@ -203,9 +232,6 @@ func TestParametricRetrain(t *testing.T) {
 	ctx := context.Background()
 	mems := addMemories(t, o, "c", "Lily has a red ball named Bob.", "Tom keeps his blue car under the big bed.")
 	ball, car := mems[0].ID, mems[1].ID
-	if _, err := o.Warm(ctx, "c", WarmOptions{}); err != nil {
-		t.Fatal(err)
-	}
 	tick := func() {
 		t.Helper()
 		if _, err := o.Tick(ctx); err != nil {
@@ -232,9 +258,7 @@ func TestParametricRetrain(t *testing.T) {
 			}
 		}
 	}
-	tick() // hot since now (pinned)
-	clock.Advance(49 * time.Hour)
-	tick()
+	warmPastHorizon(t, o, clock, "c")
 	p := wait(1)
 	if p.Adapter == "" || p.Members != 2 {
 		t.Fatalf("version 1: %+v (eval %+v)", p, p.Eval)
@@ -278,26 +302,14 @@ func TestParametricRetrain(t *testing.T) {
 // persisted and resumed (trained again from the start: one run takes
 // seconds to minutes, and its steps are not checkpointed).
 func TestParametricResumes(t *testing.T) {
-	clock := &fakeClock{t: epoch}
-	opts := testOptions(t, t.TempDir())
-	opts.Clock = clock
-	opts.Tiers.Parametric = scheduler.ParametricOptions{Enabled: true, For: 48 * time.Hour}
+	opts, clock := parametricOptions(t, 0)
 	ctx := context.Background()
 	o, err := Open(ctx, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	addMemories(t, o, "c", "Lily has a red ball named Bob.")
-	if _, err := o.Warm(ctx, "c", WarmOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := o.Tick(ctx); err != nil {
-		t.Fatal(err)
-	}
-	clock.Advance(49 * time.Hour)
-	if _, err := o.Tick(ctx); err != nil { // starts the training
-		t.Fatal(err)
-	}
+	warmPastHorizon(t, o, clock, "c")    // starts the training
 	if err := o.Close(ctx); err != nil { // cancels it
 		t.Fatal(err)
 	}
@@ -312,14 +324,7 @@ func TestParametricResumes(t *testing.T) {
 	if _, err := o.Tick(ctx); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(30 * time.Minute); ; time.Sleep(50 * time.Millisecond) {
-		if st, err = o.Tiers(ctx, "c", 0); err != nil {
-			t.Fatal(err)
-		}
-		if st.Parametric.Adapter != "" || st.Parametric.Failure != "" || time.Now().After(deadline) {
-			break
-		}
-	}
+	st = waitDistilled(t, o, "c")
 	if st.Parametric.Adapter == "" || st.Parametric.Version != 1 || len(st.Jobs) != 0 {
 		t.Fatalf("after the restart: %+v, jobs %+v", st.Parametric, st.Jobs)
 	}
@@ -328,33 +333,12 @@ func TestParametricResumes(t *testing.T) {
 // A job whose one memory passes the RAM budget (lora.DistillRAM's
 // estimate) trains nothing and records why; no adapter is attached.
 func TestParametricRAMBudget(t *testing.T) {
-	clock := &fakeClock{t: epoch}
-	opts := testOptions(t, t.TempDir())
-	opts.Clock = clock
-	opts.Tiers.Parametric = scheduler.ParametricOptions{Enabled: true, For: 48 * time.Hour, MaxRAM: 1 << 20}
+	opts, clock := parametricOptions(t, 1<<20)
 	o := openOS(t, opts)
 	ctx := context.Background()
 	addMemories(t, o, "c", "Lily has a red ball named Bob.")
-	if _, err := o.Warm(ctx, "c", WarmOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := o.Tick(ctx); err != nil {
-		t.Fatal(err)
-	}
-	clock.Advance(49 * time.Hour)
-	if _, err := o.Tick(ctx); err != nil {
-		t.Fatal(err)
-	}
-	var st scheduler.CubeTiers
-	for deadline := time.Now().Add(5 * time.Minute); ; time.Sleep(20 * time.Millisecond) {
-		var err error
-		if st, err = o.Tiers(ctx, "c", 0); err != nil {
-			t.Fatal(err)
-		}
-		if st.Parametric.Failure != "" || time.Now().After(deadline) {
-			break
-		}
-	}
+	warmPastHorizon(t, o, clock, "c")
+	st := waitDistilled(t, o, "c")
 	if !strings.HasPrefix(st.Parametric.Failure, "RAM: one memory needs an estimated") || st.Parametric.Adapter != "" || len(st.Jobs) != 0 {
 		t.Fatalf("over the RAM budget: %+v, jobs %+v", st.Parametric, st.Jobs)
 	}
