@@ -300,18 +300,20 @@ func nll(ps [][]float64, toks []llama.Token) float64 {
 
 // write continues prompt to n tokens in all: the first sampled tokens after
 // the prompt drawn at temperature 1 from rng, the rest greedy (argmax).
+// The prompt is decoded once, then one token per step.
 func (e *evaluator) write(ctx context.Context, prompt []llama.Token, n, sampled int, rng *rand.Rand) ([]llama.Token, error) {
 	toks := append([]llama.Token(nil), prompt...)
+	if err := e.decode(toks); err != nil {
+		return nil, err
+	}
+	bt := llama.NewBatch(1)
+	defer bt.Close()
+	last := len(toks) - 1 // the batch index of the newest token's logits
 	for len(toks) < n {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		// one decode of the whole text so far: these texts are short (tens
-		// of tokens) and the cache is tiny; simple beats incremental here
-		if err := e.decode(toks); err != nil {
-			return nil, err
-		}
-		e.buf = e.c.Logits(len(toks)-1, e.buf)
+		e.buf = e.c.Logits(last, e.buf)
 		next := argmax(e.buf)
 		if len(toks)-len(prompt) < sampled {
 			p := softmaxInto(make([]float64, 0, len(e.buf)), e.buf)
@@ -324,6 +326,17 @@ func (e *evaluator) write(ctx context.Context, prompt []llama.Token, n, sampled 
 			}
 		}
 		toks = append(toks, llama.Token(next))
+		if len(toks) == n {
+			break
+		}
+		bt.Clear()
+		if err := bt.Add(llama.Token(next), len(toks)-1, 0, true); err != nil {
+			return nil, fmt.Errorf("lora: evaluate: %w", err)
+		}
+		if err := e.c.Decode(bt); err != nil {
+			return nil, fmt.Errorf("lora: evaluate: %w", err)
+		}
+		last = 0
 	}
 	return toks, nil
 }
