@@ -78,6 +78,11 @@ type composeFixture struct {
 	// V deviation from a full prefill summed over every layer (an upper
 	// bound for any selection from the KV alone; experiment only)
 	oracle int
+	// outcome, when > 0, recomputes that many moved tokens chosen by
+	// outcomeOracle (experiment only)
+	outcome int
+	// outcomeGreedy makes outcomeOracle rank by the greedy prefix first
+	outcomeGreedy bool
 }
 
 func newComposeFixture(t testing.TB, e *Engine, alone bool) *composeFixture {
@@ -135,9 +140,21 @@ func (f *composeFixture) run(t testing.TB, order []int, o ComposeOptions, nGreed
 	if err := e.TruncateSeq(0, n); err != nil {
 		t.Fatal(err)
 	}
+	var wantRows [][]float64
+	if f.outcome > 0 {
+		wantRows = logprobsAt(t, e, 0, forced, n)
+		if err := e.TruncateSeq(0, n); err != nil {
+			t.Fatal(err)
+		}
+	}
 	want := argmaxAt(t, e, 0, forced, n)
 	e.ClearSeq(0)
 
+	var outcomeRedo []int
+	if f.outcome > 0 {
+		outcomeRedo = f.outcomeOracle(t, order, f.outcome, forced, wantRows)
+		o = ComposeOptions{Ratio: -1}
+	}
 	var fullState []byte
 	if f.oracle > 0 {
 		e.ClearSeq(0)
@@ -187,6 +204,15 @@ func (f *composeFixture) run(t testing.TB, order []int, o ComposeOptions, nGreed
 			t.Fatal(err)
 		}
 		res.Recomputed = len(redo)
+	}
+	if f.outcome > 0 {
+		e.mu.Lock()
+		_, err := e.recomputeLocked(ctx, 1, 2, res.Tokens, outcomeRedo)
+		e.mu.Unlock()
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Recomputed = len(outcomeRedo)
 	}
 	if !slices.Equal(res.Tokens, full[:n]) {
 		t.Fatalf("composed tokens differ from the full prompt")
