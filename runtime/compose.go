@@ -242,8 +242,12 @@ func (e *Engine) PrefillChunk(ctx context.Context, seq int, pre Preamble, toks [
 // at their new positions; chunks computed at one position are never
 // joined at another without a shift or a recompute.
 //
-// seq and scratch are distinct sequences the caller holds (AcquireSeq);
-// both are emptied first, and scratch is left empty. Shifted K cells are
+// seq and scratch (one or more) are distinct sequences the caller holds
+// (AcquireSeq); all are emptied first, and scratch is left empty. Each
+// scratch sequence past the first lets one more recomputed run share a
+// llama_decode (see recomputeLocked; a guarded composition uses only the
+// first: its moved chunks are not restored, so a run must wait for the
+// runs before it). Shifted K cells are
 // rotated at the next Decode of the context: the recompute does it, or,
 // with nothing recomputed, the caller's Generate; do not SaveSeq seq
 // before one. Cancelling ctx stops between batches and leaves seq empty.
@@ -253,11 +257,11 @@ func (e *Engine) PrefillChunk(ctx context.Context, seq int, pre Preamble, toks [
 // made for another KV layout), ErrRestoreFailed, ErrBadOptions (a
 // selection by deviation without Options.BlendProbe), decode errors;
 // seq is then left empty.
-func (e *Engine) ComposeSeq(ctx context.Context, seq, scratch int, pre Preamble, chunks []Chunk, o ComposeOptions) (ComposeResult, error) {
+func (e *Engine) ComposeSeq(ctx context.Context, seq int, scratch []int, pre Preamble, chunks []Chunk, o ComposeOptions) (ComposeResult, error) {
 	o = o.withDefaults(e.kv.NLayer)
 	var res ComposeResult
-	if seq == scratch || seq < 0 || scratch < 0 || seq >= e.opts.NSeqMax || scratch >= e.opts.NSeqMax {
-		return res, fmt.Errorf("%w: seq %d and scratch %d must be distinct in [0, %d)", ErrCompose, seq, scratch, e.opts.NSeqMax)
+	if err := e.checkSeqs(seq, scratch); err != nil {
+		return res, err
 	}
 	// parse and check every state before touching the context
 	res.Tokens = slices.Clone(pre.Tokens)
@@ -303,14 +307,19 @@ func (e *Engine) ComposeSeq(ctx context.Context, seq, scratch int, pre Preamble,
 		return res, err
 	}
 	defer e.mu.Unlock()
-	fail := func(err error) (ComposeResult, error) {
+	clear := func() {
 		e.ctx.SeqRemove(seq, -1, -1)
-		e.ctx.SeqRemove(scratch, -1, -1)
+		for _, s := range scratch {
+			e.ctx.SeqRemove(s, -1, -1)
+		}
+	}
+	fail := func(err error) (ComposeResult, error) {
+		clear()
 		return res, err
 	}
 	t0 := time.Now()
-	e.ctx.SeqRemove(seq, -1, -1)
-	e.ctx.SeqRemove(scratch, -1, -1)
+	clear()
+	sc := scratch[0]
 	if len(pre.State) > 0 {
 		if err := e.ctx.StateSeqSet(seq, pre.State); err != nil {
 			return fail(fmt.Errorf("%w (preamble): %w", ErrRestoreFailed, err))
@@ -328,18 +337,18 @@ func (e *Engine) ComposeSeq(ctx context.Context, seq, scratch int, pre Preamble,
 				continue
 			}
 		}
-		if err := e.ctx.StateSeqSet(scratch, p.c.State); err != nil {
+		if err := e.ctx.StateSeqSet(sc, p.c.State); err != nil {
 			return fail(fmt.Errorf("%w (chunk at %d): %w", ErrRestoreFailed, p.pos, err))
 		}
 		if p.moved {
-			if err := e.ctx.SeqShift(scratch, p.c.Pos0, -1, p.pos-p.c.Pos0); err != nil {
+			if err := e.ctx.SeqShift(sc, p.c.Pos0, -1, p.pos-p.c.Pos0); err != nil {
 				return fail(err)
 			}
 		}
-		if err := e.ctx.SeqCopy(scratch, seq, -1, -1); err != nil {
+		if err := e.ctx.SeqCopy(sc, seq, -1, -1); err != nil {
 			return fail(err)
 		}
-		e.ctx.SeqRemove(scratch, -1, -1)
+		e.ctx.SeqRemove(sc, -1, -1)
 	}
 
 	res.RestoreTime = time.Since(t0)
@@ -370,7 +379,7 @@ func (e *Engine) ComposeSeq(ctx context.Context, seq, scratch int, pre Preamble,
 		}
 		if budget > sel.cost && len(movedPos) > len(sel.pos) {
 			t1 := time.Now()
-			dev, err := e.deviationLocked(ctx, seq, scratch, res.Tokens, places, o.ProbeLayer)
+			dev, err := e.deviationLocked(ctx, seq, sc, res.Tokens, places, o.ProbeLayer)
 			res.ProbeTime = time.Since(t1)
 			res.Probed = len(movedPos)
 			if err != nil {
@@ -392,7 +401,11 @@ func (e *Engine) ComposeSeq(ctx context.Context, seq, scratch int, pre Preamble,
 	res.Positions = redo
 	res.Recomputed = len(redo)
 	t2 := time.Now()
-	n, err := e.recomputeLocked(ctx, seq, scratch, res.Tokens, redo)
+	waves := scratch
+	if res.Guard != nil {
+		waves = scratch[:1]
+	}
+	n, err := e.recomputeLocked(ctx, seq, waves, res.Tokens, redo)
 	res.RecomputeTime, res.RecomputeDecodes = time.Since(t2), n
 	if err != nil {
 		return fail(err)
@@ -404,40 +417,107 @@ func (e *Engine) ComposeSeq(ctx context.Context, seq, scratch int, pre Preamble,
 // again and returns the llama_decode calls it took. llama.cpp takes a
 // sequence's batch only at consecutive positions right after the
 // sequence's last one (llama_batch_allocr::init), so each run of
-// consecutive positions [a, b) is decoded in scratch holding seq's cells
-// [0, a) (shared, llama_memory_seq_cp), and its new cells are then shared
-// into seq: one llama_decode per run. The old cells of every run are
-// removed from seq first. scratch is left empty. Caller holds e.mu.
-func (e *Engine) recomputeLocked(ctx context.Context, seq, scratch int, toks []Token, redo []int) (int, error) {
-	for _, p := range redo {
-		if !e.ctx.SeqRemove(seq, p, p+1) {
-			return 0, fmt.Errorf("%w: cannot remove position %d", ErrCompose, p)
-		}
-	}
-	defer e.ctx.SeqRemove(scratch, -1, -1)
-	decodes := 0
+// consecutive positions [a, b) is decoded in a scratch sequence holding
+// seq's cells [0, a) (shared, llama_memory_seq_cp), and its new cells
+// then replace the run's old ones in seq. With k scratch sequences, k runs
+// go into one batch (a wave): one pass over the weights instead of k,
+// since each llama_decode streams every weight whatever its length. Within
+// a wave a run attends to the restored KV of the wave's earlier runs, not
+// their recomputed KV (those are decoded in the same pass); across waves,
+// and with one scratch sequence, to the recomputed KV. Every scratch
+// sequence is left empty. Caller holds e.mu.
+func (e *Engine) recomputeLocked(ctx context.Context, seq int, scratch []int, toks []Token, redo []int) (int, error) {
+	type run struct{ a, b, seq int }
+	var runs []run
 	for i := 0; i < len(redo); {
 		j := i + 1
 		for j < len(redo) && redo[j] == redo[j-1]+1 {
 			j++
 		}
-		a, b := redo[i], redo[j-1]+1
-		e.ctx.SeqRemove(scratch, -1, -1)
-		if a > 0 {
-			if err := e.ctx.SeqCopy(seq, scratch, 0, a); err != nil {
+		runs = append(runs, run{a: redo[i], b: redo[j-1] + 1})
+		i = j
+	}
+	defer func() {
+		for _, s := range scratch {
+			e.ctx.SeqRemove(s, -1, -1)
+		}
+	}()
+	decodes := 0
+	for w := 0; w < len(runs); w += len(scratch) {
+		wave := runs[w:min(w+len(scratch), len(runs))]
+		for i := range wave {
+			r := &wave[i]
+			r.seq = scratch[i]
+			e.ctx.SeqRemove(r.seq, -1, -1)
+			if r.a > 0 {
+				if err := e.ctx.SeqCopy(seq, r.seq, 0, r.a); err != nil {
+					return decodes, err
+				}
+			}
+		}
+		for _, r := range wave {
+			if !e.ctx.SeqRemove(seq, r.a, r.b) {
+				return decodes, fmt.Errorf("%w: cannot remove positions [%d, %d)", ErrCompose, r.a, r.b)
+			}
+		}
+		// one batch of every run's tokens, split only where it exceeds
+		// n_batch (a run split across batches stays consecutive)
+		e.batch.Clear()
+		for _, r := range wave {
+			for p := r.a; p < r.b; p++ {
+				if e.batch.Len() == e.batch.Cap() {
+					if err := e.decodeBatchLocked(ctx, p); err != nil {
+						return decodes, err
+					}
+					decodes++
+				}
+				if err := e.batch.Add(toks[p], p, r.seq, false); err != nil {
+					return decodes, err
+				}
+			}
+		}
+		if e.batch.Len() > 0 {
+			if err := e.decodeBatchLocked(ctx, wave[len(wave)-1].b-1); err != nil {
+				return decodes, err
+			}
+			decodes++
+		}
+		for _, r := range wave {
+			if err := e.ctx.SeqCopy(r.seq, seq, r.a, r.b); err != nil {
 				return decodes, err
 			}
 		}
-		if err := e.decodeAtLocked(ctx, scratch, toks[a:b], a); err != nil {
-			return decodes, err
-		}
-		decodes += (b - a + e.batch.Cap() - 1) / e.batch.Cap()
-		if err := e.ctx.SeqCopy(scratch, seq, a, b); err != nil {
-			return decodes, err
-		}
-		i = j
 	}
 	return decodes, nil
+}
+
+// decodeBatchLocked decodes e.batch after checking ctx and clears it; at
+// names a position for the error. Caller holds e.mu.
+func (e *Engine) decodeBatchLocked(ctx context.Context, at int) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := e.ctx.Decode(e.batch); err != nil {
+		return fmt.Errorf("runtime: compose decode at %d: %w", at, err)
+	}
+	e.batch.Clear()
+	return nil
+}
+
+// checkSeqs checks that seq and the scratch sequences (at least one) are
+// distinct and in [0, NSeqMax).
+func (e *Engine) checkSeqs(seq int, scratch []int) error {
+	all := append([]int{seq}, scratch...)
+	bad := len(scratch) == 0
+	for i, s := range all {
+		if s < 0 || s >= e.opts.NSeqMax || slices.Contains(all[:i], s) {
+			bad = true
+		}
+	}
+	if bad {
+		return fmt.Errorf("%w: seq %d and scratch %v must be distinct in [0, %d), at least one scratch", ErrCompose, seq, scratch, e.opts.NSeqMax)
+	}
+	return nil
 }
 
 // runCover is a set of chosen positions (pos, ascending) and what

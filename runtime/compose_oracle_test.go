@@ -69,12 +69,12 @@ func (f *composeFixture) outcomeOracle(t testing.TB, order []int, budget int, fo
 		chunks = append(chunks, f.chunks[i])
 	}
 	try := func(redo []int) float64 {
-		res, err := e.ComposeSeq(ctx, 1, 2, f.pre, chunks, ComposeOptions{Ratio: -1})
+		res, err := e.ComposeSeq(ctx, 1, []int{2}, f.pre, chunks, ComposeOptions{Ratio: -1})
 		if err != nil {
 			t.Fatal(err)
 		}
 		e.mu.Lock()
-		_, err = e.recomputeLocked(ctx, 1, 2, res.Tokens, redo)
+		_, err = e.recomputeLocked(ctx, 1, []int{2}, res.Tokens, redo)
 		e.mu.Unlock()
 		if err != nil {
 			t.Fatal(err)

@@ -83,6 +83,8 @@ type composeFixture struct {
 	outcome int
 	// outcomeGreedy makes outcomeOracle rank by the greedy prefix first
 	outcomeGreedy bool
+	// scratch are ComposeSeq's scratch sequences; nil means {2}
+	scratch []int
 }
 
 func newComposeFixture(t testing.TB, e *Engine, alone bool) *composeFixture {
@@ -167,7 +169,11 @@ func (f *composeFixture) run(t testing.TB, order []int, o ComposeOptions, nGreed
 		e.ClearSeq(0)
 		o = ComposeOptions{Head: -1, Tail: -1, Ratio: -1}
 	}
-	res, err := e.ComposeSeq(ctx, 1, 2, f.pre, chunks, o)
+	scratch := f.scratch
+	if scratch == nil {
+		scratch = []int{2}
+	}
+	res, err := e.ComposeSeq(ctx, 1, scratch, f.pre, chunks, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,7 +204,7 @@ func (f *composeFixture) run(t testing.TB, order []int, o ComposeOptions, nGreed
 		redo := slices.Clone(cand[:min(f.oracle, len(cand))])
 		slices.Sort(redo)
 		e.mu.Lock()
-		_, err := e.recomputeLocked(ctx, 1, 2, res.Tokens, redo)
+		_, err := e.recomputeLocked(ctx, 1, []int{2}, res.Tokens, redo)
 		e.mu.Unlock()
 		if err != nil {
 			t.Fatal(err)
@@ -207,7 +213,7 @@ func (f *composeFixture) run(t testing.TB, order []int, o ComposeOptions, nGreed
 	}
 	if f.outcome > 0 {
 		e.mu.Lock()
-		_, err := e.recomputeLocked(ctx, 1, 2, res.Tokens, outcomeRedo)
+		_, err := e.recomputeLocked(ctx, 1, []int{2}, res.Tokens, outcomeRedo)
 		e.mu.Unlock()
 		if err != nil {
 			t.Fatal(err)
@@ -297,7 +303,7 @@ func (f *composeFixture) pairs(t testing.TB, o ComposeOptions, nGreedy int) comp
 //	go test -run '^$' -bench ComposeQuality -benchtime 1x ./runtime/
 func BenchmarkComposeQuality(b *testing.B) {
 	load := func() *Engine {
-		e, err := Load(context.Background(), Options{ModelPath: testmodels.Stories(b), Threads: 1, NCtx: 512, NSeqMax: 3, BlendProbe: true})
+		e, err := Load(context.Background(), Options{ModelPath: testmodels.Stories(b), Threads: 1, NCtx: 512, NSeqMax: 16, BlendProbe: true})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -307,6 +313,10 @@ func BenchmarkComposeQuality(b *testing.B) {
 	e := load()
 	after := newComposeFixture(b, e, false)
 	alone := newComposeFixture(b, e, true)
+	parallel := *after
+	for s := 2; s < 16; s++ {
+		parallel.scratch = append(parallel.scratch, s)
+	}
 	oracle := *after
 	oracle.oracle = 6 // of 41 chunk tokens on average: 14.6%
 	filler := *after
@@ -352,6 +362,8 @@ func BenchmarkComposeQuality(b *testing.B) {
 		{"blend 0.15, L2, gap 4", after, ComposeOptions{Gap: 4}},
 		{"blend 0.15, probe layer 2 (default)", after, ComposeOptions{}},
 		{"blend 0.15, L2, gap 16", after, ComposeOptions{Gap: 16}},
+		{"blend 0.15, L2, waves of 14 runs", &parallel, ComposeOptions{}},
+		{"blend 0.15, L2, no gap merge, waves", &parallel, ComposeOptions{Gap: -1}},
 		{"blend 0.15, L2, chunks alone", alone, ComposeOptions{}},
 		{"blend 0.15, L2, filler", &filler, ComposeOptions{}},
 		{"oracle 6 tokens (all-layer V dev.)", &oracle, ComposeOptions{}},
@@ -433,7 +445,7 @@ func openCompose(t *testing.T, typeK string, probe bool) *Engine {
 	if typeK != "f16" {
 		fa = "on" // llama.cpp quantizes K only with flash attention
 	}
-	return openStories(t, Options{Threads: 1, NCtx: 512, NSeqMax: 3, BlendProbe: probe, TypeK: typeK, FlashAttn: fa})
+	return openStories(t, Options{Threads: 1, NCtx: 512, NSeqMax: 5, BlendProbe: probe, TypeK: typeK, FlashAttn: fa})
 }
 
 // stories260K is a llama with normal RoPE: the shift is allowed at f16.
@@ -486,7 +498,7 @@ func TestComposeGuardPath(t *testing.T) {
 		}
 		chunks = append(chunks, c)
 	}
-	res, err := q.ComposeSeq(t.Context(), 1, 2, pre, chunks, ComposeOptions{})
+	res, err := q.ComposeSeq(t.Context(), 1, []int{2}, pre, chunks, ComposeOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -523,27 +535,82 @@ func TestComposeAgreement(t *testing.T) {
 	}
 }
 
+// Recomputed runs share a llama_decode per wave of scratch sequences: the
+// same positions, ceil(runs/waves) decodes instead of one per run, every
+// scratch sequence left empty; a single run gives the sequential path's
+// state byte for byte.
+func TestComposeWaves(t *testing.T) {
+	e := openCompose(t, "f16", false)
+	f := newComposeFixture(t, e, false)
+	ctx := context.Background()
+	three := []Chunk{f.chunks[2], f.chunks[0], f.chunks[4]}
+	// heads of the two moved chunks and the tail: three runs
+	o := ComposeOptions{Head: 2, Tail: 2, Ratio: -1}
+	seqRes, err := e.ComposeSeq(ctx, 1, []int{2}, f.pre, three, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waveRes, err := e.ComposeSeq(ctx, 1, []int{2, 3, 4}, f.pre, three, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n0, n1, n2 := len(three[0].Tokens), len(three[1].Tokens), len(three[2].Tokens)
+	want := []int{1 + n0, 2 + n0, 1 + n0 + n1, 2 + n0 + n1, n0 + n1 + n2 - 1, n0 + n1 + n2}
+	if !slices.Equal(seqRes.Positions, want) || !slices.Equal(waveRes.Positions, want) {
+		t.Fatalf("positions: sequential %v, waves %v, want %v", seqRes.Positions, waveRes.Positions, want)
+	}
+	if seqRes.RecomputeDecodes != 3 || waveRes.RecomputeDecodes != 1 {
+		t.Fatalf("decodes: sequential %d (want 3), waves %d (want 1)", seqRes.RecomputeDecodes, waveRes.RecomputeDecodes)
+	}
+	if e.SeqLen(1) != 1+n0+n1+n2 || e.SeqLen(2)+e.SeqLen(3)+e.SeqLen(4) != 0 {
+		t.Fatalf("seq %d positions (want %d), scratch %d %d %d", e.SeqLen(1), 1+n0+n1+n2, e.SeqLen(2), e.SeqLen(3), e.SeqLen(4))
+	}
+	// two waves for three runs on two scratch sequences
+	if r, err := e.ComposeSeq(ctx, 1, []int{3, 4}, f.pre, three, o); err != nil || r.RecomputeDecodes != 2 {
+		t.Fatalf("two scratch: %d decodes, %v", r.RecomputeDecodes, err)
+	}
+	// one run (the tail): the same state as the sequential path
+	tail := ComposeOptions{Tail: 3, Ratio: -1}
+	if _, err := e.ComposeSeq(ctx, 1, []int{2}, f.pre, three, tail); err != nil {
+		t.Fatal(err)
+	}
+	a, _ := e.SaveSeq(1)
+	if _, err := e.ComposeSeq(ctx, 1, []int{4, 2, 3}, f.pre, three, tail); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := e.SaveSeq(1)
+	if len(a) == 0 || !slices.Equal(a, b) {
+		t.Fatalf("one run: states differ (%d and %d bytes)", len(a), len(b))
+	}
+	if _, err := e.ComposeSeq(ctx, 1, []int{2, 2}, f.pre, three, o); !errors.Is(err, ErrCompose) {
+		t.Errorf("repeated scratch: %v", err)
+	}
+	if _, err := e.ComposeSeq(ctx, 1, nil, f.pre, three, o); !errors.Is(err, ErrCompose) {
+		t.Errorf("no scratch: %v", err)
+	}
+}
+
 func TestComposeErrors(t *testing.T) {
 	e := openCompose(t, "f16", false)
 	f := newComposeFixture(t, e, false)
 	ctx := context.Background()
 	two := []Chunk{f.chunks[0], f.chunks[1]}
-	if _, err := e.ComposeSeq(ctx, 1, 1, f.pre, two, ComposeOptions{Ratio: -1}); !errors.Is(err, ErrCompose) {
+	if _, err := e.ComposeSeq(ctx, 1, []int{1}, f.pre, two, ComposeOptions{Ratio: -1}); !errors.Is(err, ErrCompose) {
 		t.Errorf("seq == scratch: %v", err)
 	}
-	if _, err := e.ComposeSeq(ctx, 1, 2, f.pre, two, ComposeOptions{}); !errors.Is(err, ErrBadOptions) {
+	if _, err := e.ComposeSeq(ctx, 1, []int{2}, f.pre, two, ComposeOptions{}); !errors.Is(err, ErrBadOptions) {
 		t.Errorf("deviation ranking without BlendProbe: %v", err)
 	}
 	bad := f.chunks[1]
 	bad.Pos0 = 0
-	if _, err := e.ComposeSeq(ctx, 1, 2, f.pre, []Chunk{f.chunks[0], bad}, ComposeOptions{Ratio: -1}); !errors.Is(err, ErrCompose) {
+	if _, err := e.ComposeSeq(ctx, 1, []int{2}, f.pre, []Chunk{f.chunks[0], bad}, ComposeOptions{Ratio: -1}); !errors.Is(err, ErrCompose) {
 		t.Errorf("chunk with a wrong Pos0: %v", err)
 	}
 	if e.SeqLen(1) != 0 || e.SeqLen(2) != 0 {
 		t.Errorf("after errors seq holds %d, scratch %d positions", e.SeqLen(1), e.SeqLen(2))
 	}
 	// head and tail alone need no probe
-	res, err := e.ComposeSeq(ctx, 1, 2, f.pre, two, ComposeOptions{Head: 2, Tail: 2, Ratio: -1})
+	res, err := e.ComposeSeq(ctx, 1, []int{2}, f.pre, two, ComposeOptions{Head: 2, Tail: 2, Ratio: -1})
 	if err != nil {
 		t.Fatal(err)
 	}

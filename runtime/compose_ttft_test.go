@@ -21,6 +21,7 @@ import (
 // memories of chunkLen tokens each after a BOS preamble, then a query.
 type composeTTFTShape struct {
 	nChunks, chunkLen, query, reps int
+	scratch                        int // ComposeSeq's scratch sequences (2, 3, ...): runs per recompute decode
 }
 
 // composeTTFTRep is one A B pair of composeTTFT, milliseconds.
@@ -40,7 +41,8 @@ type composeTTFTRep struct {
 // from memory: runtime cannot reach kvcache's Badger store, and the read
 // from Badger is timed on its own by `memosrt bench ttft`. Token ids are
 // drawn from a fixed LCG over the vocabulary (the weights are random for
-// the 1B shape: time only). Uses seqs 0, 1 and 2.
+// the 1B shape: time only). Uses seqs 0, 1 and sh.scratch (at least 1)
+// more.
 func composeTTFT(tb testing.TB, e *runtime.Engine, sh composeTTFTShape, o runtime.ComposeOptions, out io.Writer) []composeTTFTRep {
 	tb.Helper()
 	ctx := context.Background()
@@ -89,6 +91,10 @@ func composeTTFT(tb testing.TB, e *runtime.Engine, sh composeTTFTShape, o runtim
 	fmt.Fprintf(out, "compose TTFT: %d chunks x %d tokens after %d preamble token(s), %d-token query (%d prompt tokens), %d threads; chunk states %.1f MiB, blobs %.1f MiB\n",
 		sh.nChunks, sh.chunkLen, len(pre.Tokens), sh.query, len(full), e.Options().Threads, float64(stateBytes)/(1<<20), float64(blobBytes)/(1<<20))
 	cfg := kvcache.ConfigKey(kv, "")
+	var scratch []int
+	for i := range max(sh.scratch, 1) {
+		scratch = append(scratch, 2+i)
+	}
 
 	// B's restore: decode and check the blobs as kvcache does
 	unpack := func(b []byte, want []runtime.Token) []byte {
@@ -122,7 +128,7 @@ func composeTTFT(tb testing.TB, e *runtime.Engine, sh composeTTFTShape, o runtim
 			chunks[i] = runtime.Chunk{Tokens: chunkToks[i], Pos0: len(pre.Tokens), State: unpack(b, chunkToks[i])}
 		}
 		rep.blobMs = ms(time.Since(start))
-		res, err := e.ComposeSeq(ctx, 1, 2, p, chunks, o)
+		res, err := e.ComposeSeq(ctx, 1, scratch, p, chunks, o)
 		if err != nil {
 			tb.Fatal(err)
 		}
@@ -160,8 +166,8 @@ func composeTTFT(tb testing.TB, e *runtime.Engine, sh composeTTFTShape, o runtim
 	}
 	a, b := med(func(r composeTTFTRep) float64 { return r.fullMs }), med(func(r composeTTFTRep) float64 { return r.composeMs })
 	r0 := reps[0].res
-	fmt.Fprintf(out, "median: A full %.1f ms, B composed %.1f ms, B/A %.3f (target <= 0.3); recomputed %d of %d chunk tokens (%.1f%%; Ratio %.2f, Gap %d) in %d decodes, %d probed, %d moved\n",
-		a, b, b/a, r0.Recomputed, r0.ChunkTokens, 100*r0.Fraction(), o.Ratio, o.Gap, r0.RecomputeDecodes, r0.Probed, r0.Moved)
+	fmt.Fprintf(out, "median: A full %.1f ms, B composed %.1f ms, B/A %.3f (target <= 0.3); recomputed %d of %d chunk tokens (%.1f%%; Ratio %.2f, Gap %d, %d scratch) in %d decodes, %d probed, %d moved\n",
+		a, b, b/a, r0.Recomputed, r0.ChunkTokens, 100*r0.Fraction(), o.Ratio, o.Gap, len(scratch), r0.RecomputeDecodes, r0.Probed, r0.Moved)
 	fmt.Fprintf(out, "median phases of B ms: blobs %.1f, restore+shift %.1f, probe %.1f, recompute %.1f, query %.1f\n",
 		med(func(r composeTTFTRep) float64 { return r.blobMs }), med(func(r composeTTFTRep) float64 { return r.restoreMs }),
 		med(func(r composeTTFTRep) float64 { return r.probeMs }), med(func(r composeTTFTRep) float64 { return r.redoMs }),
@@ -179,7 +185,10 @@ func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 // The model is $MEMOSRT_BENCH_MODEL (the generated 1B shape: `make
 // models/1b.gguf`), else stories260K; $MEMOSRT_BENCH_REPS reps (3),
 // $MEMOSRT_BENCH_THREADS threads (2), $MEMOSRT_BENCH_GAP another
-// ComposeOptions.Gap (-1: no merging of recomputed runs). It needs ggml
+// ComposeOptions.Gap (-1: no merging of recomputed runs),
+// $MEMOSRT_BENCH_SCRATCH scratch sequences (32: the recomputed runs share
+// one llama_decode; 1: one decode per run, the earlier path),
+// $MEMOSRT_BENCH_PROBE another ComposeOptions.ProbeLayer. It needs ggml
 // built for this CPU, as make builds it: go test's own CGO_CFLAGS (-O2 -g,
 // no -march) give baseline x86-64 kernels, tens of times slower (256
 // tokens of the 1B shape on one thread: 380 s instead of 5.4 s), so it
@@ -203,7 +212,11 @@ func BenchmarkComposeTTFT(b *testing.B) {
 	if v, err := strconv.Atoi(os.Getenv("MEMOSRT_BENCH_THREADS")); err == nil && v > 0 {
 		threads = v
 	}
-	e, err := runtime.Load(context.Background(), runtime.Options{ModelPath: path, NCtx: 2048, NSeqMax: 3, Threads: threads, BlendProbe: true})
+	scratch := 32
+	if v, err := strconv.Atoi(os.Getenv("MEMOSRT_BENCH_SCRATCH")); err == nil && v > 0 {
+		scratch = v
+	}
+	e, err := runtime.Load(context.Background(), runtime.Options{ModelPath: path, NCtx: 2048, NSeqMax: 2 + scratch, Threads: threads, BlendProbe: true})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -212,8 +225,11 @@ func BenchmarkComposeTTFT(b *testing.B) {
 	if v, err := strconv.Atoi(os.Getenv("MEMOSRT_BENCH_GAP")); err == nil {
 		o.Gap = v
 	}
+	if v, err := strconv.Atoi(os.Getenv("MEMOSRT_BENCH_PROBE")); err == nil && v > 0 {
+		o.ProbeLayer = v
+	}
 	for range b.N {
-		r := composeTTFT(b, e, composeTTFTShape{nChunks: 8, chunkLen: 128, query: 16, reps: reps}, o, os.Stdout)
+		r := composeTTFT(b, e, composeTTFTShape{nChunks: 8, chunkLen: 128, query: 16, reps: reps, scratch: scratch}, o, os.Stdout)
 		var a, c []float64
 		for _, x := range r {
 			a, c = append(a, x.fullMs), append(c, x.composeMs)
@@ -229,7 +245,7 @@ func BenchmarkComposeTTFT(b *testing.B) {
 // small chunks: every rep timed, the composition as long as the prompt,
 // the default share recomputed, the sequences left empty.
 func TestComposeTTFTRuns(t *testing.T) {
-	e, err := runtime.Load(context.Background(), runtime.Options{ModelPath: testmodels.Stories(t), NCtx: 512, NSeqMax: 3, Threads: 1, BlendProbe: true})
+	e, err := runtime.Load(context.Background(), runtime.Options{ModelPath: testmodels.Stories(t), NCtx: 512, NSeqMax: 4, Threads: 1, BlendProbe: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -238,13 +254,13 @@ func TestComposeTTFTRuns(t *testing.T) {
 	if testing.Verbose() {
 		sink = os.Stdout
 	}
-	reps := composeTTFT(t, e, composeTTFTShape{nChunks: 4, chunkLen: 20, query: 4, reps: 2}, runtime.DefaultComposeOptions(), sink)
+	reps := composeTTFT(t, e, composeTTFTShape{nChunks: 4, chunkLen: 20, query: 4, reps: 2, scratch: 2}, runtime.DefaultComposeOptions(), sink)
 	for _, r := range reps {
 		if r.fullMs <= 0 || r.composeMs <= 0 || r.res.ChunkTokens != 80 || r.res.Moved != 60 || r.res.Recomputed != 12 || len(r.res.Tokens) != 81 {
 			t.Fatalf("rep %+v", r)
 		}
 	}
-	if e.SeqLen(0) != 0 || e.SeqLen(1) != 0 || e.SeqLen(2) != 0 {
+	if e.SeqLen(0) != 0 || e.SeqLen(1) != 0 || e.SeqLen(2) != 0 || e.SeqLen(3) != 0 {
 		t.Fatal("sequences not cleared")
 	}
 }
