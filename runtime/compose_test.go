@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/memosrt/memosrt/bench/gguf"
@@ -472,38 +473,57 @@ func TestComposeGuardPath(t *testing.T) {
 		}
 	}
 
-	path := filepath.Join(t.TempDir(), "q8k.gguf")
-	spec := gguf.Spec{NLayer: 2, NEmbd: 128, NHead: 2, NHeadKV: 1, NFF: 128, NCtxTrain: 512}
-	if err := gguf.Write(t.Context(), path, spec, testmodels.Path(t, "llama-2-tiny-random.gguf"), 1); err != nil {
-		t.Fatal(err)
-	}
-	q, err := Load(t.Context(), Options{ModelPath: path, Threads: 1, NCtx: 256, NSeqMax: 3, TypeK: "q8_0", FlashAttn: "on"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer q.Close()
-	if err := q.ShiftGuard(); !errors.Is(err, ErrNoShift) {
-		t.Fatalf("q8_0 K: ShiftGuard = %v, want ErrNoShift", err)
-	}
-	pre, err := q.PrefillPreamble(t.Context(), 0, []Token{q.BOS()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var chunks []Chunk
-	for _, m := range composeMemories[:2] {
-		toks, _ := q.Tokenize(m, false)
-		c, err := q.PrefillChunk(t.Context(), 0, pre, toks)
-		if err != nil {
-			t.Fatal(err)
-		}
-		chunks = append(chunks, c)
-	}
-	res, err := q.ComposeSeq(t.Context(), 1, []int{2}, pre, chunks, ComposeOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !errors.Is(res.Guard, ErrNoShift) || res.Recomputed != len(chunks[1].Tokens) || q.SeqLen(1) != len(res.Tokens) {
-		t.Fatalf("q8_0 K: %+v, seq holds %d positions", res, q.SeqLen(1))
+	// generated llamas that need the guard: quantized K, and metadata
+	// declaring M-RoPE sections or a sliding window (which the llama
+	// architecture itself ignores: the guard reads the declaration)
+	for _, tc := range []struct {
+		name, typeK, why string
+		meta             map[string]any
+	}{
+		{"q8_0 K", "q8_0", "quantized K", nil},
+		{"M-RoPE sections", "f16", "multi-section RoPE", map[string]any{"llama.rope.dimension_sections": []int32{16, 24, 24, 0}}},
+		{"sliding window", "f16", "sliding-window", map[string]any{"llama.attention.sliding_window": uint32(64)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "guard.gguf")
+			spec := gguf.Spec{NLayer: 2, NEmbd: 128, NHead: 2, NHeadKV: 1, NFF: 128, NCtxTrain: 512, Meta: tc.meta}
+			if err := gguf.Write(t.Context(), path, spec, testmodels.Path(t, "llama-2-tiny-random.gguf"), 1); err != nil {
+				t.Fatal(err)
+			}
+			fa := "auto"
+			if tc.typeK != "f16" {
+				fa = "on"
+			}
+			q, err := Load(t.Context(), Options{ModelPath: path, Threads: 1, NCtx: 256, NSeqMax: 3, TypeK: tc.typeK, FlashAttn: fa})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer q.Close()
+			if err := q.ShiftGuard(); !errors.Is(err, ErrNoShift) || !strings.Contains(err.Error(), tc.why) {
+				t.Fatalf("ShiftGuard = %v, want ErrNoShift naming %q", err, tc.why)
+			}
+			pre, err := q.PrefillPreamble(t.Context(), 0, []Token{q.BOS()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var chunks []Chunk
+			for _, m := range composeMemories[:2] {
+				toks, _ := q.Tokenize(m, false)
+				c, err := q.PrefillChunk(t.Context(), 0, pre, toks)
+				if err != nil {
+					t.Fatal(err)
+				}
+				chunks = append(chunks, c)
+			}
+			res, err := q.ComposeSeq(t.Context(), 1, []int{2}, pre, chunks, ComposeOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !errors.Is(res.Guard, ErrNoShift) || res.Moved != len(chunks[1].Tokens) || res.Recomputed != len(chunks[1].Tokens) ||
+				res.Probed != 0 || q.SeqLen(1) != len(res.Tokens) {
+				t.Fatalf("%+v, seq holds %d positions", res, q.SeqLen(1))
+			}
+		})
 	}
 }
 

@@ -33,6 +33,13 @@ type Spec struct {
 
 	RopeFreqBase float32 // llama.rope.freq_base; default 10000
 	RMSEps       float32 // llama.attention.layer_norm_rms_epsilon; default 1e-5
+
+	// Meta adds or overrides metadata keys (values as ggml.KV takes
+	// them: uint32, float32, string, []int32, ...), for models that
+	// declare what the llama architecture does not use, such as
+	// "llama.rope.dimension_sections" (M-RoPE) or
+	// "llama.attention.sliding_window".
+	Meta map[string]any
 }
 
 // Presets are the shapes we benchmark, by name. Read-only.
@@ -217,6 +224,9 @@ func Write(ctx context.Context, path string, spec Spec, tokenizerFrom string, se
 		"llama.vocab_size":                       uint32(spec.NVocab),
 	}
 	for k, v := range tok {
+		kv[k] = v
+	}
+	for k, v := range spec.Meta {
 		kv[k] = v
 	}
 

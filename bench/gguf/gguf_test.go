@@ -9,6 +9,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"testing"
 
@@ -66,7 +67,7 @@ func TestWriteLoadsInLlama(t *testing.T) {
 	sh := m.Shape()
 	got := Spec{NLayer: sh.NLayer, NEmbd: sh.NEmbd, NHead: sh.NHead, NHeadKV: sh.NHeadKV, NVocab: sh.NVocab, NCtxTrain: sh.NCtxTrain}
 	want := Spec{NLayer: spec.NLayer, NEmbd: spec.NEmbd, NHead: spec.NHead, NHeadKV: spec.NHeadKV, NVocab: spec.NVocab, NCtxTrain: spec.NCtxTrain}
-	if got != want {
+	if !reflect.DeepEqual(got, want) {
 		t.Errorf("Shape() = %+v, want %+v", got, want)
 	}
 	if sh.NParams != spec.NParams() {

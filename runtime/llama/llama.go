@@ -15,6 +15,7 @@ package llama
 #include "ggml.h"
 #include "ggml-backend.h"
 #include "ggml-cpu.h"
+#include "gguf.h"
 
 extern void memosrtLog(int level, char *text);
 extern _Bool memosrtProgress(float p, uintptr_t h);
@@ -302,9 +303,10 @@ type ModelParams struct {
 
 // Model is a loaded GGUF model. Safe for concurrent use after load except Close.
 type Model struct {
-	mu    sync.RWMutex // guards m against Close
-	m     *C.struct_llama_model
-	vocab *C.struct_llama_vocab
+	mu     sync.RWMutex // guards m against Close
+	m      *C.struct_llama_model
+	vocab  *C.struct_llama_vocab
+	arrays map[string]bool // the GGUF's array-valued metadata keys (see HasMeta)
 }
 
 // LoadModel loads the GGUF file at path. Init must have been called.
@@ -332,7 +334,37 @@ func LoadModel(path string, p ModelParams) (*Model, error) {
 	if m == nil {
 		return nil, fmt.Errorf("%w: %s", ErrLoad, path)
 	}
-	return &Model{m: m, vocab: C.llama_model_get_vocab(m)}, nil
+	return &Model{m: m, vocab: C.llama_model_get_vocab(m), arrays: ggufArrayKeys(cs)}, nil
+}
+
+// ggufArrayKeys returns the array-valued metadata keys of the GGUF file
+// at path (metadata only: gguf_init_from_file with no tensor context), or
+// nil when it cannot be read.
+func ggufArrayKeys(path *C.char) map[string]bool {
+	g := C.gguf_init_from_file(path, C.struct_gguf_init_params{no_alloc: C.bool(true)})
+	if g == nil {
+		return nil
+	}
+	defer C.gguf_free(g)
+	keys := map[string]bool{}
+	for i := range C.int64_t(C.gguf_get_n_kv(g)) {
+		if C.gguf_get_kv_type(g, i) == C.GGUF_TYPE_ARRAY {
+			keys[C.GoString(C.gguf_get_key(g, i))] = true
+		}
+	}
+	return keys
+}
+
+// HasMeta reports whether the GGUF declares metadata key, of any type:
+// Meta does not see array values (llama.cpp's load_hparams leaves them out
+// of the model's string map), such as <arch>.rope.dimension_sections.
+func (m *Model) HasMeta(key string) bool {
+	if _, ok := m.Meta(key); ok {
+		return true
+	}
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return m.m != nil && m.arrays[key]
 }
 
 // Close frees the model. Contexts made from it must be closed first. Idempotent.
@@ -435,8 +467,8 @@ func (m *Model) Attention() Attention {
 	if v, ok := m.Meta(a.Arch + ".attention.kv_lora_rank"); ok {
 		fmt.Sscan(v, &a.KVLoraRank)
 	}
-	_, a.SlidingWindowMeta = m.Meta(a.Arch + ".attention.sliding_window")
-	_, a.RopeSections = m.Meta(a.Arch + ".rope.dimension_sections")
+	a.SlidingWindowMeta = m.HasMeta(a.Arch + ".attention.sliding_window")
+	a.RopeSections = m.HasMeta(a.Arch + ".rope.dimension_sections")
 	return a
 }
 
