@@ -310,18 +310,18 @@ func (e *Engine) ComposeSeq(ctx context.Context, seq int, scratch []int, pre Pre
 		return res, err
 	}
 	defer e.mu.Unlock()
-	clear := func() {
+	emptyAll := func() {
 		e.ctx.SeqRemove(seq, -1, -1)
 		for _, s := range scratch {
 			e.ctx.SeqRemove(s, -1, -1)
 		}
 	}
 	fail := func(err error) (ComposeResult, error) {
-		clear()
+		emptyAll()
 		return res, err
 	}
 	t0 := time.Now()
-	clear()
+	emptyAll()
 	sc := scratch[0]
 	if len(pre.State) > 0 {
 		if err := e.ctx.StateSeqSet(seq, pre.State); err != nil {

@@ -11,39 +11,6 @@ import (
 	"github.com/memosrt/memosrt/internal/testmodels"
 )
 
-// logprobsAt decodes toks at positions [pos0, pos0+len(toks)) of seq with
-// logits on every token and returns each row's log-softmax.
-func logprobsAt(t testing.TB, e *Engine, seq int, toks []Token, pos0 int) [][]float64 {
-	t.Helper()
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.batch.Clear()
-	for i, tok := range toks {
-		if err := e.batch.Add(tok, pos0+i, seq, true); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := e.ctx.Decode(e.batch); err != nil {
-		t.Fatal(err)
-	}
-	out := make([][]float64, len(toks))
-	var row []float32
-	for i := range toks {
-		row = e.ctx.Logits(i, row)
-		m := float64(slices.Max(row))
-		var s float64
-		for _, v := range row {
-			s += math.Exp(float64(v) - m)
-		}
-		lse := m + math.Log(s)
-		out[i] = make([]float64, len(row))
-		for k, v := range row {
-			out[i][k] = float64(v) - lse
-		}
-	}
-	return out
-}
-
 // klRows is the summed KL(p‖q) over rows of log-probabilities.
 func klRows(p, q [][]float64) float64 {
 	var d float64
@@ -148,14 +115,4 @@ func TestComposeOutcomeOracle(t *testing.T) {
 		fmt.Printf("outcome oracle %d tokens (greedy first: %v): top1 %.1f%% greedy %.1f%% prefix %.1f%% recomputed %.1f%%\n",
 			budget, r.greedy, 100*s.top1, 100*s.greedy, 100*s.prefix, 100*s.recomputed)
 	}
-}
-
-func argmax(row []float64) int {
-	best := 0
-	for k, v := range row {
-		if v > row[best] {
-			best = k
-		}
-	}
-	return best
 }
