@@ -542,7 +542,7 @@ func (o *OS) materialize(ctx context.Context, cube string) error {
 				}
 			}
 		}
-		if err := o.conv.SetMemory(ctx, cube, t.ID, id); err != nil && !errors.Is(err, convmem.ErrNotFound) {
+		if err := o.conv.SetMemory(ctx, cube, t, id); err != nil && !errors.Is(err, convmem.ErrNotFound) {
 			return err
 		}
 	}

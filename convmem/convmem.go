@@ -880,21 +880,27 @@ func (s *Store) PendingCubes(ctx context.Context) ([]string, error) {
 	return s.be.Cubes(ctx, []byte(pPending))
 }
 
-// SetMemory records that textmem memory mem holds turn id's text and
-// clears its pending mark. ErrNotFound if the turn is gone.
-func (s *Store) SetMemory(ctx context.Context, cube, id, mem string) error {
+// SetMemory records that textmem memory mem holds the text of turn seen
+// (as Pending or Turn returned it) and clears its pending mark, unless
+// the turn moved into a session after seen was read (its Session
+// differs): the memory written for seen then has a stale Source, so the
+// turn stays pending for the next pass. ErrNotFound if the turn is gone.
+func (s *Store) SetMemory(ctx context.Context, cube string, seen Turn, mem string) error {
 	return s.be.Update(ctx, cube, func(txn textmem.Txn) error {
 		var t Turn
-		if err := getJSON(txn, pTurn+id, &t); err != nil {
+		if err := getJSON(txn, pTurn+seen.ID, &t); err != nil {
 			return err
 		}
 		t.Memory = mem
-		if err := setJSON(txn, pTurn+id, t); err != nil {
+		if err := setJSON(txn, pTurn+seen.ID, t); err != nil {
 			return err
 		}
-		if err := txn.Set([]byte(pMemTurn+mem), []byte(id)); err != nil {
+		if err := txn.Set([]byte(pMemTurn+mem), []byte(seen.ID)); err != nil {
 			return err
 		}
-		return txn.Delete([]byte(pPending + id))
+		if t.Session != seen.Session {
+			return nil
+		}
+		return txn.Delete([]byte(pPending + seen.ID))
 	})
 }

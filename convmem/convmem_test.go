@@ -303,7 +303,7 @@ func TestPending(t *testing.T) {
 		t.Fatalf("Pending = %v, %v; want 1, 2, 3, 4", turnIDs(pend), err)
 	}
 	for _, i := range []int{2, 3, 4} {
-		if err := s.SetMemory(ctx, "p", turnID(i), fmt.Sprintf("bbbbbbbbbbbbbbbbbbbbbbb%d", i)); err != nil {
+		if err := s.SetMemory(ctx, "p", pend[i-1], fmt.Sprintf("bbbbbbbbbbbbbbbbbbbbbbb%d", i)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -311,11 +311,22 @@ func TestPending(t *testing.T) {
 	if _, err := s.Record(ctx, "p", Turn{ID: turnID(5), User: topicTurns[0]}); err != nil {
 		t.Fatal(err)
 	}
-	if pend, _ := s.Pending(ctx, "p"); !slices.Equal(turnIDs(pend), ids(1, 3, 5)) {
-		t.Fatalf("Pending after a move = %v, want 1, 3, 5", turnIDs(pend))
+	moved, _ := s.Pending(ctx, "p")
+	if !slices.Equal(turnIDs(moved), ids(1, 3, 5)) {
+		t.Fatalf("Pending after a move = %v, want 1, 3, 5", turnIDs(moved))
 	}
-	for _, i := range []int{3, 5} {
-		if err := s.SetMemory(ctx, "p", turnID(i), fmt.Sprintf("bbbbbbbbbbbbbbbbbbbbbbb%d", i)); err != nil {
+	// turn 3 as read before its move (in the queue): a memory written for
+	// that has a stale Source, so linking it keeps the turn pending
+	if stale := pend[2]; stale.Session != "" || moved[1].Session == "" {
+		t.Fatalf("turn 3 read in session %q, now in %q; want the queue, then a session", stale.Session, moved[1].Session)
+	} else if err := s.SetMemory(ctx, "p", stale, "bbbbbbbbbbbbbbbbbbbbbbb3"); err != nil {
+		t.Fatal(err)
+	}
+	if p, _ := s.Pending(ctx, "p"); !slices.Equal(turnIDs(p), ids(1, 3, 5)) {
+		t.Fatalf("Pending after linking turn 3 as read before its move = %v, want 1, 3, 5", turnIDs(p))
+	}
+	for _, tr := range moved[1:] {
+		if err := s.SetMemory(ctx, "p", tr, "bbbbbbbbbbbbbbbbbbbbbbb"+tr.ID[len(tr.ID)-1:]); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -323,7 +334,7 @@ func TestPending(t *testing.T) {
 		t.Errorf("PendingCubes = %v", cs)
 	}
 	mem := "aaaaaaaaaaaaaaaaaaaaaaaa"
-	if err := s.SetMemory(ctx, "p", turnID(1), mem); err != nil {
+	if err := s.SetMemory(ctx, "p", moved[0], mem); err != nil {
 		t.Fatal(err)
 	}
 	if pend, _ := s.Pending(ctx, "p"); len(pend) != 0 {
@@ -342,7 +353,7 @@ func TestPending(t *testing.T) {
 	if _, err := s.Turn(ctx, "p", turnID(1)); !errors.Is(err, ErrNotFound) {
 		t.Errorf("turn of a dropped memory: %v", err)
 	}
-	if err := s.SetMemory(ctx, "p", turnID(1), mem); !errors.Is(err, ErrNotFound) {
+	if err := s.SetMemory(ctx, "p", moved[0], mem); !errors.Is(err, ErrNotFound) {
 		t.Errorf("SetMemory of a dropped turn: %v", err)
 	}
 }
