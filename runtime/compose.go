@@ -686,18 +686,15 @@ func (e *Engine) deviationLocked(ctx context.Context, seq, scratch int, toks []T
 // without logits, in batches of the engine's batch size, checking ctx
 // between them. Caller holds e.mu.
 func (e *Engine) decodeAtLocked(ctx context.Context, seq int, toks []Token, pos0 int) error {
-	for i := 0; i < len(toks); {
-		if err := ctx.Err(); err != nil {
+	e.batch.Clear()
+	for i, tok := range toks {
+		if err := e.batch.Add(tok, pos0+i, seq, false); err != nil {
 			return err
 		}
-		e.batch.Clear()
-		for ; i < len(toks) && e.batch.Len() < e.batch.Cap(); i++ {
-			if err := e.batch.Add(toks[i], pos0+i, seq, false); err != nil {
+		if e.batch.Len() == e.batch.Cap() || i == len(toks)-1 {
+			if err := e.decodeBatchLocked(ctx, pos0+i); err != nil {
 				return err
 			}
-		}
-		if err := e.ctx.Decode(e.batch); err != nil {
-			return fmt.Errorf("runtime: compose decode at %d: %w", pos0+i-1, err)
 		}
 	}
 	return nil
