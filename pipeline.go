@@ -73,7 +73,7 @@ func (o *OS) cubeOf(ctx context.Context, cube string) (Cube, error) {
 		return Cube{}, nil
 	}
 	if !textmem.ValidCube(cube) {
-		return Cube{}, badField("cube", "%q is not a cube name (1..64 of [A-Za-z0-9._-])", cube)
+		return Cube{}, badField("cube", "%q is not a cube name (1..64 of [A-Za-z0-9._-], not . or ..)", cube)
 	}
 	return o.cubes.get(ctx, cube)
 }

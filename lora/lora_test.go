@@ -246,7 +246,7 @@ func TestParseSpecs(t *testing.T) {
 		{"a:-1", "[a:-1]"},
 		{"a:x", `lora: bad adapter name or spec: "a:x": scale "x" is not a finite number`},
 		{"a:NaN", `lora: bad adapter name or spec: "a:NaN": scale "NaN" is not a finite number`},
-		{"a b", `lora: bad adapter name or spec: "a b": want NAME[:SCALE], NAME 1..64 of [A-Za-z0-9._-]`},
+		{"a b", `lora: bad adapter name or spec: "a b": want NAME[:SCALE], NAME 1..64 of [A-Za-z0-9._-], not . or ..`},
 	} {
 		specs, err := ParseSpecs(c.in)
 		got := fmt.Sprint(specs)

@@ -89,7 +89,7 @@ func recordKey(cube, name string) []byte {
 
 func checkScope(cube, name string) error {
 	if !textmem.ValidCube(name) {
-		return fmt.Errorf("%w: adapter name %q: want 1..64 of [A-Za-z0-9._-]", ErrBadName, name)
+		return fmt.Errorf("%w: adapter name %q: want 1..64 of [A-Za-z0-9._-], not . or ..", ErrBadName, name)
 	}
 	if cube != "" && !textmem.ValidCube(cube) {
 		return fmt.Errorf("%w: cube %q", ErrBadName, cube)
@@ -365,7 +365,7 @@ func ParseSpec(s string) (Spec, error) {
 	name, sc, hasScale := strings.Cut(s, ":")
 	sp := Spec{Name: name, Scale: 1}
 	if !textmem.ValidCube(name) {
-		return sp, fmt.Errorf("%w: %q: want NAME[:SCALE], NAME 1..64 of [A-Za-z0-9._-]", ErrBadName, s)
+		return sp, fmt.Errorf("%w: %q: want NAME[:SCALE], NAME 1..64 of [A-Za-z0-9._-], not . or ..", ErrBadName, s)
 	}
 	if hasScale {
 		f, err := strconv.ParseFloat(sc, 32)

@@ -15,6 +15,7 @@ import (
 
 	bg "github.com/dgraph-io/badger/v4"
 
+	"github.com/memosrt/memosrt/internal/safepath"
 	"github.com/memosrt/memosrt/lora"
 	"github.com/memosrt/memosrt/textmem"
 )
@@ -450,7 +451,10 @@ func (t *Tiers) runDistill(ctx context.Context, j Job, model string, foreground 
 	for i, m := range mems {
 		texts[i] = m.Text
 	}
-	dir := filepath.Join(t.param.Dir, cube)
+	dir, err := safepath.Join(t.param.Dir, cube)
+	if err != nil {
+		return fmt.Errorf("scheduler: %w", err)
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("scheduler: %w", err)
 	}
@@ -661,7 +665,11 @@ func (t *Tiers) deleteParametric(ctx context.Context, cube string) error {
 	if err := t.reg.Remove(ctx, cube, t.param.Name); err != nil && !errors.Is(err, lora.ErrNotFound) && !errors.Is(err, lora.ErrBadName) {
 		return fmt.Errorf("scheduler: delete cube %s: %w", cube, err)
 	}
-	if err := os.RemoveAll(filepath.Join(t.param.Dir, cube)); err != nil {
+	dir, err := safepath.Join(t.param.Dir, cube)
+	if err != nil {
+		return fmt.Errorf("scheduler: delete cube %s: %w", cube, err)
+	}
+	if err := os.RemoveAll(dir); err != nil {
 		return fmt.Errorf("scheduler: delete cube %s: %w", cube, err)
 	}
 	return nil

@@ -147,7 +147,7 @@ func (t *mcpTools) resolve(ctx context.Context, c mcpCall, arg string, exist boo
 	case cube == "":
 		return "", badField("cube", "no cube: give the cube argument (no default cube on this connection)")
 	case !textmem.ValidCube(cube):
-		return "", badField("cube", "%q is not a cube name (1..64 of [A-Za-z0-9._-])", cube)
+		return "", badField("cube", "%q is not a cube name (1..64 of [A-Za-z0-9._-], not . or ..)", cube)
 	case c.scope != "" && cube != c.scope:
 		return "", fmt.Errorf("%w: cube %q is not allowed (the key is for %q)", errForbidden, cube, c.scope)
 	}

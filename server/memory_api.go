@@ -49,7 +49,7 @@ func (s *Server) handleCubeCreate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !textmem.ValidCube(req.Name) {
-		s.writeError(w, r, badField("name", "%q is not a cube name (1..64 of [A-Za-z0-9._-])", req.Name))
+		s.writeError(w, r, badField("name", "%q is not a cube name (1..64 of [A-Za-z0-9._-], not . or ..)", req.Name))
 		return
 	}
 	rec, err := s.os.CreateCube(r.Context(), memosrt.Cube{Name: req.Name, Description: req.Description, Metadata: req.Metadata,
@@ -87,7 +87,7 @@ func (s *Server) handleCubeList(w http.ResponseWriter, r *http.Request) {
 func (s *Server) pathCube(r *http.Request) (memosrt.Cube, error) {
 	name := r.PathValue("cube")
 	if !textmem.ValidCube(name) {
-		return memosrt.Cube{}, badField("cube", "%q is not a cube name (1..64 of [A-Za-z0-9._-])", name)
+		return memosrt.Cube{}, badField("cube", "%q is not a cube name (1..64 of [A-Za-z0-9._-], not . or ..)", name)
 	}
 	return s.os.Cube(r.Context(), name)
 }
@@ -97,7 +97,7 @@ func (s *Server) pathCube(r *http.Request) (memosrt.Cube, error) {
 func (s *Server) pathCubeName(r *http.Request) (string, error) {
 	name := r.PathValue("cube")
 	if !textmem.ValidCube(name) {
-		return "", badField("cube", "%q is not a cube name (1..64 of [A-Za-z0-9._-])", name)
+		return "", badField("cube", "%q is not a cube name (1..64 of [A-Za-z0-9._-], not . or ..)", name)
 	}
 	return name, nil
 }

@@ -174,7 +174,7 @@ func (s *Server) applyOpenAI(r *http.Request, o *oaiSampling, g *memosrt.Request
 		cube = c
 	}
 	if cube != "" && !textmem.ValidCube(cube) {
-		return badField("cube", "%q is not a cube name (1..64 of [A-Za-z0-9._-])", cube)
+		return badField("cube", "%q is not a cube name (1..64 of [A-Za-z0-9._-], not . or ..)", cube)
 	}
 	g.Cube, err = s.cube(r, cube)
 	return err

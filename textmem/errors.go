@@ -19,7 +19,7 @@ var (
 	ErrInvalidUTF8 = errors.New("textmem: invalid utf-8")
 
 	// ErrBadCube is returned when a cube name is not 1..64 characters of
-	// [A-Za-z0-9._-].
+	// [A-Za-z0-9._-], or is "." or "..".
 	ErrBadCube = errors.New("textmem: bad cube name")
 
 	// ErrTooLarge is returned by Add and Update when the text is longer than

@@ -51,10 +51,12 @@ type Hit struct {
 }
 
 // ValidCube reports whether c is a valid cube name: 1..64 characters of
-// [A-Za-z0-9._-]. The server and the LoRA registry (cube and adapter names)
-// apply the same rule.
+// [A-Za-z0-9._-], and neither "." nor ".." (a name becomes a folder under
+// the data directory, and those two would name the folder itself or its
+// parent). The server and the LoRA registry (cube and adapter names) apply
+// the same rule.
 func ValidCube(c string) bool {
-	if len(c) == 0 || len(c) > 64 {
+	if len(c) == 0 || len(c) > 64 || c == "." || c == ".." {
 		return false
 	}
 	for i := 0; i < len(c); i++ {

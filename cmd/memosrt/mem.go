@@ -69,7 +69,7 @@ func checkCube(cube string, required bool) error {
 		return nil
 	}
 	if !textmem.ValidCube(cube) {
-		return fmt.Errorf("--cube %q: %w (1..64 of [A-Za-z0-9._-])", cube, textmem.ErrBadCube)
+		return fmt.Errorf("--cube %q: %w (1..64 of [A-Za-z0-9._-], not . or ..)", cube, textmem.ErrBadCube)
 	}
 	return nil
 }
