@@ -12,6 +12,8 @@ import (
 	"strings"
 
 	"github.com/ollama/ollama/types/model"
+
+	"github.com/memosrt/memosrt/internal/safepath"
 )
 
 // MediaTypeModel is the media type of a manifest's weights layer
@@ -72,7 +74,15 @@ func ManifestPath(storeDir, name string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return filepath.Join(storeDir, "manifests", n.Filepath()), nil
+	// each part (host, namespace, model, tag) is one path element inside
+	// the store's manifests folder; safepath proves it
+	parts := []string{"manifests"}
+	parts = append(parts, strings.Split(filepath.ToSlash(n.Filepath()), "/")...)
+	p, err := safepath.Join(storeDir, parts...)
+	if err != nil {
+		return "", fmt.Errorf("%w: %q: %v", ErrInvalidName, name, err)
+	}
+	return p, nil
 }
 
 // Resolve returns the path of the GGUF blob of the model name in the Ollama

@@ -193,3 +193,18 @@ func TestList(t *testing.T) {
 		t.Fatalf("missing store: %v %v", ms, err)
 	}
 }
+
+// A name never yields a manifest path outside the store's manifests
+// folder: names with "..", "." or separators in a part are ErrInvalidName.
+func TestManifestPathStaysInside(t *testing.T) {
+	store := t.TempDir()
+	p, err := ollamastore.ManifestPath(store, "llama3.2")
+	if want := filepath.Join(store, "manifests", "registry.ollama.ai", "library", "llama3.2", "latest"); err != nil || p != want {
+		t.Fatalf("ManifestPath(llama3.2) = %q, %v; want %q", p, err, want)
+	}
+	for _, n := range []string{"..", "../../etc/passwd", "x/../../y", "./x", "/abs/x", "a/../..:tag", "..:latest", "x:..", "h/../x:1"} {
+		if p, err := ollamastore.ManifestPath(store, n); !errors.Is(err, ollamastore.ErrInvalidName) {
+			t.Errorf("ManifestPath(%q) = %q, %v; want ErrInvalidName", n, p, err)
+		}
+	}
+}
