@@ -49,6 +49,16 @@ func TestCubeNameDots(t *testing.T) {
 			t.Errorf("create %q: %d %v, want 400", name, code, out)
 		}
 	}
+	for _, name := range []string{"%2E", "%2E%2E"} {
+		if code := do(t, "POST", e.url()+"/v1/cubes/import?cube="+name, "x", nil); code != 400 {
+			t.Errorf("import as %q: %d, want 400", name, code)
+		}
+	}
+	for _, name := range []string{".", ".."} {
+		if code := do(t, "POST", e.url()+"/v1/keys", map[string]any{"cube": name}, nil); code != 400 {
+			t.Errorf("key for %q: %d, want 400", name, code)
+		}
+	}
 	msgs := []map[string]any{{"role": "user", "content": "Hi"}}
 	for _, enc := range []string{"%2E", "%2E%2E", "%2e%2e", ".%2E"} {
 		for _, c := range []struct {
