@@ -6,7 +6,8 @@ OPT      ?= -O3
 # so AMX is kept off even where -march=native would enable it.
 NOAMX    := $(if $(filter x86_64,$(shell uname -m)),-mno-amx-tile -mno-amx-int8 -mno-amx-bf16)
 # No OpenMP: ggml's own threadpool (attached per context) is as fast on the 1B
-# shape and 6x faster on small models under Go; README, Build, has the figures.
+# shape and 6x faster on small models under Go; docs/benchmarks.md, Build
+# choices, has the figures.
 CGO_CFLAGS   ?= $(OPT) -march=$(MARCH) $(NOAMX)
 CGO_CXXFLAGS ?= $(OPT) -march=$(MARCH) $(NOAMX)
 CGO_LDFLAGS  ?=

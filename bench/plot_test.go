@@ -102,7 +102,8 @@ func TestPlotTTFTErrors(t *testing.T) {
 	}
 }
 
-// TestTTFTPlotStories is the opt-in run behind the README's TTFT picture: the
+// TestTTFTPlotStories is the opt-in run behind the TTFT picture of README.md
+// and docs/benchmarks.md: the
 // real benchmark on stories260K (n_ctx 2048, 2 threads, CPU) at five prefix
 // lengths, plotted to $MEMOSRT_TTFT_PLOT (relative paths are relative to
 // bench/), the table printed. Skipped unless that variable is set:

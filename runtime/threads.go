@@ -9,7 +9,7 @@ import "time"
 // waiting at the barrier spins through its time slice while the thread it
 // waits for is not running: measured with 3 busy processes on 2 CPUs,
 // stories260K decodes at 230–350 tok/s with 2 threads and 840–1,030 with
-// one (bench/contention.sh, README). Quiet, 2 threads are faster (about
+// one (bench/contention.sh, docs/benchmarks.md). Quiet, 2 threads are faster (about
 // 2,400 against 1,475). With Options.Threads unset, the engine therefore
 // measures: every tuneEvery decode steps (twice as long after each probe
 // that loses, up to tuneMax) it runs tuneProbe steps at the other count

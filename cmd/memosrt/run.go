@@ -48,7 +48,7 @@ func addEngineFlags(fs *pflag.FlagSet) engineFlags {
 		typeK:   fs.String("type-k", "f16", "KV cache K `TYPE`: f16, f32, q8_0, q4_0"),
 		typeV:   fs.String("type-v", "f16", "KV cache V `TYPE`: f16, f32, q8_0, q4_0"),
 		fa:      fs.String("flash-attn", "auto", "flash attention `MODE`: auto, on, off"),
-		mmap:    fs.Bool("mmap", false, "map the model file instead of reading it: faster load, pages shared between processes, slower CPU decode (see README)"),
+		mmap:    fs.Bool("mmap", false, "map the model file instead of reading it: faster load, pages shared between processes, slower CPU decode (see docs/design.md)"),
 	}
 	envDefault(fs, "model", "MEMOSRT_MODEL")
 	return f

@@ -749,7 +749,8 @@ func NewContext(m *Model, p ContextParams) (*Ctx, error) {
 	// it ggml-cpu starts and joins its worker threads on every graph; and
 	// the OpenMP alternative (GGML_USE_OPENMP) keeps one libgomp team per
 	// calling OS thread, which Go's scheduler multiplies until libgomp's
-	// barriers sleep in futex instead of spinning (see README, Build).
+	// barriers sleep in futex instead of spinning (see docs/design.md, Build
+	// choices; the figures are in docs/benchmarks.md).
 	if n := int(cp.n_threads); n > 1 {
 		tpp := C.ggml_threadpool_params_default(C.int(n))
 		ctx.pool = C.ggml_threadpool_new(&tpp)
