@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"crypto/subtle"
 	"encoding/json"
@@ -451,8 +452,11 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.Write(append(b, '\n'))
 }
 
-// decodeJSON reads the request body into v, rejecting trailing data and
-// naming the bad field on a type error.
+// decodeJSON reads the request body into v, rejecting trailing data,
+// naming the bad field on a type error, and refusing a string that is not
+// valid text (invalid UTF-8, a lone surrogate: checkJSONText) with a 400
+// naming its field. Every route with a JSON body decodes it here (MCP's
+// through mcpHandler's check).
 func decodeJSON(r *http.Request, v any) error { return decodeBody(r, v, false) }
 
 // decodeStrict is decodeJSON refusing fields v does not have (400 naming
@@ -461,7 +465,18 @@ func decodeJSON(r *http.Request, v any) error { return decodeBody(r, v, false) }
 func decodeStrict(r *http.Request, v any) error { return decodeBody(r, v, true) }
 
 func decodeBody(r *http.Request, v any, strict bool) error {
-	dec := json.NewDecoder(r.Body)
+	raw, err := io.ReadAll(r.Body)
+	if err != nil {
+		return err // over the body limit (413) or cut (see readBody)
+	}
+	if err := checkJSONText(raw); err != nil {
+		return err
+	}
+	return decodeRaw(raw, v, strict)
+}
+
+func decodeRaw(raw []byte, v any, strict bool) error {
+	dec := json.NewDecoder(bytes.NewReader(raw))
 	if strict {
 		dec.DisallowUnknownFields()
 	}

@@ -1,0 +1,100 @@
+package server
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+// errMessage returns the error text of an Ollama ({"error": "..."}) or
+// OpenAI ({"error": {"message": ...}}) error body.
+func errMessage(out map[string]any) string {
+	switch v := out["error"].(type) {
+	case string:
+		return v
+	case map[string]any:
+		m, _ := v["message"].(string)
+		return m
+	}
+	return ""
+}
+
+// Invalid UTF-8 and lone surrogate escapes in any string of any JSON body
+// are a 400 naming the field, and nothing is stored; a surrogate pair and
+// plain non-ASCII text pass.
+func TestInvalidTextRefused(t *testing.T) {
+	e := newEnv(t, envConfig{nctx: 512})
+	addCube(t, e, "a")
+	const badUTF8 = "caf\xe9 \xff"
+	for _, c := range []struct {
+		name, path, body string
+		want             int
+		msg              string
+	}{
+		{"memory utf8", "/v1/cubes/a/memories", `{"text":"` + badUTF8 + `"}`, 400, "text: invalid UTF-8 (byte 0xe9 at byte 3)"},
+		{"memory high surrogate", "/v1/cubes/a/memories", `{"text":"x\ud800"}`, 400, `text: a lone UTF-16 surrogate \ud800 at byte 1 (not valid text)`},
+		{"memory low surrogate", "/v1/cubes/a/memories", `{"text":"\udc00y"}`, 400, `text: a lone UTF-16 surrogate \udc00 at byte 0 (not valid text)`},
+		{"memory reversed pair", "/v1/cubes/a/memories", `{"text":"\ude00\ud83d"}`, 400, `text: a lone UTF-16 surrogate \ude00`},
+		{"memory tag", "/v1/cubes/a/memories", `{"text":"ok","tags":["t","\ud800"]}`, 400, `tags[1]: a lone UTF-16 surrogate`},
+		{"memory batch", "/v1/cubes/a/memories", `{"memories":[{"text":"ok"},{"text":"` + badUTF8 + `"}]}`, 400, "memories[1].text: invalid UTF-8"},
+		{"bad key", "/v1/cubes/a/memories", `{"text":"ok","` + badUTF8 + `":1}`, 400, "body: a field name holds invalid UTF-8"},
+		{"search", "/v1/cubes/a/search", `{"query":"` + badUTF8 + `"}`, 400, "query: invalid UTF-8"},
+		{"cube create", "/v1/cubes", `{"name":"b","description":"\ud800"}`, 400, "description: a lone UTF-16 surrogate"},
+		{"ollama chat", "/api/chat", `{"model":"stories260K","messages":[{"role":"user","content":"hi \udbff"}]}`, 400, `messages[0].content: a lone UTF-16 surrogate \udbff`},
+		{"ollama generate", "/api/generate", `{"model":"stories260K","prompt":"` + badUTF8 + `"}`, 400, "prompt: invalid UTF-8"},
+		{"ollama stop", "/api/generate", `{"model":"stories260K","prompt":"x","options":{"stop":["\ud800"]}}`, 400, "options.stop[0]: a lone"},
+		{"openai chat", "/v1/chat/completions", `{"model":"stories260K","messages":[{"role":"user","content":[{"type":"text","text":"` + badUTF8 + `"}]}]}`, 400, "messages[0].content[0].text: invalid UTF-8"},
+		{"openai completion", "/v1/completions", `{"model":"stories260K","prompt":"\udfff"}`, 400, "prompt: a lone UTF-16 surrogate"},
+		{"native", "/v1/generate", `{"prompt":"` + badUTF8 + `"}`, 400, "prompt: invalid UTF-8"},
+		{"messages", "/v1/cubes/a/messages", `{"messages":[{"role":"user","content":"` + badUTF8 + `"}]}`, 400, "messages[0].content: invalid UTF-8"},
+		{"mcp", "/mcp", `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"add_memory","arguments":{"cube":"a","text":"` + badUTF8 + `"}}}`, 400, "params.arguments.text: invalid UTF-8"},
+		{"memory pair", "/v1/cubes/a/memories", `{"text":"smile \ud83d\ude00 café"}`, 201, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var out map[string]any
+			code := do(t, "POST", e.url()+c.path, c.body, &out, "Content-Type", "application/json", "Accept", "application/json, text/event-stream")
+			if code != c.want || !strings.Contains(errMessage(out), c.msg) {
+				t.Fatalf("%d %q, want %d %q", code, errMessage(out), c.want, c.msg)
+			}
+			if c.want == 400 && !strings.HasPrefix(c.path, "/api/") {
+				field, _, _ := strings.Cut(c.msg, ":")
+				if p, _ := out["error"].(map[string]any)["param"].(string); p != field {
+					t.Fatalf("param %q, want %q", p, field)
+				}
+			}
+		})
+	}
+	// only the valid memory was stored, as sent
+	var list struct {
+		Memories []struct {
+			Text string `json:"text"`
+		} `json:"memories"`
+	}
+	if code := do(t, "GET", e.url()+"/v1/cubes/a/memories", nil, &list); code != 200 || len(list.Memories) != 1 || list.Memories[0].Text != "smile 😀 café" {
+		t.Fatalf("memories: %d %+v", code, list.Memories)
+	}
+}
+
+func TestCheckJSONText(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{`{"a":"x","b":[1,true,null,{"c":"\u00e9\n\"\\"}]}`, ""},
+		{`{"a":"\ud83d\ude00"}`, ""},
+		{`{"a":{"b":[{"c":"\ud83d"}]}}`, `a.b[0].c: a lone UTF-16 surrogate \ud83d at byte 0 (not valid text)`},
+		{`["ok","` + "\xc3" + `"]`, `[1]: invalid UTF-8 (byte 0xc3 at byte 0)`},
+		{`"` + "\xed\xa0\x80" + `"`, `body: invalid UTF-8 (byte 0xed at byte 0)`}, // a surrogate encoded as UTF-8
+		{`{"a":"\ud800\u0041"}`, `a: a lone UTF-16 surrogate \ud800 at byte 0 (not valid text)`},
+		{`{"a":1, "b" : "x\udc00"}`, `b: a lone UTF-16 surrogate \udc00 at byte 1 (not valid text)`},
+	} {
+		got := ""
+		if err := checkJSONText([]byte(c.in)); err != nil {
+			got = err.Error()
+		}
+		if got != c.want {
+			t.Errorf("%s: got %q, want %q", c.in, got, c.want)
+		}
+		if c.want == "" && !json.Valid([]byte(c.in)) {
+			t.Errorf("%s: not JSON", c.in)
+		}
+	}
+}
+
