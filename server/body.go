@@ -2,9 +2,16 @@ package server
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
+	"io"
+	"net/http"
+	"os"
 	"strconv"
+	"time"
 	"unicode/utf8"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Text in request bodies. encoding/json replaces invalid UTF-8 and lone
@@ -187,4 +194,69 @@ func hex4(b []byte, i int) (rune, bool) {
 	}
 	n, err := strconv.ParseUint(string(b[i:i+4]), 16, 16)
 	return rune(n), err == nil
+}
+
+// Request body deadlines. A client that sends headers and then stalls (a
+// Content-Length of 100000 and 10 bytes, or a byte every few seconds)
+// would hold a connection and a goroutine for as long as it likes; wrap
+// gives every request with a body a read deadline on its connection
+// (Options.BodyReadTimeout, Options.ImportReadTimeout for
+// /v1/cubes/import), which timedBody lifts once the body has been read to
+// its end, so a streamed answer is never cut by it. A body not in by then
+// fails its read: the handler answers 408, the connection is closed, and
+// memosrt_http_body_timeouts_total counts it.
+
+// errBodyTimeout is a 408: the request body did not arrive in time.
+var errBodyTimeout = errors.New("server: request body not received in time")
+
+// timedBody is a request body read under a connection read deadline.
+type timedBody struct {
+	io.ReadCloser
+	rc      *http.ResponseController
+	limit   time.Duration
+	counted *prometheus.Counter // nil: none
+	// done is set by Read at the body's end or its deadline; Read is
+	// called by the handler's goroutine only, as net/http requires.
+	done bool
+}
+
+func (b *timedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	switch {
+	case err == nil || b.done:
+	case errors.Is(err, io.EOF):
+		b.done = true
+		b.rc.SetReadDeadline(time.Time{}) // lifted: the connection may now sit idle under a stream
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		b.done = true
+		if b.counted != nil {
+			(*b.counted).Inc()
+		}
+		return n, fmt.Errorf("%w: body: not complete within %v (the server's body read deadline): %w", errBodyTimeout, b.limit, err)
+	}
+	return n, err
+}
+
+// timeBody puts r's body under its read deadline; a request without a
+// body, or with no deadline configured, is left as it is.
+func (s *Server) timeBody(w http.ResponseWriter, r *http.Request) {
+	limit := s.opts.BodyReadTimeout
+	if r.URL.Path == "/v1/cubes/import" {
+		limit = s.opts.ImportReadTimeout
+	}
+	if limit < 0 || r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
+		return
+	}
+	rc := http.NewResponseController(w)
+	if rc.SetReadDeadline(time.Now().Add(limit)) != nil {
+		return // not a connection that has deadlines (a test recorder)
+	}
+	r.Body = &timedBody{ReadCloser: r.Body, rc: rc, limit: limit, counted: &s.bodyTimeouts}
+}
+
+// newBodyMetrics registers memosrt_http_body_timeouts_total.
+func (s *Server) newBodyMetrics() {
+	s.bodyTimeouts = prometheus.NewCounter(prometheus.CounterOpts{Name: "memosrt_http_body_timeouts_total",
+		Help: "Requests whose body was not complete within the body read deadline (answered 408, connection closed)."})
+	s.m.reg.MustRegister(s.bodyTimeouts)
 }

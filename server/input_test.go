@@ -1,9 +1,17 @@
 package server
 
 import (
+	"bufio"
+	"context"
 	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"net/http"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // errMessage returns the error text of an Ollama ({"error": "..."}) or
@@ -98,3 +106,98 @@ func TestCheckJSONText(t *testing.T) {
 	}
 }
 
+// A body that stalls (fewer bytes than its Content-Length, or one byte now
+// and then) is answered 408 once the body read deadline passes, its
+// connection is closed, and /metrics counts it; nothing of it is stored.
+// A streamed answer outlives the deadline: it applies to the body only.
+func TestBodyReadDeadline(t *testing.T) {
+	const deadline = 200 * time.Millisecond
+	e := newEnv(t, envConfig{nctx: 512, opts: Options{BodyReadTimeout: deadline}})
+	addCube(t, e, "a")
+	send := func(t *testing.T, body func(c net.Conn)) {
+		t.Helper()
+		c, err := net.Dial("tcp", e.ts.Listener.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(time.Minute)) // a guard against a hung test, not a measure
+		if _, err := io.WriteString(c, "POST /v1/cubes/a/memories HTTP/1.1\r\nHost: memosrt\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		go body(c)
+		br := bufio.NewReader(c)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		var out oaiError
+		json.Unmarshal(b, &out)
+		want := "server: request body not received in time: body: not complete within 200ms (the server's body read deadline)"
+		if resp.StatusCode != http.StatusRequestTimeout || !strings.HasPrefix(out.Error.Message, want) {
+			t.Fatalf("%d %q, want 408 %q", resp.StatusCode, out.Error.Message, want)
+		}
+		if !resp.Close {
+			t.Fatal("response does not say the connection closes")
+		}
+		// closed: an end of file, or a reset when bytes were still coming in
+		if n, err := br.ReadByte(); err != io.EOF && !errors.Is(err, syscall.ECONNRESET) {
+			t.Fatalf("connection still open: read %v, %v", n, err)
+		}
+	}
+	t.Run("short body", func(t *testing.T) {
+		send(t, func(c net.Conn) { io.WriteString(c, `{"text":"a`) })
+	})
+	t.Run("trickle", func(t *testing.T) {
+		send(t, func(c net.Conn) {
+			tick := time.NewTicker(deadline / 4)
+			defer tick.Stop()
+			for range tick.C {
+				if _, err := c.Write([]byte(" ")); err != nil {
+					return // closed by the server
+				}
+			}
+		})
+	})
+	var list struct {
+		Memories []any `json:"memories"`
+	}
+	if code := do(t, "GET", e.url()+"/v1/cubes/a/memories", nil, &list); code != 200 || len(list.Memories) != 0 {
+		t.Fatalf("memories: %d %d", code, len(list.Memories))
+	}
+	resp, err := http.Get(e.url() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	metrics := string(b)
+	if !strings.Contains(metrics, "\nmemosrt_http_body_timeouts_total 2\n") {
+		t.Fatalf("metrics lack memosrt_http_body_timeouts_total 2:\n%s", grepLines(metrics, "body_timeouts"))
+	}
+	// a stream that runs past the deadline ends whole
+	ls := stream(t, context.Background(), e.url()+"/api/generate", map[string]any{"model": testModel, "prompt": "Once upon a time",
+		"options": map[string]any{"num_predict": 400, "temperature": 0}})
+	defer ls.close()
+	var last map[string]any
+	lines := 0
+	for m, ok := ls.next(); ok; m, ok = ls.next() {
+		last, lines = m, lines+1
+	}
+	if last == nil || last["done"] != true || last["eval_count"] != 400.0 {
+		t.Fatalf("stream of %d lines ended with %v", lines, last)
+	}
+	t.Logf("stream: %d lines in %v (deadline %v)", lines, time.Duration(last["total_duration"].(float64)), deadline)
+}
+
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}

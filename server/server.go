@@ -25,6 +25,7 @@ import (
 	"github.com/memosrt/memosrt/runtime/llama"
 	"github.com/memosrt/memosrt/scheduler"
 	"github.com/memosrt/memosrt/textmem"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // CubeHeader is the request header naming the memory cube.
@@ -37,6 +38,8 @@ type Server struct {
 	log     *slog.Logger
 	handler http.Handler
 	m       *metrics
+	// bodyTimeouts counts bodies cut by their read deadline (body.go).
+	bodyTimeouts prometheus.Counter
 
 	// mu guards closed and the Add side of inflight.
 	mu       sync.RWMutex
@@ -57,6 +60,7 @@ func New(o *memosrt.OS, opts Options) (*Server, error) {
 	opts.ensureDefaults()
 	s := &Server{opts: opts, os: o, log: opts.Logger}
 	s.m = newMetrics(s)
+	s.newBodyMetrics()
 	mux := http.NewServeMux()
 	s.routes(mux)
 	s.handler = s.wrap(mux)
@@ -227,6 +231,7 @@ func (s *Server) wrap(next http.Handler) http.Handler {
 		if r.URL.Path == "/v1/cubes/import" {
 			limit = s.opts.MaxImportBytes
 		}
+		s.timeBody(w, r)
 		r.Body = http.MaxBytesReader(w, r.Body, limit)
 		sw := &statusWriter{ResponseWriter: w}
 		start := time.Now()
@@ -349,6 +354,8 @@ func errStatus(err error) (int, string) {
 	switch {
 	case errors.As(err, &fe), errors.As(err, &mfe):
 		return http.StatusBadRequest, "invalid_request_error"
+	case errors.Is(err, errBodyTimeout):
+		return http.StatusRequestTimeout, "invalid_request_error"
 	case errors.As(err, &mbe), errors.Is(err, textmem.ErrTooLarge):
 		return http.StatusRequestEntityTooLarge, "invalid_request_error"
 	case errors.Is(err, textmem.ErrUnavailable):
