@@ -201,3 +201,64 @@ func grepLines(s, sub string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// keep_alive sent through the OpenAI routes sets how long the model stays
+// loaded, as on Ollama's (/api/ps shows it), and a bad one is a 400
+// naming keep_alive on every route alike.
+func TestKeepAliveEverywhere(t *testing.T) {
+	e := newEnv(t, envConfig{nctx: 512})
+	msgs := []map[string]any{{"role": "user", "content": "Hi"}}
+	expires := func(t *testing.T) time.Duration {
+		t.Helper()
+		var ps struct {
+			Models []struct {
+				ExpiresAt time.Time `json:"expires_at"`
+			} `json:"models"`
+		}
+		if code := do(t, "GET", e.url()+"/api/ps", nil, &ps); code != 200 || len(ps.Models) != 1 {
+			t.Fatalf("ps: %d %+v", code, ps)
+		}
+		return time.Until(ps.Models[0].ExpiresAt)
+	}
+	for _, c := range []struct {
+		name, path string
+		body       map[string]any
+		want       time.Duration
+	}{
+		{"chat 24h", "/v1/chat/completions", map[string]any{"model": testModel, "messages": msgs, "max_tokens": 2, "keep_alive": "24h"}, 24 * time.Hour},
+		{"completion 1h", "/v1/completions", map[string]any{"model": testModel, "prompt": "Hi", "max_tokens": 2, "keep_alive": "1h"}, time.Hour},
+		{"chat seconds", "/v1/chat/completions", map[string]any{"model": testModel, "messages": msgs, "max_tokens": 2, "keep_alive": 7200}, 2 * time.Hour},
+		{"stream 3h", "/v1/chat/completions", map[string]any{"model": testModel, "messages": msgs, "max_tokens": 2, "keep_alive": "3h", "stream": true}, 3 * time.Hour},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if code := do(t, "POST", e.url()+c.path, c.body, nil); code != 200 {
+				t.Fatalf("%d", code)
+			}
+			// the model's expiry is set when the request ends; a minute
+			// either side covers the time this test itself takes
+			if got := expires(t); got < c.want-time.Minute || got > c.want+time.Minute {
+				t.Fatalf("expires in %v, want %v", got, c.want)
+			}
+		})
+	}
+	const msg = `keep_alive: want a duration ("5m", "24h", negative: forever) or a number of seconds, got "bogus"`
+	for _, c := range []struct {
+		path string
+		body map[string]any
+	}{
+		{"/v1/chat/completions", map[string]any{"model": testModel, "messages": msgs, "keep_alive": "bogus"}},
+		{"/v1/completions", map[string]any{"model": testModel, "prompt": "Hi", "keep_alive": "bogus"}},
+		{"/api/chat", map[string]any{"model": testModel, "messages": msgs, "keep_alive": "bogus"}},
+		{"/api/generate", map[string]any{"model": testModel, "prompt": "Hi", "keep_alive": "bogus"}},
+		{"/api/embed", map[string]any{"model": testModel, "input": "Hi", "keep_alive": "bogus"}},
+		{"/api/embeddings", map[string]any{"model": testModel, "prompt": "Hi", "keep_alive": "bogus"}},
+	} {
+		var out map[string]any
+		if code := do(t, "POST", e.url()+c.path, c.body, &out); code != 400 || errMessage(out) != msg {
+			t.Errorf("%s: %d %q, want 400 %q", c.path, code, errMessage(out), msg)
+		}
+	}
+	if got := expires(t); got < 3*time.Hour-time.Minute {
+		t.Fatalf("refused requests changed the expiry: %v", got)
+	}
+}

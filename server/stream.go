@@ -309,14 +309,31 @@ func (s *Server) embedModel(name string) (string, error) {
 	return mi.Name, err
 }
 
-// keepAlive maps Ollama's keep_alive (nil: the server default; negative,
+// keepAliveField is the keep_alive of a request (Ollama's, and the OpenAI
+// routes' extension): api.Duration's forms (a Go duration "5m", "24h",
+// "-1s"; a number of seconds; negative forever); anything else is a 400
+// naming keep_alive, on every route alike.
+type keepAliveField struct{ api.Duration }
+
+// UnmarshalJSON implements json.Unmarshaler; errors are *fieldError.
+func (k *keepAliveField) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		return nil
+	}
+	if err := k.Duration.UnmarshalJSON(b); err != nil {
+		return badField("keep_alive", `want a duration ("5m", "24h", negative: forever) or a number of seconds, got %.40s`, b)
+	}
+	return nil
+}
+
+// keepAlive maps a request's keep_alive (nil: the server default; negative,
 // which api.Duration makes the largest duration: forever) to
 // memosrt.Request.KeepAlive.
-func keepAlive(d *api.Duration) *time.Duration {
+func keepAlive(d *keepAliveField) *time.Duration {
 	if d == nil {
 		return nil
 	}
-	k := d.Duration
+	k := d.Duration.Duration
 	if k < 0 || k == time.Duration(math.MaxInt64) {
 		k = -1
 	}
