@@ -8,10 +8,15 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/memosrt/memosrt/internal/testmodels"
+	"github.com/memosrt/memosrt/lora"
 )
 
 // errMessage returns the error text of an Ollama ({"error": "..."}) or
@@ -260,5 +265,58 @@ func TestKeepAliveEverywhere(t *testing.T) {
 	}
 	if got := expires(t); got < 3*time.Hour-time.Minute {
 		t.Fatalf("refused requests changed the expiry: %v", got)
+	}
+}
+
+// An adapter file overwritten in place while the server runs is not used
+// with the weights loaded from its old content: the cube's chats answer
+// 400 naming adapters until the file is put back.
+func TestAdapterRewrittenInPlace(t *testing.T) {
+	e := newEnv(t, envConfig{nctx: 512})
+	ctx := context.Background()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "persona.gguf")
+	if err := lora.WriteRandom(ctx, path, testmodels.Stories(t), lora.RandomSpec{Rank: 4, Std: 0.5, Seed: 7}); err != nil {
+		t.Fatal(err)
+	}
+	hourAgo := time.Now().Add(-time.Hour)
+	if err := os.Chtimes(path, hourAgo, hourAgo); err != nil {
+		t.Fatal(err)
+	}
+	addCube(t, e, "lily", lilyMemories...)
+	rec, err := e.reg.Add(ctx, lora.AddRequest{Name: "persona", Cube: "lily", Path: path, Default: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	chat := func() (int, map[string]any) {
+		var out map[string]any
+		code := do(t, "POST", e.url()+"/v1/generate", map[string]any{"cube": "lily", "num_predict": 4,
+			"messages": []map[string]string{{"role": "user", "content": "Once upon a time"}}}, &out)
+		return code, out
+	}
+	if code, out := chat(); code != 200 || out["adapters"] != "persona@"+rec.SHA256[:12]+":1" {
+		t.Fatalf("before: %d %v", code, out)
+	}
+	other := filepath.Join(dir, "other.gguf")
+	if err := lora.WriteRandom(ctx, other, testmodels.Stories(t), lora.RandomSpec{Rank: 4, Std: 0.5, Seed: 8}); err != nil {
+		t.Fatal(err)
+	}
+	old, _ := os.ReadFile(path)
+	newer, _ := os.ReadFile(other)
+	if err := os.WriteFile(path, newer, 0o644); err != nil { // in place: the same inode
+		t.Fatal(err)
+	}
+	code, out := chat()
+	msg := errMessage(out)
+	if p, _ := out["error"].(map[string]any)["param"].(string); code != 400 || p != "adapters" ||
+		!strings.HasPrefix(msg, "lora: adapter file changed since it was registered: "+path+": sha256 ") ||
+		!strings.HasSuffix(msg, "registered "+rec.SHA256[:12]) {
+		t.Fatalf("rewritten: %d %v", code, out)
+	}
+	if err := os.WriteFile(path, old, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, out := chat(); code != 200 || out["adapters"] != "persona@"+rec.SHA256[:12]+":1" {
+		t.Fatalf("put back: %d %v", code, out)
 	}
 }

@@ -416,7 +416,7 @@ func errField(err error) string {
 		return "text"
 	case errors.Is(err, runtime.ErrPromptTooLong), errors.Is(err, runtime.ErrEmptyPrompt):
 		return "prompt"
-	case errors.Is(err, lora.ErrNotFound), errors.Is(err, lora.ErrBadName), errors.Is(err, lora.ErrBadAdapter):
+	case errors.Is(err, lora.ErrNotFound), errors.Is(err, lora.ErrBadName), errors.Is(err, lora.ErrBadAdapter), errors.Is(err, lora.ErrChanged):
 		return "adapters"
 	}
 	return ""
