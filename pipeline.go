@@ -216,6 +216,9 @@ func (o *OS) do(ctx context.Context, req *Request, chat bool) (*Response, error)
 	defer o.leave()
 	ctx, done := o.bound(ctx)
 	defer done()
+	if err := checkOptions(req); err != nil {
+		return nil, err
+	}
 	for i, m := range req.Messages {
 		if err := checkRole(fmt.Sprintf("messages[%d].role", i), m.Role); err != nil {
 			return nil, err

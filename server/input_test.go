@@ -320,3 +320,80 @@ func TestAdapterRewrittenInPlace(t *testing.T) {
 		t.Fatalf("put back: %d %v", code, out)
 	}
 }
+
+// Option ranges are checked once (memosrt's checkOptions) for every route,
+// with the same message under the field name each route uses.
+func TestOptionRangesEverywhere(t *testing.T) {
+	e := newEnv(t, envConfig{nctx: 512})
+	msgs := []map[string]any{{"role": "user", "content": "Hi"}}
+	stops := func(n, size int) []string {
+		s := make([]string, n)
+		for i := range s {
+			s[i] = strings.Repeat("x", size-1) + string(rune('a'+i%26))
+		}
+		return s
+	}
+	ollama := func(path string, opts map[string]any) (string, map[string]any) {
+		opts["num_predict"] = 2
+		if path == "/api/chat" {
+			return path, map[string]any{"model": testModel, "messages": msgs, "stream": false, "options": opts}
+		}
+		return path, map[string]any{"model": testModel, "prompt": "Hi", "stream": false, "options": opts}
+	}
+	oai := func(path string, body map[string]any) (string, map[string]any) {
+		body["model"], body["max_tokens"] = testModel, 2
+		if path == "/v1/chat/completions" {
+			body["messages"] = msgs
+		} else {
+			body["prompt"] = "Hi"
+		}
+		return path, body
+	}
+	native := func(body map[string]any) (string, map[string]any) {
+		body["prompt"], body["num_predict"] = "Hi", 2
+		return "/v1/generate", body
+	}
+	type req struct {
+		path string
+		body map[string]any
+	}
+	r := func(p string, b map[string]any) req { return req{p, b} }
+	for _, c := range []struct {
+		name string
+		req  req
+		want int
+		msg  string // the whole error message; "" for 200
+	}{
+		{"ollama chat num_ctx", r(ollama("/api/chat", map[string]any{"num_ctx": -1})), 400, "options.num_ctx: -1 < 0 (0: the loaded n_ctx)"},
+		{"native num_ctx", r(native(map[string]any{"num_ctx": -1})), 400, "num_ctx: -1 < 0 (0: the loaded n_ctx)"},
+		{"openai num_ctx", r(oai("/v1/chat/completions", map[string]any{"num_ctx": -1})), 400, "num_ctx: -1 < 0 (0: the loaded n_ctx)"},
+		{"ollama top_k", r(ollama("/api/generate", map[string]any{"top_k": -7})), 400, "options.top_k: -7 < 0 (0: off)"},
+		{"native top_k", r(native(map[string]any{"sampling": map[string]any{"top_k": -7}})), 400, "sampling.top_k: -7 < 0 (0: off)"},
+		{"openai top_k", r(oai("/v1/completions", map[string]any{"top_k": -7})), 400, "top_k: -7 < 0 (0: off)"},
+		{"ollama 10000 stops", r(ollama("/api/generate", map[string]any{"stop": stops(10000, 1)})), 400, "options.stop: at most 16 stop sequences, got 10000"},
+		{"ollama chat 17 stops", r(ollama("/api/chat", map[string]any{"stop": stops(17, 2)})), 400, "options.stop: at most 16 stop sequences, got 17"},
+		{"openai 17 stops", r(oai("/v1/chat/completions", map[string]any{"stop": stops(17, 2)})), 400, "stop: at most 16 stop sequences, got 17"},
+		{"native 17 stops", r(native(map[string]any{"stop": stops(17, 2)})), 400, "stop: at most 16 stop sequences, got 17"},
+		{"ollama long stop", r(ollama("/api/generate", map[string]any{"stop": []string{"a", strings.Repeat("x", 257)}})), 400, "options.stop[1]: 257 bytes, at most 256"},
+		{"openai long stop", r(oai("/v1/completions", map[string]any{"stop": strings.Repeat("x", 257)})), 400, "stop[0]: 257 bytes, at most 256"},
+		{"native temperature", r(native(map[string]any{"sampling": map[string]any{"temperature": -1}})), 400, "sampling.temperature: -1 not in [0, 100]"},
+		{"native top_p", r(native(map[string]any{"sampling": map[string]any{"top_p": 1.5}})), 400, "sampling.top_p: 1.5 not in [0, 1]"},
+		{"openai 16 stops", r(oai("/v1/chat/completions", map[string]any{"stop": stops(16, 256)})), 200, ""},
+		{"ollama 16 stops", r(ollama("/api/chat", map[string]any{"stop": stops(16, 256), "top_k": 0, "num_ctx": 0})), 200, ""},
+		{"native 16 stops", r(native(map[string]any{"stop": stops(16, 256)})), 200, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var out map[string]any
+			code := do(t, "POST", e.url()+c.req.path, c.req.body, &out)
+			if code != c.want || errMessage(out) != c.msg {
+				t.Fatalf("%d %q, want %d %q", code, errMessage(out), c.want, c.msg)
+			}
+			if c.want == 400 && !strings.HasPrefix(c.req.path, "/api/") {
+				field, _, _ := strings.Cut(c.msg, ":")
+				if p, _ := out["error"].(map[string]any)["param"].(string); p != field {
+					t.Fatalf("param %q, want %q", p, field)
+				}
+			}
+		})
+	}
+}

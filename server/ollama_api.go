@@ -38,6 +38,7 @@ func (s *Server) generate(r *http.Request, g *memosrt.Request, chat bool, st *st
 	if res == nil {
 		res = &memosrt.Response{}
 	}
+	err = wireField(r.URL.Path, err)
 	switch {
 	case errors.Is(err, memosrt.ErrBusy):
 		s.m.rejected.Inc()

@@ -154,17 +154,13 @@ func (s *Server) applyOpenAI(r *http.Request, o *oaiSampling, g *memosrt.Request
 		g.NumPredict = *mt
 	}
 	if o.NumCtx != nil {
-		if *o.NumCtx < 0 {
-			return badField("num_ctx", "%d < 0", *o.NumCtx)
-		}
 		g.NumCtx = *o.NumCtx
 	}
+	// ranges (num_ctx, top_k, stop's count and length, ...) are checked
+	// by memosrt's checkOptions for every route alike
 	stop, err := stringList("stop", o.Stop)
 	if err != nil {
 		return err
-	}
-	if len(stop) > 4 {
-		return badField("stop", "at most 4 stop sequences, got %d", len(stop))
 	}
 	g.Stop = stop
 	sp := sampling{Temperature: o.Temperature, TopP: o.TopP, MinP: o.MinP, RepeatPenalty: o.RepeatPenalty, TopK: o.TopK, Seed: o.Seed}
