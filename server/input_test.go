@@ -397,3 +397,41 @@ func TestOptionRangesEverywhere(t *testing.T) {
 		})
 	}
 }
+
+// A served path asked with a method it does not take is a 405 listing the
+// methods it does take in Allow; a path not served is a 404 without one.
+func TestMethodNotAllowed(t *testing.T) {
+	e := newEnv(t, envConfig{noEngine: true})
+	for _, c := range []struct {
+		method, path string
+		want         int
+		allow        string
+	}{
+		{"GET", "/api/chat", 405, "POST"},
+		{"DELETE", "/api/generate", 405, "POST"},
+		{"POST", "/api/tags", 405, "GET, HEAD"},
+		{"PUT", "/v1/cubes", 405, "GET, HEAD, POST"},
+		{"POST", "/v1/cubes/a/memories/m1", 405, "GET, HEAD, PUT, PATCH, DELETE"},
+		{"DELETE", "/v1/chat/completions", 405, "POST"},
+		{"POST", "/metrics", 405, "GET, HEAD"},
+		{"POST", "/", 405, "GET, HEAD"},
+		{"GET", "/nope", 404, ""},
+		{"POST", "/api/nope", 404, ""},
+	} {
+		req, _ := http.NewRequest(c.method, e.url()+c.path, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out map[string]any
+		json.NewDecoder(resp.Body).Decode(&out)
+		resp.Body.Close()
+		wantMsg := "server: no such endpoint: " + c.method + " " + c.path
+		if c.want == 405 {
+			wantMsg = "server: method not allowed: " + c.method + " " + c.path + " (allowed: " + c.allow + ")"
+		}
+		if resp.StatusCode != c.want || resp.Header.Get("Allow") != c.allow || errMessage(out) != wantMsg {
+			t.Errorf("%s %s: %d Allow %q %q, want %d %q %q", c.method, c.path, resp.StatusCode, resp.Header.Get("Allow"), errMessage(out), c.want, c.allow, wantMsg)
+		}
+	}
+}

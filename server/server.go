@@ -156,7 +156,7 @@ func (s *Server) routes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /ui", s.handleUI)
 	mux.Handle("GET /ui/", uiAssets())
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		s.writeError(w, r, fmt.Errorf("%w: %s %s", errRouteNotFound, r.Method, r.URL.Path))
+		s.notFound(mux, w, r) // 405 with Allow when another method has the path (allow.go)
 	})
 }
 
@@ -379,6 +379,8 @@ func errStatus(err error) (int, string) {
 		return http.StatusNotImplemented, "not_implemented"
 	case errors.Is(err, memosrt.ErrUpstream), errors.Is(err, embed.ErrBadVector), errors.Is(err, embed.ErrShape):
 		return http.StatusBadGateway, "server_error" // the embedder or upstream gave an unusable answer
+	case errors.Is(err, errMethodNotAllowed):
+		return http.StatusMethodNotAllowed, "invalid_request_error"
 	case errors.Is(err, errUnauthorized):
 		return http.StatusUnauthorized, "authentication_error"
 	case errors.Is(err, errForbidden):
