@@ -257,10 +257,10 @@ func (o *OS) do(ctx context.Context, req *Request, chat bool) (*Response, error)
 		return nil, err
 	}
 	defer release()
-	var loadTime time.Duration
-	if l.at.After(asked) { // loaded (or waited for a load) for this request
-		loadTime = time.Since(asked)
-	}
+	// getting the loaded model: its load, a wait for another request's
+	// load, or finding it loaded; always reported, as Ollama's
+	// load_duration (its scheduler's checkpointLoaded - checkpointStart)
+	loadTime := max(time.Since(asked), time.Nanosecond)
 	r, err := o.render(ctx, l, req)
 	if err != nil {
 		return nil, err

@@ -435,3 +435,74 @@ func TestMethodNotAllowed(t *testing.T) {
 		}
 	}
 }
+
+// A cube named by both the X-Memosrt-Cube header and the request (Ollama's
+// options.cube, the OpenAI and native body's cube) must be the same one:
+// with an access key another cube is a 403, as README says of any route
+// naming another cube; without one the conflict is a 400 naming the field.
+// load_duration is in every Ollama answer, also when the model was loaded.
+func TestCubeConflictAndLoadDuration(t *testing.T) {
+	e := newEnv(t, envConfig{nctx: 512, opts: Options{Token: "admin"}})
+	admin := []string{"Authorization", "Bearer admin"}
+	for _, c := range []string{"a", "b"} {
+		if code := do(t, "POST", e.url()+"/v1/cubes", map[string]string{"name": c}, nil, admin...); code != 201 {
+			t.Fatalf("cube %s: %d", c, code)
+		}
+	}
+	var k struct{ Token string }
+	if code := do(t, "POST", e.url()+"/v1/keys", map[string]any{"cube": "a"}, &k, admin...); code != 201 {
+		t.Fatalf("key: %d", code)
+	}
+	key := []string{"Authorization", "Bearer " + k.Token}
+	msgs := []map[string]any{{"role": "user", "content": "Hi"}}
+	ollamaChat := func(cube string) map[string]any {
+		return map[string]any{"model": testModel, "messages": msgs, "stream": false, "options": map[string]any{"num_predict": 2, "cube": cube}}
+	}
+	for _, c := range []struct {
+		name, path string
+		body       map[string]any
+		auth       []string
+		want       int
+		msg        string
+	}{
+		{"key ollama", "/api/chat", ollamaChat("b"), key, 403, `server: this access key may not use that: cube "b" (the key is for "a")`},
+		{"key openai", "/v1/chat/completions", map[string]any{"model": testModel, "messages": msgs, "max_tokens": 2, "cube": "b"}, key, 403, `server: this access key may not use that: cube "b" (the key is for "a")`},
+		{"key native", "/v1/generate", map[string]any{"prompt": "Hi", "num_predict": 2, "cube": "b"}, key, 403, `server: this access key may not use that: cube "b" (the key is for "a")`},
+		{"admin ollama", "/api/chat", ollamaChat("b"), admin, 400, `options.cube: "b", but the X-Memosrt-Cube header names "a" (give one, or the same cube in both)`},
+		{"admin openai", "/v1/chat/completions", map[string]any{"model": testModel, "messages": msgs, "max_tokens": 2, "metadata": map[string]any{"cube": "b"}}, admin, 400, `cube: "b", but the X-Memosrt-Cube header names "a" (give one, or the same cube in both)`},
+		{"key same", "/api/chat", ollamaChat("a"), key, 200, ""},
+		{"admin same", "/v1/chat/completions", map[string]any{"model": testModel, "messages": msgs, "max_tokens": 2, "cube": "a"}, admin, 200, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var out map[string]any
+			code := do(t, "POST", e.url()+c.path, c.body, &out, append([]string{CubeHeader, "a"}, c.auth...)...)
+			if code != c.want || errMessage(out) != c.msg {
+				t.Fatalf("%d %q, want %d %q", code, errMessage(out), c.want, c.msg)
+			}
+		})
+	}
+	// the model is loaded by now: load_duration is still reported
+	for _, path := range []string{"/api/chat", "/api/generate"} {
+		body := ollamaChat("")
+		if path == "/api/generate" {
+			body = map[string]any{"model": testModel, "prompt": "Hi", "stream": false, "options": map[string]any{"num_predict": 2}}
+		}
+		var out map[string]any
+		if code := do(t, "POST", e.url()+path, body, &out, admin...); code != 200 {
+			t.Fatalf("%s: %d", path, code)
+		}
+		if d, ok := out["load_duration"].(float64); !ok || d <= 0 {
+			t.Fatalf("%s: load_duration %v in %v", path, out["load_duration"], out)
+		}
+		ls := stream(t, context.Background(), e.url()+path, map[string]any{"model": testModel, "prompt": "Hi", "messages": msgs,
+			"options": map[string]any{"num_predict": 2}}, admin...)
+		var last map[string]any
+		for m, ok := ls.next(); ok; m, ok = ls.next() {
+			last = m
+		}
+		ls.close()
+		if d, ok := last["load_duration"].(float64); !ok || d <= 0 || last["done"] != true {
+			t.Fatalf("%s streamed: last line %v", path, last)
+		}
+	}
+}

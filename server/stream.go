@@ -71,10 +71,23 @@ func (st *streamer) sendRaw(b []byte) error {
 	return st.rc.Flush()
 }
 
-// cube returns the request's cube: the X-Memosrt-Cube header, else opt.
-// The OS refuses a cube that does not exist.
+// cube returns the request's cube: the X-Memosrt-Cube header, else opt
+// (options.cube on Ollama's routes, the body's cube elsewhere). The OS
+// refuses a cube that does not exist. A header and an option naming two
+// cubes are refused: a 403 when the access key is not for the option's
+// cube (as any route naming another cube), else a 400 naming the option.
 func (s *Server) cube(r *http.Request, opt string) (string, error) {
 	c := r.Header.Get(CubeHeader)
+	if c != "" && opt != "" && opt != c {
+		if sc := scopeOf(r); sc != "" && opt != sc {
+			return "", fmt.Errorf("%w: cube %q (the key is for %q)", errForbidden, opt, sc)
+		}
+		field := "cube"
+		if strings.HasPrefix(r.URL.Path, "/api/") {
+			field = "options.cube"
+		}
+		return "", badField(field, "%q, but the %s header names %q (give one, or the same cube in both)", opt, CubeHeader, c)
+	}
 	if c == "" {
 		c = opt
 	}
