@@ -216,6 +216,9 @@ func (o *OS) do(ctx context.Context, req *Request, chat bool) (*Response, error)
 	defer o.leave()
 	ctx, done := o.bound(ctx)
 	defer done()
+	if err := checkOptions(req); err != nil {
+		return nil, err
+	}
 	for i, m := range req.Messages {
 		if err := checkRole(fmt.Sprintf("messages[%d].role", i), m.Role); err != nil {
 			return nil, err
@@ -254,10 +257,10 @@ func (o *OS) do(ctx context.Context, req *Request, chat bool) (*Response, error)
 		return nil, err
 	}
 	defer release()
-	var loadTime time.Duration
-	if l.at.After(asked) { // loaded (or waited for a load) for this request
-		loadTime = time.Since(asked)
-	}
+	// getting the loaded model: its load, a wait for another request's
+	// load, or finding it loaded; always reported, as Ollama's
+	// load_duration (its scheduler's checkpointLoaded - checkpointStart)
+	loadTime := max(time.Since(asked), time.Nanosecond)
 	r, err := o.render(ctx, l, req)
 	if err != nil {
 		return nil, err

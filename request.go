@@ -125,7 +125,7 @@ type Usage struct {
 	EvalDuration   time.Duration `json:"eval_ns"`       // first generated token to the last
 	RestoreTime    time.Duration `json:"restore_ns"`    // restoring a stored pack
 	TotalDuration  time.Duration `json:"total_ns"`      // Start to return
-	LoadDuration   time.Duration `json:"load_ns"`       // loading the model for this request (0: loaded)
+	LoadDuration   time.Duration `json:"load_ns"`       // getting the loaded model: loading it, waiting for its load, or finding it loaded (> 0)
 }
 
 // Cache sources of a Response: which KV state the prompt's cached tokens

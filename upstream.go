@@ -159,6 +159,7 @@ func (b *upstream) generate(ctx context.Context, req *Request, start time.Time) 
 		out.DoneReason = reason
 		out.Usage.PromptTokens, out.Usage.EvalTokens = m.PromptEvalCount, m.EvalCount
 		out.Usage.PromptDuration, out.Usage.EvalDuration = m.PromptEvalDuration, m.EvalDuration
+		out.Usage.LoadDuration = max(m.LoadDuration, time.Nanosecond) // upstream's, always reported as Ollama does
 		if dbg != nil {
 			out.Rendered = dbg.RenderedTemplate
 		}

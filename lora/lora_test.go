@@ -402,6 +402,12 @@ func TestManagerRefusesOtherBase(t *testing.T) {
 	if _, err := reg.Add(ctx, AddRequest{Name: "big", Path: p, Default: true}); err != nil {
 		t.Fatal(err)
 	}
+	// an hour old: its stat vouches for it (racyWindow), so the rewrite
+	// below is seen by its stat alone
+	hourAgo := time.Now().Add(-time.Hour)
+	if err := os.Chtimes(p, hourAgo, hourAgo); err != nil {
+		t.Fatal(err)
+	}
 	m, err := NewManager(model, path, reg, Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -488,5 +494,77 @@ func TestEvictionUnderLoad(t *testing.T) {
 		}
 	case <-time.After(5 * time.Minute): // a deadlock, not a slow machine
 		t.Fatal("generation and adapter eviction deadlocked")
+	}
+}
+
+// An adapter file rewritten in place (same path, same inode) while its
+// adapter is loaded is noticed at the next Acquire: ErrChanged, the loaded
+// weights are not lent and the refused lease holds nothing; the file put
+// back as registered is lent again without a reload.
+func TestManagerFileRewritten(t *testing.T) {
+	ctx := context.Background()
+	model, path := loadModel(t)
+	dir := t.TempDir()
+	reg, _ := NewRegistry(openDB(t), RegistryOptions{})
+	p := randomAdapter(t, dir, "persona", 1)
+	rec, err := reg.Add(ctx, AddRequest{Name: "persona", Path: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := NewManager(model, path, reg, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	loads := 0
+	m.opts.load = func(mm *llama.Model, p string) (*llama.Adapter, error) {
+		loads++
+		return llama.LoadAdapter(mm, p)
+	}
+	l, err := m.Acquire(ctx, "", []Spec{{"persona", 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := l.Refs[0].Name, "persona@"+rec.SHA256[:12]; got != want {
+		t.Fatalf("ref %q, want %q", got, want)
+	}
+	l.Release()
+	old, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	newer, err := os.ReadFile(randomAdapter(t, dir, "other", 2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(newer) != len(old) {
+		t.Fatalf("sizes %d and %d: the test wants a same-size rewrite", len(newer), len(old))
+	}
+	if err := os.WriteFile(p, newer, 0o644); err != nil { // in place: O_TRUNC on the same inode
+		t.Fatal(err)
+	}
+	_, err = m.Acquire(ctx, "", []Spec{{"persona", 1}})
+	if !errors.Is(err, ErrChanged) || !strings.Contains(err.Error(), "registered "+rec.SHA256[:12]) {
+		t.Fatalf("rewritten file: %v, want ErrChanged", err)
+	}
+	if ls, _ := m.Loaded(); len(ls) != 1 || ls[0].Refs != 0 {
+		t.Fatalf("loaded after the refusal: %+v", ls)
+	}
+	if err := os.WriteFile(p, old, 0o644); err != nil { // a new time: hashed at every lease until it is old
+		t.Fatal(err)
+	}
+	l, err = m.Acquire(ctx, "", []Spec{{"persona", 1}})
+	if err != nil {
+		t.Fatalf("file put back: %v", err)
+	}
+	l.Release()
+	if err := os.Remove(p); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Acquire(ctx, "", []Spec{{"persona", 1}}); !errors.Is(err, ErrChanged) || !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("file removed: %v, want ErrChanged and ErrNotExist", err)
+	}
+	if loads != 1 {
+		t.Fatalf("%d loads, want 1", loads)
 	}
 }

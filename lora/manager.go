@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -69,7 +70,18 @@ type entry struct {
 	used    time.Time // last Acquire or Release
 	loading chan struct{}
 	err     error // load failure, set before loading is closed
+	// file is the adapter file's stat when its content last matched
+	// rec.SHA256 (at load, then at a lease that hashed it again), taken at
+	// statAt; guarded by Manager.mu.
+	file   os.FileInfo
+	statAt time.Time
 }
+
+// racyWindow: a stat taken less than this after the file's modification
+// time does not vouch for the content (a rewrite within the file system's
+// timestamp granularity keeps the time), so verify hashes again; git's
+// "racy git" rule (Documentation/technical/racy-git.txt).
+const racyWindow = 2 * time.Second
 
 // Manager loads the adapters of one base model and lends them to requests.
 // Safe for concurrent use.
@@ -197,11 +209,56 @@ func (m *Manager) Acquire(ctx context.Context, cube string, specs []Spec) (*Leas
 	if err != nil {
 		return nil, err
 	}
+	if err := m.verify(ents); err != nil {
+		return nil, err
+	}
 	l.ents = ents
 	for i, e := range ents {
 		l.Refs = append(l.Refs, Ref{Name: e.rec.RefName(), Adapter: e.a, Scale: scales[i]})
 	}
 	return l, nil
+}
+
+// verify checks, for each held entry, that its file is still the one
+// loaded: a file whose stat (inode, size, modification time) differs from
+// the one taken when it last matched is hashed again, and a hash other
+// than the registered SHA-256, or a file gone, is ErrChanged: the entries
+// are given back and the adapter is not lent with weights that no longer
+// match its file (nor a KV state keyed by the old digest reused). A
+// stat taken within racyWindow of the file's modification time vouches
+// for nothing, so a rewrite that keeps size and time is seen too; the
+// cost is one stat per adapter and lease, and a hash while a file is
+// younger than racyWindow or after it changed.
+func (m *Manager) verify(ents []*entry) error {
+	for _, e := range ents {
+		m.mu.Lock()
+		was, at := e.file, e.statAt
+		m.mu.Unlock()
+		statAt := time.Now()
+		now, err := os.Stat(e.rec.Path)
+		if err == nil && was != nil && os.SameFile(was, now) && was.Size() == now.Size() && was.ModTime().Equal(now.ModTime()) &&
+			at.Sub(was.ModTime()) > racyWindow {
+			continue
+		}
+		if err == nil {
+			var sum string
+			if sum, _, err = FileDigest(e.rec.Path); err == nil && sum != e.rec.SHA256 {
+				err = fmt.Errorf("%w: %s: sha256 %.12s, registered %.12s", ErrChanged, e.rec.Path, sum, e.rec.SHA256)
+			}
+		} else {
+			err = fmt.Errorf("%w: %s: %w", ErrChanged, e.rec.Path, err)
+		}
+		m.mu.Lock()
+		if err != nil {
+			m.drop(ents)
+			m.mu.Unlock()
+			m.log.Warn("adapter file changed while loaded: refused", "adapter", e.rec.RefName(), "err", err)
+			return err
+		}
+		e.file, e.statAt = now, statAt
+		m.mu.Unlock()
+	}
+	return nil
 }
 
 func (m *Manager) checkOpen() error {
@@ -348,7 +405,8 @@ func (m *Manager) loadHeld(ctx context.Context, recs []Record) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		a, err := m.loadOne(r)
+		statAt := time.Now()
+		a, fi, err := m.loadOne(r)
 		if err != nil {
 			return err
 		}
@@ -358,7 +416,7 @@ func (m *Manager) loadHeld(ctx context.Context, recs []Record) error {
 			a.Close()
 			return ErrClosed
 		}
-		m.loaded[r.RefName()] = &entry{rec: r, a: a, used: m.opts.Now()}
+		m.loaded[r.RefName()] = &entry{rec: r, a: a, used: m.opts.Now(), file: fi, statAt: statAt}
 		m.bytes += r.Bytes
 		m.mu.Unlock()
 		m.log.Info("adapter loaded", "adapter", r.RefName(), "bytes", r.Bytes, "loaded_bytes", total)
@@ -367,30 +425,35 @@ func (m *Manager) loadHeld(ctx context.Context, recs []Record) error {
 }
 
 // loadOne checks the file against the base model and its digest, then loads it.
-func (m *Manager) loadOne(r Record) (*llama.Adapter, error) {
+// It returns the file's stat taken before the hash (see verify).
+func (m *Manager) loadOne(r Record) (*llama.Adapter, os.FileInfo, error) {
+	fi, err := os.Stat(r.Path)
+	if err != nil {
+		return nil, nil, err
+	}
 	sum, _, err := FileDigest(r.Path)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if sum != r.SHA256 {
-		return nil, fmt.Errorf("%w: %s: sha256 %.12s, registered %.12s", ErrChanged, r.Path, sum, r.SHA256)
+		return nil, nil, fmt.Errorf("%w: %s: sha256 %.12s, registered %.12s", ErrChanged, r.Path, sum, r.SHA256)
 	}
 	f, err := Inspect(r.Path)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	info, err := Check(f, m.base)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if info.Bytes != r.Bytes {
-		return nil, fmt.Errorf("%w: %s: %d tensor bytes, registered %d", ErrChanged, r.Path, info.Bytes, r.Bytes)
+		return nil, nil, fmt.Errorf("%w: %s: %d tensor bytes, registered %d", ErrChanged, r.Path, info.Bytes, r.Bytes)
 	}
 	a, err := m.opts.load(m.model, r.Path)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %w", ErrBadAdapter, r.Name, err)
+		return nil, nil, fmt.Errorf("%w: %s: %w", ErrBadAdapter, r.Name, err)
 	}
-	return a, nil
+	return a, fi, nil
 }
 
 // free detaches and frees an entry already removed from loaded (and from

@@ -1,9 +1,11 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"runtime/debug"
@@ -524,8 +526,24 @@ func (s *Server) mcpHandler() http.Handler {
 		return "", h.Get(CubeHeader), nil
 	}
 	srv := newMCP(s.os, MCPOptions{Version: s.opts.Version, Logger: s.log}, caller)
-	return mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, &mcp.StreamableHTTPOptions{
+	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, &mcp.StreamableHTTPOptions{
 		Stateless: true, JSONResponse: true, Logger: s.log, MaxRequestBodyBytes: s.opts.MaxBodyBytes,
 		PropagateRequestCancellation: true,
+	})
+	// the SDK decodes with encoding/json, which turns bad text into
+	// U+FFFD: a body with any is a 400 naming the field first
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost {
+			raw, err := io.ReadAll(r.Body)
+			if err == nil {
+				err = checkJSONText(raw)
+			}
+			if err != nil {
+				s.writeError(w, r, err)
+				return
+			}
+			r.Body = io.NopCloser(bytes.NewReader(raw))
+		}
+		h.ServeHTTP(w, r)
 	})
 }

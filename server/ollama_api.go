@@ -38,6 +38,7 @@ func (s *Server) generate(r *http.Request, g *memosrt.Request, chat bool, st *st
 	if res == nil {
 		res = &memosrt.Response{}
 	}
+	err = wireField(r.URL.Path, err)
 	switch {
 	case errors.Is(err, memosrt.ErrBusy):
 		s.m.rejected.Inc()
@@ -97,8 +98,16 @@ type ollamaChatRequest struct {
 	api.ChatRequest
 	// Tools shadows api.ChatRequest.Tools: the tools as sent (see
 	// ollamaTools).
-	Tools  []json.RawMessage `json:"tools"`
-	Record string            `json:"record"`
+	Tools     []json.RawMessage `json:"tools"`
+	Record    string            `json:"record"`
+	KeepAlive *keepAliveField   `json:"keep_alive"`
+}
+
+// ollamaGenerateRequest is Ollama's generate request, its keep_alive
+// refused by name when bad (keepAliveField).
+type ollamaGenerateRequest struct {
+	api.GenerateRequest
+	KeepAlive *keepAliveField `json:"keep_alive"`
 }
 
 func (s *Server) handleOllamaChat(w http.ResponseWriter, r *http.Request) {
@@ -186,10 +195,10 @@ func ollamaName(name string) string {
 // loadOrUnload answers an Ollama chat or generate without input: keep_alive
 // 0 unloads the model (done_reason "unload", what `ollama stop` sends),
 // anything else loads it and sets its keep-alive ("load").
-func (s *Server) loadOrUnload(w http.ResponseWriter, r *http.Request, name string, keep *api.Duration, answer func(reason string) any) {
+func (s *Server) loadOrUnload(w http.ResponseWriter, r *http.Request, name string, keep *keepAliveField, answer func(reason string) any) {
 	reason := "load"
 	var err error
-	if keep != nil && keep.Duration == 0 {
+	if keep != nil && keep.Duration.Duration == 0 {
 		reason, err = "unload", s.os.Unload(r.Context(), name)
 	} else {
 		_, err = s.os.Load(r.Context(), name, keepAlive(keep))
@@ -281,7 +290,7 @@ func (s *Server) ollamaSampling(g *memosrt.Request, sp sampling) {
 
 func (s *Server) handleOllamaGenerate(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	var req api.GenerateRequest
+	var req ollamaGenerateRequest
 	if err := decodeJSON(r, &req); err != nil {
 		s.writeError(w, r, err)
 		return
@@ -367,7 +376,10 @@ func truncateDims(vecs [][]float32, dims int) ([][]float32, error) {
 
 func (s *Server) handleOllamaEmbed(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	var req api.EmbedRequest
+	var req struct {
+		api.EmbedRequest
+		KeepAlive *keepAliveField `json:"keep_alive"`
+	}
 	if err := decodeJSON(r, &req); err != nil {
 		s.writeError(w, r, err)
 		return
@@ -407,7 +419,10 @@ func (s *Server) handleOllamaEmbed(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleOllamaEmbeddings(w http.ResponseWriter, r *http.Request) {
-	var req api.EmbeddingRequest
+	var req struct {
+		api.EmbeddingRequest
+		KeepAlive *keepAliveField `json:"keep_alive"`
+	}
 	if err := decodeJSON(r, &req); err != nil {
 		s.writeError(w, r, err)
 		return

@@ -53,6 +53,9 @@ type oaiSampling struct {
 	Metadata            map[string]any    `json:"metadata"`
 	Logprobs            any               `json:"logprobs"` // chat: bool; completions: int
 	TopLogprobs         *int              `json:"top_logprobs"`
+	// KeepAlive is memosrt's extension, Ollama's keep_alive: how long the
+	// model stays loaded after the request.
+	KeepAlive *keepAliveField `json:"keep_alive"`
 }
 
 // oaiJSONSchema is response_format.json_schema.
@@ -124,7 +127,7 @@ func (s *Server) applyOpenAI(r *http.Request, o *oaiSampling, g *memosrt.Request
 	if o.Model == "" {
 		return badField("model", "missing model name")
 	}
-	g.Model = mi.Name
+	g.Model, g.KeepAlive = mi.Name, keepAlive(o.KeepAlive)
 	if lp := o.Logprobs; lp != nil && lp != false && lp != 0.0 || o.TopLogprobs != nil && *o.TopLogprobs > 0 {
 		return badField("logprobs", "log probabilities are not served")
 	}
@@ -151,17 +154,13 @@ func (s *Server) applyOpenAI(r *http.Request, o *oaiSampling, g *memosrt.Request
 		g.NumPredict = *mt
 	}
 	if o.NumCtx != nil {
-		if *o.NumCtx < 0 {
-			return badField("num_ctx", "%d < 0", *o.NumCtx)
-		}
 		g.NumCtx = *o.NumCtx
 	}
+	// ranges (num_ctx, top_k, stop's count and length, ...) are checked
+	// by memosrt's checkOptions for every route alike
 	stop, err := stringList("stop", o.Stop)
 	if err != nil {
 		return err
-	}
-	if len(stop) > 4 {
-		return badField("stop", "at most 4 stop sequences, got %d", len(stop))
 	}
 	g.Stop = stop
 	sp := sampling{Temperature: o.Temperature, TopP: o.TopP, MinP: o.MinP, RepeatPenalty: o.RepeatPenalty, TopK: o.TopK, Seed: o.Seed}

@@ -27,6 +27,16 @@ type Options struct {
 	MaxBodyBytes int64
 	// MaxImportBytes bounds an imported cube archive, bytes. Default 4 GiB.
 	MaxImportBytes int64
+	// BodyReadTimeout bounds the time a client has to send a request body,
+	// from the end of its headers to the body's last byte; a body not
+	// complete by then is answered 408 and its connection closed. It ends
+	// with the body: a streamed answer runs as long as it needs. Default
+	// 60s (a 8 MiB body at about 140 KiB/s); negative: no deadline.
+	BodyReadTimeout time.Duration
+	// ImportReadTimeout is BodyReadTimeout for POST /v1/cubes/import,
+	// whose archive may be up to MaxImportBytes. Default 1h; negative: no
+	// deadline.
+	ImportReadTimeout time.Duration
 	// DebugClock, when set, serves POST /v1/debug/clock {"advance_s": N}
 	// to move it (tests of heat over days through a real server).
 	DebugClock interface{ Advance(d time.Duration) }
@@ -38,7 +48,8 @@ type Options struct {
 
 // DefaultOptions returns Options with every default filled in.
 func DefaultOptions() Options {
-	return Options{Version: "0.0.0", MaxBodyBytes: 8 << 20, MaxImportBytes: 4 << 30, Now: time.Now}
+	return Options{Version: "0.0.0", MaxBodyBytes: 8 << 20, MaxImportBytes: 4 << 30, BodyReadTimeout: time.Minute,
+		ImportReadTimeout: time.Hour, Now: time.Now}
 }
 
 func (o *Options) ensureDefaults() {
@@ -51,6 +62,12 @@ func (o *Options) ensureDefaults() {
 	}
 	if o.MaxImportBytes == 0 {
 		o.MaxImportBytes = d.MaxImportBytes
+	}
+	if o.BodyReadTimeout == 0 {
+		o.BodyReadTimeout = d.BodyReadTimeout
+	}
+	if o.ImportReadTimeout == 0 {
+		o.ImportReadTimeout = d.ImportReadTimeout
 	}
 	if o.Now == nil {
 		o.Now = d.Now

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"crypto/subtle"
 	"encoding/json"
@@ -24,6 +25,7 @@ import (
 	"github.com/memosrt/memosrt/runtime/llama"
 	"github.com/memosrt/memosrt/scheduler"
 	"github.com/memosrt/memosrt/textmem"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // CubeHeader is the request header naming the memory cube.
@@ -36,6 +38,8 @@ type Server struct {
 	log     *slog.Logger
 	handler http.Handler
 	m       *metrics
+	// bodyTimeouts counts bodies cut by their read deadline (body.go).
+	bodyTimeouts prometheus.Counter
 
 	// mu guards closed and the Add side of inflight.
 	mu       sync.RWMutex
@@ -56,6 +60,7 @@ func New(o *memosrt.OS, opts Options) (*Server, error) {
 	opts.ensureDefaults()
 	s := &Server{opts: opts, os: o, log: opts.Logger}
 	s.m = newMetrics(s)
+	s.newBodyMetrics()
 	mux := http.NewServeMux()
 	s.routes(mux)
 	s.handler = s.wrap(mux)
@@ -151,7 +156,7 @@ func (s *Server) routes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /ui", s.handleUI)
 	mux.Handle("GET /ui/", uiAssets())
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		s.writeError(w, r, fmt.Errorf("%w: %s %s", errRouteNotFound, r.Method, r.URL.Path))
+		s.notFound(mux, w, r) // 405 with Allow when another method has the path (allow.go)
 	})
 }
 
@@ -226,6 +231,7 @@ func (s *Server) wrap(next http.Handler) http.Handler {
 		if r.URL.Path == "/v1/cubes/import" {
 			limit = s.opts.MaxImportBytes
 		}
+		s.timeBody(w, r)
 		r.Body = http.MaxBytesReader(w, r.Body, limit)
 		sw := &statusWriter{ResponseWriter: w}
 		start := time.Now()
@@ -348,6 +354,8 @@ func errStatus(err error) (int, string) {
 	switch {
 	case errors.As(err, &fe), errors.As(err, &mfe):
 		return http.StatusBadRequest, "invalid_request_error"
+	case errors.Is(err, errBodyTimeout):
+		return http.StatusRequestTimeout, "invalid_request_error"
 	case errors.As(err, &mbe), errors.Is(err, textmem.ErrTooLarge):
 		return http.StatusRequestEntityTooLarge, "invalid_request_error"
 	case errors.Is(err, textmem.ErrUnavailable):
@@ -371,6 +379,8 @@ func errStatus(err error) (int, string) {
 		return http.StatusNotImplemented, "not_implemented"
 	case errors.Is(err, memosrt.ErrUpstream), errors.Is(err, embed.ErrBadVector), errors.Is(err, embed.ErrShape):
 		return http.StatusBadGateway, "server_error" // the embedder or upstream gave an unusable answer
+	case errors.Is(err, errMethodNotAllowed):
+		return http.StatusMethodNotAllowed, "invalid_request_error"
 	case errors.Is(err, errUnauthorized):
 		return http.StatusUnauthorized, "authentication_error"
 	case errors.Is(err, errForbidden):
@@ -408,7 +418,7 @@ func errField(err error) string {
 		return "text"
 	case errors.Is(err, runtime.ErrPromptTooLong), errors.Is(err, runtime.ErrEmptyPrompt):
 		return "prompt"
-	case errors.Is(err, lora.ErrNotFound), errors.Is(err, lora.ErrBadName), errors.Is(err, lora.ErrBadAdapter):
+	case errors.Is(err, lora.ErrNotFound), errors.Is(err, lora.ErrBadName), errors.Is(err, lora.ErrBadAdapter), errors.Is(err, lora.ErrChanged):
 		return "adapters"
 	}
 	return ""
@@ -451,8 +461,11 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.Write(append(b, '\n'))
 }
 
-// decodeJSON reads the request body into v, rejecting trailing data and
-// naming the bad field on a type error.
+// decodeJSON reads the request body into v, rejecting trailing data,
+// naming the bad field on a type error, and refusing a string that is not
+// valid text (invalid UTF-8, a lone surrogate: checkJSONText) with a 400
+// naming its field. Every route with a JSON body decodes it here (MCP's
+// through mcpHandler's check).
 func decodeJSON(r *http.Request, v any) error { return decodeBody(r, v, false) }
 
 // decodeStrict is decodeJSON refusing fields v does not have (400 naming
@@ -461,7 +474,18 @@ func decodeJSON(r *http.Request, v any) error { return decodeBody(r, v, false) }
 func decodeStrict(r *http.Request, v any) error { return decodeBody(r, v, true) }
 
 func decodeBody(r *http.Request, v any, strict bool) error {
-	dec := json.NewDecoder(r.Body)
+	raw, err := io.ReadAll(r.Body)
+	if err != nil {
+		return err // over the body limit (413) or cut (see readBody)
+	}
+	if err := checkJSONText(raw); err != nil {
+		return err
+	}
+	return decodeRaw(raw, v, strict)
+}
+
+func decodeRaw(raw []byte, v any, strict bool) error {
+	dec := json.NewDecoder(bytes.NewReader(raw))
 	if strict {
 		dec.DisallowUnknownFields()
 	}

@@ -71,10 +71,23 @@ func (st *streamer) sendRaw(b []byte) error {
 	return st.rc.Flush()
 }
 
-// cube returns the request's cube: the X-Memosrt-Cube header, else opt.
-// The OS refuses a cube that does not exist.
+// cube returns the request's cube: the X-Memosrt-Cube header, else opt
+// (options.cube on Ollama's routes, the body's cube elsewhere). The OS
+// refuses a cube that does not exist. A header and an option naming two
+// cubes are refused: a 403 when the access key is not for the option's
+// cube (as any route naming another cube), else a 400 naming the option.
 func (s *Server) cube(r *http.Request, opt string) (string, error) {
 	c := r.Header.Get(CubeHeader)
+	if c != "" && opt != "" && opt != c {
+		if sc := scopeOf(r); sc != "" && opt != sc {
+			return "", fmt.Errorf("%w: cube %q (the key is for %q)", errForbidden, opt, sc)
+		}
+		field := "cube"
+		if strings.HasPrefix(r.URL.Path, "/api/") {
+			field = "options.cube"
+		}
+		return "", badField(field, "%q, but the %s header names %q (give one, or the same cube in both)", opt, CubeHeader, c)
+	}
 	if c == "" {
 		c = opt
 	}
@@ -201,10 +214,7 @@ func parseOllamaOptions(m map[string]any) (sampling, error) {
 		case "num_predict":
 			s.NumPredict, err = integer(k, v)
 		case "num_ctx":
-			s.NumCtx, err = integer(k, v)
-			if err == nil && *s.NumCtx < 0 {
-				err = badField("options.num_ctx", "%d < 0", *s.NumCtx)
-			}
+			s.NumCtx, err = integer(k, v) // its range: memosrt's checkOptions, as every option's
 		case "repeat_last_n":
 			s.RepeatLastN, err = integer(k, v)
 			if err == nil && *s.RepeatLastN < -1 {
@@ -309,14 +319,31 @@ func (s *Server) embedModel(name string) (string, error) {
 	return mi.Name, err
 }
 
-// keepAlive maps Ollama's keep_alive (nil: the server default; negative,
+// keepAliveField is the keep_alive of a request (Ollama's, and the OpenAI
+// routes' extension): api.Duration's forms (a Go duration "5m", "24h",
+// "-1s"; a number of seconds; negative forever); anything else is a 400
+// naming keep_alive, on every route alike.
+type keepAliveField struct{ api.Duration }
+
+// UnmarshalJSON implements json.Unmarshaler; errors are *fieldError.
+func (k *keepAliveField) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		return nil
+	}
+	if err := k.Duration.UnmarshalJSON(b); err != nil {
+		return badField("keep_alive", `want a duration ("5m", "24h", negative: forever) or a number of seconds, got %.40s`, b)
+	}
+	return nil
+}
+
+// keepAlive maps a request's keep_alive (nil: the server default; negative,
 // which api.Duration makes the largest duration: forever) to
 // memosrt.Request.KeepAlive.
-func keepAlive(d *api.Duration) *time.Duration {
+func keepAlive(d *keepAliveField) *time.Duration {
 	if d == nil {
 		return nil
 	}
-	k := d.Duration
+	k := d.Duration.Duration
 	if k < 0 || k == time.Duration(math.MaxInt64) {
 		k = -1
 	}

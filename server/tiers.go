@@ -1,7 +1,6 @@
 package server
 
 import (
-	"encoding/json"
 	"net/http"
 	"strconv"
 	"time"
@@ -47,8 +46,11 @@ func (s *Server) handleDebugClock(w http.ResponseWriter, r *http.Request) {
 	var req struct {
 		AdvanceS float64 `json:"advance_s"`
 	}
-	err := json.NewDecoder(r.Body).Decode(&req)
-	if err != nil || req.AdvanceS < 0 {
+	if err := decodeJSON(r, &req); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if req.AdvanceS < 0 {
 		s.writeError(w, r, badField("advance_s", "want a number of seconds >= 0"))
 		return
 	}

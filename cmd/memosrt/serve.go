@@ -55,6 +55,7 @@ func newServeCmd() *cobra.Command {
 	kvBudget := fs.Int64("kv-budget", 0, "`BYTES` of KV state all packs of the activation tier may hold (default 256 MiB)")
 	gcEvery := fs.Duration("gc-interval", 5*time.Minute, "`PERIOD` of the value-log GC (deleted packs' space is also reclaimed at every start)")
 	shutdownTimeout := fs.Duration("shutdown-timeout", 10*time.Second, "on SIGTERM/SIGINT: how long (`DURATION`) running requests may finish before they are cancelled")
+	bodyTimeout := fs.Duration("body-timeout", time.Minute, "how long (`DURATION`) a client has to send a request body (imports: an hour); a body not in by then is answered 408 and its connection closed")
 	parametric := fs.Bool("parametric", false, "distill memories that stay hot into each cube's LoRA adapter, attached to its requests by default (the parametric tier; training takes CPU minutes per cube)")
 	distillAfter := fs.Duration("distill-after", 7*24*time.Hour, "with --parametric: how long (`DURATION`) a memory stays hot (from --distill-heat until it falls under the demotion heat 1) before it is distilled")
 	distillHeat := fs.Float64("distill-heat", 0, "with --parametric: the `HEAT` at which a memory starts to count as hot (default: the promotion heat, 5)")
@@ -82,7 +83,8 @@ func newServeCmd() *cobra.Command {
 			check{"kv-budget", *kvBudget >= 0, "0 (256 MiB) or more bytes"},
 			check{"tick-interval", *tickEvery >= 0, "a duration of 0 or more"},
 			check{"gc-interval", *gcEvery >= 0, "a duration of 0 or more"},
-			check{"shutdown-timeout", *shutdownTimeout >= 0, "a duration of 0 or more"}); err != nil {
+			check{"shutdown-timeout", *shutdownTimeout >= 0, "a duration of 0 or more"},
+			check{"body-timeout", *bodyTimeout > 0, "a duration of more than 0"}); err != nil {
 			return err
 		}
 		if err := ef.check(cmd); err != nil {
@@ -94,7 +96,7 @@ func newServeCmd() *cobra.Command {
 		return serve(cmd.Context(), serveFlags{sf: sf, ef: ef, mf: mf, addr: addr, parallel: parallel, resident: resident, residentCells: residentCells,
 			token: token, insecure: insecure, name: name, maxQueue: maxQueue, numPredict: numPredict, noPersist: noPersist,
 			minPersist: minPersist, adapterBudget: adapterBudget, convBudget: convBudget, tickEvery: tickEvery, kvBudget: kvBudget,
-			gcEvery: gcEvery, shutdownTimeout: shutdownTimeout, debugClock: debugClock, backend: backend, ollamaHost: ollamaHost,
+			gcEvery: gcEvery, shutdownTimeout: shutdownTimeout, bodyTimeout: bodyTimeout, debugClock: debugClock, backend: backend, ollamaHost: ollamaHost,
 			ollamaModel: ollamaModel, embedFlag: embedFlag, chatTemplate: chatTemplate, kvStore: kvStore, textStore: textStore,
 			param: func() scheduler.ParametricOptions {
 				if !*parametric {
@@ -116,7 +118,7 @@ type serveFlags struct {
 	chatTemplate, kvStore, textStore                                    *string
 	parallel, resident, residentCells, maxQueue, numPredict, minPersist *int
 	adapterBudget, convBudget, kvBudget                                 *int64
-	tickEvery, gcEvery, shutdownTimeout                                 *time.Duration
+	tickEvery, gcEvery, shutdownTimeout, bodyTimeout                    *time.Duration
 	insecure, noPersist, debugClock                                     *bool
 	param                                                               func() scheduler.ParametricOptions
 }
@@ -237,7 +239,7 @@ func serve(ctx context.Context, f serveFlags) error {
 			o.Close(context.Background())
 		}
 	}()
-	so := server.Options{Token: *token, Version: version, Logger: log}
+	so := server.Options{Token: *token, Version: version, Logger: log, BodyReadTimeout: *f.bodyTimeout}
 	if clock != nil {
 		so.DebugClock = clock
 	}

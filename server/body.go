@@ -1,0 +1,262 @@
+package server
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Text in request bodies. encoding/json replaces invalid UTF-8 and lone
+// surrogate escapes ("\ud800") with U+FFFD without a word, so a memory
+// added with them would be stored altered. checkJSONText reads the raw
+// bytes instead, and decodeBody and the MCP route refuse such a body with
+// a 400 naming the field.
+
+// checkJSONText returns a *fieldError naming the first string of the
+// JSON document b (a key or a value) that holds invalid UTF-8 or a lone
+// UTF-16 surrogate escape, nil when every string is valid text. The field
+// is the value's path: "text", "messages[1].content", "options.stop[0]";
+// a bad key is named by the object holding it, "body" at the top. b is
+// expected to be JSON the decoder accepted; what is not JSON is left to
+// the decoder's error.
+func checkJSONText(b []byte) error {
+	if utf8.Valid(b) && !bytes.Contains(b, []byte(`\u`)) {
+		return nil // the common case: nothing to look at
+	}
+	sc := textScanner{b: b}
+	sc.value("")
+	return sc.err
+}
+
+// textScanner walks a JSON document keeping the path of the value it is
+// in; it stops at the first bad string (err) and at anything that is not
+// JSON (err stays nil: the decoder reports that).
+type textScanner struct {
+	b    []byte
+	i    int
+	err  error
+	stop bool
+}
+
+func (s *textScanner) ws() {
+	for s.i < len(s.b) && (s.b[s.i] == ' ' || s.b[s.i] == '\t' || s.b[s.i] == '\n' || s.b[s.i] == '\r') {
+		s.i++
+	}
+}
+
+func fieldName(path string) string {
+	if path == "" {
+		return "body"
+	}
+	return path
+}
+
+func (s *textScanner) value(path string) {
+	s.ws()
+	if s.stop || s.i >= len(s.b) {
+		s.stop = true
+		return
+	}
+	switch s.b[s.i] {
+	case '{':
+		s.i++
+		for !s.stop {
+			s.ws()
+			if s.i < len(s.b) && s.b[s.i] == '}' {
+				s.i++
+				return
+			}
+			if s.i >= len(s.b) || s.b[s.i] != '"' {
+				s.stop = true
+				return
+			}
+			key, msg := s.str()
+			if msg != "" {
+				s.fail(fieldName(path), "a field name holds "+msg)
+				return
+			}
+			s.ws()
+			if s.i >= len(s.b) || s.b[s.i] != ':' {
+				s.stop = true
+				return
+			}
+			s.i++
+			p := key
+			if path != "" {
+				p = path + "." + key
+			}
+			s.value(p)
+			s.ws()
+			if s.i < len(s.b) && s.b[s.i] == ',' {
+				s.i++
+			}
+		}
+	case '[':
+		s.i++
+		for n := 0; !s.stop; n++ {
+			s.ws()
+			if s.i < len(s.b) && s.b[s.i] == ']' {
+				s.i++
+				return
+			}
+			s.value(path + "[" + strconv.Itoa(n) + "]")
+			s.ws()
+			if s.i < len(s.b) && s.b[s.i] == ',' {
+				s.i++
+			}
+		}
+	case '"':
+		if _, msg := s.str(); msg != "" {
+			s.fail(fieldName(path), msg)
+		}
+	default: // number, true, false, null
+		start := s.i
+		for s.i < len(s.b) && !bytes.ContainsRune([]byte(",}] \t\r\n"), rune(s.b[s.i])) {
+			s.i++
+		}
+		if s.i == start {
+			s.stop = true
+		}
+	}
+}
+
+func (s *textScanner) fail(field, msg string) {
+	s.err, s.stop = badField(field, "%s", msg), true
+}
+
+// str reads the string at s.i (its opening quote) and returns its key
+// form (escapes kept as written: only for paths) and, when the string is
+// not valid text, what is wrong with it.
+func (s *textScanner) str() (string, string) {
+	s.i++
+	start := s.i
+	for s.i < len(s.b) {
+		c := s.b[s.i]
+		switch {
+		case c == '"':
+			key := string(s.b[start:s.i])
+			s.i++
+			return key, ""
+		case c == '\\':
+			if s.i+1 >= len(s.b) {
+				s.stop = true
+				return "", ""
+			}
+			if s.b[s.i+1] != 'u' {
+				s.i += 2
+				continue
+			}
+			r, ok := hex4(s.b, s.i+2)
+			if !ok {
+				s.stop = true
+				return "", ""
+			}
+			s.i += 6
+			switch {
+			case r >= 0xD800 && r < 0xDC00: // high half: a low half must follow
+				lo, ok := rune(0), false
+				if s.i+1 < len(s.b) && s.b[s.i] == '\\' && s.b[s.i+1] == 'u' {
+					lo, ok = hex4(s.b, s.i+2)
+				}
+				if !ok || lo < 0xDC00 || lo >= 0xE000 {
+					return "", fmt.Sprintf(`a lone UTF-16 surrogate \u%04x at byte %d (not valid text)`, r, s.i-6-start)
+				}
+				s.i += 6
+			case r >= 0xDC00 && r < 0xE000:
+				return "", fmt.Sprintf(`a lone UTF-16 surrogate \u%04x at byte %d (not valid text)`, r, s.i-6-start)
+			}
+		case c < utf8.RuneSelf:
+			s.i++
+		default:
+			r, n := utf8.DecodeRune(s.b[s.i:])
+			if r == utf8.RuneError && n <= 1 {
+				return "", fmt.Sprintf("invalid UTF-8 (byte 0x%02x at byte %d)", c, s.i-start)
+			}
+			s.i += n
+		}
+	}
+	s.stop = true
+	return "", ""
+}
+
+// hex4 reads 4 hex digits at b[i:].
+func hex4(b []byte, i int) (rune, bool) {
+	if i+4 > len(b) {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(string(b[i:i+4]), 16, 16)
+	return rune(n), err == nil
+}
+
+// Request body deadlines. A client that sends headers and then stalls (a
+// Content-Length of 100000 and 10 bytes, or a byte every few seconds)
+// would hold a connection and a goroutine for as long as it likes; wrap
+// gives every request with a body a read deadline on its connection
+// (Options.BodyReadTimeout, Options.ImportReadTimeout for
+// /v1/cubes/import), which timedBody lifts once the body has been read to
+// its end, so a streamed answer is never cut by it. A body not in by then
+// fails its read: the handler answers 408, the connection is closed, and
+// memosrt_http_body_timeouts_total counts it.
+
+// errBodyTimeout is a 408: the request body did not arrive in time.
+var errBodyTimeout = errors.New("server: request body not received in time")
+
+// timedBody is a request body read under a connection read deadline.
+type timedBody struct {
+	io.ReadCloser
+	rc      *http.ResponseController
+	limit   time.Duration
+	counted *prometheus.Counter // nil: none
+	// done is set by Read at the body's end or its deadline; Read is
+	// called by the handler's goroutine only, as net/http requires.
+	done bool
+}
+
+func (b *timedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	switch {
+	case err == nil || b.done:
+	case errors.Is(err, io.EOF):
+		b.done = true
+		b.rc.SetReadDeadline(time.Time{}) // lifted: the connection may now sit idle under a stream
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		b.done = true
+		if b.counted != nil {
+			(*b.counted).Inc()
+		}
+		return n, fmt.Errorf("%w: body: not complete within %v (the server's body read deadline): %w", errBodyTimeout, b.limit, err)
+	}
+	return n, err
+}
+
+// timeBody puts r's body under its read deadline; a request without a
+// body, or with no deadline configured, is left as it is.
+func (s *Server) timeBody(w http.ResponseWriter, r *http.Request) {
+	limit := s.opts.BodyReadTimeout
+	if r.URL.Path == "/v1/cubes/import" {
+		limit = s.opts.ImportReadTimeout
+	}
+	if limit < 0 || r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
+		return
+	}
+	rc := http.NewResponseController(w)
+	if rc.SetReadDeadline(time.Now().Add(limit)) != nil {
+		return // not a connection that has deadlines (a test recorder)
+	}
+	r.Body = &timedBody{ReadCloser: r.Body, rc: rc, limit: limit, counted: &s.bodyTimeouts}
+}
+
+// newBodyMetrics registers memosrt_http_body_timeouts_total.
+func (s *Server) newBodyMetrics() {
+	s.bodyTimeouts = prometheus.NewCounter(prometheus.CounterOpts{Name: "memosrt_http_body_timeouts_total",
+		Help: "Requests whose body was not complete within the body read deadline (answered 408, connection closed)."})
+	s.m.reg.MustRegister(s.bodyTimeouts)
+}
