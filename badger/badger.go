@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 
 	bg "github.com/dgraph-io/badger/v4"
 )
@@ -50,6 +51,7 @@ type DB struct {
 	vlogSize int64 // value-log file size, bytes
 	memSize  int64 // memtable size, bytes
 	log      *slog.Logger
+	refused  atomic.Int64 // writes Room refused since Open
 }
 
 // Open opens (creating if needed) the database in opts.Dir. The memtable
@@ -84,7 +86,7 @@ func Open(opts Options) (*DB, error) {
 				return nil, fmt.Errorf("badger: %w", err)
 			}
 			if free < need {
-				return nil, fmt.Errorf("badger: open: %w", noSpace(opts.Dir, free, need))
+				return nil, noSpace("to open", opts.Dir, free, need)
 			}
 		}
 	}

@@ -162,10 +162,15 @@ func (d *DB) Room(n int64) error {
 		return fmt.Errorf("badger: %w", err)
 	}
 	if need := d.need(f, n); free < need {
-		return noSpace(d.dir, free, need)
+		d.refused.Add(1)
+		return noSpace("in", d.dir, free, need)
 	}
 	return nil
 }
+
+// Refused is how many times Room refused a write since Open (the
+// background rewrites of GC and Reclaim among them).
+func (d *DB) Refused() int64 { return d.refused.Load() }
 
 // openNeed is the free space, bytes, that Open needs: the tables that
 // flushing the memtable logs left by the last run writes (at most their
@@ -179,8 +184,9 @@ func openNeed(dir string) (int64, error) {
 	return f.memBytes + spaceMargin, nil
 }
 
-func noSpace(dir string, free, need int64) error {
-	return fmt.Errorf("%w in %s: %s free, %s needed", ErrNoSpace, dir, mib(free), mib(need))
+// noSpace is ErrNoSpace for a write ("in") or for Open ("to open").
+func noSpace(in, dir string, free, need int64) error {
+	return fmt.Errorf("%w %s %s: %s free, %s needed", ErrNoSpace, in, dir, mib(free), mib(need))
 }
 
 // mib formats bytes as MiB with one decimal and the exact byte count.
