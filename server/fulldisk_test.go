@@ -59,14 +59,17 @@ func fillFile(t *testing.T, path string, n int64) int64 {
 // adds and pack warms: the writes that meet the full disk answer 507 with
 // a message naming the directory and the free space, the server stays up
 // and answers reads (get, list, search) and generation (with and without
-// the cube) with 200; once a 4 MiB filler file is removed the next add
+// the cube) with 200; once a 7 MiB filler file is removed the next add
 // and warm succeed; after a restart every acknowledged memory is there,
 // byte for byte.
 func TestFullDisk(t *testing.T) {
 	mnt := testfs.Tmpfs(t, "20m")
 	dir := filepath.Join(mnt, "data")
 	filler := filepath.Join(mnt, "filler")
-	if w := fillFile(t, filler, 4<<20); w != 4<<20 {
+	// 7 MiB: when filling stops, free space may be up to ~4.4 MiB under
+	// the reserve (a memtable flush takes space and adds a table to the
+	// compaction reserve at once)
+	if w := fillFile(t, filler, 7<<20); w != 7<<20 {
 		t.Fatalf("filler: %d bytes", w)
 	}
 	e := newEnv(t, envConfig{dir: dir})
@@ -174,7 +177,7 @@ func TestFullDisk(t *testing.T) {
 	}
 	addMsg, warmMsg := fill()
 	t.Logf("%d memories and %d warms acknowledged; then %q and %q", len(acked), warms, addMsg, warmMsg)
-	if len(acked) < 300+spares || warms < 5 {
+	if len(acked) < 200+spares || warms < 5 {
 		t.Fatalf("%d memories and %d warms acknowledged", len(acked), warms)
 	}
 	checkMsgs(addMsg, warmMsg)
@@ -197,8 +200,9 @@ func TestFullDisk(t *testing.T) {
 	if code := do(t, "POST", e.url()+"/api/generate", gen, &gr); code != http.StatusOK || gr.Response == "" {
 		t.Fatalf("generate: %d %q", code, gr.Response)
 	}
+	const chatPrompt = "Where did Lily see the birds?"
 	chat := map[string]any{"model": testModel, "stream": false, "options": map[string]any{"num_predict": 8, "temperature": 0},
-		"messages": []map[string]string{{"role": "user", "content": "Where did Lily see the birds?"}}}
+		"messages": []map[string]string{{"role": "user", "content": chatPrompt}}}
 	var cr struct{ Message struct{ Content string } }
 	if code := do(t, "POST", e.url()+"/api/chat", chat, &cr, CubeHeader, "c0"); code != http.StatusOK || cr.Message.Content == "" {
 		t.Fatalf("chat in the cube: %d %q", code, cr.Message.Content)
@@ -218,10 +222,10 @@ func TestFullDisk(t *testing.T) {
 		t.Fatal(err)
 	}
 	if code, m := addTo(cubeOf(i), fullDiskText(i)); code != http.StatusCreated {
-		t.Fatalf("add after 4 MiB freed: %d %s", code, m)
+		t.Fatalf("add after 7 MiB freed: %d %s", code, m)
 	}
 	if code, m := warm(cubeOf(i)); code != http.StatusOK {
-		t.Fatalf("warm after 4 MiB freed: %d %s", code, m)
+		t.Fatalf("warm after 7 MiB freed: %d %s", code, m)
 	}
 
 	// a restart finds every acknowledged memory
@@ -242,8 +246,15 @@ func TestFullDisk(t *testing.T) {
 		}
 		listed += len(list.Memories)
 		for _, m := range list.Memories {
-			if want, ok := acked[m.ID]; ok && want.cube == c && m.Text == want.text {
+			switch want, ok := acked[m.ID]; {
+			case ok && want.cube == c && m.Text == want.text:
 				seen++
+			case c == "c0" && strings.HasPrefix(m.Text, chatPrompt):
+				// the chat's turn (prompt and answer), recorded once there
+				// was room: a write its 200 acknowledged
+				listed--
+			default:
+				t.Errorf("not acknowledged: %s %s %q", c, m.ID, m.Text)
 			}
 		}
 	}
