@@ -3,6 +3,8 @@ package memosrt
 import (
 	"errors"
 	"fmt"
+
+	"github.com/memosrt/memosrt/badger"
 )
 
 var (
@@ -45,6 +47,16 @@ var (
 	// ErrBadArchive is returned by ImportCube for input that is not a cube
 	// archive of a known format version; HTTP 400.
 	ErrBadArchive = errors.New("memosrt: bad cube archive")
+	// ErrNoSpace is returned by writes to the data directory (memory adds
+	// and edits, cube records, KV pack saves and warm jobs, access keys,
+	// adapters) when its filesystem lacks the free space the write and the
+	// store's file writes after it may take, and by Open when it lacks the
+	// space that opening writes; the message names the directory and the
+	// free and needed bytes. Nothing of the refused write is stored; reads
+	// and generation go on, and writes succeed again once space is freed.
+	// HTTP 507. It is badger.ErrNoSpace; docs/data-directory.md, "A full
+	// disk", gives the reserve it keeps.
+	ErrNoSpace = badger.ErrNoSpace
 )
 
 // FieldError is a request that is invalid because of one field (HTTP 400

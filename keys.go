@@ -58,6 +58,9 @@ func (o *OS) CreateKey(ctx context.Context, cube string) (AccessKey, string, err
 	h := hashToken(tok)
 	k := AccessKey{ID: h[:12], Cube: cube, Created: o.opts.Clock.Now().UTC(), CubeCreated: rec.Created}
 	js, _ := json.Marshal(k)
+	if err := o.db.Room(int64(len(js))); err != nil {
+		return AccessKey{}, "", fmt.Errorf("memosrt: store access key: %w", err)
+	}
 	err = o.db.Badger().Update(func(txn *bg.Txn) error { return txn.Set([]byte(keyAccess+h), js) })
 	if err != nil {
 		return AccessKey{}, "", fmt.Errorf("memosrt: store access key: %w", err)

@@ -420,6 +420,7 @@ type Stats struct {
 	ConvEvicted   int64  `json:"conv_evicted"`      // conversation packs deleted over the budget since Open
 	Fallbacks     int64  `json:"restore_fallbacks"` // stored packs that matched but were refused: the prompt was prefilled
 	DiskBytes     int64  `json:"disk_bytes"`        // the data directory's files (Badger LSM and value log), bytes
+	NoSpace       int64  `json:"no_space_refused"`  // writes refused since Open for want of disk space (ErrNoSpace)
 	// KVShared is the shared activation level (Options.KVShared): enabled,
 	// up, and its hit, miss, put and error counts since Open.
 	KVShared kvcache.SharedStats `json:"kv_shared"`
@@ -432,7 +433,7 @@ func (o *OS) Stats() Stats {
 	conv, convBytes := o.convPacks()
 	st.ConvPacks, st.ConvBytes = len(conv), convBytes
 	st.ConvEvicted, st.Fallbacks = o.convEvicted.Load(), o.fallbacks.Load()
-	st.DiskBytes = o.db.DiskBytes()
+	st.DiskBytes, st.NoSpace = o.db.DiskBytes(), o.db.Refused()
 	st.KVShared = o.kv.SharedStats()
 	if o.up != nil {
 		st.Slots, st.BusySlots, st.Queued = o.up.pool.size(), o.up.pool.busy(), o.up.pool.queued()

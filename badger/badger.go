@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 
 	bg "github.com/dgraph-io/badger/v4"
 )
@@ -35,7 +36,9 @@ type Options struct {
 	// ValueLogFileSize is the size at which a value-log file is closed and
 	// a new one begun, bytes. Space is reclaimed a whole file at a time and
 	// never from the file being written, so smaller files give it back
-	// sooner. Default 64 MiB (Badger's is 1 GiB).
+	// sooner. Default 64 MiB (Badger's is 1 GiB), less on a filesystem
+	// under 1 GiB: 1/16 of its size rounded down to a power of two, at
+	// least 1 MiB (see Room).
 	ValueLogFileSize int64
 	// NoCompactOnOpen skips Open's reclaiming pass (see Open).
 	NoCompactOnOpen bool
@@ -46,9 +49,18 @@ type DB struct {
 	db       *bg.DB
 	dir      string
 	vlogSize int64 // value-log file size, bytes
+	memSize  int64 // memtable size, bytes
+	log      *slog.Logger
+	refused  atomic.Int64 // writes Room refused since Open
 }
 
-// Open opens (creating if needed) the database in opts.Dir.
+// Open opens (creating if needed) the database in opts.Dir. The memtable
+// is 16 MiB, less on a filesystem under 512 MiB (1/32 of its size rounded
+// down to a power of two, at least 1 MiB), so that Room's reserve fits a
+// small disk. When the filesystem lacks the space that opening writes
+// (the tables flushed from the memtable logs of the last run, plus 1 MiB),
+// Open returns an error wrapping ErrNoSpace and touches nothing: opening
+// would otherwise die by SIGBUS in Badger's mapped files.
 func Open(opts Options) (*DB, error) {
 	if !opts.InMemory && opts.Dir == "" {
 		return nil, errors.New("badger: Options.Dir is empty")
@@ -64,9 +76,23 @@ func Open(opts Options) (*DB, error) {
 			return nil, err
 		}
 	}
-	vlogSize := opts.ValueLogFileSize
-	if vlogSize == 0 {
-		vlogSize = 64 << 20
+	var total int64
+	if !opts.InMemory {
+		free, tot, ok := diskSpace(opts.Dir)
+		if ok {
+			total = tot
+			need, err := openNeed(opts.Dir)
+			if err != nil {
+				return nil, fmt.Errorf("badger: %w", err)
+			}
+			if free < need {
+				return nil, noSpace("to open", opts.Dir, free, need)
+			}
+		}
+	}
+	memSize, vlogSize := fileSizes(total)
+	if opts.ValueLogFileSize != 0 {
+		vlogSize = opts.ValueLogFileSize
 	}
 	bo := bg.DefaultOptions(opts.Dir).
 		WithValueLogFileSize(vlogSize).
@@ -74,7 +100,7 @@ func Open(opts Options) (*DB, error) {
 		WithSyncWrites(!opts.NoSync).
 		WithLogger(slogAdapter{opts.Logger}).
 		WithNumVersionsToKeep(1).
-		WithMemTableSize(16 << 20).
+		WithMemTableSize(memSize).
 		WithValueThreshold(1 << 10).
 		WithNumCompactors(2)
 	if opts.InMemory {
@@ -96,7 +122,7 @@ func Open(opts Options) (*DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("badger: open %s: %w", opts.Dir, err)
 	}
-	d := &DB{db: db, vlogSize: vlogSize}
+	d := &DB{db: db, vlogSize: vlogSize, memSize: memSize, log: opts.Logger}
 	if !opts.InMemory {
 		d.dir = opts.Dir
 		if !opts.NoCompactOnOpen {
@@ -126,6 +152,10 @@ var sentinelKey = []byte("!reclaim")
 // so without this a small data directory (whose memtable rarely fills)
 // would keep deleted packs on disk for good.
 func (d *DB) reclaim() error {
+	if err := d.Room(0); err != nil {
+		d.warn("reclaiming skipped", err)
+		return nil
+	}
 	if err := d.db.Update(func(txn *bg.Txn) error { return txn.Set(sentinelKey, nil) }); err != nil {
 		return err
 	}
@@ -143,9 +173,20 @@ func (d *DB) reclaim() error {
 // overwritten values, as the discard statistics of past compactions
 // count them) until none is left, and returns how many it rewrote. Safe
 // while serving: writes go on. Badger's RunValueLogGC.
+//
+// A rewrite writes up to a value-log file's worth through Badger's mapped
+// files, so each one waits for Room: when the disk is short, GC stops and
+// returns what it rewrote with a nil error (logged at warn level).
 func (d *DB) GC() (int, error) {
 	n := 0
 	for {
+		if err := d.Room(d.vlogSize); err != nil {
+			if errors.Is(err, ErrNoSpace) {
+				d.warn("value-log rewrite skipped", err)
+				return n, nil
+			}
+			return n, err
+		}
 		err := d.db.RunValueLogGC(gcRatio)
 		switch {
 		case err == nil:
@@ -172,10 +213,21 @@ func (d *DB) Reclaim() (int, error) {
 	if err != nil || n > 0 || d.vlogBytes() <= 2*d.vlogSize {
 		return n, err
 	}
+	if err := d.Room(0); err != nil {
+		d.warn("compaction skipped", err) // Flatten rewrites every table
+		return 0, nil
+	}
 	if err := d.db.Flatten(1); err != nil {
 		return 0, err
 	}
 	return d.GC()
+}
+
+// warn logs a skipped background rewrite.
+func (d *DB) warn(msg string, err error) {
+	if d.log != nil {
+		d.log.Warn(msg, "dir", d.dir, "err", err, "src", "badger")
+	}
 }
 
 // vlogBytes is the allocated size of the value-log files, bytes.

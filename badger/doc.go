@@ -10,5 +10,15 @@
 //	l/...          LoRA registry (package lora)
 //	m/...          database metadata (format version)
 //
+// Free space: Badger writes its memtable log, value log and tables through
+// mapped sparse files, and a write into an unallocated page on a full disk
+// is a SIGBUS, not an error. So an owner package calls DB.Room before each
+// commit it makes. Room refuses with ErrNoSpace unless the free space
+// covers the commit plus what Badger may write after it without another
+// check (its formula is on DB.need). Open refuses a disk too full to open,
+// and GC and Reclaim skip their rewrites without room. Small commits that
+// skip Room (sequence leases, scheduler state, pack deletes) share the
+// reserve's 1 MiB margin.
+//
 // A *DB is safe for concurrent use, as Badger's own DB is.
 package badger

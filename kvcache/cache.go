@@ -97,6 +97,7 @@ type ramEntry struct {
 // Cache stores packs in Badger and keeps decompressed states in RAM.
 type Cache struct {
 	db   *bg.DB
+	room func(n int64) error // badger.DB.Room, asked before each write of Put
 	opts Options
 	log  *slog.Logger
 
@@ -133,7 +134,7 @@ func Open(db *badger.DB, opts Options) (*Cache, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	c := &Cache{db: db.Badger(), opts: opts, log: log, packs: map[string]*packRecord{},
+	c := &Cache{db: db.Badger(), room: db.Room, opts: opts, log: log, packs: map[string]*packRecord{},
 		chain: map[string][]string{}, lru: list.New(), ram: map[string]*list.Element{}, maxRemote: sharedMaxRemote}
 	if opts.Shared != nil {
 		var err error
@@ -319,7 +320,9 @@ func (c *Cache) Info(id string) (Info, bool) {
 // Put stores the state of a sequence holding exactly h.Tokens, computed under
 // the config h.KV and h.AdapterKey, and returns the pack id. Chunks are
 // written before the header, so a crash leaves either the whole pack or
-// orphan chunks that the next Open removes.
+// orphan chunks that the next Open removes. Each write first asks
+// badger.DB.Room: on a disk too full to take it, Put stores nothing and
+// returns an error wrapping badger.ErrNoSpace.
 func (c *Cache) Put(ctx context.Context, h Header, state []byte) (Info, error) {
 	if h.Created.IsZero() {
 		h.Created = c.opts.Now().UTC()
@@ -350,12 +353,20 @@ func (c *Cache) Put(ctx context.Context, h Header, state []byte) (Info, error) {
 			return Info{}, err
 		}
 		part := blob[i*chunkBytes : min(len(blob), (i+1)*chunkBytes)]
+		if err := c.room(int64(len(part))); err != nil {
+			c.deleteChunks(rec.ID)
+			return Info{}, fmt.Errorf("kvcache: write chunk: %w", err)
+		}
 		if err := c.db.Update(func(txn *bg.Txn) error { return txn.Set(chunkKey(rec.ID, i), part) }); err != nil {
 			c.deleteChunks(rec.ID)
 			return Info{}, fmt.Errorf("kvcache: write chunk: %w", err)
 		}
 	}
 	rj, _ := json.Marshal(rec)
+	if err := c.room(int64(len(rj))); err != nil {
+		c.deleteChunks(rec.ID)
+		return Info{}, fmt.Errorf("kvcache: write header: %w", err)
+	}
 	if err := c.db.Update(func(txn *bg.Txn) error { return txn.Set([]byte(keyHeader+rec.ID), rj) }); err != nil {
 		c.deleteChunks(rec.ID)
 		return Info{}, fmt.Errorf("kvcache: write header: %w", err)

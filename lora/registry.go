@@ -61,9 +61,10 @@ type RegistryOptions struct {
 
 // Registry stores adapter records in Badger. Safe for concurrent use.
 type Registry struct {
-	db  *bg.DB
-	now func() time.Time
-	log *slog.Logger
+	db   *bg.DB
+	room func(n int64) error // badger.DB.Room, asked before each write
+	now  func() time.Time
+	log  *slog.Logger
 }
 
 // NewRegistry returns the registry of db. It does not own db.
@@ -77,7 +78,7 @@ func NewRegistry(db *badger.DB, opts RegistryOptions) (*Registry, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Registry{db: db.Badger(), now: opts.Now, log: opts.Logger}, nil
+	return &Registry{db: db.Badger(), room: db.Room, now: opts.Now, log: opts.Logger}, nil
 }
 
 func recordKey(cube, name string) []byte {
@@ -164,6 +165,9 @@ func (r *Registry) Add(ctx context.Context, req AddRequest) (Record, error) {
 		Added: r.now().UTC()}
 	b, _ := json.Marshal(rec)
 	key := recordKey(req.Cube, req.Name)
+	if err := r.room(int64(len(b))); err != nil {
+		return Record{}, fmt.Errorf("lora: store %s: %w", scopeName(req.Cube, req.Name), err)
+	}
 	err = r.db.Update(func(txn *bg.Txn) error {
 		if !req.Replace {
 			if _, err := txn.Get(key); err == nil {

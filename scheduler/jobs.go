@@ -101,10 +101,15 @@ func (t *Tiers) runPending(ctx context.Context, j Job) error {
 }
 
 // enqueue persists jobs whose (kind, cube, memory) is not pending yet.
+// On a disk too full for the write it enqueues nothing and returns an
+// error wrapping badger.ErrNoSpace.
 func (t *Tiers) enqueue(ctx context.Context, jobs []Job) (int, error) {
 	pending, err := t.Jobs(ctx)
 	if err != nil {
 		return 0, err
+	}
+	if err := t.room(0); err != nil {
+		return 0, fmt.Errorf("scheduler: enqueue: %w", err)
 	}
 	n := 0
 	err = t.db.Update(func(txn *bg.Txn) error {

@@ -385,7 +385,7 @@ func errStatus(err error) (int, string) {
 		return http.StatusUnauthorized, "authentication_error"
 	case errors.Is(err, errForbidden):
 		return http.StatusForbidden, "permission_error"
-	case errors.Is(err, scheduler.ErrKVBudget):
+	case errors.Is(err, scheduler.ErrKVBudget), errors.Is(err, memosrt.ErrNoSpace):
 		return http.StatusInsufficientStorage, "server_error"
 	case errors.Is(err, textmem.ErrBadCube), errors.Is(err, textmem.ErrEmptyText), errors.Is(err, textmem.ErrInvalidUTF8), errors.Is(err, textmem.ErrBadField),
 		errors.Is(err, textmem.ErrBadQuery), errors.Is(err, memosrt.ErrBadArchive), errors.Is(err, runtime.ErrPromptTooLong),

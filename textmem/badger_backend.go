@@ -17,11 +17,19 @@ const keyRecord = "srv/cube/"
 
 // badgerBackend keeps cube c's key k at "t/<c>/<k>" (cube names cannot
 // contain '/', so cube "a"'s keys never share a prefix with cube "ab"'s).
-type badgerBackend struct{ db *bg.DB }
+// Every write first asks room (badger.DB.Room), which refuses it with
+// badger.ErrNoSpace when the disk is too full to take it safely.
+type badgerBackend struct {
+	db   *bg.DB
+	room func(n int64) error
+}
 
 // NewBadgerBackend returns the Backend over the embedded database db, the
 // default of Open. db stays the caller's to close.
-func NewBadgerBackend(db *badger.DB) Backend { return badgerBackend{db: db.Badger()} }
+func NewBadgerBackend(db *badger.DB) Backend { return badgerBackend{db: db.Badger(), room: db.Room} }
+
+// bulkRoomBytes is how many bytes Bulk puts between two free-space checks.
+const bulkRoomBytes = 256 << 10
 
 func cubeKeyPrefix(cube string) []byte { return []byte("t/" + cube + "/") }
 
@@ -95,6 +103,9 @@ func (b badgerBackend) Update(ctx context.Context, cube string, fn func(Txn) err
 		if err := ctx.Err(); err != nil {
 			return err
 		}
+		if err := b.room(0); err != nil {
+			return err
+		}
 		err := b.db.Update(func(txn *bg.Txn) error { return fn(badgerTxn{txn: txn, pre: cubeKeyPrefix(cube)}) })
 		if errors.Is(err, bg.ErrConflict) {
 			continue
@@ -107,12 +118,22 @@ func (b badgerBackend) Update(ctx context.Context, cube string, fn func(Txn) err
 }
 
 func (b badgerBackend) Bulk(ctx context.Context, cube string, fn func(put func(k, v []byte) error) error) error {
+	if err := b.room(0); err != nil {
+		return err
+	}
 	wb := b.db.NewWriteBatch()
 	defer wb.Cancel()
 	pre := cubeKeyPrefix(cube)
+	var unchecked int64 // bytes put since the last free-space check
 	err := fn(func(k, v []byte) error {
 		if err := ctx.Err(); err != nil {
 			return err
+		}
+		if unchecked += int64(len(k) + len(v)); unchecked >= bulkRoomBytes {
+			if err := b.room(unchecked); err != nil {
+				return err
+			}
+			unchecked = 0
 		}
 		return wb.Set(append(append([]byte(nil), pre...), k...), v)
 	})
@@ -142,6 +163,9 @@ func (b badgerBackend) DeletePrefix(ctx context.Context, cube string, prefix []b
 		}
 		if len(keys) == 0 {
 			return nil
+		}
+		if err := b.room(0); err != nil {
+			return err
 		}
 		wb := b.db.NewWriteBatch()
 		for _, k := range keys {
@@ -209,6 +233,9 @@ func (b badgerBackend) CreateRecord(ctx context.Context, cube string, rec []byte
 		return err
 	}
 	for {
+		if err := b.room(int64(len(rec))); err != nil {
+			return err
+		}
 		err := b.db.Update(func(txn *bg.Txn) error {
 			if _, err := txn.Get([]byte(keyRecord + cube)); err == nil {
 				return ErrRecordExists
@@ -245,6 +272,9 @@ func (b badgerBackend) Records(ctx context.Context) (map[string][]byte, error) {
 
 func (b badgerBackend) DeleteRecord(ctx context.Context, cube string) error {
 	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := b.room(0); err != nil {
 		return err
 	}
 	return b.db.Update(func(txn *bg.Txn) error { return txn.Delete([]byte(keyRecord + cube)) })

@@ -1,0 +1,16 @@
+//go:build linux || darwin
+
+package badger
+
+import "syscall"
+
+// diskSpace is the free space an unprivileged writer may use on the
+// filesystem holding dir (statfs f_bavail*f_bsize) and its total size
+// (f_blocks*f_bsize), bytes; ok false when statfs fails.
+func diskSpace(dir string) (free, total int64, ok bool) {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		return 0, 0, false
+	}
+	return int64(st.Bavail) * int64(st.Bsize), int64(st.Blocks) * int64(st.Bsize), true
+}

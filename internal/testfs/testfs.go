@@ -1,0 +1,33 @@
+// Package testfs mounts small real filesystems for tests that need a disk
+// to fill (the full-disk tests of badger and server).
+package testfs
+
+import (
+	"os"
+	"os/exec"
+	"testing"
+)
+
+// Tmpfs mounts a tmpfs of size (mount's size= syntax: "20m") on a new
+// directory under t.TempDir and unmounts it in t.Cleanup. Mounting needs
+// root: without it the test is skipped, unless CI is set (CI runs as root),
+// where it fails.
+func Tmpfs(t testing.TB, size string) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("CI is set but the test is not root: mounting a %s tmpfs needs root", size)
+		}
+		t.Skipf("mounting a %s tmpfs needs root; CI runs this test as root", size)
+	}
+	dir := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size, "tmpfs", dir).CombinedOutput(); err != nil {
+		t.Fatalf("mount tmpfs on %s: %v: %s", dir, err, out)
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
+			t.Errorf("umount %s: %v: %s", dir, err, out)
+		}
+	})
+	return dir
+}
