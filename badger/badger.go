@@ -65,7 +65,8 @@ const ValueThreshold = 1 << 20
 type DB struct {
 	db       *bg.DB
 	dir      string
-	vlogSize int64 // value-log file size, bytes
+	vlogSize int64         // value-log file size, bytes
+	tableDmg []TableDamage // found by Open (TableDamage); read-only after Open
 }
 
 // Open opens (creating if needed) the database in opts.Dir.
@@ -125,7 +126,9 @@ func Open(opts Options) (*DB, error) {
 	d := &DB{db: db, vlogSize: vlogSize}
 	if !opts.InMemory {
 		d.dir = opts.Dir
-		if !opts.NoCompactOnOpen && !opts.ReadOnly {
+		// before reclaim: its compaction would drop a damaged block's
+		// keys for good, without a word (Badger's reads skip the block)
+		if d.checkTables(opts.Logger) && !opts.NoCompactOnOpen && !opts.ReadOnly {
 			if err := d.reclaim(); err != nil {
 				db.Close()
 				return nil, fmt.Errorf("badger: reclaim %s: %w", opts.Dir, err)
