@@ -164,12 +164,14 @@ func allZero(b []byte) bool {
 type TableDamage struct {
 	File  string // SST file name, e.g. "000012.sst"
 	Level int    // LSM level of the table
-	// After is the last key that read back before the damage (nil when
-	// none did); Through is the table's largest key. The damaged keys lie
-	// in (After, Through]. Keys without Badger's 8-byte version suffix.
-	After, Through []byte
-	Keys, Want     int   // keys read back, keys the table's index counts
-	Err            error // why the table stopped reading, when known
+	// From and Through are the table's smallest and largest keys; After
+	// is the last key that read back before the damage (nil when none
+	// did). The damaged keys lie in (After, Through] (From when After is
+	// nil); reads by key (not by iteration) may still find some of them.
+	// Keys without Badger's 8-byte version suffix.
+	From, After, Through []byte
+	Keys, Want           int   // keys read back, keys the table's index counts
+	Err                  error // why the table stopped reading, when known
 }
 
 // VerifyTables reads every key of every SST the database references,
@@ -188,7 +190,7 @@ func (d *DB) VerifyTables() ([]TableDamage, error) {
 	var out []TableDamage
 	for _, ti := range d.db.Tables() {
 		name := fmt.Sprintf("%06d.sst", ti.ID)
-		td := TableDamage{File: name, Level: ti.Level, Through: y.ParseKey(ti.Right), Want: int(ti.KeyCount)}
+		td := TableDamage{File: name, Level: ti.Level, From: y.ParseKey(ti.Left), Through: y.ParseKey(ti.Right), Want: int(ti.KeyCount)}
 		n, last, err := readTable(filepath.Join(d.dir, name))
 		if errors.Is(err, errEncrypted) {
 			continue

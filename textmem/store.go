@@ -423,7 +423,7 @@ func (s *Store) rebuild(ctx context.Context, cube string) error {
 	var st cubeStats
 	st.analyzer = s.opts.Analyzer.Name()
 	err := s.be.Bulk(ctx, cube, func(put func(k, v []byte) error) error {
-		err := s.scanMemories(ctx, cube, func(m Memory) error {
+		err := s.scanReadable(ctx, cube, func(m Memory) error {
 			tf, dl := termFreqs(s.opts.Analyzer, m.Text)
 			if err := put(nsKey(nsDoc, m.ID), metaOf(m, dl).encode()); err != nil {
 				return err
@@ -474,6 +474,42 @@ func (s *Store) listAround(ctx context.Context, cube string) ([]Memory, error) {
 		}
 	}
 	return out, nil
+}
+
+// scanReadable is scanMemories, one read per memory, leaving out the
+// memory records that fail (ErrDamaged), each logged and counted.
+func (s *Store) scanReadable(ctx context.Context, cube string, fn func(Memory) error) error {
+	var ids []string
+	err := s.be.View(ctx, cube, func(txn Txn) error {
+		pre := nsPrefix(nsMem)
+		return txn.Iterate(pre, true, func(k, _ []byte) error {
+			ids = append(ids, string(k[len(pre):]))
+			return nil
+		})
+	})
+	if err != nil {
+		return err
+	}
+	for _, id := range ids {
+		var m Memory
+		err := s.be.View(ctx, cube, func(txn Txn) error {
+			var err error
+			m, err = getMemory(txn, cube, id)
+			return err
+		})
+		switch {
+		case errors.Is(err, ErrDamaged):
+			s.noteDamage(cube, err)
+		case errors.Is(err, ErrNotFound):
+		case err != nil:
+			return err
+		default:
+			if err := fn(m); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // scanMemories calls fn with every current memory of cube, in id order.
