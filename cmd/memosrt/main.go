@@ -5,6 +5,7 @@
 //	memosrt run --db DIR --model PATH --cube NAME [flags] PROMPT
 //	memosrt mcp --db DIR [--model PATH] [--cube NAME]
 //	memosrt bench ttft|recall ...
+//	memosrt check --db DIR [--repair]
 //	memosrt gen-model --preset 1b --out PATH
 //	memosrt version | devices
 //	memosrt completion bash|zsh|fish|powershell
@@ -95,7 +96,7 @@ func newRootCmd() *cobra.Command {
 	root.SetFlagErrorFunc(flagError)
 	root.Flags().SortFlags = false
 	root.AddCommand(newMemCmd(), newKVCmd(), newRunCmd(), newBenchCmd(), newServeCmd(), newMCPCmd(),
-		newLoraCmd(), newTiersCmd(), newGenModelCmd(), newDevicesCmd(), newVersionCmd())
+		newLoraCmd(), newTiersCmd(), newGenModelCmd(), newDevicesCmd(), newVersionCmd(), newCheckCmd())
 	root.InitDefaultHelpCmd()
 	root.InitDefaultCompletionCmd()
 	for _, c := range root.Commands() {
