@@ -45,7 +45,8 @@ type Options struct {
 type DB struct {
 	db       *bg.DB
 	dir      string
-	vlogSize int64 // value-log file size, bytes
+	vlogSize int64  // value-log file size, bytes
+	key      []byte // Options.EncryptionKey; Backup encrypts under it
 }
 
 // Open opens (creating if needed) the database in opts.Dir.
@@ -96,7 +97,7 @@ func Open(opts Options) (*DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("badger: open %s: %w", opts.Dir, err)
 	}
-	d := &DB{db: db, vlogSize: vlogSize}
+	d := &DB{db: db, vlogSize: vlogSize, key: opts.EncryptionKey}
 	if !opts.InMemory {
 		d.dir = opts.Dir
 		if !opts.NoCompactOnOpen {
