@@ -291,7 +291,7 @@ func readBackup(ctx context.Context, r io.Reader, key []byte, each func(backupRe
 	}
 	short := func(what string, err error) error {
 		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-			return damaged("the file ends inside the %s", what)
+			return damaged("the file ends inside %s", what)
 		}
 		return fmt.Errorf("badger: read backup: %w", err)
 	}
@@ -314,7 +314,7 @@ func readBackup(ctx context.Context, r io.Reader, key []byte, each func(backupRe
 	}
 	hj := make([]byte, hlen)
 	if _, err := io.ReadFull(hr, hj); err != nil {
-		return BackupInfo{}, short("header", err)
+		return BackupInfo{}, short("the header", err)
 	}
 	var h backupHeader
 	if err := json.Unmarshal(hj, &h); err != nil {
@@ -353,7 +353,7 @@ func readBackup(ctx context.Context, r io.Reader, key []byte, each func(backupRe
 	for i := uint64(0); ; i++ {
 		var nb [4]byte
 		if _, err := io.ReadFull(hr, nb[:]); err != nil {
-			return info, short("frame list", err)
+			return info, short("the frame list", err)
 		}
 		n := binary.LittleEndian.Uint32(nb[:])
 		if n == 0 {
@@ -408,12 +408,12 @@ func readBackup(ctx context.Context, r io.Reader, key []byte, each func(backupRe
 	}
 	var counts [16]byte
 	if _, err := io.ReadFull(hr, counts[:]); err != nil {
-		return info, short("end", err)
+		return info, short("the end", err)
 	}
 	want := hr.h.Sum(nil)
 	got := make([]byte, len(want))
 	if _, err := io.ReadFull(br, got); err != nil {
-		return info, short("checksum", err)
+		return info, short("the checksum", err)
 	}
 	if !hmac.Equal(got, want) {
 		return info, damaged("checksum mismatch")
