@@ -17,7 +17,7 @@ import (
 // hold what lives outside the database: the parametric tier's adapter
 // files, and memories kept in a shared text store (Options.TextStore).
 // With Options.EncryptionKey set the file is encrypted under a key derived
-// from it. Restore it with badger.Restore into a new directory. Errors:
+// from it. Restore it with badger.RestoreBackup into a new directory. Errors:
 // ErrClosed, ctx's error, w's error, a database read error (wrapped).
 func (o *OS) Backup(ctx context.Context, w io.Writer, version string) (badger.BackupInfo, error) {
 	if err := o.enter(); err != nil {

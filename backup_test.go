@@ -79,7 +79,7 @@ func TestBackupRestoreServes(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := filepath.Join(t.TempDir(), "restored")
-	if _, err := badger.Restore(ctx, file, badger.Options{Dir: dir}); err != nil {
+	if _, err := badger.RestoreBackup(ctx, file, badger.Options{Dir: dir}); err != nil {
 		t.Fatal(err)
 	}
 	dst := openOS(t, testOptions(t, dir))

@@ -52,7 +52,7 @@ import (
 var backupMagic = [8]byte{0x89, 'M', 'S', 'R', 'T', 'B', 'K', '\n'}
 
 const (
-	// backupFormat is the file format version Backup writes and Restore reads.
+	// backupFormat is the file format version Backup writes and RestoreBackup reads.
 	backupFormat = 1
 	// frameTarget is the frame size Backup aims for, plaintext bytes.
 	frameTarget = 1 << 20
@@ -64,18 +64,18 @@ const (
 )
 
 var (
-	// ErrBackupDamaged is returned by Restore and VerifyBackup when the
+	// ErrBackupDamaged is returned by RestoreBackup and VerifyBackup when the
 	// file is not a whole backup: truncated, a byte changed, bytes added,
 	// or not a memosrt backup at all. Nothing is restored.
 	ErrBackupDamaged = errors.New("badger: backup file damaged or truncated")
-	// ErrBackupFormat is returned by Restore and VerifyBackup for a backup
+	// ErrBackupFormat is returned by RestoreBackup and VerifyBackup for a backup
 	// written in a format version this build does not read (a newer
 	// memosrt made it).
 	ErrBackupFormat = errors.New("badger: backup format not supported")
-	// ErrBackupKey is returned by Restore and VerifyBackup when the file is
+	// ErrBackupKey is returned by RestoreBackup and VerifyBackup when the file is
 	// encrypted and no key, or not the key it was made with, was given.
 	ErrBackupKey = errors.New("badger: wrong or missing key for this backup")
-	// ErrNotEmpty is returned by Restore when the target exists and is not
+	// ErrNotEmpty is returned by RestoreBackup when the target exists and is not
 	// an empty directory. Nothing is written.
 	ErrNotEmpty = errors.New("badger: restore target exists and is not empty")
 )
@@ -140,10 +140,10 @@ func frameNonce(i uint64) []byte {
 // it wrote. Writes to the database go on meanwhile; every commit that
 // returned before Backup was called is in the snapshot. When the database
 // was opened with an EncryptionKey, the file is encrypted under a key
-// derived from it (Restore needs the same key); otherwise it is plaintext.
+// derived from it (RestoreBackup needs the same key); otherwise it is plaintext.
 // ctx is checked between frames (about 1 MiB each). Errors: ErrClosed,
 // ctx's error, w's error, a Badger read error (wrapped); on an error the
-// file has no valid end and Restore refuses it.
+// file has no valid end and RestoreBackup refuses it.
 func (d *DB) Backup(ctx context.Context, w io.Writer, opts BackupOptions) (BackupInfo, error) {
 	if d.db == nil || d.db.IsClosed() {
 		return BackupInfo{}, ErrClosed
@@ -460,7 +460,7 @@ func VerifyBackup(ctx context.Context, path string, key []byte) (BackupInfo, err
 	return info, nil
 }
 
-// Restore makes opts.Dir a copy of the database backed up in the file at
+// RestoreBackup makes opts.Dir a copy of the database backed up in the file at
 // path. opts.Dir must not exist or be an empty directory (else
 // ErrNotEmpty); its parent is created if missing. The file is verified
 // whole first (VerifyBackup), then loaded into a new temporary directory
@@ -472,7 +472,7 @@ func VerifyBackup(ctx context.Context, path string, key []byte) (BackupInfo, err
 // database opened for loading. Errors: ErrNotEmpty, ErrBackupDamaged,
 // ErrBackupFormat, ErrBackupKey, ctx's error, I/O and Badger errors
 // (wrapped).
-func Restore(ctx context.Context, path string, opts Options) (BackupInfo, error) {
+func RestoreBackup(ctx context.Context, path string, opts Options) (BackupInfo, error) {
 	if opts.Dir == "" || opts.InMemory {
 		return BackupInfo{}, errors.New("badger: restore: Options.Dir is empty")
 	}

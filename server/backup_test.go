@@ -66,7 +66,7 @@ func TestBackupRoute(t *testing.T) {
 	}
 	dst := filepath.Join(t.TempDir(), "restored")
 	ctx := context.Background()
-	if _, err := badger.Restore(ctx, file, badger.Options{Dir: dst}); err != nil {
+	if _, err := badger.RestoreBackup(ctx, file, badger.Options{Dir: dst}); err != nil {
 		t.Fatal(err)
 	}
 	o, err := memosrt.Open(ctx, memosrt.Options{Dir: dst, NoScheduler: true})

@@ -132,7 +132,7 @@ func newRestoreCmd() *cobra.Command {
 		if err != nil {
 			return err
 		}
-		info, err := badger.Restore(cmd.Context(), args[0], badger.Options{Dir: dir, EncryptionKey: key, Logger: logger()})
+		info, err := badger.RestoreBackup(cmd.Context(), args[0], badger.Options{Dir: dir, EncryptionKey: key, Logger: logger()})
 		if errors.Is(err, badger.ErrBackupKey) {
 			return fmt.Errorf("%w (--encrypt-key-file)", err)
 		}
