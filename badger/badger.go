@@ -73,6 +73,7 @@ type DB struct {
 	log      *slog.Logger
 	refused  atomic.Int64  // writes Room refused since Open
 	tableDmg []TableDamage // found by Open (TableDamage); read-only after Open
+	key      []byte        // Options.EncryptionKey; Backup encrypts under it
 }
 
 // Open opens (creating if needed) the database in opts.Dir. The memtable
@@ -149,7 +150,7 @@ func Open(opts Options) (*DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("badger: open %s: %w", opts.Dir, err)
 	}
-	d := &DB{db: db, vlogSize: vlogSize, memSize: memSize, log: opts.Logger}
+	d := &DB{db: db, vlogSize: vlogSize, memSize: memSize, log: opts.Logger, key: opts.EncryptionKey}
 	if !opts.InMemory {
 		d.dir = opts.Dir
 		// before reclaim: its compaction would drop a damaged block's

@@ -135,6 +135,7 @@ func (s *Server) routes(mux *http.ServeMux) {
 	mux.HandleFunc("POST /v1/tiers/tick", s.handleTick)
 	mux.HandleFunc("GET /v1/server", s.handleServerInfo)
 	mux.HandleFunc("GET /v1/stats", s.handleStats)
+	mux.HandleFunc("GET /v1/backup", s.handleBackup)
 	mux.HandleFunc("GET /v1/cubes/{cube}/adapters", s.handleAdapters)
 	// conversation memory (conversations.go)
 	mux.HandleFunc("POST /v1/cubes/{cube}/messages", s.handleMessagesAdd)
@@ -312,7 +313,7 @@ var errForbidden = errors.New("server: this access key may not use that")
 // scopeAllows refuses, for an access key of cube scope, every route that
 // names another cube (path, X-Memosrt-Cube) and every route beyond one
 // cube: creating or importing cubes, all packs, ticks, keys, metrics and
-// stats, the debug clock. The cube of a request body is checked where it is read
+// stats, backups, the debug clock. The cube of a request body is checked where it is read
 // (Server.cube) and the cube list is filtered.
 func scopeAllows(r *http.Request, scope string) error {
 	p := r.URL.Path
@@ -328,7 +329,7 @@ func scopeAllows(r *http.Request, scope string) error {
 	}
 	switch {
 	case p == "/v1/cubes" && r.Method != http.MethodGet,
-		p == "/v1/packs", p == "/v1/tiers/tick", p == "/metrics", p == "/v1/stats", strings.HasPrefix(p, "/v1/keys"), strings.HasPrefix(p, "/v1/debug/"):
+		p == "/v1/packs", p == "/v1/tiers/tick", p == "/metrics", p == "/v1/stats", p == "/v1/backup", strings.HasPrefix(p, "/v1/keys"), strings.HasPrefix(p, "/v1/debug/"):
 		return fmt.Errorf("%w: %s %s needs the admin token", errForbidden, r.Method, p)
 	}
 	return nil

@@ -1,4 +1,4 @@
-// Package crash holds the crash-safety harness of memosrt (a test only).
+// Package crash holds the crash-safety harness of memosrt (tests only).
 //
 // TestCrashRecovery runs the real `memosrt serve` on one data directory
 // under a write load over its memory API (cube creates, memory adds,
@@ -22,6 +22,16 @@
 // between let the restarted server recover the crashed directory itself.
 // About one cycle in seven kills the server during its start-up (Badger
 // replay, kvcache orphan removal, model load) instead of under load.
+//
+// TestBackupUnderLoad takes `memosrt backup` of a served directory while
+// the same four clients write to it, restores the file with `memosrt
+// restore` into a new directory and serves it: each cube holds exactly a
+// state its client reached at or after its last write acknowledged before
+// the backup began (one consistent snapshot, nothing acknowledged lost),
+// no tier state names a missing pack, and the raw checks above pass on
+// the copy. It also restores an offline backup of the killed directory to
+// exactly its last state, and sees a truncated file and a non-empty target
+// refused with nothing left behind; plain and encrypted.
 //
 // MEMOSRT_CRASH_CYCLES sets the number of cycles (default 100, 10 with
 // -short), MEMOSRT_CRASH_SEED the random seed (default: the clock; the seed

@@ -4,6 +4,7 @@
 //	memosrt kv warm|ls --db DIR --model PATH --cube NAME
 //	memosrt run --db DIR --model PATH --cube NAME [flags] PROMPT
 //	memosrt mcp --db DIR [--model PATH] [--cube NAME]
+//	memosrt backup --db DIR -o FILE | restore --db DIR FILE
 //	memosrt bench ttft|recall ...
 //	memosrt check --db DIR [--repair]
 //	memosrt gen-model --preset 1b --out PATH
@@ -96,7 +97,7 @@ func newRootCmd() *cobra.Command {
 	root.SetFlagErrorFunc(flagError)
 	root.Flags().SortFlags = false
 	root.AddCommand(newMemCmd(), newKVCmd(), newRunCmd(), newBenchCmd(), newServeCmd(), newMCPCmd(),
-		newLoraCmd(), newTiersCmd(), newGenModelCmd(), newDevicesCmd(), newVersionCmd(), newCheckCmd())
+		newLoraCmd(), newTiersCmd(), newBackupCmd(), newRestoreCmd(), newCheckCmd(), newGenModelCmd(), newDevicesCmd(), newVersionCmd())
 	root.InitDefaultHelpCmd()
 	root.InitDefaultCompletionCmd()
 	for _, c := range root.Commands() {
