@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 
 	bg "github.com/dgraph-io/badger/v4"
@@ -84,30 +83,6 @@ func checkAll(t *testing.T, d *DB, n int) {
 	}
 }
 
-// writeFiller writes a file of n bytes (or as many as fit) and returns its
-// path and the bytes written.
-func writeFiller(t *testing.T, path string, n int64) int64 {
-	t.Helper()
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	buf := bytes.Repeat([]byte{0xa5}, 64<<10)
-	var w int64
-	for w < n {
-		k, err := f.Write(buf[:min(int64(len(buf)), n-w)])
-		w += int64(k)
-		if errors.Is(err, syscall.ENOSPC) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	return w
-}
-
 // On a 20 MiB tmpfs, writes let in by Room fill the disk until Room
 // refuses with ErrNoSpace naming the directory and the free space; the
 // process does not die by SIGBUS (Badger's mapped files), reads and a
@@ -121,7 +96,7 @@ func TestFullDisk(t *testing.T) {
 	// 7 MiB: when filling stops, free space may lie under the reserve by
 	// more than the last write (a memtable flush takes space and adds a
 	// table to the compaction reserve at once)
-	if w := writeFiller(t, filler, 7<<20); w != 7<<20 {
+	if w := testfs.Fill(t, filler, 7<<20); w != 7<<20 {
 		t.Fatalf("filler: %d bytes written", w)
 	}
 	opts := Options{Dir: dir}
@@ -208,7 +183,7 @@ func TestOpenFullDisk(t *testing.T) {
 		t.Fatal(err)
 	}
 	filler := filepath.Join(mnt, "filler")
-	writeFiller(t, filler, 1<<30) // every block left
+	testfs.Fill(t, filler, 1<<30) // every block left
 	if free, _, _ := diskSpace(mnt); free != 0 {
 		t.Fatalf("%d bytes still free", free)
 	}

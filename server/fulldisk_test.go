@@ -34,27 +34,6 @@ func fullDiskText(i int) string {
 	return b.String()
 }
 
-// fillFile writes up to n bytes of a file, stopping at ENOSPC; it returns
-// the bytes written.
-func fillFile(t *testing.T, path string, n int64) int64 {
-	t.Helper()
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	buf := make([]byte, 64<<10)
-	var w int64
-	for w < n {
-		k, err := f.Write(buf[:min(int64(len(buf)), n-w)])
-		w += int64(k)
-		if err != nil {
-			break // ENOSPC
-		}
-	}
-	return w
-}
-
 // A data directory on a 20 MiB tmpfs, filled through the API with memory
 // adds and pack warms: the writes that meet the full disk answer 507 with
 // a message naming the directory and the free space, the server stays up
@@ -69,7 +48,7 @@ func TestFullDisk(t *testing.T) {
 	// 7 MiB: when filling stops, free space may be up to ~4.4 MiB under
 	// the reserve (a memtable flush takes space and adds a table to the
 	// compaction reserve at once)
-	if w := fillFile(t, filler, 7<<20); w != 7<<20 {
+	if w := testfs.Fill(t, filler, 7<<20); w != 7<<20 {
 		t.Fatalf("filler: %d bytes", w)
 	}
 	e := newEnv(t, envConfig{dir: dir})
@@ -287,7 +266,7 @@ func TestOpenFullDisk(t *testing.T) {
 		}
 	}
 	e.close(t)
-	fillFile(t, filepath.Join(mnt, "filler"), 1<<30)
+	testfs.Fill(t, filepath.Join(mnt, "filler"), 1<<30)
 	cmd := exec.Command(os.Args[0], "-test.run=^TestOpenFullDisk$")
 	cmd.Env = append(os.Environ(), "MEMOSRT_TEST_OPEN_DIR="+dir)
 	out, err := cmd.CombinedOutput()

@@ -49,23 +49,7 @@ func (h *history) len() int {
 // is acknowledged (none is cut off), so the last state is the cube's.
 func runLoad(t *testing.T, w *worker, c *client, h *history, stop *atomic.Bool) {
 	for !stop.Load() {
-		var o op
-		switch r := w.rng.IntN(100); {
-		case !w.created:
-			o = op{kind: opCreate}
-		case r < 40 || len(w.mem) == 0:
-			o = op{kind: opAdd, text: w.text()}
-		case r < 60:
-			o = op{kind: opUpdate, id: w.anyID(), text: w.text()}
-		case r < 72:
-			o = op{kind: opDelete, id: w.anyID()}
-		case r < 84:
-			o = op{kind: opChat, text: w.mem[w.anyID()]}
-		case r < 98:
-			o = op{kind: opWarm}
-		default:
-			o = op{kind: opDeleteCube}
-		}
+		o := w.next()
 		if err := w.apply(context.Background(), c, &o); err != nil {
 			t.Errorf("%s: %s: %v", w.cube, &o, err)
 			return

@@ -3,8 +3,11 @@
 package testfs
 
 import (
+	"bytes"
+	"errors"
 	"os"
 	"os/exec"
+	"syscall"
 	"testing"
 )
 
@@ -30,4 +33,29 @@ func Tmpfs(t testing.TB, size string) string {
 		}
 	})
 	return dir
+}
+
+// Fill writes a file of n bytes at path, or as many as fit before the
+// filesystem answers ENOSPC, and returns the bytes written; any other
+// error fails the test.
+func Fill(t testing.TB, path string, n int64) int64 {
+	t.Helper()
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	buf := bytes.Repeat([]byte{0xa5}, 64<<10)
+	var w int64
+	for w < n {
+		k, err := f.Write(buf[:min(int64(len(buf)), n-w)])
+		w += int64(k)
+		if errors.Is(err, syscall.ENOSPC) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return w
 }
