@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 
 	bg "github.com/dgraph-io/badger/v4"
+	"github.com/dgraph-io/badger/v4/options"
 )
 
 // ErrClosed is returned by methods of a closed DB.
@@ -42,7 +43,26 @@ type Options struct {
 	ValueLogFileSize int64
 	// NoCompactOnOpen skips Open's reclaiming pass (see Open).
 	NoCompactOnOpen bool
+	// ReadOnly opens the directory without writing to it (memosrt check):
+	// no reclaiming pass, no truncation of a damaged value-log tail, and
+	// every write fails. Default false.
+	ReadOnly bool
+	// NoVerify turns off the checksum verification of every value-log
+	// value and SST block read (see ValueThreshold); only for measuring
+	// its cost (docs/benchmarks.md). Default false: verified.
+	NoVerify bool
 }
+
+// ValueThreshold is the smallest value, in bytes, that Badger keeps in
+// the value log rather than in the LSM tree: Badger's maximum and default
+// (maxValueThreshold in github.com/dgraph-io/badger/v4 options.go, 1 MiB).
+// Memory records (a text of at most textmem's default MaxTextBytes, 64
+// KiB, as JSON) stay in the LSM tree and its write-ahead log, each block
+// of which is checksummed; only KV pack chunks of 1 MiB or more go to the
+// value log. Badger truncates the newest value-log file at its first
+// damaged entry when it opens, dropping every value after it: with this
+// threshold what it drops is packs, which are recomputed, never a memory.
+const ValueThreshold = 1 << 20
 
 // DB is a memosrt data directory: one Badger database.
 type DB struct {
@@ -51,8 +71,9 @@ type DB struct {
 	vlogSize int64 // value-log file size, bytes
 	memSize  int64 // memtable size, bytes
 	log      *slog.Logger
-	refused  atomic.Int64 // writes Room refused since Open
-	key      []byte       // Options.EncryptionKey; Backup encrypts under it
+	refused  atomic.Int64  // writes Room refused since Open
+	tableDmg []TableDamage // found by Open (TableDamage); read-only after Open
+	key      []byte        // Options.EncryptionKey; Backup encrypts under it
 }
 
 // Open opens (creating if needed) the database in opts.Dir. The memtable
@@ -69,7 +90,7 @@ func Open(opts Options) (*DB, error) {
 	if n := len(opts.EncryptionKey); n != 0 && n != 16 && n != 24 && n != 32 {
 		return nil, fmt.Errorf("badger: encryption key is %d bytes, want 16, 24 or 32", n)
 	}
-	if !opts.InMemory {
+	if !opts.InMemory && !opts.ReadOnly {
 		if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
 			return nil, fmt.Errorf("badger: %w", err)
 		}
@@ -102,8 +123,14 @@ func Open(opts Options) (*DB, error) {
 		WithLogger(slogAdapter{opts.Logger}).
 		WithNumVersionsToKeep(1).
 		WithMemTableSize(memSize).
-		WithValueThreshold(1 << 10).
-		WithNumCompactors(2)
+		WithValueThreshold(ValueThreshold).
+		WithNumCompactors(2).
+		WithReadOnly(opts.ReadOnly).
+		WithVerifyValueChecksum(!opts.NoVerify).
+		WithChecksumVerificationMode(options.OnBlockRead)
+	if opts.NoVerify {
+		bo = bo.WithChecksumVerificationMode(options.NoVerification)
+	}
 	if opts.InMemory {
 		// no value log in memory: every value stays in the LSM tree, whose
 		// limit is Badger's maximum value threshold (1 MiB)
@@ -126,7 +153,9 @@ func Open(opts Options) (*DB, error) {
 	d := &DB{db: db, vlogSize: vlogSize, memSize: memSize, log: opts.Logger, key: opts.EncryptionKey}
 	if !opts.InMemory {
 		d.dir = opts.Dir
-		if !opts.NoCompactOnOpen {
+		// before reclaim: its compaction would drop a damaged block's
+		// keys for good, without a word (Badger's reads skip the block)
+		if d.checkTables(opts.Logger) && !opts.NoCompactOnOpen && !opts.ReadOnly {
 			if err := d.reclaim(); err != nil {
 				db.Close()
 				return nil, fmt.Errorf("badger: reclaim %s: %w", opts.Dir, err)

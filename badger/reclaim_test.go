@@ -20,13 +20,13 @@ func TestReclaimOnOpen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	val := bytes.Repeat([]byte("memosrt!"), 8<<10) // 64 KiB: in the value log
-	for i := range 400 {
+	val := bytes.Repeat([]byte("memosrt!"), (ValueThreshold+256<<10)/8) // 1.25 MiB: in the value log
+	for i := range 20 {
 		if err := d.Badger().Update(func(tx *bg.Txn) error { return tx.Set(fmt.Appendf(nil, "k%d", i), val) }); err != nil {
 			t.Fatal(err)
 		}
 	}
-	for i := range 399 { // k399 stays
+	for i := range 19 { // k19 stays
 		if err := d.Badger().Update(func(tx *bg.Txn) error { return tx.Delete(fmt.Appendf(nil, "k%d", i)) }); err != nil {
 			t.Fatal(err)
 		}
@@ -66,8 +66,8 @@ func TestReclaimWhileOpen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	val := bytes.Repeat([]byte("memosrt!"), 8<<10)
-	for i := range 400 {
+	val := bytes.Repeat([]byte("memosrt!"), (ValueThreshold+256<<10)/8)
+	for i := range 20 {
 		if err := d.Badger().Update(func(tx *bg.Txn) error { return tx.Set(fmt.Appendf(nil, "k%d", i), val) }); err != nil {
 			t.Fatal(err)
 		}
@@ -77,7 +77,7 @@ func TestReclaimWhileOpen(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d.Close()
-	for i := range 399 {
+	for i := range 19 {
 		if err := d.Badger().Update(func(tx *bg.Txn) error { return tx.Delete(fmt.Appendf(nil, "k%d", i)) }); err != nil {
 			t.Fatal(err)
 		}
@@ -124,18 +124,18 @@ func TestReclaimWhileOpen(t *testing.T) {
 	checkKept(t, d, val)
 }
 
-// checkKept fails t unless k399, the value the reclaim tests keep, reads
+// checkKept fails t unless k19, the value the reclaim tests keep, reads
 // back as val byte for byte.
 func checkKept(t *testing.T, d *DB, val []byte) {
 	t.Helper()
 	err := d.Badger().View(func(tx *bg.Txn) error {
-		it, err := tx.Get([]byte("k399"))
+		it, err := tx.Get([]byte("k19"))
 		if err != nil {
 			return err
 		}
 		return it.Value(func(v []byte) error {
 			if !bytes.Equal(v, val) {
-				return fmt.Errorf("k399 changed: %d bytes", len(v))
+				return fmt.Errorf("k19 changed: %d bytes", len(v))
 			}
 			return nil
 		})

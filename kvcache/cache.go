@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	bg "github.com/dgraph-io/badger/v4"
@@ -115,6 +116,8 @@ type Cache struct {
 	ramBytes int64
 	closed   bool
 
+	damaged atomic.Int64 // packs deleted because their bytes failed (Damaged)
+
 	shared    *sharedState // nil without Options.Shared
 	remoteIDs []string     // remote records in the order found (trimRemote)
 	maxRemote int          // sharedMaxRemote (tests lower it)
@@ -172,6 +175,9 @@ func Open(db *badger.DB, opts Options) (*Cache, error) {
 		return nil, fmt.Errorf("kvcache: open: %w", err)
 	}
 	for id := range orphans {
+		if c.db.Opts().ReadOnly { // memosrt check: removed when next opened to write
+			break
+		}
 		log.Info("kvcache: removing orphan chunks", "pack", id[:12])
 		if err := c.deleteChunks(id); err != nil {
 			return nil, err
@@ -489,7 +495,13 @@ func (c *Cache) Blob(id string) ([]byte, error) {
 			if err != nil {
 				return fmt.Errorf("kvcache: read chunk %d: %w", i, err) // I/O: the pack may be fine
 			}
-			if err := item.Value(func(v []byte) error { blob = append(blob, v...); return nil }); err != nil {
+			if err := item.Value(func(v []byte) error {
+				if err := badger.CheckValue(item, v); err != nil {
+					return fmt.Errorf("%w: chunk %d of %d: %w", ErrCorrupt, i, rec.Chunks, err)
+				}
+				blob = append(blob, v...)
+				return nil
+			}); err != nil {
 				return err
 			}
 		}
@@ -515,7 +527,12 @@ func (c *Cache) readState(rec *packRecord) (h Header, state []byte, err error) {
 			if err != nil {
 				return fmt.Errorf("kvcache: read chunk %d: %w", i, err) // I/O: the pack may be fine
 			}
-			if err := item.Value(d.write); err != nil {
+			if err := item.Value(func(v []byte) error {
+				if err := badger.CheckValue(item, v); err != nil {
+					return fmt.Errorf("%w: chunk %d of %d: %w", ErrCorrupt, i, rec.Chunks, err)
+				}
+				return d.write(v)
+			}); err != nil {
 				return err
 			}
 		}
@@ -562,6 +579,12 @@ func (c *Cache) State(id string) (h Header, state []byte, fromRAM bool, err erro
 	c.mu.Unlock()
 	return h, state, false, nil
 }
+
+// Damaged returns how many packs were deleted since Open because their
+// stored bytes failed (ErrCorrupt: a checksum, framing, or a chunk that
+// does not read back), by Restore or by Check with repair. Each was
+// logged at level Warn with its id.
+func (c *Cache) Damaged() int64 { return c.damaged.Load() }
 
 // DropRAM evicts every decompressed state from RAM (tests, memory pressure).
 func (c *Cache) DropRAM() {

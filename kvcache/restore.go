@@ -81,6 +81,9 @@ func (c *Cache) Restore(ctx context.Context, eng *runtime.Engine, seq int, toks 
 		}
 		if Proven(err) {
 			c.log.Warn("kvcache: pack refused and deleted; falling back to prefill", "pack", m.ID[:12], "err", err)
+			if errors.Is(err, ErrCorrupt) {
+				c.damaged.Add(1)
+			}
 			c.Delete(m.ID)
 		} else {
 			c.log.Info("kvcache: pack not restored (kept); falling back to prefill", "pack", m.ID[:12], "err", err)

@@ -95,6 +95,20 @@ func newMetrics(s *Server) *metrics {
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "memosrt_restore_fallbacks_total",
 			Help: "Stored packs that matched a prompt but were refused at restore (room, I/O, a mismatch): the prompt was prefilled."},
 			stat(func(b memosrt.Stats) float64 { return float64(b.Fallbacks) })),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "memosrt_damaged_total", ConstLabels: prometheus.Labels{"tier": "text"},
+			Help: "Damage met: text records that failed their checksum or did not read back (tier=text, each logged and not served), KV packs deleted because their bytes failed (tier=kv)."},
+			func() float64 { return float64(s.os.TextStore().Damaged()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "memosrt_damaged_total", ConstLabels: prometheus.Labels{"tier": "kv"},
+			Help: "Damage met: text records that failed their checksum or did not read back (tier=text, each logged and not served), KV packs deleted because their bytes failed (tier=kv)."},
+			func() float64 { return float64(s.os.KVCache().Damaged()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "memosrt_damaged_tables",
+			Help: "SSTs of the data directory whose keys did not all read back when it was opened (logged; run memosrt check)."},
+			func() float64 {
+				if db := s.os.DB(); db != nil {
+					return float64(len(db.TableDamage()))
+				}
+				return 0
+			}),
 		// Go's usual gauges, and the heap live after the last GC
 		// (runtime/metrics /gc/heap/live:bytes as go_gc_heap_live_bytes):
 		// heap in use also counts garbage not yet collected

@@ -3,8 +3,10 @@ package textmem
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 
 	bg "github.com/dgraph-io/badger/v4"
 
@@ -33,6 +35,42 @@ const bulkRoomBytes = 256 << 10
 
 func cubeKeyPrefix(cube string) []byte { return []byte("t/" + cube + "/") }
 
+// metaSummed is the Badger UserMeta bit of a record whose value ends with
+// a checksum: the 4-byte big-endian CRC-32C (Castagnoli) of the record's
+// full Badger key followed by the value before it. Records written
+// before it existed have no such bit and are read as they are.
+const metaSummed = 0x01
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// seal returns value followed by the checksum of key and value.
+func seal(key, value []byte) []byte {
+	c := crc32.Update(crc32.Checksum(key, castagnoli), castagnoli, value)
+	return binary.BigEndian.AppendUint32(append(make([]byte, 0, len(value)+4), value...), c)
+}
+
+// unseal returns the value of a record read from Badger: without its
+// checksum when it has one, or an error wrapping ErrDamaged naming the key
+// when the checksum does not match, or when Badger's read failed (see
+// badger.CheckValue). v is Badger's buffer; the result aliases it.
+func unseal(item *bg.Item, v []byte) ([]byte, error) {
+	if err := badger.CheckValue(item, v); err != nil {
+		return nil, fmt.Errorf("%w: record %s: %w", ErrDamaged, item.Key(), err)
+	}
+	if item.UserMeta()&metaSummed == 0 {
+		return v, nil
+	}
+	if len(v) < 4 {
+		return nil, fmt.Errorf("%w: record %s: %d bytes, shorter than its checksum", ErrDamaged, item.Key(), len(v))
+	}
+	body := v[:len(v)-4]
+	want := binary.BigEndian.Uint32(v[len(v)-4:])
+	if got := crc32.Update(crc32.Checksum(item.Key(), castagnoli), castagnoli, body); got != want {
+		return nil, fmt.Errorf("%w: record %s: checksum %08x, stored %08x", ErrDamaged, item.Key(), got, want)
+	}
+	return body, nil
+}
+
 type badgerTxn struct {
 	txn *bg.Txn
 	pre []byte
@@ -48,13 +86,27 @@ func (t badgerTxn) Get(k []byte) ([]byte, error) {
 		return nil, ErrKeyNotFound
 	}
 	if err != nil {
-		return nil, err
+		return nil, damaged(err, t.key(k))
 	}
-	return item.ValueCopy(nil)
+	v, err := item.ValueCopy(nil)
+	if err != nil {
+		return nil, damaged(err, t.key(k))
+	}
+	return unseal(item, v)
+}
+
+// damaged wraps err with ErrDamaged naming key when err is a read of
+// damaged bytes (badger.Damaged); other errors are returned as they are.
+func damaged(err error, key []byte) error {
+	if badger.Damaged(err) && !errors.Is(err, ErrDamaged) {
+		return fmt.Errorf("%w: record %s: %w", ErrDamaged, key, err)
+	}
+	return err
 }
 
 func (t badgerTxn) Set(k, v []byte) error {
-	err := t.txn.Set(t.key(k), v)
+	key := t.key(k)
+	err := t.txn.SetEntry(bg.NewEntry(key, seal(key, v)).WithMeta(metaSummed))
 	if errors.Is(err, bg.ErrTxnTooBig) {
 		return fmt.Errorf("%w: %v", ErrTxnTooBig, err)
 	}
@@ -82,7 +134,14 @@ func (t badgerTxn) Iterate(prefix []byte, keysOnly bool, fn func(k, v []byte) er
 		if keysOnly {
 			err = fn(k, nil)
 		} else {
-			err = item.Value(func(v []byte) error { return fn(k, v) })
+			err = item.Value(func(v []byte) error {
+				v, err := unseal(item, v)
+				if err != nil {
+					return err
+				}
+				return fn(k, v)
+			})
+			err = damaged(err, item.Key())
 		}
 		if err != nil {
 			return err
@@ -135,7 +194,8 @@ func (b badgerBackend) Bulk(ctx context.Context, cube string, fn func(put func(k
 			}
 			unchecked = 0
 		}
-		return wb.Set(append(append([]byte(nil), pre...), k...), v)
+		key := append(append([]byte(nil), pre...), k...)
+		return wb.SetEntry(bg.NewEntry(key, seal(key, v)).WithMeta(metaSummed))
 	})
 	if err != nil {
 		return err

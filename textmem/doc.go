@@ -30,6 +30,12 @@
 // Options.NewVectorIndex). Vectors are stored next to the texts, tagged
 // with the embedder's Name.
 //
+// Over Badger every record carries a CRC-32C of its key and value; a
+// record that fails it, or that Badger cannot read back, is ErrDamaged
+// naming the record: Get refuses it, List and Search leave it out, and
+// each is logged and counted (Damaged). Check and RepairIndex are memosrt
+// check's per-cube verification and index rebuild.
+//
 // A Store is safe for concurrent use. Writes to one cube are serialised
 // within a Store; writes to different cubes and all reads run in parallel.
 // Only one Store may be open over a Badger database at a time; over

@@ -43,6 +43,14 @@ var (
 	// its range (a confidence outside [0, 1]).
 	ErrBadField = errors.New("textmem: bad field")
 
+	// ErrDamaged is returned when a stored record does not read back as it
+	// was written: its checksum does not match, or the store's own
+	// checksums failed under it (package badger's ErrDamaged). The error
+	// names the record's key (t/<cube>/m/<id> for a memory); nothing of
+	// the record is returned. Get returns it; List and Search leave the
+	// record out. Each one found is logged and counted (Store.Damaged).
+	ErrDamaged = errors.New("textmem: damaged record")
+
 	// ErrBadQuery is returned by SearchWith when the Query is inconsistent
 	// (for example Until before Since).
 	ErrBadQuery = errors.New("textmem: bad query")

@@ -46,6 +46,10 @@ func (s *Store) hits(ctx context.Context, cube string, ids []string, top []score
 			if errors.Is(err, ErrNotFound) {
 				continue
 			}
+			if errors.Is(err, ErrDamaged) {
+				s.noteDamage(cube, err) // left out of the hits
+				continue
+			}
 			if err != nil {
 				return err
 			}

@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/memosrt/memosrt/badger"
@@ -29,6 +30,8 @@ type Store struct {
 	opts Options
 	log  *slog.Logger
 	stop func() // ends the Watch; nil without a Watcher
+
+	damaged atomic.Int64 // damaged records met (Damaged)
 
 	// mu guards closed, cubes and lastNanos.
 	mu        sync.Mutex
@@ -68,6 +71,22 @@ func OpenBackend(be Backend, opts Options) (*Store, error) {
 		s.stop = w.Watch(s.changed)
 	}
 	return s, nil
+}
+
+// Damaged returns how many damaged records (ErrDamaged) the Store has
+// met since Open, and cubes whose index found fewer memory records than
+// its statistics count (records lost from a damaged SST block, which
+// Badger's iterators skip without an error). Each was logged at level
+// Error with the cube and what was lost.
+func (s *Store) Damaged() int64 { return s.damaged.Load() }
+
+// noteDamage logs and counts err when it wraps ErrDamaged, and returns it.
+func (s *Store) noteDamage(cube string, err error) error {
+	if errors.Is(err, ErrDamaged) {
+		s.damaged.Add(1)
+		s.log.Error("damaged record: not served", "cube", cube, "err", err)
+	}
+	return err
 }
 
 // Backend returns the Backend the Store keeps its records in.
@@ -368,7 +387,13 @@ func (s *Store) load(ctx context.Context, cube string, ix *cubeIndex) error {
 		ix.reset()
 		return fmt.Errorf("textmem: load cube %s: %w", cube, err)
 	}
-	if hasStats && st.analyzer == s.opts.Analyzer.Name() &&
+	if hasStats && st.analyzer == s.opts.Analyzer.Name() && st.docs > uint64(ix.live) {
+		// written in one transaction with the records: fewer records is
+		// damage (a damaged SST block hides its keys without an error)
+		s.damaged.Add(1)
+		s.log.Error("damaged cube: memory records missing; run memosrt check",
+			"cube", cube, "stats_docs", st.docs, "docs", ix.live, "lost", st.docs-uint64(ix.live))
+	} else if hasStats && st.analyzer == s.opts.Analyzer.Name() &&
 		(st.docs != uint64(ix.live) || st.totalLen != uint64(ix.totalLen)) {
 		s.log.Warn("cube stats disagree with records; using records",
 			"cube", cube, "stats_docs", st.docs, "docs", ix.live)
@@ -398,7 +423,7 @@ func (s *Store) rebuild(ctx context.Context, cube string) error {
 	var st cubeStats
 	st.analyzer = s.opts.Analyzer.Name()
 	err := s.be.Bulk(ctx, cube, func(put func(k, v []byte) error) error {
-		err := s.scanMemories(ctx, cube, func(m Memory) error {
+		err := s.scanReadable(ctx, cube, func(m Memory) error {
 			tf, dl := termFreqs(s.opts.Analyzer, m.Text)
 			if err := put(nsKey(nsDoc, m.ID), metaOf(m, dl).encode()); err != nil {
 				return err
@@ -419,6 +444,70 @@ func (s *Store) rebuild(ctx context.Context, cube string) error {
 	})
 	if err != nil {
 		return fmt.Errorf("textmem: rebuild cube %s: %w", cube, err)
+	}
+	return nil
+}
+
+// listAround is List's path when a memory record of cube is damaged: it
+// reads each memory apart and leaves out, logs and counts the damaged ones.
+func (s *Store) listAround(ctx context.Context, cube string) ([]Memory, error) {
+	out := []Memory{}
+	var ids []string
+	err := s.be.View(ctx, cube, func(txn Txn) error {
+		pre := nsPrefix(nsMem)
+		return txn.Iterate(pre, true, func(k, _ []byte) error {
+			ids = append(ids, string(k[len(pre):]))
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, err
+	}
+	for _, id := range ids {
+		m, err := s.Get(ctx, cube, id) // logs and counts damage
+		switch {
+		case err == nil:
+			out = append(out, m)
+		case errors.Is(err, ErrDamaged), errors.Is(err, ErrNotFound):
+		default:
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// scanReadable is scanMemories, one read per memory, leaving out the
+// memory records that fail (ErrDamaged), each logged and counted.
+func (s *Store) scanReadable(ctx context.Context, cube string, fn func(Memory) error) error {
+	var ids []string
+	err := s.be.View(ctx, cube, func(txn Txn) error {
+		pre := nsPrefix(nsMem)
+		return txn.Iterate(pre, true, func(k, _ []byte) error {
+			ids = append(ids, string(k[len(pre):]))
+			return nil
+		})
+	})
+	if err != nil {
+		return err
+	}
+	for _, id := range ids {
+		var m Memory
+		err := s.be.View(ctx, cube, func(txn Txn) error {
+			var err error
+			m, err = getMemory(txn, cube, id)
+			return err
+		})
+		switch {
+		case errors.Is(err, ErrDamaged):
+			s.noteDamage(cube, err)
+		case errors.Is(err, ErrNotFound):
+		case err != nil:
+			return err
+		default:
+			if err := fn(m); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }
@@ -712,7 +801,26 @@ func (s *Store) Get(ctx context.Context, cube, id string) (Memory, error) {
 		m, err = getMemory(txn, cube, id)
 		return err
 	})
-	return m, err
+	if errors.Is(err, ErrNotFound) && validID(id) && s.indexed(ctx, cube, id) {
+		// Badger answers not found for a key in a damaged SST block
+		err = fmt.Errorf("%w: record %sm/%s: indexed but does not read back", ErrDamaged, cubeKeyPrefix(cube), id)
+	}
+	if err != nil {
+		return Memory{}, s.noteDamage(cube, err)
+	}
+	return m, nil
+}
+
+// indexed reports whether cube's loaded index holds memory id.
+func (s *Store) indexed(ctx context.Context, cube, id string) bool {
+	ix, err := s.index(ctx, cube)
+	if err != nil {
+		return false
+	}
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	_, ok := ix.byID[id]
+	return ok
 }
 
 // List returns every memory of cube, oldest first (by Created, then ID).
@@ -729,6 +837,9 @@ func (s *Store) List(ctx context.Context, cube string) ([]Memory, error) {
 		out = append(out, m)
 		return nil
 	})
+	if errors.Is(err, ErrDamaged) {
+		out, err = s.listAround(ctx, cube)
+	}
 	if err != nil {
 		return nil, err
 	}

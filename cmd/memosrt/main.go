@@ -6,6 +6,7 @@
 //	memosrt mcp --db DIR [--model PATH] [--cube NAME]
 //	memosrt backup --db DIR -o FILE | restore --db DIR FILE
 //	memosrt bench ttft|recall ...
+//	memosrt check --db DIR [--repair]
 //	memosrt gen-model --preset 1b --out PATH
 //	memosrt version | devices
 //	memosrt completion bash|zsh|fish|powershell
@@ -96,7 +97,7 @@ func newRootCmd() *cobra.Command {
 	root.SetFlagErrorFunc(flagError)
 	root.Flags().SortFlags = false
 	root.AddCommand(newMemCmd(), newKVCmd(), newRunCmd(), newBenchCmd(), newServeCmd(), newMCPCmd(),
-		newLoraCmd(), newTiersCmd(), newBackupCmd(), newRestoreCmd(), newGenModelCmd(), newDevicesCmd(), newVersionCmd())
+		newLoraCmd(), newTiersCmd(), newBackupCmd(), newRestoreCmd(), newCheckCmd(), newGenModelCmd(), newDevicesCmd(), newVersionCmd())
 	root.InitDefaultHelpCmd()
 	root.InitDefaultCompletionCmd()
 	for _, c := range root.Commands() {

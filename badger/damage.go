@@ -1,0 +1,275 @@
+package badger
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	bg "github.com/dgraph-io/badger/v4"
+	"github.com/dgraph-io/badger/v4/options"
+	"github.com/dgraph-io/badger/v4/table"
+	"github.com/dgraph-io/badger/v4/y"
+	"github.com/dgraph-io/ristretto/v2/z"
+)
+
+// ErrDamaged is wrapped by errors of reads that met damaged bytes on disk:
+// a value-log value or an SST block that fails its checksum, or a value
+// pointer past the end of its value-log file (a file truncated after
+// damage). Nothing of the damaged record is returned.
+var ErrDamaged = errors.New("badger: damaged on disk")
+
+// Damaged reports whether err is a read of damaged bytes: ErrDamaged, or
+// one of the errors Badger returns for them (y.ErrChecksumMismatch, from
+// value checksums and SST block checksums; y.ErrEOF and "Invalid value
+// pointer offset", from a value pointer past the end of a truncated
+// value-log file).
+func Damaged(err error) bool {
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, ErrDamaged) || errors.Is(err, y.ErrChecksumMismatch) || errors.Is(err, y.ErrEOF) {
+		return true
+	}
+	s := err.Error()
+	return strings.Contains(s, "Invalid value pointer offset") || strings.Contains(s, "checksum mismatch")
+}
+
+// ValueCopy returns a copy of item's value, or an error wrapping
+// ErrDamaged naming the key when the value could not be read. Badger
+// logs a failed value-log read (a checksum mismatch, a value pointer past
+// the end of a truncated file) and returns an empty value without an
+// error (Item.yieldItemValue in github.com/dgraph-io/badger/v4
+// iterator.go), so an empty value whose pointer says it has bytes is
+// damage.
+func ValueCopy(item *bg.Item) ([]byte, error) {
+	v, err := item.ValueCopy(nil)
+	if err != nil {
+		return nil, err
+	}
+	if err := CheckValue(item, v); err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+// CheckValue returns an error wrapping ErrDamaged when v, the value
+// Badger gave for item, is empty while item's value pointer says it has
+// bytes (see ValueCopy); nil otherwise.
+func CheckValue(item *bg.Item, v []byte) error {
+	if len(v) == 0 && item.ValueSize() > 0 {
+		return fmt.Errorf("%w: value of %q (%d bytes) does not read back", ErrDamaged, item.Key(), item.ValueSize())
+	}
+	return nil
+}
+
+// VlogDamage is one value-log entry that fails its checksum.
+type VlogDamage struct {
+	File   string // value-log file name, e.g. "000003.vlog"
+	Offset int64  // byte offset of the entry in the file
+	// Key is the entry's key as stored (Badger appends an 8-byte version);
+	// nil when the entry's header is damaged or the file is encrypted.
+	Key []byte
+	// Rest is true when the damage left the entry's length unreadable:
+	// the rest of the file from Offset could not be checked.
+	Rest bool
+}
+
+// vlogHeaderSize is the size of a value-log file's header: an 8-byte
+// encryption key id and a 12-byte base IV (vlogHeaderSize in
+// github.com/dgraph-io/badger/v4 value.go).
+const vlogHeaderSize = 20
+
+// ScanValueLog reads every value-log file of dir (*.vlog) without opening
+// the database and returns the entries that fail their CRC-32C (Badger's
+// entry layout: meta byte, user-meta byte, uvarint key length, uvarint
+// value length, uvarint expiry, key, value, big-endian CRC-32C of all of
+// them; header.Encode and safeRead.Entry in value.go). A run of zero bytes
+// ends a file (its unwritten tail). Errors are I/O errors only.
+func ScanValueLog(dir string) ([]VlogDamage, error) {
+	names, err := filepath.Glob(filepath.Join(dir, "*.vlog"))
+	if err != nil {
+		return nil, fmt.Errorf("badger: %w", err)
+	}
+	slices.Sort(names)
+	var out []VlogDamage
+	for _, path := range names {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return nil, fmt.Errorf("badger: scan value log: %w", err)
+		}
+		out = append(out, scanVlog(filepath.Base(path), data)...)
+	}
+	return out, nil
+}
+
+func scanVlog(name string, data []byte) []VlogDamage {
+	if len(data) < vlogHeaderSize {
+		return nil
+	}
+	encrypted := binary.BigEndian.Uint64(data[:8]) != 0
+	var out []VlogDamage
+	off := vlogHeaderSize
+	for off < len(data) {
+		rest := data[off:]
+		if len(rest) < 2 || allZero(rest[:min(len(rest), 16)]) {
+			return out
+		}
+		klen, n1 := binary.Uvarint(rest[2:])
+		if n1 <= 0 {
+			return append(out, VlogDamage{File: name, Offset: int64(off), Rest: true})
+		}
+		vlen, n2 := binary.Uvarint(rest[2+n1:])
+		if n2 <= 0 {
+			return append(out, VlogDamage{File: name, Offset: int64(off), Rest: true})
+		}
+		_, n3 := binary.Uvarint(rest[2+n1+n2:])
+		if n3 <= 0 {
+			return append(out, VlogDamage{File: name, Offset: int64(off), Rest: true})
+		}
+		hlen := 2 + n1 + n2 + n3
+		total := uint64(hlen) + klen + vlen + crc32.Size
+		if klen > 1<<16 || total > uint64(len(rest)) {
+			return append(out, VlogDamage{File: name, Offset: int64(off), Rest: true})
+		}
+		body := rest[:total-crc32.Size]
+		want := binary.BigEndian.Uint32(rest[total-crc32.Size : total])
+		if crc32.Checksum(body, y.CastagnoliCrcTable) != want {
+			d := VlogDamage{File: name, Offset: int64(off)}
+			if !encrypted {
+				d.Key = slices.Clone(body[hlen : uint64(hlen)+klen])
+			}
+			out = append(out, d)
+		}
+		off += int(total)
+	}
+	return out
+}
+
+func allZero(b []byte) bool {
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// TableDamage is one SST whose keys do not all read back.
+type TableDamage struct {
+	File  string // SST file name, e.g. "000012.sst"
+	Level int    // LSM level of the table
+	// From and Through are the table's smallest and largest keys; After
+	// is the last key that read back before the damage (nil when none
+	// did). The damaged keys lie in (After, Through] (From when After is
+	// nil); reads by key (not by iteration) may still find some of them.
+	// Keys without Badger's 8-byte version suffix.
+	From, After, Through []byte
+	Keys, Want           int   // keys read back, keys the table's index counts
+	Err                  error // why the table stopped reading, when known
+}
+
+// VerifyTables reads every key of every SST the database references,
+// verifying each block's checksum, and returns the tables whose keys do
+// not all read back. Badger's own DB.VerifyChecksum dereferences a nil
+// block on the first damaged one (table.VerifyChecksum in v4.9.6), and
+// its iterators skip a damaged block without an error, so each table is
+// opened apart, read-only (never deleted), and its keys counted against
+// the count its index holds. Tables of an encrypted directory are not
+// checked (their data keys stay inside Badger). Errors are I/O errors.
+// A table that panics Badger's reader is reported as damaged.
+func (d *DB) VerifyTables() ([]TableDamage, error) {
+	if d.dir == "" || len(d.db.Opts().EncryptionKey) > 0 {
+		return nil, nil
+	}
+	var out []TableDamage
+	for _, ti := range d.db.Tables() {
+		name := fmt.Sprintf("%06d.sst", ti.ID)
+		td := TableDamage{File: name, Level: ti.Level, From: y.ParseKey(ti.Left), Through: y.ParseKey(ti.Right), Want: int(ti.KeyCount)}
+		n, last, err := readTable(filepath.Join(d.dir, name))
+		if errors.Is(err, errEncrypted) {
+			continue
+		}
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("badger: verify tables: %w", err)
+		}
+		td.Keys, td.After, td.Err = n, last, err
+		if err != nil || n != td.Want {
+			out = append(out, td)
+		}
+	}
+	return out, nil
+}
+
+// TableDamage returns the damaged SSTs Open found (see VerifyTables).
+// Open verifies every table before its reclaiming pass and, when one is
+// damaged, logs each at level Error and skips the pass, whose compaction
+// would drop the damaged block's keys for good without a word.
+func (d *DB) TableDamage() []TableDamage { return d.tableDmg }
+
+// checkTables runs VerifyTables for Open and reports whether every table
+// verified.
+func (d *DB) checkTables(log *slog.Logger) bool {
+	dmg, err := d.VerifyTables()
+	if err != nil {
+		if log != nil {
+			log.Error("badger: verify tables", "dir", d.dir, "err", err)
+		}
+		return false
+	}
+	d.tableDmg = dmg
+	for _, td := range dmg {
+		if log != nil {
+			log.Error("damaged table: keys do not read back; run memosrt check", "dir", d.dir, "file", td.File,
+				"level", td.Level, "keys", td.Keys, "want", td.Want, "after", string(td.After), "through", string(td.Through), "err", td.Err)
+		}
+	}
+	return len(dmg) == 0
+}
+
+var errEncrypted = errors.New("badger: encrypted table")
+
+// readTable opens the SST at path read-only and iterates its keys,
+// returning how many read back, the last one (without version) and the
+// error that stopped the open, if any.
+func readTable(path string) (n int, last []byte, err error) {
+	defer func() {
+		// Badger's table code indexes damaged bytes without bounds
+		// checks (flatbuffers offsets of a damaged index): a damaged
+		// table, not a programmer error
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%w: %s: %v", ErrDamaged, filepath.Base(path), r)
+		}
+	}()
+	mf, err := z.OpenMmapFile(path, os.O_RDONLY, 0)
+	if err != nil && !errors.Is(err, z.NewFile) {
+		return 0, nil, err
+	}
+	t, err := table.OpenTable(mf, table.Options{
+		ChkMode:     options.OnBlockRead,
+		Compression: options.Snappy, // bg.DefaultOptions, as Open uses
+		BlockSize:   4 << 10,
+	})
+	if err != nil {
+		if strings.Contains(err.Error(), "encrypt") {
+			return 0, nil, errEncrypted
+		}
+		return 0, nil, fmt.Errorf("%w: %w", ErrDamaged, err)
+	}
+	defer t.MmapFile.Close(-1) // never t.DecrRef to 0: that deletes the file
+	if t.KeyID() != 0 {
+		return 0, nil, errEncrypted
+	}
+	it := t.NewIterator(0)
+	defer it.Close()
+	for it.Rewind(); it.Valid(); it.Next() {
+		n++
+		last = append(last[:0], y.ParseKey(it.Key())...)
+	}
+	return n, last, nil
+}
