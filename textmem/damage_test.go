@@ -167,3 +167,170 @@ func TestDamagedMemoryNotServed(t *testing.T) {
 		})
 	}
 }
+
+// hookBackend is a Backend whose Update calls afterUpdate once it has
+// committed, and whose DeletePrefix first asks beforeDelete, which may
+// refuse it (the process stopping there: what was committed stays).
+type hookBackend struct {
+	Backend
+	afterUpdate  func()
+	beforeDelete func(prefix []byte) error
+}
+
+func (h *hookBackend) Update(ctx context.Context, cube string, fn func(Txn) error) error {
+	err := h.Backend.Update(ctx, cube, fn)
+	if err == nil && h.afterUpdate != nil {
+		h.afterUpdate()
+	}
+	return err
+}
+
+func (h *hookBackend) DeletePrefix(ctx context.Context, cube string, prefix []byte) error {
+	if h.beforeDelete != nil {
+		if err := h.beforeDelete(prefix); err != nil {
+			return err
+		}
+	}
+	return h.Backend.DeletePrefix(ctx, cube, prefix)
+}
+
+var errStopped = errors.New("stopped here")
+
+// A memory that a delete took is not found, never damaged: not by a Get
+// that runs between the delete's commit and the index update that
+// follows it (a chat's hot-set read while a memory or the cube is
+// deleted), and not after a DeleteCube cut short (a crash part way; it
+// leaves the cube's other records behind): every memory then reads back
+// whole or is not found, nothing counts as damage, and a repeated
+// DeleteCube finishes the job.
+func TestDeletedNotDamaged(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name string
+		del  func(s *Store, ids []string) error
+	}{
+		{"delete", func(s *Store, ids []string) error { return s.Delete(ctx, "alice", ids[0]) }},
+		{"delete_cube", func(s *Store, _ []string) error { return s.DeleteCube(ctx, "alice") }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			db, err := badger.Open(badger.Options{Dir: dir, NoSync: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close()
+			hb := &hookBackend{Backend: backendFor(t, db, dir)}
+			s, err := OpenBackend(hb, Options{Now: clock()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			var ids []string
+			for i, w := range []string{"lighthouse", "orchard", "quarry"} {
+				ids = append(ids, mustAdd(t, s, "alice", Memory{Text: fmt.Sprintf("alice keeps the %s ledger %d", w, i)}).ID)
+			}
+			// what another request reads right after each commit of the
+			// delete, and before each DeletePrefix
+			var seen []error
+			read := func() {
+				for _, id := range ids {
+					if _, err := s.Get(ctx, "alice", id); err != nil {
+						seen = append(seen, err)
+					}
+				}
+			}
+			hb.afterUpdate = read
+			hb.beforeDelete = func([]byte) error { read(); return nil }
+			if err := tc.del(s, ids); err != nil {
+				t.Fatal(err)
+			}
+			for _, err := range seen {
+				if !errors.Is(err, ErrNotFound) {
+					t.Errorf("Get during the %s: %v, want ErrNotFound", tc.name, err)
+				}
+			}
+			if len(seen) == 0 {
+				t.Errorf("no Get during the %s found a memory gone", tc.name)
+			}
+			if s.Damaged() != 0 {
+				t.Errorf("Damaged() = %d after a %s, want 0", s.Damaged(), tc.name)
+			}
+		})
+	}
+	t.Run("delete_cube_cut_short", func(t *testing.T) {
+		dir := t.TempDir()
+		db, err := badger.Open(badger.Options{Dir: dir, NoSync: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		hb := &hookBackend{Backend: backendFor(t, db, dir)}
+		s, err := OpenBackend(hb, Options{Now: clock()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := map[string]string{}
+		for i, w := range []string{"lighthouse", "orchard", "quarry", "harbour"} {
+			m := mustAdd(t, s, "alice", Memory{Text: fmt.Sprintf("alice keeps the %s ledger %d", w, i)})
+			want[m.ID] = m.Text
+		}
+		// stop at the DeletePrefix of the whole cube (its memories are
+		// gone by then): what was committed before it stays, as after a
+		// crash there
+		hb.beforeDelete = func(prefix []byte) error {
+			if len(prefix) == 0 {
+				return errStopped
+			}
+			return nil
+		}
+		if err := s.DeleteCube(ctx, "alice"); !errors.Is(err, errStopped) {
+			t.Fatalf("DeleteCube = %v, want it stopped", err)
+		}
+		s.Close()
+		hb.beforeDelete = nil
+		s, err = OpenBackend(hb, Options{Now: clock()}) // a restart
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		list, err := s.List(ctx, "alice")
+		if err != nil {
+			t.Fatal(err)
+		}
+		listed := map[string]bool{}
+		for _, m := range list {
+			listed[m.ID] = true
+			if m.Text != want[m.ID] {
+				t.Errorf("List after a DeleteCube cut short: %s %q, want %q", m.ID, m.Text, want[m.ID])
+			}
+		}
+		for id, text := range want {
+			m, err := s.Get(ctx, "alice", id)
+			switch {
+			case errors.Is(err, ErrNotFound) && !listed[id]:
+			case err == nil && m.Text == text && listed[id]:
+			default:
+				t.Errorf("Get %s after a DeleteCube cut short: %q, %v (listed %v); want it whole and listed, or not found", id, m.Text, err, listed[id])
+			}
+		}
+		hits, err := s.Search(ctx, "alice", "ledger", 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(hits) != len(list) {
+			t.Errorf("Search after a DeleteCube cut short: %d hits, %d memories listed", len(hits), len(list))
+		}
+		if s.Damaged() != 0 {
+			t.Errorf("Damaged() = %d after a DeleteCube cut short, want 0", s.Damaged())
+		}
+		if c, err := s.Check(ctx, "alice"); err != nil || !c.OK() {
+			t.Errorf("Check after a DeleteCube cut short: %+v, %v; want no damage", c, err)
+		}
+		if err := s.DeleteCube(ctx, "alice"); err != nil {
+			t.Fatal(err)
+		}
+		if list, err := s.List(ctx, "alice"); err != nil || len(list) != 0 {
+			t.Errorf("List after DeleteCube again: %d memories, %v", len(list), err)
+		}
+	})
+}

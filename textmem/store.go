@@ -339,6 +339,17 @@ func (s *Store) load(ctx context.Context, cube string, ix *cubeIndex) error {
 	ix.stale = false // a change committed from now on marks it again
 	ix.pending = nil // the load reads them as they are now
 	err = s.be.View(ctx, cube, func(txn Txn) error {
+		// the statistics again, in the snapshot of the docs they count
+		hasStats = false
+		switch v, err := txn.Get(statsKey()); {
+		case err == nil:
+			if st, err = decodeStats(v); err != nil {
+				return err
+			}
+			hasStats = true
+		case !errors.Is(err, ErrKeyNotFound):
+			return err
+		}
 		// Docs first, so that postings can map ids to doc numbers.
 		pre := nsPrefix(nsDoc)
 		err := txn.Iterate(pre, false, func(k, v []byte) error {
@@ -388,8 +399,9 @@ func (s *Store) load(ctx context.Context, cube string, ix *cubeIndex) error {
 		return fmt.Errorf("textmem: load cube %s: %w", cube, err)
 	}
 	if hasStats && st.analyzer == s.opts.Analyzer.Name() && st.docs > uint64(ix.live) {
-		// written in one transaction with the records: fewer records is
-		// damage (a damaged SST block hides its keys without an error)
+		// written in one transaction with the doc records, read in one
+		// snapshot: fewer doc records is damage (a damaged SST block hides
+		// its keys without an error)
 		s.damaged.Add(1)
 		s.log.Error("damaged cube: memory records missing; run memosrt check",
 			"cube", cube, "stats_docs", st.docs, "docs", ix.live, "lost", st.docs-uint64(ix.live))
@@ -799,28 +811,35 @@ func (s *Store) Get(ctx context.Context, cube, id string) (Memory, error) {
 	err := s.be.View(ctx, cube, func(txn Txn) error {
 		var err error
 		m, err = getMemory(txn, cube, id)
+		if errors.Is(err, ErrNotFound) && validID(id) {
+			err = docWithoutMemory(txn, cube, id, err)
+		}
 		return err
 	})
-	if errors.Is(err, ErrNotFound) && validID(id) && s.indexed(ctx, cube, id) {
-		// Badger answers not found for a key in a damaged SST block
-		err = fmt.Errorf("%w: record %sm/%s: indexed but does not read back", ErrDamaged, cubeKeyPrefix(cube), id)
-	}
 	if err != nil {
 		return Memory{}, s.noteDamage(cube, err)
 	}
 	return m, nil
 }
 
-// indexed reports whether cube's loaded index holds memory id.
-func (s *Store) indexed(ctx context.Context, cube, id string) bool {
-	ix, err := s.index(ctx, cube)
-	if err != nil {
-		return false
+// docWithoutMemory returns an error wrapping ErrDamaged when txn holds the
+// doc record of memory id, whose memory record it does not find (Badger
+// answers not found for every key of a damaged SST block); notFound
+// otherwise. A memory record and its doc record are written and deleted
+// in one transaction (Add, Patch, Delete, DeleteCube) and a rebuild writes
+// doc records only for memory records that read back, so in one snapshot
+// a doc record never outlives its memory but by damage. The loaded index
+// is no such witness: it is updated after each commit, so a Get between a
+// delete's commit and the index update would see a deletion as damage.
+func docWithoutMemory(txn Txn, cube, id string, notFound error) error {
+	switch _, err := txn.Get(nsKey(nsDoc, id)); {
+	case err == nil:
+		return fmt.Errorf("%w: record %sm/%s: indexed but does not read back", ErrDamaged, cubeKeyPrefix(cube), id)
+	case errors.Is(err, ErrKeyNotFound):
+		return notFound
+	default:
+		return err
 	}
-	ix.mu.RLock()
-	defer ix.mu.RUnlock()
-	_, ok := ix.byID[id]
-	return ok
 }
 
 // List returns every memory of cube, oldest first (by Created, then ID).
@@ -1167,9 +1186,13 @@ func Cubes(ctx context.Context, be Backend) ([]string, error) {
 
 // DeleteCube removes every memory and index record of cube, then calls
 // Options.OnDelete for each removed memory. Deleting an unknown cube is not
-// an error. Large cubes are deleted in several transactions, memory records
-// first: after a crash part way the cube lists no memories and a repeated
-// DeleteCube removes the index records left over.
+// an error. The memories go first, up to deleteBatch per transaction, each
+// with its doc record and its share of the cube's statistics (so that the
+// index never names a memory that is gone: see Get), then the rest of the
+// cube's records. After a crash part way the cube holds the memories not
+// yet deleted, whole and indexed (all or none of a cube of up to
+// deleteBatch memories), and a repeated DeleteCube removes them and the
+// records left over.
 func (s *Store) DeleteCube(ctx context.Context, cube string) error {
 	ix, err := s.index(ctx, cube)
 	if err != nil {
@@ -1188,7 +1211,7 @@ func (s *Store) DeleteCube(ctx context.Context, cube string) error {
 		}
 	}
 	ix.mu.RUnlock()
-	err = s.be.DeletePrefix(ctx, cube, nsPrefix(nsMem))
+	err = s.deleteMemories(ctx, cube)
 	if err == nil {
 		err = s.be.DeletePrefix(ctx, cube, nil)
 	}
@@ -1207,4 +1230,86 @@ func (s *Store) DeleteCube(ctx context.Context, cube string) error {
 		}
 	}
 	return nil
+}
+
+// deleteBatch is how many memories DeleteCube deletes per transaction
+// (fewer when the backend finds the transaction too big): 256 take about
+// 520 entries and 25 KiB of Badger's transaction, which holds 1/7 of its
+// memtable, 1638 entries of the smallest (github.com/dgraph-io/badger/v4
+// db.go, maxBatchSize and maxBatchCount).
+const deleteBatch = 256
+
+// deleteMemories deletes every memory record of cube, each in one
+// transaction with its doc record, touching it (Toucher) and taking its
+// count and length out of the cube's statistics, deleteBatch memories a
+// transaction. The caller holds the cube's writeMu.
+func (s *Store) deleteMemories(ctx context.Context, cube string) error {
+	var ids []string
+	err := s.be.View(ctx, cube, func(txn Txn) error {
+		ids = ids[:0]
+		pre := nsPrefix(nsMem)
+		return txn.Iterate(pre, true, func(k, _ []byte) error {
+			ids = append(ids, string(k[len(pre):]))
+			return nil
+		})
+	})
+	if err != nil {
+		return err
+	}
+	n := deleteBatch
+	for len(ids) > 0 {
+		batch := ids[:min(n, len(ids))]
+		err := s.be.Update(ctx, cube, func(txn Txn) error {
+			var docs, length int64
+			for _, id := range batch {
+				v, err := txn.Get(nsKey(nsDoc, id))
+				switch {
+				case err == nil:
+					if d, err := decodeDocMeta(v); err == nil {
+						docs++
+						length += int64(d.length)
+					}
+				case errors.Is(err, ErrKeyNotFound), errors.Is(err, ErrDamaged):
+					// not counted in the statistics; a damaged one goes all the same
+				default:
+					return err
+				}
+				touch(txn, id)
+				if err := txn.Delete(nsKey(nsMem, id)); err != nil {
+					return err
+				}
+				if err := txn.Delete(nsKey(nsDoc, id)); err != nil {
+					return err
+				}
+			}
+			return s.dropStats(txn, docs, length)
+		})
+		if errors.Is(err, ErrTxnTooBig) && n > 1 {
+			n /= 2
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		ids = ids[len(batch):]
+	}
+	return nil
+}
+
+// dropStats takes docs memories of length terms in all out of cube's
+// statistics inside txn. Statistics of another analyzer are left as they
+// are: the next load rebuilds the index from the memories left.
+func (s *Store) dropStats(txn Txn, docs, length int64) error {
+	v, err := txn.Get(statsKey())
+	if errors.Is(err, ErrKeyNotFound) || errors.Is(err, ErrDamaged) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	st, err := decodeStats(v)
+	if err != nil || st.analyzer != s.opts.Analyzer.Name() {
+		return nil
+	}
+	return s.addStats(txn, -docs, -length)
 }
