@@ -32,7 +32,10 @@
 //
 // Over Badger every record carries a CRC-32C of its key and value; a
 // record that fails it, or that Badger cannot read back, is ErrDamaged
-// naming the record: Get refuses it, List and Search leave it out, and
+// naming the record, and so is a memory whose doc record reads back in
+// the same snapshot while its own record does not (the two are written
+// and deleted in one transaction): Get refuses it, List and Search leave
+// it out, and
 // each is logged and counted (Damaged). Check and RepairIndex are memosrt
 // check's per-cube verification and index rebuild.
 //
