@@ -41,6 +41,11 @@ type Options struct {
 	// under 1 GiB: 1/16 of its size rounded down to a power of two, at
 	// least 1 MiB (see Room).
 	ValueLogFileSize int64
+	// MemTableSize is the size of Badger's memtable, bytes; its log file
+	// takes up to twice that on disk. It sets the largest transaction
+	// (15%) and the value threshold (see DB.ValueThreshold). Default 16
+	// MiB, less on a filesystem under 512 MiB (see Open); at least 1 MiB.
+	MemTableSize int64
 	// NoCompactOnOpen skips Open's reclaiming pass (see Open).
 	NoCompactOnOpen bool
 	// ReadOnly opens the directory without writing to it (memosrt check):
@@ -53,16 +58,28 @@ type Options struct {
 	NoVerify bool
 }
 
-// ValueThreshold is the smallest value, in bytes, that Badger keeps in
-// the value log rather than in the LSM tree: Badger's maximum and default
-// (maxValueThreshold in github.com/dgraph-io/badger/v4 options.go, 1 MiB).
-// Memory records (a text of at most textmem's default MaxTextBytes, 64
-// KiB, as JSON) stay in the LSM tree and its write-ahead log, each block
-// of which is checksummed; only KV pack chunks of 1 MiB or more go to the
-// value log. Badger truncates the newest value-log file at its first
-// damaged entry when it opens, dropping every value after it: with this
-// threshold what it drops is packs, which are recomputed, never a memory.
-const ValueThreshold = 1 << 20
+// MaxValueThreshold is the largest value threshold, bytes: Badger's
+// maximum and default (maxValueThreshold in github.com/dgraph-io/badger/v4
+// options.go, 1 MiB). A value of this size or more goes to the value log
+// whatever the memtable size. See DB.ValueThreshold.
+const MaxValueThreshold = 1 << 20
+
+// maxBatch is the most bytes one Badger transaction holds for a memtable
+// of memSize bytes: 15% of it (maxBatchSize in github.com/dgraph-io/badger/v4
+// db.go checkAndSetOptions).
+func maxBatch(memSize int64) int64 { return memSize * 15 / 100 }
+
+// valueThreshold is the value threshold Open sets for a memtable of
+// memSize bytes: half of Badger's largest transaction (maxBatch), at most
+// MaxValueThreshold. That is 1 MiB for the default 16 MiB memtable, 614
+// KiB for 8 MiB, 307 KiB for 4 MiB, 154 KiB for 2 MiB and 77 KiB for 1
+// MiB. Badger counts a value under the threshold whole in its
+// transaction's size (a larger one as a 12-byte pointer) and refuses a
+// transaction of maxBatch bytes or more (ErrTxnTooBig; txn.go checkSize),
+// so at maxBatch, the most its option check allows, a value just under
+// the threshold could never be written; at half, it commits beside half a
+// transaction of other entries.
+func valueThreshold(memSize int64) int64 { return min(MaxValueThreshold, maxBatch(memSize)/2) }
 
 // DB is a memosrt data directory: one Badger database.
 type DB struct {
@@ -70,10 +87,12 @@ type DB struct {
 	dir      string
 	vlogSize int64 // value-log file size, bytes
 	memSize  int64 // memtable size, bytes
-	log      *slog.Logger
-	refused  atomic.Int64  // writes Room refused since Open
-	tableDmg []TableDamage // found by Open (TableDamage); read-only after Open
-	key      []byte        // Options.EncryptionKey; Backup encrypts under it
+	// threshold is the value threshold (ValueThreshold), bytes
+	threshold int64
+	log       *slog.Logger
+	refused   atomic.Int64  // writes Room refused since Open
+	tableDmg  []TableDamage // found by Open (TableDamage); read-only after Open
+	key       []byte        // Options.EncryptionKey; Backup encrypts under it
 }
 
 // Open opens (creating if needed) the database in opts.Dir. The memtable
@@ -116,6 +135,12 @@ func Open(opts Options) (*DB, error) {
 	if opts.ValueLogFileSize != 0 {
 		vlogSize = opts.ValueLogFileSize
 	}
+	if opts.MemTableSize != 0 {
+		if opts.MemTableSize < minFileSize {
+			return nil, fmt.Errorf("badger: Options.MemTableSize is %d bytes, want at least %d", opts.MemTableSize, minFileSize)
+		}
+		memSize = opts.MemTableSize
+	}
 	bo := bg.DefaultOptions(opts.Dir).
 		WithValueLogFileSize(vlogSize).
 		WithInMemory(opts.InMemory).
@@ -123,7 +148,7 @@ func Open(opts Options) (*DB, error) {
 		WithLogger(slogAdapter{opts.Logger}).
 		WithNumVersionsToKeep(1).
 		WithMemTableSize(memSize).
-		WithValueThreshold(ValueThreshold).
+		WithValueThreshold(valueThreshold(memSize)).
 		WithNumCompactors(2).
 		WithReadOnly(opts.ReadOnly).
 		WithVerifyValueChecksum(!opts.NoVerify).
@@ -134,7 +159,7 @@ func Open(opts Options) (*DB, error) {
 	if opts.InMemory {
 		// no value log in memory: every value stays in the LSM tree, whose
 		// limit is Badger's maximum value threshold (1 MiB)
-		bo = bo.WithDir("").WithValueDir("").WithValueThreshold(1 << 20)
+		bo = bo.WithDir("").WithValueDir("")
 	}
 	if len(opts.EncryptionKey) > 0 {
 		bo = bo.WithEncryptionKey(opts.EncryptionKey).WithIndexCacheSize(16 << 20)
@@ -150,7 +175,7 @@ func Open(opts Options) (*DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("badger: open %s: %w", opts.Dir, err)
 	}
-	d := &DB{db: db, vlogSize: vlogSize, memSize: memSize, log: opts.Logger, key: opts.EncryptionKey}
+	d := &DB{db: db, vlogSize: vlogSize, memSize: memSize, threshold: db.Opts().ValueThreshold, log: opts.Logger, key: opts.EncryptionKey}
 	if !opts.InMemory {
 		d.dir = opts.Dir
 		// before reclaim: its compaction would drop a damaged block's
@@ -291,6 +316,22 @@ func (d *DB) filesBytes(match func(name string) bool) int64 {
 func (d *DB) DiskBytes() int64 {
 	return d.filesBytes(func(string) bool { return true })
 }
+
+// ValueThreshold is the smallest value, in bytes, that Badger keeps in the
+// value log rather than in the LSM tree: MaxValueThreshold (1 MiB), less
+// for a memtable under 8 MiB (half of Badger's largest transaction, 15% of
+// the memtable; a filesystem under 256 MiB). Values under it stay in the
+// LSM tree and its write-ahead log, each block of which is checksummed.
+// Memory records (a text of at most textmem's default MaxTextBytes, 64
+// KiB, as JSON) are under it but for the 1 MiB memtable of a filesystem
+// under 64 MiB, where it is 77 KiB, so in the value log there are KV pack
+// chunks, and only these large memory records. Badger truncates the
+// newest value-log file at its first damaged entry when it opens,
+// dropping every value after it: packs, which are recomputed, and large
+// memory records, which then read back as damaged (their record names a
+// value past the file's end), never as a different text. In memory, every
+// value stays in the LSM tree.
+func (d *DB) ValueThreshold() int64 { return d.threshold }
 
 // Badger returns the underlying Badger handle for the owner packages.
 func (d *DB) Badger() *bg.DB { return d.db }

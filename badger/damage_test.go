@@ -51,7 +51,7 @@ func flip(t *testing.T, path string, off, n int) {
 	}
 }
 
-// Eight bytes flipped inside a pack chunk (a value of ValueThreshold bytes
+// Eight bytes flipped inside a pack chunk (a value of MaxValueThreshold bytes
 // or more) in the newest value-log file, with small records written
 // before and after it: Badger truncates that file at the damaged entry on
 // the next open, and the loss is the large values only. Every small
@@ -79,7 +79,7 @@ func TestPackDamageInNewestVlog(t *testing.T) {
 		set(k, small[k])
 	}
 	chunk := func(tag byte) []byte {
-		b := make([]byte, ValueThreshold+4096)
+		b := make([]byte, MaxValueThreshold+4096)
 		for i := range b {
 			b[i] = byte(i*7) ^ tag
 		}

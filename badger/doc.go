@@ -20,9 +20,10 @@
 // skip Room (sequence leases, scheduler state, pack deletes) share the
 // reserve's 1 MiB margin.
 //
-// Values of ValueThreshold (1 MiB) or more go to the value log, smaller
-// ones stay in the LSM tree, so that damage in the value log costs KV
-// pack chunks only. Reads verify Badger's value and block checksums;
+// Values of DB.ValueThreshold (1 MiB; less for a memtable under 8 MiB)
+// or more go to the value log, smaller ones stay in the LSM tree, so that
+// damage in the value log costs KV pack chunks, and memory records only
+// where they are larger than the threshold. Reads verify Badger's value and block checksums;
 // Badger itself hides a failed read (an empty value, a skipped block), so
 // ValueCopy and CheckValue turn the first into ErrDamaged, and Open
 // verifies every table (VerifyTables, TableDamage) before it compacts.

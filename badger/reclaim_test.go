@@ -20,7 +20,7 @@ func TestReclaimOnOpen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	val := bytes.Repeat([]byte("memosrt!"), (ValueThreshold+256<<10)/8) // 1.25 MiB: in the value log
+	val := bytes.Repeat([]byte("memosrt!"), (MaxValueThreshold+256<<10)/8) // 1.25 MiB: in the value log
 	for i := range 20 {
 		if err := d.Badger().Update(func(tx *bg.Txn) error { return tx.Set(fmt.Appendf(nil, "k%d", i), val) }); err != nil {
 			t.Fatal(err)
@@ -66,7 +66,7 @@ func TestReclaimWhileOpen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	val := bytes.Repeat([]byte("memosrt!"), (ValueThreshold+256<<10)/8)
+	val := bytes.Repeat([]byte("memosrt!"), (MaxValueThreshold+256<<10)/8)
 	for i := range 20 {
 		if err := d.Badger().Update(func(tx *bg.Txn) error { return tx.Set(fmt.Appendf(nil, "k%d", i), val) }); err != nil {
 			t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 	bg "github.com/dgraph-io/badger/v4"
 
 	"github.com/memosrt/memosrt/internal/testfs"
+	"github.com/memosrt/memosrt/internal/testutil"
 )
 
 func TestFileSizes(t *testing.T) {
@@ -252,4 +253,91 @@ func BenchmarkRoom(b *testing.B) {
 	}
 	defer synced.Close()
 	b.Run("CommitSync", commit(synced))
+}
+
+// markedValue is n incompressible bytes that begin with mark.
+func markedValue(mark string, n int64) []byte {
+	b := make([]byte, n)
+	x := uint64(88172645463325252) // xorshift64
+	for i := range b {
+		x ^= x << 13
+		x ^= x >> 7
+		x ^= x << 17
+		b[i] = byte(x)
+	}
+	copy(b, mark)
+	return b
+}
+
+// The value threshold follows the memtable: half of Badger's largest
+// transaction (15% of the memtable), at most 1 MiB. A value one byte
+// under it commits in one transaction beside another entry and stays out
+// of the value log; a value of the threshold's size goes to the value
+// log; both read back. (At the largest transaction, the most Badger's
+// option check allows, the first write fails with ErrTxnTooBig.) Under
+// 1 MiB the memtable is refused.
+func TestValueThreshold(t *testing.T) {
+	for _, c := range []struct{ mem, want int64 }{
+		{1 << 20, 78643},
+		{2 << 20, 157286},
+		{4 << 20, 314572},
+		{8 << 20, 629145},
+		{16 << 20, 1 << 20},
+	} {
+		t.Run(fmt.Sprintf("memtable_%dMiB", c.mem>>20), func(t *testing.T) {
+			dir := t.TempDir()
+			d, err := Open(Options{Dir: dir, NoSync: true, MemTableSize: c.mem})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer d.Close()
+			if got := d.ValueThreshold(); got != c.want {
+				t.Fatalf("ValueThreshold() = %d, want %d", got, c.want)
+			}
+			under := markedValue("UNDER-THRESHOLD-", c.want-1)
+			at := markedValue("AT-THRESHOLD-", c.want)
+			err = d.Badger().Update(func(tx *bg.Txn) error {
+				if err := tx.Set([]byte("t/alice/m/under"), under); err != nil {
+					return err
+				}
+				return tx.Set([]byte("t/alice/d/under"), []byte("doc record"))
+			})
+			if err != nil {
+				t.Fatalf("a value of %d bytes beside a small one: %v", len(under), err)
+			}
+			if err := d.Badger().Update(func(tx *bg.Txn) error { return tx.Set([]byte("k/b/at"), at) }); err != nil {
+				t.Fatalf("a value of %d bytes: %v", len(at), err)
+			}
+			for _, kv := range []struct {
+				key, mark string
+				want      []byte
+				vlog      bool
+			}{{"t/alice/m/under", "UNDER-THRESHOLD-", under, false}, {"k/b/at", "AT-THRESHOLD-", at, true}} {
+				var inVlog bool
+				for _, name := range testutil.FilesContaining(t, dir, kv.mark) {
+					inVlog = inVlog || strings.HasSuffix(name, ".vlog")
+				}
+				if inVlog != kv.vlog {
+					t.Errorf("%s (%d bytes): in the value log %v, want %v", kv.key, len(kv.want), inVlog, kv.vlog)
+				}
+				err := d.Badger().View(func(tx *bg.Txn) error {
+					item, err := tx.Get([]byte(kv.key))
+					if err != nil {
+						return err
+					}
+					v, err := ValueCopy(item)
+					if err == nil && !bytes.Equal(v, kv.want) {
+						err = fmt.Errorf("%d bytes read back differ from the %d written", len(v), len(kv.want))
+					}
+					return err
+				})
+				if err != nil {
+					t.Errorf("%s: %v", kv.key, err)
+				}
+			}
+		})
+	}
+	if _, err := Open(Options{Dir: t.TempDir(), MemTableSize: 512 << 10}); err == nil || !strings.Contains(err.Error(), "MemTableSize") {
+		t.Errorf("Open with a 512 KiB memtable: %v, want an error naming MemTableSize", err)
+	}
 }

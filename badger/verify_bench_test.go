@@ -28,7 +28,7 @@ func BenchmarkReadVerify(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	big := make([]byte, ValueThreshold+256<<10)
+	big := make([]byte, MaxValueThreshold+256<<10)
 	for i := range 16 {
 		if err := wb.Set(fmt.Appendf(nil, "k/b/%02d", i), big); err != nil {
 			b.Fatal(err)

@@ -89,8 +89,8 @@ func TestCheckCommand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	state := make([]byte, badger.ValueThreshold+(256<<10)) // raw codec (no saving): stored as is, in the value log
-	x := uint64(88172645463325252)                         // xorshift64: incompressible, so stored raw
+	state := make([]byte, badger.MaxValueThreshold+(256<<10)) // raw codec (no saving): stored as is, in the value log
+	x := uint64(88172645463325252)                            // xorshift64: incompressible, so stored raw
 	for i := range state {
 		x ^= x << 13
 		x ^= x >> 7
