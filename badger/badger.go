@@ -319,18 +319,17 @@ func (d *DB) DiskBytes() int64 {
 
 // ValueThreshold is the smallest value, in bytes, that Badger keeps in the
 // value log rather than in the LSM tree: MaxValueThreshold (1 MiB), less
-// for a memtable under 8 MiB (half of Badger's largest transaction, 15% of
-// the memtable; a filesystem under 256 MiB). Values under it stay in the
-// LSM tree and its write-ahead log, each block of which is checksummed.
-// Memory records (a text of at most textmem's default MaxTextBytes, 64
-// KiB, as JSON) are under it but for the 1 MiB memtable of a filesystem
-// under 64 MiB, where it is 77 KiB, so in the value log there are KV pack
-// chunks, and only these large memory records. Badger truncates the
-// newest value-log file at its first damaged entry when it opens,
-// dropping every value after it: packs, which are recomputed, and large
-// memory records, which then read back as damaged (their record names a
-// value past the file's end), never as a different text. In memory, every
-// value stays in the LSM tree.
+// for a memtable under 16 MiB (half of Badger's largest transaction, 15%
+// of the memtable; a filesystem under 512 MiB). Values under it stay in
+// the LSM tree and its write-ahead log, each block of which is
+// checksummed. A memory record (a text of at most textmem's default
+// MaxTextBytes, 64 KiB, as JSON) is under it, except that one over 77 KiB
+// under a 1 MiB memtable (a filesystem under 64 MiB) goes to the value log
+// with the KV pack chunks. Badger truncates the newest value-log file at
+// its first damaged entry when it opens, dropping every value after it:
+// packs, which are recomputed, and such large memory records, which then
+// read back as damaged (a value past the file's end), never as another
+// text. In memory (Options.InMemory) every value stays in the LSM tree.
 func (d *DB) ValueThreshold() int64 { return d.threshold }
 
 // Badger returns the underlying Badger handle for the owner packages.

@@ -20,11 +20,12 @@
 // skip Room (sequence leases, scheduler state, pack deletes) share the
 // reserve's 1 MiB margin.
 //
-// Values of DB.ValueThreshold (1 MiB; less for a memtable under 8 MiB)
+// Values of DB.ValueThreshold (1 MiB; less for a memtable under 16 MiB)
 // or more go to the value log, smaller ones stay in the LSM tree, so that
 // damage in the value log costs KV pack chunks, and memory records only
-// where they are larger than the threshold. Reads verify Badger's value and block checksums;
-// Badger itself hides a failed read (an empty value, a skipped block), so
+// where they are larger than the threshold. Reads verify Badger's value
+// and block checksums; Badger itself hides a failed read (an empty value,
+// a skipped block), so
 // ValueCopy and CheckValue turn the first into ErrDamaged, and Open
 // verifies every table (VerifyTables, TableDamage) before it compacts.
 // ScanValueLog checks value-log files without opening them (memosrt

@@ -334,3 +334,106 @@ func TestDeletedNotDamaged(t *testing.T) {
 		}
 	})
 }
+
+// A memory record larger than Badger's value threshold (77 KiB under a 1
+// MiB memtable: a small filesystem) lives in the value log, where its
+// damage is caught all the same: one bit flipped in its text fails
+// Badger's value checksum, or with those off (badger Options.NoVerify)
+// the record's own CRC-32C, which covers key and value whichever file
+// holds them; in the newest value-log file, Badger cuts the file at the
+// damaged entry when it opens, and the record then names a value past
+// the file's end. Each way Get answers ErrDamaged naming t/alice/m/<id>,
+// never the altered text; the other memories (in the LSM tree) read back,
+// List leaves the damaged one out, and Damaged counts both reads.
+func TestDamagedLargeMemoryInValueLog(t *testing.T) {
+	if pgServer != nil {
+		t.Skip("Badger records only")
+	}
+	for _, tc := range []struct {
+		name           string
+		verify, newest bool
+	}{
+		{"badger_verify", true, false},
+		{"record_crc", false, false},
+		{"newest_vlog_cut", true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			dir := t.TempDir()
+			bo := badger.Options{Dir: dir, NoSync: true, MemTableSize: 1 << 20, NoCompactOnOpen: true}
+			db, err := badger.Open(bo)
+			if err != nil {
+				t.Fatal(err)
+			}
+			opts := Options{Now: clock(), MaxTextBytes: 256 << 10}
+			s, err := Open(db, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := map[string]string{}
+			for i, w := range []string{"lighthouse", "orchard"} {
+				m := mustAdd(t, s, "alice", Memory{Text: fmt.Sprintf("alice keeps the %s ledger %d", w, i)})
+				want[m.ID] = m.Text
+			}
+			long := "LONGLEDGER " + strings.Repeat("alice copies the quarry ledger by hand ", 2600) // 101 KiB
+			if int64(len(long)) <= db.ValueThreshold() {
+				t.Fatalf("a %d-byte text is not over the value threshold %d", len(long), db.ValueThreshold())
+			}
+			target := mustAdd(t, s, "alice", Memory{Text: long}).ID
+			for i, w := range []string{"harbour", "meadow"} {
+				m := mustAdd(t, s, "alice", Memory{Text: fmt.Sprintf("alice keeps the %s ledger %d", w, i+2)})
+				want[m.ID] = m.Text
+			}
+			s.Close()
+			if err := db.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if !tc.newest {
+				// a reopen starts a new value-log file: the record's is no
+				// longer the newest, which Open would cut
+				if db, err = badger.Open(bo); err != nil {
+					t.Fatal(err)
+				}
+				if err := db.Close(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			flipInFiles(t, dir, "*.vlog", []byte("LONGLEDGER"), 2) // "LONGLEDGER" → "LOOGLEDGER"
+
+			bo.NoVerify = !tc.verify
+			if db, err = badger.Open(bo); err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close()
+			if s, err = Open(db, opts); err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			m, err := s.Get(ctx, "alice", target)
+			if key := "t/alice/m/" + target; !errors.Is(err, ErrDamaged) || !strings.Contains(err.Error(), key) {
+				t.Fatalf("Get of the damaged memory: %d bytes, %v; want ErrDamaged naming %s", len(m.Text), err, key)
+			}
+			t.Logf("Get: %v", err)
+			for id, text := range want {
+				if m, err := s.Get(ctx, "alice", id); err != nil || m.Text != text {
+					t.Errorf("Get %s: %q, %v; want %q", id, m.Text, err, text)
+				}
+			}
+			list, err := s.List(ctx, "alice")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(list) != len(want) {
+				t.Errorf("List: %d memories, want the %d undamaged", len(list), len(want))
+			}
+			for _, m := range list {
+				if m.Text != want[m.ID] {
+					t.Errorf("List served %s %.40q", m.ID, m.Text)
+				}
+			}
+			if s.Damaged() != 2 { // Get and List each met it once
+				t.Errorf("Damaged() = %d, want 2", s.Damaged())
+			}
+		})
+	}
+}
