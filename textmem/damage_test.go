@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	bg "github.com/dgraph-io/badger/v4"
+
 	"github.com/memosrt/memosrt/badger"
 )
 
@@ -435,5 +437,98 @@ func TestDamagedLargeMemoryInValueLog(t *testing.T) {
 				t.Errorf("Damaged() = %d, want 2", s.Damaged())
 			}
 		})
+	}
+}
+
+// Bytes flipped inside a KV pack's payload in the newest value-log file
+// lose no memory of any cube: memories of two cubes written before and
+// after the pack's chunk (a Badger value of 1 MiB and more under
+// "k/b/<pack>/<n>", as package kvcache writes it; 2 KiB texts, which a
+// value threshold of 1 KiB would put in the value log too), the
+// directory reopened (Badger cuts that file at the damaged entry): every
+// memory reads back by Get, List and Search, and nothing counts as
+// damage.
+func TestPackDamageLosesNoMemory(t *testing.T) {
+	if pgServer != nil {
+		t.Skip("Badger records only")
+	}
+	ctx := context.Background()
+	dir := t.TempDir()
+	bo := badger.Options{Dir: dir, NoSync: true}
+	db, err := badger.Open(bo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(db, Options{Now: clock()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]map[string]string{"alice": {}, "bob": {}} // cube → id → text
+	words := strings.Fields("amber basil cedar delta ember fjord garnet hazel indigo juniper kestrel lilac maple nectar onyx pepper quartz russet sable thistle")
+	add := func(round int) {
+		for _, cube := range []string{"alice", "bob"} {
+			for i := range 5 {
+				w := words[(round*5+i)*2%len(words):]
+				text := fmt.Sprintf("%s note %d.%d %s", cube, round, i, strings.Repeat(w[0]+" "+w[1]+" ledger ", 100)) // 2 KiB
+				m := mustAdd(t, s, cube, Memory{Text: text})
+				if _, dup := want[cube][m.ID]; dup {
+					t.Fatalf("%s: %.40q merged into %s", cube, text, m.ID)
+				}
+				want[cube][m.ID] = text
+			}
+		}
+	}
+	add(0)
+	chunk := make([]byte, badger.MaxValueThreshold+4096)
+	for i := range chunk {
+		chunk[i] = byte(i * 7)
+	}
+	copy(chunk[4096:], "PACK-PAYLOAD-MARK")
+	if err := db.Badger().Update(func(tx *bg.Txn) error { return tx.Set([]byte("k/b/pack1/0"), chunk) }); err != nil {
+		t.Fatal(err)
+	}
+	add(1)
+	s.Close()
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	flipInFiles(t, dir, "*.vlog", []byte("PACK-PAYLOAD-MARK"), 100)
+
+	if db, err = badger.Open(bo); err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	err = db.Badger().View(func(tx *bg.Txn) error {
+		item, err := tx.Get([]byte("k/b/pack1/0"))
+		if err != nil {
+			return err
+		}
+		_, err = badger.ValueCopy(item)
+		return err
+	})
+	if !errors.Is(err, badger.ErrDamaged) {
+		t.Fatalf("the damaged chunk reads %v, want ErrDamaged", err)
+	}
+	if s, err = Open(db, Options{Now: clock()}); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for cube, mem := range want {
+		for id, text := range mem {
+			if m, err := s.Get(ctx, cube, id); err != nil || m.Text != text {
+				t.Errorf("Get %s %s: %.30q, %v; want %.30q", cube, id, m.Text, err, text)
+			}
+		}
+		list, err := s.List(ctx, cube)
+		if err != nil || len(list) != len(mem) {
+			t.Errorf("List %s: %d memories, %v; want %d", cube, len(list), err, len(mem))
+		}
+		hits, err := s.Search(ctx, cube, "ledger", 20)
+		if err != nil || len(hits) != len(mem) {
+			t.Errorf("Search %s: %d hits, %v; want %d", cube, len(hits), err, len(mem))
+		}
+	}
+	if s.Damaged() != 0 {
+		t.Errorf("Damaged() = %d, want 0", s.Damaged())
 	}
 }
