@@ -23,7 +23,19 @@ const embedChunk = 16
 // Errors: *FieldError beyond MaxEmbedInputs texts, ErrNoModel,
 // embed.ErrBadVector, embed.ErrShape, the embedder's errors.
 func (o *OS) Embed(ctx context.Context, texts []string) ([][]float32, int, error) {
-	return o.EmbedWith(ctx, "", nil, texts)
+	e, err := o.EmbedWith(ctx, "", nil, texts)
+	return e.Vectors, e.Tokens, err
+}
+
+// Embedding is what EmbedWith returns.
+type Embedding struct {
+	Vectors [][]float32 // one per text: [len(texts)][dim]
+	Tokens  int         // the input's token count (0 from an Embedder or the upstream)
+	// LoadDuration is the time spent getting the loaded model (loading
+	// it, waiting for another request's load, or finding it loaded) when
+	// a model embedded, 1 ns with an Embedder or the upstream: always > 0,
+	// as Ollama's load_duration
+	LoadDuration time.Duration
 }
 
 // HasEmbedder reports whether Options.Embedder embeds (then the model
@@ -32,27 +44,31 @@ func (o *OS) HasEmbedder() bool { return o.opts.Embedder != nil }
 
 // EmbedWith is Embed with model name ("" the primary) when no Embedder is
 // set; the model is loaded first if needed and stays keep after it (nil:
-// Options.KeepAlive), as Request.KeepAlive. Errors as Embed, and
+// Options.KeepAlive), as Request.KeepAlive. It returns the vectors, the
+// token count and the load time (Embedding). Errors as Embed, and
 // ErrModelNotFound.
-func (o *OS) EmbedWith(ctx context.Context, model string, keep *time.Duration, texts []string) ([][]float32, int, error) {
+func (o *OS) EmbedWith(ctx context.Context, model string, keep *time.Duration, texts []string) (Embedding, error) {
 	if err := o.enter(); err != nil {
-		return nil, 0, err
+		return Embedding{}, err
 	}
 	defer o.leave()
 	ctx, done := o.bound(ctx)
 	defer done()
 	if len(texts) > MaxEmbedInputs {
-		return nil, 0, badField("input", "%d inputs, at most %d per request", len(texts), MaxEmbedInputs)
+		return Embedding{}, badField("input", "%d inputs, at most %d per request", len(texts), MaxEmbedInputs)
 	}
 	var vecs [][]float32
 	var err error
 	var l *loaded
+	var load time.Duration
 	if o.opts.Embedder == nil && len(o.models) > 0 {
 		var release func()
+		asked := time.Now()
 		if l, release, err = o.use(ctx, model, keep); err != nil {
-			return nil, 0, err
+			return Embedding{}, err
 		}
 		defer release()
+		load = max(time.Since(asked), time.Nanosecond)
 	}
 	n := 0
 	switch {
@@ -70,17 +86,17 @@ func (o *OS) EmbedWith(ctx context.Context, model string, keep *time.Duration, t
 			}
 		}
 	default:
-		return nil, 0, ErrNoModel
+		return Embedding{}, ErrNoModel
 	}
 	if err != nil {
-		return nil, 0, err
+		return Embedding{}, err
 	}
 	if len(vecs) != len(texts) {
-		return nil, 0, fmt.Errorf("%w: %d vectors for %d texts", embed.ErrShape, len(vecs), len(texts))
+		return Embedding{}, fmt.Errorf("%w: %d vectors for %d texts", embed.ErrShape, len(vecs), len(texts))
 	}
 	for i, v := range vecs {
 		if err := embed.Valid(v); err != nil {
-			return nil, 0, fmt.Errorf("memosrt: input %d: %w", i, err)
+			return Embedding{}, fmt.Errorf("memosrt: input %d: %w", i, err)
 		}
 	}
 	if l != nil {
@@ -90,5 +106,5 @@ func (o *OS) EmbedWith(ctx context.Context, model string, keep *time.Duration, t
 			}
 		}
 	}
-	return vecs, n, nil
+	return Embedding{Vectors: vecs, Tokens: n, LoadDuration: max(load, time.Nanosecond)}, nil
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"strconv"
 	"time"
@@ -259,4 +260,47 @@ func (s *Server) newBodyMetrics() {
 	s.bodyTimeouts = prometheus.NewCounter(prometheus.CounterOpts{Name: "memosrt_http_body_timeouts_total",
 		Help: "Requests whose body was not complete within the body read deadline (answered 408, connection closed)."})
 	s.m.reg.MustRegister(s.bodyTimeouts)
+}
+
+// checkURLText returns a *fieldError when the request's decoded path
+// ("path") or a query parameter's name or value (named by the parameter)
+// holds invalid UTF-8: net/http and url.ParseQuery pass such bytes on
+// as they are (%FF decodes to the byte 0xff), and a search for them, or a
+// cube named with them, would meet text that is not text. A query that
+// does not parse is left to the handler.
+func checkURLText(r *http.Request) error {
+	if i := invalidUTF8(r.URL.Path); i >= 0 {
+		return badField("path", "invalid UTF-8 (byte 0x%02x at byte %d)", r.URL.Path[i], i)
+	}
+	if r.URL.RawQuery == "" {
+		return nil
+	}
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		return nil
+	}
+	for k, vs := range q {
+		if i := invalidUTF8(k); i >= 0 {
+			return badField("query", "a parameter name holds invalid UTF-8 (byte 0x%02x at byte %d)", k[i], i)
+		}
+		for _, v := range vs {
+			if i := invalidUTF8(v); i >= 0 {
+				return badField(k, "invalid UTF-8 (byte 0x%02x at byte %d)", v[i], i)
+			}
+		}
+	}
+	return nil
+}
+
+// invalidUTF8 is the index of the first byte of s that does not start a
+// valid UTF-8 sequence, -1 when s is valid.
+func invalidUTF8(s string) int {
+	for i := 0; i < len(s); {
+		c, n := utf8.DecodeRuneInString(s[i:])
+		if c == utf8.RuneError && n <= 1 {
+			return i
+		}
+		i += n
+	}
+	return -1
 }

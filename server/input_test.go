@@ -32,9 +32,10 @@ func errMessage(out map[string]any) string {
 	return ""
 }
 
-// Invalid UTF-8 and lone surrogate escapes in any string of any JSON body
-// are a 400 naming the field, and nothing is stored; a surrogate pair and
-// plain non-ASCII text pass.
+// Invalid UTF-8 and lone surrogate escapes in any string of any JSON body,
+// and invalid UTF-8 in the decoded path or a query parameter, are a 400
+// naming the field, and nothing is stored; a surrogate pair and plain
+// non-ASCII text pass.
 func TestInvalidTextRefused(t *testing.T) {
 	e := newEnv(t, envConfig{nctx: 512})
 	addCube(t, e, "a")
@@ -76,6 +77,22 @@ func TestInvalidTextRefused(t *testing.T) {
 				}
 			}
 		})
+	}
+	// the decoded path and query parameters too (%E9 is the byte 0xe9)
+	for _, c := range []struct{ method, path, msg string }{
+		{"GET", "/v1/cubes/a/search?q=caf%E9", "q: invalid UTF-8 (byte 0xe9 at byte 3)"},
+		{"GET", "/v1/cubes/a/search?q=caf%C3%A9&k%FF=1", "query: a parameter name holds invalid UTF-8 (byte 0xff at byte 1)"},
+		{"POST", "/v1/cubes/caf%E9/memories", "path: invalid UTF-8 (byte 0xe9 at byte 13)"},
+		{"GET", "/v1/cubes/a/memories?limit=%FF", "limit: invalid UTF-8 (byte 0xff at byte 0)"},
+	} {
+		var out map[string]any
+		if code := do(t, c.method, e.url()+c.path, map[string]any{"text": "x"}, &out); code != 400 || errMessage(out) != c.msg {
+			t.Errorf("%s %s: %d %q, want 400 %q", c.method, c.path, code, errMessage(out), c.msg)
+		}
+	}
+	var hits struct{ Hits []any }
+	if code := do(t, "GET", e.url()+"/v1/cubes/a/search?q=caf%C3%A9", nil, &hits); code != 200 {
+		t.Errorf("search for valid text: %d", code)
 	}
 	// only the valid memory was stored, as sent
 	var list struct {
@@ -440,7 +457,8 @@ func TestMethodNotAllowed(t *testing.T) {
 // options.cube, the OpenAI and native body's cube) must be the same one:
 // with an access key another cube is a 403, as README says of any route
 // naming another cube; without one the conflict is a 400 naming the field.
-// load_duration is in every Ollama answer, also when the model was loaded.
+// load_duration is in every Ollama answer (chat, generate, embed), also
+// when the model was loaded.
 func TestCubeConflictAndLoadDuration(t *testing.T) {
 	e := newEnv(t, envConfig{nctx: 512, opts: Options{Token: "admin"}})
 	admin := []string{"Authorization", "Bearer admin"}
@@ -504,5 +522,13 @@ func TestCubeConflictAndLoadDuration(t *testing.T) {
 		if d, ok := last["load_duration"].(float64); !ok || d <= 0 || last["done"] != true {
 			t.Fatalf("%s streamed: last line %v", path, last)
 		}
+	}
+	// /api/embed reports it too, as Ollama's EmbedResponse does
+	var out map[string]any
+	if code := do(t, "POST", e.url()+"/api/embed", map[string]any{"model": testModel, "input": []string{"Hi", "Lily"}}, &out, admin...); code != 200 {
+		t.Fatalf("/api/embed: %d", code)
+	}
+	if d, ok := out["load_duration"].(float64); !ok || d <= 0 || len(out["embeddings"].([]any)) != 2 {
+		t.Fatalf("/api/embed: load_duration %v, embeddings %d", out["load_duration"], len(out["embeddings"].([]any)))
 	}
 }

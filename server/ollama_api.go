@@ -390,13 +390,14 @@ func (s *Server) handleOllamaEmbed(w http.ResponseWriter, r *http.Request) {
 		err = badField("dimensions", "%d < 0", req.Dimensions)
 	}
 	var vecs [][]float32
-	n := 0
+	var emb memosrt.Embedding
 	var model string
 	if err == nil {
 		model, err = s.embedModel(req.Model)
 	}
 	if err == nil && len(in) > 0 {
-		vecs, n, err = s.os.EmbedWith(r.Context(), model, keepAlive(req.KeepAlive), in)
+		emb, err = s.os.EmbedWith(r.Context(), model, keepAlive(req.KeepAlive), in)
+		vecs = emb.Vectors
 	}
 	if err == nil {
 		vecs, err = truncateDims(vecs, req.Dimensions)
@@ -415,7 +416,8 @@ func (s *Server) handleOllamaEmbed(w http.ResponseWriter, r *http.Request) {
 	case name == "":
 		name = ollamaName(s.os.Model().Name)
 	}
-	writeJSON(w, http.StatusOK, api.EmbedResponse{Model: name, Embeddings: vecs, TotalDuration: time.Since(start), PromptEvalCount: n})
+	writeJSON(w, http.StatusOK, api.EmbedResponse{Model: name, Embeddings: vecs, TotalDuration: time.Since(start),
+		LoadDuration: emb.LoadDuration, PromptEvalCount: emb.Tokens})
 }
 
 func (s *Server) handleOllamaEmbeddings(w http.ResponseWriter, r *http.Request) {
@@ -434,7 +436,9 @@ func (s *Server) handleOllamaEmbeddings(w http.ResponseWriter, r *http.Request) 
 	model, err := s.embedModel(req.Model)
 	var vecs [][]float32
 	if err == nil {
-		vecs, _, err = s.os.EmbedWith(r.Context(), model, keepAlive(req.KeepAlive), []string{req.Prompt})
+		var emb memosrt.Embedding
+		emb, err = s.os.EmbedWith(r.Context(), model, keepAlive(req.KeepAlive), []string{req.Prompt})
+		vecs = emb.Vectors
 	}
 	if err != nil {
 		s.writeError(w, r, err)

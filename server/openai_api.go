@@ -414,7 +414,9 @@ func (s *Server) handleOpenAIEmbeddings(w http.ResponseWriter, r *http.Request) 
 		model, err = s.embedModel(req.Model)
 	}
 	if err == nil {
-		vecs, n, err = s.os.EmbedWith(r.Context(), model, nil, in)
+		var emb memosrt.Embedding
+		emb, err = s.os.EmbedWith(r.Context(), model, nil, in)
+		vecs, n = emb.Vectors, emb.Tokens
 	}
 	if err == nil {
 		vecs, err = truncateDims(vecs, req.Dimensions)

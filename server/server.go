@@ -199,8 +199,8 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 // Unwrap lets http.ResponseController reach Flush and deadlines.
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-// wrap adds, outermost first: shutdown gate, auth, body limit, logging and
-// request metrics.
+// wrap adds, outermost first: shutdown gate, auth, text of the path and
+// query (checkURLText), body limit, logging and request metrics.
 func (s *Server) wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.mu.RLock()
@@ -227,6 +227,10 @@ func (s *Server) wrap(next http.Handler) http.Handler {
 				}
 				r = r.WithContext(context.WithValue(r.Context(), scopeKey{}, scope))
 			}
+		}
+		if err := checkURLText(r); err != nil {
+			s.writeError(w, r, err)
+			return
 		}
 		limit := s.opts.MaxBodyBytes
 		if r.URL.Path == "/v1/cubes/import" {
