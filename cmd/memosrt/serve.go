@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"strconv"
 	"strings"
@@ -60,6 +61,7 @@ func newServeCmd() *cobra.Command {
 	distillAfter := fs.Duration("distill-after", 7*24*time.Hour, "with --parametric: how long (`DURATION`) a memory stays hot (from --distill-heat until it falls under the demotion heat 1) before it is distilled")
 	distillHeat := fs.Float64("distill-heat", 0, "with --parametric: the `HEAT` at which a memory starts to count as hot (default: the promotion heat, 5)")
 	distillThreads := fs.Int("distill-threads", 1, "with --parametric: CPU `THREADS` training uses")
+	pprofAddr := fs.String("pprof-addr", "", "serve Go's profiles (net/http/pprof: /debug/pprof/heap, ...) on this loopback `HOST:PORT`, apart from --addr (default: none)")
 	debugClock := fs.Bool("debug-clock", false, "serve POST /v1/debug/clock to move the scheduler's clock (tests)")
 	backend := fs.String("backend", "llama", "`BACKEND`: llama (in-process) or ollama (text-only fallback)")
 	ollamaHost := fs.String("ollama-host", "http://127.0.0.1:11434", "Ollama server `URL` (--backend ollama, --embed ollama:MODEL)")
@@ -96,7 +98,7 @@ func newServeCmd() *cobra.Command {
 		return serve(cmd.Context(), serveFlags{sf: sf, ef: ef, mf: mf, addr: addr, parallel: parallel, resident: resident, residentCells: residentCells,
 			token: token, insecure: insecure, name: name, maxQueue: maxQueue, numPredict: numPredict, noPersist: noPersist,
 			minPersist: minPersist, adapterBudget: adapterBudget, convBudget: convBudget, tickEvery: tickEvery, kvBudget: kvBudget,
-			gcEvery: gcEvery, shutdownTimeout: shutdownTimeout, bodyTimeout: bodyTimeout, debugClock: debugClock, backend: backend, ollamaHost: ollamaHost,
+			gcEvery: gcEvery, shutdownTimeout: shutdownTimeout, bodyTimeout: bodyTimeout, debugClock: debugClock, pprofAddr: pprofAddr, backend: backend, ollamaHost: ollamaHost,
 			ollamaModel: ollamaModel, embedFlag: embedFlag, chatTemplate: chatTemplate, kvStore: kvStore, textStore: textStore,
 			param: func() scheduler.ParametricOptions {
 				if !*parametric {
@@ -115,7 +117,7 @@ type serveFlags struct {
 	ef                                                                  engineFlags
 	mf                                                                  modelsFlags
 	addr, token, name, backend, ollamaHost, ollamaModel, embedFlag      *string
-	chatTemplate, kvStore, textStore                                    *string
+	chatTemplate, kvStore, textStore, pprofAddr                         *string
 	parallel, resident, residentCells, maxQueue, numPredict, minPersist *int
 	adapterBudget, convBudget, kvBudget                                 *int64
 	tickEvery, gcEvery, shutdownTimeout, bodyTimeout                    *time.Duration
@@ -132,6 +134,13 @@ func serve(ctx context.Context, f serveFlags) error {
 	embedFlag, chatTemplate, kvStore, textStore := f.embedFlag, f.chatTemplate, f.kvStore, f.textStore
 	if err := checkListen(*addr, *token, *insecure); err != nil {
 		return err
+	}
+	if *f.pprofAddr != "" {
+		stop, err := servePprof(*f.pprofAddr)
+		if err != nil {
+			return err
+		}
+		defer stop()
 	}
 	// an address in use fails here, before the data directory is created
 	// and the model loaded (it once failed after both); the listener is
@@ -293,6 +302,32 @@ func serve(ctx context.Context, f serveFlags) error {
 		hs.Close()
 	}
 	return errors.Join(err, cerr)
+}
+
+// servePprof serves net/http/pprof's handlers on addr, a loopback
+// address (profiles show memory contents: never on a public one), until
+// the returned stop is called.
+func servePprof(addr string) (stop func(), err error) {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, fmt.Errorf("--pprof-addr %q: %w", addr, err)
+	}
+	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		return nil, fmt.Errorf("--pprof-addr %s is not a loopback address", addr)
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--pprof-addr: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go hs.Serve(ln)
+	return func() { hs.Close() }, nil
 }
 
 func ignoreClosed(err error) error {
