@@ -51,10 +51,11 @@ func newServeCmd() *cobra.Command {
 	noPersist := fs.Bool("no-persist", false, "do not save conversation KV states as packs")
 	minPersist := fs.Int("min-persist-tokens", 128, "shortest conversation state saved as a pack, `TOKENS`")
 	adapterBudget := fs.Int64("adapter-budget", 1<<30, "tensor `BYTES` of the LoRA adapters loaded at once: the least recently used unattached one is evicted beyond it")
-	convBudget := fs.Int64("conv-budget", 1<<30, "stored conversation packs of all cubes, `BYTES`: the oldest are deleted beyond it")
+	convBudget := fs.Int64("conv-budget", 256<<20, "stored conversation packs of all cubes, `BYTES`: the oldest are deleted beyond it")
+	ramBudget := fs.Int64("ram-budget", 0, "`BYTES` of decompressed pack states kept in RAM for fast restores, least recently used dropped beyond it (default 128 MiB)")
 	tickEvery := fs.Duration("tick-interval", 10*time.Second, "`PERIOD` of the tier scheduler's ticks (heat, promotions, demotions, resident packs)")
 	kvBudget := fs.Int64("kv-budget", 0, "`BYTES` of KV state all packs of the activation tier may hold (default 256 MiB)")
-	gcEvery := fs.Duration("gc-interval", 5*time.Minute, "`PERIOD` of the value-log GC (deleted packs' space is also reclaimed at every start)")
+	gcEvery := fs.Duration("gc-interval", time.Minute, "`PERIOD` of the value-log GC that gives back the space of deleted and replaced packs while serving (also reclaimed at every start)")
 	shutdownTimeout := fs.Duration("shutdown-timeout", 10*time.Second, "on SIGTERM/SIGINT: how long (`DURATION`) running requests may finish before they are cancelled")
 	bodyTimeout := fs.Duration("body-timeout", time.Minute, "how long (`DURATION`) a client has to send a request body (imports: an hour); a body not in by then is answered 408 and its connection closed")
 	parametric := fs.Bool("parametric", false, "distill memories that stay hot into each cube's LoRA adapter, attached to its requests by default (the parametric tier; training takes CPU minutes per cube)")
@@ -83,6 +84,7 @@ func newServeCmd() *cobra.Command {
 			check{"adapter-budget", *adapterBudget >= 0, "0 or more bytes"},
 			check{"conv-budget", *convBudget >= 0, "0 or more bytes"},
 			check{"kv-budget", *kvBudget >= 0, "0 (256 MiB) or more bytes"},
+			check{"ram-budget", *ramBudget >= 0, "0 (128 MiB) or more bytes"},
 			check{"tick-interval", *tickEvery >= 0, "a duration of 0 or more"},
 			check{"gc-interval", *gcEvery >= 0, "a duration of 0 or more"},
 			check{"shutdown-timeout", *shutdownTimeout >= 0, "a duration of 0 or more"},
@@ -97,7 +99,7 @@ func newServeCmd() *cobra.Command {
 		}
 		return serve(cmd.Context(), serveFlags{sf: sf, ef: ef, mf: mf, addr: addr, parallel: parallel, resident: resident, residentCells: residentCells,
 			token: token, insecure: insecure, name: name, maxQueue: maxQueue, numPredict: numPredict, noPersist: noPersist,
-			minPersist: minPersist, adapterBudget: adapterBudget, convBudget: convBudget, tickEvery: tickEvery, kvBudget: kvBudget,
+			minPersist: minPersist, adapterBudget: adapterBudget, convBudget: convBudget, ramBudget: ramBudget, tickEvery: tickEvery, kvBudget: kvBudget,
 			gcEvery: gcEvery, shutdownTimeout: shutdownTimeout, bodyTimeout: bodyTimeout, debugClock: debugClock, pprofAddr: pprofAddr, backend: backend, ollamaHost: ollamaHost,
 			ollamaModel: ollamaModel, embedFlag: embedFlag, chatTemplate: chatTemplate, kvStore: kvStore, textStore: textStore,
 			param: func() scheduler.ParametricOptions {
@@ -119,7 +121,7 @@ type serveFlags struct {
 	addr, token, name, backend, ollamaHost, ollamaModel, embedFlag      *string
 	chatTemplate, kvStore, textStore, pprofAddr                         *string
 	parallel, resident, residentCells, maxQueue, numPredict, minPersist *int
-	adapterBudget, convBudget, kvBudget                                 *int64
+	adapterBudget, convBudget, kvBudget, ramBudget                      *int64
 	tickEvery, gcEvery, shutdownTimeout, bodyTimeout                    *time.Duration
 	insecure, noPersist, debugClock                                     *bool
 	param                                                               func() scheduler.ParametricOptions
@@ -167,7 +169,7 @@ func serve(ctx context.Context, f serveFlags) error {
 		opts.ResidentSeqs = -1
 	}
 	opts.MaxQueue, opts.NoPersist, opts.MinPersistTokens, opts.DefaultNumPredict = *maxQueue, *noPersist, *minPersist, *numPredict
-	opts.ConvBytes, opts.AdapterBytes, opts.GCInterval = *convBudget, *adapterBudget, *gcEvery
+	opts.ConvBytes, opts.AdapterBytes, opts.GCInterval, opts.RAMBytes = *convBudget, *adapterBudget, *gcEvery, *f.ramBudget
 	opts.ModelName, opts.Embedder, opts.Layout.ChatTemplate = *name, emb, *chatTemplate
 	opts.Tiers.Interval, opts.Tiers.KVBytes = *tickEvery, *kvBudget
 	opts.Tiers.Parametric = f.param()
