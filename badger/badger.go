@@ -398,7 +398,30 @@ func (d *DB) DiskBytes() int64 {
 	return d.filesBytes(func(string) bool { return true })
 }
 
-// Badger returns the underlying Badger handle for the owner packages.
+// Update runs fn in a read-write transaction (Badger's DB.Update) once
+// Room(0) allows a write: on a disk too full to take one it runs nothing
+// and returns Room's error, wrapping ErrNoSpace. Every write of the owner
+// packages goes through Update or Write (deletes too: a delete is a
+// record in the memtable), except the batched writers that ask Room
+// themselves (textmem's Bulk, Restore, the reclaiming pass): Badger's
+// memtable and value-log files are mapped, and a write into an
+// unallocated page of a full filesystem is SIGBUS.
+func (d *DB) Update(fn func(*bg.Txn) error) error { return d.Write(0, fn) }
+
+// Write is Update for a commit of about n bytes (its keys and values), so
+// that Room counts them.
+func (d *DB) Write(n int64, fn func(*bg.Txn) error) error {
+	if err := d.Room(n); err != nil {
+		return err
+	}
+	return d.db.Update(fn)
+}
+
+// View runs fn in a read-only transaction (Badger's DB.View).
+func (d *DB) View(fn func(*bg.Txn) error) error { return d.db.View(fn) }
+
+// Badger returns the underlying Badger handle, for reads and for writers
+// that ask Room themselves (see Update).
 func (d *DB) Badger() *bg.DB { return d.db }
 
 // Close flushes and closes the database. Idempotent.

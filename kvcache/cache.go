@@ -96,8 +96,7 @@ type ramEntry struct {
 
 // Cache stores packs in Badger and keeps decompressed states in RAM.
 type Cache struct {
-	db   *bg.DB
-	room func(n int64) error // badger.DB.Room, asked before each write of Put
+	db   *badger.DB // every write through Update or Write, which ask Room first
 	opts Options
 	log  *slog.Logger
 
@@ -134,7 +133,7 @@ func Open(db *badger.DB, opts Options) (*Cache, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	c := &Cache{db: db.Badger(), room: db.Room, opts: opts, log: log, packs: map[string]*packRecord{},
+	c := &Cache{db: db, opts: opts, log: log, packs: map[string]*packRecord{},
 		chain: map[string][]string{}, lru: list.New(), ram: map[string]*list.Element{}, maxRemote: sharedMaxRemote}
 	if opts.Shared != nil {
 		var err error
@@ -353,21 +352,13 @@ func (c *Cache) Put(ctx context.Context, h Header, state []byte) (Info, error) {
 			return Info{}, err
 		}
 		part := blob[i*chunkBytes : min(len(blob), (i+1)*chunkBytes)]
-		if err := c.room(int64(len(part))); err != nil {
-			c.deleteChunks(rec.ID)
-			return Info{}, fmt.Errorf("kvcache: write chunk: %w", err)
-		}
-		if err := c.db.Update(func(txn *bg.Txn) error { return txn.Set(chunkKey(rec.ID, i), part) }); err != nil {
+		if err := c.db.Write(int64(len(part)), func(txn *bg.Txn) error { return txn.Set(chunkKey(rec.ID, i), part) }); err != nil {
 			c.deleteChunks(rec.ID)
 			return Info{}, fmt.Errorf("kvcache: write chunk: %w", err)
 		}
 	}
 	rj, _ := json.Marshal(rec)
-	if err := c.room(int64(len(rj))); err != nil {
-		c.deleteChunks(rec.ID)
-		return Info{}, fmt.Errorf("kvcache: write header: %w", err)
-	}
-	if err := c.db.Update(func(txn *bg.Txn) error { return txn.Set([]byte(keyHeader+rec.ID), rj) }); err != nil {
+	if err := c.db.Write(int64(len(rj)), func(txn *bg.Txn) error { return txn.Set([]byte(keyHeader+rec.ID), rj) }); err != nil {
 		c.deleteChunks(rec.ID)
 		return Info{}, fmt.Errorf("kvcache: write header: %w", err)
 	}
