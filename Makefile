@@ -18,7 +18,7 @@ GO       ?= go
 OLLAMA   := github.com/ollama/ollama
 TESTFLAGS ?= -count=1 -timeout 40m
 
-.PHONY: all build links test vet bench bench-ttft bench-decode bench-contention bench-shared demo example clean soak
+.PHONY: all build links test vet bench bench-ttft bench-decode bench-contention bench-shared demo example clean soak soak-mix
 
 all: build
 
@@ -275,3 +275,13 @@ demo-arm64: arm64
 SOAK ?= 3m
 soak: links
 	SOAK=$(SOAK) $(GO) test -count=1 -v -timeout 60m -run TestSoak ./bench/soak
+
+# The mixed-traffic soak: `memosrt serve` with its default budgets under 4
+# clients on one cube with a pack (chat turns, memory add + search,
+# generate, OpenAI streaming chat) for SOAK_MIX; prints data-directory
+# bytes, RSS and live heap every 10 s and checks that they level off under
+# their bounds (docs/data-directory.md). SOAK_PPROF=DIR saves a heap
+# profile per sample.
+SOAK_MIX ?= 12m
+soak-mix: links
+	SOAK_MIX=$(SOAK_MIX) $(GO) test -count=1 -v -timeout 60m -run TestMix ./bench/soak

@@ -58,10 +58,7 @@ func (o *OS) CreateKey(ctx context.Context, cube string) (AccessKey, string, err
 	h := hashToken(tok)
 	k := AccessKey{ID: h[:12], Cube: cube, Created: o.opts.Clock.Now().UTC(), CubeCreated: rec.Created}
 	js, _ := json.Marshal(k)
-	if err := o.db.Room(int64(len(js))); err != nil {
-		return AccessKey{}, "", fmt.Errorf("memosrt: store access key: %w", err)
-	}
-	err = o.db.Badger().Update(func(txn *bg.Txn) error { return txn.Set([]byte(keyAccess+h), js) })
+	err = o.db.Write(int64(len(js)), func(txn *bg.Txn) error { return txn.Set([]byte(keyAccess+h), js) })
 	if err != nil {
 		return AccessKey{}, "", fmt.Errorf("memosrt: store access key: %w", err)
 	}
@@ -74,7 +71,7 @@ func (o *OS) KeyCube(ctx context.Context, token string) (AccessKey, error) {
 		return AccessKey{}, ErrUnknownKey
 	}
 	var k AccessKey
-	err := o.db.Badger().View(func(txn *bg.Txn) error {
+	err := o.db.View(func(txn *bg.Txn) error {
 		it, err := txn.Get([]byte(keyAccess + hashToken(token)))
 		if err != nil {
 			return err
@@ -90,7 +87,7 @@ func (o *OS) KeyCube(ctx context.Context, token string) (AccessKey, error) {
 	// the cube it was minted for, not one made since under its name
 	rec, err := o.cubes.get(ctx, k.Cube)
 	if errors.Is(err, ErrUnknownCube) || (err == nil && !rec.Created.Equal(k.CubeCreated)) {
-		_ = o.db.Badger().Update(func(txn *bg.Txn) error { return txn.Delete([]byte(keyAccess + hashToken(token))) })
+		_ = o.db.Update(func(txn *bg.Txn) error { return txn.Delete([]byte(keyAccess + hashToken(token))) })
 		return AccessKey{}, ErrUnknownKey
 	}
 	return k, err
@@ -98,7 +95,7 @@ func (o *OS) KeyCube(ctx context.Context, token string) (AccessKey, error) {
 
 // eachKey calls fn with every access key of this node and its Badger key.
 func (o *OS) eachKey(fn func(dbKey []byte, k AccessKey)) error {
-	return o.db.Badger().View(func(txn *bg.Txn) error {
+	return o.db.View(func(txn *bg.Txn) error {
 		it := txn.NewIterator(bg.IteratorOptions{Prefix: []byte(keyAccess), PrefetchValues: true})
 		defer it.Close()
 		for it.Rewind(); it.Valid(); it.Next() {
@@ -134,7 +131,7 @@ func (o *OS) deleteKeys(cube string) error {
 	if err != nil || len(del) == 0 {
 		return err
 	}
-	return o.db.Badger().Update(func(txn *bg.Txn) error {
+	return o.db.Update(func(txn *bg.Txn) error {
 		for _, k := range del {
 			if err := txn.Delete(k); err != nil {
 				return err

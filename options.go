@@ -105,7 +105,8 @@ type Options struct {
 	// adapter files go to Dir/adapters unless Parametric.Dir is set).
 	Tiers scheduler.TierOptions
 	// RAMBytes bounds the decompressed pack states kept in RAM (the RAM
-	// level of the activation tier). Default 1 GiB.
+	// level of the activation tier), bytes of Go heap; a state larger than
+	// it is never kept (restores read it from disk). Default 128 MiB.
 	RAMBytes int64
 	// TickAfterUses runs a tick early once this many memory uses were
 	// recorded since the last one (a burst of usage). Default 16.
@@ -116,8 +117,8 @@ type Options struct {
 	UsageFlush time.Duration
 	// GCInterval is the period of the background loop's value-log GC
 	// (badger.DB.Reclaim: files at least half stale are rewritten, after a
-	// compaction when the value log passed two files); Open also
-	// reclaims once (badger.Open). Default 5 min.
+	// flush and compaction when the value log grew by a file since the
+	// last such pass); Open also reclaims once (badger.Open). Default 1 min.
 	GCInterval time.Duration
 	// NoScheduler turns the background loop off: no periodic ticks, no
 	// resident level changes; Tick still runs on demand. Default false.
@@ -140,7 +141,7 @@ type Options struct {
 	// stored blobs: after a write past it, the oldest are deleted (a
 	// continued conversation replaces its pack, so live ones are the
 	// newest). Tier packs have their own budget (Tiers.KVBytes). Default
-	// 1 GiB.
+	// 256 MiB.
 	ConvBytes int64
 	// DefaultNumPredict caps generated tokens of a request that sets no
 	// limit; 0 means until n_ctx.
@@ -185,7 +186,7 @@ type UpstreamOptions struct {
 // and Model.
 func DefaultOptions() Options {
 	return Options{Parallel: 4, ResidentSeqs: 2, TickAfterUses: 16, UsageFlush: 100 * time.Millisecond,
-		MaxQueue: 64, MinPersistTokens: 128, ConvBytes: 1 << 30, RAMBytes: 1 << 30, AdapterBytes: 1 << 30}
+		MaxQueue: 64, MinPersistTokens: 128, ConvBytes: 256 << 20, RAMBytes: 128 << 20, AdapterBytes: 1 << 30, GCInterval: time.Minute}
 }
 
 func (o *Options) ensureDefaults() {
@@ -215,7 +216,7 @@ func (o *Options) ensureDefaults() {
 		o.MaxQueue = 0
 	}
 	if o.GCInterval == 0 {
-		o.GCInterval = 5 * time.Minute
+		o.GCInterval = d.GCInterval
 	}
 	if o.ConvBytes == 0 {
 		o.ConvBytes = d.ConvBytes

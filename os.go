@@ -485,7 +485,7 @@ const keyTextStore = "srv/text-store"
 // (ErrTextStoreElsewhere); with ts set it also warns of memories the
 // directory's own text tier holds, which the shared one does not serve.
 func (o *OS) markTextStore(ctx context.Context, ts textmem.Backend, local bool) error {
-	db := o.db.Badger()
+	db := o.db
 	var mark string
 	err := db.View(func(txn *bg.Txn) error {
 		item, err := txn.Get([]byte(keyTextStore))

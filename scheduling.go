@@ -132,10 +132,11 @@ func (o *OS) loop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-gc.C:
+			start := time.Now()
 			if n, err := o.db.Reclaim(); err != nil {
 				o.log.Warn("value-log GC failed", "err", err)
-			} else if n > 0 {
-				o.log.Info("value-log GC", "files_rewritten", n)
+			} else if ms := time.Since(start).Milliseconds(); n > 0 || ms >= 1000 {
+				o.log.Info("value-log GC", "files_rewritten", n, "ms", ms)
 			}
 			continue
 		case <-flush.C:

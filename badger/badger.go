@@ -6,7 +6,11 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
 	"sync/atomic"
+	"time"
 
 	bg "github.com/dgraph-io/badger/v4"
 	"github.com/dgraph-io/badger/v4/options"
@@ -93,7 +97,16 @@ type DB struct {
 	refused   atomic.Int64  // writes Room refused since Open
 	tableDmg  []TableDamage // found by Open (TableDamage); read-only after Open
 	key       []byte        // Options.EncryptionKey; Backup encrypts under it
+
+	// reclaimMu serialises Reclaim and guards lastFull: the value log's
+	// allocated bytes after the last pass that flushed the memtable
+	reclaimMu sync.Mutex
+	lastFull  int64
 }
+
+// blockCacheBytes is the size of Badger's block cache (decompressed LSM
+// table blocks, on the Go heap), bytes.
+const blockCacheBytes = 32 << 20
 
 // Open opens (creating if needed) the database in opts.Dir. The memtable
 // is 16 MiB, less on a filesystem under 512 MiB (1/32 of its size rounded
@@ -150,6 +163,12 @@ func Open(opts Options) (*DB, error) {
 		WithMemTableSize(memSize).
 		WithValueThreshold(valueThreshold(memSize)).
 		WithNumCompactors(2).
+		// a flushed memtable is compacted at once (Badger: at 5 tables),
+		// so that the deletes it holds are counted for the value-log GC
+		WithNumLevelZeroTables(1).
+		// Badger's default block cache is 256 MiB of heap; the LSM tree
+		// of a data directory is small (keys, memories, pack headers)
+		WithBlockCacheSize(blockCacheBytes).
 		WithReadOnly(opts.ReadOnly).
 		WithVerifyValueChecksum(!opts.NoVerify).
 		WithChecksumVerificationMode(options.OnBlockRead)
@@ -176,6 +195,7 @@ func Open(opts Options) (*DB, error) {
 		return nil, fmt.Errorf("badger: open %s: %w", opts.Dir, err)
 	}
 	d := &DB{db: db, vlogSize: vlogSize, memSize: memSize, threshold: db.Opts().ValueThreshold, log: opts.Logger, key: opts.EncryptionKey}
+	defer func() { d.lastFull = d.vlogBytes() }()
 	if !opts.InMemory {
 		d.dir = opts.Dir
 		// before reclaim: its compaction would drop a damaged block's
@@ -255,27 +275,142 @@ func (d *DB) GC() (int, error) {
 }
 
 // Reclaim is the periodic form of Open's reclaiming pass, for a
-// directory being written: GC, and when that rewrote nothing while the
-// value log holds more than two files, a compaction of the LSM tree to
-// one level (Badger's Flatten, which pauses compactions, not writes) so
-// that the discard statistics count what was deleted since, then GC
-// again. Under a steady stream of deletes (conversation packs evicted
-// under their budget) compactions are too rare to count them otherwise,
-// and the value log only grew (make soak measured 96 MiB after one
-// minute, 234 MiB after three). Returns the files rewritten.
+// directory being written, and never blocks writes. It runs GC; when that
+// rewrote nothing and the value log grew by a file (ValueLogFileSize)
+// since the last full pass, it makes Badger count what was deleted since:
+// it flushes the memtable (flushMemtable) and waits until the flushed
+// table is compacted below level 0 (Options: at once), the compaction
+// that counts the stale values; then it runs GC again. Badger counts a
+// deleted or overwritten value only when a compaction drops it, and the
+// deletes of a serving directory (conversation packs replaced each turn)
+// sit in a memtable that fills with small records only (values of 1 KiB
+// and more go to the value log): the twelve-minute mix grew the
+// value log to 32 files while Reclaim found nothing to rewrite. Returns
+// the files rewritten.
 func (d *DB) Reclaim() (int, error) {
+	d.reclaimMu.Lock()
+	defer d.reclaimMu.Unlock()
 	n, err := d.GC()
-	if err != nil || n > 0 || d.vlogBytes() <= 2*d.vlogSize {
+	if err != nil || n > 0 || d.vlogBytes() < d.lastFull+d.vlogSize {
 		return n, err
 	}
-	if err := d.Room(0); err != nil {
-		d.warn("compaction skipped", err) // Flatten rewrites every table
+	// the filler records and their deletes (at most two memtables),
+	// then Flatten, which rewrites every table (Room counts them)
+	if err := d.Room(2 * d.memSize); err != nil {
+		d.warn("compaction skipped", err)
 		return 0, nil
+	}
+	if err := d.flushMemtable(); err != nil {
+		return 0, err
+	}
+	if err := d.waitL0(); err != nil {
+		return 0, err
 	}
 	if err := d.db.Flatten(1); err != nil {
 		return 0, err
 	}
-	return d.GC()
+	n, err = d.GC()
+	d.lastFull = d.vlogBytes()
+	return n, err
+}
+
+// fillerKey prefixes the records flushMemtable writes and deletes.
+var fillerKey = []byte("!fill/")
+
+// flushMemtable makes Badger flush its memtable without blocking writes
+// (DropPrefix, Badger's only public flush, fails concurrent writes with
+// ErrBlockedWrites): it writes filler records of 1000 bytes (kept in the
+// memtable, under the value threshold) until Badger begins a new memtable
+// log (NNNNN.mem), then deletes them, and waits until the old log is gone
+// (flushed to a level-0 table). Writes at most two memtables' worth
+// (2 × MemTableSize) and their deletes; the next compaction drops both.
+// The caller checks Room for them first.
+func (d *DB) flushMemtable() error {
+	if d.dir == "" {
+		return nil
+	}
+	first := d.maxMemFile()
+	if first < 0 {
+		return nil
+	}
+	val := make([]byte, 1000)
+	var keys [][]byte
+	for d.maxMemFile() == first {
+		if int64(len(keys)*len(val)) >= 2*d.memSize {
+			return fmt.Errorf("badger: memtable not flushed after %d filler records", len(keys))
+		}
+		wb := d.db.NewWriteBatch()
+		for range 64 { // 64 KB a batch: under Badger's batch limit at every memtable size
+
+			k := fmt.Appendf(nil, "%s%08d", fillerKey, len(keys))
+			keys = append(keys, k)
+			if err := wb.Set(k, val); err != nil {
+				wb.Cancel()
+				return err
+			}
+		}
+		if err := wb.Flush(); err != nil {
+			return err
+		}
+	}
+	wb := d.db.NewWriteBatch()
+	for _, k := range keys {
+		if err := wb.Delete(k); err != nil {
+			wb.Cancel()
+			return err
+		}
+	}
+	if err := wb.Flush(); err != nil {
+		return err
+	}
+	return d.waitFor(func() bool {
+		_, err := os.Stat(filepath.Join(d.dir, fmt.Sprintf("%05d.mem", first)))
+		return errors.Is(err, os.ErrNotExist)
+	}, "memtable flush")
+}
+
+// waitL0 waits until level 0 holds no table (Options: a table is
+// compacted into the next level as soon as it is flushed).
+func (d *DB) waitL0() error {
+	return d.waitFor(func() bool {
+		for _, t := range d.db.Tables() {
+			if t.Level == 0 {
+				return false
+			}
+		}
+		return true
+	}, "level-0 compaction")
+}
+
+// waitFor polls done every 20 ms for up to a minute.
+func (d *DB) waitFor(done func() bool, what string) error {
+	for start := time.Now(); !done(); time.Sleep(20 * time.Millisecond) {
+		if d.db.IsClosed() {
+			return ErrClosed
+		}
+		if time.Since(start) > time.Minute {
+			return fmt.Errorf("badger: %s not done after a minute", what)
+		}
+	}
+	return nil
+}
+
+// maxMemFile is the number of the newest memtable log (NNNNN.mem) in the
+// directory; -1 when there is none.
+func (d *DB) maxMemFile() int {
+	ents, err := os.ReadDir(d.dir)
+	if err != nil {
+		return -1
+	}
+	best := -1
+	for _, e := range ents {
+		if num, ok := strings.CutSuffix(e.Name(), ".mem"); ok {
+			if n, err := strconv.Atoi(num); err == nil && n > best {
+				best = n
+			}
+		}
+	}
+	return best
 }
 
 // warn logs a skipped background rewrite.
@@ -332,7 +467,30 @@ func (d *DB) DiskBytes() int64 {
 // text. In memory (Options.InMemory) every value stays in the LSM tree.
 func (d *DB) ValueThreshold() int64 { return d.threshold }
 
-// Badger returns the underlying Badger handle for the owner packages.
+// Update runs fn in a read-write transaction (Badger's DB.Update) once
+// Room(0) allows a write: on a disk too full to take one it runs nothing
+// and returns Room's error, wrapping ErrNoSpace. Every write of the owner
+// packages goes through Update or Write (deletes too: a delete is a
+// record in the memtable), except the batched writers that ask Room
+// themselves (textmem's Bulk, Restore, the reclaiming pass): Badger's
+// memtable and value-log files are mapped, and a write into an
+// unallocated page of a full filesystem is SIGBUS.
+func (d *DB) Update(fn func(*bg.Txn) error) error { return d.Write(0, fn) }
+
+// Write is Update for a commit of about n bytes (its keys and values), so
+// that Room counts them.
+func (d *DB) Write(n int64, fn func(*bg.Txn) error) error {
+	if err := d.Room(n); err != nil {
+		return err
+	}
+	return d.db.Update(fn)
+}
+
+// View runs fn in a read-only transaction (Badger's DB.View).
+func (d *DB) View(fn func(*bg.Txn) error) error { return d.db.View(fn) }
+
+// Badger returns the underlying Badger handle, for reads and for writers
+// that ask Room themselves (see Update).
 func (d *DB) Badger() *bg.DB { return d.db }
 
 // Close flushes and closes the database. Idempotent.

@@ -97,8 +97,7 @@ type ramEntry struct {
 
 // Cache stores packs in Badger and keeps decompressed states in RAM.
 type Cache struct {
-	db   *bg.DB
-	room func(n int64) error // badger.DB.Room, asked before each write of Put
+	db   *badger.DB // every write through Update or Write, which ask Room first
 	opts Options
 	log  *slog.Logger
 
@@ -137,7 +136,7 @@ func Open(db *badger.DB, opts Options) (*Cache, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	c := &Cache{db: db.Badger(), room: db.Room, opts: opts, log: log, packs: map[string]*packRecord{},
+	c := &Cache{db: db, opts: opts, log: log, packs: map[string]*packRecord{},
 		chain: map[string][]string{}, lru: list.New(), ram: map[string]*list.Element{}, maxRemote: sharedMaxRemote}
 	if opts.Shared != nil {
 		var err error
@@ -175,7 +174,7 @@ func Open(db *badger.DB, opts Options) (*Cache, error) {
 		return nil, fmt.Errorf("kvcache: open: %w", err)
 	}
 	for id := range orphans {
-		if c.db.Opts().ReadOnly { // memosrt check: removed when next opened to write
+		if c.db.Badger().Opts().ReadOnly { // memosrt check: removed when next opened to write
 			break
 		}
 		log.Info("kvcache: removing orphan chunks", "pack", id[:12])
@@ -359,21 +358,13 @@ func (c *Cache) Put(ctx context.Context, h Header, state []byte) (Info, error) {
 			return Info{}, err
 		}
 		part := blob[i*chunkBytes : min(len(blob), (i+1)*chunkBytes)]
-		if err := c.room(int64(len(part))); err != nil {
-			c.deleteChunks(rec.ID)
-			return Info{}, fmt.Errorf("kvcache: write chunk: %w", err)
-		}
-		if err := c.db.Update(func(txn *bg.Txn) error { return txn.Set(chunkKey(rec.ID, i), part) }); err != nil {
+		if err := c.db.Write(int64(len(part)), func(txn *bg.Txn) error { return txn.Set(chunkKey(rec.ID, i), part) }); err != nil {
 			c.deleteChunks(rec.ID)
 			return Info{}, fmt.Errorf("kvcache: write chunk: %w", err)
 		}
 	}
 	rj, _ := json.Marshal(rec)
-	if err := c.room(int64(len(rj))); err != nil {
-		c.deleteChunks(rec.ID)
-		return Info{}, fmt.Errorf("kvcache: write header: %w", err)
-	}
-	if err := c.db.Update(func(txn *bg.Txn) error { return txn.Set([]byte(keyHeader+rec.ID), rj) }); err != nil {
+	if err := c.db.Write(int64(len(rj)), func(txn *bg.Txn) error { return txn.Set([]byte(keyHeader+rec.ID), rj) }); err != nil {
 		c.deleteChunks(rec.ID)
 		return Info{}, fmt.Errorf("kvcache: write header: %w", err)
 	}

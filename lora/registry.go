@@ -61,8 +61,7 @@ type RegistryOptions struct {
 
 // Registry stores adapter records in Badger. Safe for concurrent use.
 type Registry struct {
-	db   *bg.DB
-	room func(n int64) error // badger.DB.Room, asked before each write
+	db   *badger.DB // writes through Write, which asks Room first
 	now  func() time.Time
 	log  *slog.Logger
 }
@@ -78,7 +77,7 @@ func NewRegistry(db *badger.DB, opts RegistryOptions) (*Registry, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Registry{db: db.Badger(), room: db.Room, now: opts.Now, log: opts.Logger}, nil
+	return &Registry{db: db, now: opts.Now, log: opts.Logger}, nil
 }
 
 func recordKey(cube, name string) []byte {
@@ -165,10 +164,7 @@ func (r *Registry) Add(ctx context.Context, req AddRequest) (Record, error) {
 		Added: r.now().UTC()}
 	b, _ := json.Marshal(rec)
 	key := recordKey(req.Cube, req.Name)
-	if err := r.room(int64(len(b))); err != nil {
-		return Record{}, fmt.Errorf("lora: store %s: %w", scopeName(req.Cube, req.Name), err)
-	}
-	err = r.db.Update(func(txn *bg.Txn) error {
+	err = r.db.Write(int64(len(b)), func(txn *bg.Txn) error {
 		if !req.Replace {
 			if _, err := txn.Get(key); err == nil {
 				return fmt.Errorf("%w: %s", ErrExists, scopeName(req.Cube, req.Name))

@@ -108,9 +108,6 @@ func (t *Tiers) enqueue(ctx context.Context, jobs []Job) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	if err := t.room(0); err != nil {
-		return 0, fmt.Errorf("scheduler: enqueue: %w", err)
-	}
 	n := 0
 	err = t.db.Update(func(txn *bg.Txn) error {
 		for _, j := range jobs {

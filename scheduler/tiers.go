@@ -155,8 +155,7 @@ type Tiers struct {
 	kv    *kvcache.Cache
 	lay   *Layout
 	eng   *runtime.Engine
-	db    *bg.DB
-	room  func(n int64) error // badger.DB.Room, asked before enqueue's write
+	db    *badger.DB // every write through its Update, which asks Room first
 	opts  TierOptions
 	heat  HeatOptions
 	log   *slog.Logger
@@ -238,7 +237,7 @@ func NewTiers(d Deps, opts TierOptions) (*Tiers, error) {
 	if err != nil {
 		return nil, fmt.Errorf("scheduler: %w", err)
 	}
-	t := &Tiers{mem: d.Mem, kv: d.KV, lay: d.Layout, eng: d.Engine, db: db.Badger(), room: db.Room, opts: opts, heat: opts.Heat.withDefaults(), log: log.With("component", "tiers"),
+	t := &Tiers{mem: d.Mem, kv: d.KV, lay: d.Layout, eng: d.Engine, db: db, opts: opts, heat: opts.Heat.withDefaults(), log: log.With("component", "tiers"),
 		seq: seq, kick: make(chan struct{}, 1), resident: map[string]string{}, reg: d.Registry, param: param}
 	t.bg, t.bgCancel = context.WithCancel(context.Background())
 	if err := t.collectGarbage(context.Background()); err != nil {

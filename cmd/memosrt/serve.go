@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"strconv"
 	"strings"
@@ -50,16 +51,18 @@ func newServeCmd() *cobra.Command {
 	noPersist := fs.Bool("no-persist", false, "do not save conversation KV states as packs")
 	minPersist := fs.Int("min-persist-tokens", 128, "shortest conversation state saved as a pack, `TOKENS`")
 	adapterBudget := fs.Int64("adapter-budget", 1<<30, "tensor `BYTES` of the LoRA adapters loaded at once: the least recently used unattached one is evicted beyond it")
-	convBudget := fs.Int64("conv-budget", 1<<30, "stored conversation packs of all cubes, `BYTES`: the oldest are deleted beyond it")
+	convBudget := fs.Int64("conv-budget", 256<<20, "stored conversation packs of all cubes, `BYTES`: the oldest are deleted beyond it")
+	ramBudget := fs.Int64("ram-budget", 0, "`BYTES` of decompressed pack states kept in RAM for fast restores, least recently used dropped beyond it (default 128 MiB)")
 	tickEvery := fs.Duration("tick-interval", 10*time.Second, "`PERIOD` of the tier scheduler's ticks (heat, promotions, demotions, resident packs)")
 	kvBudget := fs.Int64("kv-budget", 0, "`BYTES` of KV state all packs of the activation tier may hold (default 256 MiB)")
-	gcEvery := fs.Duration("gc-interval", 5*time.Minute, "`PERIOD` of the value-log GC (deleted packs' space is also reclaimed at every start)")
+	gcEvery := fs.Duration("gc-interval", time.Minute, "`PERIOD` of the value-log GC that gives back the space of deleted and replaced packs while serving (also reclaimed at every start)")
 	shutdownTimeout := fs.Duration("shutdown-timeout", 10*time.Second, "on SIGTERM/SIGINT: how long (`DURATION`) running requests may finish before they are cancelled")
 	bodyTimeout := fs.Duration("body-timeout", time.Minute, "how long (`DURATION`) a client has to send a request body (imports: an hour); a body not in by then is answered 408 and its connection closed")
 	parametric := fs.Bool("parametric", false, "distill memories that stay hot into each cube's LoRA adapter, attached to its requests by default (the parametric tier; training takes CPU minutes per cube)")
 	distillAfter := fs.Duration("distill-after", 7*24*time.Hour, "with --parametric: how long (`DURATION`) a memory stays hot (from --distill-heat until it falls under the demotion heat 1) before it is distilled")
 	distillHeat := fs.Float64("distill-heat", 0, "with --parametric: the `HEAT` at which a memory starts to count as hot (default: the promotion heat, 5)")
 	distillThreads := fs.Int("distill-threads", 1, "with --parametric: CPU `THREADS` training uses")
+	pprofAddr := fs.String("pprof-addr", "", "serve Go's profiles (net/http/pprof: /debug/pprof/heap, ...) on this loopback `HOST:PORT`, apart from --addr (default: none)")
 	debugClock := fs.Bool("debug-clock", false, "serve POST /v1/debug/clock to move the scheduler's clock (tests)")
 	backend := fs.String("backend", "llama", "`BACKEND`: llama (in-process) or ollama (text-only fallback)")
 	ollamaHost := fs.String("ollama-host", "http://127.0.0.1:11434", "Ollama server `URL` (--backend ollama, --embed ollama:MODEL)")
@@ -81,6 +84,7 @@ func newServeCmd() *cobra.Command {
 			check{"adapter-budget", *adapterBudget >= 0, "0 or more bytes"},
 			check{"conv-budget", *convBudget >= 0, "0 or more bytes"},
 			check{"kv-budget", *kvBudget >= 0, "0 (256 MiB) or more bytes"},
+			check{"ram-budget", *ramBudget >= 0, "0 (128 MiB) or more bytes"},
 			check{"tick-interval", *tickEvery >= 0, "a duration of 0 or more"},
 			check{"gc-interval", *gcEvery >= 0, "a duration of 0 or more"},
 			check{"shutdown-timeout", *shutdownTimeout >= 0, "a duration of 0 or more"},
@@ -95,8 +99,8 @@ func newServeCmd() *cobra.Command {
 		}
 		return serve(cmd.Context(), serveFlags{sf: sf, ef: ef, mf: mf, addr: addr, parallel: parallel, resident: resident, residentCells: residentCells,
 			token: token, insecure: insecure, name: name, maxQueue: maxQueue, numPredict: numPredict, noPersist: noPersist,
-			minPersist: minPersist, adapterBudget: adapterBudget, convBudget: convBudget, tickEvery: tickEvery, kvBudget: kvBudget,
-			gcEvery: gcEvery, shutdownTimeout: shutdownTimeout, bodyTimeout: bodyTimeout, debugClock: debugClock, backend: backend, ollamaHost: ollamaHost,
+			minPersist: minPersist, adapterBudget: adapterBudget, convBudget: convBudget, ramBudget: ramBudget, tickEvery: tickEvery, kvBudget: kvBudget,
+			gcEvery: gcEvery, shutdownTimeout: shutdownTimeout, bodyTimeout: bodyTimeout, debugClock: debugClock, pprofAddr: pprofAddr, backend: backend, ollamaHost: ollamaHost,
 			ollamaModel: ollamaModel, embedFlag: embedFlag, chatTemplate: chatTemplate, kvStore: kvStore, textStore: textStore,
 			param: func() scheduler.ParametricOptions {
 				if !*parametric {
@@ -115,9 +119,9 @@ type serveFlags struct {
 	ef                                                                  engineFlags
 	mf                                                                  modelsFlags
 	addr, token, name, backend, ollamaHost, ollamaModel, embedFlag      *string
-	chatTemplate, kvStore, textStore                                    *string
+	chatTemplate, kvStore, textStore, pprofAddr                         *string
 	parallel, resident, residentCells, maxQueue, numPredict, minPersist *int
-	adapterBudget, convBudget, kvBudget                                 *int64
+	adapterBudget, convBudget, kvBudget, ramBudget                      *int64
 	tickEvery, gcEvery, shutdownTimeout, bodyTimeout                    *time.Duration
 	insecure, noPersist, debugClock                                     *bool
 	param                                                               func() scheduler.ParametricOptions
@@ -132,6 +136,13 @@ func serve(ctx context.Context, f serveFlags) error {
 	embedFlag, chatTemplate, kvStore, textStore := f.embedFlag, f.chatTemplate, f.kvStore, f.textStore
 	if err := checkListen(*addr, *token, *insecure); err != nil {
 		return err
+	}
+	if *f.pprofAddr != "" {
+		stop, err := servePprof(*f.pprofAddr)
+		if err != nil {
+			return err
+		}
+		defer stop()
 	}
 	// an address in use fails here, before the data directory is created
 	// and the model loaded (it once failed after both); the listener is
@@ -158,7 +169,7 @@ func serve(ctx context.Context, f serveFlags) error {
 		opts.ResidentSeqs = -1
 	}
 	opts.MaxQueue, opts.NoPersist, opts.MinPersistTokens, opts.DefaultNumPredict = *maxQueue, *noPersist, *minPersist, *numPredict
-	opts.ConvBytes, opts.AdapterBytes, opts.GCInterval = *convBudget, *adapterBudget, *gcEvery
+	opts.ConvBytes, opts.AdapterBytes, opts.GCInterval, opts.RAMBytes = *convBudget, *adapterBudget, *gcEvery, *f.ramBudget
 	opts.ModelName, opts.Embedder, opts.Layout.ChatTemplate = *name, emb, *chatTemplate
 	opts.Tiers.Interval, opts.Tiers.KVBytes = *tickEvery, *kvBudget
 	opts.Tiers.Parametric = f.param()
@@ -293,6 +304,32 @@ func serve(ctx context.Context, f serveFlags) error {
 		hs.Close()
 	}
 	return errors.Join(err, cerr)
+}
+
+// servePprof serves net/http/pprof's handlers on addr, a loopback
+// address (profiles show memory contents: never on a public one), until
+// the returned stop is called.
+func servePprof(addr string) (stop func(), err error) {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, fmt.Errorf("--pprof-addr %q: %w", addr, err)
+	}
+	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		return nil, fmt.Errorf("--pprof-addr %s is not a loopback address", addr)
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--pprof-addr: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go hs.Serve(ln)
+	return func() { hs.Close() }, nil
 }
 
 func ignoreClosed(err error) error {
