@@ -283,10 +283,11 @@ func (d *DB) GC() (int, error) {
 // that counts the stale values; then it runs GC again. Badger counts a
 // deleted or overwritten value only when a compaction drops it, and the
 // deletes of a serving directory (conversation packs replaced each turn)
-// sit in a memtable that fills with small records only (values of 1 KiB
-// and more go to the value log): the twelve-minute mix grew the
-// value log to 32 files while Reclaim found nothing to rewrite. Returns
-// the files rewritten.
+// sit in a memtable that fills slowly when the values are in the value log
+// (at or over ValueThreshold): with a 1 KiB threshold, twelve minutes of
+// mixed traffic grew the value log to 32 files while Reclaim found nothing
+// to rewrite. Values under the threshold are given back by Badger's own
+// compactions. Returns the files rewritten.
 func (d *DB) Reclaim() (int, error) {
 	d.reclaimMu.Lock()
 	defer d.reclaimMu.Unlock()
