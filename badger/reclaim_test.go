@@ -52,11 +52,12 @@ func TestReclaimOnOpen(t *testing.T) {
 }
 
 // Reclaim gives the space back while the directory stays open and being
-// written. 25 MiB written and compacted (a reopen), then deleted while
-// 5 MiB more is written, as a serving directory replaces its packs: the
+// written. 25 MiB (20 values over the value threshold) written and
+// compacted (a reopen), then all but one deleted while 6.25 MiB more (5
+// values) is written, as a serving directory replaces its packs: the
 // deletes sit in the memtable, so GC alone rewrites nothing (no
 // compaction counted them). Reclaim, with a writer committing small
-// records throughout, leaves at most four value-log files (the 5 MiB
+// records throughout, leaves at most four value-log files (the 7.5 MiB
 // live and the file being written); not one of the writer's commits fails (Badger's DropPrefix, the
 // flush Open uses, fails concurrent writes), each reads back, and the
 // kept value reads back byte for byte.
@@ -83,7 +84,7 @@ func TestReclaimWhileOpen(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for i := range 80 {
+	for i := range 5 {
 		if err := d.Badger().Update(func(tx *bg.Txn) error { return tx.Set(fmt.Appendf(nil, "n%d", i), val) }); err != nil {
 			t.Fatal(err)
 		}
@@ -128,7 +129,7 @@ func TestReclaimWhileOpen(t *testing.T) {
 	}
 	checkKept(t, d, val)
 	err = d.Badger().View(func(tx *bg.Txn) error {
-		for i := range 80 {
+		for i := range 5 {
 			if _, err := tx.Get(fmt.Appendf(nil, "n%d", i)); err != nil {
 				return fmt.Errorf("n%d: %w", i, err)
 			}
