@@ -339,29 +339,25 @@ func (o *OS) AddMemory(ctx context.Context, cube string, m textmem.Memory) (text
 }
 
 // addMemory is AddMemory without governance, reporting what textmem did.
+//
+// The cube's record is made first (a shared store checks it inside the
+// add's transaction, textmem.Options.RequireRecord), so that an error
+// answered never leaves the memory stored (a record made after the add
+// could meet a disk filled meanwhile). Refused input leaves no empty cube
+// behind.
 func (o *OS) addMemory(ctx context.Context, cube string, m textmem.Memory) (textmem.Memory, textmem.AddOutcome, error) {
-	if o.opts.TextStore != nil {
-		// a shared store checks the record inside the add's transaction
-		// (textmem.Options.RequireRecord): make it first
-		_, err := o.cubes.create(ctx, Cube{Name: cube})
-		created := err == nil
-		if err != nil && !errors.Is(err, ErrCubeExists) {
-			return m, textmem.Added, err
-		}
-		got, how, err := o.mem.AddOutcome(ctx, cube, m)
-		if err != nil && created && !errors.Is(err, textmem.ErrUnavailable) {
-			// refused input leaves no empty cube behind
-			if l, lerr := o.mem.List(ctx, cube); lerr == nil && len(l) == 0 {
-				_ = o.cubes.remove(ctx, cube)
-			}
-		}
-		return got, how, err
+	_, err := o.cubes.create(ctx, Cube{Name: cube})
+	created := err == nil
+	if err != nil && !errors.Is(err, ErrCubeExists) {
+		return m, textmem.Added, err
 	}
 	got, how, err := o.mem.AddOutcome(ctx, cube, m)
-	if err != nil {
-		return got, how, err
+	if err != nil && created && !errors.Is(err, textmem.ErrUnavailable) {
+		if l, lerr := o.mem.List(ctx, cube); lerr == nil && len(l) == 0 {
+			_ = o.cubes.remove(ctx, cube)
+		}
 	}
-	return got, how, o.ensureCube(ctx, cube)
+	return got, how, err
 }
 
 // Memories returns cube's memories in canonical order (creation time, then id).

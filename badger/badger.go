@@ -495,9 +495,23 @@ func (d *DB) View(fn func(*bg.Txn) error) error { return d.db.View(fn) }
 func (d *DB) Badger() *bg.DB { return d.db }
 
 // Close flushes and closes the database. Idempotent.
+//
+// Closing flushes the memtable into a new table, written through a mapped
+// file: on a filesystem without the room for it (MemTableSize and
+// spaceMargin), where the write would end the process by SIGBUS, Close
+// leaves Badger open and returns an error wrapping ErrNoSpace. Nothing is
+// lost: every commit is in the memtable log, which the next Open replays
+// (it waits for the room itself). The directory stays locked until the
+// process exits.
 func (d *DB) Close() error {
 	if d.db == nil || d.db.IsClosed() {
 		return nil
+	}
+	if d.dir != "" && !d.db.Opts().ReadOnly {
+		if free, _, ok := diskSpace(d.dir); ok && free < d.memSize+spaceMargin {
+			d.warn("closed without flushing the memtable: its log is replayed at the next open", noSpace("in", d.dir, free, d.memSize+spaceMargin))
+			return fmt.Errorf("badger: close: memtable not flushed: %w", noSpace("in", d.dir, free, d.memSize+spaceMargin))
+		}
 	}
 	return d.db.Close()
 }

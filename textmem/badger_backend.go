@@ -292,6 +292,17 @@ func (b badgerBackend) CreateRecord(ctx context.Context, cube string, rec []byte
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	// an existing record is ErrRecordExists, also on a full disk
+	err := b.db.View(func(txn *bg.Txn) error {
+		_, err := txn.Get([]byte(keyRecord + cube))
+		return err
+	})
+	if err == nil {
+		return ErrRecordExists
+	}
+	if !errors.Is(err, bg.ErrKeyNotFound) {
+		return err
+	}
 	for {
 		if err := b.room(int64(len(rec))); err != nil {
 			return err
