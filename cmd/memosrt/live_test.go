@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -478,5 +479,56 @@ func TestServeParametric(t *testing.T) {
 	testutil.WaitFor(t, "the adapter to be retired", func() bool { return raw().Adapters == "" })
 	if r := raw(); strings.HasPrefix(r.Text, tail) {
 		t.Fatalf("after the delete the cube still completes the memory: %q", r.Text)
+	}
+}
+
+// kv ls names each pack's cube, "(no cube)" for a chat without one, and
+// its kind: a conversation pack is labelled "conv:<cube>" in the store,
+// and that label is not a cube.
+func TestKVLsConversationPacks(t *testing.T) {
+	db := t.TempDir()
+	p := startServe(t, db, nil)
+	must(t, "mem", "add", "--db", db, "--cube", "lily", "Lily has a dog named Max.")
+	must(t, "kv", "warm", "--db", db, "--cube", "lily")
+	p.chat(t, "lily", "Where does the dog Max run?", false)
+	p.chat(t, "", "Once upon a time", false)
+	testutil.WaitFor(t, "two conversation packs", func() bool {
+		var r struct{ Packs []struct{ Label string } }
+		p.call(t, "GET", "/v1/packs", nil, &r)
+		n := 0
+		for _, k := range r.Packs {
+			if strings.HasPrefix(k.Label, "conv:") {
+				n++
+			}
+		}
+		return n == 2
+	})
+	p.stop(t)
+	// cube and kind of each row, read at the header's column offsets
+	rows := func(out string) []string {
+		lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+		h := lines[0]
+		c, k, n := strings.Index(h, "CUBE"), strings.Index(h, "KIND"), strings.Index(h, "TOKENS")
+		var got []string
+		for _, l := range lines[1:] {
+			got = append(got, strings.TrimSpace(l[c:k])+" | "+strings.TrimSpace(l[k:n]))
+		}
+		slices.Sort(got)
+		return got
+	}
+	for _, tc := range []struct {
+		name string
+		args []string
+		want []string
+	}{
+		{"all", nil, []string{"(no cube) | conversation", "lily | conversation", "lily | memories"}},
+		{"cube", []string{"--cube", "lily"}, []string{"lily | conversation", "lily | memories"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out := must(t, append([]string{"kv", "ls", "--db", db}, tc.args...)...)
+			if got := rows(out); !slices.Equal(got, tc.want) {
+				t.Fatalf("kv ls %v: rows %q, want %q\n%s", tc.args, got, tc.want, out)
+			}
+		})
 	}
 }

@@ -194,7 +194,7 @@ func newKVLsCmd() *cobra.Command {
 			return err
 		}
 		if *cube != "" {
-			infos = slices.DeleteFunc(infos, func(i kvcache.Info) bool { return i.Label != *cube && i.Label != "conv:"+*cube })
+			infos = slices.DeleteFunc(infos, func(i kvcache.Info) bool { c, _ := packCube(i.Label); return c != *cube })
 		}
 		if *asJSON {
 			if infos == nil {
@@ -203,13 +203,28 @@ func newKVLsCmd() *cobra.Command {
 			return json.NewEncoder(os.Stdout).Encode(infos)
 		}
 		tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "PACK\tCUBE\tTOKENS\tRAW\tSTORED\tRATIO\tCREATED")
+		fmt.Fprintln(tw, "PACK\tCUBE\tKIND\tTOKENS\tRAW\tSTORED\tRATIO\tCREATED")
 		for _, i := range infos {
-			fmt.Fprintf(tw, "%.12s\t%s\t%d\t%s\t%s\t%.2fx\t%s\n", i.ID, i.Label, i.NTokens, bytesStr(i.RawBytes), bytesStr(i.BlobBytes), i.Ratio(), i.Created.Format("2006-01-02 15:04:05"))
+			c, kind := packCube(i.Label)
+			if c == "" {
+				c = "(no cube)"
+			}
+			fmt.Fprintf(tw, "%.12s\t%s\t%s\t%d\t%s\t%s\t%.2fx\t%s\n", i.ID, c, kind, i.NTokens, bytesStr(i.RawBytes), bytesStr(i.BlobBytes), i.Ratio(), i.Created.Format("2006-01-02 15:04:05"))
 		}
 		return tw.Flush()
 	}
 	return c
+}
+
+// packCube splits a pack's label (memosrt.OS.AllPacks) into its cube and
+// its kind: "conv:<cube>" is a conversation pack of cube ("" for chats
+// without a cube), any other label is the cube of a memories pack (the
+// activation tier's, made by kv warm or the scheduler).
+func packCube(label string) (cube, kind string) {
+	if c, ok := strings.CutPrefix(label, "conv:"); ok {
+		return c, "conversation"
+	}
+	return label, "memories"
 }
 
 func newKVWarmCmd() *cobra.Command {
