@@ -246,7 +246,7 @@ func (o *OS) ImportCube(ctx context.Context, r io.Reader, opts ImportOptions) (I
 		return res, err
 	} else if ok {
 		if !opts.Replace {
-			return res, fmt.Errorf("%w: %q (import with replace, or under another name)", ErrCubeExists, cube)
+			return res, fmt.Errorf("%w: %q (import with ImportOptions.Replace, or under another name with ImportOptions.Cube)", ErrCubeExists, cube)
 		}
 		if err := o.deleteCube(ctx, cube); err != nil {
 			return res, err

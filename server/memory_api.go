@@ -386,12 +386,25 @@ func (s *Server) handleCubeImport(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	res, err := s.os.ImportCube(r.Context(), r.Body, memosrt.ImportOptions{Cube: q.Get("cube"), Replace: q.Get("replace") == "true"})
+	if errors.Is(err, memosrt.ErrCubeExists) {
+		err = importConflict{cube: res.Cube}
+	}
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusCreated, res)
 }
+
+// importConflict is ImportCube's ErrCubeExists told in the route's terms:
+// the query parameters that resolve it.
+type importConflict struct{ cube string }
+
+func (e importConflict) Error() string {
+	return fmt.Sprintf("cube %q exists: import with ?replace=true, or under another name with ?cube=NAME", e.cube)
+}
+
+func (e importConflict) Unwrap() error { return memosrt.ErrCubeExists }
 
 // handleKeyCreate answers POST /v1/keys {"cube"}: a new access key for the
 // cube (admin token only), {"id","cube","created","token"}; the token is

@@ -131,8 +131,13 @@ func TestMemoryAPI(t *testing.T) {
 	if code := do(t, "POST", u+"/import?cube=work2", archive, &ir); code != http.StatusCreated || ir.Memories != 2 || ir.Packs != 1 {
 		t.Fatalf("import: %d %+v", code, ir)
 	}
-	if code := do(t, "POST", u+"/import?cube=work2", archive, &oe); code != http.StatusConflict {
-		t.Fatalf("import again: %d", code)
+	for _, tc := range []struct{ query, want string }{
+		{"?cube=work2", `cube "work2" exists: import with ?replace=true, or under another name with ?cube=NAME`},
+		{"", `cube "work" exists: import with ?replace=true, or under another name with ?cube=NAME`},
+	} {
+		if code := do(t, "POST", u+"/import"+tc.query, archive, &oe); code != http.StatusConflict || oe.Error.Message != tc.want {
+			t.Fatalf("import%s again: %d %q, want 409 %q", tc.query, code, oe.Error.Message, tc.want)
+		}
 	}
 	if code := do(t, "POST", u+"/import?cube=work2&replace=true", archive, &ir); code != http.StatusCreated {
 		t.Fatalf("import replace: %d", code)
