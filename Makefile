@@ -104,8 +104,12 @@ demo: build
 	./bin/memosrt run --db $(DEMO_DB) --model $(MODEL) --cube lily --num-predict 48 --json --no-cache "Once upon a time, Lily"
 
 # The Go embedding example: its own module (examples/assistant/go.mod) that
-# imports github.com/memosrt/memosrt; `make links` is its one setup step in
-# a checkout (cgo finds llama.h through third_party/).
+# imports github.com/memosrt/memosrt (replace => ../..); `make links` is its
+# one setup step in a checkout (cgo finds llama.h through third_party/). It
+# builds under the CGO_* flags exported above and the same GOCACHE, so after
+# `make` the llama.cpp/ggml packages come from the cache (docs/benchmarks.md,
+# Build choices); a plain `go build` in examples/assistant uses Go's default
+# flags and compiles them again.
 example: links
 	cd examples/assistant && $(GO) build -o ../../bin/assistant .
 	rm -rf .cache/assistant-db

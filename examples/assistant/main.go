@@ -41,21 +41,21 @@ func run(ctx context.Context, db, model, cube string, n int, memories, turns []s
 	if model == "" {
 		return fmt.Errorf("--model is required (a GGUF file)")
 	}
-	os, err := memosrt.Open(ctx, memosrt.Options{Dir: db, Model: model, Parallel: 1,
+	mos, err := memosrt.Open(ctx, memosrt.Options{Dir: db, Model: model, Parallel: 1,
 		Engine: runtime.Options{NCtx: 1024, Threads: 2}})
 	if err != nil {
 		return err
 	}
-	defer os.Close(ctx)
+	defer mos.Close(ctx)
 	for _, m := range memories {
-		if _, err := os.AddMemory(ctx, cube, textmem.Memory{Text: m}); err != nil {
+		if _, err := mos.AddMemory(ctx, cube, textmem.Memory{Text: m}); err != nil {
 			return err
 		}
 	}
 	var conv []memosrt.Message
 	for _, t := range turns {
 		conv = append(conv, memosrt.Message{Role: "user", Content: t})
-		res, err := os.Chat(ctx, memosrt.Request{Cube: cube, Messages: conv, NumPredict: n})
+		res, err := mos.Chat(ctx, memosrt.Request{Cube: cube, Messages: conv, NumPredict: n})
 		if err != nil {
 			return err
 		}
