@@ -24,6 +24,9 @@ type NativeSampling struct {
 // NativeRequest is the body of POST /v1/generate: one memosrt.Request as
 // JSON, what `memosrt run` sends to a running server.
 type NativeRequest struct {
+	// Model is a model the server serves, by a name GET /api/tags lists;
+	// "" is its primary model.
+	Model    string            `json:"model,omitempty"`
 	Cube     string            `json:"cube"`
 	Prompt   string            `json:"prompt"`
 	Messages []memosrt.Message `json:"messages,omitempty"` // a chat turn when set
@@ -64,8 +67,8 @@ func (s *Server) handleNativeGenerate(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	_, err := s.model("")
-	g := &memosrt.Request{Start: start, Cube: req.Cube, Prompt: req.Prompt, Raw: req.Raw, Messages: req.Messages, System: req.System,
+	mi, err := s.model(req.Model)
+	g := &memosrt.Request{Start: start, Model: mi.Name, Cube: req.Cube, Prompt: req.Prompt, Raw: req.Raw, Messages: req.Messages, System: req.System,
 		NumPredict: req.NumPredict, NumCtx: req.NumCtx, Stop: req.Stop, NoCache: req.NoCache, NoPersist: req.NoPersist,
 		Sampling: memosrt.Sampling{Temperature: req.Sampling.Temperature, TopK: req.Sampling.TopK, TopP: req.Sampling.TopP,
 			MinP: req.Sampling.MinP, RepeatPenalty: req.Sampling.RepeatPenalty, RepeatLastN: req.Sampling.RepeatLastN,

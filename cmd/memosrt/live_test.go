@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -530,5 +531,56 @@ func TestKVLsConversationPacks(t *testing.T) {
 				t.Fatalf("kv ls %v: rows %q, want %q\n%s", tc.args, got, tc.want, out)
 			}
 		})
+	}
+}
+
+// `run --model X` on the directory of a serve that serves X goes through
+// the server with that model, saying nothing; a --model the server does
+// not serve is not loaded either, and stderr says which model answers.
+func TestRunModelNextToServer(t *testing.T) {
+	db := t.TempDir()
+	p := startServe(t, db, nil)
+	var tags struct{ Models []struct{ Name string } }
+	if code := p.call(t, "GET", "/api/tags", nil, &tags); code != http.StatusOK || len(tags.Models) != 1 {
+		t.Fatalf("tags: %d %+v", code, tags)
+	}
+	primary := tags.Models[0].Name
+	// the same file under another path (a link) is the same model
+	same := filepath.Join(t.TempDir(), "same.gguf")
+	if err := os.Symlink(testmodels.Stories(t), same); err != nil {
+		t.Fatal(err)
+	}
+	other := testmodels.Path(t, "ggml-vocab-llama-spm.gguf")
+	run := func(model string) (runJSON, string) {
+		t.Helper()
+		cmd := exec.Command(binPath, "run", "--db", db, "--model", model, "--num-predict", "8", "--json", "Once upon a time")
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("run --model %s: %v\n%s%s", model, err, stdout.String(), stderr.String())
+		}
+		var r runJSON
+		if err := json.Unmarshal(stdout.Bytes(), &r); err != nil {
+			t.Fatalf("run --model %s: bad JSON %q: %v", model, stdout.String(), err)
+		}
+		return r, stderr.String()
+	}
+	want := runJSONOut(t, "run", "--db", db, "--num-predict", "8", "--json", "Once upon a time")
+	for _, tc := range []struct{ name, model, stderr string }{
+		{"served", testmodels.Stories(t), ""},
+		{"served-link", same, ""},
+		{"not-served", other, "memosrt: the memosrt serve running on " + db + " does not serve --model " + other +
+			"; its model " + primary + " answers (--model is not loaded)\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, stderr := run(tc.model)
+			if got.Response != want.Response || got.Response == "" || stderr != tc.stderr {
+				t.Fatalf("run --model %s: %q, stderr %q; want %q, stderr %q", tc.model, got.Response, stderr, want.Response, tc.stderr)
+			}
+		})
+	}
+	// POST /v1/generate names its model: one the server does not serve is a 404
+	if code := p.call(t, "POST", "/v1/generate", map[string]any{"model": "no-such-model", "prompt": "hi", "num_predict": 1}, nil); code != http.StatusNotFound {
+		t.Fatalf("generate with an unknown model: %d, want 404", code)
 	}
 }

@@ -93,18 +93,27 @@ func (f storeFlags) options() (memosrt.Options, error) {
 
 // open returns the server running on the directory, else the OS opened
 // here; ef, when not nil, names the model to load. With a server the
-// server's model serves: a --model given is still resolved (a missing file
-// is an error, as without a server) and stderr says it is not loaded.
+// server's models serve: a --model given is still resolved (a missing file
+// is an error, as without a server); when the server serves that file it
+// answers with it, else stderr says the server's primary model answers and
+// --model is not loaded.
 func (f storeFlags) open(ctx context.Context, ef *engineFlags) (dirBackend, error) {
 	if *f.db == "" {
 		return nil, errors.New("--db is required (or set MEMOSRT_DB)")
 	}
 	if r, ok := runningServer(*f.db); ok {
 		if ef != nil && *ef.model != "" {
-			if _, _, err := resolveModel(*ef.model); err != nil {
+			path, _, err := resolveModel(*ef.model)
+			if err != nil {
 				return nil, err
 			}
-			fmt.Fprintf(os.Stderr, "memosrt: the memosrt serve running on %s answers with its own model; --model %s is not loaded\n", *f.db, *ef.model)
+			primary, served, err := r.useModel(ctx, path)
+			if err != nil {
+				return nil, err
+			}
+			if !served {
+				fmt.Fprintf(os.Stderr, "memosrt: the memosrt serve running on %s does not serve --model %s; its model %s answers (--model is not loaded)\n", *f.db, *ef.model, primary)
+			}
 		}
 		return r, nil
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/memosrt/memosrt"
 	"github.com/memosrt/memosrt/internal/atomicfile"
 	"github.com/memosrt/memosrt/kvcache"
+	"github.com/memosrt/memosrt/runtime"
 	"github.com/memosrt/memosrt/scheduler"
 	"github.com/memosrt/memosrt/server"
 	"github.com/memosrt/memosrt/textmem"
@@ -64,6 +65,37 @@ func publishServe(dir, addr string) (serveInfo, func(), error) {
 type remote struct {
 	info serveInfo
 	c    *http.Client
+	// model is the served model that answers Generate and Warm (a name
+	// GET /api/tags lists); "" is the server's primary (useModel).
+	model string
+}
+
+// useModel makes the server's model that is the GGUF file at path (the same
+// runtime.Fingerprint) answer this client's requests. It returns the name
+// of the server's primary model and whether the server serves that file.
+func (r *remote) useModel(ctx context.Context, path string) (primary string, ok bool, err error) {
+	fp, err := runtime.Fingerprint(path)
+	if err != nil {
+		return "", false, err
+	}
+	var tags struct {
+		Models []struct{ Name, Digest string }
+	}
+	if err := r.do(ctx, "GET", "/api/tags", nil, &tags); err != nil {
+		return "", false, err
+	}
+	for i, m := range tags.Models {
+		if i == 0 {
+			primary = m.Name
+		}
+		if m.Digest == fp {
+			if i > 0 {
+				r.model = m.Name
+			}
+			return primary, true, nil
+		}
+	}
+	return primary, false, nil
 }
 
 // runningServer returns the server recorded in dir when it answers.
@@ -207,6 +239,9 @@ func (r *remote) Tick(ctx context.Context) (scheduler.TickReport, error) {
 
 func (r *remote) Warm(ctx context.Context, cube string, wo memosrt.WarmOptions) (memosrt.PackStatus, error) {
 	var out memosrt.PackStatus
+	if r.model != "" {
+		return out, fmt.Errorf("memosrt serve at %s warms packs with its primary model only, not %s: kv warm without --model", r.info.URL, r.model)
+	}
 	err := r.do(ctx, "POST", cubePath(cube)+"/pack", map[string]bool{"resident": wo.Resident}, &out)
 	return out, err
 }
@@ -214,7 +249,11 @@ func (r *remote) Warm(ctx context.Context, cube string, wo memosrt.WarmOptions) 
 // Generate runs req on the server (POST /v1/generate), streaming text to
 // req.OnText.
 func (r *remote) Generate(ctx context.Context, req memosrt.Request) (*memosrt.Response, error) {
-	in := server.NativeRequest{Cube: req.Cube, Prompt: req.Prompt, NumPredict: req.NumPredict, NumCtx: req.NumCtx,
+	model := req.Model
+	if model == "" {
+		model = r.model
+	}
+	in := server.NativeRequest{Model: model, Cube: req.Cube, Prompt: req.Prompt, NumPredict: req.NumPredict, NumCtx: req.NumCtx,
 		Stop: req.Stop, NoCache: req.NoCache, Stream: true,
 		Sampling: server.NativeSampling{Temperature: req.Sampling.Temperature, TopK: req.Sampling.TopK, TopP: req.Sampling.TopP,
 			MinP: req.Sampling.MinP, RepeatPenalty: req.Sampling.RepeatPenalty, RepeatLastN: req.Sampling.RepeatLastN,

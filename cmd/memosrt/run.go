@@ -311,7 +311,8 @@ func newRunCmd() *cobra.Command {
 		Short: "Generate from a prompt, with a cube's memories (restored from its KV pack) or plain",
 		Long: "Generate from PROMPT. With --cube the prompt carries the cube's memories, their KV state restored\n" +
 			"from the cube's pack when one is stored; without --cube it is plain inference and needs no --db.\n" +
-			"With a memosrt serve running on --db, the server's model serves the request.",
+			"With a memosrt serve running on --db, the server serves the request: with the --model file when it\n" +
+			"serves that file, else with its own model.",
 		Args: exactArgs(1, "one PROMPT argument"),
 	}
 	fs := c.Flags()
@@ -362,7 +363,7 @@ func newRunCmd() *cobra.Command {
 			defer os.RemoveAll(tmp)
 			*sf.db = tmp
 		}
-		s, err := sf.open(ctx, &ef) // a running server's loaded model serves the request
+		s, err := sf.open(ctx, &ef) // a running server serves the request, with --model when it serves that file
 		if err != nil {
 			return err
 		}
