@@ -3,11 +3,11 @@
 // It is what `memosrt serve` and the CLI stand on, and what a Go program
 // embeds:
 //
-//	os, err := memosrt.Open(ctx, memosrt.Options{Dir: "data", Model: "model.gguf"})
+//	mos, err := memosrt.Open(ctx, memosrt.Options{Dir: "data", Model: "model.gguf"})
 //	...
-//	defer os.Close(ctx)
-//	os.AddMemory(ctx, "lily", textmem.Memory{Text: "Lily has a dog named Max."})
-//	res, err := os.Chat(ctx, memosrt.Request{Cube: "lily",
+//	defer mos.Close(ctx)
+//	mos.AddMemory(ctx, "lily", textmem.Memory{Text: "Lily has a dog named Max."})
+//	res, err := mos.Chat(ctx, memosrt.Request{Cube: "lily",
 //		Messages: []memosrt.Message{{Role: "user", Content: "What is my dog called?"}}})
 //
 // The tiers of a cube (one user's, agent's or project's namespace):

@@ -12,11 +12,11 @@ import (
 // for the loaded model; the OS runs the tier scheduler behind them.
 func Example() {
 	ctx := context.Background()
-	os, err := memosrt.Open(ctx, memosrt.Options{Dir: "/var/lib/memosrt", Model: "model.gguf", Parallel: 4})
+	mos, err := memosrt.Open(ctx, memosrt.Options{Dir: "/var/lib/memosrt", Model: "model.gguf", Parallel: 4})
 	if err != nil {
 		return
 	}
-	srv, err := server.New(os, server.Options{})
+	srv, err := server.New(mos, server.Options{})
 	if err != nil {
 		return
 	}
@@ -25,5 +25,5 @@ func Example() {
 	// ... on exit: stop HTTP, drain requests, then close the OS (pack writes, stores)
 	hs.Shutdown(ctx)
 	srv.Shutdown(ctx)
-	os.Close(ctx)
+	mos.Close(ctx)
 }
