@@ -618,6 +618,12 @@ func TestSoak(t *testing.T) {
 				heap: m["go_memstats_heap_inuse_bytes"], live: m["go_gc_heap_live_bytes"], disk: m["memosrt_disk_bytes"], panics: m["memosrt_panics_total"],
 				decoded: m["memosrt_decode_tokens_total"], busy: m["memosrt_busy_slots"], active: m[`memosrt_engine_requests{state="active"}`],
 				queued: m[`memosrt_engine_requests{state="queued"}`]})
+			if n := len(samples); n == 1 || samples[n-1].at/time.Minute != samples[n-2].at/time.Minute {
+				// one line a minute: the trend the checks below judge
+				sm := samples[n-1]
+				fmt.Printf("soak t=%5.0fs disk %6.1f MiB rss %6.1f MiB heap live %6.1f MiB goroutines %3.0f open files %3.0f\n",
+					sm.at.Seconds(), sm.disk/(1<<20), sm.rss/(1<<20), sm.live/(1<<20), sm.goroutines, sm.fds)
+			}
 			smu.Unlock()
 		}
 	}()
