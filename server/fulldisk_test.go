@@ -13,7 +13,6 @@ import (
 	"testing"
 
 	"github.com/memosrt/memosrt"
-	"github.com/memosrt/memosrt/badger"
 	"github.com/memosrt/memosrt/internal/testfs"
 	"github.com/memosrt/memosrt/internal/testmodels"
 	"github.com/memosrt/memosrt/textmem"
@@ -191,30 +190,6 @@ func TestFullDisk(t *testing.T) {
 	// fill goes on until both are refused again)
 	checkMsgs(fill())
 
-	// with the last byte taken by another file, chats in a cube (which
-	// record usage) and ticks (which write it) go on answering; the
-	// scheduler's writes refused there: scheduler.TestRecordUseFullDisk
-	filler2 := filepath.Join(mnt, "filler2")
-	testfs.Fill(t, filler2, 1<<30)
-	// 64 chats, each followed by a tick (the usage flush and the tier
-	// moves it triggers)
-	for k := range 64 {
-		if code := do(t, "POST", e.url()+"/api/chat", chat, &cr, CubeHeader, fmt.Sprintf("c%d", k%4)); code != http.StatusOK {
-			t.Fatalf("chat %d on a disk with no byte free: %d", k, code)
-		}
-		if _, err := e.os.Tick(context.Background()); err != nil && !errors.Is(err, badger.ErrNoSpace) {
-			t.Fatalf("tick %d on a disk with no byte free: %v", k, err)
-		}
-	}
-	if code := do(t, "POST", e.url()+"/v1/cubes/c0/search", map[string]any{"query": "lake", "k": 3}, &hits); code != http.StatusOK {
-		t.Fatalf("search on a disk with no byte free: %d", code)
-	}
-	if code := do(t, "GET", e.url()+"/v1/cubes/"+acked[id].cube+"/memories/"+id, nil, &got); code != http.StatusOK {
-		t.Fatalf("get after the usage flush on a disk with no byte free: %d", code)
-	}
-	if err := os.Remove(filler2); err != nil {
-		t.Fatal(err)
-	}
 
 	// each 507 is a refusal counted in /metrics (background rewrites
 	// skipped for want of space count there too)

@@ -1,0 +1,6 @@
+//go:build !race
+
+package badger
+
+// raceBuild is true under the race detector (go test -race).
+const raceBuild = false
