@@ -464,14 +464,7 @@ func (s *Store) rebuild(ctx context.Context, cube string) error {
 // reads each memory apart and leaves out, logs and counts the damaged ones.
 func (s *Store) listAround(ctx context.Context, cube string) ([]Memory, error) {
 	out := []Memory{}
-	var ids []string
-	err := s.be.View(ctx, cube, func(txn Txn) error {
-		pre := nsPrefix(nsMem)
-		return txn.Iterate(pre, true, func(k, _ []byte) error {
-			ids = append(ids, string(k[len(pre):]))
-			return nil
-		})
-	})
+	ids, err := s.memoryIDs(ctx, cube)
 	if err != nil {
 		return nil, err
 	}
@@ -488,9 +481,8 @@ func (s *Store) listAround(ctx context.Context, cube string) ([]Memory, error) {
 	return out, nil
 }
 
-// scanReadable is scanMemories, one read per memory, leaving out the
-// memory records that fail (ErrDamaged), each logged and counted.
-func (s *Store) scanReadable(ctx context.Context, cube string, fn func(Memory) error) error {
+// memoryIDs lists the ids of cube's memory records, keys only.
+func (s *Store) memoryIDs(ctx context.Context, cube string) ([]string, error) {
 	var ids []string
 	err := s.be.View(ctx, cube, func(txn Txn) error {
 		pre := nsPrefix(nsMem)
@@ -499,6 +491,13 @@ func (s *Store) scanReadable(ctx context.Context, cube string, fn func(Memory) e
 			return nil
 		})
 	})
+	return ids, err
+}
+
+// scanReadable is scanMemories, one read per memory, leaving out the
+// memory records that fail (ErrDamaged), each logged and counted.
+func (s *Store) scanReadable(ctx context.Context, cube string, fn func(Memory) error) error {
+	ids, err := s.memoryIDs(ctx, cube)
 	if err != nil {
 		return err
 	}
