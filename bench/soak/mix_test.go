@@ -125,6 +125,36 @@ func (c *client) mixStep(ctx context.Context, hist *[]map[string]any) {
 	}
 }
 
+// mixSetup gives the mix's cube 8 memories and warms its pack.
+func mixSetup(t *testing.T, srv *server) {
+	t.Helper()
+	for i := range 8 {
+		if code := post(srv.base()+"/v1/cubes/"+mixCube+"/memories", map[string]any{"text": fmt.Sprintf("Lily has %d red balls and a big dog.", i+2)}); code != http.StatusCreated {
+			t.Fatalf("memory add: %d", code)
+		}
+	}
+	if code := post(srv.base()+"/v1/cubes/"+mixCube+"/pack", map[string]any{}); code >= 300 {
+		t.Fatalf("pack warm: %d", code)
+	}
+}
+
+// startMix starts the mix's clients (ids from firstID on), each running
+// mixStep until ctx ends, counted in wg and tallied in tl.
+func startMix(ctx context.Context, wg *sync.WaitGroup, srv *server, tl *tally, firstID int) {
+	for i := firstID; i < firstID+mixClients; i++ {
+		c := &client{id: i, srv: srv, rng: rand.New(rand.NewPCG(uint64(i), uint64(time.Now().UnixNano()))), tally: tl,
+			acked: map[string]bool{}, maybe: map[string]bool{}}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var hist []map[string]any
+			for ctx.Err() == nil {
+				c.mixStep(ctx, &hist)
+			}
+		}()
+	}
+}
+
 func TestMix(t *testing.T) {
 	env := os.Getenv("SOAK_MIX")
 	if env == "" {
@@ -153,32 +183,13 @@ func TestMix(t *testing.T) {
 	}
 	srv := &server{t: t, db: db, args: args}
 	srv.start()
-	// the cube with a pack
-	for i := range 8 {
-		if code := post(srv.base()+"/v1/cubes/"+mixCube+"/memories", map[string]any{"text": fmt.Sprintf("Lily has %d red balls and a big dog.", i+2)}); code != http.StatusCreated {
-			t.Fatalf("memory add: %d", code)
-		}
-	}
-	if code := post(srv.base()+"/v1/cubes/"+mixCube+"/pack", map[string]any{}); code >= 300 {
-		t.Fatalf("pack warm: %d", code)
-	}
+	mixSetup(t, srv)
 
 	tl := &tally{byOp: map[string]int{}, codes: map[int]int{}}
 	ctx, stop := context.WithTimeout(context.Background(), dur)
 	defer stop()
 	var wg sync.WaitGroup
-	for i := range mixClients {
-		c := &client{id: i, srv: srv, rng: rand.New(rand.NewPCG(uint64(i), uint64(time.Now().UnixNano()))), tally: tl,
-			acked: map[string]bool{}, maybe: map[string]bool{}}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			var hist []map[string]any
-			for ctx.Err() == nil {
-				c.mixStep(ctx, &hist)
-			}
-		}()
-	}
+	startMix(ctx, &wg, srv, tl, 0)
 	type gauge struct {
 		at              time.Duration
 		disk, rss, heap float64

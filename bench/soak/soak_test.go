@@ -537,14 +537,7 @@ func TestSoak(t *testing.T) {
 	// one cube with a pack, doing Ollama chat turns, memory add + search,
 	// generate and OpenAI streaming chat.
 	if long {
-		for i := range 8 {
-			if code := post(srv.base()+"/v1/cubes/"+mixCube+"/memories", map[string]any{"text": fmt.Sprintf("Lily has %d red balls and a big dog.", i+2)}); code != http.StatusCreated {
-				t.Fatalf("memory add: %d", code)
-			}
-		}
-		if code := post(srv.base()+"/v1/cubes/"+mixCube+"/pack", map[string]any{}); code >= 300 {
-			t.Fatalf("pack warm: %d", code)
-		}
+		mixSetup(t, srv)
 	}
 
 	tl := &tally{byOp: map[string]int{}, codes: map[int]int{}}
@@ -553,18 +546,7 @@ func TestSoak(t *testing.T) {
 	cs := make([]*client, clients)
 	var wg sync.WaitGroup
 	if long {
-		for i := range mixClients {
-			c := &client{id: clients + i, srv: srv, rng: rand.New(rand.NewPCG(uint64(clients+i), uint64(time.Now().UnixNano()))), tally: tl,
-				acked: map[string]bool{}, maybe: map[string]bool{}}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				var hist []map[string]any
-				for ctx.Err() == nil {
-					c.mixStep(ctx, &hist)
-				}
-			}()
-		}
+		startMix(ctx, &wg, srv, tl, clients)
 	}
 	for i := range cs {
 		cs[i] = &client{id: i, srv: srv, rng: rand.New(rand.NewPCG(uint64(i), uint64(time.Now().UnixNano()))), tally: tl,
