@@ -626,7 +626,7 @@ func TestSoak(t *testing.T) {
 			defer chaos.Unlock()
 			srv.full.Store(true)
 			filler := filepath.Join(fsDir, "filler")
-			filled, fillErr = fillDisk(filler)
+			filled, fillErr = testfs.FillFile(filler, 4<<30)
 			select {
 			case <-ctx.Done():
 			case <-time.After(time.Until(start.Add(dur * 35 / 100))):
@@ -852,28 +852,4 @@ func fdCount(pid int) int {
 		return 0
 	}
 	return len(ents)
-}
-
-// fillDisk writes a file at path until the filesystem answers ENOSPC (or
-// 4 GiB) and returns the bytes written; an error other than ENOSPC is
-// returned.
-func fillDisk(path string) (int64, error) {
-	f, err := os.Create(path)
-	if err != nil {
-		return 0, err
-	}
-	defer f.Close()
-	buf := bytes.Repeat([]byte{0xa5}, 1<<20)
-	var n int64
-	for n < 4<<30 {
-		k, err := f.Write(buf)
-		n += int64(k)
-		if errors.Is(err, syscall.ENOSPC) {
-			return n, nil
-		}
-		if err != nil {
-			return n, err
-		}
-	}
-	return n, nil
 }

@@ -40,9 +40,19 @@ func Tmpfs(t testing.TB, size string) string {
 // error fails the test.
 func Fill(t testing.TB, path string, n int64) int64 {
 	t.Helper()
-	f, err := os.Create(path)
+	w, err := FillFile(path, n)
 	if err != nil {
 		t.Fatal(err)
+	}
+	return w
+}
+
+// FillFile is Fill for a goroutine other than the test's: it returns the
+// bytes written and the error other than ENOSPC that stopped it.
+func FillFile(path string, n int64) (int64, error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return 0, err
 	}
 	defer f.Close()
 	buf := bytes.Repeat([]byte{0xa5}, 64<<10)
@@ -54,8 +64,8 @@ func Fill(t testing.TB, path string, n int64) int64 {
 			break
 		}
 		if err != nil {
-			t.Fatal(err)
+			return w, err
 		}
 	}
-	return w
+	return w, nil
 }
