@@ -19,16 +19,17 @@ const keyRecord = "srv/cube/"
 
 // badgerBackend keeps cube c's key k at "t/<c>/<k>" (cube names cannot
 // contain '/', so cube "a"'s keys never share a prefix with cube "ab"'s).
-// Every write first asks room (badger.DB.Room), which refuses it with
-// badger.ErrNoSpace when the disk is too full to take it safely.
+// Every write goes through badger.DB.Update or Write, which ask Room
+// first and refuse it with badger.ErrNoSpace when the disk is too full to
+// take it safely; the write batches (Bulk, the prefix deletes) ask Room
+// themselves.
 type badgerBackend struct {
-	db   *bg.DB
-	room func(n int64) error
+	db *badger.DB
 }
 
 // NewBadgerBackend returns the Backend over the embedded database db, the
 // default of Open. db stays the caller's to close.
-func NewBadgerBackend(db *badger.DB) Backend { return badgerBackend{db: db.Badger(), room: db.Room} }
+func NewBadgerBackend(db *badger.DB) Backend { return badgerBackend{db: db} }
 
 // bulkRoomBytes is how many bytes Bulk puts between two free-space checks.
 const bulkRoomBytes = 256 << 10
@@ -162,9 +163,6 @@ func (b badgerBackend) Update(ctx context.Context, cube string, fn func(Txn) err
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		if err := b.room(0); err != nil {
-			return err
-		}
 		err := b.db.Update(func(txn *bg.Txn) error { return fn(badgerTxn{txn: txn, pre: cubeKeyPrefix(cube)}) })
 		if errors.Is(err, bg.ErrConflict) {
 			continue
@@ -177,10 +175,10 @@ func (b badgerBackend) Update(ctx context.Context, cube string, fn func(Txn) err
 }
 
 func (b badgerBackend) Bulk(ctx context.Context, cube string, fn func(put func(k, v []byte) error) error) error {
-	if err := b.room(0); err != nil {
+	if err := b.db.Room(0); err != nil {
 		return err
 	}
-	wb := b.db.NewWriteBatch()
+	wb := b.db.Badger().NewWriteBatch()
 	defer wb.Cancel()
 	pre := cubeKeyPrefix(cube)
 	var unchecked int64 // bytes put since the last free-space check
@@ -189,7 +187,7 @@ func (b badgerBackend) Bulk(ctx context.Context, cube string, fn func(put func(k
 			return err
 		}
 		if unchecked += int64(len(k) + len(v)); unchecked >= bulkRoomBytes {
-			if err := b.room(unchecked); err != nil {
+			if err := b.db.Room(unchecked); err != nil {
 				return err
 			}
 			unchecked = 0
@@ -224,10 +222,10 @@ func (b badgerBackend) DeletePrefix(ctx context.Context, cube string, prefix []b
 		if len(keys) == 0 {
 			return nil
 		}
-		if err := b.room(0); err != nil {
+		if err := b.db.Room(0); err != nil {
 			return err
 		}
-		wb := b.db.NewWriteBatch()
+		wb := b.db.Badger().NewWriteBatch()
 		for _, k := range keys {
 			if err := wb.Delete(k); err != nil {
 				wb.Cancel()
@@ -304,10 +302,7 @@ func (b badgerBackend) CreateRecord(ctx context.Context, cube string, rec []byte
 		return err
 	}
 	for {
-		if err := b.room(int64(len(rec))); err != nil {
-			return err
-		}
-		err := b.db.Update(func(txn *bg.Txn) error {
+		err := b.db.Write(int64(len(rec)), func(txn *bg.Txn) error {
 			if _, err := txn.Get([]byte(keyRecord + cube)); err == nil {
 				return ErrRecordExists
 			} else if !errors.Is(err, bg.ErrKeyNotFound) {
@@ -343,9 +338,6 @@ func (b badgerBackend) Records(ctx context.Context) (map[string][]byte, error) {
 
 func (b badgerBackend) DeleteRecord(ctx context.Context, cube string) error {
 	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if err := b.room(0); err != nil {
 		return err
 	}
 	return b.db.Update(func(txn *bg.Txn) error { return txn.Delete([]byte(keyRecord + cube)) })
