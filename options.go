@@ -31,7 +31,7 @@ type Options struct {
 	// lost on power loss. Default false.
 	NoSync bool
 	// KVShared, when set, shares the activation tier with other nodes
-	// (kvcache.OpenRedis): every pack this node stores is written there too,
+	// (package kvcache/redis, which an app imports only if it wants it): every pack this node stores is written there too,
 	// and a prefix lookup its own levels answer less well looks there
 	// (kvcache.Options.Shared). With EncryptionKey set, packs are encrypted
 	// before they leave the node, under a key derived from it: nodes that
@@ -39,7 +39,7 @@ type Options struct {
 	KVShared kvcache.Shared
 	// TextStore, when set, keeps the text tier (memories, their versions,
 	// vectors and index records) and the cube records there instead of in
-	// the data directory (textmem.OpenPostgres): nodes sharing it see each
+	// the data directory (package textmem/postgres): nodes sharing it see each
 	// other's memories and cubes, each keeping its in-memory indexes
 	// current from the store's change notices (textmem.Watcher). With
 	// EncryptionKey set, open it with TextStoreKey(EncryptionKey). The

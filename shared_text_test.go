@@ -9,13 +9,14 @@ import (
 
 	"github.com/memosrt/memosrt/internal/testutil"
 	"github.com/memosrt/memosrt/textmem"
+	textpg "github.com/memosrt/memosrt/textmem/postgres"
 )
 
 // openShared opens an OS without a model over dir with its text tier in
 // the PostgreSQL database at url.
 func openShared(t *testing.T, dir, url string) (*OS, func()) {
 	t.Helper()
-	pg, err := textmem.OpenPostgres(context.Background(), url, textmem.PostgresOptions{})
+	pg, err := textpg.Open(context.Background(), url, textpg.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/memosrt/memosrt/internal/testmodels"
 	"github.com/memosrt/memosrt/internal/testutil"
 	"github.com/memosrt/memosrt/kvcache"
+	kvredis "github.com/memosrt/memosrt/kvcache/redis"
 	"github.com/memosrt/memosrt/runtime"
 )
 
@@ -52,8 +53,8 @@ func BenchmarkSharedTTFT(b *testing.B) {
 		b.Fatal(err)
 	}
 	all := append(append([]int32{}, prefix...), query[1:]...)
-	redisFor := func() *kvcache.Redis {
-		r, err := kvcache.OpenRedis(ctx, srv.URL(), kvcache.RedisOptions{})
+	redisFor := func() *kvredis.Store {
+		r, err := kvredis.Open(ctx, srv.URL(), kvredis.Options{})
 		if err != nil {
 			b.Fatal(err)
 		}

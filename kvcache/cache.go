@@ -40,7 +40,8 @@ type Options struct {
 	Logger *slog.Logger
 	// Now returns the current time (tests). Default time.Now.
 	Now func() time.Time
-	// Shared, when set, is a pack store shared with other nodes (OpenRedis):
+	// Shared, when set, is a pack store shared with other nodes (the
+	// Redis one is package kvcache/redis):
 	// every pack Put here is written there too, and a lookup that the
 	// node's own levels cannot answer as well looks there. The caller owns
 	// it (Close does not close it).
@@ -53,6 +54,10 @@ type Options struct {
 	// Default 2 s. Lookups and health checks have their own bound
 	// (sharedLookupTimeout, 250 ms): they are on the request path.
 	SharedTimeout time.Duration
+	// SharedMaxRemote bounds the records of other nodes' packs this node
+	// keeps in its index (the oldest found is forgotten first and found
+	// again in the shared level when asked for). Default 1024.
+	SharedMaxRemote int
 }
 
 // DefaultOptions returns the defaults.
@@ -119,7 +124,7 @@ type Cache struct {
 
 	shared    *sharedState // nil without Options.Shared
 	remoteIDs []string     // remote records in the order found (trimRemote)
-	maxRemote int          // sharedMaxRemote (tests lower it)
+	maxRemote int          // Options.SharedMaxRemote
 }
 
 // Open loads the pack index from db and removes chunks left without a header
@@ -132,12 +137,15 @@ func Open(db *badger.DB, opts Options) (*Cache, error) {
 	if opts.Now == nil {
 		opts.Now = d.Now
 	}
+	if opts.SharedMaxRemote <= 0 {
+		opts.SharedMaxRemote = sharedMaxRemote
+	}
 	log := opts.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	c := &Cache{db: db, opts: opts, log: log, packs: map[string]*packRecord{},
-		chain: map[string][]string{}, lru: list.New(), ram: map[string]*list.Element{}, maxRemote: sharedMaxRemote}
+		chain: map[string][]string{}, lru: list.New(), ram: map[string]*list.Element{}, maxRemote: opts.SharedMaxRemote}
 	if opts.Shared != nil {
 		var err error
 		if c.shared, err = newSharedState(opts.Shared, opts.SharedKey, opts.SharedTimeout); err != nil {

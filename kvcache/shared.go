@@ -17,7 +17,7 @@ import (
 )
 
 // Shared is a pack store that several memosrt nodes share (Redis:
-// OpenRedis). It sits behind the node's RAM cache and Badger: a node stores
+// package kvcache/redis). It sits behind the node's RAM cache and Badger: a node stores
 // each pack it computes there too, and finds the packs of other nodes there
 // when its own levels miss.
 //

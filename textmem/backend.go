@@ -11,7 +11,7 @@ import (
 // are relative to their cube (for example "m/<id>", see keys.go); the
 // Backend keeps cubes apart. Two implementations: the embedded Badger
 // database (NewBadgerBackend, the default) and PostgreSQL
-// (OpenPostgres), which several nodes share.
+// (package textmem/postgres), which several nodes share.
 //
 // Every method is safe for concurrent use. Errors that mean the store
 // cannot be reached now (connection refused or lost, a bounded wait run

@@ -1,7 +1,7 @@
 // Package textmem is the text tier of memosrt: plaintext memories kept per
 // cube (one user's or agent's namespace) in a Backend, and found again by
 // retrieval. The default Backend is the embedded Badger database (key
-// prefix t/<cube>/, NewBadgerBackend); OpenPostgres keeps the same records
+// prefix t/<cube>/, NewBadgerBackend); package textmem/postgres keeps the same records
 // in PostgreSQL for several nodes to share, each following the others'
 // commits through LISTEN/NOTIFY (Watcher).
 //

@@ -53,7 +53,7 @@ func TestMain(m *testing.M) {
 // openPostgresFor returns a Postgres backend over the database of dir
 // (made on first use, so reopening dir reopens its records), closed at
 // the end of the test.
-func openPostgresFor(t testing.TB, dir string) *Postgres {
+func openPostgresFor(t testing.TB, dir string) Postgres {
 	t.Helper()
 	pgMu.Lock()
 	url, ok := pgByDir[dir]

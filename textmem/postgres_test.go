@@ -17,7 +17,7 @@ import (
 	"github.com/memosrt/memosrt/internal/testutil"
 )
 
-func openPG(t testing.TB, url string, key []byte, opts Options) (*Store, *Postgres) {
+func openPG(t testing.TB, url string, key []byte, opts Options) (*Store, Postgres) {
 	t.Helper()
 	p, err := OpenPostgres(context.Background(), url, PostgresOptions{Key: key, Timeout: 2 * time.Second})
 	if err != nil {

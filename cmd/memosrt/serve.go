@@ -16,7 +16,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/memosrt/memosrt/kvcache"
-	"github.com/memosrt/memosrt/textmem"
+	kvredis "github.com/memosrt/memosrt/kvcache/redis"
+	textpg "github.com/memosrt/memosrt/textmem/postgres"
 
 	"github.com/spf13/cobra"
 
@@ -206,7 +207,7 @@ func serve(ctx context.Context, f serveFlags) error {
 	log := logger()
 	if *kvStore != "" {
 		redis.SetLogger(redisLog{log}) // go-redis's own lines (dial failures) at debug: ours say it once
-		r, err := kvcache.NewRedis(*kvStore, kvcache.RedisOptions{})
+		r, err := kvredis.New(*kvStore, kvredis.Options{})
 		if err != nil {
 			return fmt.Errorf("--kv-store: %w", err)
 		}
@@ -226,7 +227,7 @@ func serve(ctx context.Context, f serveFlags) error {
 		if !strings.HasPrefix(*textStore, "postgres://") && !strings.HasPrefix(*textStore, "postgresql://") && !strings.Contains(*textStore, "=") {
 			return fmt.Errorf("--text-store %q: want a postgres:// URL (or a key=value connection string)", *textStore)
 		}
-		pg, err := textmem.OpenPostgres(ctx, *textStore, textmem.PostgresOptions{Key: memosrt.TextStoreKey(opts.EncryptionKey), Logger: log})
+		pg, err := textpg.Open(ctx, *textStore, textpg.Options{Key: memosrt.TextStoreKey(opts.EncryptionKey), Logger: log})
 		if err != nil {
 			// serve needs the store at start (its tables, the key check);
 			// once running it rides out outages

@@ -1,4 +1,4 @@
-package kvcache
+package redis
 
 import (
 	"context"
@@ -10,10 +10,12 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
-	"github.com/redis/go-redis/v9"
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/memosrt/memosrt/kvcache"
 )
 
-// Redis keys of the shared level, under a prefix (RedisOptions.Prefix):
+// Redis keys of the shared level, under a prefix (Options.Prefix):
 //
 //	<p>h:<id>        record (packRecord JSON, sealed when a key is set)
 //	<p>b:<id>        blob, a hash of parts "0", "1", ... of redisPartBytes
@@ -31,8 +33,8 @@ const (
 	redisFetchers  = 8
 )
 
-// RedisOptions configure OpenRedis.
-type RedisOptions struct {
+// Options configure Open.
+type Options struct {
 	// Prefix starts every key (default "memosrt:kv:"): nodes sharing packs
 	// use the same one.
 	Prefix string
@@ -42,15 +44,15 @@ type RedisOptions struct {
 	DialTimeout time.Duration
 }
 
-// Redis is a Shared level in a Redis server (github.com/redis/go-redis/v9).
+// Store is a kvcache.Shared level in a Redis server (github.com/redis/go-redis/v9).
 // Eviction is Redis's own (maxmemory-policy); a key it evicted is a miss.
-type Redis struct {
-	c      *redis.Client
+type Store struct {
+	c      *goredis.Client
 	addr   string
 	dial   time.Duration
 	prefix string
 	// deepest finds the deepest non-empty chain set in one round trip
-	deepest *redis.Script
+	deepest *goredis.Script
 }
 
 // deepestLua walks KEYS from the last (deepest) to the first and returns
@@ -65,10 +67,10 @@ end
 return {-1, {}}
 `
 
-// OpenRedis connects to the Redis server at url (NewRedis) and checks it
+// Open connects to the Redis server at url (New) and checks it
 // answers PING within the dial timeout. Errors: a bad URL, or no answer.
-func OpenRedis(ctx context.Context, url string, o RedisOptions) (*Redis, error) {
-	r, err := NewRedis(url, o)
+func Open(ctx context.Context, url string, o Options) (*Store, error) {
+	r, err := New(url, o)
 	if err != nil {
 		return nil, err
 	}
@@ -79,15 +81,15 @@ func OpenRedis(ctx context.Context, url string, o RedisOptions) (*Redis, error) 
 	return r, nil
 }
 
-// NewRedis returns a client of the Redis server at url
-// (redis://[user:pass@]host:port/db or rediss:// for TLS, as redis.ParseURL
+// New returns a client of the Redis server at url
+// (redis://[user:pass@]host:port/db or rediss:// for TLS, as goredis.ParseURL
 // reads it) without connecting: a server that is down now is reached once
 // it is up. Errors: a URL that does not parse.
-func NewRedis(url string, o RedisOptions) (*Redis, error) {
+func New(url string, o Options) (*Store, error) {
 	if !strings.HasPrefix(url, "redis://") && !strings.HasPrefix(url, "rediss://") && !strings.HasPrefix(url, "unix://") {
 		return nil, fmt.Errorf("kvcache: redis url %q: want redis://HOST:PORT/DB (rediss:// for TLS, unix:///PATH?db=N)", url)
 	}
-	opt, err := redis.ParseURL(url)
+	opt, err := goredis.ParseURL(url)
 	if err != nil {
 		return nil, fmt.Errorf("kvcache: redis url %q: %w", url, err)
 	}
@@ -103,12 +105,12 @@ func NewRedis(url string, o RedisOptions) (*Redis, error) {
 	// each call carries its own deadline (Options.SharedTimeout)
 	opt.ReadTimeout, opt.WriteTimeout = -1, -1
 	opt.ContextTimeoutEnabled = true
-	return &Redis{c: redis.NewClient(opt), addr: opt.Addr, dial: o.DialTimeout, prefix: o.Prefix,
-		deepest: redis.NewScript(deepestLua)}, nil
+	return &Store{c: goredis.NewClient(opt), addr: opt.Addr, dial: o.DialTimeout, prefix: o.Prefix,
+		deepest: goredis.NewScript(deepestLua)}, nil
 }
 
 // Ping checks the server answers.
-func (r *Redis) Ping(ctx context.Context) error {
+func (r *Store) Ping(ctx context.Context) error {
 	pctx, cancel := context.WithTimeout(ctx, r.dial+time.Second)
 	defer cancel()
 	if err := r.c.Ping(pctx).Err(); err != nil {
@@ -118,27 +120,27 @@ func (r *Redis) Ping(ctx context.Context) error {
 }
 
 // refused wraps an error the server answered with (WRONGPASS, a database
-// index out of range, OOM) in ErrSharedRefused; a connection error or a
+// index out of range, OOM) in kvcache.ErrSharedRefused; a connection error or a
 // timeout is returned as it is.
 func refused(err error) error {
-	var re redis.Error
-	if err != nil && !errors.Is(err, redis.Nil) && errors.As(err, &re) {
-		return fmt.Errorf("%w: %v", ErrSharedRefused, err)
+	var re goredis.Error
+	if err != nil && !errors.Is(err, goredis.Nil) && errors.As(err, &re) {
+		return fmt.Errorf("%w: %v", kvcache.ErrSharedRefused, err)
 	}
 	return err
 }
 
 // Close closes the connection pool.
-func (r *Redis) Close() error { return r.c.Close() }
+func (r *Store) Close() error { return r.c.Close() }
 
-func (r *Redis) rec(id string) string  { return r.prefix + "h:" + id }
-func (r *Redis) blob(id string) string { return r.prefix + "b:" + id }
-func (r *Redis) chain(h string) string { return r.prefix + "c:" + h }
-func (r *Redis) channel() string       { return r.prefix + "deleted" }
+func (r *Store) rec(id string) string  { return r.prefix + "h:" + id }
+func (r *Store) blob(id string) string { return r.prefix + "b:" + id }
+func (r *Store) chain(h string) string { return r.prefix + "c:" + h }
+func (r *Store) channel() string       { return r.prefix + "deleted" }
 func partField(i int) string           { return strconv.Itoa(i) }
 func nParts(n int) int                 { return max(1, (n+redisPartBytes-1)/redisPartBytes) }
 func part(b []byte, i int) []byte      { return b[i*redisPartBytes : min(len(b), (i+1)*redisPartBytes)] }
-func (r *Redis) chainKeys(chain []string) []string {
+func (r *Store) chainKeys(chain []string) []string {
 	ks := make([]string, len(chain))
 	for i, h := range chain {
 		ks[i] = r.chain(h)
@@ -148,7 +150,7 @@ func (r *Redis) chainKeys(chain []string) []string {
 
 // Put writes the blob's parts, its size, then the record, then the index
 // entries, in one pipeline (Redis runs one connection's commands in order).
-func (r *Redis) Put(ctx context.Context, id string, record, blob []byte, chain []string) error {
+func (r *Store) Put(ctx context.Context, id string, record, blob []byte, chain []string) error {
 	n := nParts(len(blob))
 	p := r.c.Pipeline()
 	p.Del(ctx, r.blob(id))
@@ -165,7 +167,7 @@ func (r *Redis) Put(ctx context.Context, id string, record, blob []byte, chain [
 }
 
 // Deepest runs deepestLua.
-func (r *Redis) Deepest(ctx context.Context, keys []string, maxIDs int) ([]string, int, error) {
+func (r *Store) Deepest(ctx context.Context, keys []string, maxIDs int) ([]string, int, error) {
 	if len(keys) == 0 {
 		return nil, -1, nil
 	}
@@ -188,7 +190,7 @@ func (r *Redis) Deepest(ctx context.Context, keys []string, maxIDs int) ([]strin
 }
 
 // Records is one MGET.
-func (r *Redis) Records(ctx context.Context, ids []string) ([][]byte, error) {
+func (r *Store) Records(ctx context.Context, ids []string) ([][]byte, error) {
 	ks := make([]string, len(ids))
 	for i, id := range ids {
 		ks[i] = r.rec(id)
@@ -208,8 +210,8 @@ func (r *Redis) Records(ctx context.Context, ids []string) ([][]byte, error) {
 
 // Blob reads the blob's size, then its parts, redisFetchers at a time,
 // each into its place. A blob without its size or any part (evicted, or a
-// Put that did not finish) is ErrNotFound.
-func (r *Redis) Blob(ctx context.Context, id string) ([]byte, error) {
+// Put that did not finish) is kvcache.ErrNotFound.
+func (r *Store) Blob(ctx context.Context, id string) ([]byte, error) {
 	key := r.blob(id)
 	meta, err := r.c.HMGet(ctx, key, "n", "len").Result()
 	if err != nil {
@@ -219,8 +221,8 @@ func (r *Redis) Blob(ctx context.Context, id string) ([]byte, error) {
 	ls, _ := meta[1].(string)
 	n, err1 := strconv.Atoi(ns)
 	size, err2 := strconv.Atoi(ls)
-	if err1 != nil || err2 != nil || n != nParts(size) || size > MaxRawBytes {
-		return nil, ErrNotFound
+	if err1 != nil || err2 != nil || n != nParts(size) || size > kvcache.MaxRawBytes {
+		return nil, kvcache.ErrNotFound
 	}
 	blob := make([]byte, size)
 	g, gctx := errgroup.WithContext(ctx)
@@ -228,15 +230,15 @@ func (r *Redis) Blob(ctx context.Context, id string) ([]byte, error) {
 	for i := 0; i < n; i++ {
 		g.Go(func() error {
 			v, err := r.c.HGet(gctx, key, partField(i)).Bytes()
-			if errors.Is(err, redis.Nil) {
-				return ErrNotFound
+			if errors.Is(err, goredis.Nil) {
+				return kvcache.ErrNotFound
 			}
 			if err != nil {
 				return refused(err)
 			}
 			dst := part(blob, i)
 			if len(v) != len(dst) {
-				return ErrNotFound // not this blob's part (a Put replacing it)
+				return kvcache.ErrNotFound // not this blob's part (a Put replacing it)
 			}
 			copy(dst, v)
 			return nil
@@ -250,7 +252,7 @@ func (r *Redis) Blob(ctx context.Context, id string) ([]byte, error) {
 
 // Delete removes the record first (the pack stops being found), then the
 // index entries and the blob, and publishes id.
-func (r *Redis) Delete(ctx context.Context, id string, chain []string) error {
+func (r *Store) Delete(ctx context.Context, id string, chain []string) error {
 	p := r.c.Pipeline()
 	p.Del(ctx, r.rec(id))
 	for _, k := range r.chainKeys(chain) {
@@ -266,7 +268,7 @@ func (r *Redis) Delete(ctx context.Context, id string, chain []string) error {
 // lost connection (once a second until the server answers), calling gap
 // after each new subscription but the first: deletions published while it
 // was away are lost.
-func (r *Redis) Watch(ctx context.Context, fn func(id string), gap func()) {
+func (r *Store) Watch(ctx context.Context, fn func(id string), gap func()) {
 	for first := true; ctx.Err() == nil; first = false {
 		sub := r.c.Subscribe(ctx, r.channel())
 		if _, err := sub.Receive(ctx); err == nil { // the subscription's confirmation
@@ -291,4 +293,4 @@ func (r *Redis) Watch(ctx context.Context, fn func(id string), gap func()) {
 	}
 }
 
-var _ Shared = (*Redis)(nil)
+var _ kvcache.Shared = (*Store)(nil)

@@ -1,4 +1,4 @@
-package kvcache
+package redis_test
 
 import (
 	"bytes"
@@ -11,8 +11,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/memosrt/memosrt/kvcache"
+	"github.com/memosrt/memosrt/kvcache/redis"
+
+	"github.com/memosrt/memosrt/badger"
+	"github.com/memosrt/memosrt/internal/testmodels"
 	"github.com/memosrt/memosrt/internal/testutil"
 	"github.com/memosrt/memosrt/runtime"
 )
@@ -20,18 +25,22 @@ import (
 // node is one memosrt node's activation tier: its own Badger, its own
 // connection to the shared Redis.
 type node struct {
-	cache *Cache
-	r     *Redis
+	cache *kvcache.Cache
+	r     *redis.Store
 }
 
 func openNode(t *testing.T, url string, key []byte) *node {
+	return openNodeMax(t, url, key, 0)
+}
+
+func openNodeMax(t *testing.T, url string, key []byte, maxRemote int) *node {
 	t.Helper()
-	r, err := OpenRedis(context.Background(), url, RedisOptions{})
+	r, err := redis.Open(context.Background(), url, redis.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { r.Close() })
-	c, err := Open(openDB(t, t.TempDir()), Options{Shared: r, SharedKey: key, SharedTimeout: time.Second})
+	c, err := kvcache.Open(openDB(t, t.TempDir()), kvcache.Options{Shared: r, SharedKey: key, SharedTimeout: time.Second, SharedMaxRemote: maxRemote})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,12 +75,12 @@ func TestSharedRedis(t *testing.T) {
 	e := openEngine(t, runtime.Options{})
 	ctx := context.Background()
 	a, b := openNode(t, srv.URL(), nil), openNode(t, srv.URL(), nil)
-	cfg := ScopedKey(ConfigKey(e.KVConfig(), ""), "cube")
+	cfg := kvcache.ScopedKey(kvcache.ConfigKey(e.KVConfig(), ""), "cube")
 	pack, req := sharedPrompt(t, e, "Lily had a small dog named Max. Max liked to run in the garden. ", 150)
 
 	e.ClearSeq(0)
 	coldText := gen(t, e, 0, req, 0)
-	info, err := a.cache.Warm(ctx, e, 0, pack, WarmOptions{Label: "cube", Scope: "cube"})
+	info, err := a.cache.Warm(ctx, e, 0, pack, kvcache.WarmOptions{Label: "cube", Scope: "cube"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +104,7 @@ func TestSharedRedis(t *testing.T) {
 		t.Fatalf("node B counts %d disk bytes for a pack it does not store", disk)
 	}
 	e.ClearSeq(1)
-	r, err := b.cache.Restore(ctx, e, 1, req, RestoreOptions{Scope: "cube"})
+	r, err := b.cache.Restore(ctx, e, 1, req, kvcache.RestoreOptions{Scope: "cube"})
 	if err != nil || r.Refused != nil || r.Tokens != len(pack) || r.PackID != info.ID || r.FromRAM {
 		t.Fatalf("node B restore %+v, %v, refused %v", r, err, r.Refused)
 	}
@@ -110,7 +119,7 @@ func TestSharedRedis(t *testing.T) {
 		t.Fatalf("node B shared stats %+v, want 2 hits (the restore, the state read)", st)
 	}
 	// other scopes and configs never see it
-	if m := b.cache.Lookup(ScopedKey(ConfigKey(e.KVConfig(), ""), "other"), req); m.ID != "" {
+	if m := b.cache.Lookup(kvcache.ScopedKey(kvcache.ConfigKey(e.KVConfig(), ""), "other"), req); m.ID != "" {
 		t.Fatalf("found across cubes: %+v", m)
 	}
 
@@ -128,14 +137,14 @@ func TestSharedRedis(t *testing.T) {
 
 	// a blob Redis evicted is a miss, never an error, and A keeps its pack
 	pack2, req2 := sharedPrompt(t, e, "The sun was warm and the sky was blue over the hill. ", 140)
-	info2, err := a.cache.Warm(ctx, e, 0, pack2, WarmOptions{Label: "cube", Scope: "cube"})
+	info2, err := a.cache.Warm(ctx, e, 0, pack2, kvcache.WarmOptions{Label: "cube", Scope: "cube"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := srv.Do("DEL memosrt:kv:b:"+info2.ID, ":1"); err != nil {
 		t.Fatal(err)
 	}
-	r, err = b.cache.Restore(ctx, e, 1, req2, RestoreOptions{Scope: "cube"})
+	r, err = b.cache.Restore(ctx, e, 1, req2, kvcache.RestoreOptions{Scope: "cube"})
 	if err != nil || r.Refused != nil || r.Tokens != 0 {
 		t.Fatalf("evicted blob: restore %+v, %v, refused %v; want a plain miss", r, err, r.Refused)
 	}
@@ -145,7 +154,7 @@ func TestSharedRedis(t *testing.T) {
 	if _, ok := a.cache.Info(info2.ID); !ok {
 		t.Fatal("node A lost its pack when Redis evicted the shared copy")
 	}
-	r, err = a.cache.Restore(ctx, e, 0, req2, RestoreOptions{Scope: "cube"})
+	r, err = a.cache.Restore(ctx, e, 0, req2, kvcache.RestoreOptions{Scope: "cube"})
 	if err != nil || r.Tokens != len(pack2) {
 		t.Fatalf("node A restore of its own pack %+v, %v", r, err)
 	}
@@ -155,7 +164,7 @@ func TestSharedRedis(t *testing.T) {
 	srv.Kill()
 	testutil.WaitFor(t, "node A's health check to see Redis down", func() bool { return !a.cache.SharedStats().Up })
 	pack3, req3 := sharedPrompt(t, e, "Tom found a red ball under the old tree by the river. ", 130)
-	info3, err := b.cache.Warm(ctx, e, 1, pack3, WarmOptions{Label: "cube", Scope: "cube"})
+	info3, err := b.cache.Warm(ctx, e, 1, pack3, kvcache.WarmOptions{Label: "cube", Scope: "cube"})
 	if err != nil {
 		t.Fatalf("warm with Redis down: %v", err)
 	}
@@ -183,7 +192,7 @@ func TestSharedRedis(t *testing.T) {
 	// both listen for deletions again, having forgotten what they may have missed
 	testutil.WaitFor(t, "node B to resubscribe", func() bool { return b.cache.SharedStats().Gaps == 1 })
 	pack4, req4 := sharedPrompt(t, e, "A little bird sang a song to the moon every night. ", 135)
-	info4, err := a.cache.Warm(ctx, e, 0, pack4, WarmOptions{Label: "cube", Scope: "cube"})
+	info4, err := a.cache.Warm(ctx, e, 0, pack4, kvcache.WarmOptions{Label: "cube", Scope: "cube"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,9 +220,9 @@ func TestSharedEncrypted(t *testing.T) {
 	key := bytes.Repeat([]byte{7}, 32)
 	a, b := openNode(t, srv.URL(), key), openNode(t, srv.URL(), key)
 	plain, other := openNode(t, srv.URL(), nil), openNode(t, srv.URL(), bytes.Repeat([]byte{9}, 32))
-	cfg := ScopedKey(ConfigKey(e.KVConfig(), ""), "cube")
+	cfg := kvcache.ScopedKey(kvcache.ConfigKey(e.KVConfig(), ""), "cube")
 	pack, req := sharedPrompt(t, e, "Lily had a small dog named Max. Max liked to run in the garden. ", 150)
-	info, err := a.cache.Warm(ctx, e, 0, pack, WarmOptions{Label: "cube", Scope: "cube"})
+	info, err := a.cache.Warm(ctx, e, 0, pack, kvcache.WarmOptions{Label: "cube", Scope: "cube"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,9 +230,14 @@ func TestSharedEncrypted(t *testing.T) {
 
 	// nothing readable leaves the node: the record is no JSON, and neither
 	// the record nor the blob holds the header's text
-	rc := redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", srv.Port)})
+	rc := goredis.NewClient(&goredis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", srv.Port)})
 	defer rc.Close()
-	ns := a.cache.shared.s.(namespaced).ns
+	// the key's namespace, found as the one record of the pack under the prefix
+	found, err := rc.Keys(ctx, "memosrt:kv:h:*"+info.ID).Result()
+	if err != nil || len(found) != 1 || found[0] == "memosrt:kv:h:"+info.ID {
+		t.Fatalf("records of pack %s: %q (%v), want one under a namespace", info.ID, found, err)
+	}
+	ns := strings.TrimSuffix(strings.TrimPrefix(found[0], "memosrt:kv:h:"), info.ID)
 	rec, err := rc.Get(ctx, "memosrt:kv:h:"+ns+info.ID).Bytes()
 	if err != nil {
 		t.Fatal(err)
@@ -239,7 +253,7 @@ func TestSharedEncrypted(t *testing.T) {
 	}
 
 	e.ClearSeq(1)
-	r, err := b.cache.Restore(ctx, e, 1, req, RestoreOptions{Scope: "cube"})
+	r, err := b.cache.Restore(ctx, e, 1, req, kvcache.RestoreOptions{Scope: "cube"})
 	if err != nil || r.Tokens != len(pack) {
 		t.Fatalf("node B (same key) restore %+v, %v", r, err)
 	}
@@ -254,7 +268,7 @@ func TestSharedEncrypted(t *testing.T) {
 		if m := n.cache.Lookup(cfg, req); m.Tokens > 1 {
 			t.Fatalf("%s: found %+v", name, m)
 		}
-		if _, err := n.cache.Warm(ctx, e, 1, pack, WarmOptions{Label: "cube", Scope: "cube"}); err != nil {
+		if _, err := n.cache.Warm(ctx, e, 1, pack, kvcache.WarmOptions{Label: "cube", Scope: "cube"}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -262,20 +276,19 @@ func TestSharedEncrypted(t *testing.T) {
 		t.Fatalf("%d of node A's record and blob and the plain node's record (%v)", n, err)
 	}
 	fresh := openNode(t, srv.URL(), key)
-	if r, err := fresh.cache.Restore(ctx, e, 1, req, RestoreOptions{Scope: "cube"}); err != nil || r.Tokens != len(pack) {
+	if r, err := fresh.cache.Restore(ctx, e, 1, req, kvcache.RestoreOptions{Scope: "cube"}); err != nil || r.Tokens != len(pack) {
 		t.Fatalf("a fresh node with node A's key: %+v, %v", r, err)
 	}
 }
 
-// A node keeps at most maxRemote records of other nodes' packs in its index
+// A node keeps at most SharedMaxRemote records of other nodes' packs in its index
 // (oldest found forgotten first), and finds a forgotten one again.
 func TestSharedRemoteBound(t *testing.T) {
 	srv := testutil.StartRedis(t, 0)
 	ctx := context.Background()
-	a, b := openNode(t, srv.URL(), nil), openNode(t, srv.URL(), nil)
-	b.cache.maxRemote = 2
+	a, b := openNode(t, srv.URL(), nil), openNodeMax(t, srv.URL(), nil, 2)
 	kv := runtime.KVConfig{ModelFingerprint: "f", NLayer: 1, TypeK: "f16", TypeV: "f16", NStream: 1}
-	cfg := ConfigKey(kv, "")
+	cfg := kvcache.ConfigKey(kv, "")
 	var reqs [][]int32
 	var ids []string
 	for i := 0; i < 3; i++ {
@@ -283,7 +296,7 @@ func TestSharedRemoteBound(t *testing.T) {
 		for j := range toks {
 			toks[j] = int32(1 + i*1000 + j)
 		}
-		info, err := a.cache.Put(ctx, Header{KV: kv, Tokens: toks}, bytes.Repeat([]byte{byte(i)}, 4096))
+		info, err := a.cache.Put(ctx, kvcache.Header{KV: kv, Tokens: toks}, bytes.Repeat([]byte{byte(i)}, 4096))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -325,23 +338,23 @@ func TestSharedMultiPart(t *testing.T) {
 	for i := range toks {
 		toks[i] = int32(i + 1)
 	}
-	state := make([]byte, 5*redisPartBytes/2) // incompressible: 3 parts
+	state := make([]byte, 5*(1<<20)/2) // incompressible: 3 parts
 	rng := rand.New(rand.NewPCG(1, 2))
 	for i := range state {
 		state[i] = byte(rng.Uint32())
 	}
-	info, err := a.cache.Put(ctx, Header{KV: kv, Tokens: toks}, state)
+	info, err := a.cache.Put(ctx, kvcache.Header{KV: kv, Tokens: toks}, state)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m := b.cache.Lookup(ConfigKey(kv, ""), append(toks, 1)); m.ID != info.ID {
+	if m := b.cache.Lookup(kvcache.ConfigKey(kv, ""), append(toks, 1)); m.ID != info.ID {
 		t.Fatalf("lookup %+v", m)
 	}
 	_, got, fromRAM, err := b.cache.State(info.ID)
 	if err != nil || fromRAM || !bytes.Equal(got, state) {
 		t.Fatalf("state: %v, fromRAM %v, equal %v", err, fromRAM, bytes.Equal(got, state))
 	}
-	n, err := redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", srv.Port)}).HGet(ctx, "memosrt:kv:b:"+info.ID, "n").Int()
+	n, err := goredis.NewClient(&goredis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", srv.Port)}).HGet(ctx, "memosrt:kv:b:"+info.ID, "n").Int()
 	if err != nil || n != 3 {
 		t.Fatalf("%d parts (%v), want 3", n, err)
 	}
@@ -349,22 +362,22 @@ func TestSharedMultiPart(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.cache.DropRAM()
-	if _, _, _, err := b.cache.State(info.ID); !errors.Is(err, ErrNotFound) {
-		t.Fatalf("a blob missing a part: %v, want ErrNotFound", err)
+	if _, _, _, err := b.cache.State(info.ID); !errors.Is(err, kvcache.ErrNotFound) {
+		t.Fatalf("a blob missing a part: %v, want kvcache.ErrNotFound", err)
 	}
 }
 
 // A store that refuses (a database index it does not have) is
-// ErrSharedRefused, which serve takes as a setting that can never work; a
+// kvcache.ErrSharedRefused, which serve takes as a setting that can never work; a
 // store that accepts connections and never answers costs one short
 // timeout, then the level is down and requests do not wait on it.
 func TestSharedRefusedAndHung(t *testing.T) {
 	srv := testutil.StartRedis(t, 0)
-	if _, err := OpenRedis(context.Background(), fmt.Sprintf("redis://127.0.0.1:%d/99", srv.Port), RedisOptions{}); !errors.Is(err, ErrSharedRefused) {
-		t.Fatalf("database 99: %v, want ErrSharedRefused", err)
+	if _, err := redis.Open(context.Background(), fmt.Sprintf("redis://127.0.0.1:%d/99", srv.Port), redis.Options{}); !errors.Is(err, kvcache.ErrSharedRefused) {
+		t.Fatalf("database 99: %v, want kvcache.ErrSharedRefused", err)
 	}
 	for _, bad := range []string{"not a url", "http://127.0.0.1:1", "127.0.0.1:6379"} {
-		if _, err := NewRedis(bad, RedisOptions{}); err == nil || !strings.Contains(err.Error(), "want redis://") {
+		if _, err := redis.New(bad, redis.Options{}); err == nil || !strings.Contains(err.Error(), "want redis://") {
 			t.Fatalf("%q: %v", bad, err)
 		}
 	}
@@ -382,12 +395,12 @@ func TestSharedRefusedAndHung(t *testing.T) {
 			defer c.Close()
 		}
 	}()
-	r, err := NewRedis("redis://"+l.Addr().String()+"/0", RedisOptions{})
+	r, err := redis.New("redis://"+l.Addr().String()+"/0", redis.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	c, err := Open(openDB(t, t.TempDir()), Options{Shared: r})
+	c, err := kvcache.Open(openDB(t, t.TempDir()), kvcache.Options{Shared: r})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -398,13 +411,45 @@ func TestSharedRefusedAndHung(t *testing.T) {
 	}
 	kv := runtime.KVConfig{ModelFingerprint: "f", NLayer: 1, TypeK: "f16", TypeV: "f16", NStream: 1}
 	toks := make([]int32, 200)
-	if _, err := c.Put(context.Background(), Header{KV: kv, Tokens: toks}, make([]byte, 1000)); err != nil {
+	if _, err := c.Put(context.Background(), kvcache.Header{KV: kv, Tokens: toks}, make([]byte, 1000)); err != nil {
 		t.Fatalf("put with a hung store: %v", err)
 	}
-	if m := c.Lookup(ConfigKey(kv, ""), append(toks, 1)); m.Tokens != 200 {
+	if m := c.Lookup(kvcache.ConfigKey(kv, ""), append(toks, 1)); m.Tokens != 200 {
 		t.Fatalf("own pack with a hung store: %+v", m)
 	}
 	if got := c.SharedStats(); got.Errors > st.Errors+1 || got.Puts != 0 {
 		t.Fatalf("requests tried the hung store: %+v", got)
 	}
+}
+
+func openDB(t testing.TB, dir string) *badger.DB {
+	t.Helper()
+	db, err := badger.Open(badger.Options{Dir: dir, NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := db.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return db
+}
+
+func openEngine(t testing.TB, o runtime.Options) *runtime.Engine {
+	t.Helper()
+	o.ModelPath = testmodels.Stories(t)
+	o.Threads = 2
+	if o.NCtx == 0 {
+		o.NCtx = 512
+	}
+	if o.NSeqMax == 0 {
+		o.NSeqMax = 2
+	}
+	e, err := runtime.Load(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	return e
 }

@@ -1,4 +1,4 @@
-package textmem
+package postgres
 
 import (
 	"bytes"
@@ -24,15 +24,17 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/memosrt/memosrt/textmem"
 )
 
-// PostgresOptions configure OpenPostgres.
-type PostgresOptions struct {
+// Options configure Open.
+type Options struct {
 	// Key, when set (32 bytes), seals every value with AES-256-GCM and
 	// replaces every component of every key, and every cube name, with an
 	// HMAC-SHA256 tag before it leaves the process: the server sees
 	// neither texts, words, content hashes nor cube names. Every node
-	// sharing the database needs the same Key; OpenPostgres refuses a
+	// sharing the database needs the same Key; Open refuses a
 	// database written with another key or without one (ErrWrongKey).
 	Key []byte
 	// Timeout bounds each call to the server. Default 5 s.
@@ -41,12 +43,12 @@ type PostgresOptions struct {
 	Logger *slog.Logger
 }
 
-// ErrWrongKey is returned by OpenPostgres for a database whose records
-// were written with another PostgresOptions.Key (or with none, or with one
+// ErrWrongKey is returned by Open for a database whose records
+// were written with another Options.Key (or with none, or with one
 // when none is given now). Nothing is read or written.
 var ErrWrongKey = errors.New("textmem: the text store's encryption does not match this node's")
 
-// pgMaxKey is the longest key OpenPostgres's Backend takes, bytes: a
+// pgMaxKey is the longest key Open's textmem.Backend takes, bytes: a
 // btree entry of the primary key (cube, k) must stay under PostgreSQL's
 // limit of about a third of an 8 KiB page (2704 bytes, "index row size
 // exceeds maximum" in src/backend/access/nbtree/nbtutils.c).
@@ -82,11 +84,11 @@ CREATE VIEW memosrt_memories AS
 	SELECT cube, convert_from(substr(k, 3), 'UTF8') AS id, convert_from(v, 'UTF8')::json AS memory
 	FROM memosrt_text WHERE substr(k, 1, 2) = '\x6d2f'::bytea;`
 
-// Postgres is the Backend over a PostgreSQL database that several
-// memosrt nodes share (OpenPostgres). It is a Watcher: each node hears the
+// Store is the textmem.Backend over a PostgreSQL database that several
+// memosrt nodes share (Open). It is a textmem.Watcher: each node hears the
 // others' commits through LISTEN/NOTIFY on one connection of its own,
 // which reconnects by itself.
-type Postgres struct {
+type Store struct {
 	pool    *pgxpool.Pool
 	url     string
 	where   string // host:port/database, no credentials
@@ -102,20 +104,20 @@ type Postgres struct {
 	up      atomic.Bool // the listening connection is up
 	healthy atomic.Bool // the last health check (every second) was answered
 	mu      sync.Mutex
-	watches map[int]func(Change)
+	watches map[int]func(textmem.Change)
 	nextW   int
 	cancel  context.CancelFunc
 	done    chan struct{}
 	hdone   chan struct{} // health loop ended
 }
 
-// OpenPostgres connects to the PostgreSQL database at url
+// Open connects to the PostgreSQL database at url
 // (postgres://user:pass@host:port/db), creates memosrt's tables if missing
 // and starts listening for other nodes' changes. Errors: ErrWrongKey,
-// ErrUnavailable (wrapped) when the server cannot be reached within
+// textmem.ErrUnavailable (wrapped) when the server cannot be reached within
 // opts.Timeout, and the server's own (bad password, unknown database).
 // Close releases the connections.
-func OpenPostgres(ctx context.Context, url string, opts PostgresOptions) (*Postgres, error) {
+func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	if opts.Timeout <= 0 {
 		opts.Timeout = 5 * time.Second
 	}
@@ -130,8 +132,8 @@ func OpenPostgres(ctx context.Context, url string, opts PostgresOptions) (*Postg
 	if cfg.ConnConfig.ConnectTimeout == 0 || cfg.ConnConfig.ConnectTimeout > opts.Timeout {
 		cfg.ConnConfig.ConnectTimeout = opts.Timeout
 	}
-	p := &Postgres{url: url, timeout: opts.Timeout, log: opts.Logger.With("store", "postgres"),
-		watches: map[int]func(Change){}, done: make(chan struct{}),
+	p := &Store{url: url, timeout: opts.Timeout, log: opts.Logger.With("store", "postgres"),
+		watches: map[int]func(textmem.Change){}, done: make(chan struct{}),
 		where: fmt.Sprintf("%s:%d/%s", cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Database)}
 	var id [8]byte
 	_, _ = rand.Read(id[:])
@@ -186,7 +188,7 @@ func OpenPostgres(ctx context.Context, url string, opts PostgresOptions) (*Postg
 		p.pool.Close()
 		return nil, fmt.Errorf("textmem: postgres: %w", err)
 	}
-	// Listen before returning, so that every commit after OpenPostgres is
+	// Listen before returning, so that every commit after Open is
 	// heard.
 	conn, err := p.listen(ctx)
 	if err != nil {
@@ -204,10 +206,10 @@ func OpenPostgres(ctx context.Context, url string, opts PostgresOptions) (*Postg
 }
 
 // String names the store without credentials: postgres://HOST:PORT/DB.
-func (p *Postgres) String() string { return "postgres://" + p.where }
+func (p *Store) String() string { return "postgres://" + p.where }
 
 // Close stops listening and closes the connections. Idempotent.
-func (p *Postgres) Close() error {
+func (p *Store) Close() error {
 	p.mu.Lock()
 	cancel := p.cancel
 	p.cancel = nil
@@ -225,10 +227,10 @@ func (p *Postgres) Close() error {
 // connection until it is back, and while the health check (a ping every
 // second, answered within one) goes unanswered, as with a hung server that
 // keeps its connections open.
-func (p *Postgres) Up() bool { return p.up.Load() && p.healthy.Load() }
+func (p *Store) Up() bool { return p.up.Load() && p.healthy.Load() }
 
 // health pings the server every second until ctx ends (Up).
-func (p *Postgres) health(ctx context.Context) {
+func (p *Store) health(ctx context.Context) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	for {
@@ -253,8 +255,8 @@ func (p *Postgres) health(ctx context.Context) {
 	}
 }
 
-// Watch implements Watcher.
-func (p *Postgres) Watch(fn func(Change)) (stop func()) {
+// Watch implements textmem.Watcher.
+func (p *Store) Watch(fn func(textmem.Change)) (stop func()) {
 	p.mu.Lock()
 	id := p.nextW
 	p.nextW++
@@ -267,7 +269,7 @@ func (p *Postgres) Watch(fn func(Change)) (stop func()) {
 	}
 }
 
-func (p *Postgres) listen(ctx context.Context) (*pgx.Conn, error) {
+func (p *Store) listen(ctx context.Context) (*pgx.Conn, error) {
 	ctx, cancel := context.WithTimeout(ctx, p.timeout)
 	defer cancel()
 	conn, err := pgx.Connect(ctx, p.url)
@@ -283,8 +285,8 @@ func (p *Postgres) listen(ctx context.Context) (*pgx.Conn, error) {
 
 // follow delivers notifications from conn until ctx ends, reconnecting
 // (100 ms to 1 s apart) when the connection is lost; after a reconnect it
-// delivers Change{All: true}, since commits in between were not heard.
-func (p *Postgres) follow(ctx context.Context, conn *pgx.Conn) {
+// delivers textmem.Change{All: true}, since commits in between were not heard.
+func (p *Store) follow(ctx context.Context, conn *pgx.Conn) {
 	defer close(p.done)
 	wait := 100 * time.Millisecond
 	for {
@@ -315,7 +317,7 @@ func (p *Postgres) follow(ctx context.Context, conn *pgx.Conn) {
 		conn, wait = c, 100*time.Millisecond
 		p.up.Store(true)
 		p.log.Info("text store connection back")
-		p.deliver(Change{All: true})
+		p.deliver(textmem.Change{All: true})
 	}
 }
 
@@ -324,7 +326,7 @@ func (p *Postgres) follow(ctx context.Context, conn *pgx.Conn) {
 // it changed only the memories it touched (ids comma-separated, sealed
 // and base64'd with Key, at most 64 of them); else "<node> c <tag>", or
 // nothing when it wrote nothing.
-func (p *Postgres) payload(op byte, tag string, t *pgTxn) string {
+func (p *Store) payload(op byte, tag string, t *pgTxn) string {
 	switch {
 	case op == 0:
 		return ""
@@ -342,7 +344,7 @@ func (p *Postgres) payload(op byte, tag string, t *pgTxn) string {
 	return p.node + " c " + tag
 }
 
-func (p *Postgres) notify(payload string) {
+func (p *Store) notify(payload string) {
 	f := strings.Fields(payload)
 	if len(f) < 3 || f[0] == p.node {
 		return
@@ -351,7 +353,7 @@ func (p *Postgres) notify(payload string) {
 	if !ok {
 		return // a cube this process never used: nothing of it is loaded
 	}
-	c := Change{Cube: name.(string), Deleted: f[1] == "d"}
+	c := textmem.Change{Cube: name.(string), Deleted: f[1] == "d"}
 	if f[1] == "m" && len(f) == 4 {
 		ids := []byte(f[3])
 		if p.aead != nil {
@@ -370,9 +372,9 @@ func (p *Postgres) notify(payload string) {
 	p.deliver(c)
 }
 
-func (p *Postgres) deliver(c Change) {
+func (p *Store) deliver(c textmem.Change) {
 	p.mu.Lock()
-	fns := make([]func(Change), 0, len(p.watches))
+	fns := make([]func(textmem.Change), 0, len(p.watches))
 	for _, fn := range p.watches {
 		fns = append(fns, fn)
 	}
@@ -382,10 +384,10 @@ func (p *Postgres) deliver(c Change) {
 	}
 }
 
-// unavailable wraps err with ErrUnavailable unless the server answered it
+// unavailable wraps err with textmem.ErrUnavailable unless the server answered it
 // (a PostgreSQL error other than a connection or resource one).
 func unavailable(err error) error {
-	if err == nil || errors.Is(err, ErrUnavailable) {
+	if err == nil || errors.Is(err, textmem.ErrUnavailable) {
 		return err
 	}
 	var pe *pgconn.PgError
@@ -397,7 +399,7 @@ func unavailable(err error) error {
 			return err
 		}
 	}
-	return fmt.Errorf("%w: %v", ErrUnavailable, err)
+	return fmt.Errorf("%w: %v", textmem.ErrUnavailable, err)
 }
 
 // retryable reports a serialization failure or deadlock: the transaction
@@ -408,8 +410,8 @@ func retryable(err error) bool {
 }
 
 // bounded runs fn with ctx bounded by the call timeout; running out of it
-// (the caller's ctx still live) is ErrUnavailable.
-func (p *Postgres) bounded(ctx context.Context, fn func(context.Context) error) error {
+// (the caller's ctx still live) is textmem.ErrUnavailable.
+func (p *Store) bounded(ctx context.Context, fn func(context.Context) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -419,13 +421,13 @@ func (p *Postgres) bounded(ctx context.Context, fn func(context.Context) error) 
 	if err != nil && ctx.Err() != nil {
 		return ctx.Err()
 	}
-	if err != nil && bctx.Err() != nil && !errors.Is(err, ErrUnavailable) {
-		err = fmt.Errorf("%w: no answer within %v: %v", ErrUnavailable, p.timeout, err)
+	if err != nil && bctx.Err() != nil && !errors.Is(err, textmem.ErrUnavailable) {
+		err = fmt.Errorf("%w: no answer within %v: %v", textmem.ErrUnavailable, p.timeout, err)
 	}
 	return err
 }
 
-func (p *Postgres) hmac(parts ...[]byte) []byte {
+func (p *Store) hmac(parts ...[]byte) []byte {
 	h := hmac.New(sha256.New, p.mac)
 	for _, b := range parts {
 		h.Write(b)
@@ -436,7 +438,7 @@ func (p *Postgres) hmac(parts ...[]byte) []byte {
 
 // tag is cube's name in the database: the name itself, or with Key 32
 // hex digits of its HMAC.
-func (p *Postgres) tag(cube string) string {
+func (p *Store) tag(cube string) string {
 	t := cube
 	if p.aead != nil {
 		t = hex.EncodeToString(p.hmac([]byte("cube"), []byte(cube)))[:32]
@@ -448,7 +450,7 @@ func (p *Postgres) tag(cube string) string {
 // physKey is key as stored: itself, or with Key each component (split at
 // '/' and 0, which are kept) replaced by 16 bytes of its HMAC under the
 // cube's tag, so that a prefix of whole components maps to a prefix.
-func (p *Postgres) physKey(tag string, key []byte) []byte {
+func (p *Store) physKey(tag string, key []byte) []byte {
 	if p.aead == nil {
 		if key == nil {
 			return []byte{} // pgx sends nil as NULL: k >= NULL matches nothing
@@ -472,7 +474,7 @@ func (p *Postgres) physKey(tag string, key []byte) []byte {
 	return out
 }
 
-func (p *Postgres) seal(ad, plain []byte) []byte {
+func (p *Store) seal(ad, plain []byte) []byte {
 	if p.aead == nil {
 		return plain
 	}
@@ -483,7 +485,7 @@ func (p *Postgres) seal(ad, plain []byte) []byte {
 
 var errSealed = errors.New("textmem: a sealed record does not open with this key (corrupt or tampered)")
 
-func (p *Postgres) open(ad, sealed []byte) ([]byte, error) {
+func (p *Store) open(ad, sealed []byte) ([]byte, error) {
 	if p.aead == nil {
 		return sealed, nil
 	}
@@ -500,7 +502,7 @@ func (p *Postgres) open(ad, sealed []byte) ([]byte, error) {
 
 // sealValue is a row's v: value, or with Key the sealed (key, value) bound
 // to the row's place (tag, physical key).
-func (p *Postgres) sealValue(tag string, pk, key, value []byte) []byte {
+func (p *Store) sealValue(tag string, pk, key, value []byte) []byte {
 	if p.aead == nil {
 		return value
 	}
@@ -510,7 +512,7 @@ func (p *Postgres) sealValue(tag string, pk, key, value []byte) []byte {
 }
 
 // openValue reverses sealValue, returning the logical key and value.
-func (p *Postgres) openValue(tag string, pk, v []byte) (key, value []byte, err error) {
+func (p *Store) openValue(tag string, pk, v []byte) (key, value []byte, err error) {
 	if p.aead == nil {
 		return pk, v, nil
 	}
@@ -542,7 +544,7 @@ func prefixEnd(pre []byte) []byte {
 // pgTxn is one transaction over one cube. Writes are queued and sent in
 // one round trip (a pgx.Batch) before the next read or the commit.
 type pgTxn struct {
-	p       *Postgres
+	p       *Store
 	ctx     context.Context
 	tx      pgx.Tx
 	tag     string
@@ -551,7 +553,7 @@ type pgTxn struct {
 	touched []string // memories changed (Touch)
 }
 
-// Touch implements Toucher.
+// Touch implements textmem.Toucher.
 func (t *pgTxn) Touch(id string) {
 	if !slices.Contains(t.touched, id) {
 		t.touched = append(t.touched, id)
@@ -584,7 +586,7 @@ func (t *pgTxn) Get(key []byte) ([]byte, error) {
 	var v []byte
 	err := t.tx.QueryRow(t.ctx, `SELECT v FROM memosrt_text WHERE cube = $1 AND k = $2`, t.tag, pk).Scan(&v)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, ErrKeyNotFound
+		return nil, textmem.ErrKeyNotFound
 	}
 	if err != nil {
 		return nil, unavailable(err)
@@ -595,7 +597,7 @@ func (t *pgTxn) Get(key []byte) ([]byte, error) {
 
 func (t *pgTxn) Set(key, value []byte) error {
 	if len(key) > pgMaxKey {
-		return fmt.Errorf("%w: key of %d bytes", ErrTxnTooBig, len(key))
+		return fmt.Errorf("%w: key of %d bytes", textmem.ErrTxnTooBig, len(key))
 	}
 	pk := t.p.physKey(t.tag, key)
 	t.queue(`INSERT INTO memosrt_text (cube, k, v) VALUES ($1, $2, $3)
@@ -608,7 +610,7 @@ func (t *pgTxn) Delete(key []byte) error {
 	return nil
 }
 
-// CheckRecord implements RecordChecker: it reads cube's record row with
+// CheckRecord implements textmem.RecordChecker: it reads cube's record row with
 // a share lock, so that a cube delete (DeletePrefix of the whole cube)
 // waits for this transaction or this one sees the record gone.
 func (t *pgTxn) CheckRecord() error {
@@ -618,7 +620,7 @@ func (t *pgTxn) CheckRecord() error {
 	var has bool
 	err := t.tx.QueryRow(t.ctx, `SELECT record IS NOT NULL FROM memosrt_text_cubes WHERE tag = $1 FOR SHARE`, t.tag).Scan(&has)
 	if errors.Is(err, pgx.ErrNoRows) || (err == nil && !has) {
-		return ErrNoRecord
+		return textmem.ErrNoRecord
 	}
 	return unavailable(err)
 }
@@ -738,7 +740,7 @@ func (t *pgTxn) Iterate(prefix []byte, keysOnly bool, fn func(key, value []byte)
 
 // nameRow makes sure cube's row of memosrt_text_cubes exists (inside tx,
 // so it commits with the first record of the cube).
-func (p *Postgres) nameRow(ctx context.Context, tx pgx.Tx, tag, cube string) error {
+func (p *Store) nameRow(ctx context.Context, tx pgx.Tx, tag, cube string) error {
 	if _, ok := p.named.Load(tag); ok {
 		return nil
 	}
@@ -750,7 +752,7 @@ func (p *Postgres) nameRow(ctx context.Context, tx pgx.Tx, tag, cube string) err
 // txn runs fn in one transaction of isolation iso over cube, retrying
 // serialization failures, and with notify publishes op ('c' or 'd') to the
 // other nodes at commit.
-func (p *Postgres) txn(ctx context.Context, cube string, iso pgx.TxIsoLevel, notify byte, fn func(*pgTxn) error) error {
+func (p *Store) txn(ctx context.Context, cube string, iso pgx.TxIsoLevel, notify byte, fn func(*pgTxn) error) error {
 	tag := p.tag(cube)
 	for attempt := 0; ; attempt++ {
 		var fnErr error
@@ -803,21 +805,21 @@ func (p *Postgres) txn(ctx context.Context, cube string, iso pgx.TxIsoLevel, not
 	}
 }
 
-// View implements Backend (a REPEATABLE READ snapshot: reads see one
+// View implements textmem.Backend (a REPEATABLE READ snapshot: reads see one
 // state of the database).
-func (p *Postgres) View(ctx context.Context, cube string, fn func(Txn) error) error {
+func (p *Store) View(ctx context.Context, cube string, fn func(textmem.Txn) error) error {
 	return p.txn(ctx, cube, pgx.RepeatableRead, 0, func(t *pgTxn) error { return fn(t) })
 }
 
-// Update implements Backend: a SERIALIZABLE transaction, run again on a
+// Update implements textmem.Backend: a SERIALIZABLE transaction, run again on a
 // serialization failure (SQLSTATE 40001) or deadlock (40P01), up to 50
 // times.
-func (p *Postgres) Update(ctx context.Context, cube string, fn func(Txn) error) error {
+func (p *Store) Update(ctx context.Context, cube string, fn func(textmem.Txn) error) error {
 	return p.txn(ctx, cube, pgx.Serializable, 'c', func(t *pgTxn) error { return fn(t) })
 }
 
-// Bulk implements Backend: puts are written in transactions of 512 rows.
-func (p *Postgres) Bulk(ctx context.Context, cube string, fn func(put func(key, value []byte) error) error) error {
+// Bulk implements textmem.Backend: puts are written in transactions of 512 rows.
+func (p *Store) Bulk(ctx context.Context, cube string, fn func(put func(key, value []byte) error) error) error {
 	type kv struct{ k, v []byte }
 	var batch []kv
 	flush := func() error {
@@ -848,9 +850,9 @@ func (p *Postgres) Bulk(ctx context.Context, cube string, fn func(put func(key, 
 	return flush()
 }
 
-// DeletePrefix implements Backend in one transaction; deleting a whole
+// DeletePrefix implements textmem.Backend in one transaction; deleting a whole
 // cube tells the other nodes it was deleted.
-func (p *Postgres) DeletePrefix(ctx context.Context, cube string, prefix []byte) error {
+func (p *Store) DeletePrefix(ctx context.Context, cube string, prefix []byte) error {
 	op := byte('c')
 	if len(prefix) == 0 {
 		op = 'd'
@@ -887,7 +889,7 @@ func recordAD(tag string) []byte { return []byte(tag + "\x00record") }
 
 // cubeRows returns the rows of memosrt_text_cubes (with onlyRecords, those
 // holding a record).
-func (p *Postgres) cubeRows(ctx context.Context, onlyRecords bool) ([]cubeRow, error) {
+func (p *Store) cubeRows(ctx context.Context, onlyRecords bool) ([]cubeRow, error) {
 	var out []cubeRow
 	err := p.bounded(ctx, func(ctx context.Context) error {
 		q := `SELECT tag, name, record FROM memosrt_text_cubes`
@@ -921,8 +923,8 @@ func (p *Postgres) cubeRows(ctx context.Context, onlyRecords bool) ([]cubeRow, e
 	return out, err
 }
 
-// Cubes implements Backend.
-func (p *Postgres) Cubes(ctx context.Context, prefix []byte) ([]string, error) {
+// Cubes implements textmem.Backend.
+func (p *Store) Cubes(ctx context.Context, prefix []byte) ([]string, error) {
 	rows, err := p.cubeRows(ctx, false)
 	if err != nil {
 		return nil, err
@@ -951,15 +953,15 @@ func (p *Postgres) Cubes(ctx context.Context, prefix []byte) ([]string, error) {
 	return out, nil
 }
 
-// Record implements Backend.
-func (p *Postgres) Record(ctx context.Context, cube string) ([]byte, error) {
+// Record implements textmem.Backend.
+func (p *Store) Record(ctx context.Context, cube string) ([]byte, error) {
 	tag := p.tag(cube)
 	var rec []byte
 	err := p.bounded(ctx, func(ctx context.Context) error {
 		return p.pool.QueryRow(ctx, `SELECT record FROM memosrt_text_cubes WHERE tag = $1`, tag).Scan(&rec)
 	})
 	if errors.Is(err, pgx.ErrNoRows) || (err == nil && rec == nil) {
-		return nil, ErrNoRecord
+		return nil, textmem.ErrNoRecord
 	}
 	if err != nil {
 		return nil, unavailable(err)
@@ -967,8 +969,8 @@ func (p *Postgres) Record(ctx context.Context, cube string) ([]byte, error) {
 	return p.open(recordAD(tag), rec)
 }
 
-// CreateRecord implements Backend.
-func (p *Postgres) CreateRecord(ctx context.Context, cube string, rec []byte) error {
+// CreateRecord implements textmem.Backend.
+func (p *Store) CreateRecord(ctx context.Context, cube string, rec []byte) error {
 	tag := p.tag(cube)
 	var tagOut string
 	err := p.bounded(ctx, func(ctx context.Context) error {
@@ -977,7 +979,7 @@ func (p *Postgres) CreateRecord(ctx context.Context, cube string, rec []byte) er
 			RETURNING tag`, tag, p.seal([]byte(tag), []byte(cube)), p.seal(recordAD(tag), rec)).Scan(&tagOut)
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
-		return ErrRecordExists
+		return textmem.ErrRecordExists
 	}
 	if err == nil {
 		p.named.Store(tag, true)
@@ -985,8 +987,8 @@ func (p *Postgres) CreateRecord(ctx context.Context, cube string, rec []byte) er
 	return unavailable(err)
 }
 
-// Records implements Backend.
-func (p *Postgres) Records(ctx context.Context) (map[string][]byte, error) {
+// Records implements textmem.Backend.
+func (p *Store) Records(ctx context.Context) (map[string][]byte, error) {
 	rows, err := p.cubeRows(ctx, true)
 	if err != nil {
 		return nil, err
@@ -998,8 +1000,8 @@ func (p *Postgres) Records(ctx context.Context) (map[string][]byte, error) {
 	return out, nil
 }
 
-// DeleteRecord implements Backend.
-func (p *Postgres) DeleteRecord(ctx context.Context, cube string) error {
+// DeleteRecord implements textmem.Backend.
+func (p *Store) DeleteRecord(ctx context.Context, cube string) error {
 	tag := p.tag(cube)
 	return p.bounded(ctx, func(ctx context.Context) error {
 		_, err := p.pool.Exec(ctx, `UPDATE memosrt_text_cubes SET record = NULL WHERE tag = $1`, tag)
@@ -1007,5 +1009,5 @@ func (p *Postgres) DeleteRecord(ctx context.Context, cube string) error {
 	})
 }
 
-// MaxKey implements Backend.
-func (p *Postgres) MaxKey(string) int { return pgMaxKey }
+// MaxKey implements textmem.Backend.
+func (p *Store) MaxKey(string) int { return pgMaxKey }
