@@ -61,9 +61,9 @@ type RegistryOptions struct {
 
 // Registry stores adapter records in Badger. Safe for concurrent use.
 type Registry struct {
-	db   *badger.DB // writes through Write, which asks Room first
-	now  func() time.Time
-	log  *slog.Logger
+	db  *badger.DB // writes through Write, which asks Room first
+	now func() time.Time
+	log *slog.Logger
 }
 
 // NewRegistry returns the registry of db. It does not own db.

@@ -109,8 +109,11 @@ type TierOptions struct {
 // runtime.Request takes them, Key = runtime.AdapterKey(Refs) ("" for none),
 // Release gives the lease back (nil: nothing to give back).
 type AdapterSet struct {
-	Refs    []runtime.AdapterRef
-	Key     string
+	Refs []runtime.AdapterRef
+	Key  string
+	// Release, when set, gives the adapter set back to the facade that
+	// handed it out (TierOptions.Adapters); the job calls it once, when it
+	// no longer decodes under the set.
 	Release func()
 }
 

@@ -190,7 +190,6 @@ func TestFullDisk(t *testing.T) {
 	// fill goes on until both are refused again)
 	checkMsgs(fill())
 
-
 	// each 507 is a refusal counted in /metrics (background rewrites
 	// skipped for want of space count there too)
 	if got := readMetric(t, e, "memosrt_no_space_refused_total"); got < float64(refusals) || refusals < 4 {

@@ -1,4 +1,3 @@
-// Package stats holds the small summary statistics the benchmarks report.
 package stats
 
 import (

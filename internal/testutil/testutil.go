@@ -1,4 +1,3 @@
-// Package testutil holds helpers that tests of several packages share.
 package testutil
 
 import (

@@ -1,0 +1,2 @@
+// Package stats holds the small summary statistics the benchmarks report.
+package stats

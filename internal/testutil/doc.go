@@ -1,0 +1,2 @@
+// Package testutil holds helpers that tests of several packages share.
+package testutil
