@@ -235,7 +235,7 @@ func (o *OS) resyncCubes() {
 	}
 	go func() {
 		defer o.leave()
-		names, err := o.keyCubes()
+		names, err := o.keys.Cubes()
 		if err != nil {
 			o.log.Warn("resync of cubes: access keys", "err", err)
 		}
@@ -288,7 +288,7 @@ func (o *OS) dropCubeState(ctx context.Context, cube string) error {
 		l.pool.forget(cube, l.clearSeq)
 		l.dropResident(cube)
 	})
-	return o.deleteKeys(cube)
+	return o.keys.DeleteCube(cube)
 }
 
 // gen returns cube's deletion count (see OS.gens).

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	bg "github.com/dgraph-io/badger/v4"
+	"github.com/memosrt/memosrt/accesskey"
 	"github.com/memosrt/memosrt/badger"
 	"github.com/memosrt/memosrt/convmem"
 	"github.com/memosrt/memosrt/kvcache"
@@ -34,6 +35,7 @@ type OS struct {
 	afterTextDelete func(cube string) // tests: runs between a cube's text delete and the rest of it
 
 	db    *badger.DB
+	keys  *accesskey.Store // serve's access keys, in db
 	mem   *textmem.Store
 	kv    *kvcache.Cache
 	reg   *lora.Registry
@@ -115,6 +117,7 @@ func Open(ctx context.Context, opts Options) (*OS, error) {
 	if o.db, err = badger.Open(badger.Options{Dir: opts.Dir, EncryptionKey: opts.EncryptionKey, NoSync: opts.NoSync, Logger: opts.Logger}); err != nil {
 		return nil, err
 	}
+	o.keys = accesskey.New(o.db)
 	now := opts.Clock.Now
 	mo := textmem.Options{Logger: opts.Logger, Now: now, Embedder: opts.Embedder, OnDelete: func(string, string) { o.Kick() },
 		OnCubeDeleted: o.cubeDeletedElsewhere, OnResync: o.resyncCubes, RequireRecord: opts.TextStore != nil}
