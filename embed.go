@@ -61,7 +61,7 @@ func (o *OS) EmbedWith(ctx context.Context, model string, keep *time.Duration, t
 	var err error
 	var l *loaded
 	var load time.Duration
-	if o.opts.Embedder == nil && len(o.models) > 0 {
+	if o.opts.Embedder == nil && o.models.Len() > 0 {
 		var release func()
 		asked := time.Now()
 		if l, release, err = o.use(ctx, model, keep); err != nil {

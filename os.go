@@ -19,6 +19,7 @@ import (
 	"github.com/memosrt/memosrt/convmem"
 	"github.com/memosrt/memosrt/kvcache"
 	"github.com/memosrt/memosrt/lora"
+	"github.com/memosrt/memosrt/modelsched"
 	"github.com/memosrt/memosrt/runtime"
 	"github.com/memosrt/memosrt/scheduler"
 	"github.com/memosrt/memosrt/textmem"
@@ -46,9 +47,10 @@ type OS struct {
 	info  ModelInfo // the upstream's
 
 	// models are the models served, the primary (Options.Model) first;
-	// fixed at Open. modMu guards their load state (see model).
-	models []*model
-	modMu  sync.Mutex
+	// fixed at Open, loaded and unloaded by package modelsched.
+	models *modelsched.Set[*loaded]
+	infoMu sync.Mutex           // guards infos
+	infos  map[string]ModelInfo // by model name: of its last load; before one, what its file says
 	// jobL is the primary's loaded state while tier jobs use it (between
 	// attachScheduler and detachScheduler)
 	jobL atomic.Pointer[loaded]
@@ -148,19 +150,19 @@ func Open(ctx context.Context, opts Options) (*OS, error) {
 	if o.cubes, err = openCubes(ctx, o.mem, now); err != nil {
 		return nil, err
 	}
-	if o.models, err = newModels(opts); err != nil {
+	if err = o.newModels(opts); err != nil {
 		return nil, err
 	}
 	var prim *loaded
 	switch {
 	case opts.Model != "":
 		// the primary loads now: a bad file fails Open, not the first request
-		m := o.models[0]
+		m := o.models.Models()[0]
 		if prim, err = o.loadModel(ctx, m); err != nil {
 			return nil, err
 		}
-		m.l, m.info, m.keep = prim, prim.info, o.defaultKeep()
-		o.arm(m)
+		o.infos[m.Name] = prim.info
+		o.models.Adopt(m, prim, o.defaultKeep())
 		if o.opts.ResidentCells == 0 {
 			o.opts.ResidentCells = prim.eng.NCtx() / 4
 		}
@@ -235,18 +237,11 @@ func (o *OS) release() error {
 	if o.tiers != nil {
 		errs = append(errs, o.tiers.Close())
 	}
-	o.modMu.Lock()
-	for _, m := range o.models {
-		if m.timer != nil {
-			m.timer.Stop()
-			m.timer = nil
-		}
-		if m.l != nil {
-			errs = append(errs, m.l.close())
-			m.l = nil
+	if o.models != nil {
+		for _, l := range o.models.Release() {
+			errs = append(errs, l.close())
 		}
 	}
-	o.modMu.Unlock()
 	if o.kv != nil {
 		errs = append(errs, o.kv.Close())
 	}
@@ -275,17 +270,14 @@ func (o *OS) Close(ctx context.Context) error {
 	o.closed = true
 	o.mu.Unlock()
 	// the queue is answered at once; running requests go on until ctx ends
-	o.modMu.Lock()
 	var trans []chan struct{}
-	for _, m := range o.models {
-		if m.l != nil {
-			m.l.pool.drain()
-		}
-		if m.trans != nil {
-			trans = append(trans, m.trans)
+	if o.models != nil {
+		var ls []*loaded
+		ls, trans = o.models.Close()
+		for _, l := range ls {
+			l.pool.drain()
 		}
 	}
-	o.modMu.Unlock()
 	if o.up != nil {
 		o.up.pool.drain()
 	}
@@ -352,12 +344,10 @@ type ModelInfo struct {
 // Model describes the primary model (the upstream's with Upstream; zero
 // ModelInfo without one), as of its last load.
 func (o *OS) Model() ModelInfo {
-	if len(o.models) == 0 {
+	if o.models.Len() == 0 {
 		return o.info
 	}
-	o.modMu.Lock()
-	defer o.modMu.Unlock()
-	return o.models[0].info
+	return o.modelInfo(o.models.Models()[0])
 }
 
 func engineModelInfo(eng *runtime.Engine, path, name, template string, load time.Duration) ModelInfo {
@@ -558,7 +548,7 @@ func (o *OS) Layout() *scheduler.Layout {
 
 // needEngine returns ErrNoModel when the OS serves no model.
 func (o *OS) needEngine() error {
-	if len(o.models) == 0 {
+	if o.models.Len() == 0 {
 		if o.up != nil {
 			return fmt.Errorf("%w: the upstream backend is text-only", ErrNotSupported)
 		}

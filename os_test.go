@@ -733,7 +733,7 @@ func TestExportImportKeepsIDs(t *testing.T) {
 
 // prim is the primary model's loaded state (tests reach below the OS).
 func (o *OS) prim() *loaded {
-	o.modMu.Lock()
-	defer o.modMu.Unlock()
-	return o.models[0].l
+	l, done := o.hold()
+	done()
+	return l
 }

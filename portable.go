@@ -338,7 +338,7 @@ func (o *OS) ImportCube(ctx context.Context, r io.Reader, opts ImportOptions) (I
 		}
 		res.Packs++
 	}
-	if len(o.models) > 0 && len(man.TierMembers) > 0 {
+	if o.models.Len() > 0 && len(man.TierMembers) > 0 {
 		// the tier's packs are the primary's: loaded for them
 		_, release, err := o.use(ctx, "", nil)
 		if err != nil {

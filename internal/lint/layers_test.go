@@ -36,7 +36,7 @@ var layers = [][]string{
 	// tiers that build on the text tier; optional store backends
 	{"accesskey", "lora", "convmem", "embed/llamaembed", "textmem/postgres", "kvcache/redis", "internal/ollamastore"},
 	// promotion and demotion between tiers
-	{"scheduler"},
+	{"scheduler", "modelsched"},
 	// the facade an app embeds, with the request pipeline
 	{""},
 	// wire translation; benchmarks over the facade
@@ -75,6 +75,10 @@ var hooks = map[string]string{
 	"scheduler.TierOptions.AfterPut":       "failpoint between a job's store and commit (crash tests)",
 	"scheduler.TierOptions.Adapters":       "asks the facade for the adapter set a job runs under",
 	"scheduler.AdapterSet.Release":         "returns the adapter set taken by Adapters",
+	"modelsched.Options.Check":             "refuses a model file before idle models are unloaded for it",
+	"modelsched.Options.Load":              "loads a model: the facade's engine, slots and adapters",
+	"modelsched.Options.Unload":            "saves and frees a loaded model",
+	"modelsched.Options.Loaded":            "attaches the tier scheduler to a loaded primary",
 }
 
 // pkgFiles is one package directory's non-test Go files, parsed.
