@@ -5,39 +5,40 @@ import (
 	"fmt"
 
 	"github.com/memosrt/memosrt/badger"
+	"github.com/memosrt/memosrt/errkind"
 )
 
 var (
 	// ErrClosed is returned by every method after Close; HTTP 503.
-	ErrClosed = errors.New("memosrt: closed")
+	ErrClosed = errkind.New(errkind.Unavailable, "memosrt: closed")
 	// ErrBadOptions is returned by Options.Validate and Open.
 	ErrBadOptions = errors.New("memosrt: invalid options")
 	// ErrNoModel is returned by inference calls of an OS opened without a
 	// model (Options.Model and Options.Upstream empty); HTTP 503.
-	ErrNoModel = errors.New("memosrt: no model loaded")
+	ErrNoModel = errkind.New(errkind.Unavailable, "memosrt: no model loaded")
 	// ErrBusy is returned when every request sequence is taken and
 	// Options.MaxQueue requests already wait; HTTP 429.
-	ErrBusy = errors.New("memosrt: queue full")
+	ErrBusy = errkind.New(errkind.Busy, "memosrt: queue full")
 	// ErrUnknownCube is returned for a cube that was neither created nor
 	// holds memories; HTTP 404.
-	ErrUnknownCube = errors.New("memosrt: unknown cube")
+	ErrUnknownCube = errkind.New(errkind.NotFound, "memosrt: unknown cube")
 
 	// ErrTextStoreElsewhere is returned by Open without Options.TextStore
 	// on a data directory whose text tier was kept in a shared store
 	// (serve --text-store): its own holds none of those memories.
 	ErrTextStoreElsewhere = errors.New("memosrt: this data directory's memories are in a shared text store: start serve with --text-store and that store, and CLI commands on the directory go through the server (serve --text-store local serves the directory's own text tier instead)")
 	// ErrCubeExists is returned by CreateCube for a name in use; HTTP 409.
-	ErrCubeExists = errors.New("memosrt: cube exists")
+	ErrCubeExists = errkind.New(errkind.Conflict, "memosrt: cube exists")
 	// ErrNotSupported is returned for what the configured backend cannot
 	// do (the upstream backend has no KV packs or adapters); HTTP 501.
-	ErrNotSupported = errors.New("memosrt: not supported by this backend")
+	ErrNotSupported = errkind.New(errkind.NotSupported, "memosrt: not supported by this backend")
 	// ErrUpstream is returned by the upstream backend when the Ollama
 	// server fails or its stream ends early (a line longer than the
 	// client's 8 MiB buffer is dropped silently by the client); HTTP 502.
-	ErrUpstream = errors.New("memosrt: upstream ollama failed")
+	ErrUpstream = errkind.New(errkind.Upstream, "memosrt: upstream ollama failed")
 	// ErrModelNotFound is returned for a model name this OS does not
 	// serve (the upstream's 404); HTTP 404.
-	ErrModelNotFound = errors.New("memosrt: model not found")
+	ErrModelNotFound = errkind.New(errkind.NotFound, "memosrt: model not found")
 	// ErrNoRoom is returned when a request's prompt and a minimal
 	// generation budget cannot fit the KV cache even with every idle
 	// sequence emptied (resident packs hold the rest), and for a tier job
@@ -46,7 +47,7 @@ var (
 	ErrNoRoom = errors.New("memosrt: the KV cache cannot hold this request")
 	// ErrBadArchive is returned by ImportCube for input that is not a cube
 	// archive of a known format version; HTTP 400.
-	ErrBadArchive = errors.New("memosrt: bad cube archive")
+	ErrBadArchive = errkind.New(errkind.Invalid, "memosrt: bad cube archive")
 	// ErrNoSpace is returned by writes to the data directory (memory adds
 	// and edits, cube records, KV pack saves and warm jobs, access keys,
 	// adapters) when its filesystem lacks the free space the write and the

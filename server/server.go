@@ -19,6 +19,7 @@ import (
 	"github.com/memosrt/memosrt"
 	"github.com/memosrt/memosrt/convmem"
 	"github.com/memosrt/memosrt/embed"
+	"github.com/memosrt/memosrt/errkind"
 	"github.com/memosrt/memosrt/kvcache"
 	"github.com/memosrt/memosrt/lora"
 	"github.com/memosrt/memosrt/runtime"
@@ -277,7 +278,7 @@ func (s *Server) wrap(next http.Handler) http.Handler {
 
 var (
 	errUnauthorized  = errors.New("server: missing or wrong bearer token")
-	errRouteNotFound = errors.New("server: no such endpoint")
+	errRouteNotFound = errkind.New(errkind.NotFound, "server: no such endpoint")
 )
 
 // authorized checks the bearer token: the admin token (Options.Token) or

@@ -2,7 +2,6 @@ package server
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -11,6 +10,7 @@ import (
 	"time"
 
 	"github.com/memosrt/memosrt"
+	"github.com/memosrt/memosrt/errkind"
 	"github.com/memosrt/memosrt/lora"
 	"github.com/memosrt/memosrt/runtime/llama"
 	"github.com/memosrt/memosrt/textmem"
@@ -283,7 +283,7 @@ func stringList(field string, v any) ([]string, error) {
 	return nil, badField(field, "want a string or an array of strings, got %T", v)
 }
 
-var errModelNotFound = errors.New("model not found")
+var errModelNotFound = errkind.New(errkind.NotFound, "model not found")
 
 // model resolves a request's model name ("" is the primary) to a model
 // the OS serves (see sameModel). Without a model it is
