@@ -60,15 +60,71 @@ var (
 	ErrNoSpace = badger.ErrNoSpace
 )
 
+// ErrorKind is what an error means to the caller: fix the request, look
+// elsewhere, retry later, free disk space. KindOf reads it from any error
+// this package returns; the server answers each kind with one HTTP status
+// (given beside each constant). It is package errkind's Kind.
+type ErrorKind = errkind.Kind
+
+// The error kinds. Every sentinel error of this package and of the ones
+// below it that the server answers with a status other than 500 carries
+// one of them.
+const (
+	// KindInternal is any other failure: a bug, an I/O error, damaged
+	// data; also the kind of a nil error. HTTP 500.
+	KindInternal = errkind.Internal
+	// KindInvalid is a request wrong as it stands (a bad field, name,
+	// query, prompt or archive; *FieldError). HTTP 400.
+	KindInvalid = errkind.Invalid
+	// KindNotFound is a cube, memory, pack, adapter, model or job that
+	// does not exist (ErrUnknownCube, ErrModelNotFound). HTTP 404.
+	KindNotFound = errkind.NotFound
+	// KindConflict is a request at odds with the current state
+	// (ErrCubeExists, ErrJobState). HTTP 409.
+	KindConflict = errkind.Conflict
+	// KindBusy is a request refused because the queue is full (ErrBusy);
+	// retry after a while. HTTP 429.
+	KindBusy = errkind.Busy
+	// KindUnavailable is a request that cannot be served now (ErrClosed,
+	// ErrNoModel, the shared text store unreachable, the KV cache or the
+	// adapter budget full); retry later. HTTP 503.
+	KindUnavailable = errkind.Unavailable
+	// KindNoSpace is a write refused for lack of disk space (ErrNoSpace)
+	// or of activation tier KV budget. HTTP 507.
+	KindNoSpace = errkind.NoSpace
+	// KindTooLarge is a text over Options.MaxTextBytes. HTTP 413.
+	KindTooLarge = errkind.TooLarge
+	// KindNotSupported is what the configured backend cannot do
+	// (ErrNotSupported, tiers without a model). HTTP 501.
+	KindNotSupported = errkind.NotSupported
+	// KindUpstream is a failure or unusable answer of the upstream Ollama
+	// server or the embedder (ErrUpstream). HTTP 502.
+	KindUpstream = errkind.Upstream
+	// KindCanceled is a request whose context was canceled. HTTP 499.
+	KindCanceled = errkind.Canceled
+	// KindTimeout is a request whose context deadline passed. HTTP 504.
+	KindTimeout = errkind.Timeout
+)
+
+// KindOf returns the kind of err: that of the first error it wraps (err
+// itself first, then depth first) that carries one, else KindCanceled for
+// an err wrapping context.Canceled, KindTimeout for one wrapping
+// context.DeadlineExceeded, and KindInternal otherwise or for nil.
+func KindOf(err error) ErrorKind { return errkind.Of(err) }
+
 // FieldError is a request that is invalid because of one field (HTTP 400
 // naming it): Field is the request's field path ("messages",
-// "context[3]", "adapters"), Msg says what is wrong with it.
+// "context[3]", "adapters"), Msg says what is wrong with it. Its kind is
+// KindInvalid.
 type FieldError struct {
 	Field string
 	Msg   string
 }
 
 func (e *FieldError) Error() string { return e.Field + ": " + e.Msg }
+
+// Kind returns KindInvalid.
+func (e *FieldError) Kind() ErrorKind { return errkind.Invalid }
 
 // badField returns a *FieldError.
 func badField(field, format string, args ...any) error {
