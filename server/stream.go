@@ -325,7 +325,7 @@ func (s *Server) embedModel(name string) (string, error) {
 // naming keep_alive, on every route alike.
 type keepAliveField struct{ api.Duration }
 
-// UnmarshalJSON implements json.Unmarshaler; errors are *fieldError.
+// UnmarshalJSON implements json.Unmarshaler; errors are *memosrt.FieldError.
 func (k *keepAliveField) UnmarshalJSON(b []byte) error {
 	if string(b) == "null" {
 		return nil
