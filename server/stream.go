@@ -11,6 +11,7 @@ import (
 
 	"github.com/memosrt/memosrt"
 	"github.com/memosrt/memosrt/errkind"
+	"github.com/memosrt/memosrt/internal/defaults"
 	"github.com/memosrt/memosrt/lora"
 	"github.com/memosrt/memosrt/runtime/llama"
 	"github.com/memosrt/memosrt/textmem"
@@ -124,16 +125,17 @@ type sampling struct {
 	Record string
 }
 
-// params turns s into sampler parameters with the given API defaults.
-func (s sampling) params(defTemp, defTopP float64, defTopK int, defRepeat float64) llama.SamplerParams {
+// params turns s into sampler parameters, taking what s leaves out from
+// the API's defaults d (defaults.Ollama, defaults.OpenAI).
+func (s sampling) params(d defaults.Sampling) llama.SamplerParams {
 	f := func(p *float64, d float64) float32 {
 		if p == nil {
 			return float32(d)
 		}
 		return float32(*p)
 	}
-	p := llama.SamplerParams{Temperature: f(s.Temperature, defTemp), TopP: f(s.TopP, defTopP), MinP: f(s.MinP, 0),
-		RepeatPenalty: f(s.RepeatPenalty, defRepeat), TopK: defTopK}
+	p := llama.SamplerParams{Temperature: f(s.Temperature, d.Temperature), TopP: f(s.TopP, d.TopP), MinP: f(s.MinP, d.MinP),
+		RepeatPenalty: f(s.RepeatPenalty, d.RepeatPenalty), TopK: d.TopK}
 	if s.TopK != nil {
 		p.TopK = *s.TopK
 	}
