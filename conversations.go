@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/memosrt/memosrt/convmem"
+	"github.com/memosrt/memosrt/errkind"
 	"github.com/memosrt/memosrt/scheduler"
 	"github.com/memosrt/memosrt/textmem"
 )
@@ -684,7 +685,7 @@ func (o *OS) Jobs(ctx context.Context, cube string) ([]convmem.Job, error) {
 }
 
 // ErrJobState is returned by UndoJob for a job that is not done.
-var ErrJobState = errors.New("memosrt: the job is not done")
+var ErrJobState = errkind.New(errkind.Conflict, "memosrt: the job is not done")
 
 // UndoJob undoes a done extraction job: memories it added are deleted and
 // memories it superseded get their previous text back as a new version,

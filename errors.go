@@ -5,39 +5,40 @@ import (
 	"fmt"
 
 	"github.com/memosrt/memosrt/badger"
+	"github.com/memosrt/memosrt/errkind"
 )
 
 var (
 	// ErrClosed is returned by every method after Close; HTTP 503.
-	ErrClosed = errors.New("memosrt: closed")
+	ErrClosed = errkind.New(errkind.Unavailable, "memosrt: closed")
 	// ErrBadOptions is returned by Options.Validate and Open.
 	ErrBadOptions = errors.New("memosrt: invalid options")
 	// ErrNoModel is returned by inference calls of an OS opened without a
 	// model (Options.Model and Options.Upstream empty); HTTP 503.
-	ErrNoModel = errors.New("memosrt: no model loaded")
+	ErrNoModel = errkind.New(errkind.Unavailable, "memosrt: no model loaded")
 	// ErrBusy is returned when every request sequence is taken and
 	// Options.MaxQueue requests already wait; HTTP 429.
-	ErrBusy = errors.New("memosrt: queue full")
+	ErrBusy = errkind.New(errkind.Busy, "memosrt: queue full")
 	// ErrUnknownCube is returned for a cube that was neither created nor
 	// holds memories; HTTP 404.
-	ErrUnknownCube = errors.New("memosrt: unknown cube")
+	ErrUnknownCube = errkind.New(errkind.NotFound, "memosrt: unknown cube")
 
 	// ErrTextStoreElsewhere is returned by Open without Options.TextStore
 	// on a data directory whose text tier was kept in a shared store
 	// (serve --text-store): its own holds none of those memories.
 	ErrTextStoreElsewhere = errors.New("memosrt: this data directory's memories are in a shared text store: start serve with --text-store and that store, and CLI commands on the directory go through the server (serve --text-store local serves the directory's own text tier instead)")
 	// ErrCubeExists is returned by CreateCube for a name in use; HTTP 409.
-	ErrCubeExists = errors.New("memosrt: cube exists")
+	ErrCubeExists = errkind.New(errkind.Conflict, "memosrt: cube exists")
 	// ErrNotSupported is returned for what the configured backend cannot
 	// do (the upstream backend has no KV packs or adapters); HTTP 501.
-	ErrNotSupported = errors.New("memosrt: not supported by this backend")
+	ErrNotSupported = errkind.New(errkind.NotSupported, "memosrt: not supported by this backend")
 	// ErrUpstream is returned by the upstream backend when the Ollama
 	// server fails or its stream ends early (a line longer than the
 	// client's 8 MiB buffer is dropped silently by the client); HTTP 502.
-	ErrUpstream = errors.New("memosrt: upstream ollama failed")
+	ErrUpstream = errkind.New(errkind.Upstream, "memosrt: upstream ollama failed")
 	// ErrModelNotFound is returned for a model name this OS does not
 	// serve (the upstream's 404); HTTP 404.
-	ErrModelNotFound = errors.New("memosrt: model not found")
+	ErrModelNotFound = errkind.New(errkind.NotFound, "memosrt: model not found")
 	// ErrNoRoom is returned when a request's prompt and a minimal
 	// generation budget cannot fit the KV cache even with every idle
 	// sequence emptied (resident packs hold the rest), and for a tier job
@@ -46,7 +47,7 @@ var (
 	ErrNoRoom = errors.New("memosrt: the KV cache cannot hold this request")
 	// ErrBadArchive is returned by ImportCube for input that is not a cube
 	// archive of a known format version; HTTP 400.
-	ErrBadArchive = errors.New("memosrt: bad cube archive")
+	ErrBadArchive = errkind.New(errkind.Invalid, "memosrt: bad cube archive")
 	// ErrNoSpace is returned by writes to the data directory (memory adds
 	// and edits, cube records, KV pack saves and warm jobs, access keys,
 	// adapters) when its filesystem lacks the free space the write and the
@@ -59,15 +60,71 @@ var (
 	ErrNoSpace = badger.ErrNoSpace
 )
 
+// ErrorKind is what an error means to the caller: fix the request, look
+// elsewhere, retry later, free disk space. KindOf reads it from any error
+// this package returns; the server answers each kind with one HTTP status
+// (given beside each constant). It is package errkind's Kind.
+type ErrorKind = errkind.Kind
+
+// The error kinds. Every sentinel error of this package and of the ones
+// below it that the server answers with a status other than 500 carries
+// one of them.
+const (
+	// KindInternal is any other failure: a bug, an I/O error, damaged
+	// data; also the kind of a nil error. HTTP 500.
+	KindInternal = errkind.Internal
+	// KindInvalid is a request wrong as it stands (a bad field, name,
+	// query, prompt or archive; *FieldError). HTTP 400.
+	KindInvalid = errkind.Invalid
+	// KindNotFound is a cube, memory, pack, adapter, model or job that
+	// does not exist (ErrUnknownCube, ErrModelNotFound). HTTP 404.
+	KindNotFound = errkind.NotFound
+	// KindConflict is a request at odds with the current state
+	// (ErrCubeExists, ErrJobState). HTTP 409.
+	KindConflict = errkind.Conflict
+	// KindBusy is a request refused because the queue is full (ErrBusy);
+	// retry after a while. HTTP 429.
+	KindBusy = errkind.Busy
+	// KindUnavailable is a request that cannot be served now (ErrClosed,
+	// ErrNoModel, the shared text store unreachable, the KV cache or the
+	// adapter budget full); retry later. HTTP 503.
+	KindUnavailable = errkind.Unavailable
+	// KindNoSpace is a write refused for lack of disk space (ErrNoSpace)
+	// or of activation tier KV budget. HTTP 507.
+	KindNoSpace = errkind.NoSpace
+	// KindTooLarge is a text over Options.MaxTextBytes. HTTP 413.
+	KindTooLarge = errkind.TooLarge
+	// KindNotSupported is what the configured backend cannot do
+	// (ErrNotSupported, tiers without a model). HTTP 501.
+	KindNotSupported = errkind.NotSupported
+	// KindUpstream is a failure or unusable answer of the upstream Ollama
+	// server or the embedder (ErrUpstream). HTTP 502.
+	KindUpstream = errkind.Upstream
+	// KindCanceled is a request whose context was canceled. HTTP 499.
+	KindCanceled = errkind.Canceled
+	// KindTimeout is a request whose context deadline passed. HTTP 504.
+	KindTimeout = errkind.Timeout
+)
+
+// KindOf returns the kind of err: that of the first error it wraps (err
+// itself first, then depth first) that carries one, else KindCanceled for
+// an err wrapping context.Canceled, KindTimeout for one wrapping
+// context.DeadlineExceeded, and KindInternal otherwise or for nil.
+func KindOf(err error) ErrorKind { return errkind.Of(err) }
+
 // FieldError is a request that is invalid because of one field (HTTP 400
 // naming it): Field is the request's field path ("messages",
-// "context[3]", "adapters"), Msg says what is wrong with it.
+// "context[3]", "adapters"), Msg says what is wrong with it. Its kind is
+// KindInvalid.
 type FieldError struct {
 	Field string
 	Msg   string
 }
 
 func (e *FieldError) Error() string { return e.Field + ": " + e.Msg }
+
+// Kind returns KindInvalid.
+func (e *FieldError) Kind() ErrorKind { return errkind.Invalid }
 
 // badField returns a *FieldError.
 func badField(field, format string, args ...any) error {

@@ -1,11 +1,12 @@
 package badger
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/memosrt/memosrt/errkind"
 )
 
 // ErrNoSpace is returned by Room (and so by every write of the owner
@@ -14,7 +15,7 @@ import (
 // take, and by Open when it lacks the space that opening writes. The
 // wrapping message names the directory, the free bytes and the bytes
 // needed. Nothing of the refused write is stored; reads go on. HTTP 507.
-var ErrNoSpace = errors.New("badger: not enough free disk space")
+var ErrNoSpace = errkind.New(errkind.NoSpace, "badger: not enough free disk space")
 
 // Why a reserve: Badger v4.9.6 writes its memtable log (*.mem, created at
 // 2*MemTableSize by z.OpenMmapFile), its value log (*.vlog, created at

@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/memosrt/memosrt/errkind"
 	"github.com/memosrt/memosrt/textmem"
 )
 
@@ -23,7 +24,7 @@ import (
 var (
 	// ErrNotFound is returned for a turn, session or job a cube does not
 	// hold.
-	ErrNotFound = errors.New("convmem: not found")
+	ErrNotFound = errkind.New(errkind.NotFound, "convmem: not found")
 	// ErrBadOptions is returned by Open for invalid Options.
 	ErrBadOptions = errors.New("convmem: bad options")
 )

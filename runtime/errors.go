@@ -3,17 +3,18 @@ package runtime
 import (
 	"errors"
 
+	"github.com/memosrt/memosrt/errkind"
 	"github.com/memosrt/memosrt/runtime/llama"
 )
 
 var (
 	// ErrClosed is returned by every method after Close.
-	ErrClosed = errors.New("runtime: engine closed")
+	ErrClosed = errkind.New(errkind.Unavailable, "runtime: engine closed")
 	// ErrPromptTooLong is returned when prompt tokens plus at least one
 	// generated token do not fit in the sequence's share of n_ctx.
-	ErrPromptTooLong = errors.New("runtime: prompt longer than the context (n_ctx)")
+	ErrPromptTooLong = errkind.New(errkind.Invalid, "runtime: prompt longer than the context (n_ctx)")
 	// ErrEmptyPrompt is returned when a generation request has no tokens.
-	ErrEmptyPrompt = errors.New("runtime: empty prompt")
+	ErrEmptyPrompt = errkind.New(errkind.Invalid, "runtime: empty prompt")
 	// ErrBadOptions is returned by Options.Validate and Load for invalid settings.
 	ErrBadOptions = errors.New("runtime: invalid options")
 	// ErrBadState is returned when serialized sequence state does not parse

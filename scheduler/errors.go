@@ -1,6 +1,10 @@
 package scheduler
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/memosrt/memosrt/errkind"
+)
 
 var (
 	// ErrClosed is returned by Tiers methods after Close.
@@ -8,7 +12,7 @@ var (
 	// ErrKVBudget is returned (and logged by the background loop) when a
 	// promotion cannot fit TierOptions.KVBytes even after demoting every
 	// cooler member; the memory stays in the text tier.
-	ErrKVBudget = errors.New("scheduler: activation tier KV budget exceeded")
+	ErrKVBudget = errkind.New(errkind.NoSpace, "scheduler: activation tier KV budget exceeded")
 	// ErrDeferred is wrapped by a TierOptions.Reserve error when the KV
 	// cells a job needs are not free now: the job stays pending for a later
 	// tick, counted in TickReport.Deferred, not as a failure.
@@ -18,5 +22,5 @@ var (
 	ErrBusy = errors.New("scheduler: pack computations busy")
 	// ErrReadOnly is returned by Tick and Promote of a Tiers made without
 	// a Layout and an Engine (tools that load no model).
-	ErrReadOnly = errors.New("scheduler: tiers opened without a model (read-only)")
+	ErrReadOnly = errkind.New(errkind.NotSupported, "scheduler: tiers opened without a model (read-only)")
 )

@@ -21,7 +21,7 @@ import (
 // bytes instead, and decodeBody and the MCP route refuse such a body with
 // a 400 naming the field.
 
-// checkJSONText returns a *fieldError naming the first string of the
+// checkJSONText returns a *memosrt.FieldError naming the first string of the
 // JSON document b (a key or a value) that holds invalid UTF-8 or a lone
 // UTF-16 surrogate escape, nil when every string is valid text. The field
 // is the value's path: "text", "messages[1].content", "options.stop[0]";
@@ -262,7 +262,7 @@ func (s *Server) newBodyMetrics() {
 	s.m.reg.MustRegister(s.bodyTimeouts)
 }
 
-// checkURLText returns a *fieldError when the request's decoded path
+// checkURLText returns a *memosrt.FieldError when the request's decoded path
 // ("path") or a query parameter's name or value (named by the parameter)
 // holds invalid UTF-8: net/http and url.ParseQuery pass such bytes on
 // as they are (%FF decodes to the byte 0xff), and a search for them, or a

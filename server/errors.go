@@ -1,10 +1,14 @@
 package server
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/memosrt/memosrt/errkind"
+)
 
 var (
 	// ErrClosed is returned after Shutdown; HTTP 503.
-	ErrClosed = errors.New("server: closed")
+	ErrClosed = errkind.New(errkind.Unavailable, "server: closed")
 	// ErrBadOptions is returned by Options.Validate and New.
 	ErrBadOptions = errors.New("server: invalid options")
 )

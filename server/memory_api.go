@@ -323,7 +323,7 @@ func (s *Server) handlePackWarm(w http.ResponseWriter, r *http.Request) {
 	rec, err := s.pathCube(r)
 	if err == nil && r.ContentLength != 0 {
 		err = decodeStrict(r, &req)
-		if fe := (*fieldError)(nil); errors.As(err, &fe) && fe.Msg == "empty request body" {
+		if fe := (*memosrt.FieldError)(nil); errors.As(err, &fe) && fe.Msg == "empty request body" {
 			err = nil
 		}
 	}

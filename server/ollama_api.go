@@ -16,6 +16,7 @@ import (
 
 	"github.com/memosrt/memosrt"
 	"github.com/memosrt/memosrt/embed"
+	"github.com/memosrt/memosrt/internal/defaults"
 	"github.com/memosrt/memosrt/internal/ollamastore"
 	"github.com/memosrt/memosrt/runtime/grammar"
 )
@@ -272,11 +273,11 @@ func (s *Server) streamError(w http.ResponseWriter, r *http.Request, st *streame
 	st.send(map[string]string{"error": err.Error()})
 }
 
-// ollamaSampling applies Ollama's defaults (api.DefaultOptions: temperature
-// 0.8, top_k 40, top_p 0.9, repeat_penalty 1.1, num_predict -1).
+// ollamaSampling applies Ollama's defaults (defaults.Ollama) to what sp
+// leaves out.
 func (s *Server) ollamaSampling(g *memosrt.Request, sp sampling) {
 	grammar := g.Sampling.Grammar
-	g.Sampling = sp.params(0.8, 0.9, 40, 1.1)
+	g.Sampling = sp.params(defaults.Ollama)
 	g.Sampling.Grammar = grammar
 	g.Adapters = sp.Adapters
 	if sp.NumPredict != nil {

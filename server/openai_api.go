@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/memosrt/memosrt"
+	"github.com/memosrt/memosrt/internal/defaults"
 	"github.com/memosrt/memosrt/textmem"
 )
 
@@ -164,7 +165,7 @@ func (s *Server) applyOpenAI(r *http.Request, o *oaiSampling, g *memosrt.Request
 	}
 	g.Stop = stop
 	sp := sampling{Temperature: o.Temperature, TopP: o.TopP, MinP: o.MinP, RepeatPenalty: o.RepeatPenalty, TopK: o.TopK, Seed: o.Seed}
-	g.Sampling = sp.params(1, 1, 0, 1)
+	g.Sampling = sp.params(defaults.OpenAI)
 	if g.Adapters, err = adapterSpecs("adapters", o.Adapters); err != nil {
 		return err
 	}

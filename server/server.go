@@ -17,13 +17,9 @@ import (
 	"time"
 
 	"github.com/memosrt/memosrt"
-	"github.com/memosrt/memosrt/convmem"
-	"github.com/memosrt/memosrt/embed"
-	"github.com/memosrt/memosrt/kvcache"
+	"github.com/memosrt/memosrt/errkind"
 	"github.com/memosrt/memosrt/lora"
 	"github.com/memosrt/memosrt/runtime"
-	"github.com/memosrt/memosrt/runtime/llama"
-	"github.com/memosrt/memosrt/scheduler"
 	"github.com/memosrt/memosrt/textmem"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -277,7 +273,7 @@ func (s *Server) wrap(next http.Handler) http.Handler {
 
 var (
 	errUnauthorized  = errors.New("server: missing or wrong bearer token")
-	errRouteNotFound = errors.New("server: no such endpoint")
+	errRouteNotFound = errkind.New(errkind.NotFound, "server: no such endpoint")
 )
 
 // authorized checks the bearer token: the admin token (Options.Token) or
@@ -339,80 +335,64 @@ func scopeAllows(r *http.Request, scope string) error {
 	return nil
 }
 
-// fieldError is a 400 naming the bad request field.
-type fieldError struct {
-	Field string
-	Msg   string
-}
-
-func (e *fieldError) Error() string { return e.Field + ": " + e.Msg }
-
+// badField returns a *memosrt.FieldError: a 400 naming the bad request
+// field.
 func badField(field, format string, args ...any) error {
-	return &fieldError{Field: field, Msg: fmt.Sprintf(format, args...)}
+	return &memosrt.FieldError{Field: field, Msg: fmt.Sprintf(format, args...)}
 }
 
-// errStatus maps an error to its HTTP status and OpenAI error type.
+// httpError is the HTTP status and OpenAI error type of an error kind.
+type httpError struct {
+	code int
+	typ  string
+}
+
+// kindStatus is the answer to each error kind; a kind missing here is
+// answered as errkind.Internal.
+var kindStatus = map[errkind.Kind]httpError{
+	errkind.Internal:     {http.StatusInternalServerError, "server_error"},
+	errkind.Invalid:      {http.StatusBadRequest, "invalid_request_error"},
+	errkind.NotFound:     {http.StatusNotFound, "not_found_error"},
+	errkind.Conflict:     {http.StatusConflict, "invalid_request_error"},
+	errkind.Busy:         {http.StatusTooManyRequests, "rate_limit_error"},
+	errkind.Unavailable:  {http.StatusServiceUnavailable, "server_error"}, // retry: closed, no model, the shared text store down
+	errkind.NoSpace:      {http.StatusInsufficientStorage, "server_error"},
+	errkind.TooLarge:     {http.StatusRequestEntityTooLarge, "invalid_request_error"},
+	errkind.NotSupported: {http.StatusNotImplemented, "not_implemented"},
+	errkind.Upstream:     {http.StatusBadGateway, "server_error"}, // the embedder or upstream gave an unusable answer
+	errkind.Canceled:     {499, "canceled"},                       // client gone; nobody reads it
+	errkind.Timeout:      {http.StatusGatewayTimeout, "timeout"},
+}
+
+// errStatus maps an error to its HTTP status and OpenAI error type: the
+// server's own refusals first (they have no error kind), then its kind
+// (errkind.Of) through kindStatus.
 func errStatus(err error) (int, string) {
-	var fe *fieldError
-	var mfe *memosrt.FieldError
 	var mbe *http.MaxBytesError
 	switch {
-	case errors.As(err, &fe), errors.As(err, &mfe):
-		return http.StatusBadRequest, "invalid_request_error"
 	case errors.Is(err, errBodyTimeout):
 		return http.StatusRequestTimeout, "invalid_request_error"
-	case errors.As(err, &mbe), errors.Is(err, textmem.ErrTooLarge):
+	case errors.As(err, &mbe):
 		return http.StatusRequestEntityTooLarge, "invalid_request_error"
-	case errors.Is(err, textmem.ErrUnavailable):
-		return http.StatusServiceUnavailable, "server_error" // the shared text store is down; retry
-	case errors.Is(err, memosrt.ErrBusy):
-		return http.StatusTooManyRequests, "rate_limit_error"
-	case errors.Is(err, memosrt.ErrNoModel), errors.Is(err, ErrClosed), errors.Is(err, memosrt.ErrClosed),
-		errors.Is(err, runtime.ErrNoKVSlot), errors.Is(err, runtime.ErrClosed):
-		return http.StatusServiceUnavailable, "server_error"
-	case errors.Is(err, lora.ErrBadName), errors.Is(err, lora.ErrBadAdapter), errors.Is(err, lora.ErrChanged):
-		return http.StatusBadRequest, "invalid_request_error"
-	case errors.Is(err, lora.ErrBudget):
-		return http.StatusServiceUnavailable, "server_error"
-	case errors.Is(err, memosrt.ErrUnknownCube), errors.Is(err, textmem.ErrNotFound), errors.Is(err, textmem.ErrNoRecord), errors.Is(err, kvcache.ErrNotFound),
-		errors.Is(err, errModelNotFound), errors.Is(err, memosrt.ErrModelNotFound), errors.Is(err, lora.ErrNotFound),
-		errors.Is(err, errRouteNotFound), errors.Is(err, convmem.ErrNotFound):
-		return http.StatusNotFound, "not_found_error"
-	case errors.Is(err, memosrt.ErrCubeExists), errors.Is(err, memosrt.ErrJobState):
-		return http.StatusConflict, "invalid_request_error"
-	case errors.Is(err, memosrt.ErrNotSupported), errors.Is(err, scheduler.ErrReadOnly):
-		return http.StatusNotImplemented, "not_implemented"
-	case errors.Is(err, memosrt.ErrUpstream), errors.Is(err, embed.ErrBadVector), errors.Is(err, embed.ErrShape):
-		return http.StatusBadGateway, "server_error" // the embedder or upstream gave an unusable answer
 	case errors.Is(err, errMethodNotAllowed):
 		return http.StatusMethodNotAllowed, "invalid_request_error"
 	case errors.Is(err, errUnauthorized):
 		return http.StatusUnauthorized, "authentication_error"
 	case errors.Is(err, errForbidden):
 		return http.StatusForbidden, "permission_error"
-	case errors.Is(err, scheduler.ErrKVBudget), errors.Is(err, memosrt.ErrNoSpace):
-		return http.StatusInsufficientStorage, "server_error"
-	case errors.Is(err, textmem.ErrBadCube), errors.Is(err, textmem.ErrEmptyText), errors.Is(err, textmem.ErrInvalidUTF8), errors.Is(err, textmem.ErrBadField),
-		errors.Is(err, textmem.ErrBadQuery), errors.Is(err, memosrt.ErrBadArchive), errors.Is(err, runtime.ErrPromptTooLong),
-		errors.Is(err, runtime.ErrEmptyPrompt), errors.Is(err, kvcache.ErrCorrupt), errors.Is(err, kvcache.ErrVersion),
-		errors.Is(err, llama.ErrGrammar), errors.Is(err, llama.ErrBadParams):
-		return http.StatusBadRequest, "invalid_request_error"
-	case errors.Is(err, context.Canceled):
-		return 499, "canceled" // client gone; nobody reads it
-	case errors.Is(err, context.DeadlineExceeded):
-		return http.StatusGatewayTimeout, "timeout"
 	}
-	return http.StatusInternalServerError, "server_error"
+	h, ok := kindStatus[errkind.Of(err)]
+	if !ok {
+		h = kindStatus[errkind.Internal]
+	}
+	return h.code, h.typ
 }
 
 // errField names the request field an error is about, for OpenAI "param".
 func errField(err error) string {
-	var fe *fieldError
 	var mfe *memosrt.FieldError
 	var few *fieldErrorWrap
 	switch {
-	case errors.As(err, &fe):
-		return fe.Field
 	case errors.As(err, &mfe):
 		return mfe.Field
 	case errors.As(err, &few):
@@ -522,7 +502,7 @@ func decodeRaw(raw []byte, v any, strict bool) error {
 		case errors.Is(err, io.EOF):
 			return badField("body", "empty request body")
 		}
-		var fe *fieldError
+		var fe *memosrt.FieldError
 		if errors.As(err, &fe) {
 			return err
 		}

@@ -2,7 +2,6 @@ package server
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -11,6 +10,8 @@ import (
 	"time"
 
 	"github.com/memosrt/memosrt"
+	"github.com/memosrt/memosrt/errkind"
+	"github.com/memosrt/memosrt/internal/defaults"
 	"github.com/memosrt/memosrt/lora"
 	"github.com/memosrt/memosrt/runtime/llama"
 	"github.com/memosrt/memosrt/textmem"
@@ -124,16 +125,17 @@ type sampling struct {
 	Record string
 }
 
-// params turns s into sampler parameters with the given API defaults.
-func (s sampling) params(defTemp, defTopP float64, defTopK int, defRepeat float64) llama.SamplerParams {
+// params turns s into sampler parameters, taking what s leaves out from
+// the API's defaults d (defaults.Ollama, defaults.OpenAI).
+func (s sampling) params(d defaults.Sampling) llama.SamplerParams {
 	f := func(p *float64, d float64) float32 {
 		if p == nil {
 			return float32(d)
 		}
 		return float32(*p)
 	}
-	p := llama.SamplerParams{Temperature: f(s.Temperature, defTemp), TopP: f(s.TopP, defTopP), MinP: f(s.MinP, 0),
-		RepeatPenalty: f(s.RepeatPenalty, defRepeat), TopK: defTopK}
+	p := llama.SamplerParams{Temperature: f(s.Temperature, d.Temperature), TopP: f(s.TopP, d.TopP), MinP: f(s.MinP, d.MinP),
+		RepeatPenalty: f(s.RepeatPenalty, d.RepeatPenalty), TopK: d.TopK}
 	if s.TopK != nil {
 		p.TopK = *s.TopK
 	}
@@ -283,7 +285,7 @@ func stringList(field string, v any) ([]string, error) {
 	return nil, badField(field, "want a string or an array of strings, got %T", v)
 }
 
-var errModelNotFound = errors.New("model not found")
+var errModelNotFound = errkind.New(errkind.NotFound, "model not found")
 
 // model resolves a request's model name ("" is the primary) to a model
 // the OS serves (see sameModel). Without a model it is
@@ -325,7 +327,7 @@ func (s *Server) embedModel(name string) (string, error) {
 // naming keep_alive, on every route alike.
 type keepAliveField struct{ api.Duration }
 
-// UnmarshalJSON implements json.Unmarshaler; errors are *fieldError.
+// UnmarshalJSON implements json.Unmarshaler; errors are *memosrt.FieldError.
 func (k *keepAliveField) UnmarshalJSON(b []byte) error {
 	if string(b) == "null" {
 		return nil

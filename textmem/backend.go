@@ -3,6 +3,8 @@ package textmem
 import (
 	"context"
 	"errors"
+
+	"github.com/memosrt/memosrt/errkind"
 )
 
 // Backend is where a Store keeps its records: per cube, a sorted map of
@@ -113,9 +115,9 @@ var (
 	ErrTxnTooBig = errors.New("textmem: transaction too big")
 	// ErrUnavailable is wrapped by every error that means the store cannot
 	// be reached now; the server answers 503 for it.
-	ErrUnavailable = errors.New("textmem: store unavailable")
+	ErrUnavailable = errkind.New(errkind.Unavailable, "textmem: store unavailable")
 	// ErrNoRecord is returned by Backend.Record for a cube without one.
-	ErrNoRecord = errors.New("textmem: no cube record")
+	ErrNoRecord = errkind.New(errkind.NotFound, "textmem: no cube record")
 	// ErrRecordExists is returned by Backend.CreateRecord when cube has
 	// one.
 	ErrRecordExists = errors.New("textmem: cube record exists")

@@ -1,6 +1,10 @@
 package textmem
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/memosrt/memosrt/errkind"
+)
 
 // Sentinel errors. Callers test them with errors.Is; the returned error may
 // wrap them with the values that explain it.
@@ -8,25 +12,25 @@ var (
 	// ErrNotFound is returned by Get, Update, Delete and History when the
 	// cube holds no memory with that id (including ids that are not
 	// well-formed).
-	ErrNotFound = errors.New("textmem: memory not found")
+	ErrNotFound = errkind.New(errkind.NotFound, "textmem: memory not found")
 
 	// ErrEmptyText is returned by Add and Update when the text is empty or
 	// whitespace only. Nothing is stored.
-	ErrEmptyText = errors.New("textmem: empty text")
+	ErrEmptyText = errkind.New(errkind.Invalid, "textmem: empty text")
 
 	// ErrInvalidUTF8 is returned when a text, query, kind, tag or source is
 	// not valid UTF-8. Nothing is stored.
-	ErrInvalidUTF8 = errors.New("textmem: invalid utf-8")
+	ErrInvalidUTF8 = errkind.New(errkind.Invalid, "textmem: invalid utf-8")
 
 	// ErrBadCube is returned when a cube name is not 1..64 characters of
 	// [A-Za-z0-9._-], or is "." or "..".
-	ErrBadCube = errors.New("textmem: bad cube name")
+	ErrBadCube = errkind.New(errkind.Invalid, "textmem: bad cube name")
 
 	// ErrTooLarge is returned by Add and Update when the text is longer than
 	// Options.MaxTextBytes, or when its index postings do not fit one Badger
 	// transaction (with package badger's defaults, about 20 000 distinct
 	// terms: more than a 64 KiB text can hold). Nothing is stored.
-	ErrTooLarge = errors.New("textmem: text too large")
+	ErrTooLarge = errkind.New(errkind.TooLarge, "textmem: text too large")
 
 	// ErrClosed is returned by every method of a closed Store.
 	ErrClosed = errors.New("textmem: closed")
@@ -41,7 +45,7 @@ var (
 
 	// ErrBadField is returned by Add, Import and Patch for a field out of
 	// its range (a confidence outside [0, 1]).
-	ErrBadField = errors.New("textmem: bad field")
+	ErrBadField = errkind.New(errkind.Invalid, "textmem: bad field")
 
 	// ErrDamaged is returned when a stored record does not read back as it
 	// was written: its checksum does not match, or the store's own
@@ -53,5 +57,5 @@ var (
 
 	// ErrBadQuery is returned by SearchWith when the Query is inconsistent
 	// (for example Until before Since).
-	ErrBadQuery = errors.New("textmem: bad query")
+	ErrBadQuery = errkind.New(errkind.Invalid, "textmem: bad query")
 )

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/memosrt/memosrt"
+	"github.com/memosrt/memosrt/internal/defaults"
 	"github.com/memosrt/memosrt/internal/ollamastore"
 	"github.com/memosrt/memosrt/kvcache"
 	"github.com/memosrt/memosrt/runtime"
@@ -319,12 +320,12 @@ func newRunCmd() *cobra.Command {
 	fs.SortFlags = false
 	sf := addStoreFlags(fs)
 	cube := addCubeFlag(fs, "memory cube `NAME` whose memories the prompt carries (default: none, plain inference)")
-	temp := fs.Float64("temperature", 0, "sampling temperature `T` (0: greedy)")
+	temp := fs.Float64("temperature", defaults.CLI.Temperature, "sampling temperature `T` (0: greedy)")
 	seed := fs.Uint("seed", 0, "sampling seed `N`")
-	topK := fs.Int("top-k", 40, "top-k `K` (with temperature > 0; 0: off)")
-	topP := fs.Float64("top-p", 0.95, "top-p `P` (with temperature > 0; 1: off)")
-	minP := fs.Float64("min-p", 0.05, "min-p `P` (with temperature > 0; 0: off)")
-	rep := fs.Float64("repeat-penalty", 1.0, "repeat penalty `R` (1: off)")
+	topK := fs.Int("top-k", defaults.CLI.TopK, "top-k `K` (with temperature > 0; 0: off)")
+	topP := fs.Float64("top-p", defaults.CLI.TopP, "top-p `P` (with temperature > 0; 1: off)")
+	minP := fs.Float64("min-p", defaults.CLI.MinP, "min-p `P` (with temperature > 0; 0: off)")
+	rep := fs.Float64("repeat-penalty", defaults.CLI.RepeatPenalty, "repeat penalty `R` (1: off)")
 	n := fs.Int("num-predict", 128, "max `TOKENS` to generate (-1: no cap, -2: fill the context)")
 	noCache := fs.Bool("no-cache", false, "skip the activation tier: prefill the whole prompt")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of streaming text")

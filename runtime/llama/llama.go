@@ -136,6 +136,8 @@ import (
 
 	_ "github.com/ollama/ollama/llama/llama.cpp/src"      // compiles llama.cpp into the binary
 	_ "github.com/ollama/ollama/ml/backend/ggml/ggml/src" // compiles ggml (CPU backend) into the binary
+
+	"github.com/memosrt/memosrt/errkind"
 )
 
 // Token is a vocabulary id (llama_token).
@@ -275,7 +277,7 @@ var (
 	ErrLoad       = errors.New("llama: model load failed")
 	ErrContext    = errors.New("llama: context creation failed")
 	ErrClosed     = errors.New("llama: closed")
-	ErrNoKVSlot   = errors.New("llama: no KV cache slot for the batch (n_ctx full)")
+	ErrNoKVSlot   = errkind.New(errkind.Unavailable, "llama: no KV cache slot for the batch (n_ctx full)")
 	ErrAborted    = errors.New("llama: decode aborted")
 	ErrDecode     = errors.New("llama: decode failed")
 	ErrTokenize   = errors.New("llama: tokenize failed")
@@ -284,9 +286,9 @@ var (
 	ErrAdapter    = errors.New("llama: LoRA adapter failed")
 	ErrBadSeqID   = errors.New("llama: sequence id out of range")
 	ErrBatchFull  = errors.New("llama: batch full")
-	ErrGrammar    = errors.New("llama: grammar")
+	ErrGrammar    = errkind.New(errkind.Invalid, "llama: grammar")
 	ErrEmptyBatch = errors.New("llama: empty batch")
-	ErrBadParams  = errors.New("llama: sampler parameter out of range")
+	ErrBadParams  = errkind.New(errkind.Invalid, "llama: sampler parameter out of range")
 )
 
 // ModelParams are load-time model settings.
