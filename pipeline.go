@@ -391,7 +391,7 @@ func (o *OS) do(ctx context.Context, req *Request, chat bool) (*Response, error)
 	var res runtime.Result
 	gerr := o.stream(ctx, onText, func(ctx context.Context, onText func(string) error) error {
 		var err error
-		res, err = o.run(ctx, l, runtime.Request{Seq: sl.seq, Tokens: toks, NPast: src.npast, Sampling: sp, Background: req.background,
+		res, err = l.eng.Generate(ctx, runtime.Request{Seq: sl.seq, Tokens: toks, NPast: src.npast, Sampling: sp, Background: req.background,
 			MaxTokens: maxTok, Stop: req.Stop, OnText: onText, Start: start, Adapters: ad.refs})
 		return err
 	})
@@ -545,37 +545,6 @@ func (p *textPipe) fail(err error) {
 	p.mu.Unlock()
 }
 
-// run is Engine.Generate, retried while the engine still lists the
-// sequence's previous request: a finished job leaves the engine's active
-// set only after the batch step it finished in, so a slot reused at once
-// can meet runtime.ErrSeqBusy for up to one step.
-func (o *OS) run(ctx context.Context, l *loaded, req runtime.Request) (runtime.Result, error) {
-	var res runtime.Result
-	err := retryBusy(ctx, func() error {
-		var err error
-		res, err = l.eng.Generate(ctx, req)
-		return err
-	})
-	return res, err
-}
-
-// retryBusy runs f while it fails with runtime.ErrSeqBusy (see run).
-func retryBusy(ctx context.Context, f func() error) error {
-	for wait := 50 * time.Microsecond; ; wait *= 2 {
-		err := f()
-		if !errors.Is(err, runtime.ErrSeqBusy) || wait > time.Second {
-			return err
-		}
-		t := time.NewTimer(wait)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		}
-	}
-}
-
 // kvSource is the KV state prepare put into a request's sequence.
 type kvSource struct {
 	npast   int    // prompt tokens the sequence holds
@@ -645,12 +614,7 @@ func (o *OS) prepare(ctx context.Context, l *loaded, sl *slot, toks []int32, slo
 		return shareResident()
 	}
 	sl.convPack = ""
-	var rs kvcache.Restored
-	err := retryBusy(ctx, func() error {
-		var err error
-		rs, err = o.kv.Restore(ctx, l.eng, sl.seq, toks, kvcache.RestoreOptions{AdapterKey: ad.key, Scope: cube})
-		return err
-	})
+	rs, err := o.kv.Restore(ctx, l.eng, sl.seq, toks, kvcache.RestoreOptions{AdapterKey: ad.key, Scope: cube})
 	if err != nil {
 		return kvSource{}, err
 	}

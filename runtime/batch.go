@@ -171,6 +171,11 @@ func (e *Engine) Queue() (active, queued int) {
 // with the partial result. After return seq holds the prompt plus the
 // generated tokens (for reuse on the next turn); after an error during the
 // prompt it holds only the first NPast tokens.
+//
+// When Generate returns, the request has left the engine: a next request
+// on seq may follow at once. It returns ErrSeqBusy (wrapped) while another
+// request on seq is queued or running, ErrEmptyPrompt, ErrPromptTooLong,
+// ErrNoLoRA, ErrClosed, or an error from decoding, sampling or OnText.
 func (e *Engine) Generate(ctx context.Context, req Request) (Result, error) {
 	start := req.Start
 	if start.IsZero() {
@@ -231,7 +236,7 @@ func (e *Engine) Generate(ctx context.Context, req Request) (Result, error) {
 		}
 	}
 	for _, o := range e.b.active {
-		if o.req.Seq == req.Seq && !o.finished() {
+		if o.req.Seq == req.Seq {
 			e.b.mu.Unlock()
 			j.sampler.Close()
 			return j.res, fmt.Errorf("%w: %d", ErrSeqBusy, req.Seq)
@@ -275,19 +280,13 @@ func (e *Engine) PrefillRequest(ctx context.Context, seq int, toks []Token, adap
 	return err
 }
 
-// finished reports whether j has completed (it may still sit in the active
-// list until the current step ends).
-func (j *job) finished() bool {
-	select {
-	case <-j.done:
-		return true
-	default:
-		return false
-	}
-}
-
-// finish completes j. Caller holds e.b.mu.
+// finish completes j. It drops j from the active set before waking its
+// caller, so the sequence is free again by the time Generate returns: a
+// caller that reuses it at once (a slot, a job's next prefill chunk) never
+// meets ErrSeqBusy from its own finished request. Caller holds e.b.mu.
 func (e *Engine) finish(j *job, err error) {
+	e.b.active = slices.DeleteFunc(e.b.active, func(o *job) bool { return o == j })
+	e.b.nActive.Store(int32(len(e.b.active)))
 	if j.sampler != nil {
 		j.sampler.Close()
 		j.sampler = nil
@@ -316,12 +315,12 @@ func (e *Engine) loop() {
 			e.b.cond.Wait()
 		}
 		if e.b.stopped {
-			for _, j := range append(e.b.queue, e.b.active...) {
-				e.finish(j, ErrClosed)
-			}
+			all := append(e.b.queue, e.b.active...)
 			e.b.queue, e.b.active = nil, nil
 			e.b.nQueued.Store(0)
-			e.b.nActive.Store(0)
+			for _, j := range all {
+				e.finish(j, ErrClosed)
+			}
 			e.b.mu.Unlock()
 			return
 		}
@@ -342,8 +341,6 @@ func (e *Engine) loop() {
 		for _, d := range ended {
 			e.finish(d.j, d.err)
 		}
-		e.b.active = slices.DeleteFunc(e.b.active, (*job).finished)
-		e.b.nActive.Store(int32(len(e.b.active)))
 		if !worked && !e.b.stopped && !e.queuedForeground() && e.fg.Load() > 0 {
 			// only background work, held back while a foreground caller is
 			// in flight: sleep until it leaves, foreground work is queued,
@@ -435,11 +432,7 @@ func (e *Engine) admit() {
 		}
 	}
 	if fgSwitch && len(e.b.active) > 0 && !slices.ContainsFunc(e.b.active, func(j *job) bool { return !j.req.Background }) {
-		for _, j := range e.b.active {
-			if !j.finished() {
-				e.b.queue = append(e.b.queue, j) // behind the foreground jobs
-			}
-		}
+		e.b.queue = append(e.b.queue, e.b.active...) // behind the foreground jobs
 		e.b.active = nil
 	}
 	var keep []*job

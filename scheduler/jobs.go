@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	goruntime "runtime"
 	"slices"
 	"time"
 
@@ -684,15 +683,7 @@ func (t *Tiers) computePack(ctx context.Context, cube string, toks []int32, wait
 func prefillBackground(ctx context.Context, eng *runtime.Engine, seq int, toks []int32, npast, chunk int, adapters []runtime.AdapterRef) error {
 	for npast < len(toks) {
 		end := min(len(toks), npast+chunk)
-		_, err := eng.Generate(ctx, runtime.Request{Seq: seq, Tokens: toks[:end], NPast: npast, PrefillOnly: true, Background: true, Adapters: adapters})
-		// Stopgap: the engine reports a request done before its batch loop
-		// drops it from the active set, so the next request on the same seq
-		// can briefly see ErrSeqBusy (reported to runtime's owner).
-		for try := 0; errors.Is(err, runtime.ErrSeqBusy) && try < 100000; try++ {
-			goruntime.Gosched()
-			_, err = eng.Generate(ctx, runtime.Request{Seq: seq, Tokens: toks[:end], NPast: npast, PrefillOnly: true, Background: true, Adapters: adapters})
-		}
-		if err != nil {
+		if _, err := eng.Generate(ctx, runtime.Request{Seq: seq, Tokens: toks[:end], NPast: npast, PrefillOnly: true, Background: true, Adapters: adapters}); err != nil {
 			return err
 		}
 		npast = end
