@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/memosrt/memosrt/runtime"
@@ -107,43 +108,82 @@ func Proven(err error) bool {
 		errors.Is(err, runtime.ErrBadState) || errors.Is(err, ErrTooLarge)
 }
 
-// WarmOptions tune Warm.
+// WarmOptions tune Warm and Compute.
 type WarmOptions struct {
 	Adapters   []runtime.AdapterRef // LoRA set the state is computed under
 	Label      string               // e.g. the cube
 	Scope      string               // isolation domain (Header.Scope), the cube; "" = unscoped
 	Background bool                 // prefill at background priority (runtime.Request.Background)
+	// Chunk, with Background, bounds each background prefill request, in
+	// tokens, so that a foreground request waits for at most one such
+	// batch; 0: one request.
+	Chunk int
 }
 
-// Warm prefills toks into seq (emptied first) under the given adapters, saves
-// the sequence state as a pack, and returns its Info. If an identical pack
-// exists it is restored instead of recomputed. seq holds toks afterwards.
+// Warm is Compute without the count of decoded tokens.
 func (c *Cache) Warm(ctx context.Context, eng *runtime.Engine, seq int, toks []int32, o WarmOptions) (Info, error) {
+	info, _, err := c.Compute(ctx, eng, seq, toks, o)
+	return info, err
+}
+
+// Compute makes the pack of toks, the one "KV source → prefill → save →
+// store" routine of the activation tier: the longest stored prefix of toks
+// (toks itself included) is restored into seq, which is emptied first; the
+// rest is prefilled under o.Adapters; the state is saved and stored as a
+// pack (Put), labelled and scoped by o. seq holds toks afterwards.
+// decoded is the tokens prefilled (0 when the whole pack was stored).
+// Errors: no tokens, the engine's (ctx's, ErrClosed, ErrSeqBusy while
+// another request uses seq), Put's.
+func (c *Cache) Compute(ctx context.Context, eng *runtime.Engine, seq int, toks []int32, o WarmOptions) (info Info, decoded int, err error) {
 	if len(toks) == 0 {
-		return Info{}, fmt.Errorf("kvcache: warm: no tokens")
+		return Info{}, 0, fmt.Errorf("kvcache: warm: no tokens")
 	}
-	adapterKey, label, scope := runtime.AdapterKey(o.Adapters), o.Label, o.Scope
+	adapterKey := runtime.AdapterKey(o.Adapters)
+	// the extra token lets Restore take all of toks (it keeps at least one
+	// token of a request for the decode)
+	rs, err := c.Restore(ctx, eng, seq, append(slices.Clone(toks), 0), RestoreOptions{AdapterKey: adapterKey, Scope: o.Scope})
+	if err != nil {
+		return Info{}, 0, err
+	}
 	live := eng.KVConfig()
-	id := PackID(ScopedKey(ConfigKey(live, adapterKey), scope), toks)
-	c.mu.Lock()
-	rec := c.packs[id]
-	c.mu.Unlock()
-	if rec != nil {
-		if _, err := c.Restore(ctx, eng, seq, append(append([]int32{}, toks...), 0), RestoreOptions{AdapterKey: adapterKey, Scope: scope}); err != nil {
-			return Info{}, err
+	if rs.Tokens == len(toks) && rs.PackTotal == len(toks) {
+		// the pack itself was restored
+		c.mu.Lock()
+		rec := c.packs[rs.PackID]
+		if rec != nil {
+			info = c.info(rec)
 		}
-		if eng.SeqLen(seq) == len(toks) {
-			c.mu.Lock()
-			defer c.mu.Unlock()
-			return c.info(rec), nil
+		c.mu.Unlock()
+		if rec != nil {
+			return info, 0, nil
 		}
+		// deleted meanwhile: its state is stored again below
 	}
-	if err := eng.PrefillRequest(ctx, seq, toks, o.Adapters, o.Background); err != nil {
-		return Info{}, err
+	if err := prefillChunks(ctx, eng, seq, toks, rs.Tokens, o); err != nil {
+		return Info{}, 0, err
 	}
 	state, err := eng.SaveSeq(seq)
 	if err != nil {
-		return Info{}, err
+		return Info{}, 0, err
 	}
-	return c.Put(ctx, Header{KV: live, AdapterKey: adapterKey, Tokens: toks, Label: label, Scope: scope}, state)
+	info, err = c.Put(ctx, Header{KV: live, AdapterKey: adapterKey, Tokens: toks, Label: o.Label, Scope: o.Scope}, state)
+	return info, len(toks) - rs.Tokens, err
+}
+
+// prefillChunks decodes toks[npast:] into seq (which holds toks[:npast])
+// under o.Adapters: at foreground priority in one request, or at
+// background priority in requests of at most o.Chunk tokens.
+func prefillChunks(ctx context.Context, eng *runtime.Engine, seq int, toks []int32, npast int, o WarmOptions) error {
+	chunk := len(toks)
+	if o.Background && o.Chunk > 0 {
+		chunk = o.Chunk
+	}
+	for npast < len(toks) {
+		end := min(len(toks), npast+chunk)
+		if _, err := eng.Generate(ctx, runtime.Request{Seq: seq, Tokens: toks[:end], NPast: npast, PrefillOnly: true, Background: o.Background, Adapters: o.Adapters}); err != nil {
+			return err
+		}
+		npast = end
+	}
+	return nil
 }

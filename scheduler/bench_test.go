@@ -56,14 +56,14 @@ func BenchmarkTTFTUnderJobs(b *testing.B) {
 			chunk := make(chan struct{}, 1)
 			if mode == "jobs" {
 				// one job at a time, as Tiers runs them, in JobChunk requests
-				// (prefillBackground); chunk reports each finished chunk so
+				// (kvcache.Cache.Compute); chunk reports each finished chunk so
 				// that every foreground request below arrives mid-job.
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
 					for jctx.Err() == nil {
 						for npast := 0; npast < len(job) && jctx.Err() == nil; npast += 16 {
-							if err := prefillBackground(jctx, eng, 1, job[:min(len(job), npast+16)], npast, 16, nil); err != nil {
+							if _, err := eng.Generate(jctx, runtime.Request{Seq: 1, Tokens: job[:min(len(job), npast+16)], NPast: npast, PrefillOnly: true, Background: true}); err != nil {
 								if jctx.Err() == nil {
 									b.Error(err)
 								}

@@ -11,7 +11,6 @@ import (
 	bg "github.com/dgraph-io/badger/v4"
 
 	"github.com/memosrt/memosrt/kvcache"
-	"github.com/memosrt/memosrt/runtime"
 	"github.com/memosrt/memosrt/textmem"
 )
 
@@ -652,43 +651,11 @@ func (t *Tiers) computePack(ctx context.Context, cube string, toks []int32, wait
 		eng.ClearSeq(seq)
 		eng.ReleaseSeq(seq)
 	}()
-	rs, err := kv.Restore(ctx, eng, seq, append(slices.Clone(toks), 0), kvcache.RestoreOptions{AdapterKey: ad.Key, Scope: cube})
-	if err != nil {
-		return kvcache.Info{}, 0, err
-	}
-	if wait {
-		// a caller waits for it (Promote: a user's warm): foreground, as
-		// any request's prefill; queued behind background chunks it would
-		// hold the pack writes and cube deletes serialised after it
-		if rs.Tokens < len(toks) {
-			if _, err := eng.Generate(ctx, runtime.Request{Seq: seq, Tokens: toks, NPast: rs.Tokens, PrefillOnly: true, Adapters: ad.Refs}); err != nil {
-				return kvcache.Info{}, 0, err
-			}
-		}
-	} else if err := prefillBackground(ctx, eng, seq, toks, rs.Tokens, t.opts.JobChunk, ad.Refs); err != nil {
-		return kvcache.Info{}, 0, err
-	}
-	state, err := eng.SaveSeq(seq)
-	if err != nil {
-		return kvcache.Info{}, 0, err
-	}
-	info, err := kv.Put(ctx, kvcache.Header{KV: eng.KVConfig(), AdapterKey: ad.Key, Tokens: toks, Label: cube, Scope: cube}, state)
-	return info, len(toks) - rs.Tokens, err
-}
-
-// prefillBackground decodes toks[npast:] into seq (which holds toks[:npast])
-// under adapters as a series of background requests of at most chunk
-// tokens, so that a foreground request waits for at most one small batch
-// of it.
-func prefillBackground(ctx context.Context, eng *runtime.Engine, seq int, toks []int32, npast, chunk int, adapters []runtime.AdapterRef) error {
-	for npast < len(toks) {
-		end := min(len(toks), npast+chunk)
-		if _, err := eng.Generate(ctx, runtime.Request{Seq: seq, Tokens: toks[:end], NPast: npast, PrefillOnly: true, Background: true, Adapters: adapters}); err != nil {
-			return err
-		}
-		npast = end
-	}
-	return nil
+	// with wait a caller waits for it (Promote: a user's warm): foreground,
+	// as any request's prefill; queued behind background chunks it would
+	// hold the pack writes and cube deletes serialised after it
+	return kv.Compute(ctx, eng, seq, toks, kvcache.WarmOptions{Adapters: ad.Refs, Label: cube, Scope: cube,
+		Background: !wait, Chunk: t.opts.JobChunk})
 }
 
 // finish commits a job: the new pack state (nil: unchanged), its transition

@@ -1,4 +1,4 @@
-package scheduler
+package kvcache
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 	"github.com/memosrt/memosrt/runtime"
 )
 
-// A tier job's chunked background prefill (prefillBackground) on a pool
+// A tier job's chunked background prefill (prefillChunks, Compute's) on a pool
 // sequence that a user request has just released, and a user request on
 // one the job has just released, while the other sequence runs a user
 // request too: every hand-over happens as soon as Generate returns, and no
@@ -67,7 +67,7 @@ func TestPrefillBackgroundOnReleasedSeq(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		err = prefillBackground(ctx, eng, seq, pack, 0, 16, nil)
+		err = prefillChunks(ctx, eng, seq, pack, 0, WarmOptions{Background: true, Chunk: 16})
 		n := eng.SeqLen(seq)
 		eng.ClearSeq(seq)
 		eng.ReleaseSeq(seq)
