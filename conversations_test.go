@@ -108,7 +108,7 @@ func TestTurnRecording(t *testing.T) {
 		t.Errorf("turn memories %q", turnMems)
 	}
 	source := func(id string) string {
-		tr, err := o.conv.Turn(ctx, "lily", id)
+		tr, err := o.conv.Store().Turn(ctx, "lily", id)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -359,25 +359,6 @@ func TestExpiry(t *testing.T) {
 	}
 }
 
-// extractChunks keeps each chunk within its byte limit, cutting a longer
-// turn, and keeps the turns' order.
-func TestExtractChunks(t *testing.T) {
-	tr := func(u, a string) convmem.Turn { return convmem.Turn{User: u, Assistant: a} }
-	got := extractChunks([]convmem.Turn{tr("aaaa", ""), tr("bbb", "cc"), tr(strings.Repeat("x", 30), "yy"), tr("d", "")}, 10)
-	var shape [][]string
-	for _, ch := range got {
-		var c []string
-		for _, t := range ch {
-			c = append(c, t.User+"|"+t.Assistant)
-		}
-		shape = append(shape, c)
-	}
-	want := [][]string{{"aaaa|", "bbb|cc"}, {"xxxxxxxxxx|"}, {"d|"}}
-	if fmt.Sprint(shape) != fmt.Sprint(want) {
-		t.Errorf("chunks %q, want %q", shape, want)
-	}
-}
-
 // Background work takes only an idle slot, and gives it up to the first
 // foreground request that finds none free.
 func TestBackgroundSlotPreempted(t *testing.T) {
@@ -550,7 +531,7 @@ func TestExtractionResumes(t *testing.T) {
 		t.Fatal(err)
 	}
 	started := make(chan struct{})
-	o.jobs.hook = func(ctx context.Context, j convmem.Job) {
+	o.jobStarted = func(ctx context.Context, j convmem.Job) {
 		close(started)
 		<-ctx.Done() // the restart comes mid-job
 	}
@@ -613,7 +594,7 @@ func TestConsolidation(t *testing.T) {
 	if !slices.Equal(facts, []string{"preference: I love green tea.", "fact: My cat is called Tom."}) || len(knowledge) != 0 {
 		t.Fatalf("profile facts %q, knowledge %q", facts, knowledge)
 	}
-	s, _ := o.conv.Session(ctx, "p", ses[0].ID)
+	s, _ := o.conv.Store().Session(ctx, "p", ses[0].ID)
 	if s.Interactions != 0 || s.Consolidated != 1 {
 		t.Errorf("session after consolidation: %+v", s)
 	}

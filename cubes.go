@@ -334,7 +334,7 @@ func (o *OS) AddMemory(ctx context.Context, cube string, m textmem.Memory) (text
 	if !textmem.ValidCube(cube) {
 		return m, fmt.Errorf("%w: %q", textmem.ErrBadCube, cube)
 	}
-	got, _, err := o.remember(ctx, cube, m, "api", "")
+	got, _, err := o.conv.Remember(ctx, cube, m, "api", "")
 	return got, err
 }
 
@@ -366,7 +366,7 @@ func (o *OS) Memories(ctx context.Context, cube string) ([]textmem.Memory, error
 		return nil, err
 	}
 	defer o.leave()
-	if err := o.materialize(ctx, cube); err != nil {
+	if err := o.conv.Materialize(ctx, cube); err != nil {
 		return nil, err
 	}
 	return o.mem.List(ctx, cube)
@@ -389,7 +389,7 @@ func (o *OS) UpdateMemory(ctx context.Context, cube, id, text string) (textmem.M
 		return textmem.Memory{}, err
 	}
 	defer o.leave()
-	return o.patchMemory(ctx, cube, id, textmem.Patch{Text: &text}, convmem.Change{Op: "update", By: "api"})
+	return o.conv.Patch(ctx, cube, id, textmem.Patch{Text: &text}, convmem.Change{Op: "update", By: "api"})
 }
 
 // PatchMemory changes the fields p sets (text, kind, tags, source) as one
@@ -401,7 +401,7 @@ func (o *OS) PatchMemory(ctx context.Context, cube, id string, p textmem.Patch) 
 		return textmem.Memory{}, err
 	}
 	defer o.leave()
-	return o.patchMemory(ctx, cube, id, p, convmem.Change{Op: "update", By: "api"})
+	return o.conv.Patch(ctx, cube, id, p, convmem.Change{Op: "update", By: "api"})
 }
 
 // DeleteMemory deletes a memory; it leaves the cube's pack at the next
@@ -412,53 +412,22 @@ func (o *OS) DeleteMemory(ctx context.Context, cube, id string) error {
 		return err
 	}
 	defer o.leave()
-	return o.deleteMemory(ctx, cube, id, "api", "")
+	return o.conv.Delete(ctx, cube, id, "api", "")
 }
 
 // Search finds cube's memories for q (textmem.Store.SearchWith: BM25 with
 // stemming, neighbours, optional dense fusion; the cube's recorded turns
 // included, short-term ones too), reorders the hits by the cube's best
-// matching conversation sessions (fuse) and counts each hit but
-// short-term turns as a visit towards its heat.
+// matching conversation sessions (conversation.Manager.Search) and counts
+// each hit but short-term turns as a visit towards its heat.
 func (o *OS) Search(ctx context.Context, cube string, q textmem.Query) ([]textmem.Hit, error) {
 	if err := o.enter(); err != nil {
 		return nil, err
 	}
 	defer o.leave()
-	if err := o.materialize(ctx, cube); err != nil { // the newest turns, if not written yet
-		return nil, err
-	}
-	ses, err := o.conv.SearchSessions(ctx, cube, q.Text, sessionTop)
+	hits, err := o.conv.Search(ctx, cube, q)
 	if err != nil {
 		return nil, err
-	}
-	k := q.K
-	if k == 0 {
-		k = textmem.DefaultK
-	}
-	// the text tier's top 2k, reranked with the sessions (fuse's bonus
-	// reaches two or three ranks: the pool only needs to be a little over k)
-	q.K = k
-	if len(ses) > 0 {
-		q.K = 2 * k
-	}
-	hits, err := o.mem.SearchWith(ctx, cube, q)
-	if err != nil {
-		return nil, err
-	}
-	hits = o.liveHits(hits)
-	if len(ses) > 0 {
-		if hits, err = o.fuse(ctx, cube, ses, hits); err != nil {
-			return nil, err
-		}
-		hits = hits[:min(k, len(hits))]
-		ids := make([]string, len(ses))
-		for i, s := range ses {
-			ids[i] = s.Session.ID
-		}
-		if err := o.conv.Visit(ctx, cube, ids); err != nil {
-			o.log.Warn("session visits", "cube", cube, "err", err)
-		}
 	}
 	uses := make([]scheduler.Use, 0, len(hits))
 	for _, h := range hits {

@@ -16,6 +16,7 @@ import (
 	bg "github.com/dgraph-io/badger/v4"
 	"github.com/memosrt/memosrt/accesskey"
 	"github.com/memosrt/memosrt/badger"
+	"github.com/memosrt/memosrt/conversation"
 	"github.com/memosrt/memosrt/convmem"
 	"github.com/memosrt/memosrt/kvcache"
 	"github.com/memosrt/memosrt/lora"
@@ -67,12 +68,6 @@ type OS struct {
 	gens   map[string]uint64
 	writes sync.WaitGroup // background conversation pack writes
 
-	// turnMu serialises materialize (the textmem memories of recorded
-	// turns); turnsDue are the cubes whose turn memories a background
-	// write will bring up to date (guarded by turnsMu).
-	turnMu   sync.Mutex
-	turnsMu  sync.Mutex
-	turnsDue map[string]bool
 	// convEvicted counts conversation packs deleted over ConvBytes;
 	// fallbacks, stored packs refused at restore (prefilled instead).
 	convEvicted, fallbacks atomic.Int64
@@ -81,8 +76,8 @@ type OS struct {
 
 	usage *usageBuffer
 
-	conv *convmem.Store // turns, sessions, profiles, jobs, change logs
-	jobs *jobRunner
+	conv       *conversation.Manager              // turns, sessions, profiles, jobs, change logs
+	jobStarted func(context.Context, convmem.Job) // tests: runs when an extraction job is marked running
 
 	// mu guards closed and the Add side of inflight.
 	mu       sync.RWMutex
@@ -111,7 +106,7 @@ func Open(ctx context.Context, opts Options) (*OS, error) {
 	ok := false
 	defer func() {
 		if !ok {
-			o.stopJobs()
+			o.stopConversations()
 			o.release()
 		}
 	}()
@@ -198,7 +193,7 @@ func Open(ctx context.Context, opts Options) (*OS, error) {
 		return nil, err
 	}
 	o.usage = newUsageBuffer()
-	if err := o.startJobs(ctx); err != nil {
+	if err := o.startConversations(ctx); err != nil {
 		return nil, err
 	}
 	if prim != nil {
@@ -261,7 +256,7 @@ func (o *OS) release() error {
 // background pack writes, writes recorded usage, and closes the engine and
 // the data directory. Idempotent: a second Close returns nil.
 func (o *OS) Close(ctx context.Context) error {
-	o.stopJobs() // a running extraction stays running in the store: resumed at the next Open
+	o.stopConversations() // a running extraction stays running in the store: resumed at the next Open
 	o.mu.Lock()
 	if o.closed {
 		o.mu.Unlock()

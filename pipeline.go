@@ -92,9 +92,9 @@ func promptField(req *Request) string {
 	return "prompt"
 }
 
-// conversation returns the request's turns: the chat messages, or for a
+// requestTurns returns the request's turns: the chat messages, or for a
 // completion an optional system turn and one user turn.
-func conversation(req *Request) []Message {
+func requestTurns(req *Request) []Message {
 	msgs := req.Messages
 	if msgs == nil {
 		if req.System != "" {
@@ -155,7 +155,7 @@ func (o *OS) renderWith(ctx context.Context, l *loaded, req *Request, drop dropM
 		r.text, r.toks = req.Prompt, toks
 		return r, err
 	}
-	in := scheduler.Input{Cube: req.Cube, Messages: conversation(req), NoRetrieve: drop >= dropRetrieved}
+	in := scheduler.Input{Cube: req.Cube, Messages: requestTurns(req), NoRetrieve: drop >= dropRetrieved}
 	if drop == dropAll {
 		in.Cube = ""
 	}

@@ -147,7 +147,7 @@ func (o *OS) loop(ctx context.Context) {
 		case <-tick.C:
 		case <-o.kick:
 		}
-		if err := o.sweepExpired(ctx); err != nil && ctx.Err() == nil {
+		if err := o.conv.SweepExpired(ctx); err != nil && ctx.Err() == nil {
 			o.log.Warn("expired memories not swept", "err", err)
 		}
 		if _, err := o.tick(ctx); err != nil && ctx.Err() == nil {
@@ -169,7 +169,7 @@ func (o *OS) Tick(ctx context.Context) (scheduler.TickReport, error) {
 	defer o.leave()
 	ctx, done := o.bound(ctx)
 	defer done()
-	if err := o.sweepExpired(ctx); err != nil {
+	if err := o.conv.SweepExpired(ctx); err != nil {
 		return scheduler.TickReport{}, err
 	}
 	_, release, err := o.use(ctx, "", nil) // loaded for it, as a request would

@@ -107,7 +107,7 @@ func (b *upstream) generate(ctx context.Context, req *Request, start time.Time) 
 		if err != nil {
 			return nil, err
 		}
-		p, err := b.o.lay.Assemble(ctx, scheduler.Input{Cube: req.Cube, Members: members, Messages: conversation(req)})
+		p, err := b.o.lay.Assemble(ctx, scheduler.Input{Cube: req.Cube, Members: members, Messages: requestTurns(req)})
 		if err != nil {
 			return nil, err
 		}

@@ -37,8 +37,9 @@ var layers = [][]string{
 	{"textmem", "kvcache"},
 	// tiers that build on the text tier; optional store backends
 	{"accesskey", "lora", "convmem", "embed/llamaembed", "textmem/postgres", "kvcache/redis", "internal/ollamastore"},
-	// promotion and demotion between tiers
-	{"scheduler", "modelsched"},
+	// promotion and demotion between tiers; which models are loaded; what
+	// conversations write (recording, governed writes, extraction jobs)
+	{"scheduler", "modelsched", "conversation"},
 	// the facade an app embeds, with the request pipeline
 	{""},
 	// wire translation; benchmarks over the facade
@@ -72,6 +73,13 @@ var hooks = map[string]string{
 	"lora.Options.Now":                     "clock (tests)",
 	"lora.RegistryOptions.Now":             "clock (tests)",
 	"convmem.Options.Now":                  "clock (tests)",
+	"conversation.Hooks.AddMemory":         "the facade's write path for a new memory (the cube's record first)",
+	"conversation.Hooks.Generate":          "generates an extraction's output with the served model, at background priority",
+	"conversation.Hooks.ContextTokens":     "the loaded model's context length, which sizes extraction chunks",
+	"conversation.Hooks.Used":              "counts a consolidated profile's memories as used, for promotion",
+	"conversation.Hooks.Kick":              "asks the scheduler for a tick (a changed memory's pack is recomputed)",
+	"conversation.Hooks.Go":                "runs background turn writes as the facade's in-flight work, which Close waits for",
+	"conversation.Hooks.JobStarted":        "failpoint when a job is marked running (restart tests)",
 	"scheduler.ParametricOptions.OnChange": "tells the facade the adapter set changed",
 	"scheduler.TierOptions.Reserve":        "asks the facade for a free sequence for a tier job",
 	"scheduler.TierOptions.AfterPut":       "failpoint between a job's store and commit (crash tests)",
