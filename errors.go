@@ -115,16 +115,9 @@ func KindOf(err error) ErrorKind { return errkind.Of(err) }
 // FieldError is a request that is invalid because of one field (HTTP 400
 // naming it): Field is the request's field path ("messages",
 // "context[3]", "adapters"), Msg says what is wrong with it. Its kind is
-// KindInvalid.
-type FieldError struct {
-	Field string
-	Msg   string
-}
-
-func (e *FieldError) Error() string { return e.Field + ": " + e.Msg }
-
-// Kind returns KindInvalid.
-func (e *FieldError) Kind() ErrorKind { return errkind.Invalid }
+// KindInvalid. It is package errkind's FieldError, so the packages
+// below this one return the same type.
+type FieldError = errkind.FieldError
 
 // badField returns a *FieldError.
 func badField(field, format string, args ...any) error {

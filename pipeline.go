@@ -16,6 +16,7 @@ import (
 	"github.com/memosrt/memosrt/runtime/llama"
 	"github.com/memosrt/memosrt/scheduler"
 	"github.com/memosrt/memosrt/textmem"
+	"github.com/memosrt/memosrt/toolcall"
 )
 
 // Chat runs one chat turn in req.Cube: req.Messages is the conversation,
@@ -229,7 +230,7 @@ func (o *OS) do(ctx context.Context, req *Request, chat bool) (*Response, error)
 	default:
 		return nil, badField("record", "%q: one of \"\" (the turn), \"user\" (the message alone), \"none\"", req.Record)
 	}
-	toolGrammar, err := checkTools(req)
+	toolGrammar, err := req.toolSpec().Grammar()
 	if err != nil {
 		return nil, err
 	}
@@ -383,10 +384,10 @@ func (o *OS) do(ctx context.Context, req *Request, chat bool) (*Response, error)
 		o.fallbacks.Add(1)
 	}
 	onText := req.OnText
-	var calls *callFilter
+	var calls *toolcall.Filter
 	if req.toolsOn() && onText != nil {
-		calls = &callFilter{next: onText, required: req.ToolChoice == ToolRequired}
-		onText = calls.onText
+		calls = toolcall.NewFilter(onText, req.ToolChoice == ToolRequired)
+		onText = calls.OnText
 	}
 	var res runtime.Result
 	gerr := o.stream(ctx, onText, func(ctx context.Context, onText func(string) error) error {
@@ -412,11 +413,11 @@ func (o *OS) do(ctx context.Context, req *Request, chat bool) (*Response, error)
 		return out, gerr
 	}
 	if req.toolsOn() {
-		if tc, ok := parseCalls(out.Text); ok {
+		if tc, ok := toolcall.Parse(out.Text); ok {
 			out.ToolCalls, out.Text = tc, ""
-		} else if calls != nil && calls.held.Len() > 0 {
+		} else if calls != nil && calls.Held() != "" {
 			// prose after all, or calls cut short: the client gets the text
-			if err := req.OnText(calls.held.String()); err != nil {
+			if err := req.OnText(calls.Held()); err != nil {
 				return out, err
 			}
 		}

@@ -12,6 +12,11 @@
 // Of finds the kind of any error that wraps such a sentinel, or of any error
 // type with a Kind() Kind method, through fmt.Errorf("%w") and errors.Join.
 //
+// FieldError is the one error type of the package: a request invalid
+// because of one named field, of kind Invalid. The root package and the
+// packages below it return it, so the server reads the field from any of
+// them with one errors.As.
+//
 // The package imports none of this module's packages, so every one of them
 // may import it.
 package errkind

@@ -115,3 +115,18 @@ func Of(err error) Kind {
 	}
 	return Internal
 }
+
+// FieldError is a request that is invalid because of one field: Field is
+// the request's field path ("messages", "context[3]",
+// "tools[0].function.name"), Msg says what is wrong with it. Its kind is
+// Invalid; the server answers it with HTTP 400 naming the field.
+type FieldError struct {
+	Field string
+	Msg   string
+}
+
+// Error returns "Field: Msg".
+func (e *FieldError) Error() string { return e.Field + ": " + e.Msg }
+
+// Kind returns Invalid.
+func (e *FieldError) Kind() Kind { return Invalid }

@@ -73,3 +73,17 @@ func TestKindString(t *testing.T) {
 		}
 	}
 }
+
+func TestFieldError(t *testing.T) {
+	err := fmt.Errorf("chat: %w", &FieldError{Field: "tools[0].function.name", Msg: "bad"})
+	if got := err.Error(); got != "chat: tools[0].function.name: bad" {
+		t.Fatalf("Error() = %q", got)
+	}
+	if got := Of(err); got != Invalid {
+		t.Fatalf("Of = %v, want %v", got, Invalid)
+	}
+	var fe *FieldError
+	if !errors.As(err, &fe) || fe.Field != "tools[0].function.name" || fe.Msg != "bad" {
+		t.Fatalf("errors.As: %+v", fe)
+	}
+}

@@ -11,8 +11,9 @@ import (
 )
 
 // Tool calling on both APIs: the wire shapes become memosrt.Tool and
-// memosrt.ToolCall; the root package renders the tools, generates the
-// calls under their grammar and parses them.
+// memosrt.ToolCall; package toolcall validates the tools, renders them
+// for the model, builds the grammar the calls are generated under and
+// parses them, and the root package's pipeline runs it.
 
 // ollamaTools converts /api/chat "tools" (only type "function"; an empty
 // type is taken as it). The parameters are read as the client sent them,

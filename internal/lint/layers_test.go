@@ -29,8 +29,9 @@ var layers = [][]string{
 		"runtime/grammar", "embed", "badger",
 		// test helpers: imported by _test.go files only (checked below)
 		"internal/testutil", "internal/testmodels", "internal/testfs", "internal/lint"},
-	// the llama.cpp binding (the one cgo package)
-	{"runtime/llama"},
+	// the llama.cpp binding (the one cgo package); tool calling, which
+	// builds its grammar with runtime/grammar
+	{"runtime/llama", "toolcall"},
 	// inference: engine, sequences, KV admission
 	{"runtime"},
 	// the text and activation tiers
