@@ -31,13 +31,13 @@ var layers = [][]string{
 		"internal/testutil", "internal/testmodels", "internal/testfs", "internal/lint"},
 	// the llama.cpp binding (the one cgo package); tool calling, which
 	// builds its grammar with runtime/grammar
-	{"runtime/llama", "toolcall"},
+	{"runtime/llama"},
 	// inference: engine, sequences, KV admission
 	{"runtime"},
 	// the text and activation tiers
 	{"textmem", "kvcache"},
-	// tiers that build on the text tier; optional store backends
-	{"accesskey", "lora", "convmem", "embed/llamaembed", "textmem/postgres", "kvcache/redis", "internal/ollamastore"},
+	// tiers that build on the text tier; optional store backends; tool calling
+	{"accesskey", "toolcall", "lora", "convmem", "embed/llamaembed", "textmem/postgres", "kvcache/redis", "internal/ollamastore"},
 	// promotion and demotion between tiers; which models are loaded; what
 	// conversations write (recording, governed writes, extraction jobs)
 	{"scheduler", "modelsched", "conversation"},
