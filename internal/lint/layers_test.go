@@ -36,7 +36,7 @@ var layers = [][]string{
 	// the text and activation tiers
 	{"textmem", "kvcache"},
 	// tiers that build on the text tier; optional store backends
-	{"accesskey", "lora", "convmem", "embed/llamaembed", "textmem/postgres", "kvcache/redis", "internal/ollamastore"},
+	{"accesskey", "lora", "convmem", "cubearchive", "embed/llamaembed", "textmem/postgres", "kvcache/redis", "internal/ollamastore"},
 	// promotion and demotion between tiers
 	{"scheduler", "modelsched"},
 	// the facade an app embeds, with the request pipeline
