@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/memosrt/memosrt/badger"
+	"github.com/memosrt/memosrt/cubearchive"
 	"github.com/memosrt/memosrt/errkind"
 )
 
@@ -46,8 +47,9 @@ var (
 	// HTTP 400 with the numbers.
 	ErrNoRoom = errors.New("memosrt: the KV cache cannot hold this request")
 	// ErrBadArchive is returned by ImportCube for input that is not a cube
-	// archive of a known format version; HTTP 400.
-	ErrBadArchive = errkind.New(errkind.Invalid, "memosrt: bad cube archive")
+	// archive of a known format version; HTTP 400. It is cubearchive.ErrBad,
+	// which every error of the archive reader wraps.
+	ErrBadArchive = cubearchive.ErrBad
 	// ErrNoSpace is returned by writes to the data directory (memory adds
 	// and edits, cube records, KV pack saves and warm jobs, access keys,
 	// adapters) when its filesystem lacks the free space the write and the
