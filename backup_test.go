@@ -11,7 +11,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/memosrt/memosrt/badger"
+	"github.com/memosrt/memosrt/datadir"
 	"github.com/memosrt/memosrt/textmem"
 )
 
@@ -79,7 +79,7 @@ func TestBackupRestoreServes(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := filepath.Join(t.TempDir(), "restored")
-	if _, err := badger.RestoreBackup(ctx, file, badger.Options{Dir: dir}); err != nil {
+	if _, err := datadir.RestoreBackup(ctx, file, datadir.Options{Dir: dir}); err != nil {
 		t.Fatal(err)
 	}
 	dst := openOS(t, testOptions(t, dir))

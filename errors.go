@@ -4,8 +4,8 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/memosrt/memosrt/badger"
 	"github.com/memosrt/memosrt/cubearchive"
+	"github.com/memosrt/memosrt/datadir"
 	"github.com/memosrt/memosrt/errkind"
 )
 
@@ -57,9 +57,9 @@ var (
 	// space that opening writes; the message names the directory and the
 	// free and needed bytes. Nothing of the refused write is stored; reads
 	// and generation go on, and writes succeed again once space is freed.
-	// HTTP 507. It is badger.ErrNoSpace; docs/data-directory.md, "A full
+	// HTTP 507. It is datadir.ErrNoSpace; docs/data-directory.md, "A full
 	// disk", gives the reserve it keeps.
-	ErrNoSpace = badger.ErrNoSpace
+	ErrNoSpace = datadir.ErrNoSpace
 )
 
 // ErrorKind is what an error means to the caller: fix the request, look

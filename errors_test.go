@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/memosrt/memosrt/badger"
+	"github.com/memosrt/memosrt/datadir"
 	"github.com/memosrt/memosrt/kvcache"
 	"github.com/memosrt/memosrt/lora"
 	"github.com/memosrt/memosrt/runtime"
@@ -34,7 +34,7 @@ func TestErrorKindOf(t *testing.T) {
 		{"upstream over deadline", fmt.Errorf("%w: %w", ErrUpstream, context.DeadlineExceeded), KindUpstream},
 		{"model not found", ErrModelNotFound, KindNotFound},
 		{"bad archive over corrupt pack", fmt.Errorf("%w: %w", ErrBadArchive, kvcache.ErrCorrupt), KindInvalid},
-		{"no space is badger's", fmt.Errorf("%w: /data: 1 bytes free, 2 needed", badger.ErrNoSpace), KindNoSpace},
+		{"no space is badger's", fmt.Errorf("%w: /data: 1 bytes free, 2 needed", datadir.ErrNoSpace), KindNoSpace},
 		{"field error", badField("messages", "empty"), KindInvalid},
 		{"wrapped field error", fmt.Errorf("chat: %w", &FieldError{Field: "adapters", Msg: "bad"}), KindInvalid},
 		{"text too large", textmem.ErrTooLarge, KindTooLarge},
@@ -52,8 +52,8 @@ func TestErrorKindOf(t *testing.T) {
 			t.Errorf("%s: KindOf = %v, want %v", c.name, got, c.want)
 		}
 	}
-	if ErrNoSpace != badger.ErrNoSpace {
-		t.Fatal("ErrNoSpace is not badger.ErrNoSpace")
+	if ErrNoSpace != datadir.ErrNoSpace {
+		t.Fatal("ErrNoSpace is not datadir.ErrNoSpace")
 	}
 	if got := ErrNoSpace.Error(); got != "badger: not enough free disk space" {
 		t.Fatalf("ErrNoSpace text %q", got)

@@ -24,7 +24,7 @@ type Options struct {
 	// Required.
 	Dir string
 	// EncryptionKey, when set, encrypts the data directory at rest
-	// (AES-CTR, 16, 24 or 32 bytes; badger.Options.EncryptionKey). A
+	// (AES-CTR, 16, 24 or 32 bytes; datadir.Options.EncryptionKey). A
 	// directory created encrypted cannot be opened without it.
 	EncryptionKey []byte
 	// NoSync commits without fsync (tests): an acknowledged write can be
@@ -116,9 +116,9 @@ type Options struct {
 	// Default 100 ms.
 	UsageFlush time.Duration
 	// GCInterval is the period of the background loop's value-log GC
-	// (badger.DB.Reclaim: files at least half stale are rewritten, after a
+	// (datadir.DB.Reclaim: files at least half stale are rewritten, after a
 	// flush and compaction when the value log grew by a file since the
-	// last such pass); Open also reclaims once (badger.Open). Default 1 min.
+	// last such pass); Open also reclaims once (datadir.Open). Default 1 min.
 	GCInterval time.Duration
 	// NoScheduler turns the background loop off: no periodic ticks, no
 	// resident level changes; Tick still runs on demand. Default false.

@@ -15,9 +15,9 @@ import (
 
 	bg "github.com/dgraph-io/badger/v4"
 	"github.com/memosrt/memosrt/accesskey"
-	"github.com/memosrt/memosrt/badger"
 	"github.com/memosrt/memosrt/conversation"
 	"github.com/memosrt/memosrt/convmem"
+	"github.com/memosrt/memosrt/datadir"
 	"github.com/memosrt/memosrt/kvcache"
 	"github.com/memosrt/memosrt/lora"
 	"github.com/memosrt/memosrt/modelsched"
@@ -36,7 +36,7 @@ type OS struct {
 
 	afterTextDelete func(cube string) // tests: runs between a cube's text delete and the rest of it
 
-	db    *badger.DB
+	db    *datadir.DB
 	keys  *accesskey.Store // serve's access keys, in db
 	mem   *textmem.Store
 	kv    *kvcache.Cache
@@ -93,7 +93,7 @@ type OS struct {
 
 // Open opens the data directory, loads the model (if Options.Model) and
 // starts the scheduler's background loop. The returned OS is ready; close
-// it with Close. Errors: ErrBadOptions, badger.ErrEncryptionKey, model load
+// it with Close. Errors: ErrBadOptions, datadir.ErrEncryptionKey, model load
 // errors (llama.ErrLoad with the file's problem), storage errors.
 func Open(ctx context.Context, opts Options) (*OS, error) {
 	if err := opts.Validate(); err != nil {
@@ -111,7 +111,7 @@ func Open(ctx context.Context, opts Options) (*OS, error) {
 		}
 	}()
 	var err error
-	if o.db, err = badger.Open(badger.Options{Dir: opts.Dir, EncryptionKey: opts.EncryptionKey, NoSync: opts.NoSync, Logger: opts.Logger}); err != nil {
+	if o.db, err = datadir.Open(datadir.Options{Dir: opts.Dir, EncryptionKey: opts.EncryptionKey, NoSync: opts.NoSync, Logger: opts.Logger}); err != nil {
 		return nil, err
 	}
 	o.keys = accesskey.New(o.db)
@@ -522,7 +522,7 @@ func (o *OS) TextStore() *textmem.Store { return o.mem }
 func (o *OS) KVCache() *kvcache.Cache { return o.kv }
 
 // DB returns the data directory's database.
-func (o *OS) DB() *badger.DB { return o.db }
+func (o *OS) DB() *datadir.DB { return o.db }
 
 // Scheduler returns the tier scheduler.
 func (o *OS) Scheduler() *scheduler.Tiers { return o.tiers }

@@ -13,7 +13,7 @@ import (
 
 	bg "github.com/dgraph-io/badger/v4"
 
-	"github.com/memosrt/memosrt/badger"
+	"github.com/memosrt/memosrt/datadir"
 )
 
 // dbPrefix is the key prefix of access keys: srv/key/<sha256 hex of the
@@ -40,15 +40,15 @@ type Key struct {
 
 // Store is the access keys of one data directory.
 type Store struct {
-	db *badger.DB
+	db *datadir.DB
 }
 
 // New returns the store of db. It does not own db.
-func New(db *badger.DB) *Store { return &Store{db: db} }
+func New(db *datadir.DB) *Store { return &Store{db: db} }
 
 // Create stores a new key for cube, made at now, for the cube created at
 // cubeCreated, and returns it with its token (32 random bytes, hex, after
-// TokenPrefix). Errors: badger.ErrNoSpace, storage errors.
+// TokenPrefix). Errors: datadir.ErrNoSpace, storage errors.
 func (s *Store) Create(cube string, cubeCreated, now time.Time) (Key, string, error) {
 	var b [32]byte
 	if _, err := rand.Read(b[:]); err != nil {

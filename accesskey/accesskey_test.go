@@ -9,11 +9,11 @@ import (
 
 	bg "github.com/dgraph-io/badger/v4"
 
-	"github.com/memosrt/memosrt/badger"
+	"github.com/memosrt/memosrt/datadir"
 )
 
 func TestStore(t *testing.T) {
-	db, err := badger.Open(badger.Options{Dir: t.TempDir(), NoSync: true})
+	db, err := datadir.Open(datadir.Options{Dir: t.TempDir(), NoSync: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,6 @@
 // caller, which knows the cubes, checks that (memosrt's OS.KeyCube).
 //
 // Main types: Store (safe for concurrent use: every call is one Badger
-// transaction), Key. Writes go through badger.DB.Write, which refuses with
-// badger.ErrNoSpace when the disk lacks room.
+// transaction), Key. Writes go through datadir.DB.Write, which refuses with
+// datadir.ErrNoSpace when the disk lacks room.
 package accesskey

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/memosrt/memosrt/badger"
+	"github.com/memosrt/memosrt/datadir"
 	"github.com/memosrt/memosrt/internal/stats"
 	"github.com/memosrt/memosrt/internal/testmodels"
 	"github.com/memosrt/memosrt/internal/testutil"
@@ -17,7 +17,7 @@ import (
 
 func openCache(tb testing.TB, shared kvcache.Shared) *kvcache.Cache {
 	tb.Helper()
-	db, err := badger.Open(badger.Options{Dir: tb.TempDir(), NoSync: true})
+	db, err := datadir.Open(datadir.Options{Dir: tb.TempDir(), NoSync: true})
 	if err != nil {
 		tb.Fatal(err)
 	}

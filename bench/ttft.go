@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/memosrt/memosrt/badger"
+	"github.com/memosrt/memosrt/datadir"
 
 	"github.com/memosrt/memosrt/internal/stats"
 	"github.com/memosrt/memosrt/kvcache"
@@ -93,7 +93,7 @@ func TTFT(ctx context.Context, e *runtime.Engine, o TTFTOptions) ([]TTFTRow, err
 	query = query[:min(o.QueryTok, len(query))]
 	var cache *kvcache.Cache
 	if o.Dir != "" {
-		db, err := badger.Open(badger.Options{Dir: o.Dir, NoSync: true})
+		db, err := datadir.Open(datadir.Options{Dir: o.Dir, NoSync: true})
 		if err != nil {
 			return nil, err
 		}

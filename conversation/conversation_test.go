@@ -8,8 +8,8 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/memosrt/memosrt/badger"
 	"github.com/memosrt/memosrt/convmem"
+	"github.com/memosrt/memosrt/datadir"
 	"github.com/memosrt/memosrt/internal/testutil"
 	"github.com/memosrt/memosrt/textmem"
 )
@@ -18,7 +18,7 @@ import (
 // in t.TempDir(), with hooks h, and closes it all at the end.
 func openManager(t *testing.T, h Hooks) (*Manager, *textmem.Store) {
 	t.Helper()
-	db, err := badger.Open(badger.Options{Dir: t.TempDir(), NoSync: true})
+	db, err := datadir.Open(datadir.Options{Dir: t.TempDir(), NoSync: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/memosrt/memosrt/badger"
+	"github.com/memosrt/memosrt/datadir"
 	"github.com/memosrt/memosrt/textmem"
 )
 
@@ -43,7 +43,7 @@ func (c *clock) Add(d time.Duration) {
 // (textmem.NewBadgerBackend) and checks the database's Close at the end.
 func openStore(t *testing.T, opts Options) *Store {
 	t.Helper()
-	db, err := badger.Open(badger.Options{Dir: t.TempDir(), NoSync: true})
+	db, err := datadir.Open(datadir.Options{Dir: t.TempDir(), NoSync: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,7 +17,7 @@ import (
 
 	bg "github.com/dgraph-io/badger/v4"
 
-	"github.com/memosrt/memosrt/badger"
+	"github.com/memosrt/memosrt/datadir"
 )
 
 // BlockTokens is the block size of the prefix hash chain, in tokens.
@@ -102,7 +102,7 @@ type ramEntry struct {
 
 // Cache stores packs in Badger and keeps decompressed states in RAM.
 type Cache struct {
-	db   *badger.DB // every write through Update or Write, which ask Room first
+	db   *datadir.DB // every write through Update or Write, which ask Room first
 	opts Options
 	log  *slog.Logger
 
@@ -129,7 +129,7 @@ type Cache struct {
 
 // Open loads the pack index from db and removes chunks left without a header
 // by an interrupted Put.
-func Open(db *badger.DB, opts Options) (*Cache, error) {
+func Open(db *datadir.DB, opts Options) (*Cache, error) {
 	d := DefaultOptions()
 	if opts.RAMBytes == 0 {
 		opts.RAMBytes = d.RAMBytes
@@ -334,8 +334,8 @@ func (c *Cache) Info(id string) (Info, bool) {
 // the config h.KV and h.AdapterKey, and returns the pack id. Chunks are
 // written before the header, so a crash leaves either the whole pack or
 // orphan chunks that the next Open removes. Each write first asks
-// badger.DB.Room: on a disk too full to take it, Put stores nothing and
-// returns an error wrapping badger.ErrNoSpace.
+// datadir.DB.Room: on a disk too full to take it, Put stores nothing and
+// returns an error wrapping datadir.ErrNoSpace.
 func (c *Cache) Put(ctx context.Context, h Header, state []byte) (Info, error) {
 	if h.Created.IsZero() {
 		h.Created = c.opts.Now().UTC()
@@ -495,7 +495,7 @@ func (c *Cache) Blob(id string) ([]byte, error) {
 				return fmt.Errorf("kvcache: read chunk %d: %w", i, err) // I/O: the pack may be fine
 			}
 			if err := item.Value(func(v []byte) error {
-				if err := badger.CheckValue(item, v); err != nil {
+				if err := datadir.CheckValue(item, v); err != nil {
 					return fmt.Errorf("%w: chunk %d of %d: %w", ErrCorrupt, i, rec.Chunks, err)
 				}
 				blob = append(blob, v...)
@@ -527,7 +527,7 @@ func (c *Cache) readState(rec *packRecord) (h Header, state []byte, err error) {
 				return fmt.Errorf("kvcache: read chunk %d: %w", i, err) // I/O: the pack may be fine
 			}
 			if err := item.Value(func(v []byte) error {
-				if err := badger.CheckValue(item, v); err != nil {
+				if err := datadir.CheckValue(item, v); err != nil {
 					return fmt.Errorf("%w: chunk %d of %d: %w", ErrCorrupt, i, rec.Chunks, err)
 				}
 				return d.write(v)

@@ -9,14 +9,14 @@ import (
 
 	bg "github.com/dgraph-io/badger/v4"
 
-	"github.com/memosrt/memosrt/badger"
+	"github.com/memosrt/memosrt/datadir"
 	"github.com/memosrt/memosrt/internal/testmodels"
 	"github.com/memosrt/memosrt/runtime"
 )
 
-func openDB(t testing.TB, dir string) *badger.DB {
+func openDB(t testing.TB, dir string) *datadir.DB {
 	t.Helper()
-	db, err := badger.Open(badger.Options{Dir: dir, NoSync: true})
+	db, err := datadir.Open(datadir.Options{Dir: dir, NoSync: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +99,7 @@ func TestShuffle(t *testing.T) {
 type fixture struct {
 	eng    *runtime.Engine
 	cache  *Cache
-	db     *badger.DB
+	db     *datadir.DB
 	pack   []int32
 	prompt []int32
 	cold   string
@@ -303,7 +303,7 @@ func TestPersistAcrossReopen(t *testing.T) {
 	dir := t.TempDir()
 	eng := openEngine(t, runtime.Options{})
 	pack, _ := eng.Tokenize("Tom likes blue kites.", true)
-	db, err := badger.Open(badger.Options{Dir: dir})
+	db, err := datadir.Open(datadir.Options{Dir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -331,7 +331,7 @@ func TestPersistAcrossReopen(t *testing.T) {
 
 func TestOrphanChunksRemoved(t *testing.T) {
 	dir := t.TempDir()
-	db, _ := badger.Open(badger.Options{Dir: dir})
+	db, _ := datadir.Open(datadir.Options{Dir: dir})
 	id := PackID("cfg", []int32{1, 2})
 	db.Badger().Update(func(txn *bg.Txn) error { return txn.Set(chunkKey(id, 0), []byte("partial")) })
 	if _, err := Open(db, Options{}); err != nil {

@@ -9,7 +9,7 @@ import (
 
 	bg "github.com/dgraph-io/badger/v4"
 
-	"github.com/memosrt/memosrt/badger"
+	"github.com/memosrt/memosrt/datadir"
 	"github.com/memosrt/memosrt/runtime"
 )
 
@@ -38,7 +38,7 @@ func ids(infos []Info) []string {
 
 // checkWhole fails t unless every listed pack's blob decodes and no chunk
 // is stored without a listed pack.
-func checkWhole(t *testing.T, c *Cache, db *badger.DB) {
+func checkWhole(t *testing.T, c *Cache, db *datadir.DB) {
 	t.Helper()
 	listed := map[string]bool{}
 	for _, in := range c.List("") {

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/memosrt/memosrt/badger"
+	"github.com/memosrt/memosrt/datadir"
 	"github.com/memosrt/memosrt/internal/testmodels"
 	"github.com/memosrt/memosrt/runtime"
 	"github.com/memosrt/memosrt/runtime/llama"
@@ -155,9 +155,9 @@ func TestRefused(t *testing.T) {
 	}
 }
 
-func openDB(t testing.TB) *badger.DB {
+func openDB(t testing.TB) *datadir.DB {
 	t.Helper()
-	db, err := badger.Open(badger.Options{Dir: t.TempDir(), NoSync: true})
+	db, err := datadir.Open(datadir.Options{Dir: t.TempDir(), NoSync: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,11 +18,11 @@ import (
 
 	bg "github.com/dgraph-io/badger/v4"
 
-	"github.com/memosrt/memosrt/badger"
+	"github.com/memosrt/memosrt/datadir"
 	"github.com/memosrt/memosrt/textmem"
 )
 
-// Registry keys (see package badger):
+// Registry keys (see package datadir):
 //
 //	l/g/<name>          global adapter Record, JSON
 //	l/c/<cube>/<name>   adapter Record of one cube, JSON
@@ -61,13 +61,13 @@ type RegistryOptions struct {
 
 // Registry stores adapter records in Badger. Safe for concurrent use.
 type Registry struct {
-	db  *badger.DB // writes through Write, which asks Room first
+	db  *datadir.DB // writes through Write, which asks Room first
 	now func() time.Time
 	log *slog.Logger
 }
 
 // NewRegistry returns the registry of db. It does not own db.
-func NewRegistry(db *badger.DB, opts RegistryOptions) (*Registry, error) {
+func NewRegistry(db *datadir.DB, opts RegistryOptions) (*Registry, error) {
 	if db == nil || db.Badger() == nil {
 		return nil, errors.New("lora: nil database")
 	}

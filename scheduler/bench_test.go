@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/memosrt/memosrt/badger"
+	"github.com/memosrt/memosrt/datadir"
 	"github.com/memosrt/memosrt/internal/testmodels"
 	"github.com/memosrt/memosrt/kvcache"
 	"github.com/memosrt/memosrt/runtime"
@@ -29,7 +29,7 @@ func BenchmarkTTFTUnderJobs(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer eng.Close()
-	db, err := badger.Open(badger.Options{InMemory: true})
+	db, err := datadir.Open(datadir.Options{InMemory: true})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -10,14 +10,14 @@ import (
 
 	bg "github.com/dgraph-io/badger/v4"
 
-	"github.com/memosrt/memosrt/badger"
+	"github.com/memosrt/memosrt/datadir"
 	"github.com/memosrt/memosrt/internal/testfs"
 	"github.com/memosrt/memosrt/kvcache"
 	"github.com/memosrt/memosrt/textmem"
 )
 
 // The scheduler's own writes (usage here; heat, jobs and transitions go
-// through the same badger.DB.Update) ask for room like the tiers' writes:
+// through the same datadir.DB.Update) ask for room like the tiers' writes:
 // on a 20 MiB tmpfs whose last byte another file took, recording 16
 // batches of 500 uses (about 80 KB each, many pages of Badger's mapped
 // memtable) answers ErrNoSpace every time and writes nothing. Before,
@@ -27,7 +27,7 @@ import (
 // recorded and reads back.
 func TestRecordUseFullDisk(t *testing.T) {
 	mnt := testfs.Tmpfs(t, "20m")
-	db, err := badger.Open(badger.Options{Dir: filepath.Join(mnt, "data")})
+	db, err := datadir.Open(datadir.Options{Dir: filepath.Join(mnt, "data")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +53,7 @@ func TestRecordUseFullDisk(t *testing.T) {
 	filler := filepath.Join(mnt, "filler")
 	testfs.Fill(t, filler, 1<<30)
 	for i := range 16 {
-		if err := tiers.RecordUse(ctx, uses); !errors.Is(err, badger.ErrNoSpace) {
+		if err := tiers.RecordUse(ctx, uses); !errors.Is(err, datadir.ErrNoSpace) {
 			t.Fatalf("batch %d on a full disk: %v, want ErrNoSpace", i, err)
 		}
 	}

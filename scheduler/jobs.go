@@ -100,7 +100,7 @@ func (t *Tiers) runPending(ctx context.Context, j Job) error {
 
 // enqueue persists jobs whose (kind, cube, memory) is not pending yet.
 // On a disk too full for the write it enqueues nothing and returns an
-// error wrapping badger.ErrNoSpace.
+// error wrapping datadir.ErrNoSpace.
 func (t *Tiers) enqueue(ctx context.Context, jobs []Job) (int, error) {
 	pending, err := t.Jobs(ctx)
 	if err != nil {

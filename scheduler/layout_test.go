@@ -5,7 +5,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/memosrt/memosrt/badger"
+	"github.com/memosrt/memosrt/datadir"
 	"github.com/memosrt/memosrt/internal/testmodels"
 	"github.com/memosrt/memosrt/runtime"
 	"github.com/memosrt/memosrt/textmem"
@@ -13,7 +13,7 @@ import (
 
 type layoutEnv struct {
 	eng *runtime.Engine
-	db  *badger.DB
+	db  *datadir.DB
 	mem *textmem.Store
 }
 
@@ -23,7 +23,7 @@ func newLayoutEnv(t *testing.T) *layoutEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	db, err := badger.Open(badger.Options{Dir: t.TempDir(), NoSync: true})
+	db, err := datadir.Open(datadir.Options{Dir: t.TempDir(), NoSync: true})
 	if err != nil {
 		t.Fatal(err)
 	}

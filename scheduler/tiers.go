@@ -14,7 +14,7 @@ import (
 
 	bg "github.com/dgraph-io/badger/v4"
 
-	"github.com/memosrt/memosrt/badger"
+	"github.com/memosrt/memosrt/datadir"
 	"github.com/memosrt/memosrt/kvcache"
 	"github.com/memosrt/memosrt/lora"
 	"github.com/memosrt/memosrt/runtime"
@@ -30,7 +30,7 @@ const (
 	LevelResident  = "resident"   // activation level: cells held in the llama KV cache, shared into requests
 )
 
-// Scheduler state keys (prefix "s/", see package badger):
+// Scheduler state keys (prefix "s/", see package datadir):
 //
 //	s/u/<cube>/<memory id>   Usage of a memory, JSON
 //	s/u/<cube>/~pack         Usage of the cube's pack, JSON
@@ -140,7 +140,7 @@ func (t *Tiers) adapterSet(ctx context.Context, cube string) (AdapterSet, error)
 // Tiers (State, Transitions, Jobs, HotSet, usage recording) in tools that
 // load no model; Tick and Promote need both.
 type Deps struct {
-	DB     *badger.DB
+	DB     *datadir.DB
 	Mem    *textmem.Store
 	KV     *kvcache.Cache
 	Layout *Layout
@@ -158,7 +158,7 @@ type Tiers struct {
 	kv    *kvcache.Cache
 	lay   *Layout
 	eng   *runtime.Engine
-	db    *badger.DB // every write through its Update, which asks Room first
+	db    *datadir.DB // every write through its Update, which asks Room first
 	opts  TierOptions
 	heat  HeatOptions
 	log   *slog.Logger
@@ -436,7 +436,7 @@ type Use struct {
 const PackUse = packUse
 
 // conflictRetries bounds the retries of a usage transaction that lost a
-// read-modify-write race (badger.ErrConflict) to a concurrent one.
+// read-modify-write race (the Badger library's ErrConflict) to a concurrent one.
 const conflictRetries = 8
 
 // RecordUse applies uses in one transaction: each memory's counts decay to

@@ -7,7 +7,7 @@ import (
 
 	bg "github.com/dgraph-io/badger/v4"
 
-	"github.com/memosrt/memosrt/badger"
+	"github.com/memosrt/memosrt/datadir"
 	"github.com/memosrt/memosrt/kvcache"
 	"github.com/memosrt/memosrt/textmem"
 )
@@ -16,7 +16,7 @@ import (
 // deleted, other cubes' are untouched.
 func TestTrimTransitions(t *testing.T) {
 	ctx := context.Background()
-	db, err := badger.Open(badger.Options{InMemory: true})
+	db, err := datadir.Open(datadir.Options{InMemory: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/memosrt/memosrt"
-	"github.com/memosrt/memosrt/badger"
+	"github.com/memosrt/memosrt/datadir"
 )
 
 // TestBackupRoute: GET /v1/backup needs the admin token (none: 401, a
@@ -66,7 +66,7 @@ func TestBackupRoute(t *testing.T) {
 	}
 	dst := filepath.Join(t.TempDir(), "restored")
 	ctx := context.Background()
-	if _, err := badger.RestoreBackup(ctx, file, badger.Options{Dir: dst}); err != nil {
+	if _, err := datadir.RestoreBackup(ctx, file, datadir.Options{Dir: dst}); err != nil {
 		t.Fatal(err)
 	}
 	o, err := memosrt.Open(ctx, memosrt.Options{Dir: dst, NoScheduler: true})

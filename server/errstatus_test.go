@@ -9,8 +9,8 @@ import (
 	"testing"
 
 	"github.com/memosrt/memosrt"
-	"github.com/memosrt/memosrt/badger"
 	"github.com/memosrt/memosrt/convmem"
+	"github.com/memosrt/memosrt/datadir"
 	"github.com/memosrt/memosrt/embed"
 	"github.com/memosrt/memosrt/kvcache"
 	"github.com/memosrt/memosrt/lora"
@@ -69,7 +69,7 @@ func TestErrStatusSentinels(t *testing.T) {
 		{errBodyTimeout, "server: request body not received in time", 408, inv},
 		{scheduler.ErrKVBudget, "scheduler: activation tier KV budget exceeded", 507, srv},
 		{memosrt.ErrNoSpace, "badger: not enough free disk space", 507, srv},
-		{badger.ErrNoSpace, "badger: not enough free disk space", 507, srv},
+		{datadir.ErrNoSpace, "badger: not enough free disk space", 507, srv},
 		{textmem.ErrBadCube, "textmem: bad cube name", 400, inv},
 		{textmem.ErrEmptyText, "textmem: empty text", 400, inv},
 		{textmem.ErrInvalidUTF8, "textmem: invalid utf-8", 400, inv},

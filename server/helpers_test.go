@@ -17,7 +17,7 @@ import (
 	"github.com/openai/openai-go/option"
 
 	"github.com/memosrt/memosrt"
-	"github.com/memosrt/memosrt/badger"
+	"github.com/memosrt/memosrt/datadir"
 	"github.com/memosrt/memosrt/embed"
 	"github.com/memosrt/memosrt/internal/testmodels"
 	"github.com/memosrt/memosrt/kvcache"
@@ -52,7 +52,7 @@ type env struct {
 	srv *Server
 	ts  *httptest.Server
 	eng *runtime.Engine
-	db  *badger.DB
+	db  *datadir.DB
 	mem *textmem.Store
 	kv  *kvcache.Cache
 	reg *lora.Registry

@@ -10,7 +10,7 @@ import (
 
 	bg "github.com/dgraph-io/badger/v4"
 
-	"github.com/memosrt/memosrt/badger"
+	"github.com/memosrt/memosrt/datadir"
 )
 
 // keyRecord is the key prefix of cube registry records in the Badger
@@ -19,17 +19,17 @@ const keyRecord = "srv/cube/"
 
 // badgerBackend keeps cube c's key k at "t/<c>/<k>" (cube names cannot
 // contain '/', so cube "a"'s keys never share a prefix with cube "ab"'s).
-// Every write goes through badger.DB.Update or Write, which ask Room
-// first and refuse it with badger.ErrNoSpace when the disk is too full to
+// Every write goes through datadir.DB.Update or Write, which ask Room
+// first and refuse it with datadir.ErrNoSpace when the disk is too full to
 // take it safely; the write batches (Bulk, the prefix deletes) ask Room
 // themselves.
 type badgerBackend struct {
-	db *badger.DB
+	db *datadir.DB
 }
 
 // NewBadgerBackend returns the Backend over the embedded database db, the
 // default of Open. db stays the caller's to close.
-func NewBadgerBackend(db *badger.DB) Backend { return badgerBackend{db: db} }
+func NewBadgerBackend(db *datadir.DB) Backend { return badgerBackend{db: db} }
 
 // bulkRoomBytes is how many bytes Bulk puts between two free-space checks.
 const bulkRoomBytes = 256 << 10
@@ -53,9 +53,9 @@ func seal(key, value []byte) []byte {
 // unseal returns the value of a record read from Badger: without its
 // checksum when it has one, or an error wrapping ErrDamaged naming the key
 // when the checksum does not match, or when Badger's read failed (see
-// badger.CheckValue). v is Badger's buffer; the result aliases it.
+// datadir.CheckValue). v is Badger's buffer; the result aliases it.
 func unseal(item *bg.Item, v []byte) ([]byte, error) {
-	if err := badger.CheckValue(item, v); err != nil {
+	if err := datadir.CheckValue(item, v); err != nil {
 		return nil, fmt.Errorf("%w: record %s: %w", ErrDamaged, item.Key(), err)
 	}
 	if item.UserMeta()&metaSummed == 0 {
@@ -97,9 +97,9 @@ func (t badgerTxn) Get(k []byte) ([]byte, error) {
 }
 
 // damaged wraps err with ErrDamaged naming key when err is a read of
-// damaged bytes (badger.Damaged); other errors are returned as they are.
+// damaged bytes (datadir.Damaged); other errors are returned as they are.
 func damaged(err error, key []byte) error {
-	if badger.Damaged(err) && !errors.Is(err, ErrDamaged) {
+	if datadir.Damaged(err) && !errors.Is(err, ErrDamaged) {
 		return fmt.Errorf("%w: record %s: %w", ErrDamaged, key, err)
 	}
 	return err

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/memosrt/memosrt/badger"
+	"github.com/memosrt/memosrt/datadir"
 )
 
 // synthCorpus makes n deterministic memories of 8..24 words drawn from a
@@ -88,7 +88,7 @@ func BenchmarkScale(b *testing.B) {
 	ctx := context.Background()
 	for range b.N {
 		heap0 := heapInUse()
-		db, err := badger.Open(badger.Options{Dir: b.TempDir(), NoSync: true})
+		db, err := datadir.Open(datadir.Options{Dir: b.TempDir(), NoSync: true})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -12,7 +12,7 @@ import (
 
 	bg "github.com/dgraph-io/badger/v4"
 
-	"github.com/memosrt/memosrt/badger"
+	"github.com/memosrt/memosrt/datadir"
 )
 
 // flipInFiles flips bit 0 of the byte at offset off past the first
@@ -58,7 +58,7 @@ func TestDamagedMemoryNotServed(t *testing.T) {
 		t.Run(fmt.Sprintf("badger_verify=%v", verify), func(t *testing.T) {
 			ctx := context.Background()
 			dir := t.TempDir()
-			db, err := badger.Open(badger.Options{Dir: dir, NoSync: true})
+			db, err := datadir.Open(datadir.Options{Dir: dir, NoSync: true})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -86,7 +86,7 @@ func TestDamagedMemoryNotServed(t *testing.T) {
 			}
 			file := flipInFiles(t, dir, "*.sst", []byte("QUARRY"), 2) // the text's (index terms are lower-case): "QUARRY" → "QTARRY"
 
-			db, err = badger.Open(badger.Options{Dir: dir, NoSync: true, NoVerify: !verify})
+			db, err = datadir.Open(datadir.Options{Dir: dir, NoSync: true, NoVerify: !verify})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -216,7 +216,7 @@ func TestDeletedNotDamaged(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
-			db, err := badger.Open(badger.Options{Dir: dir, NoSync: true})
+			db, err := datadir.Open(datadir.Options{Dir: dir, NoSync: true})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -261,7 +261,7 @@ func TestDeletedNotDamaged(t *testing.T) {
 	}
 	t.Run("delete_cube_cut_short", func(t *testing.T) {
 		dir := t.TempDir()
-		db, err := badger.Open(badger.Options{Dir: dir, NoSync: true})
+		db, err := datadir.Open(datadir.Options{Dir: dir, NoSync: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -362,8 +362,8 @@ func TestDamagedLargeMemoryInValueLog(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
 			dir := t.TempDir()
-			bo := badger.Options{Dir: dir, NoSync: true, MemTableSize: 1 << 20, NoCompactOnOpen: true}
-			db, err := badger.Open(bo)
+			bo := datadir.Options{Dir: dir, NoSync: true, MemTableSize: 1 << 20, NoCompactOnOpen: true}
+			db, err := datadir.Open(bo)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -393,7 +393,7 @@ func TestDamagedLargeMemoryInValueLog(t *testing.T) {
 			if !tc.newest {
 				// a reopen starts a new value-log file: the record's is no
 				// longer the newest, which Open would cut
-				if db, err = badger.Open(bo); err != nil {
+				if db, err = datadir.Open(bo); err != nil {
 					t.Fatal(err)
 				}
 				if err := db.Close(); err != nil {
@@ -403,7 +403,7 @@ func TestDamagedLargeMemoryInValueLog(t *testing.T) {
 			flipInFiles(t, dir, "*.vlog", []byte("LONGLEDGER"), 2) // "LONGLEDGER" → "LOOGLEDGER"
 
 			bo.NoVerify = !tc.verify
-			if db, err = badger.Open(bo); err != nil {
+			if db, err = datadir.Open(bo); err != nil {
 				t.Fatal(err)
 			}
 			defer db.Close()
@@ -454,8 +454,8 @@ func TestPackDamageLosesNoMemory(t *testing.T) {
 	}
 	ctx := context.Background()
 	dir := t.TempDir()
-	bo := badger.Options{Dir: dir, NoSync: true}
-	db, err := badger.Open(bo)
+	bo := datadir.Options{Dir: dir, NoSync: true}
+	db, err := datadir.Open(bo)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -479,7 +479,7 @@ func TestPackDamageLosesNoMemory(t *testing.T) {
 		}
 	}
 	add(0)
-	chunk := make([]byte, badger.MaxValueThreshold+4096)
+	chunk := make([]byte, datadir.MaxValueThreshold+4096)
 	for i := range chunk {
 		chunk[i] = byte(i * 7)
 	}
@@ -494,7 +494,7 @@ func TestPackDamageLosesNoMemory(t *testing.T) {
 	}
 	flipInFiles(t, dir, "*.vlog", []byte("PACK-PAYLOAD-MARK"), 100)
 
-	if db, err = badger.Open(bo); err != nil {
+	if db, err = datadir.Open(bo); err != nil {
 		t.Fatal(err)
 	}
 	defer db.Close()
@@ -503,10 +503,10 @@ func TestPackDamageLosesNoMemory(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		_, err = badger.ValueCopy(item)
+		_, err = datadir.ValueCopy(item)
 		return err
 	})
-	if !errors.Is(err, badger.ErrDamaged) {
+	if !errors.Is(err, datadir.ErrDamaged) {
 		t.Fatalf("the damaged chunk reads %v, want ErrDamaged", err)
 	}
 	if s, err = Open(db, Options{Now: clock()}); err != nil {

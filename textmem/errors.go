@@ -28,7 +28,7 @@ var (
 
 	// ErrTooLarge is returned by Add and Update when the text is longer than
 	// Options.MaxTextBytes, or when its index postings do not fit one Badger
-	// transaction (with package badger's defaults, about 20 000 distinct
+	// transaction (with package datadir's defaults, about 20 000 distinct
 	// terms: more than a 64 KiB text can hold). Nothing is stored.
 	ErrTooLarge = errkind.New(errkind.TooLarge, "textmem: text too large")
 
@@ -49,7 +49,7 @@ var (
 
 	// ErrDamaged is returned when a stored record does not read back as it
 	// was written: its checksum does not match, or the store's own
-	// checksums failed under it (package badger's ErrDamaged). The error
+	// checksums failed under it (package datadir's ErrDamaged). The error
 	// names the record's key (t/<cube>/m/<id> for a memory); nothing of
 	// the record is returned. Get returns it; List and Search leave the
 	// record out. Each one found is logged and counted (Store.Damaged).

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/memosrt/memosrt/badger"
+	"github.com/memosrt/memosrt/datadir"
 	"github.com/memosrt/memosrt/textmem"
 )
 
@@ -15,7 +15,7 @@ func Example() {
 		panic(err)
 	}
 	defer os.RemoveAll(dir)
-	db, err := badger.Open(badger.Options{Dir: dir})
+	db, err := datadir.Open(datadir.Options{Dir: dir})
 	if err != nil {
 		panic(err)
 	}
@@ -54,7 +54,7 @@ func ExampleStore_SearchWith() {
 		panic(err)
 	}
 	defer os.RemoveAll(dir)
-	db, err := badger.Open(badger.Options{Dir: dir})
+	db, err := datadir.Open(datadir.Options{Dir: dir})
 	if err != nil {
 		panic(err)
 	}

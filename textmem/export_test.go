@@ -4,13 +4,13 @@ import (
 	"context"
 	"time"
 
-	"github.com/memosrt/memosrt/badger"
+	"github.com/memosrt/memosrt/datadir"
 )
 
-type badgerDB = badger.DB
+type badgerDB = datadir.DB
 
-func openBadger(dir string) (*badger.DB, error) {
-	return badger.Open(badger.Options{Dir: dir, NoSync: true})
+func openBadger(dir string) (*datadir.DB, error) {
+	return datadir.Open(datadir.Options{Dir: dir, NoSync: true})
 }
 
 // The PostgreSQL backend lives in package textmem/postgres, which imports

@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/memosrt/memosrt/badger"
+	"github.com/memosrt/memosrt/datadir"
 	"github.com/memosrt/memosrt/internal/testfs"
 )
 
@@ -19,7 +19,7 @@ import (
 // SIGBUS in Badger's flush, and loses nothing.
 func TestCreateRecordFullDisk(t *testing.T) {
 	mnt := testfs.Tmpfs(t, "20m")
-	db, err := badger.Open(badger.Options{Dir: filepath.Join(mnt, "data")})
+	db, err := datadir.Open(datadir.Options{Dir: filepath.Join(mnt, "data")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,13 +33,13 @@ func TestCreateRecordFullDisk(t *testing.T) {
 	if err := be.CreateRecord(ctx, "alice", []byte(`{"name":"alice"}`)); !errors.Is(err, ErrRecordExists) {
 		t.Fatalf("existing cube on a full disk: %v, want ErrRecordExists", err)
 	}
-	if err := be.CreateRecord(ctx, "bob", []byte(`{"name":"bob"}`)); !errors.Is(err, badger.ErrNoSpace) {
+	if err := be.CreateRecord(ctx, "bob", []byte(`{"name":"bob"}`)); !errors.Is(err, datadir.ErrNoSpace) {
 		t.Fatalf("new cube on a full disk: %v, want ErrNoSpace", err)
 	}
 	// closing would flush the memtable into a new table: refused, Badger
 	// stays open; once there is room it closes, and alice's record was
 	// kept
-	if err := db.Close(); !errors.Is(err, badger.ErrNoSpace) {
+	if err := db.Close(); !errors.Is(err, datadir.ErrNoSpace) {
 		t.Fatalf("close on a full disk: %v, want ErrNoSpace", err)
 	}
 	if err := os.Remove(filler); err != nil {
@@ -48,7 +48,7 @@ func TestCreateRecordFullDisk(t *testing.T) {
 	if err := db.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if db, err = badger.Open(badger.Options{Dir: filepath.Join(mnt, "data")}); err != nil {
+	if db, err = datadir.Open(datadir.Options{Dir: filepath.Join(mnt, "data")}); err != nil {
 		t.Fatal(err)
 	}
 	defer db.Close()

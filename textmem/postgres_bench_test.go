@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/memosrt/memosrt/badger"
+	"github.com/memosrt/memosrt/datadir"
 	"github.com/memosrt/memosrt/internal/testutil"
 )
 
@@ -34,7 +34,7 @@ func BenchmarkTextStore(b *testing.B) {
 	}
 	stores := map[string]func(b *testing.B) *Store{
 		"badger": func(b *testing.B) *Store {
-			db, err := badger.Open(badger.Options{Dir: b.TempDir(), NoSync: true})
+			db, err := datadir.Open(datadir.Options{Dir: b.TempDir(), NoSync: true})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -16,7 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/memosrt/memosrt/badger"
+	"github.com/memosrt/memosrt/datadir"
 )
 
 // Store is the text tier over one Backend. It is safe for concurrent use.
@@ -43,7 +43,7 @@ type Store struct {
 // Open returns a Store over the embedded database db (NewBadgerBackend).
 // It loads no cube until that cube is first used. The Store does not own
 // db: Close leaves it open.
-func Open(db *badger.DB, opts Options) (*Store, error) {
+func Open(db *datadir.DB, opts Options) (*Store, error) {
 	if db == nil || db.Badger() == nil {
 		return nil, errors.New("textmem: nil database")
 	}

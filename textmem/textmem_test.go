@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/memosrt/memosrt/badger"
+	"github.com/memosrt/memosrt/datadir"
 )
 
 var t0 = time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
@@ -32,9 +32,9 @@ func clock() func() time.Time {
 // MEMOSRT_TEST_TEXT_STORE=postgres or postgres-sealed, over a PostgreSQL
 // database of its own for dir, see TestMain) and closes
 // both at the end of the test, checking Close.
-func openStore(t testing.TB, dir string, opts Options) (*Store, *badger.DB) {
+func openStore(t testing.TB, dir string, opts Options) (*Store, *datadir.DB) {
 	t.Helper()
-	db, err := badger.Open(badger.Options{Dir: dir, NoSync: true})
+	db, err := datadir.Open(datadir.Options{Dir: dir, NoSync: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -319,7 +319,7 @@ func TestReopen(t *testing.T) {
 	queries := []string{"support group", "adoption research", "sunrise painting", "绿茶"}
 	var before [][]Hit
 	{
-		db, err := badger.Open(badger.Options{Dir: dir})
+		db, err := datadir.Open(datadir.Options{Dir: dir})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -386,7 +386,7 @@ func TestReopen(t *testing.T) {
 func TestAnalyzerChangeRebuilds(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	db, err := badger.Open(badger.Options{Dir: dir})
+	db, err := datadir.Open(datadir.Options{Dir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,7 +26,7 @@ import (
 	bg "github.com/dgraph-io/badger/v4"
 
 	"github.com/memosrt/memosrt"
-	"github.com/memosrt/memosrt/badger"
+	"github.com/memosrt/memosrt/datadir"
 	"github.com/memosrt/memosrt/internal/testmodels"
 	"github.com/memosrt/memosrt/internal/testutil"
 	"github.com/memosrt/memosrt/kvcache"
@@ -833,7 +833,7 @@ func rawCheck(t *testing.T, cycle int, dir, keyFile string, ws []*worker, st *st
 			t.Fatal(err)
 		}
 	}
-	db, err := badger.Open(badger.Options{Dir: dir, EncryptionKey: key})
+	db, err := datadir.Open(datadir.Options{Dir: dir, EncryptionKey: key})
 	if err != nil {
 		t.Fatalf("cycle %d: reopen after kill: %v", cycle, err)
 	}

@@ -38,5 +38,5 @@
 // is logged so that a failure can be replayed). A SIGKILL leaves what the
 // process wrote in the page cache, so this checks crash consistency of the
 // process, not durability across power loss (which rests on Badger's
-// SyncWrites, on by default in package badger).
+// SyncWrites, on by default in package datadir).
 package crash

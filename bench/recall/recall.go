@@ -13,7 +13,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/memosrt/memosrt/badger"
+	"github.com/memosrt/memosrt/datadir"
 	"github.com/memosrt/memosrt/embed"
 	"github.com/memosrt/memosrt/textmem"
 )
@@ -384,7 +384,7 @@ func measure(ctx context.Context, samples []sample, cfg config, ks []int, log *s
 		return nil, fmt.Errorf("recall: %w", err)
 	}
 	defer os.RemoveAll(dir)
-	db, err := badger.Open(badger.Options{Dir: dir, NoSync: true})
+	db, err := datadir.Open(datadir.Options{Dir: dir, NoSync: true})
 	if err != nil {
 		return nil, err
 	}

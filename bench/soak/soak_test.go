@@ -780,7 +780,7 @@ func TestSoak(t *testing.T) {
 	}
 	// Bounds (docs/data-directory.md, "Disk and memory bounds"). Disk: the
 	// budgets plus Badger's slack (badgerSlack: its options in
-	// badger.Open). Live heap: the RAM level's budget (serve's default)
+	// datadir.Open). Live heap: the RAM level's budget (serve's default)
 	// plus the base; RSS: twice that (GOGC=100), the value-log files Badger
 	// maps (at most the disk bound) and the model with its KV cache. A CI
 	// run at half this machine's request rate reached 211.6 MiB of disk.

@@ -11,7 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/memosrt/memosrt/badger"
+	"github.com/memosrt/memosrt/datadir"
 	"github.com/memosrt/memosrt/internal/atomicfile"
 )
 
@@ -51,7 +51,7 @@ func newBackupCmd() *cobra.Command {
 
 // backup writes the backup of dir to out: through the server running on
 // dir, else from dir opened here. The file is written beside out and
-// renamed to it once verified (badger.VerifyBackup; an encrypted backup
+// renamed to it once verified (datadir.VerifyBackup; an encrypted backup
 // is verified only when key is given).
 func backup(ctx context.Context, dir string, key []byte, out string) error {
 	how := "offline"
@@ -75,7 +75,7 @@ func backup(ctx context.Context, dir string, key []byte, out string) error {
 		if !fi.IsDir() {
 			return fmt.Errorf("data directory %s: not a directory", dir)
 		}
-		db, err := badger.Open(badger.Options{Dir: dir, EncryptionKey: key, NoCompactOnOpen: true, Logger: logger()})
+		db, err := datadir.Open(datadir.Options{Dir: dir, EncryptionKey: key, NoCompactOnOpen: true, Logger: logger()})
 		if errors.Is(err, errEncryptionKey) {
 			return fmt.Errorf("%w (--encrypt-key-file)", err)
 		}
@@ -85,16 +85,16 @@ func backup(ctx context.Context, dir string, key []byte, out string) error {
 		if err != nil {
 			return err
 		}
-		_, err = db.Backup(ctx, f, badger.BackupOptions{Version: version})
+		_, err = db.Backup(ctx, f, datadir.BackupOptions{Version: version})
 		return errors.Join(err, db.Close())
 	})
 	if err != nil {
 		return fmt.Errorf("backup %s: %w", dir, err)
 	}
-	info, err := badger.VerifyBackup(ctx, out, key)
+	info, err := datadir.VerifyBackup(ctx, out, key)
 	note := ""
 	switch {
-	case errors.Is(err, badger.ErrBackupKey) && len(key) == 0:
+	case errors.Is(err, datadir.ErrBackupKey) && len(key) == 0:
 		note = " (encrypted; give --encrypt-key-file to verify it)"
 	case err != nil:
 		os.Remove(out)
@@ -132,8 +132,8 @@ func newRestoreCmd() *cobra.Command {
 		if err != nil {
 			return err
 		}
-		info, err := badger.RestoreBackup(cmd.Context(), args[0], badger.Options{Dir: dir, EncryptionKey: key, Logger: logger()})
-		if errors.Is(err, badger.ErrBackupKey) {
+		info, err := datadir.RestoreBackup(cmd.Context(), args[0], datadir.Options{Dir: dir, EncryptionKey: key, Logger: logger()})
+		if errors.Is(err, datadir.ErrBackupKey) {
 			return fmt.Errorf("%w (--encrypt-key-file)", err)
 		}
 		if err != nil {

@@ -15,7 +15,7 @@ import (
 	bg "github.com/dgraph-io/badger/v4"
 	"github.com/spf13/cobra"
 
-	"github.com/memosrt/memosrt/badger"
+	"github.com/memosrt/memosrt/datadir"
 	"github.com/memosrt/memosrt/kvcache"
 	"github.com/memosrt/memosrt/textmem"
 )
@@ -59,7 +59,7 @@ func newCheckCmd() *cobra.Command {
 // live reports whether version is the current version of key in db (a
 // damaged value-log entry of an older version, or of a deleted key, loses
 // nothing).
-func live(db *badger.DB, key []byte, version uint64) bool {
+func live(db *datadir.DB, key []byte, version uint64) bool {
 	ok := false
 	db.Badger().View(func(txn *bg.Txn) error {
 		item, err := txn.Get(key)
@@ -74,11 +74,11 @@ func live(db *badger.DB, key []byte, version uint64) bool {
 func checkDir(ctx context.Context, w io.Writer, dir string, key []byte, repair bool) error {
 	// before any open: an open to write truncates the newest value-log
 	// file at its first damaged entry
-	vlog, err := badger.ScanValueLog(dir)
+	vlog, err := datadir.ScanValueLog(dir)
 	if err != nil {
 		return err
 	}
-	db, err := badger.Open(badger.Options{Dir: dir, EncryptionKey: key, ReadOnly: !repair, NoCompactOnOpen: true, Logger: logger()})
+	db, err := datadir.Open(datadir.Options{Dir: dir, EncryptionKey: key, ReadOnly: !repair, NoCompactOnOpen: true, Logger: logger()})
 	if err != nil {
 		if isLocked(err) {
 			return fmt.Errorf("%w: the data directory %s is in use by another process", err, dir)

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/memosrt/memosrt/badger"
+	"github.com/memosrt/memosrt/datadir"
 	"github.com/memosrt/memosrt/kvcache"
 	"github.com/memosrt/memosrt/textmem"
 )
@@ -55,7 +55,7 @@ func flipAt(t *testing.T, dir, glob string, needle []byte, off, n int) string {
 func TestCheckCommand(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	db, err := badger.Open(badger.Options{Dir: dir})
+	db, err := datadir.Open(datadir.Options{Dir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,8 +89,8 @@ func TestCheckCommand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	state := make([]byte, badger.MaxValueThreshold+(256<<10)) // raw codec (no saving): stored as is, in the value log
-	x := uint64(88172645463325252)                            // xorshift64: incompressible, so stored raw
+	state := make([]byte, datadir.MaxValueThreshold+(256<<10)) // raw codec (no saving): stored as is, in the value log
+	x := uint64(88172645463325252)                             // xorshift64: incompressible, so stored raw
 	for i := range state {
 		x ^= x << 13
 		x ^= x >> 7
@@ -150,7 +150,7 @@ func TestCheckCommand(t *testing.T) {
 		t.Fatalf("check after --repair: %v\n%s", err, out)
 	}
 
-	db, err = badger.Open(badger.Options{Dir: dir})
+	db, err = datadir.Open(datadir.Options{Dir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,7 +13,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/memosrt/memosrt"
-	"github.com/memosrt/memosrt/badger"
+	"github.com/memosrt/memosrt/datadir"
 	"github.com/memosrt/memosrt/kvcache"
 	"github.com/memosrt/memosrt/scheduler"
 	"github.com/memosrt/memosrt/textmem"
@@ -278,7 +278,7 @@ func oneLine(s string, n int) string {
 	return s
 }
 
-var errEncryptionKey = badger.ErrEncryptionKey
+var errEncryptionKey = datadir.ErrEncryptionKey
 
 // isLocked reports Badger's directory lock held by another process.
 func isLocked(err error) bool {

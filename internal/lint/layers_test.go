@@ -26,7 +26,7 @@ var layers = [][]string{
 	{"errkind"},
 	// leaves: no package of ours but errkind
 	{"internal/defaults", "internal/atomicfile", "internal/half", "internal/safepath", "internal/sealed", "internal/stats",
-		"runtime/grammar", "embed", "badger",
+		"runtime/grammar", "embed", "datadir",
 		// test helpers: imported by _test.go files only (checked below)
 		"internal/testutil", "internal/testmodels", "internal/testfs", "internal/lint"},
 	// the llama.cpp binding (the one cgo package); tool calling, which

@@ -16,7 +16,7 @@ import (
 	"github.com/memosrt/memosrt/kvcache"
 	"github.com/memosrt/memosrt/kvcache/redis"
 
-	"github.com/memosrt/memosrt/badger"
+	"github.com/memosrt/memosrt/datadir"
 	"github.com/memosrt/memosrt/internal/testmodels"
 	"github.com/memosrt/memosrt/internal/testutil"
 	"github.com/memosrt/memosrt/runtime"
@@ -422,9 +422,9 @@ func TestSharedRefusedAndHung(t *testing.T) {
 	}
 }
 
-func openDB(t testing.TB, dir string) *badger.DB {
+func openDB(t testing.TB, dir string) *datadir.DB {
 	t.Helper()
-	db, err := badger.Open(badger.Options{Dir: dir, NoSync: true})
+	db, err := datadir.Open(datadir.Options{Dir: dir, NoSync: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-// Package badger opens the one Badger v4 database that a memosrt data
+// Package datadir opens the one Badger v4 database that a memosrt data
 // directory holds and fixes its key layout, so that every tier stores into
 // the same transactional store.
 //
@@ -32,4 +32,4 @@
 // check).
 //
 // A *DB is safe for concurrent use, as Badger's own DB is.
-package badger
+package datadir

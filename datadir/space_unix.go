@@ -1,6 +1,6 @@
 //go:build linux || darwin
 
-package badger
+package datadir
 
 import "syscall"
 

@@ -1,6 +1,6 @@
 //go:build !unix
 
-package badger
+package datadir
 
 import "io/fs"
 

@@ -1,6 +1,6 @@
 //go:build !race
 
-package badger
+package datadir
 
 // raceBuild is true under the race detector (go test -race).
 const raceBuild = false

@@ -1,4 +1,4 @@
-package badger
+package datadir
 
 import (
 	"encoding/binary"

@@ -1,6 +1,6 @@
 //go:build !linux && !darwin
 
-package badger
+package datadir
 
 // diskSpace is unknown here: Room lets every write in.
 func diskSpace(string) (free, total int64, ok bool) { return 0, 0, false }
