@@ -78,7 +78,7 @@ func BenchmarkPipelineOverhead(b *testing.B) {
 				start := time.Now()
 				// a cold slot each time, as the bare side has
 				eng.ClearSeq(seq)
-				o.prim().pool.hold(o.prim().pool.all[0], nil)
+				o.prim().pool.Hold(o.prim().pool.All()[0], nil)
 				got, err := o.Generate(ctx, req)
 				if err != nil {
 					b.Fatal(err)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/memosrt/memosrt/conversation"
 	"github.com/memosrt/memosrt/convmem"
+	"github.com/memosrt/memosrt/runtime/slots"
 	"github.com/memosrt/memosrt/scheduler"
 	"github.com/memosrt/memosrt/textmem"
 )
@@ -94,7 +95,7 @@ func (o *OS) extractionText(ctx context.Context, g conversation.Generation) (*co
 	switch {
 	case errors.Is(err, ErrClosed):
 		err = fmt.Errorf("%w: %w", conversation.ErrClosing, err)
-	case errors.Is(err, errNoIdleSlot):
+	case errors.Is(err, slots.ErrNoIdle):
 		err = fmt.Errorf("%w: %w", conversation.ErrRetryLater, err)
 	}
 	if res == nil {

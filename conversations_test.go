@@ -359,38 +359,6 @@ func TestExpiry(t *testing.T) {
 	}
 }
 
-// Background work takes only an idle slot, and gives it up to the first
-// foreground request that finds none free.
-func TestBackgroundSlotPreempted(t *testing.T) {
-	p := newSlotPool([]int{0}, 4)
-	var cause error
-	var bg *slot
-	ctx, cancel := context.WithCancelCause(context.Background())
-	bg, _, err := p.acquireBackground(nil, "", func(err error) { cause = err; cancel(err) })
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := p.acquireBackground(nil, "", func(error) {}); !errors.Is(err, errNoIdleSlot) {
-		t.Fatalf("second background acquire: %v", err)
-	}
-	got := make(chan *slot)
-	go func() {
-		s, _, err := p.acquire(context.Background(), nil, "")
-		if err != nil {
-			t.Error(err)
-		}
-		got <- s
-	}()
-	<-ctx.Done() // the foreground request preempted the background one
-	if !errors.Is(cause, errPreempted) {
-		t.Fatalf("cause %v", cause)
-	}
-	p.release(bg)
-	if s := <-got; s != bg {
-		t.Fatalf("foreground got %v", s)
-	}
-}
-
 // AddMessages refuses empty and whitespace-only lists (no turn, no job);
 // without a model the extraction is extractive; undo removes what a job
 // added and gives a superseded memory its text back.

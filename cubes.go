@@ -285,7 +285,7 @@ func (o *OS) dropCubeState(ctx context.Context, cube string) error {
 	}
 	o.kvMu.Unlock()
 	o.eachLoaded(func(l *loaded) {
-		l.pool.forget(cube, l.clearSeq)
+		l.pool.Forget(cube, l.clearSeq)
 		l.dropResident(cube)
 	})
 	return o.keys.DeleteCube(cube)

@@ -3,6 +3,7 @@ package memosrt
 import (
 	"errors"
 	"fmt"
+	"github.com/memosrt/memosrt/runtime/slots"
 
 	"github.com/memosrt/memosrt/cubearchive"
 	"github.com/memosrt/memosrt/datadir"
@@ -19,7 +20,7 @@ var (
 	ErrNoModel = errkind.New(errkind.Unavailable, "memosrt: no model loaded")
 	// ErrBusy is returned when every request sequence is taken and
 	// Options.MaxQueue requests already wait; HTTP 429.
-	ErrBusy = errkind.New(errkind.Busy, "memosrt: queue full")
+	ErrBusy = slots.ErrQueueFull
 	// ErrUnknownCube is returned for a cube that was neither created nor
 	// holds memories; HTTP 404.
 	ErrUnknownCube = errkind.New(errkind.NotFound, "memosrt: unknown cube")
@@ -45,7 +46,7 @@ var (
 	// sequence emptied (resident packs hold the rest), and for a tier job
 	// when its cells are not free now (it runs again at a later tick);
 	// HTTP 400 with the numbers.
-	ErrNoRoom = errors.New("memosrt: the KV cache cannot hold this request")
+	ErrNoRoom = slots.ErrNoRoom
 	// ErrBadArchive is returned by ImportCube for input that is not a cube
 	// archive of a known format version; HTTP 400. It is cubearchive.ErrBad,
 	// which every error of the archive reader wraps.

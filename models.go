@@ -14,6 +14,7 @@ import (
 	"github.com/memosrt/memosrt/lora"
 	"github.com/memosrt/memosrt/modelsched"
 	"github.com/memosrt/memosrt/runtime"
+	"github.com/memosrt/memosrt/runtime/slots"
 	"github.com/memosrt/memosrt/scheduler"
 )
 
@@ -59,11 +60,11 @@ type loaded struct {
 	info   ModelInfo
 	cfgKey string // kvcache.ConfigKey of the live KV config, no adapters
 
-	pool    *slotPool
-	jobSlot *slot // reserves the cells of tier jobs (never lent)
-	resSlot *slot // reserves the cells of a pack being made resident
-	seqs    []int // taken from the engine's pool at load, returned at unload
-	nres    int   // resident sequences (primary only)
+	pool    *slots.Pool
+	jobSlot *slots.Slot // reserves the cells of tier jobs (never lent)
+	resSlot *slots.Slot // reserves the cells of a pack being made resident
+	seqs    []int       // taken from the engine's pool at load, returned at unload
+	nres    int         // resident sequences (primary only)
 
 	// applyMu serialises resident level changes (applyResident, Warm).
 	applyMu sync.Mutex
@@ -74,7 +75,7 @@ type loaded struct {
 
 	// unsaved are slots whose conversation state a busy writer skipped
 	// (guarded by resMu): unload saves them first.
-	unsaved map[*slot]convSave
+	unsaved map[*slots.Slot]convSave
 }
 
 // convSave is what persist needs to store a slot's state later.
@@ -313,7 +314,7 @@ func (o *OS) loadModel(ctx context.Context, m *model) (*loaded, error) {
 	// on, see runtime.Options.LoRA): always allowed
 	lo.LoRA = true
 	start := time.Now()
-	l := &loaded{o: o, res: map[string]*residentPack{}, nres: nres, unsaved: map[*slot]convSave{}}
+	l := &loaded{o: o, res: map[string]*residentPack{}, nres: nres, unsaved: map[*slots.Slot]convSave{}}
 	var err error
 	if l.eng, err = runtime.Load(ctx, lo); err != nil {
 		return nil, err
@@ -346,8 +347,8 @@ func (o *OS) loadModel(ctx context.Context, m *model) (*loaded, error) {
 		l.seqs = append(l.seqs, seq)
 	}
 	slices.Sort(l.seqs)
-	l.pool = newSlotPool(l.seqs[:opts.Parallel], opts.MaxQueue)
-	l.jobSlot, l.resSlot = l.pool.pseudo(), l.pool.pseudo()
+	l.pool = slots.New(l.seqs[:opts.Parallel], opts.MaxQueue, ErrClosed)
+	l.jobSlot, l.resSlot = l.pool.Pseudo(), l.pool.Pseudo()
 	l.resFree = slices.Clone(l.seqs[opts.Parallel:])
 	ok = true
 	l.at = time.Now()
@@ -376,7 +377,7 @@ func (l *loaded) close() error {
 func (l *loaded) saveUnsaved() {
 	l.resMu.Lock()
 	todo := l.unsaved
-	l.unsaved = map[*slot]convSave{}
+	l.unsaved = map[*slots.Slot]convSave{}
 	l.resMu.Unlock()
 	for sl, cs := range todo {
 		l.persistNow(sl, cs)

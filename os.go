@@ -270,11 +270,11 @@ func (o *OS) Close(ctx context.Context) error {
 		var ls []*loaded
 		ls, trans = o.models.Close()
 		for _, l := range ls {
-			l.pool.drain()
+			l.pool.Drain()
 		}
 	}
 	if o.up != nil {
-		o.up.pool.drain()
+		o.up.pool.Drain()
 	}
 	if o.loopDone != nil {
 		o.loopStop() // a running tick ends at its next batch; its job stays pending
@@ -424,12 +424,12 @@ func (o *OS) Stats() Stats {
 	st.DiskBytes, st.NoSpace = o.db.DiskBytes(), o.db.Refused()
 	st.KVShared = o.kv.SharedStats()
 	if o.up != nil {
-		st.Slots, st.BusySlots, st.Queued = o.up.pool.size(), o.up.pool.busy(), o.up.pool.queued()
+		st.Slots, st.BusySlots, st.Queued = o.up.pool.Size(), o.up.pool.Busy(), o.up.pool.Queued()
 	}
 	// slots, queues and engines of every loaded model; n_ctx and the
 	// resident level are the primary's
 	o.eachLoaded(func(l *loaded) {
-		st.Slots, st.BusySlots, st.Queued = st.Slots+l.pool.size(), st.BusySlots+l.pool.busy(), st.Queued+l.pool.queued()
+		st.Slots, st.BusySlots, st.Queued = st.Slots+l.pool.Size(), st.BusySlots+l.pool.Busy(), st.Queued+l.pool.Queued()
 		a, q := l.eng.Queue()
 		st.EngineActive, st.EngineQueued = st.EngineActive+a, st.EngineQueued+q
 	})

@@ -14,6 +14,7 @@ import (
 	"github.com/memosrt/memosrt/lora"
 	"github.com/memosrt/memosrt/runtime"
 	"github.com/memosrt/memosrt/runtime/llama"
+	"github.com/memosrt/memosrt/runtime/slots"
 	"github.com/memosrt/memosrt/scheduler"
 	"github.com/memosrt/memosrt/textmem"
 	"github.com/memosrt/memosrt/toolcall"
@@ -337,7 +338,7 @@ func (o *OS) do(ctx context.Context, req *Request, chat bool) (*Response, error)
 	defer ad.release()
 	out.Adapters = ad.key
 	scope := scopeOf(req.Cube, gen, ad.key)
-	var sl *slot
+	var sl *slots.Slot
 	var slotN int
 	if req.background {
 		// background work takes an idle slot or none, and gives it up to
@@ -345,18 +346,18 @@ func (o *OS) do(ctx context.Context, req *Request, chat bool) (*Response, error)
 		var cancel context.CancelCauseFunc
 		ctx, cancel = context.WithCancelCause(ctx)
 		defer cancel(nil)
-		sl, slotN, err = l.pool.acquireBackground(toks, scope, cancel)
+		sl, slotN, err = l.pool.AcquireBackground(toks, scope, cancel)
 	} else {
-		sl, slotN, err = l.pool.acquire(ctx, toks, scope)
+		sl, slotN, err = l.pool.Acquire(ctx, toks, scope)
 	}
 	if err != nil {
 		return nil, err
 	}
-	defer l.pool.release(sl)
+	defer l.pool.Release(sl)
 	l.forgetUnsaved(sl)
 	// KV admission: the prompt plus the generation budget, at least a few
 	// tokens of it; idle slots give their cells back first
-	got, err := l.pool.admit(ctx, sl, len(toks)+min(maxTok, minBudget), len(toks)+maxTok, l.eng.NCtx(), residentLevel{l}, l.clearSeq)
+	got, err := l.pool.Admit(ctx, sl, len(toks)+min(maxTok, minBudget), len(toks)+maxTok, l.eng.NCtx(), residentLevel{l}, l.clearSeq)
 	if err != nil {
 		if errors.Is(err, ErrNoRoom) {
 			return nil, badField(promptField(req), "%v (prompt %d tokens)", err, len(toks))
@@ -364,20 +365,20 @@ func (o *OS) do(ctx context.Context, req *Request, chat bool) (*Response, error)
 		return nil, err
 	}
 	maxTok = got - len(toks)
-	slotN = l.pool.cachedAfterAdmit(sl, slotN) // 0 if emptied for the request first in line
+	slotN = l.pool.CachedAfterAdmit(sl, slotN) // 0 if emptied for the request first in line
 	// restore and generate ahead of background work; not while waiting for
 	// cells above: a tier job holding cells must be able to finish
 	if !req.background {
 		defer l.eng.BeginForeground()()
 	}
 	src, err := o.prepare(ctx, l, sl, toks, slotN, req.Cube, ad, req.NoCache)
-	sl.scope = scope
+	sl.SetScope(scope)
 	if err != nil {
-		l.eng.ClearSeq(sl.seq) // whatever a failed restore or share left
-		l.pool.hold(sl, nil)
+		l.eng.ClearSeq(sl.Seq) // whatever a failed restore or share left
+		l.pool.Hold(sl, nil)
 		return nil, err
 	}
-	l.pool.hold(sl, toks[:src.npast]) // what the sequence holds now (cells counted by admissions)
+	l.pool.Hold(sl, toks[:src.npast]) // what the sequence holds now (cells counted by admissions)
 	out.CacheSource, out.PackID, out.Usage.RestoreTime = src.source, src.packID, src.restore
 	if src.refused != nil {
 		out.Refused = src.refused.Error()
@@ -392,7 +393,7 @@ func (o *OS) do(ctx context.Context, req *Request, chat bool) (*Response, error)
 	var res runtime.Result
 	gerr := o.stream(ctx, onText, func(ctx context.Context, onText func(string) error) error {
 		var err error
-		res, err = l.eng.Generate(ctx, runtime.Request{Seq: sl.seq, Tokens: toks, NPast: src.npast, Sampling: sp, Background: req.background,
+		res, err = l.eng.Generate(ctx, runtime.Request{Seq: sl.Seq, Tokens: toks, NPast: src.npast, Sampling: sp, Background: req.background,
 			MaxTokens: maxTok, Stop: req.Stop, OnText: onText, Start: start, Adapters: ad.refs})
 		return err
 	})
@@ -401,13 +402,13 @@ func (o *OS) do(ctx context.Context, req *Request, chat bool) (*Response, error)
 	out.Usage.TTFT, out.Usage.PromptDuration, out.Usage.EvalDuration = res.TTFT, res.PrefillTime, res.EvalTime
 	// what the sequence holds now: a prefix of prompt + generated tokens
 	all := append(slices.Clip(toks), res.Tokens...)
-	held := l.eng.SeqLen(sl.seq)
+	held := l.eng.SeqLen(sl.Seq)
 	if held > len(all) {
-		l.eng.ClearSeq(sl.seq)
+		l.eng.ClearSeq(sl.Seq)
 		held = 0
 	}
-	l.pool.hold(sl, all[:held])
-	out.Context = slices.Clone(sl.toks)
+	l.pool.Hold(sl, all[:held])
+	out.Context = slices.Clone(sl.Toks())
 	if gerr != nil {
 		out.Usage.TotalDuration = time.Since(start)
 		return out, gerr
@@ -562,10 +563,10 @@ type kvSource struct {
 // the activation tier, whichever is longest (ties: the cheapest, in that
 // order). Only state of the request's own cube and adapter set is reused
 // (slot.scope). With noCache the sequence is emptied.
-func (o *OS) prepare(ctx context.Context, l *loaded, sl *slot, toks []int32, slotN int, cube string, ad adapterSet, noCache bool) (kvSource, error) {
+func (o *OS) prepare(ctx context.Context, l *loaded, sl *slots.Slot, toks []int32, slotN int, cube string, ad adapterSet, noCache bool) (kvSource, error) {
 	if noCache {
-		sl.convPack = ""
-		return kvSource{}, l.eng.ClearSeq(sl.seq)
+		sl.ConvPack = ""
+		return kvSource{}, l.eng.ClearSeq(sl.Seq)
 	}
 	usable := len(toks) - 1
 	slotN = min(slotN, usable)
@@ -573,7 +574,7 @@ func (o *OS) prepare(ctx context.Context, l *loaded, sl *slot, toks []int32, slo
 	var rp residentPack
 	rpN := 0
 	if r, ok := l.res[cube]; ok && cube != "" && r.adapters == ad.key {
-		rp, rpN = *r, min(commonPrefix(r.toks, toks), usable)
+		rp, rpN = *r, min(slots.CommonPrefix(r.toks, toks), usable)
 		r.used = time.Now()
 	}
 	l.resMu.Unlock()
@@ -582,9 +583,9 @@ func (o *OS) prepare(ctx context.Context, l *loaded, sl *slot, toks []int32, slo
 		storedN = min(m.Tokens, usable)
 	}
 	shareResident := func() (kvSource, error) {
-		err := l.eng.ClearSeq(sl.seq)
+		err := l.eng.ClearSeq(sl.Seq)
 		if err == nil {
-			err = l.eng.CopySeq(rp.seq, sl.seq, 0, rpN)
+			err = l.eng.CopySeq(rp.seq, sl.Seq, 0, rpN)
 		}
 		if err != nil {
 			return kvSource{}, err
@@ -596,26 +597,26 @@ func (o *OS) prepare(ctx context.Context, l *loaded, sl *slot, toks []int32, slo
 		src := kvSource{npast: slotN}
 		if slotN > 0 {
 			src.source = SourceSlot
-			if continues(slotN, len(sl.toks)) {
-				src.prev = sl.convPack
+			if continues(slotN, len(sl.Toks())) {
+				src.prev = sl.ConvPack
 			}
 		} else {
-			sl.convPack = ""
+			sl.ConvPack = ""
 		}
 		// drop the rest now, not at the engine's admission: the cells
 		// beyond the reservation are free for other requests at once
-		if len(sl.toks) > slotN {
-			if err := l.eng.TruncateSeq(sl.seq, slotN); err != nil {
+		if len(sl.Toks()) > slotN {
+			if err := l.eng.TruncateSeq(sl.Seq, slotN); err != nil {
 				return kvSource{}, err
 			}
 		}
 		return src, nil
 	case rpN >= storedN:
-		sl.convPack = ""
+		sl.ConvPack = ""
 		return shareResident()
 	}
-	sl.convPack = ""
-	rs, err := o.kv.Restore(ctx, l.eng, sl.seq, toks, kvcache.RestoreOptions{AdapterKey: ad.key, Scope: cube})
+	sl.ConvPack = ""
+	rs, err := o.kv.Restore(ctx, l.eng, sl.Seq, toks, kvcache.RestoreOptions{AdapterKey: ad.key, Scope: cube})
 	if err != nil {
 		return kvSource{}, err
 	}
@@ -646,12 +647,12 @@ func continues(n, total int) bool { return total > 0 && 4*n >= 3*total }
 // prev, the pack the new state extends. When two writes are already
 // running it is skipped; the slot is marked unsaved, and an unload of the
 // model saves it (its next request forgets the mark).
-func (o *OS) persist(l *loaded, sl *slot, cube string, gen uint64, prev string, ad adapterSet) {
+func (o *OS) persist(l *loaded, sl *slots.Slot, cube string, gen uint64, prev string, ad adapterSet) {
 	cs := convSave{cube: cube, gen: gen, prev: prev, ad: adapterSet{key: ad.key, cfgKey: ad.cfgKey}}
 	select {
 	case o.writeSem <- struct{}{}:
 	default:
-		o.log.Debug("conversation pack deferred: writes busy", "seq", sl.seq)
+		o.log.Debug("conversation pack deferred: writes busy", "seq", sl.Seq)
 		l.resMu.Lock()
 		l.unsaved[sl] = cs
 		l.resMu.Unlock()
@@ -672,9 +673,9 @@ func (o *OS) persist(l *loaded, sl *slot, cube string, gen uint64, prev string, 
 
 // persistNow stores sl's state as persist does, waiting for it (unload:
 // the model is idle, nothing else uses the sequence).
-func (l *loaded) persistNow(sl *slot, cs convSave) {
+func (l *loaded) persistNow(sl *slots.Slot, cs convSave) {
 	o := l.o
-	if len(sl.toks) < o.opts.MinPersistTokens {
+	if len(sl.Toks()) < o.opts.MinPersistTokens {
 		return // emptied for another request's room meanwhile
 	}
 	o.writeSem <- struct{}{}
@@ -685,7 +686,7 @@ func (l *loaded) persistNow(sl *slot, cs convSave) {
 }
 
 // forgetUnsaved drops sl's unsaved mark: a new request uses the slot.
-func (l *loaded) forgetUnsaved(sl *slot) {
+func (l *loaded) forgetUnsaved(sl *slots.Slot) {
 	l.resMu.Lock()
 	delete(l.unsaved, sl)
 	l.resMu.Unlock()
@@ -693,16 +694,16 @@ func (l *loaded) forgetUnsaved(sl *slot) {
 
 // convState copies sl's state now and returns the write that stores it
 // as a conversation pack; false when the state could not be read.
-func (o *OS) convState(l *loaded, sl *slot, cs convSave) (func(), bool) {
-	state, err := l.eng.SaveSeq(sl.seq)
+func (o *OS) convState(l *loaded, sl *slots.Slot, cs convSave) (func(), bool) {
+	state, err := l.eng.SaveSeq(sl.Seq)
 	if err != nil {
-		o.log.Warn("conversation state not saved", "seq", sl.seq, "err", err)
+		o.log.Warn("conversation state not saved", "seq", sl.Seq, "err", err)
 		return nil, false
 	}
 	cube, gen, prev, ad := cs.cube, cs.gen, cs.prev, cs.ad
-	toks := slices.Clone(sl.toks)
+	toks := slices.Clone(sl.Toks())
 	id := kvcache.PackID(kvcache.ScopedKey(ad.cfgKey, cube), toks)
-	sl.convPack = id
+	sl.ConvPack = id
 	kv := l.eng.KVConfig()
 	return func() {
 		start := time.Now()

@@ -298,7 +298,7 @@ func (o *OS) makeResident(ctx context.Context, l *loaded, cube, id string) error
 	}
 	// room first: idle slots give their cells back; the cells count as
 	// resident (fixed) once the pack is in l.res
-	release, err := l.pool.reserveNow(l.resSlot, len(h.Tokens), l.eng.NCtx(), noEvict{l}, l.clearSeq)
+	release, err := l.pool.ReserveNow(l.resSlot, len(h.Tokens), l.eng.NCtx(), noEvict{l}, l.clearSeq)
 	if err != nil {
 		return err
 	}
@@ -350,12 +350,12 @@ func (l *loaded) residentCells() int {
 // residentLevel is the resident packs as the slot pool's fixedCells.
 type residentLevel struct{ l *loaded }
 
-func (r residentLevel) cells() int { return r.l.residentCells() }
+func (r residentLevel) Cells() int { return r.l.residentCells() }
 
 // evict drops resident packs, least recently used first, until n cells
 // are free; they come back at a later tick when room allows. Called with
 // the slot pool's lock held: the transitions are recorded afterwards.
-func (r residentLevel) evict(n int) int {
+func (r residentLevel) Evict(n int) int {
 	l := r.l
 	o := l.o
 	l.resMu.Lock()
@@ -402,16 +402,16 @@ func (o *OS) reserveJob(ctx context.Context, cells int, wait bool) (func(), erro
 		return nil, fmt.Errorf("%w: the model is not loaded", scheduler.ErrDeferred)
 	}
 	if !wait {
-		release, err := l.pool.reserveNow(l.jobSlot, cells, l.eng.NCtx(), residentLevel{l}, l.clearSeq)
+		release, err := l.pool.ReserveNow(l.jobSlot, cells, l.eng.NCtx(), residentLevel{l}, l.clearSeq)
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", scheduler.ErrDeferred, err)
 		}
 		return release, nil
 	}
-	if _, err := l.pool.admit(ctx, l.jobSlot, cells, cells, l.eng.NCtx(), residentLevel{l}, l.clearSeq); err != nil {
+	if _, err := l.pool.Admit(ctx, l.jobSlot, cells, cells, l.eng.NCtx(), residentLevel{l}, l.clearSeq); err != nil {
 		return nil, err
 	}
-	return func() { l.pool.unreserve(l.jobSlot) }, nil
+	return func() { l.pool.Unreserve(l.jobSlot) }, nil
 }
 
 // tierAdapters is TierOptions.Adapters: the adapter set a request of cube
@@ -435,5 +435,5 @@ func (o *OS) tierAdapters(ctx context.Context, cube string) (scheduler.AdapterSe
 // from idle slots only, never from other resident packs.
 type noEvict struct{ l *loaded }
 
-func (r noEvict) cells() int    { return r.l.residentCells() }
-func (r noEvict) evict(int) int { return 0 }
+func (r noEvict) Cells() int    { return r.l.residentCells() }
+func (r noEvict) Evict(int) int { return 0 }

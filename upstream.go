@@ -11,6 +11,7 @@ import (
 
 	"github.com/ollama/ollama/api"
 
+	"github.com/memosrt/memosrt/runtime/slots"
 	"github.com/memosrt/memosrt/scheduler"
 )
 
@@ -22,7 +23,7 @@ type upstream struct {
 	o    *OS
 	opts UpstreamOptions
 	c    *api.Client
-	pool *slotPool
+	pool *slots.Pool
 }
 
 func newUpstream(o *OS, uo UpstreamOptions) (*upstream, error) {
@@ -43,7 +44,7 @@ func newUpstream(o *OS, uo UpstreamOptions) (*upstream, error) {
 	o.info = ModelInfo{Name: name, Backend: "ollama", Modified: time.Now().UTC(),
 		Info: map[string]any{"memosrt.backend": "ollama", "memosrt.upstream": uo.URL}}
 	return &upstream{o: o, opts: uo, c: api.NewClient(u, &http.Client{Timeout: uo.Timeout}),
-		pool: newSlotPool(make([]int, o.opts.Parallel), o.opts.MaxQueue)}, nil
+		pool: slots.New(make([]int, o.opts.Parallel), o.opts.MaxQueue, ErrClosed)}, nil
 }
 
 // upstreamErr maps a client error: the upstream's 4xx statuses keep their
@@ -131,11 +132,11 @@ func (b *upstream) generate(ctx context.Context, req *Request, start time.Time) 
 			msgs = append(msgs, api.Message{Role: m.Role, Content: m.Content})
 		}
 	}
-	sl, _, err := b.pool.acquire(ctx, nil, "")
+	sl, _, err := b.pool.Acquire(ctx, nil, "")
 	if err != nil {
 		return nil, err
 	}
-	defer b.pool.release(sl)
+	defer b.pool.Release(sl)
 	stream := true
 	done := false
 	var firstText time.Time
@@ -223,11 +224,11 @@ func (b *upstream) generate(ctx context.Context, req *Request, start time.Time) 
 }
 
 func (b *upstream) embed(ctx context.Context, texts []string) ([][]float32, int, error) {
-	sl, _, err := b.pool.acquire(ctx, nil, "")
+	sl, _, err := b.pool.Acquire(ctx, nil, "")
 	if err != nil {
 		return nil, 0, err
 	}
-	defer b.pool.release(sl)
+	defer b.pool.Release(sl)
 	if b.o.opts.Embedder != nil {
 		v, err := b.o.opts.Embedder.Embed(ctx, texts)
 		return v, 0, err

@@ -33,7 +33,7 @@ var layers = [][]string{
 	// builds its grammar with runtime/grammar
 	{"runtime/llama"},
 	// inference: engine, sequences, KV admission
-	{"runtime"},
+	{"runtime", "runtime/slots"},
 	// the text and activation tiers
 	{"textmem", "kvcache"},
 	// tiers that build on the text tier; optional store backends; tool calling

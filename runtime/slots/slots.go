@@ -1,9 +1,10 @@
-package memosrt
+package slots
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/memosrt/memosrt/errkind"
 	"slices"
 	"strings"
 	"sync"
@@ -11,32 +12,34 @@ import (
 	"time"
 )
 
-// slot is one request sequence and what it holds between requests.
-type slot struct {
-	seq int
+// Slot is one request sequence and what it holds between requests.
+type Slot struct {
+	// Seq is the engine sequence; -1 for a pseudo-slot (Pseudo).
+	Seq int
 	// scope is the cube of the request that filled toks ("" for plain
 	// inference): a slot's state is reused only within its scope, so that
 	// cached token counts and timing never tell one cube about another's
 	// prompts.
 	scope string
 	// toks are the tokens the sequence holds, positions [0, len(toks)).
-	// Set through slotPool.hold (under slotPool.mu) by the request that
-	// holds the slot, read by acquire when idle.
+	// Set through Pool.hold (under Pool.mu) by the request that
+	// holds the slot, read by Acquire when idle.
 	toks []int32
-	// held is len(toks) as admissions count it (guarded by slotPool.mu).
+	// held is len(toks) as admissions count it (guarded by Pool.mu).
 	held int
-	// convPack is the id of the conversation pack saved from toks, "" if none.
-	convPack string
+	// ConvPack is the id of the conversation pack saved from toks, "" if
+	// none; read and written by the request holding the slot.
+	ConvPack string
 	used     time.Time
 	// reserved is the KV cells the request holding the slot may fill
 	// (prompt plus generation budget), 0 while idle. Guarded by
-	// slotPool.mu.
+	// Pool.mu.
 	reserved int
 }
 
-// slotPool lends slots to requests through a bounded queue. Safe for
+// Pool lends slots to requests through a bounded queue. Safe for
 // concurrent use.
-type slotPool struct {
+type Pool struct {
 	sem      chan struct{} // one token per slot
 	maxQueue int64
 	waiting  atomic.Int64
@@ -44,47 +47,55 @@ type slotPool struct {
 	// mu guards free, every slot's reserved and an idle slot's toks, and
 	// wake.
 	mu   sync.Mutex
-	free []*slot
-	all  []*slot
+	free []*Slot
+	all  []*Slot
 	wake chan struct{} // closed (and replaced) when reserved cells are given back or admitQ moves
 	// admitQ are the slots in admit, in arrival order; only the first may
 	// take cells (guarded by mu)
-	admitQ []*slot
-	// closing is closed by drain: requests waiting for a slot or for cells
-	// get ErrClosed at once (a shutdown answers the queue, 503).
+	admitQ []*Slot
+	// closing is closed by Drain: requests waiting for a slot or for cells
+	// get the closed error at once (a shutdown answers the queue, 503).
 	closing   chan struct{}
 	closeOnce sync.Once
+	closed    error // what waiters get after Drain
 
 	// bg cancels the background requests holding slots (guarded by mu): a
 	// foreground request that finds no free slot preempts one.
-	bg map[*slot]context.CancelCauseFunc
+	bg map[*Slot]context.CancelCauseFunc
 }
 
-// errPreempted ends a background request whose slot a foreground request
-// took; errNoIdleSlot refuses one when no slot is idle. Either way the
-// background work runs again later.
 var (
-	errPreempted  = errors.New("memosrt: background request preempted by a foreground request")
-	errNoIdleSlot = errors.New("memosrt: no idle slot for background work")
+	// ErrQueueFull is returned by Acquire when every slot is taken and
+	// the queue is full.
+	ErrQueueFull = errkind.New(errkind.Busy, "memosrt: queue full")
+	// ErrNoRoom is returned by Admit for a request that could not fit
+	// even an empty KV cache, and by ReserveNow when its cells are not
+	// free now.
+	ErrNoRoom = errors.New("memosrt: the KV cache cannot hold this request")
+	// ErrPreempted ends a background request whose slot a foreground
+	// request took; ErrNoIdle refuses one when no slot is idle. Either
+	// way the background work runs again later.
+	ErrPreempted = errors.New("memosrt: background request preempted by a foreground request")
+	ErrNoIdle    = errors.New("memosrt: no idle slot for background work")
 )
 
-// acquireBackground lends a slot to background work only when one is idle
-// and no request waits: errNoIdleSlot otherwise. cancel ends the
+// AcquireBackground lends a slot to background work only when one is idle
+// and no request waits: ErrNoIdle otherwise. cancel ends the
 // background request when a foreground request needs its slot (with cause
-// errPreempted).
-func (p *slotPool) acquireBackground(prompt []int32, scope string, cancel context.CancelCauseFunc) (*slot, int, error) {
+// ErrPreempted).
+func (p *Pool) AcquireBackground(prompt []int32, scope string, cancel context.CancelCauseFunc) (*Slot, int, error) {
 	if p.waiting.Load() > 0 {
-		return nil, 0, errNoIdleSlot
+		return nil, 0, ErrNoIdle
 	}
 	select {
 	case p.sem <- struct{}{}:
 	default:
-		return nil, 0, errNoIdleSlot
+		return nil, 0, ErrNoIdle
 	}
 	s, n := p.take(prompt, scope)
 	p.mu.Lock()
 	if p.bg == nil {
-		p.bg = map[*slot]context.CancelCauseFunc{}
+		p.bg = map[*Slot]context.CancelCauseFunc{}
 	}
 	p.bg[s] = cancel
 	p.mu.Unlock()
@@ -92,48 +103,50 @@ func (p *slotPool) acquireBackground(prompt []int32, scope string, cancel contex
 }
 
 // preempt cancels one background request holding a slot, if any.
-func (p *slotPool) preempt() {
+func (p *Pool) preempt() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for s, cancel := range p.bg {
-		cancel(errPreempted)
+		cancel(ErrPreempted)
 		delete(p.bg, s)
 		return
 	}
 }
 
-func newSlotPool(seqs []int, maxQueue int) *slotPool {
-	p := &slotPool{sem: make(chan struct{}, len(seqs)), maxQueue: int64(maxQueue), wake: make(chan struct{}), closing: make(chan struct{})}
+// New returns a pool lending the sequences seqs, with at most maxQueue
+// requests waiting for one; after Drain, waiters get closed.
+func New(seqs []int, maxQueue int, closed error) *Pool {
+	p := &Pool{closed: closed, sem: make(chan struct{}, len(seqs)), maxQueue: int64(maxQueue), wake: make(chan struct{}), closing: make(chan struct{})}
 	for _, s := range seqs {
-		sl := &slot{seq: s}
+		sl := &Slot{Seq: s}
 		p.free = append(p.free, sl)
 		p.all = append(p.all, sl)
 	}
 	return p
 }
 
-// pseudo adds a slot that is never lent to requests, only reserves cells
-// (a tier job's sequence, reserveNow).
-func (p *slotPool) pseudo() *slot {
+// Pseudo adds a slot that is never lent to requests, only reserves cells
+// (a tier job's sequence, ReserveNow).
+func (p *Pool) Pseudo() *Slot {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	sl := &slot{seq: -1}
+	sl := &Slot{Seq: -1}
 	p.all = append(p.all, sl)
 	return sl
 }
 
-// acquire waits for a free slot; with none free and maxQueue requests
-// already waiting it returns ErrBusy at once. It picks the free slot of
+// Acquire waits for a free slot; with none free and maxQueue requests
+// already waiting it returns ErrQueueFull at once. It picks the free slot of
 // scope whose held tokens share the longest prefix with prompt (ties, and
 // no match in scope: least recently used) and returns that prefix length
 // (0 for a slot of another scope).
-func (p *slotPool) acquire(ctx context.Context, prompt []int32, scope string) (*slot, int, error) {
+func (p *Pool) Acquire(ctx context.Context, prompt []int32, scope string) (*Slot, int, error) {
 	select {
 	case p.sem <- struct{}{}:
 	default:
 		if p.waiting.Add(1) > p.maxQueue {
 			p.waiting.Add(-1)
-			return nil, 0, ErrBusy
+			return nil, 0, ErrQueueFull
 		}
 		p.preempt()
 		select {
@@ -144,7 +157,7 @@ func (p *slotPool) acquire(ctx context.Context, prompt []int32, scope string) (*
 			return nil, 0, ctx.Err()
 		case <-p.closing:
 			p.waiting.Add(-1)
-			return nil, 0, ErrClosed
+			return nil, 0, p.closed
 		}
 	}
 	s, n := p.take(prompt, scope)
@@ -154,14 +167,14 @@ func (p *slotPool) acquire(ctx context.Context, prompt []int32, scope string) (*
 // take removes the free slot that best continues prompt in scope (the
 // longest common prefix, then the least recently used); the caller holds a
 // sem token.
-func (p *slotPool) take(prompt []int32, scope string) (*slot, int) {
+func (p *Pool) take(prompt []int32, scope string) (*Slot, int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	best, bestN := 0, -1
 	for i, s := range p.free {
 		n := 0
 		if s.scope == scope {
-			n = commonPrefix(s.toks, prompt)
+			n = CommonPrefix(s.toks, prompt)
 		}
 		if n > bestN || n == bestN && s.used.Before(p.free[best].used) {
 			best, bestN = i, n
@@ -172,16 +185,16 @@ func (p *slotPool) take(prompt []int32, scope string) (*slot, int) {
 	return s, bestN
 }
 
-// hold records that s's sequence now holds toks (positions [0, len)).
-func (p *slotPool) hold(s *slot, toks []int32) {
+// Hold records that s's sequence now holds toks (positions [0, len)).
+func (p *Pool) Hold(s *Slot, toks []int32) {
 	p.mu.Lock()
 	s.toks, s.held = toks, len(toks)
 	p.mu.Unlock()
 }
 
-// release returns s to the pool; its reservation ends (it holds
+// Release returns s to the pool; its reservation ends (it holds
 // len(s.toks) cells from now on).
-func (p *slotPool) release(s *slot) {
+func (p *Pool) Release(s *Slot) {
 	s.used = time.Now()
 	p.mu.Lock()
 	delete(p.bg, s)
@@ -195,30 +208,30 @@ func (p *slotPool) release(s *slot) {
 	<-p.sem
 }
 
-// forget drops what idle slots of scope hold (their cube was deleted),
+// Forget drops what idle slots of scope hold (their cube was deleted),
 // emptying their sequences with clear.
-func (p *slotPool) forget(scope string, clear func(seq int)) {
+func (p *Pool) Forget(scope string, clear func(seq int)) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, s := range p.free {
 		if s.scope == scope || strings.HasPrefix(s.scope, scope+"\x00") {
-			clear(s.seq)
-			s.toks, s.held, s.convPack = nil, 0, ""
+			clear(s.Seq)
+			s.toks, s.held, s.ConvPack = nil, 0, ""
 		}
 	}
 }
 
-// fixedCells are KV cells held outside the slots: resident packs. They
+// Fixed are KV cells held outside the slots: resident packs. They
 // are a cache: a request that cannot fit otherwise evicts them.
-type fixedCells interface {
-	// cells returns the cells held now.
-	cells() int
-	// evict frees at least n cells if it can (least recently used first)
-	// and returns the cells freed. It is called with slotPool.mu held.
-	evict(n int) int
+type Fixed interface {
+	// Cells returns the cells held now.
+	Cells() int
+	// Evict frees at least n cells if it can (least recently used first)
+	// and returns the cells freed. It is called with Pool.mu held.
+	Evict(n int) int
 }
 
-// admit reserves KV cells for the request holding sl, in arrival order
+// Admit reserves KV cells for the request holding sl, in arrival order
 // (admitQ): at most want cells (prompt plus generation budget) and at
 // least least. The unified KV cache
 // of nctx cells holds the fixed cells (resident packs), the reservations
@@ -228,9 +241,9 @@ type fixedCells interface {
 // fit otherwise. With less than least free it waits for reservations to end
 // (or ctx); a request that could not fit even in an empty KV cache is
 // ErrNoRoom. It returns the cells reserved. clear empties a sequence; it
-// and fixed.evict are called with p.mu held (lock order: slotPool.mu, then
+// and fixed.Evict are called with p.mu held (lock order: Pool.mu, then
 // the resident level's, then the engine's).
-func (p *slotPool) admit(ctx context.Context, sl *slot, least, want, nctx int, fixed fixedCells, clear func(seq int)) (int, error) {
+func (p *Pool) Admit(ctx context.Context, sl *Slot, least, want, nctx int, fixed Fixed, clear func(seq int)) (int, error) {
 	if least > nctx {
 		return 0, fmt.Errorf("%w: it needs at least %d cells, n_ctx is %d", ErrNoRoom, least, nctx)
 	}
@@ -269,7 +282,7 @@ func (p *slotPool) admit(ctx context.Context, sl *slot, least, want, nctx int, f
 		case <-ctx.Done():
 			return 0, ctx.Err()
 		case <-p.closing:
-			return 0, ErrClosed
+			return 0, p.closed
 		}
 	}
 }
@@ -278,7 +291,7 @@ func (p *slotPool) admit(ctx context.Context, sl *slot, least, want, nctx int, f
 // slots are emptied until want fits, resident packs evicted only when
 // least would not fit, and sl reserves min(want, free) when at least
 // least cells are free.
-func (p *slotPool) reserve(sl *slot, least, want, nctx int, fixed fixedCells, clear func(seq int)) (int, bool) {
+func (p *Pool) reserve(sl *Slot, least, want, nctx int, fixed Fixed, clear func(seq int)) (int, bool) {
 	// a busy slot holds its reservation, or more until its request has
 	// trimmed what the sequence kept from before
 	used := 0
@@ -287,10 +300,10 @@ func (p *slotPool) reserve(sl *slot, least, want, nctx int, fixed fixedCells, cl
 			used += max(s.reserved, s.held)
 		}
 	}
-	free := func() int { return nctx - fixed.cells() - used }
+	free := func() int { return nctx - fixed.Cells() - used }
 	for free() < want {
 		// the least recently used idle slot that holds something
-		var lru *slot
+		var lru *Slot
 		for _, s := range p.free {
 			if s.held > 0 && (lru == nil || s.used.Before(lru.used)) {
 				lru = s
@@ -299,23 +312,23 @@ func (p *slotPool) reserve(sl *slot, least, want, nctx int, fixed fixedCells, cl
 		if lru == nil {
 			break
 		}
-		clear(lru.seq)
+		clear(lru.Seq)
 		used -= lru.held
-		lru.toks, lru.held, lru.convPack = nil, 0, ""
+		lru.toks, lru.held, lru.ConvPack = nil, 0, ""
 	}
 	if f := free(); f < least {
-		fixed.evict(least - f)
+		fixed.Evict(least - f)
 	}
 	// still short: the cells kept by slots whose requests wait behind sl
 	// (their previous turn) would never come back, as those requests
 	// cannot go before sl; empty them (their requests then prefill, see
-	// cachedAfterAdmit). Before, a tier job first in line waited for them
+	// CachedAfterAdmit). Before, a tier job first in line waited for them
 	// until their clients gave up (found by make soak after a restart).
 	for i := len(p.admitQ) - 1; i > 0 && free() < least; i-- {
 		if s := p.admitQ[i]; s != sl && s.held > 0 && s.reserved == 0 {
-			clear(s.seq)
+			clear(s.Seq)
 			used -= s.held
-			s.toks, s.held, s.convPack = nil, 0, ""
+			s.toks, s.held, s.ConvPack = nil, 0, ""
 		}
 	}
 	if f := free(); f >= least {
@@ -325,36 +338,36 @@ func (p *slotPool) reserve(sl *slot, least, want, nctx int, fixed fixedCells, cl
 	return 0, false
 }
 
-// cachedAfterAdmit returns how many of the n prompt tokens sl still holds
+// CachedAfterAdmit returns how many of the n prompt tokens sl still holds
 // after its admission: n, or 0 when a request first in line emptied sl
 // while it waited (reserve).
-func (p *slotPool) cachedAfterAdmit(sl *slot, n int) int {
+func (p *Pool) CachedAfterAdmit(sl *Slot, n int) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return min(n, sl.held)
 }
 
-// drain fails every request waiting in acquire or admit, now and later,
-// with ErrClosed; requests holding a slot go on. Idempotent.
-func (p *slotPool) drain() { p.closeOnce.Do(func() { close(p.closing) }) }
+// Drain fails every request waiting in acquire or admit, now and later,
+// with the closed error given to New; requests holding a slot go on. Idempotent.
+func (p *Pool) Drain() { p.closeOnce.Do(func() { close(p.closing) }) }
 
-// reserveNow reserves n cells for sl (a tier job's pseudo-slot) without
+// ReserveNow reserves n cells for sl (a tier job's pseudo-slot) without
 // waiting: idle slots are emptied as admit does; with less room it returns
 // ErrNoRoom. release gives the cells back.
-func (p *slotPool) reserveNow(sl *slot, n, nctx int, fixed fixedCells, clear func(seq int)) (release func(), err error) {
+func (p *Pool) ReserveNow(sl *Slot, n, nctx int, fixed Fixed, clear func(seq int)) (release func(), err error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel() // admit returns instead of waiting
-	if _, err := p.admit(ctx, sl, n, n, nctx, fixed, clear); err != nil {
+	if _, err := p.Admit(ctx, sl, n, n, nctx, fixed, clear); err != nil {
 		if errors.Is(err, context.Canceled) {
 			err = fmt.Errorf("%w: %d cells for a tier job are not free now", ErrNoRoom, n)
 		}
 		return nil, err
 	}
-	return func() { p.unreserve(sl) }, nil
+	return func() { p.Unreserve(sl) }, nil
 }
 
-// unreserve ends sl's reservation and wakes admissions waiting for cells.
-func (p *slotPool) unreserve(sl *slot) {
+// Unreserve ends sl's reservation and wakes admissions waiting for cells.
+func (p *Pool) Unreserve(sl *Slot) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if sl.reserved > 0 {
@@ -364,8 +377,8 @@ func (p *slotPool) unreserve(sl *slot) {
 	}
 }
 
-// heldCells returns the cells slots hold or have reserved.
-func (p *slotPool) heldCells() int {
+// HeldCells returns the cells slots hold or have reserved.
+func (p *Pool) HeldCells() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	n := 0
@@ -375,14 +388,33 @@ func (p *slotPool) heldCells() int {
 	return n
 }
 
-func (p *slotPool) size() int   { return cap(p.sem) }
-func (p *slotPool) busy() int   { return len(p.sem) }
-func (p *slotPool) queued() int { return int(p.waiting.Load()) }
+// All returns every slot, lent or not, pseudo-slots included
+// (inspection and tests).
+func (p *Pool) All() []*Slot {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.all)
+}
 
-func commonPrefix(a, b []int32) int {
+// Size is the slots lent to requests; Busy those lent now; Queued the
+// requests waiting for one.
+func (p *Pool) Size() int   { return cap(p.sem) }
+func (p *Pool) Busy() int   { return len(p.sem) }
+func (p *Pool) Queued() int { return int(p.waiting.Load()) }
+
+// CommonPrefix returns the length of the longest common prefix of a and b.
+func CommonPrefix(a, b []int32) int {
 	n := 0
 	for n < len(a) && n < len(b) && a[n] == b[n] {
 		n++
 	}
 	return n
 }
+
+// Toks returns the tokens s's sequence holds (Hold); read by the request
+// holding s.
+func (s *Slot) Toks() []int32 { return s.toks }
+
+// SetScope sets the cube whose state s's sequence holds from now on; by
+// the request holding s, before Hold.
+func (s *Slot) SetScope(scope string) { s.scope = scope }
