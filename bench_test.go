@@ -8,6 +8,7 @@ import (
 
 	"github.com/memosrt/memosrt/internal/stats"
 	"github.com/memosrt/memosrt/runtime"
+	"github.com/memosrt/memosrt/runtime/slots"
 )
 
 // BenchmarkPipelineOverhead measures what the one request pipeline adds
@@ -46,12 +47,10 @@ func BenchmarkPipelineOverhead(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			o.prim().resMu.Lock()
-			var res *residentPack
-			if p, ok := o.prim().res[cube]; ok {
-				res = p
+			var res *slots.ResidentPack
+			if p, ok := o.prim().res.Get(cube); ok {
+				res = &p
 			}
-			o.prim().resMu.Unlock()
 			bare := func() time.Duration {
 				start := time.Now()
 				toks, err := eng.Tokenize(r.text, true)
@@ -63,8 +62,8 @@ func BenchmarkPipelineOverhead(b *testing.B) {
 					err = eng.ClearSeq(seq)
 				}
 				if err == nil && res != nil {
-					npast = len(res.toks)
-					err = eng.CopySeq(res.seq, seq, 0, npast)
+					npast = len(res.Toks)
+					err = eng.CopySeq(res.Seq, seq, 0, npast)
 				}
 				if err == nil {
 					_, err = eng.Generate(ctx, runtime.Request{Seq: seq, Tokens: toks, NPast: npast, MaxTokens: 8, Start: start})

@@ -286,7 +286,7 @@ func (o *OS) dropCubeState(ctx context.Context, cube string) error {
 	o.kvMu.Unlock()
 	o.eachLoaded(func(l *loaded) {
 		l.pool.Forget(cube, l.clearSeq)
-		l.dropResident(cube)
+		l.res.Drop(cube)
 	})
 	return o.keys.DeleteCube(cube)
 }

@@ -68,14 +68,13 @@ type loaded struct {
 
 	// applyMu serialises resident level changes (applyResident, Warm).
 	applyMu sync.Mutex
-	// resMu guards res and resFree (the resident level).
-	resMu   sync.Mutex
-	res     map[string]*residentPack // by cube
-	resFree []int                    // resident sequences holding no pack
+	// res is the resident level (the primary's resident sequences).
+	res *slots.Resident
 
 	// unsaved are slots whose conversation state a busy writer skipped
-	// (guarded by resMu): unload saves them first.
-	unsaved map[*slots.Slot]convSave
+	// (guarded by unsavedMu): unload saves them first.
+	unsavedMu sync.Mutex
+	unsaved   map[*slots.Slot]convSave
 }
 
 // convSave is what persist needs to store a slot's state later.
@@ -314,7 +313,7 @@ func (o *OS) loadModel(ctx context.Context, m *model) (*loaded, error) {
 	// on, see runtime.Options.LoRA): always allowed
 	lo.LoRA = true
 	start := time.Now()
-	l := &loaded{o: o, res: map[string]*residentPack{}, nres: nres, unsaved: map[*slots.Slot]convSave{}}
+	l := &loaded{o: o, nres: nres, unsaved: map[*slots.Slot]convSave{}}
 	var err error
 	if l.eng, err = runtime.Load(ctx, lo); err != nil {
 		return nil, err
@@ -349,7 +348,7 @@ func (o *OS) loadModel(ctx context.Context, m *model) (*loaded, error) {
 	slices.Sort(l.seqs)
 	l.pool = slots.New(l.seqs[:opts.Parallel], opts.MaxQueue, ErrClosed)
 	l.jobSlot, l.resSlot = l.pool.Pseudo(), l.pool.Pseudo()
-	l.resFree = slices.Clone(l.seqs[opts.Parallel:])
+	l.res = slots.NewResident(l.seqs[opts.Parallel:], l.clearSeq, o.residentEvicted)
 	ok = true
 	l.at = time.Now()
 	o.log.Info("model ready", "model", name, "n_ctx", l.eng.NCtx(), "slots", opts.Parallel, "resident_seqs", nres,
@@ -375,10 +374,10 @@ func (l *loaded) close() error {
 // saveUnsaved stores the conversation states a busy writer skipped, now
 // (the model is idle: nothing else uses its sequences).
 func (l *loaded) saveUnsaved() {
-	l.resMu.Lock()
+	l.unsavedMu.Lock()
 	todo := l.unsaved
 	l.unsaved = map[*slots.Slot]convSave{}
-	l.resMu.Unlock()
+	l.unsavedMu.Unlock()
 	for sl, cs := range todo {
 		l.persistNow(sl, cs)
 	}

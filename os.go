@@ -439,12 +439,7 @@ func (o *OS) Stats() Stats {
 		return st
 	}
 	st.NCtx = l.eng.NCtx()
-	l.resMu.Lock()
-	for _, r := range l.res {
-		st.ResidentCells += len(r.toks)
-		st.ResidentPacks++
-	}
-	l.resMu.Unlock()
+	st.ResidentCells, st.ResidentPacks = l.res.Cells(), l.res.Len()
 	return st
 }
 

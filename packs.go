@@ -68,15 +68,11 @@ func (o *OS) packs(cube string) PackStatus {
 		return st
 	}
 	st.NCtx = l.eng.NCtx()
-	l.resMu.Lock()
-	defer l.resMu.Unlock()
-	if r, ok := l.res[cube]; ok {
-		st.Resident = &ResidentStatus{Seq: r.seq, Tokens: len(r.toks), PackID: r.packID, Created: r.created}
-		st.Levels = packLevels(st.Packs, r.packID)
+	if r, ok := l.res.Get(cube); ok {
+		st.Resident = &ResidentStatus{Seq: r.Seq, Tokens: len(r.Toks), PackID: r.PackID, Created: r.Created}
+		st.Levels = packLevels(st.Packs, r.PackID)
 	}
-	for _, r := range l.res {
-		st.ResidentCells += len(r.toks)
-	}
+	st.ResidentCells = l.res.Cells()
 	return st
 }
 

@@ -357,7 +357,7 @@ func (o *OS) do(ctx context.Context, req *Request, chat bool) (*Response, error)
 	l.forgetUnsaved(sl)
 	// KV admission: the prompt plus the generation budget, at least a few
 	// tokens of it; idle slots give their cells back first
-	got, err := l.pool.Admit(ctx, sl, len(toks)+min(maxTok, minBudget), len(toks)+maxTok, l.eng.NCtx(), residentLevel{l}, l.clearSeq)
+	got, err := l.pool.Admit(ctx, sl, len(toks)+min(maxTok, minBudget), len(toks)+maxTok, l.eng.NCtx(), l.res, l.clearSeq)
 	if err != nil {
 		if errors.Is(err, ErrNoRoom) {
 			return nil, badField(promptField(req), "%v (prompt %d tokens)", err, len(toks))
@@ -570,14 +570,13 @@ func (o *OS) prepare(ctx context.Context, l *loaded, sl *slots.Slot, toks []int3
 	}
 	usable := len(toks) - 1
 	slotN = min(slotN, usable)
-	l.resMu.Lock()
-	var rp residentPack
+	var rp slots.ResidentPack
 	rpN := 0
-	if r, ok := l.res[cube]; ok && cube != "" && r.adapters == ad.key {
-		rp, rpN = *r, min(slots.CommonPrefix(r.toks, toks), usable)
-		r.used = time.Now()
+	if cube != "" {
+		if r, ok := l.res.Use(cube, ad.key); ok {
+			rp, rpN = r, min(slots.CommonPrefix(r.Toks, toks), usable)
+		}
 	}
-	l.resMu.Unlock()
 	storedN := 0
 	if m := o.kv.Lookup(kvcache.ScopedKey(ad.cfgKey, cube), toks); m.ID != "" && o.packInScope(m.ID, cube) {
 		storedN = min(m.Tokens, usable)
@@ -585,12 +584,12 @@ func (o *OS) prepare(ctx context.Context, l *loaded, sl *slots.Slot, toks []int3
 	shareResident := func() (kvSource, error) {
 		err := l.eng.ClearSeq(sl.Seq)
 		if err == nil {
-			err = l.eng.CopySeq(rp.seq, sl.Seq, 0, rpN)
+			err = l.eng.CopySeq(rp.Seq, sl.Seq, 0, rpN)
 		}
 		if err != nil {
 			return kvSource{}, err
 		}
-		return kvSource{npast: rpN, source: SourceResident, packID: rp.packID}, nil
+		return kvSource{npast: rpN, source: SourceResident, packID: rp.PackID}, nil
 	}
 	switch {
 	case slotN >= rpN && slotN >= storedN:
@@ -653,9 +652,9 @@ func (o *OS) persist(l *loaded, sl *slots.Slot, cube string, gen uint64, prev st
 	case o.writeSem <- struct{}{}:
 	default:
 		o.log.Debug("conversation pack deferred: writes busy", "seq", sl.Seq)
-		l.resMu.Lock()
+		l.unsavedMu.Lock()
 		l.unsaved[sl] = cs
-		l.resMu.Unlock()
+		l.unsavedMu.Unlock()
 		return
 	}
 	store, ok := o.convState(l, sl, cs)
@@ -687,9 +686,9 @@ func (l *loaded) persistNow(sl *slots.Slot, cs convSave) {
 
 // forgetUnsaved drops sl's unsaved mark: a new request uses the slot.
 func (l *loaded) forgetUnsaved(sl *slots.Slot) {
-	l.resMu.Lock()
+	l.unsavedMu.Lock()
 	delete(l.unsaved, sl)
-	l.resMu.Unlock()
+	l.unsavedMu.Unlock()
 }
 
 // convState copies sl's state now and returns the write that stores it

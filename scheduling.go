@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/memosrt/memosrt/runtime/slots"
 	"github.com/memosrt/memosrt/scheduler"
 )
 
@@ -202,16 +203,6 @@ func (o *OS) tick(ctx context.Context) (scheduler.TickReport, error) {
 	return rep, err
 }
 
-// residentPack is a cube's pack held in a resident sequence.
-type residentPack struct {
-	seq      int
-	adapters string // adapter set the pack was computed under
-	toks     []int32
-	packID   string
-	created  time.Time
-	used     time.Time
-}
-
 // applyResident sets the resident level from the tiers: pinned resident
 // packs, then the hottest packs at or above ResidentAt, while resident
 // sequences and ResidentCells last. Packs no longer wanted (cold, over
@@ -246,20 +237,10 @@ func (o *OS) applyResident(ctx context.Context, l *loaded) error {
 		cells += p.Tokens
 	}
 	// leave first, so that their sequences and cells are free
-	l.resMu.Lock()
-	var leave []string
-	for cube, r := range l.res {
-		if w, ok := want[cube]; !ok || w.PackID != r.packID {
-			leave = append(leave, cube)
-		}
-	}
-	for _, cube := range leave {
-		r := l.res[cube]
-		delete(l.res, cube)
-		l.eng.ClearSeq(r.seq)
-		l.resFree = append(l.resFree, r.seq)
-	}
-	l.resMu.Unlock()
+	leave := l.res.Leave(func(cube, packID string) bool {
+		w, ok := want[cube]
+		return ok && w.PackID == packID
+	})
 	for _, cube := range leave {
 		why := reason[cube]
 		if why == "" || why == "heat" || why == "pinned" {
@@ -270,10 +251,7 @@ func (o *OS) applyResident(ctx context.Context, l *loaded) error {
 		}
 	}
 	for cube, p := range want {
-		l.resMu.Lock()
-		_, have := l.res[cube]
-		l.resMu.Unlock()
-		if have {
+		if _, have := l.res.Get(cube); have {
 			continue
 		}
 		if err := o.makeResident(ctx, l, cube, p.PackID); err != nil {
@@ -298,94 +276,37 @@ func (o *OS) makeResident(ctx context.Context, l *loaded, cube, id string) error
 	}
 	// room first: idle slots give their cells back; the cells count as
 	// resident (fixed) once the pack is in l.res
-	release, err := l.pool.ReserveNow(l.resSlot, len(h.Tokens), l.eng.NCtx(), noEvict{l}, l.clearSeq)
+	release, err := l.pool.ReserveNow(l.resSlot, len(h.Tokens), l.eng.NCtx(), l.res.NoEvict(), l.clearSeq)
 	if err != nil {
 		return err
 	}
 	defer release()
-	l.resMu.Lock()
-	n := len(l.resFree)
-	if n == 0 {
-		l.resMu.Unlock()
+	seq, ok := l.res.Take()
+	if !ok {
 		return fmt.Errorf("memosrt: no free resident sequence")
 	}
-	seq := l.resFree[n-1]
-	l.resFree = l.resFree[:n-1]
-	l.resMu.Unlock()
 	if _, err := l.eng.RestoreSeq(seq, state); err != nil {
-		l.resMu.Lock()
-		l.resFree = append(l.resFree, seq)
-		l.resMu.Unlock()
+		l.eng.ClearSeq(seq) // a failed restore leaves nothing behind
+		l.res.Return(seq)
 		return err
 	}
 	now := time.Now()
-	l.resMu.Lock()
-	l.res[cube] = &residentPack{seq: seq, adapters: h.AdapterKey, toks: slices.Clone(h.Tokens), packID: id, created: now, used: now}
-	l.resMu.Unlock()
+	l.res.Set(cube, slots.ResidentPack{Seq: seq, Adapters: h.AdapterKey, Toks: slices.Clone(h.Tokens), PackID: id, Created: now, Used: now})
 	return ctx.Err()
 }
 
-// dropResident frees cube's resident pack, if any (its cube was deleted).
-func (l *loaded) dropResident(cube string) {
-	l.resMu.Lock()
-	defer l.resMu.Unlock()
-	if r, ok := l.res[cube]; ok {
-		delete(l.res, cube)
-		l.eng.ClearSeq(r.seq)
-		l.resFree = append(l.resFree, r.seq)
-	}
-}
-
-// residentCells returns the KV cells resident packs hold.
-func (l *loaded) residentCells() int {
-	l.resMu.Lock()
-	defer l.resMu.Unlock()
-	n := 0
-	for _, r := range l.res {
-		n += len(r.toks)
-	}
-	return n
-}
-
-// residentLevel is the resident packs as the slot pool's fixedCells.
-type residentLevel struct{ l *loaded }
-
-func (r residentLevel) Cells() int { return r.l.residentCells() }
-
-// evict drops resident packs, least recently used first, until n cells
-// are free; they come back at a later tick when room allows. Called with
-// the slot pool's lock held: the transitions are recorded afterwards.
-func (r residentLevel) Evict(n int) int {
-	l := r.l
-	o := l.o
-	l.resMu.Lock()
-	freed := 0
-	var gone []string
-	for freed < n && len(l.res) > 0 {
-		var lru string
-		for c, p := range l.res {
-			if lru == "" || p.used.Before(l.res[lru].used) {
-				lru = c
+// residentEvicted records, in the background, that the resident level
+// dropped cubes' packs for room (slots.Resident's evicted hook: it runs
+// under the slot pool's lock); they come back at a later tick when room
+// allows.
+func (o *OS) residentEvicted(cubes []string) {
+	go func() {
+		for _, c := range cubes {
+			if err := o.tiers.SetResident(o.base, c, "", false, "room"); err != nil && o.base.Err() == nil {
+				o.log.Warn("resident eviction not recorded", "cube", c, "err", err)
 			}
 		}
-		p := l.res[lru]
-		delete(l.res, lru)
-		l.eng.ClearSeq(p.seq)
-		l.resFree = append(l.resFree, p.seq)
-		freed += len(p.toks)
-		gone = append(gone, lru)
-	}
-	l.resMu.Unlock()
-	if len(gone) > 0 {
-		go func() {
-			for _, c := range gone {
-				if err := o.tiers.SetResident(o.base, c, "", false, "room"); err != nil && o.base.Err() == nil {
-					o.log.Warn("resident eviction not recorded", "cube", c, "err", err)
-				}
-			}
-		}()
-	}
-	return freed
+	}()
 }
 
 // clearSeq empties a sequence (an idle slot's, evicted for room).
@@ -402,13 +323,13 @@ func (o *OS) reserveJob(ctx context.Context, cells int, wait bool) (func(), erro
 		return nil, fmt.Errorf("%w: the model is not loaded", scheduler.ErrDeferred)
 	}
 	if !wait {
-		release, err := l.pool.ReserveNow(l.jobSlot, cells, l.eng.NCtx(), residentLevel{l}, l.clearSeq)
+		release, err := l.pool.ReserveNow(l.jobSlot, cells, l.eng.NCtx(), l.res, l.clearSeq)
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", scheduler.ErrDeferred, err)
 		}
 		return release, nil
 	}
-	if _, err := l.pool.Admit(ctx, l.jobSlot, cells, cells, l.eng.NCtx(), residentLevel{l}, l.clearSeq); err != nil {
+	if _, err := l.pool.Admit(ctx, l.jobSlot, cells, cells, l.eng.NCtx(), l.res, l.clearSeq); err != nil {
 		return nil, err
 	}
 	return func() { l.pool.Unreserve(l.jobSlot) }, nil
@@ -430,10 +351,3 @@ func (o *OS) tierAdapters(ctx context.Context, cube string) (scheduler.AdapterSe
 	}
 	return scheduler.AdapterSet{Refs: ad.refs, Key: ad.key, Release: ad.release}, nil
 }
-
-// noEvict is the resident level for making a pack resident: room comes
-// from idle slots only, never from other resident packs.
-type noEvict struct{ l *loaded }
-
-func (r noEvict) Cells() int    { return r.l.residentCells() }
-func (r noEvict) Evict(int) int { return 0 }

@@ -12,10 +12,17 @@
 // only when the request's least would not fit otherwise. Drain answers
 // every waiter with the pool's closed error.
 //
-// Main types: Pool (safe for concurrent use), Slot (one sequence: its
+// Resident is the resident level: cubes' packs held in their own
+// sequences, the Fixed cells of memosrt's pool. Its owner is told of the
+// packs Evict drops through the evicted function it passes to
+// NewResident (a documented hook: it runs under Pool.mu and must not
+// block).
+//
+// Main types: Pool (safe for concurrent use), Resident (safe for
+// concurrent use), Slot (one sequence: its
 // Seq is fixed; ConvPack, Toks and SetScope belong to the request holding
 // it), Fixed.
 //
-// Lock order: Pool.mu, then the Fixed cells' owner (Evict is called with
-// Pool.mu held), then the engine's (the clear callbacks).
+// Lock order: Pool.mu, then Resident's (Evict is called with Pool.mu
+// held), then the engine's (the clear callbacks).
 package slots
