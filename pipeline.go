@@ -247,11 +247,18 @@ func (o *OS) do(ctx context.Context, req *Request, chat bool) (*Response, error)
 		if len(req.Tools) > 0 {
 			return nil, badField("tools", "tools are not supported with the ollama backend")
 		}
-		res, err := o.up.generate(ctx, req, start)
-		if err == nil && chat {
+		res, used, err := o.up.generate(ctx, req, start)
+		if err != nil {
+			return res, err
+		}
+		// recorded where the llama path records: after a complete answer
+		if used != nil && !req.NoUsage {
+			o.recordUse(req.Cube, *used)
+		}
+		if chat {
 			o.recordChat(ctx, req, cube, res.Text)
 		}
-		return res, err
+		return res, nil
 	}
 	asked := time.Now()
 	l, release, err := o.use(ctx, req.Model, req.KeepAlive)

@@ -96,21 +96,26 @@ func (b *upstream) options(req *Request) map[string]any {
 	return o
 }
 
-func (b *upstream) generate(ctx context.Context, req *Request, start time.Time) (*Response, error) {
+// generate answers req through the upstream Ollama, with the cube's
+// prompt assembled from the tiers as the llama path assembles it; it
+// returns that prompt (nil without a cube) for the pipeline to record its
+// use, as the llama path's, once the answer is complete.
+func (b *upstream) generate(ctx context.Context, req *Request, start time.Time) (*Response, *scheduler.Prompt, error) {
 	out := &Response{}
+	var used *scheduler.Prompt
 	if len(req.Adapters) > 0 {
-		return nil, badField("adapters", "the ollama backend has no LoRA adapters")
+		return nil, nil, badField("adapters", "the ollama backend has no LoRA adapters")
 	}
 	var msgs []api.Message
 	sys := req.System
 	if req.Cube != "" && !req.Raw && len(req.Context) == 0 {
 		members, err := b.o.tiers.HotSet(ctx, req.Cube)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		p, err := b.o.lay.Assemble(ctx, scheduler.Input{Cube: req.Cube, Members: members, Messages: requestTurns(req)})
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		out.PackMemories, out.Retrieved = len(p.Pack), len(p.Retrieved)
 		msgs = append(msgs, api.Message{Role: "system", Content: p.System})
@@ -124,9 +129,7 @@ func (b *upstream) generate(ctx context.Context, req *Request, start time.Time) 
 				sys += "\n" + req.System
 			}
 		}
-		if !req.NoUsage {
-			b.o.recordUse(req.Cube, p)
-		}
+		used = &p
 	} else {
 		for _, m := range req.Messages {
 			msgs = append(msgs, api.Message{Role: m.Role, Content: m.Content})
@@ -134,7 +137,7 @@ func (b *upstream) generate(ctx context.Context, req *Request, start time.Time) 
 	}
 	sl, _, err := b.pool.Acquire(ctx, nil, "")
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer b.pool.Release(sl)
 	stream := true
@@ -203,15 +206,15 @@ func (b *upstream) generate(ctx context.Context, req *Request, start time.Time) 
 	out.Text = text.String()
 	if err != nil {
 		if ctx.Err() != nil {
-			return out, context.Cause(ctx)
+			return out, nil, context.Cause(ctx)
 		}
-		return out, upstreamErr(err)
+		return out, nil, upstreamErr(err)
 	}
 	if !done {
 		// The client stops without an error when a line exceeds its 8 MiB
 		// buffer (bufio.ErrTooLong is dropped): never pass that off as a
 		// complete answer.
-		return out, fmt.Errorf("%w: stream from %s ended without its final message (a response line over the client's 8 MiB limit?)", ErrUpstream, b.opts.URL)
+		return out, nil, fmt.Errorf("%w: stream from %s ended without its final message (a response line over the client's 8 MiB limit?)", ErrUpstream, b.opts.URL)
 	}
 	if out.DoneReason == "" {
 		out.DoneReason = "stop"
@@ -220,7 +223,7 @@ func (b *upstream) generate(ctx context.Context, req *Request, start time.Time) 
 		out.Usage.EvalDuration = time.Since(firstText)
 	}
 	out.Usage.TotalDuration = time.Since(start)
-	return out, nil
+	return out, used, nil
 }
 
 func (b *upstream) embed(ctx context.Context, texts []string) ([][]float32, int, error) {

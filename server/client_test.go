@@ -328,3 +328,44 @@ func TestClients(t *testing.T) {
 		t.Run("openai", func(t *testing.T) { openaiSuite(t, f.url(), "lily", false) })
 	})
 }
+
+// The fallback backend records a turn's memory uses where the llama path
+// records them: after a complete answer, never for a failed one.
+func TestUpstreamRecordsUseAfterAnswer(t *testing.T) {
+	e := newEnv(t, envConfig{})
+	mo := memosrt.Options{Upstream: &memosrt.UpstreamOptions{URL: e.url(), Model: testModel}}
+	mo.Tiers.Heat.RawCounts = true // counts without decay: exact between calls
+	f := newEnv(t, envConfig{noEngine: true, mo: mo})
+	addCube(t, f, "lily", lilyMemories...)
+	ctx := context.Background()
+	visits := func() float64 {
+		t.Helper()
+		st, err := f.os.Tiers(ctx, "lily", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v := 0.0
+		for _, m := range st.Memories {
+			v += m.Usage.Visits
+		}
+		return v
+	}
+	req := memosrt.Request{Cube: "lily", NumPredict: 4, Messages: []memosrt.Message{{Role: "user", Content: "Where does Max run?"}}}
+	if v := visits(); v != 0 {
+		t.Fatalf("%v visits before any request", v)
+	}
+	if _, err := f.os.Chat(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	v1 := visits()
+	if v1 <= 0 {
+		t.Fatalf("%v visits after an answered turn", v1)
+	}
+	e.ts.Close() // the upstream is gone
+	if _, err := f.os.Chat(ctx, req); !errors.Is(err, memosrt.ErrUpstream) {
+		t.Fatalf("chat with the upstream gone: %v, want ErrUpstream", err)
+	}
+	if v2 := visits(); v2 != v1 {
+		t.Fatalf("a failed turn changed the visits: %v → %v", v1, v2)
+	}
+}
