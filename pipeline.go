@@ -840,7 +840,7 @@ func (o *OS) adapters(ctx context.Context, l *loaded, cube string, specs []lora.
 
 // scopeOf is the slot scope of a cube, at its deletion count gen, under an
 // adapter set: state computed with other adapters, or before the cube was
-// deleted, is not valid for this request. slotPool.forget matches cube
+// deleted, is not valid for this request. slots.Pool.Forget matches cube
 // and every scope starting with cube+"\x00".
 func scopeOf(cube string, gen uint64, adapterKey string) string {
 	if gen == 0 && adapterKey == "" {

@@ -16,7 +16,7 @@ import (
 // while requests on other sequences keep the batch loop busy and end in
 // the same steps: the next request on the sequence, issued at once, is
 // never refused with ErrSeqBusy. memosrt's slot pool and the tier jobs'
-// chunked background prefill (scheduler's prefillBackground) rely on it.
+// chunked background prefill (kvcache's Compute) rely on it.
 // The other sequences run foreground generations in one subtest and
 // chunked background prefills in the other (background work waits while
 // foreground work is in flight, so the sequence's own chunks are

@@ -8,7 +8,7 @@ import (
 	"github.com/memosrt/memosrt/convmem"
 )
 
-// The conversation memory API (memosrt's conversations.go, package
+// The conversation memory API (package conversation over
 // convmem): messages recorded as turns with an extraction job, the jobs,
 // the long-term profile, the short-term queue, the mid-term sessions and a
 // memory's change log. Each handler translates to one memosrt.OS call; the
