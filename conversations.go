@@ -188,7 +188,7 @@ func (o *OS) ensureCube(ctx context.Context, cube string) error {
 	if !textmem.ValidCube(cube) {
 		return fmt.Errorf("%w: %q", textmem.ErrBadCube, cube)
 	}
-	if _, err := o.cubes.create(ctx, Cube{Name: cube}); err != nil && !errors.Is(err, ErrCubeExists) {
+	if _, err := o.cubes.Create(ctx, Cube{Name: cube}); err != nil && !errors.Is(err, ErrCubeExists) {
 		return err
 	}
 	return nil

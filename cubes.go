@@ -3,11 +3,9 @@ package memosrt
 import (
 	"context"
 	"crypto/sha256"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 
@@ -17,120 +15,11 @@ import (
 	"github.com/memosrt/memosrt/textmem"
 )
 
-// Cube is a memory namespace: one user's, agent's or project's. textmem
-// knows a cube only once it holds a memory; the record lets a cube exist
-// empty and carry a description.
-type Cube struct {
-	Name        string            `json:"name"`
-	Description string            `json:"description,omitempty"`
-	Metadata    map[string]string `json:"metadata,omitempty"`
-	// NoRecord keeps the cube's chat turns out of its memory (no turn
-	// recording, see Request.Record).
-	NoRecord bool      `json:"no_record,omitempty"`
-	Created  time.Time `json:"created"`
-}
+// Cube is a memory namespace: one user's, agent's or project's
+// (textmem.Cube; its record is kept by textmem.CubeRegistry).
+type Cube = textmem.Cube
 
 type cubeRecord = Cube
-
-// cubeRegistry stores cube records in the text tier's Backend (the records
-// of the embedded one are srv/cube/<name> → Cube JSON), so that nodes
-// sharing a text store share their cubes. Safe for concurrent use.
-type cubeRegistry struct {
-	be    textmem.Backend
-	store *textmem.Store
-	now   func() time.Time
-}
-
-func openCubes(ctx context.Context, store *textmem.Store, now func() time.Time) (*cubeRegistry, error) {
-	c := &cubeRegistry{be: store.Backend(), store: store, now: now}
-	if err := c.adopt(ctx); err != nil {
-		return nil, fmt.Errorf("memosrt: cube registry: %w", err)
-	}
-	return c, nil
-}
-
-// adopt registers every cube that holds memories but has no record.
-func (c *cubeRegistry) adopt(ctx context.Context) error {
-	names, err := c.store.Cubes(ctx)
-	if err != nil {
-		return err
-	}
-	for _, n := range names {
-		if _, err := c.create(ctx, cubeRecord{Name: n}); err != nil && !errors.Is(err, ErrCubeExists) {
-			return err
-		}
-	}
-	return nil
-}
-
-func (c *cubeRegistry) get(ctx context.Context, name string) (cubeRecord, error) {
-	var rec cubeRecord
-	if !textmem.ValidCube(name) {
-		return rec, fmt.Errorf("%w: %q", textmem.ErrBadCube, name)
-	}
-	if err := ctx.Err(); err != nil {
-		return rec, err
-	}
-	v, err := c.be.Record(ctx, name)
-	if errors.Is(err, textmem.ErrNoRecord) {
-		return rec, fmt.Errorf("%w: %q", ErrUnknownCube, name)
-	}
-	if err != nil {
-		return rec, err
-	}
-	return rec, json.Unmarshal(v, &rec)
-}
-
-func (c *cubeRegistry) exists(ctx context.Context, name string) (bool, error) {
-	_, err := c.get(ctx, name)
-	if errors.Is(err, ErrUnknownCube) {
-		return false, nil
-	}
-	return err == nil, err
-}
-
-// create stores rec; ErrCubeExists if the name is taken.
-func (c *cubeRegistry) create(ctx context.Context, rec cubeRecord) (cubeRecord, error) {
-	if !textmem.ValidCube(rec.Name) {
-		return rec, fmt.Errorf("%w: %q", textmem.ErrBadCube, rec.Name)
-	}
-	if err := ctx.Err(); err != nil {
-		return rec, err
-	}
-	if rec.Created.IsZero() {
-		rec.Created = c.now().UTC()
-	}
-	b, err := json.Marshal(rec)
-	if err != nil {
-		return rec, err
-	}
-	err = c.be.CreateRecord(ctx, rec.Name, b)
-	if errors.Is(err, textmem.ErrRecordExists) {
-		err = fmt.Errorf("%w: %q", ErrCubeExists, rec.Name)
-	}
-	return rec, err
-}
-
-func (c *cubeRegistry) list(ctx context.Context) ([]cubeRecord, error) {
-	recs, err := c.be.Records(ctx)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]cubeRecord, 0, len(recs))
-	for name, v := range recs {
-		var rec cubeRecord
-		if err := json.Unmarshal(v, &rec); err != nil {
-			return nil, fmt.Errorf("cube record %q: %w", name, err)
-		}
-		out = append(out, rec)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
-	return out, nil
-}
-
-func (c *cubeRegistry) remove(ctx context.Context, name string) error {
-	return c.be.DeleteRecord(ctx, name)
-}
 
 // CreateCube creates an empty cube. Errors: textmem.ErrBadCube for a name
 // outside 1..64 of [A-Za-z0-9._-], ErrCubeExists, ErrClosed.
@@ -140,7 +29,7 @@ func (o *OS) CreateCube(ctx context.Context, c Cube) (Cube, error) {
 	}
 	defer o.leave()
 	c.Created = time.Time{}
-	return o.cubes.create(ctx, c)
+	return o.cubes.Create(ctx, c)
 }
 
 // Cube returns the record of cube. Errors: ErrUnknownCube, textmem.ErrBadCube.
@@ -149,7 +38,7 @@ func (o *OS) Cube(ctx context.Context, cube string) (Cube, error) {
 		return Cube{}, err
 	}
 	defer o.leave()
-	return o.cubes.get(ctx, cube)
+	return o.cubes.Get(ctx, cube)
 }
 
 // Cubes returns every cube, by name.
@@ -158,7 +47,7 @@ func (o *OS) Cubes(ctx context.Context) ([]Cube, error) {
 		return nil, err
 	}
 	defer o.leave()
-	return o.cubes.list(ctx)
+	return o.cubes.List(ctx)
 }
 
 // DeleteCube removes a cube and everything derived from it: memories and
@@ -175,7 +64,7 @@ func (o *OS) DeleteCube(ctx context.Context, cube string) error {
 }
 
 func (o *OS) deleteCube(ctx context.Context, cube string) error {
-	if _, err := o.cubes.get(ctx, cube); err != nil {
+	if _, err := o.cubes.Get(ctx, cube); err != nil {
 		return err
 	}
 	if err := o.mem.DeleteCube(ctx, cube); err != nil {
@@ -193,7 +82,7 @@ func (o *OS) deleteCube(ctx context.Context, cube string) error {
 		// added since (its add made the record anew)
 		return nil
 	}
-	return o.cubes.remove(ctx, cube)
+	return o.cubes.Remove(ctx, cube)
 }
 
 // TextStoreKey is the key to open Options.TextStore with when the data
@@ -246,7 +135,7 @@ func (o *OS) resyncCubes() {
 			}
 		}
 		for _, c := range names {
-			rec, err := o.cubes.get(o.base, c)
+			rec, err := o.cubes.Get(o.base, c)
 			if err == nil {
 				// made again under the same name since: this node's packs
 				// of the one before are another cube's
@@ -346,7 +235,7 @@ func (o *OS) AddMemory(ctx context.Context, cube string, m textmem.Memory) (text
 // could meet a disk filled meanwhile). Refused input leaves no empty cube
 // behind.
 func (o *OS) addMemory(ctx context.Context, cube string, m textmem.Memory) (textmem.Memory, textmem.AddOutcome, error) {
-	_, err := o.cubes.create(ctx, Cube{Name: cube})
+	_, err := o.cubes.Create(ctx, Cube{Name: cube})
 	created := err == nil
 	if err != nil && !errors.Is(err, ErrCubeExists) {
 		return m, textmem.Added, err
@@ -354,7 +243,7 @@ func (o *OS) addMemory(ctx context.Context, cube string, m textmem.Memory) (text
 	got, how, err := o.mem.AddOutcome(ctx, cube, m)
 	if err != nil && created && !errors.Is(err, textmem.ErrUnavailable) {
 		if l, lerr := o.mem.List(ctx, cube); lerr == nil && len(l) == 0 {
-			_ = o.cubes.remove(ctx, cube)
+			_ = o.cubes.Remove(ctx, cube)
 		}
 	}
 	return got, how, err

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/memosrt/memosrt/runtime/slots"
+	"github.com/memosrt/memosrt/textmem"
 
 	"github.com/memosrt/memosrt/cubearchive"
 	"github.com/memosrt/memosrt/datadir"
@@ -23,14 +24,14 @@ var (
 	ErrBusy = slots.ErrQueueFull
 	// ErrUnknownCube is returned for a cube that was neither created nor
 	// holds memories; HTTP 404.
-	ErrUnknownCube = errkind.New(errkind.NotFound, "memosrt: unknown cube")
+	ErrUnknownCube = textmem.ErrUnknownCube
 
 	// ErrTextStoreElsewhere is returned by Open without Options.TextStore
 	// on a data directory whose text tier was kept in a shared store
 	// (serve --text-store): its own holds none of those memories.
 	ErrTextStoreElsewhere = errors.New("memosrt: this data directory's memories are in a shared text store: start serve with --text-store and that store, and CLI commands on the directory go through the server (serve --text-store local serves the directory's own text tier instead)")
 	// ErrCubeExists is returned by CreateCube for a name in use; HTTP 409.
-	ErrCubeExists = errkind.New(errkind.Conflict, "memosrt: cube exists")
+	ErrCubeExists = textmem.ErrCubeExists
 	// ErrNotSupported is returned for what the configured backend cannot
 	// do (the upstream backend has no KV packs or adapters); HTTP 501.
 	ErrNotSupported = errkind.New(errkind.NotSupported, "memosrt: not supported by this backend")

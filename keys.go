@@ -22,7 +22,7 @@ func (o *OS) CreateKey(ctx context.Context, cube string) (AccessKey, string, err
 		return AccessKey{}, "", err
 	}
 	defer o.leave()
-	rec, err := o.cubes.get(ctx, cube)
+	rec, err := o.cubes.Get(ctx, cube)
 	if err != nil {
 		return AccessKey{}, "", err
 	}
@@ -38,7 +38,7 @@ func (o *OS) KeyCube(ctx context.Context, token string) (AccessKey, error) {
 		return k, err
 	}
 	// the cube it was minted for, not one made since under its name
-	rec, err := o.cubes.get(ctx, k.Cube)
+	rec, err := o.cubes.Get(ctx, k.Cube)
 	if errors.Is(err, ErrUnknownCube) || (err == nil && !rec.Created.Equal(k.CubeCreated)) {
 		_ = o.keys.Revoke(token)
 		return AccessKey{}, ErrUnknownKey

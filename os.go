@@ -43,7 +43,7 @@ type OS struct {
 	reg   *lora.Registry
 	lay   *scheduler.Layout // without a model (upstream, none); a loaded model has its own
 	tiers *scheduler.Tiers
-	cubes *cubeRegistry
+	cubes *textmem.CubeRegistry
 	up    *upstream // nil unless Options.Upstream
 	info  ModelInfo // the upstream's
 
@@ -142,7 +142,7 @@ func Open(ctx context.Context, opts Options) (*OS, error) {
 	if o.reg, err = lora.NewRegistry(o.db, lora.RegistryOptions{Logger: opts.Logger}); err != nil {
 		return nil, err
 	}
-	if o.cubes, err = openCubes(ctx, o.mem, now); err != nil {
+	if o.cubes, err = textmem.OpenCubes(ctx, o.mem, now); err != nil {
 		return nil, err
 	}
 	if err = o.newModels(opts); err != nil {

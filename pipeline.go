@@ -77,7 +77,7 @@ func (o *OS) cubeOf(ctx context.Context, cube string) (Cube, error) {
 	if !textmem.ValidCube(cube) {
 		return Cube{}, badField("cube", "%q is not a cube name (1..64 of [A-Za-z0-9._-], not . or ..)", cube)
 	}
-	return o.cubes.get(ctx, cube)
+	return o.cubes.Get(ctx, cube)
 }
 
 // rendered is a request's assembled prompt.

@@ -29,7 +29,7 @@ func (o *OS) ExportCube(ctx context.Context, cube string, w io.Writer) error {
 		return err
 	}
 	defer o.leave()
-	rec, err := o.cubes.get(ctx, cube)
+	rec, err := o.cubes.Get(ctx, cube)
 	if err != nil {
 		return err
 	}
@@ -109,7 +109,7 @@ func (o *OS) ImportCube(ctx context.Context, r io.Reader, opts ImportOptions) (I
 		return res, badField("cube", "%q is not a cube name", cube)
 	}
 	res.Cube = cube
-	if ok, err := o.cubes.exists(ctx, cube); err != nil {
+	if ok, err := o.cubes.Exists(ctx, cube); err != nil {
 		return res, err
 	} else if ok {
 		if !opts.Replace {
@@ -119,7 +119,7 @@ func (o *OS) ImportCube(ctx context.Context, r io.Reader, opts ImportOptions) (I
 			return res, err
 		}
 	}
-	if _, err := o.cubes.create(ctx, cubeRecord{Name: cube, Description: man.Description, Metadata: man.Metadata}); err != nil {
+	if _, err := o.cubes.Create(ctx, cubeRecord{Name: cube, Description: man.Description, Metadata: man.Metadata}); err != nil {
 		return res, err
 	}
 	ok := false

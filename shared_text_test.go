@@ -71,7 +71,7 @@ func TestSharedTextStoreCubes(t *testing.T) {
 		if addErr != nil && !errors.Is(addErr, textmem.ErrNoRecord) {
 			t.Fatal(addErr)
 		}
-		_, getErr := a.cubes.get(ctx, cube)
+		_, getErr := a.cubes.Get(ctx, cube)
 		mems, err := a.Memories(ctx, cube)
 		if err != nil {
 			t.Fatal(err)
@@ -99,7 +99,7 @@ func TestSharedTextStoreCubes(t *testing.T) {
 		t.Fatal(err)
 	}
 	a.afterTextDelete = nil
-	if _, err := a.cubes.get(ctx, "late"); err != nil {
+	if _, err := a.cubes.Get(ctx, "late"); err != nil {
 		t.Fatalf("the cube B's add made anew: %v", err)
 	}
 	if mems, err := a.Memories(ctx, "late"); err != nil || len(mems) != 1 {
