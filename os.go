@@ -74,7 +74,7 @@ type OS struct {
 	pending                atomic.Int64
 	writeSem               chan struct{} // bounds concurrent writes; full: the write is skipped
 
-	usage *usageBuffer
+	usage *scheduler.UsageBuffer
 
 	conv       *conversation.Manager              // turns, sessions, profiles, jobs, change logs
 	jobStarted func(context.Context, convmem.Job) // tests: runs when an extraction job is marked running
@@ -192,7 +192,7 @@ func Open(ctx context.Context, opts Options) (*OS, error) {
 	if o.tiers, err = scheduler.NewTiers(deps, opts.Tiers); err != nil {
 		return nil, err
 	}
-	o.usage = newUsageBuffer()
+	o.usage = scheduler.NewUsageBuffer()
 	if err := o.startConversations(ctx); err != nil {
 		return nil, err
 	}

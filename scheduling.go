@@ -5,102 +5,25 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/memosrt/memosrt/runtime/slots"
 	"github.com/memosrt/memosrt/scheduler"
 )
 
-// usageBuffer holds recorded uses until they are written, summed per
-// memory and stamped with the last use's time (one flush period at most
-// apart). Safe for concurrent use.
-type usageBuffer struct {
-	// mu guards uses and since.
-	mu    sync.Mutex
-	uses  map[[2]string]scheduler.Use // by (cube, id), counts summed
-	since int                         // uses recorded since the last tick
-}
-
-func newUsageBuffer() *usageBuffer { return &usageBuffer{uses: map[[2]string]scheduler.Use{}} }
-
 // addUses buffers uses and kicks the scheduler after TickAfterUses of them.
 func (o *OS) addUses(uses []scheduler.Use) {
-	b := o.usage
-	now := o.opts.Clock.Now()
-	b.mu.Lock()
-	for _, u := range uses {
-		k := [2]string{u.Cube, u.ID}
-		v := b.uses[k]
-		v.Cube, v.ID, v.At = u.Cube, u.ID, now
-		v.Visits += u.Visits
-		v.Interactions += u.Interactions
-		b.uses[k] = v
-	}
-	b.since += len(uses)
-	burst := b.since >= o.opts.TickAfterUses
-	b.mu.Unlock()
-	if burst {
+	if o.usage.Add(uses, o.opts.Clock.Now()) >= o.opts.TickAfterUses {
 		o.Kick()
 	}
 }
 
-// flushUsage writes the buffered uses in one transaction. On failure they
-// are kept for the next flush.
+// flushUsage writes the buffered uses (scheduler.UsageBuffer.Flush).
 func (o *OS) flushUsage(ctx context.Context) error {
-	b := o.usage
-	if b == nil {
+	if o.usage == nil {
 		return nil
 	}
-	b.mu.Lock()
-	if len(b.uses) == 0 {
-		b.mu.Unlock()
-		return nil
-	}
-	uses := make([]scheduler.Use, 0, len(b.uses))
-	for _, u := range b.uses {
-		uses = append(uses, u)
-	}
-	b.uses = map[[2]string]scheduler.Use{}
-	b.mu.Unlock()
-	slices.SortFunc(uses, func(a, c scheduler.Use) int {
-		if a.Cube != c.Cube {
-			return cmpStr(a.Cube, c.Cube)
-		}
-		return cmpStr(a.ID, c.ID)
-	})
-	if err := o.tiers.RecordUse(ctx, uses); err != nil {
-		o.addBack(uses)
-		return err
-	}
-	return nil
-}
-
-func (o *OS) addBack(uses []scheduler.Use) {
-	b := o.usage
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	for _, u := range uses {
-		k := [2]string{u.Cube, u.ID}
-		v := b.uses[k]
-		v.Cube, v.ID = u.Cube, u.ID
-		if u.At.After(v.At) {
-			v.At = u.At
-		}
-		v.Visits += u.Visits
-		v.Interactions += u.Interactions
-		b.uses[k] = v
-	}
-}
-
-func cmpStr(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
+	return o.usage.Flush(ctx, o.tiers)
 }
 
 // Kick asks the background loop for a tick soon (after a burst of usage, a
@@ -182,9 +105,7 @@ func (o *OS) Tick(ctx context.Context) (scheduler.TickReport, error) {
 }
 
 func (o *OS) tick(ctx context.Context) (scheduler.TickReport, error) {
-	o.usage.mu.Lock()
-	o.usage.since = 0
-	o.usage.mu.Unlock()
+	o.usage.ResetSince()
 	if err := o.flushUsage(ctx); err != nil {
 		return scheduler.TickReport{}, err
 	}
