@@ -157,7 +157,7 @@ func (o *OS) AddMessages(ctx context.Context, cube string, msgs []Message, mo Me
 	}
 	var turns []convmem.Turn
 	for i, m := range msgs {
-		if err := checkRole(fmt.Sprintf("messages[%d].role", i), m.Role); err != nil {
+		if err := CheckRole(fmt.Sprintf("messages[%d].role", i), m.Role); err != nil {
 			return convmem.Job{}, nil, err
 		}
 		if strings.TrimSpace(m.Content) == "" {

@@ -54,15 +54,6 @@ func (o *OS) closing(res *Response, err error) (*Response, error) {
 	return res, err
 }
 
-// checkRole accepts the chat roles.
-func checkRole(field, role string) error {
-	switch role {
-	case "system", "user", "assistant", "tool":
-		return nil
-	}
-	return badField(field, "unknown role %q (want system, user, assistant or tool)", role)
-}
-
 // checkCube returns an error unless cube is "" or an existing cube.
 func (o *OS) checkCube(ctx context.Context, cube string) error {
 	_, err := o.cubeOf(ctx, cube)
@@ -222,14 +213,12 @@ func (o *OS) do(ctx context.Context, req *Request, chat bool) (*Response, error)
 		return nil, err
 	}
 	for i, m := range req.Messages {
-		if err := checkRole(fmt.Sprintf("messages[%d].role", i), m.Role); err != nil {
+		if err := CheckRole(fmt.Sprintf("messages[%d].role", i), m.Role); err != nil {
 			return nil, err
 		}
 	}
-	switch req.Record {
-	case RecordTurn, RecordUser, RecordNone:
-	default:
-		return nil, badField("record", "%q: one of \"\" (the turn), \"user\" (the message alone), \"none\"", req.Record)
+	if _, err := ParseRecordMode("record", string(req.Record)); err != nil {
+		return nil, err
 	}
 	toolGrammar, err := req.toolSpec().Grammar()
 	if err != nil {

@@ -115,6 +115,26 @@ const (
 	RecordNone RecordMode = "none"
 )
 
+// ParseRecordMode reads a request's record field v: "" (the turn), "user"
+// or "none"; anything else is a *FieldError naming field.
+func ParseRecordMode(field, v string) (RecordMode, error) {
+	switch m := RecordMode(v); m {
+	case RecordTurn, RecordUser, RecordNone:
+		return m, nil
+	}
+	return "", badField(field, `%q: want "", "user" or "none"`, v)
+}
+
+// CheckRole refuses a message role other than system, user, assistant
+// or tool with a *FieldError naming field.
+func CheckRole(field, role string) error {
+	switch role {
+	case "system", "user", "assistant", "tool":
+		return nil
+	}
+	return badField(field, "unknown role %q (want system, user, assistant or tool)", role)
+}
+
 // Usage are a generation's token counts and timings.
 type Usage struct {
 	PromptTokens   int           `json:"prompt_tokens"` // whole prompt, cached tokens included

@@ -28,16 +28,6 @@ type messagesRequest struct {
 	Infer *bool `json:"infer"`
 }
 
-// recordMode reads a request's "record" field (field names it in a 400):
-// "" (the turn), "user" or "none".
-func recordMode(field, v string) (memosrt.RecordMode, error) {
-	switch m := memosrt.RecordMode(v); m {
-	case memosrt.RecordTurn, memosrt.RecordUser, memosrt.RecordNone:
-		return m, nil
-	}
-	return "", badField(field, `%q: want "", "user" or "none"`, v)
-}
-
 // handleMessagesAdd answers POST /v1/cubes/{cube}/messages (OS.AddMessages;
 // the cube is created if needed): 202 {"job", "turns"}, the job queued; with
 // "infer": false, 200 {"turns"} and no job.

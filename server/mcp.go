@@ -427,7 +427,7 @@ func (t *mcpTools) chat(ctx context.Context, c mcpCall, in mcpChatIn) (*mcp.Call
 	}
 	var rec memosrt.RecordMode
 	if err == nil {
-		rec, err = recordMode("record", in.Record)
+		rec, err = memosrt.ParseRecordMode("record", in.Record)
 	}
 	if err != nil {
 		return nil, mcpChatOut{}, err

@@ -74,7 +74,7 @@ func (s *Server) handleNativeGenerate(w http.ResponseWriter, r *http.Request) {
 			MinP: req.Sampling.MinP, RepeatPenalty: req.Sampling.RepeatPenalty, RepeatLastN: req.Sampling.RepeatLastN,
 			Seed: req.Sampling.Seed, Grammar: req.Sampling.Grammar}}
 	if err == nil {
-		g.Record, err = recordMode("record", req.Record)
+		g.Record, err = memosrt.ParseRecordMode("record", req.Record)
 	}
 	if err == nil && req.Adapters != nil {
 		g.Adapters, err = lora.ParseSpecs(*req.Adapters)

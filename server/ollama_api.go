@@ -94,7 +94,7 @@ func useSchema(g *memosrt.Request, field string, t []byte) error {
 }
 
 // ollamaChatRequest is Ollama's chat request with memosrt's top-level
-// extension "record" (see recordMode).
+// extension "record" (see memosrt.ParseRecordMode).
 type ollamaChatRequest struct {
 	api.ChatRequest
 	// Tools shadows api.ChatRequest.Tools: the tools as sent (see
@@ -133,7 +133,7 @@ func (s *Server) handleOllamaChat(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			break
 		}
-		err = checkRole(fmt.Sprintf("messages[%d].role", i), m.Role)
+		err = memosrt.CheckRole(fmt.Sprintf("messages[%d].role", i), m.Role)
 		if err == nil && len(m.Images) > 0 {
 			err = badField(fmt.Sprintf("messages[%d].images", i), "images are not supported")
 		}
@@ -151,7 +151,7 @@ func (s *Server) handleOllamaChat(w http.ResponseWriter, r *http.Request) {
 		if rec == "" && sp.Record != "" {
 			field, rec = "options.record", sp.Record
 		}
-		g.Record, err = recordMode(field, rec)
+		g.Record, err = memosrt.ParseRecordMode(field, rec)
 	}
 	switch c := sp.ToolChoice; c {
 	case "", memosrt.ToolAuto, memosrt.ToolNone, memosrt.ToolRequired:

@@ -78,7 +78,7 @@ type oaiChatRequest struct {
 		JSONSchema *oaiJSONSchema `json:"json_schema"`
 	} `json:"response_format"`
 	// Record is memosrt's extension, as cube is (also metadata.record):
-	// what the turn leaves in the cube's memory (see recordMode).
+	// what the turn leaves in the cube's memory (see memosrt.ParseRecordMode).
 	Record string `json:"record"`
 }
 
@@ -222,7 +222,7 @@ func (s *Server) handleOpenAIChat(w http.ResponseWriter, r *http.Request) {
 		if m, ok := req.Metadata["record"].(string); ok && rec == "" {
 			field, rec = "metadata.record", m
 		}
-		g.Record, err = recordMode(field, rec)
+		g.Record, err = memosrt.ParseRecordMode(field, rec)
 	}
 	if err == nil {
 		err = openAITools(g, req.Tools, req.ToolChoice, req.ParallelToolCalls)
@@ -256,7 +256,7 @@ func (s *Server) handleOpenAIChat(w http.ResponseWriter, r *http.Request) {
 		if role == "developer" {
 			role = "system"
 		}
-		err = checkRole(fmt.Sprintf("messages[%d].role", i), role)
+		err = memosrt.CheckRole(fmt.Sprintf("messages[%d].role", i), role)
 		var text string
 		if err == nil {
 			text, err = messageText(fmt.Sprintf("messages[%d].content", i), m.Content)

@@ -121,7 +121,7 @@ type sampling struct {
 	MaxToolCalls *int
 	// Record is options.record, memosrt's extension as cube is (Ollama's
 	// clients send no top-level field of their own): a chat's top-level
-	// "record" wins (see recordMode).
+	// "record" wins (see memosrt.ParseRecordMode).
 	Record string
 }
 
@@ -364,14 +364,6 @@ func sameModel(name, want string) bool {
 	}
 	n, w := model.ParseName(name), model.ParseName(want)
 	return n.IsFullyQualified() && w.IsFullyQualified() && n.EqualFold(w)
-}
-
-func checkRole(field, role string) error {
-	switch role {
-	case "system", "user", "assistant", "tool":
-		return nil
-	}
-	return badField(field, "unknown role %q (want system, user, assistant or tool)", role)
 }
 
 // adapterSpecs reads LoRA adapters: "a:0.5,b", "none", or an array of
