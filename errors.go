@@ -3,6 +3,7 @@ package memosrt
 import (
 	"errors"
 	"fmt"
+	"github.com/memosrt/memosrt/runtime"
 	"github.com/memosrt/memosrt/runtime/slots"
 	"github.com/memosrt/memosrt/textmem"
 
@@ -62,6 +63,9 @@ var (
 	// HTTP 507. It is datadir.ErrNoSpace; docs/data-directory.md, "A full
 	// disk", gives the reserve it keeps.
 	ErrNoSpace = datadir.ErrNoSpace
+	// ErrSlowReader ends a generation whose Request.OnText does not keep
+	// up (more than 4 MiB of text queued); it is runtime.ErrSlowReader.
+	ErrSlowReader = runtime.ErrSlowReader
 )
 
 // ErrorKind is what an error means to the caller: fix the request, look

@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/memosrt/memosrt/kvcache"
@@ -387,7 +386,7 @@ func (o *OS) do(ctx context.Context, req *Request, chat bool) (*Response, error)
 		onText = calls.OnText
 	}
 	var res runtime.Result
-	gerr := o.stream(ctx, onText, func(ctx context.Context, onText func(string) error) error {
+	gerr := runtime.Stream(ctx, onText, func(ctx context.Context, onText func(string) error) error {
 		var err error
 		res, err = l.eng.Generate(ctx, runtime.Request{Seq: sl.Seq, Tokens: toks, NPast: src.npast, Sampling: sp, Background: req.background,
 			MaxTokens: maxTok, Stop: req.Stop, OnText: onText, Start: start, Adapters: ad.refs})
@@ -436,112 +435,6 @@ func (o *OS) do(ctx context.Context, req *Request, chat bool) (*Response, error)
 // when the KV cache is short of its whole budget; it then ends with
 // done_reason "length" at what it got.
 const minBudget = 16
-
-// stream runs gen, handing its text to onText on this goroutine: gen's
-// callback runs on the engine's batch goroutine and must not block, so it
-// only queues text (a textPipe); this goroutine delivers what queued
-// meanwhile as one chunk. An onText error cancels gen with that cause.
-func (o *OS) stream(ctx context.Context, onText func(string) error, gen func(context.Context, func(string) error) error) error {
-	if onText == nil {
-		return gen(ctx, nil)
-	}
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	p := newTextPipe(maxPendingText)
-	var err error
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		err = gen(ctx, p.push)
-	}()
-	var werr error
-	write := func() {
-		if t, ok := p.take(); ok && werr == nil {
-			if werr = onText(t); werr != nil {
-				p.fail(werr)
-				cancel(werr)
-			}
-		}
-	}
-	for running := true; running; {
-		select {
-		case <-p.signal:
-			write()
-		case <-done:
-			write()
-			running = false
-		}
-	}
-	if werr != nil && (err == nil || errors.Is(err, context.Canceled)) {
-		return werr
-	}
-	return err
-}
-
-// maxPendingText bounds the text queued for a slow OnText, bytes; beyond
-// it the generation fails rather than buffer without limit.
-const maxPendingText = 4 << 20
-
-// ErrSlowReader ends a generation whose Request.OnText does not keep up
-// (more than 4 MiB of text queued).
-var ErrSlowReader = errors.New("memosrt: OnText reads too slowly")
-
-// textPipe hands generated text from the engine's goroutine to the
-// caller's without blocking the engine. Safe for concurrent use.
-type textPipe struct {
-	signal chan struct{} // capacity 1: text is waiting
-	limit  int
-
-	// mu guards buf and err.
-	mu  sync.Mutex
-	buf strings.Builder
-	err error
-}
-
-func newTextPipe(limit int) *textPipe {
-	return &textPipe{signal: make(chan struct{}, 1), limit: limit}
-}
-
-// push queues t; it returns the reader's error once reading failed.
-func (p *textPipe) push(t string) error {
-	p.mu.Lock()
-	if p.err != nil {
-		p.mu.Unlock()
-		return p.err
-	}
-	if p.buf.Len()+len(t) > p.limit {
-		p.err = ErrSlowReader
-		p.mu.Unlock()
-		return ErrSlowReader
-	}
-	p.buf.WriteString(t)
-	p.mu.Unlock()
-	select {
-	case p.signal <- struct{}{}:
-	default:
-	}
-	return nil
-}
-
-// take returns everything queued, coalesced.
-func (p *textPipe) take() (string, bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.buf.Len() == 0 {
-		return "", false
-	}
-	t := p.buf.String()
-	p.buf.Reset()
-	return t, true
-}
-
-func (p *textPipe) fail(err error) {
-	p.mu.Lock()
-	if p.err == nil {
-		p.err = err
-	}
-	p.mu.Unlock()
-}
 
 // kvSource is the KV state prepare put into a request's sequence.
 type kvSource struct {
