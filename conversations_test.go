@@ -39,6 +39,73 @@ func nonTurn(t *testing.T, o *OS, cube string) []textmem.Memory {
 	return slices.DeleteFunc(ms, func(m textmem.Memory) bool { return m.Kind == KindTurn })
 }
 
+// Recorded turns are context, not facts: a prompt's retrieval and OS.Search
+// rank a memory the user wrote above turns that match the query better
+// (moved turns still reach the prompt, after it); SearchQuery leaves turns
+// out unless asked.
+func TestTurnsRankAfterMemories(t *testing.T) {
+	ctx := context.Background()
+	opts := testOptions(t, t.TempDir())
+	opts.NoExtract = true
+	opts.Conversations.ShortTermLen, opts.Conversations.MoveLen = 3, 2
+	o := openOS(t, opts)
+	if _, err := o.CreateCube(ctx, Cube{Name: "lily"}); err != nil {
+		t.Fatal(err)
+	}
+	// each says Max twice and run: BM25 ranks them above the fact
+	said := []string{"Max runs, Max runs fast.", "Max can run far, Max.", "Run, Max, run to Max.", "Max and Max run home.", "Max, run! Max ran."}
+	for _, text := range said {
+		if _, err := o.Chat(ctx, Request{Cube: "lily", NumPredict: 2, Record: RecordUser, Messages: []Message{{Role: "user", Content: text}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st, _ := o.ShortTerm(ctx, "lily"); len(st) != 3 || st[0].User != said[2] {
+		t.Fatalf("short-term %+v, want the last 3 turns (the first 2 moved)", st)
+	}
+	const fact = "Lily has a dog named Max."
+	addMemories(t, o, "lily", fact)
+
+	res, err := o.Chat(ctx, Request{Cube: "lily", RenderOnly: true, Record: RecordNone,
+		Messages: []Message{{Role: "user", Content: "Where does Max run?"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// then the two moved turns (the short-term ones never: HideSources)
+	want := "Also relevant:\n- " + fact + "\n- " + said[0] + "\n- " + said[1] + "\n"
+	if !strings.Contains(res.Rendered, want) || res.Retrieved != 3 {
+		t.Errorf("prompt %q (%d retrieved): want the block %q", res.Rendered, res.Retrieved, want)
+	}
+
+	texts := func(hits []textmem.Hit) []string {
+		var out []string
+		for _, h := range hits {
+			out = append(out, h.Memory.Kind+": "+h.Memory.Text)
+		}
+		return out
+	}
+	hits, err := o.Search(ctx, "lily", textmem.DefaultQuery("Where does Max run?", 10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(hits) != 6 || hits[0].Memory.Text != fact || slices.ContainsFunc(hits[1:], func(h textmem.Hit) bool { return h.Memory.Kind != KindTurn }) {
+		t.Errorf("search with turns: %q, want the fact, then the 5 turns", texts(hits))
+	}
+	hits, err = o.Search(ctx, "lily", SearchQuery("Where does Max run?", 10, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(hits) != 1 || hits[0].Memory.Text != fact {
+		t.Errorf("search without turns: %q, want the fact alone", texts(hits))
+	}
+	hits, err = o.Search(ctx, "lily", SearchQuery("Where does Max run?", 2, true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(hits) != 2 || hits[0].Memory.Text != fact || hits[1].Memory.Kind != KindTurn {
+		t.Errorf("search with turns, k 2: %q, want the fact, then a turn", texts(hits))
+	}
+}
+
 // Chat turns are recorded: the short-term queue stays bounded, overflow
 // moves into sessions (and only then into prompts), every turn is
 // in exactly one place; Record none, RecordUser and a NoRecord cube do as
