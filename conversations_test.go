@@ -62,8 +62,34 @@ func TestTurnsRankAfterMemories(t *testing.T) {
 	if st, _ := o.ShortTerm(ctx, "lily"); len(st) != 3 || st[0].User != said[2] {
 		t.Fatalf("short-term %+v, want the last 3 turns (the first 2 moved)", st)
 	}
+	// A recorded turn's memory, and its new Source once moved, are written
+	// in the background; prompt retrieval does not wait for them, so a
+	// prompt rendered now may still see a moved turn as short-term (hidden)
+	// or not at all. Memories writes them first, as every read that must
+	// see every turn does.
+	ms, err := o.Memories(ctx, "lily")
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := map[string]string{}
+	for _, m := range ms {
+		src[m.Text] = m.Source
+	}
+	for i, text := range said {
+		if moved := strings.HasPrefix(src[text], "dialog:"); moved != (i < 2) || !moved && src[text] != SourceShortTerm {
+			t.Fatalf("turn %q: memory Source %q; want the first 2 moved (dialog:), the rest %q", text, src[text], SourceShortTerm)
+		}
+	}
 	const fact = "Lily has a dog named Max."
 	addMemories(t, o, "lily", fact)
+	// the premise: without the tiers every turn outranks the fact
+	flat, err := o.mem.SearchWith(ctx, "lily", textmem.DefaultQuery("Where does Max run?", 10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(flat) != 6 || flat[5].Memory.Text != fact {
+		t.Fatalf("flat search: %d hits, want 6 with the fact last", len(flat))
+	}
 
 	res, err := o.Chat(ctx, Request{Cube: "lily", RenderOnly: true, Record: RecordNone,
 		Messages: []Message{{Role: "user", Content: "Where does Max run?"}}})
