@@ -39,6 +39,99 @@ func nonTurn(t *testing.T, o *OS, cube string) []textmem.Memory {
 	return slices.DeleteFunc(ms, func(m textmem.Memory) bool { return m.Kind == KindTurn })
 }
 
+// Recorded turns are context, not facts: a prompt's retrieval and OS.Search
+// rank a memory the user wrote above turns that match the query better
+// (moved turns still reach the prompt, after it); SearchQuery leaves turns
+// out unless asked.
+func TestTurnsRankAfterMemories(t *testing.T) {
+	ctx := context.Background()
+	opts := testOptions(t, t.TempDir())
+	opts.NoExtract = true
+	opts.Conversations.ShortTermLen, opts.Conversations.MoveLen = 3, 2
+	o := openOS(t, opts)
+	if _, err := o.CreateCube(ctx, Cube{Name: "lily"}); err != nil {
+		t.Fatal(err)
+	}
+	// each says Max twice and run: BM25 ranks them above the fact
+	said := []string{"Max runs, Max runs fast.", "Max can run far, Max.", "Run, Max, run to Max.", "Max and Max run home.", "Max, run! Max ran."}
+	for _, text := range said {
+		if _, err := o.Chat(ctx, Request{Cube: "lily", NumPredict: 2, Record: RecordUser, Messages: []Message{{Role: "user", Content: text}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st, _ := o.ShortTerm(ctx, "lily"); len(st) != 3 || st[0].User != said[2] {
+		t.Fatalf("short-term %+v, want the last 3 turns (the first 2 moved)", st)
+	}
+	// A recorded turn's memory, and its new Source once moved, are written
+	// in the background; prompt retrieval does not wait for them, so a
+	// prompt rendered now may still see a moved turn as short-term (hidden)
+	// or not at all. Memories writes them first, as every read that must
+	// see every turn does.
+	ms, err := o.Memories(ctx, "lily")
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := map[string]string{}
+	for _, m := range ms {
+		src[m.Text] = m.Source
+	}
+	for i, text := range said {
+		if moved := strings.HasPrefix(src[text], "dialog:"); moved != (i < 2) || !moved && src[text] != SourceShortTerm {
+			t.Fatalf("turn %q: memory Source %q; want the first 2 moved (dialog:), the rest %q", text, src[text], SourceShortTerm)
+		}
+	}
+	const fact = "Lily has a dog named Max."
+	addMemories(t, o, "lily", fact)
+	// the premise: without the tiers every turn outranks the fact
+	flat, err := o.mem.SearchWith(ctx, "lily", textmem.DefaultQuery("Where does Max run?", 10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(flat) != 6 || flat[5].Memory.Text != fact {
+		t.Fatalf("flat search: %d hits, want 6 with the fact last", len(flat))
+	}
+
+	res, err := o.Chat(ctx, Request{Cube: "lily", RenderOnly: true, Record: RecordNone,
+		Messages: []Message{{Role: "user", Content: "Where does Max run?"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// then the two moved turns (the short-term ones never: HideSources)
+	want := "Also relevant:\n- " + fact + "\n- " + said[0] + "\n- " + said[1] + "\n"
+	if !strings.Contains(res.Rendered, want) || res.Retrieved != 3 {
+		t.Errorf("prompt %q (%d retrieved): want the block %q", res.Rendered, res.Retrieved, want)
+	}
+
+	texts := func(hits []textmem.Hit) []string {
+		var out []string
+		for _, h := range hits {
+			out = append(out, h.Memory.Kind+": "+h.Memory.Text)
+		}
+		return out
+	}
+	hits, err := o.Search(ctx, "lily", textmem.DefaultQuery("Where does Max run?", 10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(hits) != 6 || hits[0].Memory.Text != fact || slices.ContainsFunc(hits[1:], func(h textmem.Hit) bool { return h.Memory.Kind != KindTurn }) {
+		t.Errorf("search with turns: %q, want the fact, then the 5 turns", texts(hits))
+	}
+	hits, err = o.Search(ctx, "lily", SearchQuery("Where does Max run?", 10, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(hits) != 1 || hits[0].Memory.Text != fact {
+		t.Errorf("search without turns: %q, want the fact alone", texts(hits))
+	}
+	hits, err = o.Search(ctx, "lily", SearchQuery("Where does Max run?", 2, true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(hits) != 2 || hits[0].Memory.Text != fact || hits[1].Memory.Kind != KindTurn {
+		t.Errorf("search with turns, k 2: %q, want the fact, then a turn", texts(hits))
+	}
+}
+
 // Chat turns are recorded: the short-term queue stays bounded, overflow
 // moves into sessions (and only then into prompts), every turn is
 // in exactly one place; Record none, RecordUser and a NoRecord cube do as

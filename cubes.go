@@ -304,11 +304,29 @@ func (o *OS) DeleteMemory(ctx context.Context, cube, id string) error {
 	return o.conv.Delete(ctx, cube, id, "api", "")
 }
 
+// SearchQuery returns the query a person's search runs (the memory API's
+// search, MCP search_memory, `memosrt mem search`): textmem.DefaultQuery(
+// text, k), leaving out the cube's recorded chat turns (Kind KindTurn:
+// what was said, with the model's answers, not what is known) unless turns
+// is set; OS.Search ranks them after every other hit then.
+func SearchQuery(text string, k int, turns bool) textmem.Query {
+	q := textmem.DefaultQuery(text, k)
+	if !turns {
+		q.NotKinds = []string{KindTurn}
+	}
+	return q
+}
+
 // Search finds cube's memories for q (textmem.Store.SearchWith: BM25 with
 // stemming, neighbours, optional dense fusion; the cube's recorded turns
-// included, short-term ones too), reorders the hits by the cube's best
-// matching conversation sessions (conversation.Manager.Search) and counts
-// each hit but short-term turns as a visit towards its heat.
+// included, short-term ones too, unless q.NotKinds names KindTurn, as
+// SearchQuery's does), reorders the hits by the cube's best matching
+// conversation sessions (conversation.Manager.Search) and counts each hit
+// but short-term turns as a visit towards its heat. Recorded turns rank
+// after every other hit (conversation.Manager.Search adds KindTurn to
+// q.LastKinds): they are the conversation's context, and their answers
+// are the model's own text, so a memory a user or an extraction wrote
+// comes first whenever it is found.
 func (o *OS) Search(ctx context.Context, cube string, q textmem.Query) ([]textmem.Hit, error) {
 	if err := o.enter(); err != nil {
 		return nil, err

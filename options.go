@@ -196,6 +196,11 @@ func (o *Options) ensureDefaults() {
 	if !slices.Contains(o.Layout.HideSources, SourceShortTerm) {
 		o.Layout.HideSources = append(slices.Clone(o.Layout.HideSources), SourceShortTerm)
 	}
+	// moved turns are retrieved, after the memories a user or an extraction
+	// wrote (as OS.Search ranks them)
+	if !slices.Contains(o.Layout.LastKinds, KindTurn) {
+		o.Layout.LastKinds = append(slices.Clone(o.Layout.LastKinds), KindTurn)
+	}
 	if o.Parallel == 0 {
 		o.Parallel = d.Parallel
 	}

@@ -21,9 +21,16 @@ const (
 // included, short-term ones too, written first by Materialize), drops
 // expired ones (the sweep deletes them at the next tick), reorders the
 // hits by the cube's best matching conversation sessions (fuse) and counts
-// a visit to each of those sessions (a failure there is logged). At most
-// q.K hits (textmem.DefaultK when 0). Errors: textmem's, storage errors.
+// a visit to each of those sessions (a failure there is logged). Recorded
+// turns rank after every other hit (q.LastKinds gains KindTurn): they are
+// the conversation's context, and their answers are the model's own text,
+// so a memory a user or an extraction wrote comes first whenever it is
+// found. At most q.K hits (textmem.DefaultK when 0). Errors: textmem's,
+// storage errors.
 func (m *Manager) Search(ctx context.Context, cube string, q textmem.Query) ([]textmem.Hit, error) {
+	if !q.RanksLast(KindTurn) {
+		q.LastKinds = append(slices.Clone(q.LastKinds), KindTurn)
+	}
 	if err := m.Materialize(ctx, cube); err != nil { // the newest turns, if not written yet
 		return nil, err
 	}
@@ -47,7 +54,7 @@ func (m *Manager) Search(ctx context.Context, cube string, q textmem.Query) ([]t
 	}
 	hits = m.liveHits(hits)
 	if len(ses) > 0 {
-		if hits, err = m.fuse(ctx, cube, ses, hits); err != nil {
+		if hits, err = m.fuse(ctx, cube, q, ses, hits); err != nil {
 			return nil, err
 		}
 		hits = hits[:min(k, len(hits))]
@@ -72,8 +79,9 @@ func (m *Manager) Search(ctx context.Context, cube string, q textmem.Query) ([]t
 // never over a clearly better one (with 0.5 a session's hits displaced the
 // text tier's: LoCoMo dev recall@10 68.4 against 76.0 from a 3k pool,
 // `make recall-sessions` at 0249fbb). Score is the fused score (one scale
-// for all); hits keep their order otherwise.
-func (m *Manager) fuse(ctx context.Context, cube string, ses []convmem.SessionHit, hits []textmem.Hit) ([]textmem.Hit, error) {
+// for all); hits keep their order otherwise, and q's tiers
+// (q.RanksLast: a recorded turn never rises over another kind's hit).
+func (m *Manager) fuse(ctx context.Context, cube string, q textmem.Query, ses []convmem.SessionHit, hits []textmem.Hit) ([]textmem.Hit, error) {
 	srank := map[string]int{}
 	for i, s := range ses {
 		srank[s.Session.ID] = i
@@ -98,7 +106,15 @@ func (m *Manager) fuse(ctx context.Context, cube string, ses []convmem.SessionHi
 		}
 		sc = append(sc, scored{h, s})
 	}
-	slices.SortStableFunc(sc, func(a, b scored) int { return cmp.Compare(b.score, a.score) })
+	slices.SortStableFunc(sc, func(a, b scored) int {
+		if la, lb := q.RanksLast(a.h.Memory.Kind), q.RanksLast(b.h.Memory.Kind); la != lb {
+			if la {
+				return 1
+			}
+			return -1
+		}
+		return cmp.Compare(b.score, a.score)
+	})
 	out := make([]textmem.Hit, len(sc))
 	for i, x := range sc {
 		x.h.Score = x.score

@@ -40,6 +40,10 @@ type LayoutOptions struct {
 	// prompt (the OS's short-term chat turns: the conversation carries
 	// them, and retrieving them would change every next prompt's prefix).
 	HideSources []string
+	// LastKinds are Kinds retrieval ranks after every other memory
+	// (textmem.Query.LastKinds; the OS's recorded chat turns: context, not
+	// facts, so a fact that matches comes first).
+	LastKinds []string
 	// ChatTemplate overrides the model's template ("" uses the model's; a
 	// model without one gets the plain layout described at Assemble).
 	ChatTemplate string
@@ -224,7 +228,7 @@ func (l *Layout) retrieve(ctx context.Context, cube string, pack []textmem.Memor
 			continue
 		}
 		q := textmem.DefaultQuery(m.Content, l.opts.RetrieveK+len(shown))
-		q.NotSources = l.opts.HideSources
+		q.NotSources, q.LastKinds = l.opts.HideSources, l.opts.LastKinds
 		hits, err := l.mem.SearchWith(ctx, cube, q)
 		if err != nil {
 			return nil, nil, err

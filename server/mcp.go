@@ -93,7 +93,7 @@ func newMCP(o *memosrt.OS, opts MCPOptions, caller mcpCaller) *mcp.Server {
 	readOnly := &mcp.ToolAnnotations{ReadOnlyHint: true}
 	addTool(t, s, &mcp.Tool{Name: "add_memory", Description: "Store a text memory in the cube (created if new); returns the stored memory."}, t.addMemory)
 	addTool(t, s, &mcp.Tool{Name: "search_memory", Annotations: readOnly,
-		Description: "Search the cube's memories (BM25 with stemming); returns the best hits with their ids and scores."}, t.searchMemory)
+		Description: "Search the cube's memories (BM25 with stemming); returns the best hits with their ids and scores. Recorded chat turns are left out unless include_turns is set; then they come after every stored memory."}, t.searchMemory)
 	addTool(t, s, &mcp.Tool{Name: "list_memories", Annotations: readOnly,
 		Description: "List the cube's memories, newest first, and how many it holds."}, t.listMemories)
 	addTool(t, s, &mcp.Tool{Name: "delete_memory", Annotations: &mcp.ToolAnnotations{DestructiveHint: new(true), IdempotentHint: true},
@@ -202,12 +202,15 @@ type mcpSearchIn struct {
 	Cube  string `json:"cube,omitempty" jsonschema:"memory cube (default: the connection's cube)"`
 	Query string `json:"query" jsonschema:"what to look for, in words"`
 	K     int    `json:"k,omitempty" jsonschema:"hits to return, 1..100 (default 10)"`
+	// IncludeTurns as the memory API's search.
+	IncludeTurns bool `json:"include_turns,omitempty" jsonschema:"also return recorded chat turns (kind turn: what was said, with the model's answers), after every stored memory"`
 }
 
 type mcpHit struct {
 	ID    string  `json:"id"`
 	Text  string  `json:"text"`
-	Score float64 `json:"score" jsonschema:"rank, higher is better (BM25 scale)"`
+	Kind  string  `json:"kind,omitempty" jsonschema:"the memory's kind; turn for a recorded chat turn"`
+	Score float64 `json:"score" jsonschema:"rank within its kind's tier, higher is better (BM25 scale)"`
 }
 
 type mcpSearchOut struct {
@@ -233,12 +236,12 @@ func (t *mcpTools) searchMemory(ctx context.Context, c mcpCall, in mcpSearchIn) 
 	if k == 0 {
 		k = mcpDefaultK
 	}
-	hits, err := t.os.Search(ctx, cube, textmem.DefaultQuery(in.Query, k))
+	hits, err := t.os.Search(ctx, cube, memosrt.SearchQuery(in.Query, k, in.IncludeTurns))
 	if err != nil {
 		return nil, out, err
 	}
 	for _, h := range hits {
-		out.Hits = append(out.Hits, mcpHit{ID: h.Memory.ID, Text: h.Memory.Text, Score: h.Score})
+		out.Hits = append(out.Hits, mcpHit{ID: h.Memory.ID, Text: h.Memory.Text, Kind: h.Memory.Kind, Score: h.Score})
 	}
 	return nil, out, nil
 }

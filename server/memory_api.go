@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -277,6 +278,10 @@ type searchRequest struct {
 	K     int      `json:"k"`
 	Kinds []string `json:"kinds"`
 	Tags  []string `json:"tags"`
+	// IncludeTurns returns the cube's recorded chat turns too (Kind
+	// "turn"), after every other hit; kinds naming "turn" asks for them
+	// as well.
+	IncludeTurns bool `json:"include_turns"`
 }
 
 func (s *Server) handleSearch(w http.ResponseWriter, r *http.Request) {
@@ -288,6 +293,11 @@ func (s *Server) handleSearch(w http.ResponseWriter, r *http.Request) {
 			if k := r.URL.Query().Get("k"); k != "" {
 				if req.K, err = strconv.Atoi(k); err != nil {
 					err = badField("k", "%q is not an integer", k)
+				}
+			}
+			if v := r.URL.Query().Get("include_turns"); v != "" && err == nil {
+				if req.IncludeTurns, err = strconv.ParseBool(v); err != nil {
+					err = badField("include_turns", "%q is not true or false", v)
 				}
 			}
 		} else {
@@ -302,7 +312,7 @@ func (s *Server) handleSearch(w http.ResponseWriter, r *http.Request) {
 	}
 	var hits []textmem.Hit
 	if err == nil {
-		q := textmem.DefaultQuery(req.Query, req.K)
+		q := memosrt.SearchQuery(req.Query, req.K, req.IncludeTurns || slices.Contains(req.Kinds, memosrt.KindTurn))
 		q.Kinds, q.Tags = req.Kinds, req.Tags
 		hits, err = s.os.Search(r.Context(), rec.Name, q)
 	}

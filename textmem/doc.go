@@ -11,7 +11,8 @@
 // texts and written in the same transaction. On the first use of a cube the
 // Store loads that cube's persisted index (not its texts) into memory;
 // searches then read only the in-memory index and the winning memories.
-// SearchWith adds filters (kind, tags, event and creation time ranges),
+// SearchWith adds filters (kind, tags, event and creation time ranges), a
+// second tier for kinds ranked after all others (Query.LastKinds),
 // dense retrieval fused with the lexical ranks when an Embedder is set, an
 // event-time recency boost and neighbour expansion.
 //

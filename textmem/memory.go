@@ -45,8 +45,10 @@ type Memory struct {
 // Hit is one search result.
 type Hit struct {
 	Memory Memory `json:"memory"`
-	// Score ranks hits, higher is better. For a lexical search it is the
-	// BM25 score; its scale depends on the Query (see Query).
+	// Score ranks hits, higher is better, within their tier (Query.LastKinds:
+	// a hit of a kind ranked last comes after the others whatever its
+	// Score). For a lexical search it is the BM25 score; its scale depends on
+	// the Query (see Query).
 	Score float64 `json:"score"`
 }
 

@@ -34,6 +34,11 @@ import (
 //  5. Neighbours (Neighbors > 0): after the top K are chosen, each hit pulls
 //     in up to Neighbors adjacent memories (same Source) on each side with
 //     NeighborDecay times its score, and the top K of the union are kept.
+//
+// Each top K (the one step 5 expands and the final one) is chosen in two
+// tiers: first the memories whose Kind is not in LastKinds, by score, then,
+// if fewer than K, the others, by score (Query.RanksLast). A memory of a
+// LastKinds kind never outranks a hit of another kind, whatever the scores.
 type Query struct {
 	// Text is the query. A text with no index terms gives no hits.
 	Text string
@@ -44,9 +49,17 @@ type Query struct {
 	Kinds []string
 	// Tags keeps memories that carry every one of these tags.
 	Tags []string
+	// NotKinds drops memories whose Kind is one of these (the OS's memory
+	// API leaves recorded chat turns out of a search this way unless asked).
+	NotKinds []string
 	// NotSources drops memories whose Source is one of these (the OS keeps
 	// a cube's short-term chat turns out of prompts this way).
 	NotSources []string
+	// LastKinds are Kinds ranked after every other hit (the OS ranks its
+	// recorded chat turns after the memories a user or an extraction wrote).
+	// Within each tier, hits are ordered by Score; across the tiers Score
+	// does not compare.
+	LastKinds []string
 	// Since and Until keep memories whose EventTime (Created when EventTime
 	// is zero) is in [Since, Until); a zero bound is open.
 	Since, Until time.Time
@@ -133,7 +146,7 @@ func (s *Store) Search(ctx context.Context, cube, query string, k int) ([]Hit, e
 
 // keep returns the filter of q, nil when q has none.
 func (q Query) keep() func(*docEntry) bool {
-	if len(q.Kinds) == 0 && len(q.Tags) == 0 && len(q.NotSources) == 0 && q.Since.IsZero() && q.Until.IsZero() {
+	if len(q.Kinds) == 0 && len(q.NotKinds) == 0 && len(q.Tags) == 0 && len(q.NotSources) == 0 && q.Since.IsZero() && q.Until.IsZero() {
 		return nil
 	}
 	since, until := int64(math.MinInt64), int64(math.MaxInt64)
@@ -144,7 +157,7 @@ func (q Query) keep() func(*docEntry) bool {
 		until = q.Until.UnixNano()
 	}
 	return func(d *docEntry) bool {
-		if len(q.Kinds) > 0 && !slices.Contains(q.Kinds, d.meta.kind) {
+		if len(q.Kinds) > 0 && !slices.Contains(q.Kinds, d.meta.kind) || slices.Contains(q.NotKinds, d.meta.kind) {
 			return false
 		}
 		if slices.Contains(q.NotSources, d.meta.source) {
@@ -272,7 +285,7 @@ func (s *Store) SearchWith(ctx context.Context, cube string, q Query) ([]Hit, er
 			cand[n] = sc * (1 + q.RecencyWeight*math.Exp2(-age))
 		}
 	}
-	top := ix.topK(mapKeys(cand), func(n uint32) float64 { return cand[n] }, q.K)
+	top := ix.ranked(cand, q)
 	if q.Neighbors > 0 && q.NeighborDecay > 0 {
 		for _, c := range top {
 			for _, dir := range []int{-1, 1} {
@@ -289,11 +302,39 @@ func (s *Store) SearchWith(ctx context.Context, cube string, q Query) ([]Hit, er
 				}
 			}
 		}
-		top = ix.topK(mapKeys(cand), func(n uint32) float64 { return cand[n] }, q.K)
+		top = ix.ranked(cand, q)
 	}
 	ids := ix.idsOf(top)
 	ix.mu.RUnlock()
 	return s.hits(ctx, cube, ids, top)
+}
+
+// RanksLast reports whether a memory of kind ranks in q's second tier:
+// after every hit whose Kind is not in q.LastKinds. A caller that reorders
+// hits (the OS's session rerank) keeps the tiers with it.
+func (q Query) RanksLast(kind string) bool { return slices.Contains(q.LastKinds, kind) }
+
+// ranked returns the top q.K of cand, best first, in q's two tiers (see
+// Query): the memories whose Kind is not in q.LastKinds by score, then
+// the others by score. The caller holds mu (read).
+func (ix *cubeIndex) ranked(cand map[uint32]float64, q Query) []scored {
+	score := func(n uint32) float64 { return cand[n] }
+	if len(q.LastKinds) == 0 {
+		return ix.topK(mapKeys(cand), score, q.K)
+	}
+	var first, last []uint32
+	for n := range cand {
+		if q.RanksLast(ix.docs[n].meta.kind) {
+			last = append(last, n)
+		} else {
+			first = append(first, n)
+		}
+	}
+	top := ix.topK(first, score, q.K)
+	if len(top) < q.K && len(last) > 0 {
+		top = append(top, ix.topK(last, score, q.K-len(top))...)
+	}
+	return top
 }
 
 // rrfK is the rank constant of reciprocal rank fusion (Cormack et al. 2009).

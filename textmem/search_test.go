@@ -43,6 +43,8 @@ func TestSearchWithFilters(t *testing.T) {
 		{"kind and window", Query{Kinds: []string{"fact"}, Since: day(2)}, []string{c.ID}},
 		{"not source", Query{NotSources: []string{"chat"}}, []string{b.ID, c.ID}},
 		{"not sources", Query{NotSources: []string{"other", "chat"}, Kinds: []string{"fact"}}, []string{c.ID}},
+		{"not kind", Query{NotKinds: []string{"fact"}}, []string{b.ID}},
+		{"not kinds", Query{NotKinds: []string{"other", "preference"}, Tags: []string{"alice"}}, []string{a.ID, c.ID}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -126,6 +128,58 @@ func TestNeighbors(t *testing.T) {
 			t.Errorf("context score %v, want %v", hits[i].Score, want)
 		}
 	}
+}
+
+// TestLastKinds: memories of a kind in LastKinds (the OS's recorded chat
+// turns) come after every hit of another kind, however much better they
+// match; within each tier the order is by score, and K cuts the second tier
+// first. Without LastKinds the turns' better BM25 scores win.
+func TestLastKinds(t *testing.T) {
+	ctx := context.Background()
+	s, _ := openStore(t, t.TempDir(), Options{})
+	// three turns that say "dog" more often, in shorter texts, than the fact
+	t1 := mustAdd(t, s, "c", Memory{Text: "my dog barked", Kind: "turn", Source: "dialog:1"})
+	t2 := mustAdd(t, s, "c", Memory{Text: "a dog ran off", Kind: "turn", Source: "dialog:1"})
+	t3 := mustAdd(t, s, "c", Memory{Text: "dog, good dog", Kind: "turn", Source: "dialog:1"})
+	fact := mustAdd(t, s, "c", Memory{Text: "Lily has a dog named Max who is brown.", Source: "cli"})
+	park := mustAdd(t, s, "c", Memory{Text: "Max likes to run in the park.", Source: "cli"})
+	mustAdd(t, s, "c", Memory{Text: "Lily loves apple pie."})
+	cases := []struct {
+		name string
+		q    Query
+		want []string
+	}{
+		{"no tiers", Query{}, []string{t3.ID, t1.ID, t2.ID, fact.ID}},
+		{"turns last", Query{LastKinds: []string{"turn"}}, []string{fact.ID, t3.ID, t1.ID, t2.ID}},
+		{"turns last, k 2", Query{K: 2, LastKinds: []string{"turn"}}, []string{fact.ID, t3.ID}},
+		{"turns last, k 1", Query{K: 1, LastKinds: []string{"turn"}}, []string{fact.ID}},
+		{"turns dropped", Query{NotKinds: []string{"turn"}}, []string{fact.ID}},
+		// the fact's neighbour (same Source) joins the first tier, the
+		// turns' neighbours are turns
+		{"neighbours", Query{Neighbors: 1, NeighborDecay: 0.7, LastKinds: []string{"turn"}}, []string{fact.ID, park.ID, t3.ID, t1.ID, t2.ID}},
+		// context smoothing lifts the middle turn, between two matches
+		{"default query", withLast(DefaultQuery("", 0), "turn"), []string{fact.ID, park.ID, t3.ID, t2.ID, t1.ID}},
+		{"both kinds last", Query{LastKinds: []string{"turn", ""}}, []string{t3.ID, t1.ID, t2.ID, fact.ID}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			q := tc.q
+			q.Text = "dog"
+			hits, err := s.SearchWith(ctx, "c", q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := ids(hits); !slices.Equal(got, tc.want) {
+				t.Errorf("got %q, want %v", texts(hits), tc.want)
+			}
+		})
+	}
+}
+
+// withLast returns q with LastKinds kinds.
+func withLast(q Query, kinds ...string) Query {
+	q.LastKinds = kinds
+	return q
 }
 
 func TestRecency(t *testing.T) {

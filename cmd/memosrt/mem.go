@@ -163,6 +163,7 @@ type memFlags struct {
 	kind   *string
 	tags   *string
 	k      *int
+	turns  *bool
 	asJSON *bool
 }
 
@@ -181,6 +182,7 @@ func memCmd(use, short string, args cobra.PositionalArgs, run func(ctx context.C
 	}
 	if sub == "search" {
 		f.k = fs.Int("k", 10, "results")
+		f.turns = fs.Bool("include-turns", false, "also return recorded chat turns (kind turn), after every other memory")
 	}
 	if sub != "rm" {
 		f.asJSON = fs.Bool("json", false, "print JSON")
@@ -248,7 +250,7 @@ func memLs(ctx context.Context, s dirBackend, f *memFlags, args []string) error 
 }
 
 func memSearch(ctx context.Context, s dirBackend, f *memFlags, args []string) error {
-	hits, err := s.Search(ctx, *f.cube, textmem.DefaultQuery(args[0], *f.k))
+	hits, err := s.Search(ctx, *f.cube, memosrt.SearchQuery(args[0], *f.k, *f.turns))
 	if err != nil {
 		return err
 	}

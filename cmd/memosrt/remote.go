@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -209,7 +210,8 @@ func (r *remote) Search(ctx context.Context, cube string, q textmem.Query) ([]te
 	var out struct {
 		Hits []textmem.Hit `json:"hits"`
 	}
-	err := r.do(ctx, "POST", cubePath(cube)+"/search", map[string]any{"query": q.Text, "k": q.K}, &out)
+	turns := !slices.Contains(q.NotKinds, memosrt.KindTurn) // memosrt.SearchQuery's choice
+	err := r.do(ctx, "POST", cubePath(cube)+"/search", map[string]any{"query": q.Text, "k": q.K, "include_turns": turns}, &out)
 	return out.Hits, err
 }
 
