@@ -31,7 +31,7 @@
 // resident cell budget and the RAM budget.
 //
 // Every request goes through one pipeline (Chat, Generate): assemble the
-// prompt from the tiers (scheduler.Layout: pack, retrieved memories,
+// prompt from the tiers (layout.Layout: pack, retrieved memories,
 // conversation), choose the KV source (a free sequence with the longest
 // common prefix, the cube's resident pack, a stored pack), restore it,
 // prefill the rest and decode (continuous batching across requests in

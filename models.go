@@ -11,11 +11,11 @@ import (
 	"time"
 
 	"github.com/memosrt/memosrt/kvcache"
+	"github.com/memosrt/memosrt/layout"
 	"github.com/memosrt/memosrt/lora"
 	"github.com/memosrt/memosrt/modelsched"
 	"github.com/memosrt/memosrt/runtime"
 	"github.com/memosrt/memosrt/runtime/slots"
-	"github.com/memosrt/memosrt/scheduler"
 )
 
 // ModelSpec names a GGUF file the OS serves besides Options.Model: listed
@@ -56,7 +56,7 @@ type loaded struct {
 	at     time.Time // when the load ended
 	eng    *runtime.Engine
 	man    *lora.Manager
-	lay    *scheduler.Layout
+	lay    *layout.Layout
 	info   ModelInfo
 	cfgKey string // kvcache.ConfigKey of the live KV config, no adapters
 
@@ -334,7 +334,7 @@ func (o *OS) loadModel(ctx context.Context, m *model) (*loaded, error) {
 		Detach: l.eng.DetachAdapter, Logger: opts.Logger}); err != nil {
 		return nil, err
 	}
-	l.lay = scheduler.NewLayout(l.eng, o.mem, lay)
+	l.lay = layout.New(l.eng, o.mem, lay)
 	l.cfgKey = kvcache.ConfigKey(l.eng.KVConfig(), "")
 	// request and resident sequences are held until unload; the rest of
 	// the pool (one sequence) serves tier jobs (Engine.AcquireSeq)

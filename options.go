@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/memosrt/memosrt/convmem"
+	"github.com/memosrt/memosrt/layout"
 	"log/slog"
 	"slices"
 	"time"
@@ -98,7 +99,7 @@ type Options struct {
 
 	// Layout shapes prompts: preamble, pack token budget (default n_ctx/2),
 	// retrieved memories per request (default 5), chat template.
-	Layout scheduler.LayoutOptions
+	Layout layout.Options
 	// Tiers configures heat (MemoryOS), the KV byte budget of the
 	// activation tier, job chunking and the tick period (default 10 s),
 	// and the parametric tier (Tiers.Parametric, off by default; its

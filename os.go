@@ -19,6 +19,7 @@ import (
 	"github.com/memosrt/memosrt/convmem"
 	"github.com/memosrt/memosrt/datadir"
 	"github.com/memosrt/memosrt/kvcache"
+	"github.com/memosrt/memosrt/layout"
 	"github.com/memosrt/memosrt/lora"
 	"github.com/memosrt/memosrt/modelsched"
 	"github.com/memosrt/memosrt/runtime"
@@ -41,7 +42,7 @@ type OS struct {
 	mem   *textmem.Store
 	kv    *kvcache.Cache
 	reg   *lora.Registry
-	lay   *scheduler.Layout // without a model (upstream, none); a loaded model has its own
+	lay   *layout.Layout // without a model (upstream, none); a loaded model has its own
 	tiers *scheduler.Tiers
 	cubes *textmem.CubeRegistry
 	up    *upstream // nil unless Options.Upstream
@@ -172,7 +173,7 @@ func Open(ctx context.Context, opts Options) (*OS, error) {
 			return nil, err
 		}
 	}
-	o.lay = scheduler.NewLayout(nil, o.mem, opts.Layout)
+	o.lay = layout.New(nil, o.mem, opts.Layout)
 	deps := scheduler.Deps{DB: o.db, Mem: o.mem, KV: o.kv, Registry: o.reg}
 	if opts.Tiers.Parametric.Enabled && opts.Tiers.Parametric.Dir == "" {
 		// in the data directory, beside Badger's files
@@ -527,7 +528,7 @@ func (o *OS) AdapterRegistry() *lora.Registry { return o.reg }
 
 // Layout returns the primary model's prompt layout (while loaded; see
 // Engine), or the text-only layout without a model.
-func (o *OS) Layout() *scheduler.Layout {
+func (o *OS) Layout() *layout.Layout {
 	l, done := o.hold()
 	defer done()
 	if l == nil {

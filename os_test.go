@@ -18,9 +18,9 @@ import (
 
 	"github.com/memosrt/memosrt/internal/testmodels"
 	"github.com/memosrt/memosrt/kvcache"
+	"github.com/memosrt/memosrt/layout"
 	"github.com/memosrt/memosrt/lora"
 	"github.com/memosrt/memosrt/runtime"
-	"github.com/memosrt/memosrt/scheduler"
 	"github.com/memosrt/memosrt/textmem"
 )
 
@@ -212,7 +212,7 @@ func TestRenderedPrompt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := scheduler.DefaultPreamble + "\n- Lily has a dog.\n- Tom bakes bread on Sunday.\n" +
+	want := layout.DefaultPreamble + "\n- Lily has a dog.\n- Tom bakes bread on Sunday.\n" +
 		"\nAlso relevant:\n- Sue plays the violin.\nDoes Sue play the violin?"
 	if res.Rendered != want {
 		t.Fatalf("rendered:\n%q\nwant\n%q", res.Rendered, want)

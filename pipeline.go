@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/memosrt/memosrt/kvcache"
+	"github.com/memosrt/memosrt/layout"
 	"github.com/memosrt/memosrt/lora"
 	"github.com/memosrt/memosrt/runtime"
 	"github.com/memosrt/memosrt/runtime/llama"
@@ -22,7 +23,7 @@ import (
 // Chat runs one chat turn in req.Cube: req.Messages is the conversation,
 // the last turn usually the user's. The prompt is assembled from the tiers
 // (the cube's pack, memories retrieved for the last user turn, the
-// conversation; see scheduler.Layout), its longest cached prefix is reused
+// conversation; see layout.Layout), its longest cached prefix is reused
 // (a free sequence that holds it, the cube's resident pack, or a stored
 // pack), the rest is prefilled and the answer generated; afterwards the
 // conversation's KV state is saved in the background (unless NoPersist)
@@ -74,7 +75,7 @@ func (o *OS) cubeOf(ctx context.Context, cube string) (Cube, error) {
 type rendered struct {
 	text   string
 	toks   []int32
-	prompt scheduler.Prompt // with a cube: pack, retrieved memories
+	prompt layout.Prompt // with a cube: pack, retrieved memories
 }
 
 func promptField(req *Request) string {
@@ -147,7 +148,7 @@ func (o *OS) renderWith(ctx context.Context, l *loaded, req *Request, drop dropM
 		r.text, r.toks = req.Prompt, toks
 		return r, err
 	}
-	in := scheduler.Input{Cube: req.Cube, Messages: requestTurns(req), NoRetrieve: drop >= dropRetrieved}
+	in := layout.Input{Cube: req.Cube, Messages: requestTurns(req), NoRetrieve: drop >= dropRetrieved}
 	if drop == dropAll {
 		in.Cube = ""
 	}
@@ -735,7 +736,7 @@ func scopeOf(cube string, gen uint64, adapterKey string) string {
 // memory in the prompt is an interaction, every retrieved one also a
 // visit, and the cube's pack a visit when the prompt carried it. The uses
 // are buffered and written off the request path (Options.UsageFlush).
-func (o *OS) recordUse(cube string, p scheduler.Prompt) {
+func (o *OS) recordUse(cube string, p layout.Prompt) {
 	uses := make([]scheduler.Use, 0, len(p.Pack)+len(p.Retrieved)+1)
 	for _, m := range p.Pack {
 		uses = append(uses, scheduler.Use{Cube: cube, ID: m.ID, Interactions: 1})

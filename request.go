@@ -4,14 +4,14 @@ import (
 	"encoding/json"
 	"time"
 
+	"github.com/memosrt/memosrt/layout"
 	"github.com/memosrt/memosrt/lora"
 	"github.com/memosrt/memosrt/runtime/llama"
-	"github.com/memosrt/memosrt/scheduler"
 )
 
 // Message is one chat turn: Role is "system", "user", "assistant" or
 // "tool".
-type Message = scheduler.Message
+type Message = layout.Message
 
 // Sampling are the per-request sampler settings (llama.cpp's sampler
 // chain, as common_sampler orders it); the zero value is greedy decoding.

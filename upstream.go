@@ -11,13 +11,13 @@ import (
 
 	"github.com/ollama/ollama/api"
 
+	"github.com/memosrt/memosrt/layout"
 	"github.com/memosrt/memosrt/runtime/slots"
-	"github.com/memosrt/memosrt/scheduler"
 )
 
 // upstream generates through an Ollama server (Options.Upstream): memories
 // go into the prompt as text, in the same layout as the llama backend's
-// (scheduler.Layout without tokens), and generation goes through the
+// (layout.Layout without tokens), and generation goes through the
 // official client github.com/ollama/ollama/api. No KV packs, no adapters.
 type upstream struct {
 	o    *OS
@@ -100,9 +100,9 @@ func (b *upstream) options(req *Request) map[string]any {
 // prompt assembled from the tiers as the llama path assembles it; it
 // returns that prompt (nil without a cube) for the pipeline to record its
 // use, as the llama path's, once the answer is complete.
-func (b *upstream) generate(ctx context.Context, req *Request, start time.Time) (*Response, *scheduler.Prompt, error) {
+func (b *upstream) generate(ctx context.Context, req *Request, start time.Time) (*Response, *layout.Prompt, error) {
 	out := &Response{}
-	var used *scheduler.Prompt
+	var used *layout.Prompt
 	if len(req.Adapters) > 0 {
 		return nil, nil, badField("adapters", "the ollama backend has no LoRA adapters")
 	}
@@ -113,7 +113,7 @@ func (b *upstream) generate(ctx context.Context, req *Request, start time.Time) 
 		if err != nil {
 			return nil, nil, err
 		}
-		p, err := b.o.lay.Assemble(ctx, scheduler.Input{Cube: req.Cube, Members: members, Messages: requestTurns(req)})
+		p, err := b.o.lay.Assemble(ctx, layout.Input{Cube: req.Cube, Members: members, Messages: requestTurns(req)})
 		if err != nil {
 			return nil, nil, err
 		}

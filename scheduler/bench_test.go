@@ -12,6 +12,7 @@ import (
 	"github.com/memosrt/memosrt/datadir"
 	"github.com/memosrt/memosrt/internal/testmodels"
 	"github.com/memosrt/memosrt/kvcache"
+	"github.com/memosrt/memosrt/layout"
 	"github.com/memosrt/memosrt/runtime"
 	"github.com/memosrt/memosrt/textmem"
 )
@@ -39,7 +40,7 @@ func BenchmarkTTFTUnderJobs(b *testing.B) {
 	for i := range 8 {
 		mem.Add(ctx, "c", textmem.Memory{Text: fmt.Sprintf("Memory %d: Lily has a dog named Max who likes the park number %d.", i, i)})
 	}
-	l := NewLayout(eng, mem, LayoutOptions{})
+	l := layout.New(eng, mem, layout.Options{})
 	mems, _ := mem.List(ctx, "c")
 	_ = kv
 	// a background job: ~600 tokens of pack prefill, repeated
@@ -88,7 +89,7 @@ func BenchmarkTTFTUnderJobs(b *testing.B) {
 				// prefill (no cached prefix), first token
 				start := time.Now()
 				end := eng.BeginForeground()
-				p, err := l.Assemble(ctx, Input{Cube: "c", Members: mems, Messages: []Message{{Role: "user", Content: "What is the dog called?"}}})
+				p, err := l.Assemble(ctx, layout.Input{Cube: "c", Members: mems, Messages: []layout.Message{{Role: "user", Content: "What is the dog called?"}}})
 				if err == nil {
 					err = eng.ClearSeq(0)
 				}

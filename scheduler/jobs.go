@@ -450,7 +450,7 @@ func (t *Tiers) runJob(ctx context.Context, j Job) error {
 		next.Members = append(next.Members, m.ID)
 	}
 	if j.Kind == JobPromote && !slices.Contains(next.Members, j.Memory) {
-		return fmt.Errorf("%w: memory %s does not fit the pack's %d tokens", ErrKVBudget, j.Memory, t.lay.opts.MaxPackTokens)
+		return fmt.Errorf("%w: memory %s does not fit the pack's %d tokens", ErrKVBudget, j.Memory, t.lay.Options().MaxPackTokens)
 	}
 	info, decoded, err := t.computePack(ctx, cube, p.PackTokens, false)
 	if err != nil {
@@ -485,7 +485,7 @@ func (t *Tiers) runJob(ctx context.Context, j Job) error {
 
 // jobMembers returns the member ids of j's cube's pack once j commits over
 // the committed pack state st, before the layout fits them into
-// MaxPackTokens (see Layout.Pack), and false when j commits without a new
+// MaxPackTokens (see layout.Layout.Pack), and false when j commits without a new
 // pack: a promotion of a member or a demotion of a non-member (a job run
 // twice), a demotion of a member pinned since it was planned (a warm) or,
 // when planned "cold", used again since, a refresh of an empty pack, an

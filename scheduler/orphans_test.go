@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/memosrt/memosrt/kvcache"
+	"github.com/memosrt/memosrt/layout"
 	"github.com/memosrt/memosrt/textmem"
 )
 
@@ -20,7 +21,7 @@ func TestRestartKeepsPendingJobPackOnly(t *testing.T) {
 	e := newLayoutEnv(t)
 	ctx := context.Background()
 	mems := e.add(t, "c", "Lily has a dog named Max.", "Max likes the park.", "Tom has a red kite.")
-	lay := NewLayout(e.eng, e.mem, LayoutOptions{})
+	lay := layout.New(e.eng, e.mem, layout.Options{})
 	kv, err := kvcache.Open(e.db, kvcache.Options{})
 	if err != nil {
 		t.Fatal(err)

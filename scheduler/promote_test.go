@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/memosrt/memosrt/kvcache"
+	"github.com/memosrt/memosrt/layout"
 )
 
 // While one pack computation holds the job lock, MaxPromoteQueue Promotes
@@ -21,7 +22,7 @@ func TestPromoteQueueBound(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer kv.Close()
-	lay := NewLayout(e.eng, e.mem, LayoutOptions{})
+	lay := layout.New(e.eng, e.mem, layout.Options{})
 	tr, err := NewTiers(Deps{DB: db, Mem: e.mem, KV: kv, Layout: lay, Engine: e.eng}, TierOptions{MaxPromoteQueue: 2})
 	if err != nil {
 		t.Fatal(err)

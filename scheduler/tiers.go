@@ -16,6 +16,7 @@ import (
 
 	"github.com/memosrt/memosrt/datadir"
 	"github.com/memosrt/memosrt/kvcache"
+	"github.com/memosrt/memosrt/layout"
 	"github.com/memosrt/memosrt/lora"
 	"github.com/memosrt/memosrt/runtime"
 	"github.com/memosrt/memosrt/textmem"
@@ -143,7 +144,7 @@ type Deps struct {
 	DB     *datadir.DB
 	Mem    *textmem.Store
 	KV     *kvcache.Cache
-	Layout *Layout
+	Layout *layout.Layout
 	Engine *runtime.Engine
 	// Registry receives the parametric tier's adapters (each cube's
 	// default adapter, TierOptions.Parametric). Required when it is on.
@@ -156,7 +157,7 @@ type Deps struct {
 type Tiers struct {
 	mem   *textmem.Store
 	kv    *kvcache.Cache
-	lay   *Layout
+	lay   *layout.Layout
 	eng   *runtime.Engine
 	db    *datadir.DB // every write through its Update, which asks Room first
 	opts  TierOptions
@@ -378,7 +379,7 @@ func (t *Tiers) Start(ctx context.Context) {
 // (it stays pending) and SetEngine waits for it to stop, so no job uses
 // an engine after SetEngine replaced it. Error: both or neither must be
 // given.
-func (t *Tiers) SetEngine(eng *runtime.Engine, lay *Layout) error {
+func (t *Tiers) SetEngine(eng *runtime.Engine, lay *layout.Layout) error {
 	if (eng == nil) != (lay == nil) {
 		return errors.New("scheduler: SetEngine needs both a Layout and an Engine, or neither")
 	}

@@ -14,7 +14,7 @@ import (
 
 	"github.com/memosrt/memosrt"
 	"github.com/memosrt/memosrt/internal/testutil"
-	"github.com/memosrt/memosrt/scheduler"
+	"github.com/memosrt/memosrt/layout"
 	"github.com/openai/openai-go"
 	"github.com/openai/openai-go/option"
 )
@@ -508,7 +508,7 @@ func TestNumCtxPerRequest(t *testing.T) {
 // With a chat template the cube's pack (as `kv warm` computes it) is a
 // prefix of chat prompts, and a conversation's turns extend each other.
 func TestChatTemplate(t *testing.T) {
-	e := newEnv(t, envConfig{mo: memosrt.Options{Layout: scheduler.LayoutOptions{ChatTemplate: "chatml"}, NoPersist: true}})
+	e := newEnv(t, envConfig{mo: memosrt.Options{Layout: layout.Options{ChatTemplate: "chatml"}, NoPersist: true}})
 	addCube(t, e, "lily", lilyMemories...)
 	var ps memosrt.PackStatus
 	if code := do(t, "POST", e.url()+"/v1/cubes/lily/pack", nil, &ps); code != http.StatusOK {

@@ -1,4 +1,4 @@
-package scheduler
+package layout
 
 import (
 	"context"
@@ -58,7 +58,7 @@ func TestLayoutPack(t *testing.T) {
 	e := newLayoutEnv(t)
 	ctx := context.Background()
 	mems := e.add(t, "c", "Lily has a dog.", "Tom has a kite.")
-	l := NewLayout(e.eng, e.mem, LayoutOptions{})
+	l := New(e.eng, e.mem, Options{})
 	pack, err := l.Pack(ctx, "c", mems)
 	if err != nil {
 		t.Fatal(err)
@@ -89,7 +89,7 @@ func TestLayoutPack(t *testing.T) {
 func TestLayoutRetrievalBeyondPack(t *testing.T) {
 	e := newLayoutEnv(t)
 	pre, _ := e.eng.Tokenize(DefaultPreamble, true)
-	l := NewLayout(e.eng, e.mem, LayoutOptions{MaxPackTokens: len(pre) + 30}) // room for about two memory lines
+	l := New(e.eng, e.mem, Options{MaxPackTokens: len(pre) + 30}) // room for about two memory lines
 	ctx := context.Background()
 	texts := []string{"Lily has a red ball.", "Tom has a big blue kite.", "The cat sleeps on the warm mat.", "Sue bakes a cake with her mom."}
 	mems := e.add(t, "c", texts...)
@@ -117,7 +117,7 @@ func TestLayoutTemplate(t *testing.T) {
 	e := newLayoutEnv(t)
 	ctx := context.Background()
 	mems := e.add(t, "c", "Lily has a dog.")
-	l := NewLayout(e.eng, e.mem, LayoutOptions{ChatTemplate: "chatml"})
+	l := New(e.eng, e.mem, Options{ChatTemplate: "chatml"})
 	p, err := l.Assemble(ctx, Input{Cube: "c", Members: mems, Messages: []Message{{Role: "user", Content: "Hi"}}})
 	if err != nil {
 		t.Fatal(err)
@@ -141,7 +141,7 @@ func TestLayoutTextOnly(t *testing.T) {
 	e := newLayoutEnv(t)
 	ctx := context.Background()
 	mems := e.add(t, "c", "Lily has a dog.", "Tom has a kite that is very red and very big.")
-	l := NewLayout(nil, e.mem, LayoutOptions{MaxPackTokens: (len(DefaultPreamble)+3)/4 + 5})
+	l := New(nil, e.mem, Options{MaxPackTokens: (len(DefaultPreamble)+3)/4 + 5})
 	p, err := l.Assemble(ctx, Input{Cube: "c", Members: mems, Messages: []Message{{Role: "user", Content: "kite"}}})
 	if err != nil {
 		t.Fatal(err)

@@ -1,4 +1,4 @@
-package scheduler
+package layout
 
 import (
 	"context"
@@ -21,8 +21,8 @@ const retrievedHeader = "Also relevant:\n"
 // vocabularies (OpenAI's tokenizer guide gives ~4 characters per token).
 const bytesPerToken = 4
 
-// LayoutOptions configure a Layout. Zero means the default given.
-type LayoutOptions struct {
+// Options configure a Layout. Zero means the default given.
+type Options struct {
 	// Preamble is the system text before the memories. Default DefaultPreamble.
 	Preamble string
 	// MaxPackTokens bounds a cube's pack, in tokens (preamble included).
@@ -58,13 +58,13 @@ type LayoutOptions struct {
 type Layout struct {
 	eng  *runtime.Engine // nil: text only (no tokens)
 	mem  *textmem.Store
-	opts LayoutOptions
+	opts Options
 	tmpl string
 }
 
 // NewLayout returns the layout over a text store and, for tokens, an
 // engine (nil renders text only, for a backend without a tokenizer).
-func NewLayout(eng *runtime.Engine, mem *textmem.Store, opts LayoutOptions) *Layout {
+func New(eng *runtime.Engine, mem *textmem.Store, opts Options) *Layout {
 	if opts.Preamble == "" {
 		opts.Preamble = DefaultPreamble
 	}
@@ -91,7 +91,7 @@ func NewLayout(eng *runtime.Engine, mem *textmem.Store, opts LayoutOptions) *Lay
 }
 
 // Options returns the effective options.
-func (l *Layout) Options() LayoutOptions { return l.opts }
+func (l *Layout) Options() Options { return l.opts }
 
 // Template returns the chat template in use, "" for the plain layout.
 func (l *Layout) Template() string { return l.tmpl }
