@@ -240,7 +240,7 @@ func TestUnloadKeepsTiers(t *testing.T) {
 	if after.Resident != nil || len(after.Packs) != len(packs.Packs) {
 		t.Fatalf("unloaded: resident %+v, %d packs (want none resident, %d stored)", after.Resident, len(after.Packs), len(packs.Packs))
 	}
-	if _, err := o.Scheduler().Tick(ctx); !errors.Is(err, scheduler.ErrReadOnly) {
+	if _, err := o.tiers.Tick(ctx); !errors.Is(err, scheduler.ErrReadOnly) {
 		t.Fatalf("tier tick with the model unloaded: %v, want ErrReadOnly", err)
 	}
 	// a tick loads the model (as a request would) and the resident pack is back

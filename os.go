@@ -520,22 +520,8 @@ func (o *OS) KVCache() *kvcache.Cache { return o.kv }
 // DB returns the data directory's database.
 func (o *OS) DB() *datadir.DB { return o.db }
 
-// Scheduler returns the tier scheduler.
-func (o *OS) Scheduler() *scheduler.Tiers { return o.tiers }
-
 // AdapterRegistry returns the LoRA adapter registry.
 func (o *OS) AdapterRegistry() *lora.Registry { return o.reg }
-
-// Layout returns the primary model's prompt layout (while loaded; see
-// Engine), or the text-only layout without a model.
-func (o *OS) Layout() *layout.Layout {
-	l, done := o.hold()
-	defer done()
-	if l == nil {
-		return o.lay
-	}
-	return l.lay
-}
 
 // needEngine returns ErrNoModel when the OS serves no model.
 func (o *OS) needEngine() error {
