@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	bg "github.com/dgraph-io/badger/v4"
+
+	"github.com/memosrt/memosrt/internal/testutil"
 )
 
 // Open gives back the value-log space of deleted values (reclaim): 25 MiB
@@ -42,9 +44,12 @@ func TestReclaimOnOpen(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d.Close()
-	if after := vlogs(); before < 6 || after > 2 {
-		t.Fatalf("value-log files: %d before the reopen, %d after (want >= 6, then <= 2)", before, after)
+	if before < 6 {
+		t.Fatalf("value-log files: %d before the reopen, want >= 6", before)
 	}
+	// Badger deletes a rewritten file at once, or, while an iterator is
+	// open, when the last one closes: the count settles shortly after Open
+	testutil.WaitFor(t, "at most 2 value-log files after the reopen", func() bool { return vlogs() <= 2 })
 	checkKept(t, d, val)
 	if _, err := d.Badger().NewTransaction(false).Get([]byte("k0")); err != bg.ErrKeyNotFound {
 		t.Fatalf("k0: %v, want deleted", err)
