@@ -29,8 +29,7 @@ var layers = [][]string{
 		"runtime/grammar", "embed", "datadir",
 		// test helpers: imported by _test.go files only (checked below)
 		"internal/testutil", "internal/testmodels", "internal/testfs", "internal/lint"},
-	// the llama.cpp binding (the one cgo package); tool calling, which
-	// builds its grammar with runtime/grammar
+	// the llama.cpp binding (the one cgo package)
 	{"runtime/llama"},
 	// inference: engine, sequences, KV admission
 	{"runtime", "runtime/slots"},
