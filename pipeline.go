@@ -584,16 +584,15 @@ func (l *loaded) forgetUnsaved(sl *slots.Slot) {
 // convState copies sl's state now and returns the write that stores it
 // as a conversation pack; false when the state could not be read.
 func (o *OS) convState(l *loaded, sl *slots.Slot, cs convSave) (func(), bool) {
-	state, err := l.eng.SaveSeq(sl.Seq)
+	cube, gen, prev, ad := cs.cube, cs.gen, cs.prev, cs.ad
+	toks := slices.Clone(sl.Toks())
+	snap, err := o.kv.Snapshot(l.eng, sl.Seq, kvcache.Header{AdapterKey: ad.key, Tokens: toks, Label: convLabel(cube), Scope: cube})
 	if err != nil {
 		o.log.Warn("conversation state not saved", "seq", sl.Seq, "err", err)
 		return nil, false
 	}
-	cube, gen, prev, ad := cs.cube, cs.gen, cs.prev, cs.ad
-	toks := slices.Clone(sl.Toks())
 	id := kvcache.PackID(kvcache.ScopedKey(ad.cfgKey, cube), toks)
 	sl.ConvPack = id
-	kv := l.eng.KVConfig()
 	return func() {
 		start := time.Now()
 		o.kvMu.Lock()
@@ -604,7 +603,7 @@ func (o *OS) convState(l *loaded, sl *slots.Slot, cs convSave) (func(), bool) {
 		if o.hasPack(id) {
 			return // the same conversation state is stored already
 		}
-		info, err := o.kv.Put(context.Background(), kvcache.Header{KV: kv, AdapterKey: ad.key, Tokens: toks, Label: convLabel(cube), Scope: cube}, state)
+		info, err := snap.Store(context.Background())
 		if err != nil {
 			o.log.Warn("conversation pack not stored", "cube", cube, "err", err)
 			return

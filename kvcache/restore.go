@@ -145,7 +145,6 @@ func (c *Cache) Compute(ctx context.Context, eng *runtime.Engine, seq int, toks 
 	if err != nil {
 		return Info{}, 0, err
 	}
-	live := eng.KVConfig()
 	if rs.Tokens == len(toks) && rs.PackTotal == len(toks) {
 		// the pack itself was restored
 		c.mu.Lock()
@@ -162,13 +161,39 @@ func (c *Cache) Compute(ctx context.Context, eng *runtime.Engine, seq int, toks 
 	if err := prefillChunks(ctx, eng, seq, toks, rs.Tokens, o); err != nil {
 		return Info{}, 0, err
 	}
-	state, err := eng.SaveSeq(seq)
+	snap, err := c.Snapshot(eng, seq, Header{AdapterKey: adapterKey, Tokens: toks, Label: o.Label, Scope: o.Scope})
 	if err != nil {
 		return Info{}, 0, err
 	}
-	info, err = c.Put(ctx, Header{KV: live, AdapterKey: adapterKey, Tokens: toks, Label: o.Label, Scope: o.Scope}, state)
+	info, err = snap.Store(ctx)
 	return info, len(toks) - rs.Tokens, err
 }
+
+// Snapshot is a sequence's KV state copied out of the engine, to be stored
+// as a pack later (Store): the sequence is free again as soon as Snapshot
+// returns. Chat turns (their conversation packs, stored in the
+// background) and Compute save state through it.
+type Snapshot struct {
+	c     *Cache
+	h     Header
+	state []byte
+}
+
+// Snapshot copies seq's state now, under h (h.KV is set to the engine's
+// live KV config; h.Tokens must be the tokens seq holds). Errors: the
+// engine's (ErrClosed, a busy or empty sequence).
+func (c *Cache) Snapshot(eng *runtime.Engine, seq int, h Header) (Snapshot, error) {
+	state, err := eng.SaveSeq(seq)
+	if err != nil {
+		return Snapshot{}, err
+	}
+	h.KV = eng.KVConfig()
+	return Snapshot{c: c, h: h, state: state}, nil
+}
+
+// Store puts the snapshot as a pack (Put) and returns its Info. Errors:
+// Put's.
+func (s Snapshot) Store(ctx context.Context) (Info, error) { return s.c.Put(ctx, s.h, s.state) }
 
 // prefillChunks decodes toks[npast:] into seq (which holds toks[:npast])
 // under o.Adapters: at foreground priority in one request, or at
