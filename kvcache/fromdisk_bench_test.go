@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/memosrt/memosrt/internal/half"
+	"github.com/memosrt/memosrt/internal/testenv"
 )
 
 // benchState returns the state BenchmarkStateFromBadger restores: the file
@@ -65,7 +66,7 @@ func BenchmarkStateFromBadger(b *testing.B) {
 }
 
 func newBenchCache(b *testing.B) *Cache {
-	db := openDB(b, b.TempDir())
+	db := testenv.DB(b, b.TempDir())
 	c, err := Open(db, Options{})
 	if err != nil {
 		b.Fatal(err)

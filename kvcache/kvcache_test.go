@@ -10,41 +10,9 @@ import (
 	bg "github.com/dgraph-io/badger/v4"
 
 	"github.com/memosrt/memosrt/datadir"
-	"github.com/memosrt/memosrt/internal/testmodels"
+	"github.com/memosrt/memosrt/internal/testenv"
 	"github.com/memosrt/memosrt/runtime"
 )
-
-func openDB(t testing.TB, dir string) *datadir.DB {
-	t.Helper()
-	db, err := datadir.Open(datadir.Options{Dir: dir, NoSync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := db.Close(); err != nil {
-			t.Error(err)
-		}
-	})
-	return db
-}
-
-func openEngine(t testing.TB, o runtime.Options) *runtime.Engine {
-	t.Helper()
-	o.ModelPath = testmodels.Stories(t)
-	o.Threads = 2
-	if o.NCtx == 0 {
-		o.NCtx = 512
-	}
-	if o.NSeqMax == 0 {
-		o.NSeqMax = 2
-	}
-	e, err := runtime.Load(context.Background(), o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { e.Close() })
-	return e
-}
 
 func TestBlobRoundTrip(t *testing.T) {
 	state := make([]byte, 10001)
@@ -106,8 +74,8 @@ type fixture struct {
 }
 
 func newFixture(t *testing.T) *fixture {
-	f := &fixture{eng: openEngine(t, runtime.Options{})}
-	f.db = openDB(t, t.TempDir())
+	f := &fixture{eng: testenv.Engine(t, runtime.Options{})}
+	f.db = testenv.DB(t, t.TempDir())
 	var err error
 	if f.cache, err = Open(f.db, Options{}); err != nil {
 		t.Fatal(err)
@@ -221,7 +189,7 @@ func TestDamagedPacksAreRefused(t *testing.T) {
 		}},
 		{"other-kv-config", func(t *testing.T, f *fixture) {
 			// a state computed with an f32 K cache, stored under a header claiming the live config
-			other := openEngine(t, runtime.Options{TypeK: "f32", NSeqMax: 1})
+			other := testenv.Engine(t, runtime.Options{TypeK: "f32", NSeqMax: 1})
 			if err := other.Prefill(context.Background(), 0, f.pack, 0); err != nil {
 				t.Fatal(err)
 			}
@@ -301,7 +269,7 @@ func TestHeaderCheck(t *testing.T) {
 
 func TestPersistAcrossReopen(t *testing.T) {
 	dir := t.TempDir()
-	eng := openEngine(t, runtime.Options{})
+	eng := testenv.Engine(t, runtime.Options{})
 	pack, _ := eng.Tokenize("Tom likes blue kites.", true)
 	db, err := datadir.Open(datadir.Options{Dir: dir})
 	if err != nil {
@@ -315,7 +283,7 @@ func TestPersistAcrossReopen(t *testing.T) {
 	blob1, _ := c.Blob(info.ID)
 	c.Close()
 	db.Close()
-	db2 := openDB(t, dir)
+	db2 := testenv.DB(t, dir)
 	c2, err := Open(db2, Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -345,8 +313,8 @@ func TestOrphanChunksRemoved(t *testing.T) {
 }
 
 func TestRAMBudget(t *testing.T) {
-	eng := openEngine(t, runtime.Options{})
-	db := openDB(t, t.TempDir())
+	eng := testenv.Engine(t, runtime.Options{})
+	db := testenv.DB(t, t.TempDir())
 	a, _ := eng.Tokenize("Anna has a green hat.", true)
 	b, _ := eng.Tokenize("Bob rides a yellow bike to school.", true)
 	c0, _ := Open(db, Options{})
@@ -391,8 +359,8 @@ func TestPromptEqualToPack(t *testing.T) {
 
 // A pack is only found in its own scope (cube).
 func TestScopes(t *testing.T) {
-	eng := openEngine(t, runtime.Options{})
-	c, err := Open(openDB(t, t.TempDir()), Options{})
+	eng := testenv.Engine(t, runtime.Options{})
+	c, err := Open(testenv.DB(t, t.TempDir()), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

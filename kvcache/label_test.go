@@ -10,6 +10,7 @@ import (
 	bg "github.com/dgraph-io/badger/v4"
 
 	"github.com/memosrt/memosrt/datadir"
+	"github.com/memosrt/memosrt/internal/testenv"
 	"github.com/memosrt/memosrt/runtime"
 )
 
@@ -70,7 +71,7 @@ func checkWhole(t *testing.T, c *Cache, db *datadir.DB) {
 // packs listed, found by lookup and whole, also after a reopen.
 func TestDeleteLabel(t *testing.T) {
 	dir := t.TempDir()
-	db := openDB(t, dir)
+	db := testenv.DB(t, dir)
 	c, err := Open(db, Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -105,7 +106,7 @@ func TestDeleteLabel(t *testing.T) {
 	checkWhole(t, c, db)
 	c.Close()
 	db.Close()
-	db = openDB(t, dir)
+	db = testenv.DB(t, dir)
 	c, err = Open(db, Options{})
 	if err != nil {
 		t.Fatal(err)

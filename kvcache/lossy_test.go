@@ -15,6 +15,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/memosrt/memosrt/internal/half"
+	"github.com/memosrt/memosrt/internal/testenv"
 	"github.com/memosrt/memosrt/runtime"
 )
 
@@ -122,7 +123,7 @@ func (ev lossyEval) String() string {
 func TestLossyRoundTrip(t *testing.T) {
 	for _, fa := range []string{"on", "off"} { // V rows, transposed V
 		t.Run("flash-attn="+fa, func(t *testing.T) {
-			e := openEngine(t, runtime.Options{FlashAttn: fa})
+			e := testenv.Engine(t, runtime.Options{FlashAttn: fa})
 			toks, _ := e.Tokenize(lossyStories[0], true)
 			if err := e.PrefillRequest(context.Background(), 0, toks, nil, false); err != nil {
 				t.Fatal(err)
@@ -205,7 +206,7 @@ func TestLossyRoundTrip(t *testing.T) {
 // TestLossyRefusesCorrupt: a damaged stream is ErrCorrupt, never a panic
 // or a state of the wrong size.
 func TestLossyRefusesCorrupt(t *testing.T) {
-	e := openEngine(t, runtime.Options{})
+	e := testenv.Engine(t, runtime.Options{})
 	toks, _ := e.Tokenize(lossyStories[1], true)
 	if err := e.PrefillRequest(context.Background(), 0, toks, nil, false); err != nil {
 		t.Fatal(err)
@@ -242,7 +243,7 @@ func TestLossyRefusesCorrupt(t *testing.T) {
 // greedy paths of the exact state differ between the two builds); 2-bit
 // 72.5% / 5.0% / 13.9% (71.2% / 5.0% / 13.6%).
 func TestLossyAgreement(t *testing.T) {
-	e := openEngine(t, runtime.Options{NCtx: 1024})
+	e := testenv.Engine(t, runtime.Options{NCtx: 1024})
 	e8 := evalLossy(t, e, LossyParams{Bits: 8, KeyGroup: 128, ValGroup: 64}, 6, 32)
 	e2 := evalLossy(t, e, LossyParams{Bits: 2, KeyGroup: 32, ValGroup: 32}, 6, 32)
 	t.Log("8-bit: ", e8)
@@ -262,7 +263,7 @@ func TestLossyAgreement(t *testing.T) {
 //
 //	go test -run '^$' -bench LossyQuality -benchtime 1x ./kvcache/
 func BenchmarkLossyQuality(b *testing.B) {
-	e := openEngine(b, runtime.Options{NCtx: 1024})
+	e := testenv.Engine(b, runtime.Options{NCtx: 1024})
 	for _, p := range []LossyParams{
 		{Bits: 8, KeyGroup: 128, ValGroup: 64},
 		{Bits: 4, KeyGroup: 32, ValGroup: 32},
@@ -285,7 +286,7 @@ func BenchmarkLossyQuality(b *testing.B) {
 // BenchmarkDequantize: one core's rate on a stories260K state of 300
 // tokens (SetBytes: the state's bytes).
 func BenchmarkDequantize(b *testing.B) {
-	e := openEngine(b, runtime.Options{NCtx: 1024})
+	e := testenv.Engine(b, runtime.Options{NCtx: 1024})
 	toks, _ := e.Tokenize(strings.Repeat(lossyStories[2]+" ", 4), true)
 	if err := e.PrefillRequest(context.Background(), 0, toks[:min(len(toks), 300)], nil, false); err != nil {
 		b.Fatal(err)

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"sync"
 	"testing"
+
+	"github.com/memosrt/memosrt/internal/testenv"
 )
 
 // TestConcurrentPutDelete: a Put and a Delete of the same pack racing
@@ -14,7 +16,7 @@ import (
 // after a reopen.
 func TestConcurrentPutDelete(t *testing.T) {
 	dir := t.TempDir()
-	db := openDB(t, dir)
+	db := testenv.DB(t, dir)
 	c, err := Open(db, Options{RAMBytes: 1})
 	if err != nil {
 		t.Fatal(err)
@@ -41,7 +43,7 @@ func TestConcurrentPutDelete(t *testing.T) {
 	}
 	c.Close()
 	db.Close()
-	db = openDB(t, dir)
+	db = testenv.DB(t, dir)
 	if c, err = Open(db, Options{}); err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/memosrt/memosrt/internal/testenv"
 	"github.com/memosrt/memosrt/runtime"
 )
 
@@ -13,8 +14,8 @@ import (
 // stored pack is that state byte for byte, under the live KV config.
 func TestSnapshotOutlivesTheSequence(t *testing.T) {
 	ctx := context.Background()
-	e := openEngine(t, runtime.Options{})
-	c, err := Open(openDB(t, t.TempDir()), Options{})
+	e := testenv.Engine(t, runtime.Options{})
+	c, err := Open(testenv.DB(t, t.TempDir()), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

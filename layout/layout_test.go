@@ -5,66 +5,23 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/memosrt/memosrt/datadir"
-	"github.com/memosrt/memosrt/internal/testmodels"
-	"github.com/memosrt/memosrt/runtime"
+	"github.com/memosrt/memosrt/internal/testenv"
 	"github.com/memosrt/memosrt/textmem"
 )
-
-type layoutEnv struct {
-	eng *runtime.Engine
-	db  *datadir.DB
-	mem *textmem.Store
-}
-
-func newLayoutEnv(t *testing.T) *layoutEnv {
-	t.Helper()
-	eng, err := runtime.Load(context.Background(), runtime.Options{ModelPath: testmodels.Stories(t), NCtx: 1024, Threads: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	db, err := datadir.Open(datadir.Options{Dir: t.TempDir(), NoSync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	mem, err := textmem.Open(db, textmem.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		mem.Close()
-		db.Close()
-		eng.Close()
-	})
-	return &layoutEnv{eng: eng, db: db, mem: mem}
-}
-
-func (e *layoutEnv) add(t *testing.T, cube string, texts ...string) []textmem.Memory {
-	t.Helper()
-	var out []textmem.Memory
-	for _, s := range texts {
-		m, err := e.mem.Add(context.Background(), cube, textmem.Memory{Text: s})
-		if err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, m)
-	}
-	return out
-}
 
 // The pack is the preamble and one line per member, tokenized with BOS;
 // Pack and Assemble give the same pack tokens, a prefix of the prompt.
 func TestLayoutPack(t *testing.T) {
-	e := newLayoutEnv(t)
+	e := testenv.NewEnv(t)
 	ctx := context.Background()
-	mems := e.add(t, "c", "Lily has a dog.", "Tom has a kite.")
-	l := New(e.eng, e.mem, Options{})
+	mems := e.Add(t, "c", "Lily has a dog.", "Tom has a kite.")
+	l := New(e.Eng, e.Mem, Options{})
 	pack, err := l.Pack(ctx, "c", mems)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := DefaultPreamble + "\n- Lily has a dog.\n- Tom has a kite.\n"
-	if got := e.eng.Detokenize(pack.PackTokens); got != " "+want && got != want {
+	if got := e.Eng.Detokenize(pack.PackTokens); got != " "+want && got != want {
 		t.Fatalf("pack text %q", got)
 	}
 	if !slices.Equal(pack.Tokens, pack.PackTokens) || pack.System != want {
@@ -87,12 +44,12 @@ func TestLayoutPack(t *testing.T) {
 // Memories beyond the pack budget are found by retrieval and placed before
 // the last user turn; the pack stays a prefix.
 func TestLayoutRetrievalBeyondPack(t *testing.T) {
-	e := newLayoutEnv(t)
-	pre, _ := e.eng.Tokenize(DefaultPreamble, true)
-	l := New(e.eng, e.mem, Options{MaxPackTokens: len(pre) + 30}) // room for about two memory lines
+	e := testenv.NewEnv(t)
+	pre, _ := e.Eng.Tokenize(DefaultPreamble, true)
+	l := New(e.Eng, e.Mem, Options{MaxPackTokens: len(pre) + 30}) // room for about two memory lines
 	ctx := context.Background()
 	texts := []string{"Lily has a red ball.", "Tom has a big blue kite.", "The cat sleeps on the warm mat.", "Sue bakes a cake with her mom."}
-	mems := e.add(t, "c", texts...)
+	mems := e.Add(t, "c", texts...)
 	p, err := l.Assemble(ctx, Input{Cube: "c", Members: mems, Messages: []Message{{Role: "user", Content: "What does Sue bake?"}}})
 	if err != nil {
 		t.Fatal(err)
@@ -114,10 +71,10 @@ func TestLayoutRetrievalBeyondPack(t *testing.T) {
 // With a chat template the pack is the rendered system turn, a prefix of
 // the whole rendering; without a cube there is no pack.
 func TestLayoutTemplate(t *testing.T) {
-	e := newLayoutEnv(t)
+	e := testenv.NewEnv(t)
 	ctx := context.Background()
-	mems := e.add(t, "c", "Lily has a dog.")
-	l := New(e.eng, e.mem, Options{ChatTemplate: "chatml"})
+	mems := e.Add(t, "c", "Lily has a dog.")
+	l := New(e.Eng, e.Mem, Options{ChatTemplate: "chatml"})
 	p, err := l.Assemble(ctx, Input{Cube: "c", Members: mems, Messages: []Message{{Role: "user", Content: "Hi"}}})
 	if err != nil {
 		t.Fatal(err)
@@ -138,10 +95,10 @@ func TestLayoutTemplate(t *testing.T) {
 // Without an engine the layout renders text only and counts bytes/4
 // against the budget.
 func TestLayoutTextOnly(t *testing.T) {
-	e := newLayoutEnv(t)
+	e := testenv.NewEnv(t)
 	ctx := context.Background()
-	mems := e.add(t, "c", "Lily has a dog.", "Tom has a kite that is very red and very big.")
-	l := New(nil, e.mem, Options{MaxPackTokens: (len(DefaultPreamble)+3)/4 + 5})
+	mems := e.Add(t, "c", "Lily has a dog.", "Tom has a kite that is very red and very big.")
+	l := New(nil, e.Mem, Options{MaxPackTokens: (len(DefaultPreamble)+3)/4 + 5})
 	p, err := l.Assemble(ctx, Input{Cube: "c", Members: mems, Messages: []Message{{Role: "user", Content: "kite"}}})
 	if err != nil {
 		t.Fatal(err)

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/memosrt/memosrt/internal/testenv"
 	"github.com/memosrt/memosrt/kvcache"
 	"github.com/memosrt/memosrt/layout"
 	"github.com/memosrt/memosrt/textmem"
@@ -18,16 +19,16 @@ import (
 // without decoding it again. (Crash harness, MEMOSRT_CRASH_SEED=700578165:
 // the warm's pack stayed until the job committed.)
 func TestRestartKeepsPendingJobPackOnly(t *testing.T) {
-	e := newLayoutEnv(t)
+	e := testenv.NewEnv(t)
 	ctx := context.Background()
-	mems := e.add(t, "c", "Lily has a dog named Max.", "Max likes the park.", "Tom has a red kite.")
-	lay := layout.New(e.eng, e.mem, layout.Options{})
-	kv, err := kvcache.Open(e.db, kvcache.Options{})
+	mems := e.Add(t, "c", "Lily has a dog named Max.", "Max likes the park.", "Tom has a red kite.")
+	lay := layout.New(e.Eng, e.Mem, layout.Options{})
+	kv, err := kvcache.Open(e.DB, kvcache.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	errKilled := errors.New("killed")
-	tr, err := NewTiers(Deps{DB: e.db, Mem: e.mem, KV: kv, Layout: lay, Engine: e.eng},
+	tr, err := NewTiers(Deps{DB: e.DB, Mem: e.Mem, KV: kv, Layout: lay, Engine: e.Eng},
 		TierOptions{AfterPut: func(Job) error { return errKilled }})
 	if err != nil {
 		t.Fatal(err)
@@ -80,12 +81,12 @@ func TestRestartKeepsPendingJobPackOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	kv, err = kvcache.Open(e.db, kvcache.Options{})
+	kv, err = kvcache.Open(e.DB, kvcache.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer kv.Close()
-	tr, err = NewTiers(Deps{DB: e.db, Mem: e.mem, KV: kv, Layout: lay, Engine: e.eng}, TierOptions{})
+	tr, err = NewTiers(Deps{DB: e.DB, Mem: e.Mem, KV: kv, Layout: lay, Engine: e.Eng}, TierOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

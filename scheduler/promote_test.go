@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/memosrt/memosrt/internal/testenv"
 	"github.com/memosrt/memosrt/kvcache"
 	"github.com/memosrt/memosrt/layout"
 )
@@ -14,16 +15,16 @@ import (
 // wait for it and the next is refused at once with ErrBusy, doing
 // nothing; once the lock is free the waiting ones complete.
 func TestPromoteQueueBound(t *testing.T) {
-	e := newLayoutEnv(t)
+	e := testenv.NewEnv(t)
 	ctx := context.Background()
-	db := e.db
+	db := e.DB
 	kv, err := kvcache.Open(db, kvcache.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer kv.Close()
-	lay := layout.New(e.eng, e.mem, layout.Options{})
-	tr, err := NewTiers(Deps{DB: db, Mem: e.mem, KV: kv, Layout: lay, Engine: e.eng}, TierOptions{MaxPromoteQueue: 2})
+	lay := layout.New(e.Eng, e.Mem, layout.Options{})
+	tr, err := NewTiers(Deps{DB: db, Mem: e.Mem, KV: kv, Layout: lay, Engine: e.Eng}, TierOptions{MaxPromoteQueue: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,7 +32,7 @@ func TestPromoteQueueBound(t *testing.T) {
 	cubes := []string{"a", "b", "c"}
 	ids := map[string][]string{}
 	for _, c := range cubes {
-		for _, m := range e.add(t, c, "Lily has a dog named Max.", "Max likes the park.") {
+		for _, m := range e.Add(t, c, "Lily has a dog named Max.", "Max likes the park.") {
 			ids[c] = append(ids[c], m.ID)
 		}
 	}

@@ -13,11 +13,10 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/memosrt/memosrt/internal/testenv"
 	"github.com/memosrt/memosrt/kvcache"
 	"github.com/memosrt/memosrt/kvcache/redis"
 
-	"github.com/memosrt/memosrt/datadir"
-	"github.com/memosrt/memosrt/internal/testmodels"
 	"github.com/memosrt/memosrt/internal/testutil"
 	"github.com/memosrt/memosrt/runtime"
 )
@@ -40,7 +39,7 @@ func openNodeMax(t *testing.T, url string, key []byte, maxRemote int) *node {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { r.Close() })
-	c, err := kvcache.Open(openDB(t, t.TempDir()), kvcache.Options{Shared: r, SharedKey: key, SharedTimeout: time.Second, SharedMaxRemote: maxRemote})
+	c, err := kvcache.Open(testenv.DB(t, t.TempDir()), kvcache.Options{Shared: r, SharedKey: key, SharedTimeout: time.Second, SharedMaxRemote: maxRemote})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +71,7 @@ func gen(t *testing.T, e *runtime.Engine, seq int, toks []int32, npast int) stri
 
 func TestSharedRedis(t *testing.T) {
 	srv := testutil.StartRedis(t, 0)
-	e := openEngine(t, runtime.Options{})
+	e := testenv.Engine(t, runtime.Options{})
 	ctx := context.Background()
 	a, b := openNode(t, srv.URL(), nil), openNode(t, srv.URL(), nil)
 	cfg := kvcache.ScopedKey(kvcache.ConfigKey(e.KVConfig(), ""), "cube")
@@ -215,7 +214,7 @@ func TestSharedRedis(t *testing.T) {
 
 func TestSharedEncrypted(t *testing.T) {
 	srv := testutil.StartRedis(t, 0)
-	e := openEngine(t, runtime.Options{})
+	e := testenv.Engine(t, runtime.Options{})
 	ctx := context.Background()
 	key := bytes.Repeat([]byte{7}, 32)
 	a, b := openNode(t, srv.URL(), key), openNode(t, srv.URL(), key)
@@ -400,7 +399,7 @@ func TestSharedRefusedAndHung(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	c, err := kvcache.Open(openDB(t, t.TempDir()), kvcache.Options{Shared: r})
+	c, err := kvcache.Open(testenv.DB(t, t.TempDir()), kvcache.Options{Shared: r})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -420,36 +419,4 @@ func TestSharedRefusedAndHung(t *testing.T) {
 	if got := c.SharedStats(); got.Errors > st.Errors+1 || got.Puts != 0 {
 		t.Fatalf("requests tried the hung store: %+v", got)
 	}
-}
-
-func openDB(t testing.TB, dir string) *datadir.DB {
-	t.Helper()
-	db, err := datadir.Open(datadir.Options{Dir: dir, NoSync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := db.Close(); err != nil {
-			t.Error(err)
-		}
-	})
-	return db
-}
-
-func openEngine(t testing.TB, o runtime.Options) *runtime.Engine {
-	t.Helper()
-	o.ModelPath = testmodels.Stories(t)
-	o.Threads = 2
-	if o.NCtx == 0 {
-		o.NCtx = 512
-	}
-	if o.NSeqMax == 0 {
-		o.NSeqMax = 2
-	}
-	e, err := runtime.Load(context.Background(), o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { e.Close() })
-	return e
 }

@@ -1,0 +1,84 @@
+package testenv
+
+import (
+	"context"
+	"testing"
+
+	"github.com/memosrt/memosrt/datadir"
+	"github.com/memosrt/memosrt/internal/testmodels"
+	"github.com/memosrt/memosrt/runtime"
+	"github.com/memosrt/memosrt/textmem"
+)
+
+// DB opens the store of a data directory in dir (NoSync), closed at the
+// end of the test; a failed Close fails the test.
+func DB(t testing.TB, dir string) *datadir.DB {
+	t.Helper()
+	db, err := datadir.Open(datadir.Options{Dir: dir, NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := db.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return db
+}
+
+// Engine loads the stories260K model with o (zero fields: 2 threads, 512
+// cells, 2 sequences), closed at the end of the test.
+func Engine(t testing.TB, o runtime.Options) *runtime.Engine {
+	t.Helper()
+	o.ModelPath = testmodels.Stories(t)
+	if o.Threads == 0 {
+		o.Threads = 2
+	}
+	if o.NCtx == 0 {
+		o.NCtx = 512
+	}
+	if o.NSeqMax == 0 {
+		o.NSeqMax = 2
+	}
+	e, err := runtime.Load(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	return e
+}
+
+// Env is an engine on stories260K (1,024 cells, one sequence, one thread)
+// and a text tier in a fresh data directory.
+type Env struct {
+	Eng *runtime.Engine
+	DB  *datadir.DB
+	Mem *textmem.Store
+}
+
+// NewEnv opens an Env, closed at the end of the test.
+func NewEnv(t testing.TB) *Env {
+	t.Helper()
+	eng := Engine(t, runtime.Options{NCtx: 1024, Threads: 1, NSeqMax: 1})
+	db := DB(t, t.TempDir())
+	mem, err := textmem.Open(db, textmem.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { mem.Close() })
+	return &Env{Eng: eng, DB: db, Mem: mem}
+}
+
+// Add stores texts as memories of cube and returns them.
+func (e *Env) Add(t testing.TB, cube string, texts ...string) []textmem.Memory {
+	t.Helper()
+	var out []textmem.Memory
+	for _, s := range texts {
+		m, err := e.Mem.Add(context.Background(), cube, textmem.Memory{Text: s})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, m)
+	}
+	return out
+}
