@@ -25,7 +25,7 @@ func newLoraEnv(t *testing.T) *loraEnv {
 	ctx := context.Background()
 	opts := testOptions(t, t.TempDir())
 	o := openOS(t, opts)
-	e := &loraEnv{o: o, eng: o.Engine(), man: o.prim().man}
+	e := &loraEnv{o: o, eng: o.Engine(), man: o.prim().Adapters}
 	dir := t.TempDir()
 	for i, a := range []struct {
 		name, cube string
@@ -49,7 +49,7 @@ func (e *loraEnv) gen(t *testing.T, i int, prompt string, refs []runtime.Adapter
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := e.eng.Generate(context.Background(), runtime.Request{Seq: e.o.prim().seqs[i], Tokens: toks, MaxTokens: 24, Adapters: refs})
+	res, err := e.eng.Generate(context.Background(), runtime.Request{Seq: e.o.prim().Seqs[i], Tokens: toks, MaxTokens: 24, Adapters: refs})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +130,7 @@ func TestAdapterKVIsolation(t *testing.T) {
 	if warm.Usage.CachedTokens == 0 || warm.Text != cold.Text || !strings.HasPrefix(warm.Adapters, "a@") {
 		t.Fatalf("under a@1: cached %d (%s); warm %q cold %q", warm.Usage.CachedTokens, warm.Adapters, warm.Text, cold.Text)
 	}
-	e.o.writes.Wait()
+	e.o.p.WaitWrites()
 	var conv []int32
 	for _, p := range e.o.KVCache().List("conv:d") {
 		h, _, _, err := e.o.KVCache().State(p.ID)
@@ -151,7 +151,7 @@ func TestAdapterKVIsolation(t *testing.T) {
 		{"b@1", e.lease(t, "c", lora.Spec{Name: "b", Scale: 1}).Refs},
 		{"a@1+b@1", e.lease(t, "c", lora.Spec{Name: "a", Scale: 1}, lora.Spec{Name: "b", Scale: 1}).Refs},
 	} {
-		rs, err := e.o.KVCache().Restore(ctx, e.eng, e.o.prim().seqs[0], conv, kvcache.RestoreOptions{AdapterKey: runtime.AdapterKey(c.refs), Scope: "d"})
+		rs, err := e.o.KVCache().Restore(ctx, e.eng, e.o.prim().Seqs[0], conv, kvcache.RestoreOptions{AdapterKey: runtime.AdapterKey(c.refs), Scope: "d"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -180,7 +180,7 @@ func TestAdapterSwitchOneTokenBatch(t *testing.T) {
 		name string
 		refs []runtime.AdapterRef
 	}{{"a@1", e.lease(t, "", lora.Spec{Name: "a", Scale: 1}).Refs}, {"a@0.5", e.lease(t, "", lora.Spec{Name: "a", Scale: 0.5}).Refs}} {
-		s1 := e.o.prim().seqs[1]
+		s1 := e.o.prim().Seqs[1]
 		if err := e.eng.ClearSeq(s1); err != nil {
 			t.Fatal(err)
 		}
@@ -252,7 +252,7 @@ func TestTierPackUnderDefaultAdapter(t *testing.T) {
 	if _, err := e.o.Tick(ctx); err != nil {
 		t.Fatal(err)
 	}
-	e.o.writes.Wait()
+	e.o.p.WaitWrites()
 	var packs []kvcache.Info
 	for _, i := range e.o.KVCache().List("c") {
 		packs = append(packs, i)

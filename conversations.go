@@ -36,21 +36,16 @@ func (o *OS) startConversations(ctx context.Context) error {
 	co := o.opts.Conversations
 	co.Now = o.opts.Clock.Now
 	h := conversation.Hooks{
-		AddMemory: o.addMemory,
-		ContextTokens: func() int {
-			if l := o.jobL.Load(); l != nil {
-				return l.eng.NCtx()
-			}
-			return 0
-		},
+		AddMemory:     o.addMemory,
+		ContextTokens: o.p.ContextTokens,
 		Used: func(cube string, ids []string) {
 			uses := make([]scheduler.Use, len(ids))
 			for i, id := range ids {
 				uses[i] = scheduler.Use{Cube: cube, ID: id, Visits: 1, Interactions: 1}
 			}
-			o.addUses(uses)
+			o.p.AddUses(uses)
 		},
-		Kick: o.Kick,
+		Kick: o.p.Kick,
 		Go: func(f func()) {
 			go func() {
 				if o.enter() != nil {
@@ -66,7 +61,7 @@ func (o *OS) startConversations(ctx context.Context) error {
 			}
 		},
 	}
-	if o.opts.Model != "" || o.up != nil {
+	if o.opts.Model != "" || o.up {
 		h.Generate = o.extractionText
 	}
 	var err error
@@ -88,10 +83,14 @@ func (o *OS) stopConversations() {
 // slot back), without a chat template, a stored pack, usage or a recorded
 // turn.
 func (o *OS) extractionText(ctx context.Context, g conversation.Generation) (*conversation.Generated, error) {
-	req := Request{Prompt: g.Prompt, Raw: true, Sampling: Sampling{Grammar: g.Grammar},
-		Format: g.Format, NumPredict: g.MaxTokens,
-		NoPersist: true, NoUsage: true, Record: RecordNone, background: true}
-	res, err := o.do(ctx, &req, false)
+	if err := o.enter(); err != nil {
+		return nil, fmt.Errorf("%w: %w", conversation.ErrClosing, err)
+	}
+	defer o.leave()
+	ctx, done := o.bound(ctx)
+	defer done()
+	res, err := o.p.GenerateBackground(ctx, Request{Prompt: g.Prompt, Raw: true, Sampling: Sampling{Grammar: g.Grammar},
+		Format: g.Format, NumPredict: g.MaxTokens, NoPersist: true, NoUsage: true, Record: RecordNone})
 	switch {
 	case errors.Is(err, ErrClosed):
 		err = fmt.Errorf("%w: %w", conversation.ErrClosing, err)
@@ -109,8 +108,8 @@ func (o *OS) extractionText(ctx context.Context, g conversation.Generation) (*co
 // RecordUser, and not in a NoRecord cube (its record as the request found
 // it). Sessions made hot by the move are queued for consolidation.
 // A failure is logged, never the request's.
-func (o *OS) recordChat(ctx context.Context, req *Request, cube Cube, answer string) {
-	if req.Cube == "" || req.Record == RecordNone || req.background || o.opts.NoRecord || cube.NoRecord || len(req.Messages) == 0 {
+func (o *OS) recordChat(ctx context.Context, req *Request, cube Cube, answer string) { // pipeline.Deps.OnChat
+	if req.Cube == "" || req.Record == RecordNone || o.opts.NoRecord || cube.NoRecord || len(req.Messages) == 0 {
 		return
 	}
 	last := req.Messages[len(req.Messages)-1]
@@ -232,7 +231,7 @@ func (o *OS) Profile(ctx context.Context, cube string) (convmem.Profile, error) 
 		return convmem.Profile{}, err
 	}
 	defer o.leave()
-	if err := o.checkCube(ctx, cube); err != nil {
+	if err := o.p.CheckCube(ctx, cube); err != nil {
 		return convmem.Profile{}, err
 	}
 	return o.conv.Store().Profile(ctx, cube)

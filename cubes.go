@@ -6,11 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/memosrt/memosrt/convmem"
-	"github.com/memosrt/memosrt/kvcache"
 	"github.com/memosrt/memosrt/scheduler"
 	"github.com/memosrt/memosrt/textmem"
 )
@@ -128,9 +126,8 @@ func (o *OS) resyncCubes() {
 		if err != nil {
 			o.log.Warn("resync of cubes: access keys", "err", err)
 		}
-		for _, p := range o.kv.List("") {
-			c := strings.TrimPrefix(p.Label, convPrefix)
-			if textmem.ValidCube(c) && !slices.Contains(names, c) {
+		for _, c := range o.p.PackCubes() {
+			if !slices.Contains(names, c) {
 				names = append(names, c)
 			}
 		}
@@ -139,13 +136,7 @@ func (o *OS) resyncCubes() {
 			if err == nil {
 				// made again under the same name since: this node's packs
 				// of the one before are another cube's
-				o.kvMu.Lock()
-				for _, p := range o.cubePacks(c) {
-					if p.Created.Before(rec.Created) {
-						_ = o.kv.Delete(p.ID)
-					}
-				}
-				o.kvMu.Unlock()
+				o.p.DropPacksBefore(c, rec.Created)
 			}
 			if !errors.Is(err, ErrUnknownCube) {
 				continue
@@ -159,47 +150,12 @@ func (o *OS) resyncCubes() {
 }
 
 // dropCubeState deletes what this node derived from cube, after its
-// memories are deleted.
+// memories are deleted: the pipeline's state of it and its access keys.
 func (o *OS) dropCubeState(ctx context.Context, cube string) error {
-	if err := o.tiers.DeleteCube(ctx, cube); err != nil {
+	if err := o.p.DropCube(ctx, cube); err != nil {
 		return err
 	}
-	o.kvMu.Lock()
-	o.bumpGen(cube) // a conversation pack write still to come skips itself
-	for _, p := range o.cubePacks(cube) {
-		if err := o.kv.Delete(p.ID); err != nil && !errors.Is(err, kvcache.ErrNotFound) {
-			o.kvMu.Unlock()
-			return err
-		}
-	}
-	o.kvMu.Unlock()
-	o.eachLoaded(func(l *loaded) {
-		l.pool.Forget(cube, l.clearSeq)
-		l.res.Drop(cube)
-	})
 	return o.keys.DeleteCube(cube)
-}
-
-// gen returns cube's deletion count (see OS.gens).
-func (o *OS) gen(cube string) uint64 {
-	o.genMu.Lock()
-	defer o.genMu.Unlock()
-	return o.gens[cube]
-}
-
-func (o *OS) bumpGen(cube string) {
-	o.genMu.Lock()
-	defer o.genMu.Unlock()
-	if o.gens == nil {
-		o.gens = map[string]uint64{}
-	}
-	o.gens[cube]++
-}
-
-// cubePacks returns the stored packs of cube: its tier packs and its
-// conversation packs.
-func (o *OS) cubePacks(cube string) []kvcache.Info {
-	return append(o.kv.List(cube), o.kv.List(convLabel(cube))...)
 }
 
 // AddMemory adds m to cube, creating the cube if needed (as `memosrt mem
@@ -342,6 +298,6 @@ func (o *OS) Search(ctx context.Context, cube string, q textmem.Query) ([]textme
 			uses = append(uses, scheduler.Use{Cube: cube, ID: h.Memory.ID, Visits: 1})
 		}
 	}
-	o.addUses(uses)
+	o.p.AddUses(uses)
 	return hits, nil
 }

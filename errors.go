@@ -3,6 +3,7 @@ package memosrt
 import (
 	"errors"
 	"fmt"
+
 	"github.com/memosrt/memosrt/runtime"
 	"github.com/memosrt/memosrt/runtime/slots"
 	"github.com/memosrt/memosrt/textmem"
@@ -10,19 +11,20 @@ import (
 	"github.com/memosrt/memosrt/cubearchive"
 	"github.com/memosrt/memosrt/datadir"
 	"github.com/memosrt/memosrt/errkind"
+	"github.com/memosrt/memosrt/pipeline"
 )
 
 var (
 	// ErrClosed is returned by every method after Close; HTTP 503.
-	ErrClosed = errkind.New(errkind.Unavailable, "memosrt: closed")
+	ErrClosed = pipeline.ErrClosed
 	// ErrBadOptions is returned by Options.Validate and Open.
-	ErrBadOptions = errors.New("memosrt: invalid options")
+	ErrBadOptions = pipeline.ErrBadOptions
 	// ErrNoModel is returned by inference calls of an OS opened without a
 	// model (Options.Model and Options.Upstream empty); HTTP 503.
-	ErrNoModel = errkind.New(errkind.Unavailable, "memosrt: no model loaded")
+	ErrNoModel = pipeline.ErrNoModel
 	// ErrBusy is returned when every request sequence is taken and
 	// Options.MaxQueue requests already wait; HTTP 429.
-	ErrBusy = slots.ErrQueueFull
+	ErrBusy = pipeline.ErrBusy
 	// ErrUnknownCube is returned for a cube that was neither created nor
 	// holds memories; HTTP 404.
 	ErrUnknownCube = textmem.ErrUnknownCube
@@ -35,14 +37,14 @@ var (
 	ErrCubeExists = textmem.ErrCubeExists
 	// ErrNotSupported is returned for what the configured backend cannot
 	// do (the upstream backend has no KV packs or adapters); HTTP 501.
-	ErrNotSupported = errkind.New(errkind.NotSupported, "memosrt: not supported by this backend")
+	ErrNotSupported = pipeline.ErrNotSupported
 	// ErrUpstream is returned by the upstream backend when the Ollama
 	// server fails or its stream ends early (a line longer than the
 	// client's 8 MiB buffer is dropped silently by the client); HTTP 502.
-	ErrUpstream = errkind.New(errkind.Upstream, "memosrt: upstream ollama failed")
+	ErrUpstream = pipeline.ErrUpstream
 	// ErrModelNotFound is returned for a model name this OS does not
 	// serve (the upstream's 404); HTTP 404.
-	ErrModelNotFound = errkind.New(errkind.NotFound, "memosrt: model not found")
+	ErrModelNotFound = pipeline.ErrModelNotFound
 	// ErrNoRoom is returned when a request's prompt and a minimal
 	// generation budget cannot fit the KV cache even with every idle
 	// sequence emptied (resident packs hold the rest), and for a tier job

@@ -74,11 +74,11 @@ func TestModelBudget(t *testing.T) {
 		t.Fatalf("after loading dup: %v", got)
 	}
 	// both loaded ones in use: stories cannot load, and neither is unloaded
-	_, doneTiny, err := o.use(ctx, "tiny", nil)
+	doneTiny, err := o.p.Use(ctx, "tiny", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, doneDup, err := o.use(ctx, "dup", nil)
+	doneDup, err := o.p.Use(ctx, "dup", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,7 +154,7 @@ func TestUnloadWaitsForRequests(t *testing.T) {
 	for _, name := range []string{"", "tiny"} {
 		want[name] = generate(t, o, Request{Model: name, Prompt: "Once upon a time", NumPredict: 6}).Text
 	}
-	_, done, err := o.use(ctx, "", nil)
+	done, err := o.p.Use(ctx, "", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -240,7 +240,7 @@ func TestUnloadKeepsTiers(t *testing.T) {
 	if after.Resident != nil || len(after.Packs) != len(packs.Packs) {
 		t.Fatalf("unloaded: resident %+v, %d packs (want none resident, %d stored)", after.Resident, len(after.Packs), len(packs.Packs))
 	}
-	if _, err := o.tiers.Tick(ctx); !errors.Is(err, scheduler.ErrReadOnly) {
+	if _, err := o.p.Scheduler().Tick(ctx); !errors.Is(err, scheduler.ErrReadOnly) {
 		t.Fatalf("tier tick with the model unloaded: %v, want ErrReadOnly", err)
 	}
 	// a tick loads the model (as a request would) and the resident pack is back

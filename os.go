@@ -6,30 +6,26 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
-	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	bg "github.com/dgraph-io/badger/v4"
+
 	"github.com/memosrt/memosrt/accesskey"
 	"github.com/memosrt/memosrt/conversation"
 	"github.com/memosrt/memosrt/convmem"
 	"github.com/memosrt/memosrt/datadir"
 	"github.com/memosrt/memosrt/kvcache"
-	"github.com/memosrt/memosrt/layout"
 	"github.com/memosrt/memosrt/lora"
-	"github.com/memosrt/memosrt/modelsched"
-	"github.com/memosrt/memosrt/runtime"
-	"github.com/memosrt/memosrt/scheduler"
+	"github.com/memosrt/memosrt/pipeline"
 	"github.com/memosrt/memosrt/textmem"
 )
 
-// OS is the memory OS: one data directory, one loaded model (or none), the
-// tiers and the scheduler that moves memories between them. Safe for
-// concurrent use; Close releases everything it opened.
+// OS is the memory OS: one data directory, the models it serves (or an
+// upstream, or none), the tiers and the scheduler that moves memories
+// between them. Safe for concurrent use; Close releases everything it
+// opened. The OS admits calls and owns the stores; requests go through
+// package pipeline, conversations through package conversation.
 type OS struct {
 	opts  Options
 	log   *slog.Logger
@@ -42,40 +38,9 @@ type OS struct {
 	mem   *textmem.Store
 	kv    *kvcache.Cache
 	reg   *lora.Registry
-	lay   *layout.Layout // without a model (upstream, none); a loaded model has its own
-	tiers *scheduler.Tiers
 	cubes *textmem.CubeRegistry
-	up    *upstream // nil unless Options.Upstream
-	info  ModelInfo // the upstream's
-
-	// models are the models served, the primary (Options.Model) first;
-	// fixed at Open, loaded and unloaded by package modelsched.
-	models *modelsched.Set[*loaded]
-	infoMu sync.Mutex           // guards infos
-	infos  map[string]ModelInfo // by model name: of its last load; before one, what its file says
-	// jobL is the primary's loaded state while tier jobs use it (between
-	// attachScheduler and detachScheduler)
-	jobL atomic.Pointer[loaded]
-
-	// kvMu serialises pack writes of the OS (conversation packs, warms,
-	// deletes): kvcache's index takes a pack id twice when two Puts of the
-	// same pack race, and a later Delete then leaves a dangling entry.
-	kvMu sync.Mutex
-	// gens counts deletions per cube (guarded by genMu; raised with kvMu
-	// held): a request that began before its cube was deleted stores no
-	// conversation pack and leaves no reusable slot behind, also when a
-	// cube of the same name is created meanwhile.
-	genMu  sync.Mutex
-	gens   map[string]uint64
-	writes sync.WaitGroup // background conversation pack writes
-
-	// convEvicted counts conversation packs deleted over ConvBytes;
-	// fallbacks, stored packs refused at restore (prefilled instead).
-	convEvicted, fallbacks atomic.Int64
-	pending                atomic.Int64
-	writeSem               chan struct{} // bounds concurrent writes; full: the write is skipped
-
-	usage *scheduler.UsageBuffer
+	p     *pipeline.Pipeline
+	up    bool // generation goes to an upstream (Options.Upstream)
 
 	conv       *conversation.Manager              // turns, sessions, profiles, jobs, change logs
 	jobStarted func(context.Context, convmem.Job) // tests: runs when an extraction job is marked running
@@ -89,7 +54,6 @@ type OS struct {
 
 	loopDone chan struct{} // closed when the scheduler loop exits; nil without one
 	loopStop context.CancelFunc
-	kick     chan struct{}
 }
 
 // Open opens the data directory, loads the model (if Options.Model) and
@@ -100,9 +64,8 @@ func Open(ctx context.Context, opts Options) (*OS, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	opts.ensureDefaults()
-	o := &OS{opts: opts, log: opts.Logger, writeSem: make(chan struct{}, 2),
-		kick: make(chan struct{}, 1)}
+	opts = opts.WithDefaults()
+	o := &OS{opts: opts, log: opts.Logger, up: opts.Model == "" && opts.Upstream != nil}
 	o.base, o.cancel = context.WithCancel(context.Background())
 	ok := false
 	defer func() {
@@ -146,63 +109,14 @@ func Open(ctx context.Context, opts Options) (*OS, error) {
 	if o.cubes, err = textmem.OpenCubes(ctx, o.mem, now); err != nil {
 		return nil, err
 	}
-	if err = o.newModels(opts); err != nil {
+	if o.p, err = pipeline.New(ctx, o.base, opts, pipeline.Deps{DB: o.db, Mem: o.mem, KV: o.kv, Reg: o.reg, Cubes: o.cubes,
+		OnChat: o.recordChat}); err != nil {
 		return nil, err
 	}
-	var prim *loaded
-	switch {
-	case opts.Model != "":
-		// the primary loads now: a bad file fails Open, not the first request
-		m := o.models.Models()[0]
-		if prim, err = o.loadModel(ctx, m); err != nil {
-			return nil, err
-		}
-		o.infos[m.Name] = prim.info
-		o.models.Adopt(m, prim, o.defaultKeep())
-		if o.opts.ResidentCells == 0 {
-			o.opts.ResidentCells = prim.eng.NCtx() / 4
-		}
-		if o.opts.ResidentAt == 0 {
-			o.opts.ResidentAt = scheduler.DefaultHeatOptions().PromoteAt
-			if h := opts.Tiers.Heat.PromoteAt; h > 0 {
-				o.opts.ResidentAt = h
-			}
-		}
-	case opts.Upstream != nil:
-		if o.up, err = newUpstream(o, *opts.Upstream); err != nil {
-			return nil, err
-		}
-	}
-	o.lay = layout.New(nil, o.mem, opts.Layout)
-	deps := scheduler.Deps{DB: o.db, Mem: o.mem, KV: o.kv, Registry: o.reg}
-	if opts.Tiers.Parametric.Enabled && opts.Tiers.Parametric.Dir == "" {
-		// in the data directory, beside Badger's files
-		opts.Tiers.Parametric.Dir = filepath.Join(opts.Dir, "adapters")
-	}
-	if prim != nil {
-		deps.Layout, deps.Engine = prim.lay, prim.eng
-		o.jobL.Store(prim)
-	}
-	if opts.Tiers.Parametric.OnChange == nil {
-		opts.Tiers.Parametric.OnChange = func(string) { o.Kick() }
-	}
-	if opts.Model != "" {
-		opts.Tiers.Reserve = o.reserveJob
-		opts.Tiers.Adapters = o.tierAdapters
-	}
-	if o.tiers, err = scheduler.NewTiers(deps, opts.Tiers); err != nil {
-		return nil, err
-	}
-	o.usage = scheduler.NewUsageBuffer()
 	if err := o.startConversations(ctx); err != nil {
 		return nil, err
 	}
-	if prim != nil {
-		// the resident level is state too: pinned and hot packs come back
-		if err := o.applyResident(ctx, prim); err != nil {
-			o.log.Warn("resident packs not restored", "err", err)
-		}
-	}
+	o.p.Start(ctx)
 	if opts.Model != "" && !opts.NoScheduler {
 		o.loopDone = make(chan struct{})
 		lctx, stop := context.WithCancel(o.base)
@@ -217,26 +131,12 @@ func Open(ctx context.Context, opts Options) (*OS, error) {
 	return o, nil
 }
 
-// PrimaryName is the name clients see for Model: ModelName, else Model's
-// file name without ".gguf".
-func (opts Options) PrimaryName() string {
-	if opts.ModelName != "" {
-		return opts.ModelName
-	}
-	return strings.TrimSuffix(filepath.Base(opts.Model), ".gguf")
-}
-
 // release closes what Open opened, in reverse order (Open's failure path
 // and the end of Close).
 func (o *OS) release() error {
 	var errs []error
-	if o.tiers != nil {
-		errs = append(errs, o.tiers.Close())
-	}
-	if o.models != nil {
-		for _, l := range o.models.Release() {
-			errs = append(errs, l.close())
-		}
+	if o.p != nil {
+		errs = append(errs, o.p.Close())
 	}
 	if o.kv != nil {
 		errs = append(errs, o.kv.Close())
@@ -266,17 +166,7 @@ func (o *OS) Close(ctx context.Context) error {
 	o.closed = true
 	o.mu.Unlock()
 	// the queue is answered at once; running requests go on until ctx ends
-	var trans []chan struct{}
-	if o.models != nil {
-		var ls []*loaded
-		ls, trans = o.models.Close()
-		for _, l := range ls {
-			l.pool.Drain()
-		}
-	}
-	if o.up != nil {
-		o.up.pool.Drain()
-	}
+	wait := o.p.Drain()
 	if o.loopDone != nil {
 		o.loopStop() // a running tick ends at its next batch; its job stays pending
 		<-o.loopDone
@@ -284,10 +174,7 @@ func (o *OS) Close(ctx context.Context) error {
 	done := make(chan struct{})
 	go func() {
 		o.inflight.Wait()
-		for _, t := range trans { // a load or unload in progress ends first
-			<-t
-		}
-		o.writes.Wait()
+		wait()
 		close(done)
 	}()
 	select {
@@ -296,8 +183,7 @@ func (o *OS) Close(ctx context.Context) error {
 		o.cancel()
 		<-done
 	}
-	err := o.flushUsage(context.Background())
-	return errors.Join(err, o.release())
+	return o.release() // the pipeline writes recorded usage first
 }
 
 // enter admits a call: ErrClosed after Close. The caller defers o.leave().
@@ -318,146 +204,6 @@ func (o *OS) bound(ctx context.Context) (context.Context, func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	stop := context.AfterFunc(o.base, cancel)
 	return ctx, func() { stop(); cancel() }
-}
-
-// ModelInfo describes the served model.
-type ModelInfo struct {
-	Name      string         `json:"name"`
-	Path      string         `json:"path,omitempty"`
-	Backend   string         `json:"backend"` // "llama", "ollama", or "" without a model
-	Size      int64          `json:"size"`    // file bytes
-	Digest    string         `json:"digest,omitempty"`
-	Family    string         `json:"family,omitempty"`
-	ParamSize string         `json:"parameter_size,omitempty"`
-	Quant     string         `json:"quantization_level,omitempty"`
-	NCtx      int            `json:"n_ctx,omitempty"`
-	Template  string         `json:"template,omitempty"`
-	Modified  time.Time      `json:"modified_at"`
-	Load      time.Duration  `json:"load_ns"`
-	Info      map[string]any `json:"model_info,omitempty"`
-}
-
-// Model describes the primary model (the upstream's with Upstream; zero
-// ModelInfo without one), as of its last load.
-func (o *OS) Model() ModelInfo {
-	if o.models.Len() == 0 {
-		return o.info
-	}
-	return o.modelInfo(o.models.Models()[0])
-}
-
-func engineModelInfo(eng *runtime.Engine, path, name, template string, load time.Duration) ModelInfo {
-	sh := eng.Shape()
-	mi := ModelInfo{Name: name, Path: path, Backend: "llama", Size: int64(sh.SizeBytes), Digest: eng.KVConfig().ModelFingerprint,
-		NCtx: eng.NCtx(), Template: template, Modified: time.Now().UTC(), Load: load,
-		ParamSize: paramSize(sh.NParams), Quant: quantOf(sh.Desc)}
-	if mi.Template == "" {
-		mi.Template = eng.Model().ChatTemplate()
-	}
-	if a, ok := eng.Model().Meta("general.architecture"); ok {
-		mi.Family = a
-	}
-	if st, err := os.Stat(path); err == nil {
-		mi.Size, mi.Modified = st.Size(), st.ModTime().UTC()
-	}
-	mi.Info = map[string]any{"general.architecture": mi.Family, "general.parameter_count": sh.NParams,
-		mi.Family + ".context_length": sh.NCtxTrain, mi.Family + ".embedding_length": sh.NEmbd,
-		mi.Family + ".block_count": sh.NLayer, mi.Family + ".attention.head_count": sh.NHead,
-		mi.Family + ".attention.head_count_kv": sh.NHeadKV, "memosrt.n_ctx": eng.NCtx(), "memosrt.n_seq_max": eng.NSeqMax()}
-	return mi
-}
-
-func paramSize(n uint64) string {
-	switch {
-	case n >= 1e9:
-		return fmt.Sprintf("%.1fB", float64(n)/1e9)
-	case n >= 1e6:
-		return fmt.Sprintf("%.1fM", float64(n)/1e6)
-	case n >= 1e3:
-		return fmt.Sprintf("%.0fK", float64(n)/1e3)
-	}
-	return fmt.Sprint(n)
-}
-
-// quantOf takes the type from a llama_model_desc like "llama ?B F16".
-func quantOf(desc string) string {
-	f := strings.Fields(strings.ReplaceAll(desc, "(guessed)", ""))
-	if len(f) == 0 {
-		return ""
-	}
-	return f[len(f)-1]
-}
-
-// Stats are the OS's gauges (HTTP /api/ps and /metrics).
-type Stats struct {
-	Backend       string `json:"backend"`
-	NCtx          int    `json:"n_ctx"`
-	Slots         int    `json:"slots"`
-	BusySlots     int    `json:"busy_slots"`
-	Queued        int    `json:"queued"` // requests waiting for a slot
-	ResidentPacks int    `json:"resident_packs"`
-	ResidentCells int    `json:"resident_cells"`
-	ResidentMax   int    `json:"resident_cells_budget"`
-	PendingWrites int    `json:"pending_writes"`
-	EngineActive  int    `json:"engine_active"` // requests in the engine's running batch
-	EngineQueued  int    `json:"engine_queued"` // requests waiting for the engine's admission
-	KVRAMBytes    int64  `json:"kv_ram_bytes"`
-	KVDiskBytes   int64  `json:"kv_disk_bytes"`
-	Packs         int    `json:"packs"`
-	ConvPacks     int    `json:"conv_packs"`        // conversation packs stored
-	ConvBytes     int64  `json:"conv_bytes"`        // their blob bytes (Options.ConvBytes bounds them)
-	ConvEvicted   int64  `json:"conv_evicted"`      // conversation packs deleted over the budget since Open
-	Fallbacks     int64  `json:"restore_fallbacks"` // stored packs that matched but were refused: the prompt was prefilled
-	DiskBytes     int64  `json:"disk_bytes"`        // the data directory's files (Badger LSM and value log), bytes
-	NoSpace       int64  `json:"no_space_refused"`  // writes refused since Open for want of disk space (ErrNoSpace)
-	// KVShared is the shared activation level (Options.KVShared): enabled,
-	// up, and its hit, miss, put and error counts since Open.
-	KVShared kvcache.SharedStats `json:"kv_shared"`
-}
-
-// Stats reports the OS's gauges now.
-func (o *OS) Stats() Stats {
-	st := Stats{Backend: o.info.Backend, PendingWrites: int(o.pending.Load()), ResidentMax: o.opts.ResidentCells}
-	st.KVRAMBytes, st.KVDiskBytes, st.Packs = o.kv.Stats()
-	conv, convBytes := o.convPacks()
-	st.ConvPacks, st.ConvBytes = len(conv), convBytes
-	st.ConvEvicted, st.Fallbacks = o.convEvicted.Load(), o.fallbacks.Load()
-	st.DiskBytes, st.NoSpace = o.db.DiskBytes(), o.db.Refused()
-	st.KVShared = o.kv.SharedStats()
-	if o.up != nil {
-		st.Slots, st.BusySlots, st.Queued = o.up.pool.Size(), o.up.pool.Busy(), o.up.pool.Queued()
-	}
-	// slots, queues and engines of every loaded model; n_ctx and the
-	// resident level are the primary's
-	o.eachLoaded(func(l *loaded) {
-		st.Slots, st.BusySlots, st.Queued = st.Slots+l.pool.Size(), st.BusySlots+l.pool.Busy(), st.Queued+l.pool.Queued()
-		a, q := l.eng.Queue()
-		st.EngineActive, st.EngineQueued = st.EngineActive+a, st.EngineQueued+q
-	})
-	l, done := o.hold()
-	defer done()
-	if l == nil {
-		return st
-	}
-	st.NCtx = l.eng.NCtx()
-	st.ResidentCells, st.ResidentPacks = l.res.Cells(), l.res.Len()
-	return st
-}
-
-// Lower-level handles, for tools and tests that work below the OS (a
-// benchmark driving the engine, an inspector reading the stores). Writes
-// through them bypass the scheduler's bookkeeping.
-
-// Engine returns the primary model's engine, nil without a model or while
-// it is unloaded (keep-alive; with Options.KeepAlive unset it stays loaded
-// until Close).
-func (o *OS) Engine() *runtime.Engine {
-	l, done := o.hold()
-	defer done()
-	if l == nil {
-		return nil
-	}
-	return l.eng
 }
 
 // keyTextStore marks a data directory whose text tier is a shared store:
@@ -522,14 +268,3 @@ func (o *OS) DB() *datadir.DB { return o.db }
 
 // AdapterRegistry returns the LoRA adapter registry.
 func (o *OS) AdapterRegistry() *lora.Registry { return o.reg }
-
-// needEngine returns ErrNoModel when the OS serves no model.
-func (o *OS) needEngine() error {
-	if o.models.Len() == 0 {
-		if o.up != nil {
-			return fmt.Errorf("%w: the upstream backend is text-only", ErrNotSupported)
-		}
-		return ErrNoModel
-	}
-	return nil
-}

@@ -20,6 +20,7 @@ import (
 	"github.com/memosrt/memosrt/kvcache"
 	"github.com/memosrt/memosrt/layout"
 	"github.com/memosrt/memosrt/lora"
+	"github.com/memosrt/memosrt/pipeline"
 	"github.com/memosrt/memosrt/runtime"
 	"github.com/memosrt/memosrt/textmem"
 )
@@ -190,10 +191,9 @@ func TestEveryKVSourceEqualsCold(t *testing.T) {
 		t.Fatal(err)
 	}
 	o = openOS(t, opts)
-	rr, _ := o.render(ctx, o.prim(), &Request{Cube: "c", Messages: turn2})
 	for _, p := range o.KVCache().List("") {
 		h, _, _, _ := o.KVCache().State(p.ID)
-		t.Logf("pack %.8s %s %d tokens\n%v\n%v", p.ID, p.Label, p.NTokens, h.Tokens[60:], rr.toks[60:])
+		t.Logf("pack %.8s %s %d tokens\n%v", p.ID, p.Label, p.NTokens, h.Tokens[60:])
 	}
 	check("conversation pack after restart", SourceRestored, Request{Messages: turn2}, cold2)
 }
@@ -497,7 +497,7 @@ func TestDeleteCubeDuringChat(t *testing.T) {
 	if err != nil || !deleted {
 		t.Fatalf("chat: %v (deleted during it: %v)", err, deleted)
 	}
-	o.writes.Wait()
+	o.p.WaitWrites()
 	packs, err := o.AllPacks(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -532,8 +532,8 @@ func TestConversationBudget(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		o.writes.Wait()
-		last = kvcache.PackID(kvcache.ScopedKey(o.prim().cfgKey, "c"), res.Context)
+		o.p.WaitWrites()
+		last = kvcache.PackID(kvcache.ScopedKey(o.prim().ConfigKey, "c"), res.Context)
 		st := o.Stats()
 		if st.ConvBytes > opts.ConvBytes || st.ConvPacks == 0 {
 			t.Fatalf("after %q: %d conversation packs, %d bytes (budget %d)", s, st.ConvPacks, st.ConvBytes, opts.ConvBytes)
@@ -732,8 +732,13 @@ func TestExportImportKeepsIDs(t *testing.T) {
 }
 
 // prim is the primary model's loaded state (tests reach below the OS).
-func (o *OS) prim() *loaded {
-	l, done := o.hold()
-	done()
-	return l
+func (o *OS) prim() pipeline.Primary {
+	p, _ := o.p.Primary()
+	return p
+}
+
+// hasPack reports whether this node stores pack id.
+func (o *OS) hasPack(id string) bool {
+	i, ok := o.KVCache().Info(id)
+	return ok && !i.Remote
 }

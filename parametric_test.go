@@ -171,7 +171,7 @@ func TestParametricTier(t *testing.T) {
 	if _, err := o.Tick(ctx); err != nil { // the pack leaves the ball
 		t.Fatal(err)
 	}
-	members, _, _, err := o.tiers.Membership("c")
+	members, _, _, err := o.p.Scheduler().Membership("c")
 	if err != nil {
 		t.Fatal(err)
 	}

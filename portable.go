@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"io"
 	"slices"
-	"strings"
-	"time"
 
 	"github.com/memosrt/memosrt/cubearchive"
 	"github.com/memosrt/memosrt/kvcache"
@@ -37,14 +35,14 @@ func (o *OS) ExportCube(ctx context.Context, cube string, w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	members, pinned, resident, err := o.tiers.Membership(cube)
+	members, pinned, resident, err := o.p.TierMembership(cube)
 	if err != nil {
 		return err
 	}
 	man := cubearchive.Manifest{Cube: rec.Name, Description: rec.Description, Metadata: rec.Metadata,
 		Created: rec.Created, Exported: o.opts.Clock.Now().UTC(), TierMembers: members, Pinned: pinned, Resident: resident}
 	var blobs [][]byte
-	for _, p := range o.cubePacks(cube) {
+	for _, p := range o.p.CubePacks(cube) {
 		b, err := o.kv.Blob(p.ID)
 		if errors.Is(err, kvcache.ErrNotFound) {
 			continue // deleted meanwhile
@@ -163,48 +161,22 @@ func (o *OS) ImportCube(ctx context.Context, r io.Reader, opts ImportOptions) (I
 		if err != nil {
 			return res, err
 		}
-		hd, state, err := kvcache.Decode(blob)
-		if err != nil {
-			return res, fmt.Errorf("%w: %s: %w", ErrBadArchive, name, err)
-		}
-		if strings.HasPrefix(hd.Label, convPrefix) {
-			hd.Label = convLabel(cube)
-		} else {
-			hd.Label = cube
-		}
-		hd.Scope = cube // found by this cube's lookups only (never the exporter's)
-		hd.Created = time.Time{}
-		o.kvMu.Lock()
-		_, err = o.kv.Put(ctx, hd, state)
-		o.kvMu.Unlock()
-		if err != nil {
+		if err := o.p.ImportPack(ctx, cube, name, blob); err != nil {
 			return res, err
 		}
 		res.Packs++
 	}
-	if o.models.Len() > 0 && len(man.TierMembers) > 0 {
-		// the tier's packs are the primary's: loaded for them
-		_, release, err := o.use(ctx, "", nil)
-		if err != nil {
-			return res, err
-		}
-		defer release()
-		var ids, pins []string
-		for _, id := range man.TierMembers {
-			if imported[id] {
-				ids = append(ids, id)
-				if slices.Contains(man.Pinned, id) {
-					pins = append(pins, id)
-				}
+	var ids, pins []string
+	for _, id := range man.TierMembers { // none: no tier pack to make
+		if imported[id] {
+			ids = append(ids, id)
+			if slices.Contains(man.Pinned, id) {
+				pins = append(pins, id)
 			}
 		}
-		o.kvMu.Lock()
-		_, err = o.tiers.Promote(ctx, cube, ids, "import", false, man.Resident)
-		if err == nil && len(pins) > 0 {
-			_, err = o.tiers.Promote(ctx, cube, pins, "import", true, man.Resident)
-		}
-		o.kvMu.Unlock()
-		if err != nil {
+	}
+	if len(man.TierMembers) > 0 {
+		if err := o.p.ImportTiers(ctx, cube, ids, pins, man.Resident); err != nil {
 			return res, err
 		}
 	}

@@ -159,7 +159,7 @@ func (e *tierEnv) cmd(t *testing.T, d *datadriven.TestData) string {
 		for _, m := range mems {
 			fmt.Fprintf(&b, "%s %s heat=%.3f\n", e.name(m.ID), m.Tier, m.Heat)
 		}
-		hot, _ := e.o.tiers.HotSet(ctx, cube)
+		hot, _ := e.o.p.Scheduler().HotSet(ctx, cube)
 		fmt.Fprintf(&b, "pack: [%s] tokens=%d kv_bytes=%d/%d\n", names(e, hot), st.PackTokens, st.KVBytes, st.KVBudget)
 		if st.KVBytes > st.KVBudget {
 			t.Errorf("KV budget exceeded: %d > %d", st.KVBytes, st.KVBudget)
@@ -191,7 +191,7 @@ func (e *tierEnv) cmd(t *testing.T, d *datadriven.TestData) string {
 			fmt.Fprintf(&b, "cache does not cover the pack\n")
 		}
 	case "transitions":
-		trs, err := e.o.tiers.Transitions(ctx, cube, 0)
+		trs, err := e.o.p.Scheduler().Transitions(ctx, cube, 0)
 		if err != nil {
 			return err.Error()
 		}

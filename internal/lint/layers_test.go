@@ -40,7 +40,12 @@ var layers = [][]string{
 	// promotion and demotion between tiers; which models are loaded; what
 	// conversations write (recording, governed writes, extraction jobs)
 	{"scheduler", "modelsched", "conversation"},
-	// the facade an app embeds, with the request pipeline
+	// what an OS is opened with, read by every layer above
+	{"config"},
+	// the request pipeline: the served models, the request stages, the
+	// conversation packs, the resident level
+	{"pipeline"},
+	// the facade an app embeds
 	{""},
 	// wire translation; benchmarks over the facade
 	{"server", "internal/testenv", "bench", "bench/gguf", "bench/recall", "bench/crash", "bench/soak"},
@@ -90,6 +95,8 @@ var hooks = map[string]string{
 	"modelsched.Options.Load":              "loads a model: the facade's engine, slots and adapters",
 	"modelsched.Options.Unload":            "saves and frees a loaded model",
 	"modelsched.Options.Loaded":            "attaches the tier scheduler to a loaded primary",
+	"pipeline.Deps.OnChat":                 "records an answered chat turn (the facade's conversations)",
+	"pipeline.Request.OnText":              "streams generated text to the caller",
 }
 
 // pkgFiles is one package directory's non-test Go files, parsed.

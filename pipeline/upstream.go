@@ -1,4 +1,4 @@
-package memosrt
+package pipeline
 
 import (
 	"context"
@@ -20,13 +20,13 @@ import (
 // (layout.Layout without tokens), and generation goes through the
 // official client github.com/ollama/ollama/api. No KV packs, no adapters.
 type upstream struct {
-	o    *OS
+	p    *Pipeline
 	opts UpstreamOptions
 	c    *api.Client
 	pool *slots.Pool
 }
 
-func newUpstream(o *OS, uo UpstreamOptions) (*upstream, error) {
+func newUpstream(p *Pipeline, uo UpstreamOptions) (*upstream, error) {
 	u, err := url.Parse(uo.URL)
 	if err != nil || u.Scheme == "" || u.Host == "" {
 		return nil, fmt.Errorf("%w: Upstream URL %q is not an absolute URL", ErrBadOptions, uo.URL)
@@ -37,14 +37,14 @@ func newUpstream(o *OS, uo UpstreamOptions) (*upstream, error) {
 	if uo.Timeout <= 0 {
 		uo.Timeout = 10 * time.Minute
 	}
-	name := o.opts.ModelName
+	name := p.opts.ModelName
 	if name == "" {
 		name = uo.Model
 	}
-	o.info = ModelInfo{Name: name, Backend: "ollama", Modified: time.Now().UTC(),
+	p.info = ModelInfo{Name: name, Backend: "ollama", Modified: time.Now().UTC(),
 		Info: map[string]any{"memosrt.backend": "ollama", "memosrt.upstream": uo.URL}}
-	return &upstream{o: o, opts: uo, c: api.NewClient(u, &http.Client{Timeout: uo.Timeout}),
-		pool: slots.New(make([]int, o.opts.Parallel), o.opts.MaxQueue, ErrClosed)}, nil
+	return &upstream{p: p, opts: uo, c: api.NewClient(u, &http.Client{Timeout: uo.Timeout}),
+		pool: slots.New(make([]int, p.opts.Parallel), p.opts.MaxQueue, ErrClosed)}, nil
 }
 
 // upstreamErr maps a client error: the upstream's 4xx statuses keep their
@@ -69,31 +69,31 @@ func upstreamErr(err error) error {
 
 func (b *upstream) options(req *Request) map[string]any {
 	p := req.Sampling
-	o := map[string]any{"temperature": p.Temperature, "seed": int(p.Seed)}
+	m := map[string]any{"temperature": p.Temperature, "seed": int(p.Seed)}
 	if p.TopK > 0 {
-		o["top_k"] = p.TopK
+		m["top_k"] = p.TopK
 	}
 	if p.TopP > 0 {
-		o["top_p"] = p.TopP
+		m["top_p"] = p.TopP
 	}
 	if p.MinP > 0 {
-		o["min_p"] = p.MinP
+		m["min_p"] = p.MinP
 	}
 	if p.RepeatPenalty > 0 {
-		o["repeat_penalty"] = p.RepeatPenalty
+		m["repeat_penalty"] = p.RepeatPenalty
 	}
 	if req.NumPredict != 0 {
-		o["num_predict"] = req.NumPredict // -1, -2: Ollama's own meanings
-	} else if b.o.opts.DefaultNumPredict > 0 {
-		o["num_predict"] = b.o.opts.DefaultNumPredict
+		m["num_predict"] = req.NumPredict // -1, -2: Ollama's own meanings
+	} else if b.p.opts.DefaultNumPredict > 0 {
+		m["num_predict"] = b.p.opts.DefaultNumPredict
 	}
 	if len(req.Stop) > 0 {
-		o["stop"] = req.Stop
+		m["stop"] = req.Stop
 	}
 	if req.NumCtx > 0 {
-		o["num_ctx"] = req.NumCtx
+		m["num_ctx"] = req.NumCtx
 	}
-	return o
+	return m
 }
 
 // generate answers req through the upstream Ollama, with the cube's
@@ -109,11 +109,11 @@ func (b *upstream) generate(ctx context.Context, req *Request, start time.Time) 
 	var msgs []api.Message
 	sys := req.System
 	if req.Cube != "" && !req.Raw && len(req.Context) == 0 {
-		members, err := b.o.tiers.HotSet(ctx, req.Cube)
+		members, err := b.p.tiers.HotSet(ctx, req.Cube)
 		if err != nil {
 			return nil, nil, err
 		}
-		p, err := b.o.lay.Assemble(ctx, layout.Input{Cube: req.Cube, Members: members, Messages: requestTurns(req)})
+		p, err := b.p.lay.Assemble(ctx, layout.Input{Cube: req.Cube, Members: members, Messages: requestTurns(req)})
 		if err != nil {
 			return nil, nil, err
 		}
@@ -232,8 +232,8 @@ func (b *upstream) embed(ctx context.Context, texts []string) ([][]float32, int,
 		return nil, 0, err
 	}
 	defer b.pool.Release(sl)
-	if b.o.opts.Embedder != nil {
-		v, err := b.o.opts.Embedder.Embed(ctx, texts)
+	if b.p.opts.Embedder != nil {
+		v, err := b.p.opts.Embedder.Embed(ctx, texts)
 		return v, 0, err
 	}
 	res, err := b.c.Embed(ctx, &api.EmbedRequest{Model: b.opts.EmbedModel, Input: texts})

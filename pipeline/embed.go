@@ -1,4 +1,4 @@
-package memosrt
+package pipeline
 
 import (
 	"context"
@@ -22,8 +22,8 @@ const embedChunk = 16
 // the upstream's embedding model. Every vector is checked (embed.Valid).
 // Errors: *FieldError beyond MaxEmbedInputs texts, ErrNoModel,
 // embed.ErrBadVector, embed.ErrShape, the embedder's errors.
-func (o *OS) Embed(ctx context.Context, texts []string) ([][]float32, int, error) {
-	e, err := o.EmbedWith(ctx, "", nil, texts)
+func (p *Pipeline) Embed(ctx context.Context, texts []string) ([][]float32, int, error) {
+	e, err := p.EmbedWith(ctx, "", nil, texts)
 	return e.Vectors, e.Tokens, err
 }
 
@@ -40,20 +40,14 @@ type Embedding struct {
 
 // HasEmbedder reports whether Options.Embedder embeds (then the model
 // named in an embedding request does not matter).
-func (o *OS) HasEmbedder() bool { return o.opts.Embedder != nil }
+func (p *Pipeline) HasEmbedder() bool { return p.opts.Embedder != nil }
 
 // EmbedWith is Embed with model name ("" the primary) when no Embedder is
 // set; the model is loaded first if needed and stays keep after it (nil:
 // Options.KeepAlive), as Request.KeepAlive. It returns the vectors, the
 // token count and the load time (Embedding). Errors as Embed, and
 // ErrModelNotFound.
-func (o *OS) EmbedWith(ctx context.Context, model string, keep *time.Duration, texts []string) (Embedding, error) {
-	if err := o.enter(); err != nil {
-		return Embedding{}, err
-	}
-	defer o.leave()
-	ctx, done := o.bound(ctx)
-	defer done()
+func (p *Pipeline) EmbedWith(ctx context.Context, model string, keep *time.Duration, texts []string) (Embedding, error) {
 	if len(texts) > MaxEmbedInputs {
 		return Embedding{}, badField("input", "%d inputs, at most %d per request", len(texts), MaxEmbedInputs)
 	}
@@ -61,10 +55,10 @@ func (o *OS) EmbedWith(ctx context.Context, model string, keep *time.Duration, t
 	var err error
 	var l *loaded
 	var load time.Duration
-	if o.opts.Embedder == nil && o.models.Len() > 0 {
+	if p.opts.Embedder == nil && p.models.Len() > 0 {
 		var release func()
 		asked := time.Now()
-		if l, release, err = o.use(ctx, model, keep); err != nil {
+		if l, release, err = p.use(ctx, model, keep); err != nil {
 			return Embedding{}, err
 		}
 		defer release()
@@ -72,10 +66,10 @@ func (o *OS) EmbedWith(ctx context.Context, model string, keep *time.Duration, t
 	}
 	n := 0
 	switch {
-	case o.up != nil && o.opts.Embedder == nil:
-		vecs, n, err = o.up.embed(ctx, texts)
-	case o.opts.Embedder != nil:
-		vecs, err = o.opts.Embedder.Embed(ctx, texts)
+	case p.up != nil && p.opts.Embedder == nil:
+		vecs, n, err = p.up.embed(ctx, texts)
+	case p.opts.Embedder != nil:
+		vecs, err = p.opts.Embedder.Embed(ctx, texts)
 	case l != nil:
 		// in chunks: the engine lock is held for one chunk at a time, so
 		// generation steps interleave with a long list

@@ -1,4 +1,4 @@
-package memosrt
+package pipeline
 
 import (
 	"context"
@@ -7,13 +7,18 @@ import (
 	"time"
 
 	"github.com/memosrt/memosrt/internal/stats"
+	"github.com/memosrt/memosrt/internal/testenv"
+	"github.com/memosrt/memosrt/internal/testmodels"
+	"github.com/memosrt/memosrt/kvcache"
+	"github.com/memosrt/memosrt/lora"
 	"github.com/memosrt/memosrt/runtime"
 	"github.com/memosrt/memosrt/runtime/slots"
+	"github.com/memosrt/memosrt/textmem"
 )
 
 // BenchmarkPipelineOverhead measures what the one request pipeline adds
 // to the bare engine per request on stories260K: the same prompt, greedy,
-// 8 tokens, once through OS.Generate (checks, prompt assembly, adapters,
+// 8 tokens, once through Pipeline.Generate (checks, prompt assembly, adapters,
 // slot and KV admission, KV-source choice, usage) and once straight through
 // runtime.Engine.Generate on a cleared sequence (tokenize, decode), the two
 // interleaved request by request so that both see the same machine. The
@@ -23,15 +28,19 @@ import (
 // same suffix. Reports the p50 of each and overhead_p50_ms = their
 // difference.
 //
-//	go test -run '^$' -bench PipelineOverhead -benchtime 200x .
+//	go test -run '^$' -bench PipelineOverhead -benchtime 200x ./pipeline/
 func BenchmarkPipelineOverhead(b *testing.B) {
 	ctx := context.Background()
-	opts := testOptions(b, b.TempDir())
+	opts := testOptions(b)
 	opts.Parallel = 1
 	opts.NoPersist = true
-	o := openOS(b, opts)
+	o := newTest(b, opts)
 	eng := o.Engine()
-	addMemories(b, o, "c", "Lily has a dog named Max.", "Max likes to run in the park.", "Lily's favourite food is apple pie.")
+	for _, text := range []string{"Lily has a dog named Max.", "Max likes to run in the park.", "Lily's favourite food is apple pie."} {
+		if _, err := o.mem.Add(ctx, "c", textmem.Memory{Text: text}); err != nil {
+			b.Fatal(err)
+		}
+	}
 	if _, err := o.Warm(ctx, "c", WarmOptions{Resident: true}); err != nil {
 		b.Fatal(err)
 	}
@@ -103,20 +112,20 @@ func BenchmarkPipelineOverhead(b *testing.B) {
 }
 
 // BenchmarkRunDecode measures decode tokens/s of one stream of 256 tokens
-// through OS.Generate (what `memosrt run` calls: the pipeline, a slot, the
+// through Pipeline.Generate (what `memosrt run` calls: the pipeline, a slot, the
 // engine's batch loop) against runtime.Engine.Generate on the same engine,
 // interleaved run by run; runtime's BenchmarkDecodeOverhead relates the
 // engine to the raw llama_decode loop. Options as `memosrt run` opens the
 // OS (default threads, n_ctx 2048, 4 slots, 2 resident sequences).
 //
-//	go test -run '^$' -bench RunDecode -benchtime 9x .
+//	go test -run '^$' -bench RunDecode -benchtime 9x ./pipeline/
 func BenchmarkRunDecode(b *testing.B) {
 	const steps = 256
 	ctx := context.Background()
-	opts := testOptions(b, b.TempDir())
+	opts := testOptions(b)
 	opts.Engine = runtime.Options{NCtx: 2048}
 	opts.Parallel, opts.ResidentSeqs = 4, 2
-	o := openOS(b, opts)
+	o := newTest(b, opts)
 	eng := o.Engine()
 	prompt := "Once upon a time"
 	toks, err := eng.Tokenize(prompt, true)
@@ -158,4 +167,56 @@ func BenchmarkRunDecode(b *testing.B) {
 	b.ReportMetric(mp/mb, "pipeline_vs_engine")
 	b.ReportMetric(ms, "streamed_tok/s")
 	b.ReportMetric(ms/mb, "streamed_vs_engine")
+}
+
+// testOptions are the tests' options: stories260K, 1,024 cells, 2
+// threads, 2 slots, no background loop.
+func testOptions(t testing.TB) Options {
+	return Options{Dir: t.TempDir(), Model: testmodels.Stories(t), NoSync: true, NoScheduler: true,
+		Engine: runtime.Options{NCtx: 1024, Threads: 2}, Parallel: 2, MinPersistTokens: 1}.WithDefaults()
+}
+
+// newTest builds a pipeline over fresh stores in opts.Dir, closed at the
+// end of the test.
+func newTest(t testing.TB, opts Options) *Pipeline {
+	t.Helper()
+	ctx := context.Background()
+	db := testenv.DB(t, opts.Dir)
+	mem, err := textmem.Open(db, textmem.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { mem.Close() })
+	kv, err := kvcache.Open(db, kvcache.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { kv.Close() })
+	reg, err := lora.NewRegistry(db, lora.RegistryOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cubes, err := textmem.OpenCubes(ctx, mem, time.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := New(ctx, ctx, opts, Deps{DB: db, Mem: mem, KV: kv, Reg: reg, Cubes: cubes})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Start(ctx)
+	t.Cleanup(func() {
+		p.Drain()()
+		if err := p.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return p
+}
+
+// prim is the primary's loaded state (tests reach below the pipeline).
+func (p *Pipeline) prim() *loaded {
+	l, done := p.hold()
+	done()
+	return l
 }

@@ -1,4 +1,4 @@
-package memosrt
+package pipeline
 
 import (
 	"context"
@@ -30,45 +30,45 @@ import (
 // and the memories used are counted towards their heat. Errors:
 // *FieldError (HTTP 400) for a bad request, ErrUnknownCube, ErrBusy,
 // ErrNoModel, ErrClosed, lora errors for adapters, ctx's error.
-func (o *OS) Chat(ctx context.Context, req Request) (*Response, error) {
+func (p *Pipeline) Chat(ctx context.Context, req Request) (*Response, error) {
 	if len(req.Messages) == 0 {
 		return nil, badField("messages", "at least one message is required")
 	}
-	return o.closing(o.do(ctx, &req, true))
+	return p.closing(p.do(ctx, &req, true))
 }
 
 // Generate completes req.Prompt: with a cube, the prompt is a user turn
 // after the cube's pack (and req.System as a system turn), as Chat does;
 // Raw sends the prompt as is; Context continues an earlier exchange. The
 // state is not saved as a conversation pack. Errors as Chat.
-func (o *OS) Generate(ctx context.Context, req Request) (*Response, error) {
-	return o.closing(o.do(ctx, &req, false))
+func (p *Pipeline) Generate(ctx context.Context, req Request) (*Response, error) {
+	return p.closing(p.do(ctx, &req, false))
 }
 
 // closing reports a request that Close cancelled (its timeout passed) as
 // ErrClosed, not as the caller's cancellation.
-func (o *OS) closing(res *Response, err error) (*Response, error) {
-	if err != nil && o.base.Err() != nil && errors.Is(err, context.Canceled) {
+func (p *Pipeline) closing(res *Response, err error) (*Response, error) {
+	if err != nil && p.base.Err() != nil && errors.Is(err, context.Canceled) {
 		err = fmt.Errorf("%w: cancelled at shutdown: %w", ErrClosed, err)
 	}
 	return res, err
 }
 
 // checkCube returns an error unless cube is "" or an existing cube.
-func (o *OS) checkCube(ctx context.Context, cube string) error {
-	_, err := o.cubeOf(ctx, cube)
+func (p *Pipeline) checkCube(ctx context.Context, cube string) error {
+	_, err := p.cubeOf(ctx, cube)
 	return err
 }
 
 // cubeOf is checkCube returning the cube's record (the zero Cube for "").
-func (o *OS) cubeOf(ctx context.Context, cube string) (Cube, error) {
+func (p *Pipeline) cubeOf(ctx context.Context, cube string) (textmem.Cube, error) {
 	if cube == "" {
-		return Cube{}, nil
+		return textmem.Cube{}, nil
 	}
 	if !textmem.ValidCube(cube) {
-		return Cube{}, badField("cube", "%q is not a cube name (1..64 of [A-Za-z0-9._-], not . or ..)", cube)
+		return textmem.Cube{}, badField("cube", "%q is not a cube name (1..64 of [A-Za-z0-9._-], not . or ..)", cube)
 	}
-	return o.cubes.Get(ctx, cube)
+	return p.cubes.Get(ctx, cube)
 }
 
 // rendered is a request's assembled prompt.
@@ -111,11 +111,11 @@ const (
 )
 
 // render assembles the prompt of req (see Chat and Generate).
-func (o *OS) render(ctx context.Context, l *loaded, req *Request) (rendered, error) {
-	return o.renderWith(ctx, l, req, dropNone)
+func (p *Pipeline) render(ctx context.Context, l *loaded, req *Request) (rendered, error) {
+	return p.renderWith(ctx, l, req, dropNone)
 }
 
-func (o *OS) renderWith(ctx context.Context, l *loaded, req *Request, drop dropMemories) (rendered, error) {
+func (p *Pipeline) renderWith(ctx context.Context, l *loaded, req *Request, drop dropMemories) (rendered, error) {
 	var r rendered
 	eng := l.eng
 	if len(req.Context) > 0 {
@@ -153,27 +153,27 @@ func (o *OS) renderWith(ctx context.Context, l *loaded, req *Request, drop dropM
 		in.Cube = ""
 	}
 	if in.Cube != "" {
-		members, err := o.tiers.HotSet(ctx, req.Cube)
+		members, err := p.tiers.HotSet(ctx, req.Cube)
 		if err != nil {
 			return r, err
 		}
 		in.Members = members
 	}
-	p, err := l.lay.Assemble(ctx, in)
+	pk, err := l.lay.Assemble(ctx, in)
 	if errors.Is(err, llama.ErrTemplate) {
 		return r, badField(promptField(req), "chat template: %v", err)
 	}
 	if err != nil {
 		return r, err
 	}
-	r.text, r.toks, r.prompt = p.Head+p.Rest, p.Tokens, p
+	r.text, r.toks, r.prompt = pk.Head+pk.Rest, pk.Tokens, pk
 	return r, nil
 }
 
 // truncate renders req with its oldest non-system messages dropped, fewest
 // first, until the prompt holds at most fit tokens; the last message always
 // stays (the caller then reports a prompt too long).
-func (o *OS) truncate(ctx context.Context, l *loaded, req *Request, fit int) (rendered, error) {
+func (p *Pipeline) truncate(ctx context.Context, l *loaded, req *Request, fit int) (rendered, error) {
 	msgs := req.Messages
 	var r rendered
 	for i := 1; i < len(msgs); i++ {
@@ -186,9 +186,9 @@ func (o *OS) truncate(ctx context.Context, l *loaded, req *Request, fit int) (re
 		cut := *req
 		cut.Messages = append(kept, msgs[i:]...)
 		var err error
-		if r, err = o.render(ctx, l, &cut); err != nil || len(r.toks) <= fit {
+		if r, err = p.render(ctx, l, &cut); err != nil || len(r.toks) <= fit {
 			if err == nil && i > 0 {
-				o.log.Debug("oldest messages dropped to fit the context", "dropped", i-len(kept), "prompt_tokens", len(r.toks))
+				p.log.Debug("oldest messages dropped to fit the context", "dropped", i-len(kept), "prompt_tokens", len(r.toks))
 			}
 			return r, err
 		}
@@ -198,17 +198,11 @@ func (o *OS) truncate(ctx context.Context, l *loaded, req *Request, fit int) (re
 
 // do is the one request pipeline: check, assemble from the tiers, choose
 // the KV source, restore, decode, persist, record usage.
-func (o *OS) do(ctx context.Context, req *Request, chat bool) (*Response, error) {
+func (p *Pipeline) do(ctx context.Context, req *Request, chat bool) (*Response, error) {
 	start := req.Start
 	if start.IsZero() {
 		start = time.Now()
 	}
-	if err := o.enter(); err != nil {
-		return nil, err
-	}
-	defer o.leave()
-	ctx, done := o.bound(ctx)
-	defer done()
 	if err := checkOptions(req); err != nil {
 		return nil, err
 	}
@@ -224,33 +218,33 @@ func (o *OS) do(ctx context.Context, req *Request, chat bool) (*Response, error)
 	if err != nil {
 		return nil, err
 	}
-	gen := o.gen(req.Cube) // before the cube check: a delete after it is seen
-	cube, err := o.cubeOf(ctx, req.Cube)
+	gen := p.gen(req.Cube) // before the cube check: a delete after it is seen
+	cube, err := p.cubeOf(ctx, req.Cube)
 	if err != nil {
 		return nil, err
 	}
 	if !chat && req.Prompt == "" && len(req.Context) == 0 {
 		return nil, badField("prompt", "empty prompt")
 	}
-	if o.up != nil {
+	if p.up != nil {
 		if len(req.Tools) > 0 {
 			return nil, badField("tools", "tools are not supported with the ollama backend")
 		}
-		res, used, err := o.up.generate(ctx, req, start)
+		res, used, err := p.up.generate(ctx, req, start)
 		if err != nil {
 			return res, err
 		}
 		// recorded where the llama path records: after a complete answer
 		if used != nil && !req.NoUsage {
-			o.recordUse(req.Cube, *used)
+			p.recordUse(req.Cube, *used)
 		}
 		if chat {
-			o.recordChat(ctx, req, cube, res.Text)
+			p.chatDone(ctx, req, cube, res.Text)
 		}
 		return res, nil
 	}
 	asked := time.Now()
-	l, release, err := o.use(ctx, req.Model, req.KeepAlive)
+	l, release, err := p.use(ctx, req.Model, req.KeepAlive)
 	if err != nil {
 		return nil, err
 	}
@@ -259,7 +253,7 @@ func (o *OS) do(ctx context.Context, req *Request, chat bool) (*Response, error)
 	// load, or finding it loaded; always reported, as Ollama's
 	// load_duration (its scheduler's checkpointLoaded - checkpointStart)
 	loadTime := max(time.Since(asked), time.Nanosecond)
-	r, err := o.render(ctx, l, req)
+	r, err := p.render(ctx, l, req)
 	if err != nil {
 		return nil, err
 	}
@@ -276,7 +270,7 @@ func (o *OS) do(ctx context.Context, req *Request, chat bool) (*Response, error)
 	if chat && len(r.toks) > limit-minBudget && len(req.Messages) > 1 {
 		// as Ollama's chatPrompt: drop the oldest turns (system turns stay,
 		// the last turn always) until the prompt fits
-		if r, err = o.truncate(ctx, l, req, limit-minBudget); err != nil {
+		if r, err = p.truncate(ctx, l, req, limit-minBudget); err != nil {
 			return nil, err
 		}
 		out.PackMemories, out.Retrieved = len(r.prompt.Pack), len(r.prompt.Retrieved)
@@ -285,7 +279,7 @@ func (o *OS) do(ctx context.Context, req *Request, chat bool) (*Response, error)
 		// the memories' token budgets are estimates: without retrieval,
 		// then without the pack, rather than refuse the turn
 		for _, drop := range []dropMemories{dropRetrieved, dropAll} {
-			if r, err = o.renderWith(ctx, l, req, drop); err != nil {
+			if r, err = p.renderWith(ctx, l, req, drop); err != nil {
 				return nil, err
 			}
 			if len(r.toks) <= limit-minBudget {
@@ -307,7 +301,7 @@ func (o *OS) do(ctx context.Context, req *Request, chat bool) (*Response, error)
 	case maxTok < -2:
 		return nil, badField("options.num_predict", "%d < -2 (-1: no cap, -2: fill the context, 0: the server default)", maxTok)
 	case maxTok == 0:
-		maxTok = o.opts.DefaultNumPredict
+		maxTok = p.opts.DefaultNumPredict
 	}
 	if maxTok <= 0 || maxTok > limit-len(toks) {
 		maxTok = limit - len(toks)
@@ -327,7 +321,7 @@ func (o *OS) do(ctx context.Context, req *Request, chat bool) (*Response, error)
 	case sp.RepeatLastN < -1:
 		return nil, badField("options.repeat_last_n", "%d < -1 (-1: num_ctx, 0: 64)", sp.RepeatLastN)
 	}
-	ad, err := o.adapters(ctx, l, req.Cube, req.Adapters)
+	ad, err := p.adapters(ctx, l, req.Cube, req.Adapters)
 	if err != nil {
 		return nil, err
 	}
@@ -355,7 +349,7 @@ func (o *OS) do(ctx context.Context, req *Request, chat bool) (*Response, error)
 	// tokens of it; idle slots give their cells back first
 	got, err := l.pool.Admit(ctx, sl, len(toks)+min(maxTok, minBudget), len(toks)+maxTok, l.eng.NCtx(), l.res, l.clearSeq)
 	if err != nil {
-		if errors.Is(err, ErrNoRoom) {
+		if errors.Is(err, slots.ErrNoRoom) {
 			return nil, badField(promptField(req), "%v (prompt %d tokens)", err, len(toks))
 		}
 		return nil, err
@@ -367,7 +361,7 @@ func (o *OS) do(ctx context.Context, req *Request, chat bool) (*Response, error)
 	if !req.background {
 		defer l.eng.BeginForeground()()
 	}
-	src, err := o.prepare(ctx, l, sl, toks, slotN, req.Cube, ad, req.NoCache)
+	src, err := p.prepare(ctx, l, sl, toks, slotN, req.Cube, ad, req.NoCache)
 	sl.SetScope(scope)
 	if err != nil {
 		l.eng.ClearSeq(sl.Seq) // whatever a failed restore or share left
@@ -378,7 +372,7 @@ func (o *OS) do(ctx context.Context, req *Request, chat bool) (*Response, error)
 	out.CacheSource, out.PackID, out.Usage.RestoreTime = src.source, src.packID, src.restore
 	if src.refused != nil {
 		out.Refused = src.refused.Error()
-		o.fallbacks.Add(1)
+		p.fallbacks.Add(1)
 	}
 	onText := req.OnText
 	var calls *toolcall.Filter
@@ -419,14 +413,14 @@ func (o *OS) do(ctx context.Context, req *Request, chat bool) (*Response, error)
 			}
 		}
 	}
-	if chat && !req.NoPersist && !o.opts.NoPersist && held >= o.opts.MinPersistTokens {
-		o.persist(l, sl, req.Cube, gen, src.prev, ad)
+	if chat && !req.NoPersist && !p.opts.NoPersist && held >= p.opts.MinPersistTokens {
+		p.persist(l, sl, req.Cube, gen, src.prev, ad)
 	}
 	if req.Cube != "" && !req.NoUsage {
-		o.recordUse(req.Cube, r.prompt)
+		p.recordUse(req.Cube, r.prompt)
 	}
 	if chat {
-		o.recordChat(ctx, req, cube, out.Text)
+		p.chatDone(ctx, req, cube, out.Text)
 	}
 	out.Usage.TotalDuration = time.Since(start)
 	return out, nil
@@ -453,7 +447,7 @@ type kvSource struct {
 // the activation tier, whichever is longest (ties: the cheapest, in that
 // order). Only state of the request's own cube and adapter set is reused
 // (slot.scope). With noCache the sequence is emptied.
-func (o *OS) prepare(ctx context.Context, l *loaded, sl *slots.Slot, toks []int32, slotN int, cube string, ad adapterSet, noCache bool) (kvSource, error) {
+func (p *Pipeline) prepare(ctx context.Context, l *loaded, sl *slots.Slot, toks []int32, slotN int, cube string, ad adapterSet, noCache bool) (kvSource, error) {
 	if noCache {
 		sl.ConvPack = ""
 		return kvSource{}, l.eng.ClearSeq(sl.Seq)
@@ -468,7 +462,7 @@ func (o *OS) prepare(ctx context.Context, l *loaded, sl *slots.Slot, toks []int3
 		}
 	}
 	storedN := 0
-	if m := o.kv.Lookup(kvcache.ScopedKey(ad.cfgKey, cube), toks); m.ID != "" && o.packInScope(m.ID, cube) {
+	if m := p.kv.Lookup(kvcache.ScopedKey(ad.cfgKey, cube), toks); m.ID != "" && p.packInScope(m.ID, cube) {
 		storedN = min(m.Tokens, usable)
 	}
 	shareResident := func() (kvSource, error) {
@@ -505,7 +499,7 @@ func (o *OS) prepare(ctx context.Context, l *loaded, sl *slots.Slot, toks []int3
 		return shareResident()
 	}
 	sl.ConvPack = ""
-	rs, err := o.kv.Restore(ctx, l.eng, sl.Seq, toks, kvcache.RestoreOptions{AdapterKey: ad.key, Scope: cube})
+	rs, err := p.kv.Restore(ctx, l.eng, sl.Seq, toks, kvcache.RestoreOptions{AdapterKey: ad.key, Scope: cube})
 	if err != nil {
 		return kvSource{}, err
 	}
@@ -536,26 +530,26 @@ func continues(n, total int) bool { return total > 0 && 4*n >= 3*total }
 // prev, the pack the new state extends. When two writes are already
 // running it is skipped; the slot is marked unsaved, and an unload of the
 // model saves it (its next request forgets the mark).
-func (o *OS) persist(l *loaded, sl *slots.Slot, cube string, gen uint64, prev string, ad adapterSet) {
+func (p *Pipeline) persist(l *loaded, sl *slots.Slot, cube string, gen uint64, prev string, ad adapterSet) {
 	cs := convSave{cube: cube, gen: gen, prev: prev, ad: adapterSet{key: ad.key, cfgKey: ad.cfgKey}}
 	select {
-	case o.writeSem <- struct{}{}:
+	case p.writeSem <- struct{}{}:
 	default:
-		o.log.Debug("conversation pack deferred: writes busy", "seq", sl.Seq)
+		p.log.Debug("conversation pack deferred: writes busy", "seq", sl.Seq)
 		l.unsavedMu.Lock()
 		l.unsaved[sl] = cs
 		l.unsavedMu.Unlock()
 		return
 	}
-	store, ok := o.convState(l, sl, cs)
+	store, ok := p.convState(l, sl, cs)
 	if !ok {
-		<-o.writeSem
+		<-p.writeSem
 		return
 	}
-	o.writes.Add(1)
-	o.pending.Add(1)
+	p.writes.Add(1)
+	p.pending.Add(1)
 	go func() {
-		defer func() { o.pending.Add(-1); <-o.writeSem; o.writes.Done() }()
+		defer func() { p.pending.Add(-1); <-p.writeSem; p.writes.Done() }()
 		store()
 	}()
 }
@@ -563,13 +557,13 @@ func (o *OS) persist(l *loaded, sl *slots.Slot, cube string, gen uint64, prev st
 // persistNow stores sl's state as persist does, waiting for it (unload:
 // the model is idle, nothing else uses the sequence).
 func (l *loaded) persistNow(sl *slots.Slot, cs convSave) {
-	o := l.o
-	if len(sl.Toks()) < o.opts.MinPersistTokens {
+	p := l.p
+	if len(sl.Toks()) < p.opts.MinPersistTokens {
 		return // emptied for another request's room meanwhile
 	}
-	o.writeSem <- struct{}{}
-	defer func() { <-o.writeSem }()
-	if store, ok := o.convState(l, sl, cs); ok {
+	p.writeSem <- struct{}{}
+	defer func() { <-p.writeSem }()
+	if store, ok := p.convState(l, sl, cs); ok {
 		store()
 	}
 }
@@ -583,63 +577,63 @@ func (l *loaded) forgetUnsaved(sl *slots.Slot) {
 
 // convState copies sl's state now and returns the write that stores it
 // as a conversation pack; false when the state could not be read.
-func (o *OS) convState(l *loaded, sl *slots.Slot, cs convSave) (func(), bool) {
+func (p *Pipeline) convState(l *loaded, sl *slots.Slot, cs convSave) (func(), bool) {
 	cube, gen, prev, ad := cs.cube, cs.gen, cs.prev, cs.ad
 	toks := slices.Clone(sl.Toks())
-	snap, err := o.kv.Snapshot(l.eng, sl.Seq, kvcache.Header{AdapterKey: ad.key, Tokens: toks, Label: convLabel(cube), Scope: cube})
+	snap, err := p.kv.Snapshot(l.eng, sl.Seq, kvcache.Header{AdapterKey: ad.key, Tokens: toks, Label: convLabel(cube), Scope: cube})
 	if err != nil {
-		o.log.Warn("conversation state not saved", "seq", sl.Seq, "err", err)
+		p.log.Warn("conversation state not saved", "seq", sl.Seq, "err", err)
 		return nil, false
 	}
 	id := kvcache.PackID(kvcache.ScopedKey(ad.cfgKey, cube), toks)
 	sl.ConvPack = id
 	return func() {
 		start := time.Now()
-		o.kvMu.Lock()
-		defer o.kvMu.Unlock()
-		if o.gen(cube) != gen {
+		p.kvMu.Lock()
+		defer p.kvMu.Unlock()
+		if p.gen(cube) != gen {
 			return // the cube was deleted after the request began
 		}
-		if o.hasPack(id) {
+		if p.hasPack(id) {
 			return // the same conversation state is stored already
 		}
 		info, err := snap.Store(context.Background())
 		if err != nil {
-			o.log.Warn("conversation pack not stored", "cube", cube, "err", err)
+			p.log.Warn("conversation pack not stored", "cube", cube, "err", err)
 			return
 		}
-		if prev != "" && prev != info.ID && o.isConv(prev) {
-			if err := o.kv.Delete(prev); err != nil && !errors.Is(err, kvcache.ErrNotFound) {
-				o.log.Warn("old conversation pack not deleted", "pack", prev, "err", err)
+		if prev != "" && prev != info.ID && p.isConv(prev) {
+			if err := p.kv.Delete(prev); err != nil && !errors.Is(err, kvcache.ErrNotFound) {
+				p.log.Warn("old conversation pack not deleted", "pack", prev, "err", err)
 			}
 		}
-		o.log.Debug("conversation pack stored", "cube", cube, "pack", info.ID[:12], "n_tokens", info.NTokens,
+		p.log.Debug("conversation pack stored", "cube", cube, "pack", info.ID[:12], "n_tokens", info.NTokens,
 			"blob_bytes", info.BlobBytes, "ms", time.Since(start).Milliseconds())
-		o.trimConv(info.ID)
+		p.trimConv(info.ID)
 	}, true
 }
 
 // trimConv deletes the oldest conversation packs, never keep, until they
 // fit Options.ConvBytes. Called with kvMu held.
-func (o *OS) trimConv(keep string) {
-	conv, total := o.convPacks()
-	if total <= o.opts.ConvBytes {
+func (p *Pipeline) trimConv(keep string) {
+	conv, total := p.convPacks()
+	if total <= p.opts.ConvBytes {
 		return
 	}
 	slices.SortFunc(conv, func(a, b kvcache.Info) int { return a.Created.Compare(b.Created) })
-	for _, p := range conv {
-		if total <= o.opts.ConvBytes {
+	for _, pk := range conv {
+		if total <= p.opts.ConvBytes {
 			break
 		}
-		if p.ID == keep {
+		if pk.ID == keep {
 			continue
 		}
-		if err := o.kv.Delete(p.ID); err != nil && !errors.Is(err, kvcache.ErrNotFound) {
-			o.log.Warn("conversation pack over the budget not deleted", "pack", p.ID, "err", err)
+		if err := p.kv.Delete(pk.ID); err != nil && !errors.Is(err, kvcache.ErrNotFound) {
+			p.log.Warn("conversation pack over the budget not deleted", "pack", pk.ID, "err", err)
 			return
 		}
-		total -= p.BlobBytes
-		o.convEvicted.Add(1)
+		total -= pk.BlobBytes
+		p.convEvicted.Add(1)
 	}
 }
 
@@ -651,13 +645,13 @@ func convLabel(cube string) string { return convPrefix + cube }
 
 // convPacks returns the stored conversation packs of all cubes and their
 // blob bytes.
-func (o *OS) convPacks() ([]kvcache.Info, int64) {
+func (p *Pipeline) convPacks() ([]kvcache.Info, int64) {
 	var conv []kvcache.Info
 	var total int64
-	for _, p := range o.kv.List("") {
-		if strings.HasPrefix(p.Label, convPrefix) {
-			conv = append(conv, p)
-			total += p.BlobBytes
+	for _, pk := range p.kv.List("") {
+		if strings.HasPrefix(pk.Label, convPrefix) {
+			conv = append(conv, pk)
+			total += pk.BlobBytes
 		}
 	}
 	return conv, total
@@ -665,23 +659,23 @@ func (o *OS) convPacks() ([]kvcache.Info, int64) {
 
 // hasPack reports whether this node stores pack id (a pack found in the
 // shared level only does not count: the node stores its own copy).
-func (o *OS) hasPack(id string) bool {
-	i, ok := o.kv.Info(id)
+func (p *Pipeline) hasPack(id string) bool {
+	i, ok := p.kv.Info(id)
 	return ok && !i.Remote
 }
 
 // packInScope reports whether pack id belongs to cube: labelled cube or
 // "conv:"+cube. kvcache's lookup is not scoped; a pack of another cube is
 // treated as a miss (a shorter pack of this cube is then not found).
-func (o *OS) packInScope(id, cube string) bool {
-	p, ok := o.kv.Info(id)
-	return ok && (p.Label == convLabel(cube) || cube != "" && p.Label == cube)
+func (p *Pipeline) packInScope(id, cube string) bool {
+	pk, ok := p.kv.Info(id)
+	return ok && (pk.Label == convLabel(cube) || cube != "" && pk.Label == cube)
 }
 
 // isConv reports whether pack id is a conversation pack.
-func (o *OS) isConv(id string) bool {
-	p, ok := o.kv.Info(id)
-	return ok && strings.HasPrefix(p.Label, convPrefix)
+func (p *Pipeline) isConv(id string) bool {
+	pk, ok := p.kv.Info(id)
+	return ok && strings.HasPrefix(pk.Label, convPrefix)
 }
 
 // adapterSet is a request's leased LoRA adapters and the keys KV state is
@@ -696,7 +690,7 @@ type adapterSet struct {
 func (a adapterSet) release() { a.lease.Release() }
 
 // adapters leases specs in cube (nil: the cube's defaults).
-func (o *OS) adapters(ctx context.Context, l *loaded, cube string, specs []lora.Spec) (adapterSet, error) {
+func (p *Pipeline) adapters(ctx context.Context, l *loaded, cube string, specs []lora.Spec) (adapterSet, error) {
 	none := adapterSet{cfgKey: l.cfgKey}
 	if !l.eng.Options().LoRA {
 		if len(specs) > 0 {
@@ -735,16 +729,42 @@ func scopeOf(cube string, gen uint64, adapterKey string) string {
 // memory in the prompt is an interaction, every retrieved one also a
 // visit, and the cube's pack a visit when the prompt carried it. The uses
 // are buffered and written off the request path (Options.UsageFlush).
-func (o *OS) recordUse(cube string, p layout.Prompt) {
-	uses := make([]scheduler.Use, 0, len(p.Pack)+len(p.Retrieved)+1)
-	for _, m := range p.Pack {
+func (p *Pipeline) recordUse(cube string, pk layout.Prompt) {
+	uses := make([]scheduler.Use, 0, len(pk.Pack)+len(pk.Retrieved)+1)
+	for _, m := range pk.Pack {
 		uses = append(uses, scheduler.Use{Cube: cube, ID: m.ID, Interactions: 1})
 	}
-	for _, m := range p.Retrieved {
+	for _, m := range pk.Retrieved {
 		uses = append(uses, scheduler.Use{Cube: cube, ID: m.ID, Visits: 1, Interactions: 1})
 	}
-	if len(p.Pack) > 0 {
+	if len(pk.Pack) > 0 {
 		uses = append(uses, scheduler.Use{Cube: cube, ID: scheduler.PackUse, Visits: 1})
 	}
-	o.addUses(uses)
+	p.AddUses(uses)
+}
+
+// chatDone calls the OnChat hook for an answered foreground chat turn.
+func (p *Pipeline) chatDone(ctx context.Context, req *Request, cube textmem.Cube, answer string) {
+	if p.onChat != nil && !req.background {
+		p.onChat(ctx, req, cube, answer)
+	}
+}
+
+// GenerateBackground runs req as Generate does, at background priority
+// (an extraction job): it takes only an idle slot (slots.ErrNoIdle when
+// there is none), gives it up to the first foreground request that finds
+// none free, yields batch room to foreground requests and calls no
+// OnChat hook. Errors as Generate.
+func (p *Pipeline) GenerateBackground(ctx context.Context, req Request) (*Response, error) {
+	req.background = true
+	return p.do(ctx, &req, false)
+}
+
+// ContextTokens is the primary's n_ctx while the tier scheduler uses it,
+// else 0.
+func (p *Pipeline) ContextTokens() int {
+	if l := p.jobL.Load(); l != nil {
+		return l.eng.NCtx()
+	}
+	return 0
 }

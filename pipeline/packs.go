@@ -1,4 +1,4 @@
-package memosrt
+package pipeline
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/memosrt/memosrt/conversation"
 	"github.com/memosrt/memosrt/kvcache"
 	"github.com/memosrt/memosrt/scheduler"
 	"github.com/memosrt/memosrt/textmem"
@@ -37,32 +38,24 @@ type ResidentStatus struct {
 }
 
 // Packs reports cube's packs, oldest first, and its resident state.
-func (o *OS) Packs(ctx context.Context, cube string) (PackStatus, error) {
-	if err := o.enter(); err != nil {
-		return PackStatus{}, err
-	}
-	defer o.leave()
-	return o.packs(cube), nil
+func (p *Pipeline) Packs(ctx context.Context, cube string) (PackStatus, error) {
+	return p.packs(cube), nil
 }
 
 // AllPacks lists every stored pack of every cube (labels: the cube for
 // tier packs, "conv:<cube>" for conversation packs).
-func (o *OS) AllPacks(ctx context.Context) ([]kvcache.Info, error) {
-	if err := o.enter(); err != nil {
-		return nil, err
-	}
-	defer o.leave()
-	return o.kv.List(""), nil
+func (p *Pipeline) AllPacks(ctx context.Context) ([]kvcache.Info, error) {
+	return p.kv.List(""), nil
 }
 
-func (o *OS) packs(cube string) PackStatus {
-	st := PackStatus{Cube: cube, Packs: o.cubePacks(cube)}
+func (p *Pipeline) packs(cube string) PackStatus {
+	st := PackStatus{Cube: cube, Packs: p.cubePacks(cube)}
 	if st.Packs == nil {
 		st.Packs = []kvcache.Info{}
 	}
 	slices.SortFunc(st.Packs, func(a, b kvcache.Info) int { return a.Created.Compare(b.Created) })
 	st.Levels = packLevels(st.Packs, "")
-	l, done := o.hold()
+	l, done := p.hold()
 	defer done()
 	if l == nil {
 		return st
@@ -84,28 +77,22 @@ type WarmOptions struct {
 }
 
 // Warm puts cube's memories into the activation tier now: every memory
-// (canonical order) but recorded chat turns (Kind KindTurn) joins the
+// (canonical order) but recorded chat turns (Kind conversation.KindTurn) joins the
 // cube's pack while it fits the pack budget,
 // pinned (low heat never demotes them; deleting one does), and the pack's
 // KV state is computed (foreground priority: the caller waits) and stored; with Resident
 // the pack is also made resident. The next request of the cube restores
-// the pack instead of prefilling it. Errors: ErrUnknownCube, *FieldError
+// the pack instead of prefilling it. Errors: textmem.ErrUnknownCube, *FieldError
 // for a cube without memories or Resident without resident sequences,
 // scheduler.ErrKVBudget, ErrNoModel.
-func (o *OS) Warm(ctx context.Context, cube string, wo WarmOptions) (PackStatus, error) {
-	if err := o.enter(); err != nil {
-		return PackStatus{}, err
-	}
-	defer o.leave()
-	ctx, done := o.bound(ctx)
-	defer done()
-	l, release, err := o.use(ctx, "", nil) // the tier's packs are the primary's
+func (p *Pipeline) Warm(ctx context.Context, cube string, wo WarmOptions) (PackStatus, error) {
+	l, release, err := p.use(ctx, "", nil) // the tier's packs are the primary's
 	if err != nil {
 		return PackStatus{}, err
 	}
 	defer release()
-	gen := o.gen(cube) // before the cube check: a delete after it is seen
-	if err := o.checkCube(ctx, cube); err != nil {
+	gen := p.gen(cube) // before the cube check: a delete after it is seen
+	if err := p.checkCube(ctx, cube); err != nil {
 		return PackStatus{}, err
 	}
 	if cube == "" {
@@ -115,7 +102,7 @@ func (o *OS) Warm(ctx context.Context, cube string, wo WarmOptions) (PackStatus,
 		return PackStatus{}, badField("resident", "no resident sequences (start with ResidentSeqs > 0, serve --resident N)")
 	}
 	start := time.Now()
-	mems, err := o.mem.List(ctx, cube)
+	mems, err := p.mem.List(ctx, cube)
 	if err != nil {
 		return PackStatus{}, err
 	}
@@ -123,7 +110,7 @@ func (o *OS) Warm(ctx context.Context, cube string, wo WarmOptions) (PackStatus,
 	// cube's memories to pin: moved ones reach prompts by retrieval and
 	// heat, short-term ones never (Layout.HideSources)
 	mems = slices.DeleteFunc(mems, func(m textmem.Memory) bool {
-		return m.Kind == KindTurn || slices.Contains(o.opts.Layout.HideSources, m.Source)
+		return m.Kind == conversation.KindTurn || slices.Contains(p.opts.Layout.HideSources, m.Source)
 	})
 	if len(mems) == 0 {
 		return PackStatus{}, badField("cube", "cube %s has no memories to warm (recorded chat turns are not warmed)", cube)
@@ -136,29 +123,29 @@ func (o *OS) Warm(ctx context.Context, cube string, wo WarmOptions) (PackStatus,
 	// and conversation pack writes and cube deletes must not wait for it
 	// (kvcache.Put and Delete serialise themselves; the scheduler runs one
 	// computation at a time and refuses more than a few waiting)
-	p, err := o.tiers.Promote(ctx, cube, ids, "warm", true, wo.Resident)
+	pk, err := p.tiers.Promote(ctx, cube, ids, "warm", true, wo.Resident)
 	if errors.Is(err, scheduler.ErrBusy) {
 		return PackStatus{}, fmt.Errorf("%w: %w", ErrBusy, err)
 	}
 	if err != nil {
 		return PackStatus{}, err
 	}
-	if o.gen(cube) != gen {
+	if p.gen(cube) != gen {
 		// deleted while its pack was computed: leave nothing behind
-		o.kvMu.Lock()
-		for _, pk := range o.cubePacks(cube) {
-			o.kv.Delete(pk.ID)
+		p.kvMu.Lock()
+		for _, pk := range p.cubePacks(cube) {
+			p.kv.Delete(pk.ID)
 		}
-		o.kvMu.Unlock()
-		return PackStatus{}, fmt.Errorf("%w: %s (deleted while warming)", ErrUnknownCube, cube)
+		p.kvMu.Unlock()
+		return PackStatus{}, fmt.Errorf("%w: %s (deleted while warming)", textmem.ErrUnknownCube, cube)
 	}
 	if wo.Resident {
-		if err := o.applyResident(ctx, l); err != nil {
+		if err := p.applyResident(ctx, l); err != nil {
 			return PackStatus{}, err
 		}
 	}
-	st := o.packs(cube)
-	st.Memories = p.Members
+	st := p.packs(cube)
+	st.Memories = pk.Members
 	st.WarmMs = float64(time.Since(start).Microseconds()) / 1e3
 	return st, nil
 }
@@ -166,13 +153,9 @@ func (o *OS) Warm(ctx context.Context, cube string, wo WarmOptions) (PackStatus,
 // Tiers returns cube's tier state: each memory's tier and heat, the pack
 // and its level, pending jobs, budgets, and the last limit transitions
 // (all if limit <= 0). Recorded usage is written first.
-func (o *OS) Tiers(ctx context.Context, cube string, limit int) (scheduler.CubeTiers, error) {
-	if err := o.enter(); err != nil {
+func (p *Pipeline) Tiers(ctx context.Context, cube string, limit int) (scheduler.CubeTiers, error) {
+	if err := p.FlushUsage(ctx); err != nil {
 		return scheduler.CubeTiers{}, err
 	}
-	defer o.leave()
-	if err := o.flushUsage(ctx); err != nil {
-		return scheduler.CubeTiers{}, err
-	}
-	return o.tiers.State(ctx, cube, limit)
+	return p.tiers.State(ctx, cube, limit)
 }

@@ -1,13 +1,17 @@
-package memosrt
+package config
 
 import (
 	"errors"
 	"fmt"
+	"log/slog"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/memosrt/memosrt/conversation"
 	"github.com/memosrt/memosrt/convmem"
 	"github.com/memosrt/memosrt/layout"
-	"log/slog"
-	"slices"
-	"time"
 
 	"github.com/memosrt/memosrt/kvcache"
 
@@ -190,17 +194,25 @@ func DefaultOptions() Options {
 		MaxQueue: 64, MinPersistTokens: 128, ConvBytes: 256 << 20, RAMBytes: 128 << 20, AdapterBytes: 1 << 30, GCInterval: time.Minute}
 }
 
+// WithDefaults returns o with every zero field that has a default filled
+// in (DefaultOptions), and the text tier's short-term turns hidden from
+// prompts and moved turns ranked last in them (Layout).
+func (o Options) WithDefaults() Options {
+	o.ensureDefaults()
+	return o
+}
+
 func (o *Options) ensureDefaults() {
 	d := DefaultOptions()
 	// short-term turns are searchable (OS.Search) but never retrieved into
 	// a prompt: the conversation itself carries them
-	if !slices.Contains(o.Layout.HideSources, SourceShortTerm) {
-		o.Layout.HideSources = append(slices.Clone(o.Layout.HideSources), SourceShortTerm)
+	if !slices.Contains(o.Layout.HideSources, conversation.SourceShortTerm) {
+		o.Layout.HideSources = append(slices.Clone(o.Layout.HideSources), conversation.SourceShortTerm)
 	}
 	// moved turns are retrieved, after the memories a user or an extraction
 	// wrote (as OS.Search ranks them)
-	if !slices.Contains(o.Layout.LastKinds, KindTurn) {
-		o.Layout.LastKinds = append(slices.Clone(o.Layout.LastKinds), KindTurn)
+	if !slices.Contains(o.Layout.LastKinds, conversation.KindTurn) {
+		o.Layout.LastKinds = append(slices.Clone(o.Layout.LastKinds), conversation.KindTurn)
 	}
 	if o.Parallel == 0 {
 		o.Parallel = d.Parallel
@@ -299,3 +311,26 @@ func (o Options) Validate() error {
 	}
 	return nil
 }
+
+// PrimaryName is the name clients see for Model: ModelName, else Model's
+// file name without ".gguf".
+func (opts Options) PrimaryName() string {
+	if opts.ModelName != "" {
+		return opts.ModelName
+	}
+	return strings.TrimSuffix(filepath.Base(opts.Model), ".gguf")
+}
+
+// ModelSpec names a GGUF file the OS serves besides Options.Model: listed
+// at once, loaded on its first request (Ollama's scheduler does the same).
+type ModelSpec struct {
+	// Name is what clients call it ("stories:latest", "tiny"). Required,
+	// unique among the OS's models.
+	Name string
+	// Path is the GGUF file. Required.
+	Path string
+}
+
+// ErrBadOptions wraps every invalid Options field (Validate) and a model
+// list that cannot be served.
+var ErrBadOptions = errors.New("memosrt: invalid options")

@@ -1,4 +1,4 @@
-package memosrt
+package pipeline
 
 import (
 	"fmt"

@@ -1,4 +1,4 @@
-package memosrt
+package pipeline
 
 import (
 	"context"
@@ -44,20 +44,16 @@ type Budgets struct {
 
 // Budgets reports each budget and its use now. Errors: ErrClosed, or the
 // scheduler's store error.
-func (o *OS) Budgets(ctx context.Context) (Budgets, error) {
-	if err := o.enter(); err != nil {
-		return Budgets{}, err
-	}
-	defer o.leave()
-	st := o.Stats()
-	b := Budgets{RAMBytes: st.KVRAMBytes, RAMBudget: o.opts.RAMBytes, ConvBytes: st.ConvBytes, ConvBudget: o.opts.ConvBytes,
-		ResidentCells: st.ResidentCells, ResidentBudget: st.ResidentMax, AdapterBudget: o.opts.AdapterBytes}
-	o.eachLoaded(func(l *loaded) {
+func (p *Pipeline) Budgets(ctx context.Context) (Budgets, error) {
+	st := p.Stats()
+	b := Budgets{RAMBytes: st.KVRAMBytes, RAMBudget: p.opts.RAMBytes, ConvBytes: st.ConvBytes, ConvBudget: p.opts.ConvBytes,
+		ResidentCells: st.ResidentCells, ResidentBudget: st.ResidentMax, AdapterBudget: p.opts.AdapterBytes}
+	p.eachLoaded(func(l *loaded) {
 		_, n := l.man.Loaded()
 		b.AdapterBytes += n
 	})
 	var err error
-	b.TierKVBytes, b.TierKVBudget, err = o.tiers.KVUse()
+	b.TierKVBytes, b.TierKVBudget, err = p.tiers.KVUse()
 	return b, err
 }
 
@@ -72,17 +68,13 @@ type AdapterStatus struct {
 // Adapters lists the adapters visible from cube, by name: the cube's own,
 // then global ones it does not shadow (cube "" lists global adapters).
 // Errors: ErrClosed, lora.ErrBadName for a bad cube name.
-func (o *OS) Adapters(ctx context.Context, cube string) ([]AdapterStatus, error) {
-	if err := o.enter(); err != nil {
-		return nil, err
-	}
-	defer o.leave()
-	recs, err := o.reg.List(ctx, cube)
+func (p *Pipeline) Adapters(ctx context.Context, cube string) ([]AdapterStatus, error) {
+	recs, err := p.reg.List(ctx, cube)
 	if err != nil {
 		return nil, err
 	}
 	live := map[string]lora.Loaded{}
-	o.eachLoaded(func(l *loaded) {
+	p.eachLoaded(func(l *loaded) {
 		ls, _ := l.man.Loaded()
 		for _, x := range ls {
 			if y, ok := live[x.Name]; ok {

@@ -1,4 +1,4 @@
-package memosrt
+package pipeline
 
 import "github.com/memosrt/memosrt/toolcall"
 

@@ -1,0 +1,189 @@
+package pipeline
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/memosrt/memosrt/config"
+	"github.com/memosrt/memosrt/errkind"
+	"github.com/memosrt/memosrt/kvcache"
+	"github.com/memosrt/memosrt/runtime"
+	"github.com/memosrt/memosrt/runtime/slots"
+)
+
+// Errors of the pipeline; package memosrt re-exports each under the same
+// name.
+var (
+	// ErrClosed is returned after Close, and to requests waiting for a
+	// slot or KV cells when Close begins.
+	ErrClosed = errkind.New(errkind.Unavailable, "memosrt: closed")
+	// ErrBadOptions wraps every invalid Options field.
+	ErrBadOptions = config.ErrBadOptions
+	// ErrNoModel: the request needs a model and none is served.
+	ErrNoModel = errkind.New(errkind.Unavailable, "memosrt: no model loaded")
+	// ErrNotSupported: the backend cannot do this (the upstream embeds and
+	// generates text only).
+	ErrNotSupported = errkind.New(errkind.NotSupported, "memosrt: not supported by this backend")
+	// ErrUpstream: the upstream Ollama failed (not a 4xx it answered).
+	ErrUpstream = errkind.New(errkind.Upstream, "memosrt: upstream ollama failed")
+	// ErrModelNotFound: Request.Model names no served model.
+	ErrModelNotFound = errkind.New(errkind.NotFound, "memosrt: model not found")
+	// ErrBusy: every slot is taken and the queue is full (MaxQueue), or
+	// every loaded model is busy and another would pass the budget.
+	ErrBusy = slots.ErrQueueFull
+)
+
+// badField is a *errkind.FieldError naming the request field at fault.
+func badField(field, format string, args ...any) error {
+	return &errkind.FieldError{Field: field, Msg: fmt.Sprintf(format, args...)}
+}
+
+// ModelInfo describes the served model.
+type ModelInfo struct {
+	Name      string         `json:"name"`
+	Path      string         `json:"path,omitempty"`
+	Backend   string         `json:"backend"` // "llama", "ollama", or "" without a model
+	Size      int64          `json:"size"`    // file bytes
+	Digest    string         `json:"digest,omitempty"`
+	Family    string         `json:"family,omitempty"`
+	ParamSize string         `json:"parameter_size,omitempty"`
+	Quant     string         `json:"quantization_level,omitempty"`
+	NCtx      int            `json:"n_ctx,omitempty"`
+	Template  string         `json:"template,omitempty"`
+	Modified  time.Time      `json:"modified_at"`
+	Load      time.Duration  `json:"load_ns"`
+	Info      map[string]any `json:"model_info,omitempty"`
+}
+
+// Model describes the primary model (the upstream's with Upstream; zero
+// ModelInfo without one), as of its last load.
+func (p *Pipeline) Model() ModelInfo {
+	if p.models.Len() == 0 {
+		return p.info
+	}
+	return p.modelInfo(p.models.Models()[0])
+}
+
+func engineModelInfo(eng *runtime.Engine, path, name, template string, load time.Duration) ModelInfo {
+	sh := eng.Shape()
+	mi := ModelInfo{Name: name, Path: path, Backend: "llama", Size: int64(sh.SizeBytes), Digest: eng.KVConfig().ModelFingerprint,
+		NCtx: eng.NCtx(), Template: template, Modified: time.Now().UTC(), Load: load,
+		ParamSize: paramSize(sh.NParams), Quant: quantOf(sh.Desc)}
+	if mi.Template == "" {
+		mi.Template = eng.Model().ChatTemplate()
+	}
+	if a, ok := eng.Model().Meta("general.architecture"); ok {
+		mi.Family = a
+	}
+	if st, err := os.Stat(path); err == nil {
+		mi.Size, mi.Modified = st.Size(), st.ModTime().UTC()
+	}
+	mi.Info = map[string]any{"general.architecture": mi.Family, "general.parameter_count": sh.NParams,
+		mi.Family + ".context_length": sh.NCtxTrain, mi.Family + ".embedding_length": sh.NEmbd,
+		mi.Family + ".block_count": sh.NLayer, mi.Family + ".attention.head_count": sh.NHead,
+		mi.Family + ".attention.head_count_kv": sh.NHeadKV, "memosrt.n_ctx": eng.NCtx(), "memosrt.n_seq_max": eng.NSeqMax()}
+	return mi
+}
+
+func paramSize(n uint64) string {
+	switch {
+	case n >= 1e9:
+		return fmt.Sprintf("%.1fB", float64(n)/1e9)
+	case n >= 1e6:
+		return fmt.Sprintf("%.1fM", float64(n)/1e6)
+	case n >= 1e3:
+		return fmt.Sprintf("%.0fK", float64(n)/1e3)
+	}
+	return fmt.Sprint(n)
+}
+
+// quantOf takes the type from a llama_model_desc like "llama ?B F16".
+func quantOf(desc string) string {
+	f := strings.Fields(strings.ReplaceAll(desc, "(guessed)", ""))
+	if len(f) == 0 {
+		return ""
+	}
+	return f[len(f)-1]
+}
+
+// Stats are the serving gauges (HTTP /api/ps and /metrics).
+type Stats struct {
+	Backend       string `json:"backend"`
+	NCtx          int    `json:"n_ctx"`
+	Slots         int    `json:"slots"`
+	BusySlots     int    `json:"busy_slots"`
+	Queued        int    `json:"queued"` // requests waiting for a slot
+	ResidentPacks int    `json:"resident_packs"`
+	ResidentCells int    `json:"resident_cells"`
+	ResidentMax   int    `json:"resident_cells_budget"`
+	PendingWrites int    `json:"pending_writes"`
+	EngineActive  int    `json:"engine_active"` // requests in the engine's running batch
+	EngineQueued  int    `json:"engine_queued"` // requests waiting for the engine's admission
+	KVRAMBytes    int64  `json:"kv_ram_bytes"`
+	KVDiskBytes   int64  `json:"kv_disk_bytes"`
+	Packs         int    `json:"packs"`
+	ConvPacks     int    `json:"conv_packs"`        // conversation packs stored
+	ConvBytes     int64  `json:"conv_bytes"`        // their blob bytes (Options.ConvBytes bounds them)
+	ConvEvicted   int64  `json:"conv_evicted"`      // conversation packs deleted over the budget since Open
+	Fallbacks     int64  `json:"restore_fallbacks"` // stored packs that matched but were refused: the prompt was prefilled
+	DiskBytes     int64  `json:"disk_bytes"`        // the data directory's files (Badger LSM and value log), bytes
+	NoSpace       int64  `json:"no_space_refused"`  // writes refused since Open for want of disk space (ErrNoSpace)
+	// KVShared is the shared activation level (Options.KVShared): enabled,
+	// up, and its hit, miss, put and error counts since Open.
+	KVShared kvcache.SharedStats `json:"kv_shared"`
+}
+
+// Stats reports the gauges now; DiskBytes and NoSpace are the data
+// directory's.
+func (p *Pipeline) Stats() Stats {
+	st := Stats{Backend: p.info.Backend, PendingWrites: int(p.pending.Load()), ResidentMax: p.opts.ResidentCells}
+	st.KVRAMBytes, st.KVDiskBytes, st.Packs = p.kv.Stats()
+	conv, convBytes := p.convPacks()
+	st.ConvPacks, st.ConvBytes = len(conv), convBytes
+	st.ConvEvicted, st.Fallbacks = p.convEvicted.Load(), p.fallbacks.Load()
+	st.DiskBytes, st.NoSpace = p.db.DiskBytes(), p.db.Refused()
+	st.KVShared = p.kv.SharedStats()
+	if p.up != nil {
+		st.Slots, st.BusySlots, st.Queued = p.up.pool.Size(), p.up.pool.Busy(), p.up.pool.Queued()
+	}
+	// slots, queues and engines of every loaded model; n_ctx and the
+	// resident level are the primary's
+	p.eachLoaded(func(l *loaded) {
+		st.Slots, st.BusySlots, st.Queued = st.Slots+l.pool.Size(), st.BusySlots+l.pool.Busy(), st.Queued+l.pool.Queued()
+		a, q := l.eng.Queue()
+		st.EngineActive, st.EngineQueued = st.EngineActive+a, st.EngineQueued+q
+	})
+	l, done := p.hold()
+	defer done()
+	if l == nil {
+		return st
+	}
+	st.NCtx = l.eng.NCtx()
+	st.ResidentCells, st.ResidentPacks = l.res.Cells(), l.res.Len()
+	return st
+}
+
+// Engine returns the primary model's engine, nil without a model or while
+// it is unloaded (keep-alive; with Options.KeepAlive unset it stays loaded
+// until Close).
+func (p *Pipeline) Engine() *runtime.Engine {
+	l, done := p.hold()
+	defer done()
+	if l == nil {
+		return nil
+	}
+	return l.eng
+}
+
+// needEngine returns ErrNoModel when no model is served.
+func (p *Pipeline) needEngine() error {
+	if p.models.Len() == 0 {
+		if p.up != nil {
+			return fmt.Errorf("%w: the upstream backend is text-only", ErrNotSupported)
+		}
+		return ErrNoModel
+	}
+	return nil
+}
