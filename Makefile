@@ -53,7 +53,7 @@ bench: build
 # calls) against the engine; each pair interleaved run by run.
 bench-decode: links
 	$(GO) test -run '^$$' -bench DecodeOverhead -benchtime 9x ./runtime/
-	$(GO) test -run '^$$' -bench RunDecode -benchtime 9x .
+	$(GO) test -run '^$$' -bench RunDecode -benchtime 9x ./pipeline/
 	$(MAKE) build
 	GO=$(GO) ./bench/runproc.sh
 

@@ -6,6 +6,7 @@ import (
 	"io"
 
 	"github.com/memosrt/memosrt/datadir"
+	"github.com/memosrt/memosrt/internal/gate"
 )
 
 // Backup writes an online, consistent snapshot of the data directory's
@@ -20,15 +21,11 @@ import (
 // from it. Restore it with datadir.RestoreBackup into a new directory. Errors:
 // ErrClosed, ctx's error, w's error, a database read error (wrapped).
 func (o *OS) Backup(ctx context.Context, w io.Writer, version string) (datadir.BackupInfo, error) {
-	if err := o.enter(); err != nil {
-		return datadir.BackupInfo{}, err
-	}
-	defer o.leave()
-	ctx, done := o.bound(ctx)
-	defer done()
-	info, err := o.db.Backup(ctx, w, datadir.BackupOptions{Version: version})
-	if err != nil {
-		return info, fmt.Errorf("memosrt: %w", err)
-	}
-	return info, nil
+	return gate.Call(o.g, ctx, func(ctx context.Context) (datadir.BackupInfo, error) {
+		info, err := o.db.Backup(ctx, w, datadir.BackupOptions{Version: version})
+		if err != nil {
+			return info, fmt.Errorf("memosrt: %w", err)
+		}
+		return info, nil
+	})
 }

@@ -4,13 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/memosrt/memosrt/conversation"
 	"github.com/memosrt/memosrt/convmem"
+	"github.com/memosrt/memosrt/internal/gate"
 	"github.com/memosrt/memosrt/runtime/slots"
 	"github.com/memosrt/memosrt/scheduler"
-	"github.com/memosrt/memosrt/textmem"
 )
 
 // Memory that conversations write by themselves lives in package
@@ -46,15 +45,7 @@ func (o *OS) startConversations(ctx context.Context) error {
 			o.p.AddUses(uses)
 		},
 		Kick: o.p.Kick,
-		Go: func(f func()) {
-			go func() {
-				if o.enter() != nil {
-					return
-				}
-				defer o.leave()
-				f()
-			}()
-		},
+		Go:   o.g.Go,
 		JobStarted: func(ctx context.Context, j convmem.Job) {
 			if h := o.jobStarted; h != nil {
 				h(ctx, j)
@@ -65,7 +56,7 @@ func (o *OS) startConversations(ctx context.Context) error {
 		h.Generate = o.extractionText
 	}
 	var err error
-	o.conv, err = conversation.Open(ctx, o.mem, conversation.Options{Store: co, Logger: o.log, Base: o.base,
+	o.conv, err = conversation.Open(ctx, o.mem, conversation.Options{Store: co, Logger: o.log, Base: o.g.Base(),
 		NoExtract: o.opts.NoExtract, Hooks: h})
 	return err
 }
@@ -83,14 +74,10 @@ func (o *OS) stopConversations() {
 // slot back), without a chat template, a stored pack, usage or a recorded
 // turn.
 func (o *OS) extractionText(ctx context.Context, g conversation.Generation) (*conversation.Generated, error) {
-	if err := o.enter(); err != nil {
-		return nil, fmt.Errorf("%w: %w", conversation.ErrClosing, err)
-	}
-	defer o.leave()
-	ctx, done := o.bound(ctx)
-	defer done()
-	res, err := o.p.GenerateBackground(ctx, Request{Prompt: g.Prompt, Raw: true, Sampling: Sampling{Grammar: g.Grammar},
-		Format: g.Format, NumPredict: g.MaxTokens, NoPersist: true, NoUsage: true, Record: RecordNone})
+	res, err := gate.Call(o.g, ctx, func(ctx context.Context) (*Response, error) {
+		return o.p.GenerateBackground(ctx, Request{Prompt: g.Prompt, Raw: true, Sampling: Sampling{Grammar: g.Grammar},
+			Format: g.Format, NumPredict: g.MaxTokens, NoPersist: true, NoUsage: true, Record: RecordNone})
+	})
 	switch {
 	case errors.Is(err, ErrClosed):
 		err = fmt.Errorf("%w: %w", conversation.ErrClosing, err)
@@ -103,24 +90,16 @@ func (o *OS) extractionText(ctx context.Context, g conversation.Generation) (*co
 	return &conversation.Generated{Text: res.Text, Cut: res.DoneReason == "length", Tokens: res.Usage.EvalTokens}, err
 }
 
-// recordChat records the turn of a chat request that was answered: the
+// recordChat records an answered chat turn (pipeline.Deps.OnChat): the
 // last message if it is the user's, and the answer unless req.Record is
-// RecordUser, and not in a NoRecord cube (its record as the request found
-// it). Sessions made hot by the move are queued for consolidation.
-// A failure is logged, never the request's.
-func (o *OS) recordChat(ctx context.Context, req *Request, cube Cube, answer string) { // pipeline.Deps.OnChat
-	if req.Cube == "" || req.Record == RecordNone || o.opts.NoRecord || cube.NoRecord || len(req.Messages) == 0 {
+// RecordUser; nothing without a cube, with RecordNone, with
+// Options.NoRecord or in a NoRecord cube (its record as the request found
+// it). A failure is logged, never the request's.
+func (o *OS) recordChat(ctx context.Context, req *Request, cube Cube, answer string) {
+	if req.Cube == "" || req.Record == RecordNone || o.opts.NoRecord || cube.NoRecord {
 		return
 	}
-	last := req.Messages[len(req.Messages)-1]
-	if last.Role != "user" || strings.TrimSpace(last.Content) == "" {
-		return
-	}
-	t := convmem.Turn{User: last.Content}
-	if req.Record != RecordUser {
-		t.Assistant = answer
-	}
-	if _, err := o.conv.RecordTurns(context.WithoutCancel(ctx), req.Cube, []convmem.Turn{t}); err != nil {
+	if err := o.conv.RecordChat(context.WithoutCancel(ctx), req.Cube, req.Messages, answer, req.Record == RecordUser); err != nil {
 		o.log.Warn("turn not recorded", "cube", req.Cube, "err", err)
 	}
 }
@@ -144,71 +123,31 @@ type MessagesOptions struct {
 // The cube is created if needed. Errors: *FieldError for no messages, no
 // message with text, or a bad role; textmem.ErrBadCube; storage errors.
 func (o *OS) AddMessages(ctx context.Context, cube string, msgs []Message, mo MessagesOptions) (convmem.Job, []convmem.Turn, error) {
-	if err := o.enter(); err != nil {
+	if err := o.g.Enter(); err != nil {
 		return convmem.Job{}, nil, err
 	}
-	defer o.leave()
-	if len(msgs) == 0 {
-		return convmem.Job{}, nil, badField("messages", "at least one message is required")
-	}
+	defer o.g.Leave()
 	if len(msgs) > MaxMessages {
 		return convmem.Job{}, nil, badField("messages", "%d messages, at most %d in one call", len(msgs), MaxMessages)
 	}
-	var turns []convmem.Turn
-	for i, m := range msgs {
-		if err := CheckRole(fmt.Sprintf("messages[%d].role", i), m.Role); err != nil {
-			return convmem.Job{}, nil, err
-		}
-		if strings.TrimSpace(m.Content) == "" {
-			continue
-		}
-		switch m.Role {
-		case "user":
-			turns = append(turns, convmem.Turn{User: m.Content})
-		case "assistant":
-			if n := len(turns); n > 0 && turns[n-1].Assistant == "" {
-				turns[n-1].Assistant = m.Content
-			} else {
-				turns = append(turns, convmem.Turn{Assistant: m.Content})
-			}
-		}
+	turns, err := conversation.TurnsOf(msgs)
+	if err != nil {
+		return convmem.Job{}, nil, err
 	}
-	if len(turns) == 0 {
-		return convmem.Job{}, nil, badField("messages", "no user or assistant message has text")
-	}
-	if err := o.ensureCube(ctx, cube); err != nil {
+	if err := o.cubes.Ensure(ctx, cube); err != nil {
 		return convmem.Job{}, nil, err
 	}
 	return o.conv.AddTurns(ctx, cube, turns, !mo.NoExtract)
 }
 
-// ensureCube creates cube's record unless it has one.
-func (o *OS) ensureCube(ctx context.Context, cube string) error {
-	if !textmem.ValidCube(cube) {
-		return fmt.Errorf("%w: %q", textmem.ErrBadCube, cube)
-	}
-	if _, err := o.cubes.Create(ctx, Cube{Name: cube}); err != nil && !errors.Is(err, ErrCubeExists) {
-		return err
-	}
-	return nil
-}
-
 // Job returns an extraction job of cube. Errors: convmem.ErrNotFound.
 func (o *OS) Job(ctx context.Context, cube, id string) (convmem.Job, error) {
-	if err := o.enter(); err != nil {
-		return convmem.Job{}, err
-	}
-	defer o.leave()
-	return o.conv.Store().Job(ctx, cube, id)
+	return gate.Call(o.g, ctx, func(ctx context.Context) (convmem.Job, error) { return o.conv.Store().Job(ctx, cube, id) })
 }
 
 // Jobs returns cube's extraction jobs, oldest first.
 func (o *OS) Jobs(ctx context.Context, cube string) ([]convmem.Job, error) {
-	if err := o.enter(); err != nil {
-		return nil, err
-	}
-	defer o.leave()
-	return o.conv.Store().Jobs(ctx, cube)
+	return gate.Call(o.g, ctx, func(ctx context.Context) ([]convmem.Job, error) { return o.conv.Store().Jobs(ctx, cube) })
 }
 
 // UndoJob undoes a done extraction job: memories it added are deleted and
@@ -217,50 +156,32 @@ func (o *OS) Jobs(ctx context.Context, cube string) ([]convmem.Job, error) {
 // changed since is kept, and listed in the job's Dropped); the job's state
 // becomes undone. Errors: convmem.ErrNotFound, ErrJobState.
 func (o *OS) UndoJob(ctx context.Context, cube, id string) (convmem.Job, error) {
-	if err := o.enter(); err != nil {
-		return convmem.Job{}, err
-	}
-	defer o.leave()
-	return o.conv.UndoJob(ctx, cube, id)
+	return gate.Call(o.g, ctx, func(ctx context.Context) (convmem.Job, error) { return o.conv.UndoJob(ctx, cube, id) })
 }
 
 // Profile returns cube's long-term profile: facts and preferences about
 // the user, and knowledge, written by consolidated sessions.
 func (o *OS) Profile(ctx context.Context, cube string) (convmem.Profile, error) {
-	if err := o.enter(); err != nil {
-		return convmem.Profile{}, err
-	}
-	defer o.leave()
-	if err := o.p.CheckCube(ctx, cube); err != nil {
-		return convmem.Profile{}, err
-	}
-	return o.conv.Store().Profile(ctx, cube)
+	return gate.Call(o.g, ctx, func(ctx context.Context) (convmem.Profile, error) {
+		if err := o.p.CheckCube(ctx, cube); err != nil {
+			return convmem.Profile{}, err
+		}
+		return o.conv.Store().Profile(ctx, cube)
+	})
 }
 
 // ShortTerm returns cube's short-term queue of turns, oldest first.
 func (o *OS) ShortTerm(ctx context.Context, cube string) ([]convmem.Turn, error) {
-	if err := o.enter(); err != nil {
-		return nil, err
-	}
-	defer o.leave()
-	return o.conv.Store().ShortTerm(ctx, cube)
+	return gate.Call(o.g, ctx, func(ctx context.Context) ([]convmem.Turn, error) { return o.conv.Store().ShortTerm(ctx, cube) })
 }
 
 // Sessions returns cube's mid-term sessions with their heat, oldest first.
 func (o *OS) Sessions(ctx context.Context, cube string) ([]convmem.Session, error) {
-	if err := o.enter(); err != nil {
-		return nil, err
-	}
-	defer o.leave()
-	return o.conv.Store().Sessions(ctx, cube)
+	return gate.Call(o.g, ctx, func(ctx context.Context) ([]convmem.Session, error) { return o.conv.Store().Sessions(ctx, cube) })
 }
 
 // MemoryLog returns memory id's change log, oldest first: what changed it,
 // when and why.
 func (o *OS) MemoryLog(ctx context.Context, cube, id string) ([]convmem.Change, error) {
-	if err := o.enter(); err != nil {
-		return nil, err
-	}
-	defer o.leave()
-	return o.conv.Store().Changes(ctx, cube, id)
+	return gate.Call(o.g, ctx, func(ctx context.Context) ([]convmem.Change, error) { return o.conv.Store().Changes(ctx, cube, id) })
 }

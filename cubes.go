@@ -3,12 +3,12 @@ package memosrt
 import (
 	"context"
 	"crypto/sha256"
-	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/memosrt/memosrt/convmem"
+	"github.com/memosrt/memosrt/cubeops"
+	"github.com/memosrt/memosrt/internal/gate"
 	"github.com/memosrt/memosrt/scheduler"
 	"github.com/memosrt/memosrt/textmem"
 )
@@ -22,30 +22,20 @@ type cubeRecord = Cube
 // CreateCube creates an empty cube. Errors: textmem.ErrBadCube for a name
 // outside 1..64 of [A-Za-z0-9._-], ErrCubeExists, ErrClosed.
 func (o *OS) CreateCube(ctx context.Context, c Cube) (Cube, error) {
-	if err := o.enter(); err != nil {
-		return c, err
-	}
-	defer o.leave()
-	c.Created = time.Time{}
-	return o.cubes.Create(ctx, c)
+	return gate.Call(o.g, ctx, func(ctx context.Context) (Cube, error) {
+		c.Created = time.Time{}
+		return o.cubes.Create(ctx, c)
+	})
 }
 
 // Cube returns the record of cube. Errors: ErrUnknownCube, textmem.ErrBadCube.
 func (o *OS) Cube(ctx context.Context, cube string) (Cube, error) {
-	if err := o.enter(); err != nil {
-		return Cube{}, err
-	}
-	defer o.leave()
-	return o.cubes.Get(ctx, cube)
+	return gate.Call(o.g, ctx, func(ctx context.Context) (Cube, error) { return o.cubes.Get(ctx, cube) })
 }
 
 // Cubes returns every cube, by name.
 func (o *OS) Cubes(ctx context.Context) ([]Cube, error) {
-	if err := o.enter(); err != nil {
-		return nil, err
-	}
-	defer o.leave()
-	return o.cubes.List(ctx)
+	return gate.Call(o.g, ctx, func(ctx context.Context) ([]Cube, error) { return o.cubes.List(ctx) })
 }
 
 // DeleteCube removes a cube and everything derived from it: memories and
@@ -54,33 +44,11 @@ func (o *OS) Cubes(ctx context.Context) ([]Cube, error) {
 // reuse, and the record. Errors: ErrUnknownCube, storage errors (repeat the
 // call: a delete cut short leaves part of the cube).
 func (o *OS) DeleteCube(ctx context.Context, cube string) error {
-	if err := o.enter(); err != nil {
-		return err
-	}
-	defer o.leave()
-	return o.deleteCube(ctx, cube)
+	return gate.Do(o.g, ctx, func(ctx context.Context) error { return o.deleteCube(ctx, cube) })
 }
 
 func (o *OS) deleteCube(ctx context.Context, cube string) error {
-	if _, err := o.cubes.Get(ctx, cube); err != nil {
-		return err
-	}
-	if err := o.mem.DeleteCube(ctx, cube); err != nil {
-		return err
-	}
-	if o.afterTextDelete != nil {
-		o.afterTextDelete(cube)
-	}
-	if err := o.dropCubeState(ctx, cube); err != nil {
-		return err
-	}
-	if o.opts.TextStore != nil {
-		// the shared store took the record with the texts, in one
-		// transaction; removing it again would hide a memory another node
-		// added since (its add made the record anew)
-		return nil
-	}
-	return o.cubes.Remove(ctx, cube)
+	return cubeops.Delete(ctx, o.stores(), cube)
 }
 
 // TextStoreKey is the key to open Options.TextStore with when the data
@@ -96,66 +64,28 @@ func TextStoreKey(encryptionKey []byte) []byte {
 }
 
 // cubeDeletedElsewhere drops this node's own state of a cube another node
-// sharing the text store deleted: its tier state, packs, pooled sequences,
-// resident packs and access keys (the memories and record are gone with
-// the shared store's). It runs on the store's notice goroutine, so the
-// work is done on another.
+// sharing the text store deleted (cubeops.Drop; the memories and record
+// are gone with the shared store's). It runs on the store's notice
+// goroutine (textmem.Options.OnCubeDeleted), so the work is done on
+// another.
 func (o *OS) cubeDeletedElsewhere(cube string) {
-	if !o.ready.Load() || o.enter() != nil {
-		return
-	}
-	go func() {
-		defer o.leave()
-		if err := o.dropCubeState(o.base, cube); err != nil {
+	o.background(func() {
+		if err := cubeops.Drop(o.g.Base(), o.stores(), cube); err != nil {
 			o.log.Warn("dropping a cube deleted on another node", "cube", cube, "err", err)
 		}
-	}()
+	})
 }
 
-// resyncCubes drops this node's state of every cube the shared text store
-// no longer has a record of: deleted by another node while this one did
-// not hear it (down, or its listening connection lost). Runs in the
-// background; a store that does not answer leaves the state as it is.
-func (o *OS) resyncCubes() {
-	if !o.ready.Load() || o.enter() != nil {
-		return
-	}
-	go func() {
-		defer o.leave()
-		names, err := o.keys.Cubes()
-		if err != nil {
-			o.log.Warn("resync of cubes: access keys", "err", err)
-		}
-		for _, c := range o.p.PackCubes() {
-			if !slices.Contains(names, c) {
-				names = append(names, c)
-			}
-		}
-		for _, c := range names {
-			rec, err := o.cubes.Get(o.base, c)
-			if err == nil {
-				// made again under the same name since: this node's packs
-				// of the one before are another cube's
-				o.p.DropPacksBefore(c, rec.Created)
-			}
-			if !errors.Is(err, ErrUnknownCube) {
-				continue
-			}
-			o.log.Info("dropping a cube deleted on another node", "cube", c)
-			if err := o.dropCubeState(o.base, c); err != nil {
-				o.log.Warn("dropping a cube deleted on another node", "cube", c, "err", err)
-			}
-		}
-	}()
-}
+// resyncCubes runs cubeops.Resync in the background (at Open with a
+// shared text store, and on textmem.Options.OnResync).
+func (o *OS) resyncCubes() { o.background(func() { cubeops.Resync(o.g.Base(), o.stores()) }) }
 
-// dropCubeState deletes what this node derived from cube, after its
-// memories are deleted: the pipeline's state of it and its access keys.
-func (o *OS) dropCubeState(ctx context.Context, cube string) error {
-	if err := o.p.DropCube(ctx, cube); err != nil {
-		return err
+// background runs f on its own goroutine as in-flight work of the OS
+// (Close waits for it); not before Open has finished, nor after Close.
+func (o *OS) background(f func()) {
+	if o.ready.Load() {
+		o.g.Go(f)
 	}
-	return o.keys.DeleteCube(cube)
 }
 
 // AddMemory adds m to cube, creating the cube if needed (as `memosrt mem
@@ -172,69 +102,43 @@ func (o *OS) dropCubeState(ctx context.Context, cube string) error {
 // textmem.ErrBadCube, textmem.ErrEmptyText, textmem.ErrTooLarge,
 // textmem.ErrInvalidUTF8, textmem.ErrBadField, storage errors.
 func (o *OS) AddMemory(ctx context.Context, cube string, m textmem.Memory) (textmem.Memory, error) {
-	if err := o.enter(); err != nil {
-		return m, err
-	}
-	defer o.leave()
-	if !textmem.ValidCube(cube) {
-		return m, fmt.Errorf("%w: %q", textmem.ErrBadCube, cube)
-	}
-	got, _, err := o.conv.Remember(ctx, cube, m, "api", "")
-	return got, err
+	return gate.Call(o.g, ctx, func(ctx context.Context) (textmem.Memory, error) {
+		if !textmem.ValidCube(cube) {
+			return m, fmt.Errorf("%w: %q", textmem.ErrBadCube, cube)
+		}
+		got, _, err := o.conv.Remember(ctx, cube, m, "api", "")
+		return got, err
+	})
 }
 
-// addMemory is AddMemory without governance, reporting what textmem did.
-//
-// The cube's record is made first (a shared store checks it inside the
-// add's transaction, textmem.Options.RequireRecord), so that an error
-// answered never leaves the memory stored (a record made after the add
-// could meet a disk filled meanwhile). Refused input leaves no empty cube
-// behind.
+// addMemory is AddMemory without governance (conversation.Hooks.AddMemory):
+// textmem.CubeRegistry.Add.
 func (o *OS) addMemory(ctx context.Context, cube string, m textmem.Memory) (textmem.Memory, textmem.AddOutcome, error) {
-	_, err := o.cubes.Create(ctx, Cube{Name: cube})
-	created := err == nil
-	if err != nil && !errors.Is(err, ErrCubeExists) {
-		return m, textmem.Added, err
-	}
-	got, how, err := o.mem.AddOutcome(ctx, cube, m)
-	if err != nil && created && !errors.Is(err, textmem.ErrUnavailable) {
-		if l, lerr := o.mem.List(ctx, cube); lerr == nil && len(l) == 0 {
-			_ = o.cubes.Remove(ctx, cube)
-		}
-	}
-	return got, how, err
+	return o.cubes.Add(ctx, cube, m)
 }
 
 // Memories returns cube's memories in canonical order (creation time, then id).
 func (o *OS) Memories(ctx context.Context, cube string) ([]textmem.Memory, error) {
-	if err := o.enter(); err != nil {
-		return nil, err
-	}
-	defer o.leave()
-	if err := o.conv.Materialize(ctx, cube); err != nil {
-		return nil, err
-	}
-	return o.mem.List(ctx, cube)
+	return gate.Call(o.g, ctx, func(ctx context.Context) ([]textmem.Memory, error) {
+		if err := o.conv.Materialize(ctx, cube); err != nil {
+			return nil, err
+		}
+		return o.mem.List(ctx, cube)
+	})
 }
 
 // Memory returns one memory. Errors: textmem.ErrNotFound.
 func (o *OS) Memory(ctx context.Context, cube, id string) (textmem.Memory, error) {
-	if err := o.enter(); err != nil {
-		return textmem.Memory{}, err
-	}
-	defer o.leave()
-	return o.mem.Get(ctx, cube, id)
+	return gate.Call(o.g, ctx, func(ctx context.Context) (textmem.Memory, error) { return o.mem.Get(ctx, cube, id) })
 }
 
 // UpdateMemory replaces a memory's text (its history keeps the old one).
 // A pack holding it is recomputed at the next tick; until then requests
 // prefill the changed part. Errors: textmem.ErrNotFound, textmem.ErrEmptyText, ...
 func (o *OS) UpdateMemory(ctx context.Context, cube, id, text string) (textmem.Memory, error) {
-	if err := o.enter(); err != nil {
-		return textmem.Memory{}, err
-	}
-	defer o.leave()
-	return o.conv.Patch(ctx, cube, id, textmem.Patch{Text: &text}, convmem.Change{Op: "update", By: "api"})
+	return gate.Call(o.g, ctx, func(ctx context.Context) (textmem.Memory, error) {
+		return o.conv.Patch(ctx, cube, id, textmem.Patch{Text: &text}, convmem.Change{Op: "update", By: "api"})
+	})
 }
 
 // PatchMemory changes the fields p sets (text, kind, tags, source) as one
@@ -242,22 +146,16 @@ func (o *OS) UpdateMemory(ctx context.Context, cube, id, text string) (textmem.M
 // tick. Errors: textmem.ErrNotFound, textmem.ErrEmptyText,
 // textmem.ErrInvalidUTF8, ...
 func (o *OS) PatchMemory(ctx context.Context, cube, id string, p textmem.Patch) (textmem.Memory, error) {
-	if err := o.enter(); err != nil {
-		return textmem.Memory{}, err
-	}
-	defer o.leave()
-	return o.conv.Patch(ctx, cube, id, p, convmem.Change{Op: "update", By: "api"})
+	return gate.Call(o.g, ctx, func(ctx context.Context) (textmem.Memory, error) {
+		return o.conv.Patch(ctx, cube, id, p, convmem.Change{Op: "update", By: "api"})
+	})
 }
 
 // DeleteMemory deletes a memory; it leaves the cube's pack at the next
 // tick (requests never see it again: the pack is rendered from the text
 // tier). Errors: textmem.ErrNotFound.
 func (o *OS) DeleteMemory(ctx context.Context, cube, id string) error {
-	if err := o.enter(); err != nil {
-		return err
-	}
-	defer o.leave()
-	return o.conv.Delete(ctx, cube, id, "api", "")
+	return gate.Do(o.g, ctx, func(ctx context.Context) error { return o.conv.Delete(ctx, cube, id, "api", "") })
 }
 
 // SearchQuery returns the query a person's search runs (the memory API's
@@ -284,20 +182,18 @@ func SearchQuery(text string, k int, turns bool) textmem.Query {
 // are the model's own text, so a memory a user or an extraction wrote
 // comes first whenever it is found.
 func (o *OS) Search(ctx context.Context, cube string, q textmem.Query) ([]textmem.Hit, error) {
-	if err := o.enter(); err != nil {
-		return nil, err
-	}
-	defer o.leave()
-	hits, err := o.conv.Search(ctx, cube, q)
-	if err != nil {
-		return nil, err
-	}
-	uses := make([]scheduler.Use, 0, len(hits))
-	for _, h := range hits {
-		if h.Memory.Source != SourceShortTerm {
-			uses = append(uses, scheduler.Use{Cube: cube, ID: h.Memory.ID, Visits: 1})
+	return gate.Call(o.g, ctx, func(ctx context.Context) ([]textmem.Hit, error) {
+		hits, err := o.conv.Search(ctx, cube, q)
+		if err != nil {
+			return nil, err
 		}
-	}
-	o.p.AddUses(uses)
-	return hits, nil
+		uses := make([]scheduler.Use, 0, len(hits))
+		for _, h := range hits {
+			if h.Memory.Source != SourceShortTerm {
+				uses = append(uses, scheduler.Use{Cube: cube, ID: h.Memory.ID, Visits: 1})
+			}
+		}
+		o.p.AddUses(uses)
+		return hits, nil
+	})
 }

@@ -30,18 +30,20 @@
 // the hottest packs at the resident level, within the KV byte budget, the
 // resident cell budget and the RAM budget.
 //
-// Every request goes through one pipeline (Chat, Generate): assemble the
-// prompt from the tiers (layout.Layout: pack, retrieved memories,
-// conversation), choose the KV source (a free sequence with the longest
-// common prefix, the cube's resident pack, a stored pack), restore it,
-// prefill the rest and decode (continuous batching across requests in
-// package runtime), save the conversation's state as a pack in the
-// background, and record usage.
+// Every request goes through one pipeline (package pipeline; Chat,
+// Generate): validate, assemble the prompt from the tiers, admit it (a
+// slot and KV cells), choose and restore the KV source (the slot's own
+// prefix, the cube's resident pack, a stored pack), prefill the rest and
+// decode (continuous batching in package runtime), persist the
+// conversation's state as a pack in the background, and record usage and
+// the turn.
 //
-// Layers, imports pointing down:
+// Layers, imports pointing down (internal/lint's TestLayers holds the
+// whole table):
 //
-//	cmd/memosrt → server (HTTP wire translation) → memosrt (this package)
-//	  → scheduler → textmem, kvcache, lora, embed → runtime (llama.cpp) and badger
+//	cmd/memosrt → server (wire translation) → memosrt (this facade) → cubeio
+//	  → pipeline → config → scheduler, conversation, modelsched
+//	  → textmem, kvcache, lora, layout → runtime (llama.cpp), datadir
 //
 // An OS is safe for concurrent use. Methods that may block take a context
 // first; after Close every method returns ErrClosed.

@@ -1,7 +1,6 @@
 package memosrt
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/memosrt/memosrt/runtime"
@@ -32,7 +31,7 @@ var (
 	// ErrTextStoreElsewhere is returned by Open without Options.TextStore
 	// on a data directory whose text tier was kept in a shared store
 	// (serve --text-store): its own holds none of those memories.
-	ErrTextStoreElsewhere = errors.New("memosrt: this data directory's memories are in a shared text store: start serve with --text-store and that store, and CLI commands on the directory go through the server (serve --text-store local serves the directory's own text tier instead)")
+	ErrTextStoreElsewhere = textmem.ErrStoreElsewhere
 	// ErrCubeExists is returned by CreateCube for a name in use; HTTP 409.
 	ErrCubeExists = textmem.ErrCubeExists
 	// ErrNotSupported is returned for what the configured backend cannot
@@ -76,44 +75,22 @@ var (
 // (given beside each constant). It is package errkind's Kind.
 type ErrorKind = errkind.Kind
 
-// The error kinds. Every sentinel error of this package and of the ones
-// below it that the server answers with a status other than 500 carries
-// one of them.
+// The error kinds (package errkind says what each means). Every sentinel
+// error of this package and of the ones below it that the server answers
+// with a status other than 500 carries one of them.
 const (
-	// KindInternal is any other failure: a bug, an I/O error, damaged
-	// data; also the kind of a nil error. HTTP 500.
-	KindInternal = errkind.Internal
-	// KindInvalid is a request wrong as it stands (a bad field, name,
-	// query, prompt or archive; *FieldError). HTTP 400.
-	KindInvalid = errkind.Invalid
-	// KindNotFound is a cube, memory, pack, adapter, model or job that
-	// does not exist (ErrUnknownCube, ErrModelNotFound). HTTP 404.
-	KindNotFound = errkind.NotFound
-	// KindConflict is a request at odds with the current state
-	// (ErrCubeExists, ErrJobState). HTTP 409.
-	KindConflict = errkind.Conflict
-	// KindBusy is a request refused because the queue is full (ErrBusy);
-	// retry after a while. HTTP 429.
-	KindBusy = errkind.Busy
-	// KindUnavailable is a request that cannot be served now (ErrClosed,
-	// ErrNoModel, the shared text store unreachable, the KV cache or the
-	// adapter budget full); retry later. HTTP 503.
-	KindUnavailable = errkind.Unavailable
-	// KindNoSpace is a write refused for lack of disk space (ErrNoSpace)
-	// or of activation tier KV budget. HTTP 507.
-	KindNoSpace = errkind.NoSpace
-	// KindTooLarge is a text over Options.MaxTextBytes. HTTP 413.
-	KindTooLarge = errkind.TooLarge
-	// KindNotSupported is what the configured backend cannot do
-	// (ErrNotSupported, tiers without a model). HTTP 501.
-	KindNotSupported = errkind.NotSupported
-	// KindUpstream is a failure or unusable answer of the upstream Ollama
-	// server or the embedder (ErrUpstream). HTTP 502.
-	KindUpstream = errkind.Upstream
-	// KindCanceled is a request whose context was canceled. HTTP 499.
-	KindCanceled = errkind.Canceled
-	// KindTimeout is a request whose context deadline passed. HTTP 504.
-	KindTimeout = errkind.Timeout
+	KindInternal     = errkind.Internal     // a bug, an I/O error, damaged data; a nil error. HTTP 500
+	KindInvalid      = errkind.Invalid      // a bad field, name, query, prompt or archive (*FieldError). HTTP 400
+	KindNotFound     = errkind.NotFound     // ErrUnknownCube, ErrModelNotFound, a memory, pack, adapter or job. HTTP 404
+	KindConflict     = errkind.Conflict     // ErrCubeExists, ErrJobState. HTTP 409
+	KindBusy         = errkind.Busy         // ErrBusy: retry after a while. HTTP 429
+	KindUnavailable  = errkind.Unavailable  // ErrClosed, ErrNoModel, a store unreachable, no cache room. HTTP 503
+	KindNoSpace      = errkind.NoSpace      // ErrNoSpace, the activation tier's KV budget. HTTP 507
+	KindTooLarge     = errkind.TooLarge     // a text over Options.MaxTextBytes. HTTP 413
+	KindNotSupported = errkind.NotSupported // ErrNotSupported, tiers without a model. HTTP 501
+	KindUpstream     = errkind.Upstream     // ErrUpstream, the embedder. HTTP 502
+	KindCanceled     = errkind.Canceled     // the caller's context canceled. HTTP 499
+	KindTimeout      = errkind.Timeout      // the caller's context deadline passed. HTTP 504
 )
 
 // KindOf returns the kind of err: that of the first error it wraps (err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/memosrt/memosrt/internal/gate"
 	"github.com/memosrt/memosrt/pipeline"
 )
 
@@ -79,19 +80,6 @@ func CheckRole(field, role string) error { return pipeline.CheckRole(field, role
 // model is shown them in later turns.
 func CallsText(content string, calls []ToolCall) string { return pipeline.CallsText(content, calls) }
 
-// call runs f as an admitted call (ErrClosed after Close) with ctx also
-// cancelled when Close gives up waiting.
-func call[T any](o *OS, ctx context.Context, f func(context.Context) (T, error)) (T, error) {
-	if err := o.enter(); err != nil {
-		var zero T
-		return zero, err
-	}
-	defer o.leave()
-	ctx, done := o.bound(ctx)
-	defer done()
-	return f(ctx)
-}
-
 // Chat runs one chat turn in req.Cube: req.Messages is the conversation,
 // the last turn usually the user's. The prompt is assembled from the tiers
 // (the cube's pack, memories retrieved for the last user turn, the
@@ -104,7 +92,7 @@ func call[T any](o *OS, ctx context.Context, f func(context.Context) (T, error))
 // ErrUnknownCube, ErrBusy, ErrNoModel, ErrClosed, lora errors for
 // adapters, ctx's error.
 func (o *OS) Chat(ctx context.Context, req Request) (*Response, error) {
-	return call(o, ctx, func(ctx context.Context) (*Response, error) { return o.p.Chat(ctx, req) })
+	return gate.Call(o.g, ctx, func(ctx context.Context) (*Response, error) { return o.p.Chat(ctx, req) })
 }
 
 // Generate completes req.Prompt: with a cube, the prompt is a user turn
@@ -112,7 +100,7 @@ func (o *OS) Chat(ctx context.Context, req Request) (*Response, error) {
 // Raw sends the prompt as is; Context continues an earlier exchange. The
 // state is not saved as a conversation pack. Errors as Chat.
 func (o *OS) Generate(ctx context.Context, req Request) (*Response, error) {
-	return call(o, ctx, func(ctx context.Context) (*Response, error) { return o.p.Generate(ctx, req) })
+	return gate.Call(o.g, ctx, func(ctx context.Context) (*Response, error) { return o.p.Generate(ctx, req) })
 }
 
 // Embed returns one vector per text with the primary model (or
@@ -132,5 +120,5 @@ func (o *OS) HasEmbedder() bool { return o.p.HasEmbedder() }
 // than MaxEmbedInputs texts, ErrModelNotFound, ErrNoModel, embed.ErrShape,
 // ErrClosed, ctx's error.
 func (o *OS) EmbedWith(ctx context.Context, model string, keep *time.Duration, texts []string) (Embedding, error) {
-	return call(o, ctx, func(ctx context.Context) (Embedding, error) { return o.p.EmbedWith(ctx, model, keep, texts) })
+	return gate.Call(o.g, ctx, func(ctx context.Context) (Embedding, error) { return o.p.EmbedWith(ctx, model, keep, texts) })
 }

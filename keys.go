@@ -18,10 +18,10 @@ type AccessKey = accesskey.Key
 // bytes, hex, after "msk_"): the token is returned once and only its
 // SHA-256 is stored. Errors: ErrUnknownCube, ErrNoSpace, storage errors.
 func (o *OS) CreateKey(ctx context.Context, cube string) (AccessKey, string, error) {
-	if err := o.enter(); err != nil {
+	if err := o.g.Enter(); err != nil {
 		return AccessKey{}, "", err
 	}
-	defer o.leave()
+	defer o.g.Leave()
 	rec, err := o.cubes.Get(ctx, cube)
 	if err != nil {
 		return AccessKey{}, "", err

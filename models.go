@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/memosrt/memosrt/config"
+	"github.com/memosrt/memosrt/internal/gate"
 	"github.com/memosrt/memosrt/pipeline"
 	"github.com/memosrt/memosrt/runtime"
 )
@@ -39,15 +40,14 @@ func DefaultOptions() Options { return config.DefaultOptions() }
 // model is in use and another would pass the budget, load errors, ctx's
 // error, ErrClosed.
 func (o *OS) Load(ctx context.Context, name string, keep *time.Duration) (ModelInfo, error) {
-	return call(o, ctx, func(ctx context.Context) (ModelInfo, error) { return o.p.Load(ctx, name, keep) })
+	return gate.Call(o.g, ctx, func(ctx context.Context) (ModelInfo, error) { return o.p.Load(ctx, name, keep) })
 }
 
 // Unload unloads model name ("" the primary) once its running requests
 // end, after saving their conversation states (Ollama's keep_alive 0). A
 // model not loaded is a no-op. Errors: ErrModelNotFound, ErrClosed.
 func (o *OS) Unload(ctx context.Context, name string) error {
-	_, err := call(o, ctx, func(ctx context.Context) (struct{}, error) { return struct{}{}, o.p.Unload(ctx, name) })
-	return err
+	return gate.Do(o.g, ctx, func(ctx context.Context) error { return o.p.Unload(ctx, name) })
 }
 
 // Models lists the models the OS serves, the primary first. Without a

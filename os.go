@@ -6,15 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"sync/atomic"
-
-	bg "github.com/dgraph-io/badger/v4"
 
 	"github.com/memosrt/memosrt/accesskey"
 	"github.com/memosrt/memosrt/conversation"
 	"github.com/memosrt/memosrt/convmem"
 	"github.com/memosrt/memosrt/datadir"
+	"github.com/memosrt/memosrt/internal/gate"
 	"github.com/memosrt/memosrt/kvcache"
 	"github.com/memosrt/memosrt/lora"
 	"github.com/memosrt/memosrt/pipeline"
@@ -45,12 +43,7 @@ type OS struct {
 	conv       *conversation.Manager              // turns, sessions, profiles, jobs, change logs
 	jobStarted func(context.Context, convmem.Job) // tests: runs when an extraction job is marked running
 
-	// mu guards closed and the Add side of inflight.
-	mu       sync.RWMutex
-	closed   bool
-	inflight sync.WaitGroup
-	base     context.Context // cancelled by Close once its deadline passes
-	cancel   context.CancelFunc
+	g *gate.Gate // admits calls until Close; its Base is cancelled when Close gives up waiting
 
 	loopDone chan struct{} // closed when the scheduler loop exits; nil without one
 	loopStop context.CancelFunc
@@ -65,8 +58,7 @@ func Open(ctx context.Context, opts Options) (*OS, error) {
 		return nil, err
 	}
 	opts = opts.WithDefaults()
-	o := &OS{opts: opts, log: opts.Logger, up: opts.Model == "" && opts.Upstream != nil}
-	o.base, o.cancel = context.WithCancel(context.Background())
+	o := &OS{opts: opts, log: opts.Logger, up: opts.Model == "" && opts.Upstream != nil, g: gate.New(ErrClosed)}
 	ok := false
 	defer func() {
 		if !ok {
@@ -82,7 +74,7 @@ func Open(ctx context.Context, opts Options) (*OS, error) {
 	now := opts.Clock.Now
 	mo := textmem.Options{Logger: opts.Logger, Now: now, Embedder: opts.Embedder, OnDelete: func(string, string) { o.Kick() },
 		OnCubeDeleted: o.cubeDeletedElsewhere, OnResync: o.resyncCubes, RequireRecord: opts.TextStore != nil}
-	if err := o.markTextStore(ctx, opts.TextStore, opts.TextStoreLocal); err != nil {
+	if err := textmem.MarkStore(ctx, o.db, opts.TextStore, opts.TextStoreLocal, o.log); err != nil {
 		return nil, err
 	}
 	be := opts.TextStore
@@ -109,7 +101,7 @@ func Open(ctx context.Context, opts Options) (*OS, error) {
 	if o.cubes, err = textmem.OpenCubes(ctx, o.mem, now); err != nil {
 		return nil, err
 	}
-	if o.p, err = pipeline.New(ctx, o.base, opts, pipeline.Deps{DB: o.db, Mem: o.mem, KV: o.kv, Reg: o.reg, Cubes: o.cubes,
+	if o.p, err = pipeline.New(ctx, o.g.Base(), opts, pipeline.Deps{DB: o.db, Mem: o.mem, KV: o.kv, Reg: o.reg, Cubes: o.cubes,
 		OnChat: o.recordChat}); err != nil {
 		return nil, err
 	}
@@ -119,7 +111,7 @@ func Open(ctx context.Context, opts Options) (*OS, error) {
 	o.p.Start(ctx)
 	if opts.Model != "" && !opts.NoScheduler {
 		o.loopDone = make(chan struct{})
-		lctx, stop := context.WithCancel(o.base)
+		lctx, stop := context.WithCancel(o.g.Base())
 		o.loopStop = stop
 		go o.loop(lctx)
 	}
@@ -147,7 +139,7 @@ func (o *OS) release() error {
 	if o.db != nil {
 		errs = append(errs, o.db.Close())
 	}
-	o.cancel()
+	o.g.Cancel()
 	return errors.Join(errs...)
 }
 
@@ -158,103 +150,17 @@ func (o *OS) release() error {
 // the data directory. Idempotent: a second Close returns nil.
 func (o *OS) Close(ctx context.Context) error {
 	o.stopConversations() // a running extraction stays running in the store: resumed at the next Open
-	o.mu.Lock()
-	if o.closed {
-		o.mu.Unlock()
+	if !o.g.Close() {
 		return nil
 	}
-	o.closed = true
-	o.mu.Unlock()
 	// the queue is answered at once; running requests go on until ctx ends
 	wait := o.p.Drain()
 	if o.loopDone != nil {
 		o.loopStop() // a running tick ends at its next batch; its job stays pending
 		<-o.loopDone
 	}
-	done := make(chan struct{})
-	go func() {
-		o.inflight.Wait()
-		wait()
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-ctx.Done():
-		o.cancel()
-		<-done
-	}
+	o.g.Wait(ctx, wait)
 	return o.release() // the pipeline writes recorded usage first
-}
-
-// enter admits a call: ErrClosed after Close. The caller defers o.leave().
-func (o *OS) enter() error {
-	o.mu.RLock()
-	defer o.mu.RUnlock()
-	if o.closed {
-		return ErrClosed
-	}
-	o.inflight.Add(1)
-	return nil
-}
-
-func (o *OS) leave() { o.inflight.Done() }
-
-// bound returns ctx, also cancelled when Close gives up waiting.
-func (o *OS) bound(ctx context.Context) (context.Context, func()) {
-	ctx, cancel := context.WithCancel(ctx)
-	stop := context.AfterFunc(o.base, cancel)
-	return ctx, func() { stop(); cancel() }
-}
-
-// keyTextStore marks a data directory whose text tier is a shared store:
-// its value names the store's kind.
-const keyTextStore = "srv/text-store"
-
-// markTextStore records in the data directory that its text tier is
-// shared (ts set), or refuses to open it without one when it was
-// (ErrTextStoreElsewhere); with ts set it also warns of memories the
-// directory's own text tier holds, which the shared one does not serve.
-func (o *OS) markTextStore(ctx context.Context, ts textmem.Backend, local bool) error {
-	db := o.db
-	var mark string
-	err := db.View(func(txn *bg.Txn) error {
-		item, err := txn.Get([]byte(keyTextStore))
-		if errors.Is(err, bg.ErrKeyNotFound) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		v, err := item.ValueCopy(nil)
-		mark = string(v)
-		return err
-	})
-	switch {
-	case err != nil:
-		return err
-	case ts == nil && mark != "" && local:
-		o.log.Warn("serving the data directory's own text tier, not the shared one it was served with", "was", mark)
-		return db.Update(func(txn *bg.Txn) error { return txn.Delete([]byte(keyTextStore)) })
-	case ts == nil && mark != "":
-		return fmt.Errorf("%w (it was served with %s)", ErrTextStoreElsewhere, mark)
-	case ts == nil:
-		return nil
-	}
-	if own, err := textmem.Cubes(ctx, textmem.NewBadgerBackend(o.db)); err == nil && len(own) > 0 {
-		o.log.Warn("the data directory's own text tier holds memories the shared text store does not serve: serve the directory with --text-store local, export each cube (GET /v1/cubes/CUBE/export) and import it (POST /v1/cubes/import) into a node of the shared store",
-			"cubes", len(own))
-	}
-	name := fmt.Sprintf("%T", ts)
-	if s, ok := ts.(fmt.Stringer); ok {
-		name = s.String()
-	}
-	if mark == name {
-		return nil
-	}
-	if mark != "" {
-		o.log.Warn("the data directory was served with another text store", "was", mark, "now", name)
-	}
-	return db.Update(func(txn *bg.Txn) error { return txn.Set([]byte(keyTextStore), []byte(name)) })
 }
 
 // TextStore returns the text tier.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/memosrt/memosrt/internal/gate"
 	"github.com/memosrt/memosrt/kvcache"
 	"github.com/memosrt/memosrt/pipeline"
 	"github.com/memosrt/memosrt/scheduler"
@@ -26,13 +27,13 @@ type (
 // Packs reports cube's packs, oldest first, and its resident state.
 // Errors: ErrClosed.
 func (o *OS) Packs(ctx context.Context, cube string) (PackStatus, error) {
-	return call(o, ctx, func(ctx context.Context) (PackStatus, error) { return o.p.Packs(ctx, cube) })
+	return gate.Call(o.g, ctx, func(ctx context.Context) (PackStatus, error) { return o.p.Packs(ctx, cube) })
 }
 
 // AllPacks lists every stored pack of every cube (labels: the cube for
 // tier packs, "conv:<cube>" for conversation packs). Errors: ErrClosed.
 func (o *OS) AllPacks(ctx context.Context) ([]kvcache.Info, error) {
-	return call(o, ctx, func(ctx context.Context) ([]kvcache.Info, error) { return o.p.AllPacks(ctx) })
+	return gate.Call(o.g, ctx, func(ctx context.Context) ([]kvcache.Info, error) { return o.p.AllPacks(ctx) })
 }
 
 // Warm puts cube's memories into the activation tier now: every memory
@@ -43,26 +44,26 @@ func (o *OS) AllPacks(ctx context.Context) ([]kvcache.Info, error) {
 // *FieldError for a cube without memories or Resident without resident
 // sequences, scheduler.ErrKVBudget, ErrNoModel, ErrClosed.
 func (o *OS) Warm(ctx context.Context, cube string, wo WarmOptions) (PackStatus, error) {
-	return call(o, ctx, func(ctx context.Context) (PackStatus, error) { return o.p.Warm(ctx, cube, wo) })
+	return gate.Call(o.g, ctx, func(ctx context.Context) (PackStatus, error) { return o.p.Warm(ctx, cube, wo) })
 }
 
 // Tiers returns cube's tier state: each memory's tier and heat, the pack
 // and its level, pending jobs, budgets, and the last limit transitions
 // (all if limit <= 0). Recorded usage is written first.
 func (o *OS) Tiers(ctx context.Context, cube string, limit int) (scheduler.CubeTiers, error) {
-	return call(o, ctx, func(ctx context.Context) (scheduler.CubeTiers, error) { return o.p.Tiers(ctx, cube, limit) })
+	return gate.Call(o.g, ctx, func(ctx context.Context) (scheduler.CubeTiers, error) { return o.p.Tiers(ctx, cube, limit) })
 }
 
 // Budgets reports every budget of the OS and its use now. Errors:
 // ErrClosed, storage errors.
 func (o *OS) Budgets(ctx context.Context) (Budgets, error) {
-	return call(o, ctx, func(ctx context.Context) (Budgets, error) { return o.p.Budgets(ctx) })
+	return gate.Call(o.g, ctx, func(ctx context.Context) (Budgets, error) { return o.p.Budgets(ctx) })
 }
 
 // Adapters lists cube's registered adapters ("" all) with whether each is
 // loaded and how many requests hold it. Errors: ErrClosed, storage errors.
 func (o *OS) Adapters(ctx context.Context, cube string) ([]AdapterStatus, error) {
-	return call(o, ctx, func(ctx context.Context) ([]AdapterStatus, error) { return o.p.Adapters(ctx, cube) })
+	return gate.Call(o.g, ctx, func(ctx context.Context) ([]AdapterStatus, error) { return o.p.Adapters(ctx, cube) })
 }
 
 // Kick asks the background loop for a tick soon (after a burst of usage, a
@@ -80,7 +81,7 @@ func (o *OS) Kick() {
 // background loop runs the same on its period. Errors: ErrNoModel, a
 // failed job's error (it stays pending), ErrClosed, ctx's error.
 func (o *OS) Tick(ctx context.Context) (scheduler.TickReport, error) {
-	return call(o, ctx, func(ctx context.Context) (scheduler.TickReport, error) {
+	return gate.Call(o.g, ctx, func(ctx context.Context) (scheduler.TickReport, error) {
 		if err := o.conv.SweepExpired(ctx); err != nil {
 			return scheduler.TickReport{}, err
 		}

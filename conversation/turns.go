@@ -3,9 +3,12 @@ package conversation
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 
 	"github.com/memosrt/memosrt/convmem"
+	"github.com/memosrt/memosrt/errkind"
+	"github.com/memosrt/memosrt/layout"
 	"github.com/memosrt/memosrt/textmem"
 )
 
@@ -137,4 +140,56 @@ func (m *Manager) materializeLater(cube string) {
 			m.log.Warn("turn memories not written (written at the next read or start)", "cube", cube, "err", err)
 		}
 	})
+}
+
+// RecordChat records a chat request's turn in cube: the last of msgs if
+// it is a user message with text, with answer unless userOnly (as
+// RecordTurns). Nothing otherwise. Errors as RecordTurns.
+func (m *Manager) RecordChat(ctx context.Context, cube string, msgs []layout.Message, answer string, userOnly bool) error {
+	if len(msgs) == 0 {
+		return nil
+	}
+	last := msgs[len(msgs)-1]
+	if last.Role != "user" || strings.TrimSpace(last.Content) == "" {
+		return nil
+	}
+	t := convmem.Turn{User: last.Content}
+	if !userOnly {
+		t.Assistant = answer
+	}
+	_, err := m.RecordTurns(ctx, cube, []convmem.Turn{t})
+	return err
+}
+
+// TurnsOf pairs msgs into turns: each user message with the assistant
+// message after it; system and tool messages, and messages without text,
+// are left out. Errors: *errkind.FieldError for no messages, a bad role
+// (layout.CheckRole) or no user or assistant message with text.
+func TurnsOf(msgs []layout.Message) ([]convmem.Turn, error) {
+	if len(msgs) == 0 {
+		return nil, &errkind.FieldError{Field: "messages", Msg: "at least one message is required"}
+	}
+	var turns []convmem.Turn
+	for i, m := range msgs {
+		if err := layout.CheckRole(fmt.Sprintf("messages[%d].role", i), m.Role); err != nil {
+			return nil, err
+		}
+		if strings.TrimSpace(m.Content) == "" {
+			continue
+		}
+		switch m.Role {
+		case "user":
+			turns = append(turns, convmem.Turn{User: m.Content})
+		case "assistant":
+			if n := len(turns); n > 0 && turns[n-1].Assistant == "" {
+				turns[n-1].Assistant = m.Content
+			} else {
+				turns = append(turns, convmem.Turn{Assistant: m.Content})
+			}
+		}
+	}
+	if len(turns) == 0 {
+		return nil, &errkind.FieldError{Field: "messages", Msg: "no user or assistant message has text"}
+	}
+	return turns, nil
 }

@@ -2,8 +2,10 @@ package layout
 
 import (
 	"context"
+	"fmt"
 	"strings"
 
+	"github.com/memosrt/memosrt/errkind"
 	"github.com/memosrt/memosrt/runtime"
 	"github.com/memosrt/memosrt/runtime/llama"
 	"github.com/memosrt/memosrt/textmem"
@@ -100,6 +102,16 @@ func (l *Layout) Template() string { return l.tmpl }
 type Message struct {
 	Role    string // "system", "user", "assistant", "tool"
 	Content string
+}
+
+// CheckRole refuses a message role other than system, user, assistant
+// or tool with a *errkind.FieldError naming field.
+func CheckRole(field, role string) error {
+	switch role {
+	case "system", "user", "assistant", "tool":
+		return nil
+	}
+	return &errkind.FieldError{Field: field, Msg: fmt.Sprintf("unknown role %q (want system, user, assistant or tool)", role)}
 }
 
 // Input is what a prompt is assembled from.

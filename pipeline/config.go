@@ -1,6 +1,9 @@
 package pipeline
 
-import "github.com/memosrt/memosrt/config"
+import (
+	"github.com/memosrt/memosrt/config"
+	"github.com/memosrt/memosrt/modelsched"
+)
 
 type (
 	// Options configure the pipeline: package config's, as package
@@ -10,4 +13,8 @@ type (
 	ModelSpec = config.ModelSpec
 	// UpstreamOptions configure the text-only upstream backend.
 	UpstreamOptions = config.UpstreamOptions
+	// ModelInfo describes a served model.
+	ModelInfo = modelsched.ModelInfo
+	// ModelState is a served model and whether it is loaded now.
+	ModelState = modelsched.ModelState
 )

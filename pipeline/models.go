@@ -18,21 +18,6 @@ import (
 	"github.com/memosrt/memosrt/runtime/slots"
 )
 
-// ModelState is a model the OS serves and whether it is loaded now.
-type ModelState struct {
-	ModelInfo
-	// Primary: Options.Model, the model the tier scheduler builds the
-	// activation tier for (tier packs, resident packs). Other models
-	// restore and store their own conversation packs only.
-	Primary bool `json:"primary"`
-	Loaded  bool `json:"loaded"`
-	// Busy is the requests using it now.
-	Busy int `json:"busy"`
-	// ExpiresAt is when an idle loaded model is unloaded (keep-alive after
-	// its last request); zero: never (keep-alive negative or unset).
-	ExpiresAt time.Time `json:"expires_at"`
-}
-
 // model is one model the OS serves: the primary (Options.Model) or one of
 // Options.Models. Its engine and everything bound to it (loaded) come and
 // go with keep-alive and the RAM budget (package modelsched).
@@ -311,7 +296,7 @@ func (p *Pipeline) loadModel(ctx context.Context, m *model) (*loaded, error) {
 	if !m.Primary {
 		lay.ChatTemplate = "" // the override is the primary's; others use their own
 	}
-	l.info = engineModelInfo(l.eng, m.Path, name, lay.ChatTemplate, time.Since(start))
+	l.info = modelsched.EngineInfo(l.eng, m.Path, name, lay.ChatTemplate, time.Since(start))
 	if l.man, err = lora.NewManager(l.eng.Model(), m.Path, p.reg, lora.Options{MaxBytes: opts.AdapterBytes,
 		Detach: l.eng.DetachAdapter, Logger: opts.Logger}); err != nil {
 		return nil, err

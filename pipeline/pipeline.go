@@ -196,82 +196,171 @@ func (p *Pipeline) truncate(ctx context.Context, l *loaded, req *Request, fit in
 	return r, nil
 }
 
-// do is the one request pipeline: check, assemble from the tiers, choose
-// the KV source, restore, decode, persist, record usage.
+// turn is one request's state as it goes through the stages of do; each
+// stage reads what the ones before it set. Its deferred releases (the
+// model reference, the adapter lease, the slot, the foreground mark) run
+// in reverse order when do returns.
+type turn struct {
+	ctx   context.Context
+	req   *Request
+	chat  bool
+	start time.Time // for TTFT: Request.Start or the call
+
+	// validate
+	grammar string       // the tool-call grammar, "" for none
+	gen     uint64       // the cube's deletion count when the turn began
+	cube    textmem.Cube // its record (the zero Cube without one)
+	// assemble
+	l      *loaded
+	r      rendered
+	limit  int // the context this turn may fill, tokens
+	maxTok int // generated tokens at most
+	sp     Sampling
+	// admit
+	ad    adapterSet
+	scope string // slots.Slot scope: cube, deletion count, adapters
+	sl    *slots.Slot
+	slotN int // prompt tokens the slot holds already
+	// KV source
+	src kvSource
+	// decode
+	held int // tokens the sequence holds afterwards
+
+	out     *Response
+	release []func()
+}
+
+// onDone adds f to what runs when the turn ends (in reverse order).
+func (t *turn) onDone(f func()) { t.release = append(t.release, f) }
+
+// do is the one request pipeline: every chat turn and completion goes
+// through its stages in order (validate, assemble, admit, KV source,
+// decode, persist, record); with Options.Upstream, validate and then the
+// upstream backend, which assembles the same prompt.
 func (p *Pipeline) do(ctx context.Context, req *Request, chat bool) (*Response, error) {
-	start := req.Start
-	if start.IsZero() {
-		start = time.Now()
+	t := &turn{ctx: ctx, req: req, chat: chat, start: req.Start}
+	if t.start.IsZero() {
+		t.start = time.Now()
 	}
-	if err := checkOptions(req); err != nil {
+	defer func() {
+		for i := len(t.release) - 1; i >= 0; i-- {
+			t.release[i]()
+		}
+	}()
+	if err := p.validate(t); err != nil {
 		return nil, err
 	}
-	for i, m := range req.Messages {
-		if err := CheckRole(fmt.Sprintf("messages[%d].role", i), m.Role); err != nil {
+	if p.up != nil {
+		return p.upstreamTurn(t)
+	}
+	if err := p.assemble(t); err != nil {
+		return nil, err
+	}
+	if req.RenderOnly {
+		return t.out, nil
+	}
+	for _, stage := range []func(*turn) error{p.admit, p.kvSource} {
+		if err := stage(t); err != nil {
 			return nil, err
 		}
 	}
+	if err := p.decode(t); err != nil {
+		t.out.Usage.TotalDuration = time.Since(t.start)
+		return t.out, err
+	}
+	p.persistTurn(t)
+	p.record(t)
+	t.out.Usage.TotalDuration = time.Since(t.start)
+	return t.out, nil
+}
+
+// validate checks the request and its cube: sampling options, roles,
+// record mode, tools (their grammar), a prompt for a completion.
+func (p *Pipeline) validate(t *turn) error {
+	req := t.req
+	if err := checkOptions(req); err != nil {
+		return err
+	}
+	for i, m := range req.Messages {
+		if err := CheckRole(fmt.Sprintf("messages[%d].role", i), m.Role); err != nil {
+			return err
+		}
+	}
 	if _, err := ParseRecordMode("record", string(req.Record)); err != nil {
-		return nil, err
+		return err
 	}
-	toolGrammar, err := req.toolSpec().Grammar()
+	var err error
+	if t.grammar, err = req.toolSpec().Grammar(); err != nil {
+		return err
+	}
+	t.gen = p.gen(req.Cube) // before the cube check: a delete after it is seen
+	if t.cube, err = p.cubeOf(t.ctx, req.Cube); err != nil {
+		return err
+	}
+	if !t.chat && req.Prompt == "" && len(req.Context) == 0 {
+		return badField("prompt", "empty prompt")
+	}
+	return nil
+}
+
+// upstreamTurn answers through the upstream Ollama (no KV state, no
+// adapters), recording as the llama path records: after a complete
+// answer.
+func (p *Pipeline) upstreamTurn(t *turn) (*Response, error) {
+	req := t.req
+	if len(req.Tools) > 0 {
+		return nil, badField("tools", "tools are not supported with the ollama backend")
+	}
+	res, used, err := p.up.generate(t.ctx, req, t.start)
 	if err != nil {
-		return nil, err
+		return res, err
 	}
-	gen := p.gen(req.Cube) // before the cube check: a delete after it is seen
-	cube, err := p.cubeOf(ctx, req.Cube)
-	if err != nil {
-		return nil, err
+	if used != nil && !req.NoUsage {
+		p.recordUse(req.Cube, *used)
 	}
-	if !chat && req.Prompt == "" && len(req.Context) == 0 {
-		return nil, badField("prompt", "empty prompt")
+	if t.chat {
+		p.chatDone(t.ctx, req, t.cube, res.Text)
 	}
-	if p.up != nil {
-		if len(req.Tools) > 0 {
-			return nil, badField("tools", "tools are not supported with the ollama backend")
-		}
-		res, used, err := p.up.generate(ctx, req, start)
-		if err != nil {
-			return res, err
-		}
-		// recorded where the llama path records: after a complete answer
-		if used != nil && !req.NoUsage {
-			p.recordUse(req.Cube, *used)
-		}
-		if chat {
-			p.chatDone(ctx, req, cube, res.Text)
-		}
-		return res, nil
-	}
+	return res, nil
+}
+
+// assemble takes the model (loading it if needed) and renders the prompt
+// from the tiers, fitted to the context: the oldest turns dropped for a
+// chat (as Ollama's chatPrompt), then retrieval, then the pack; and sets
+// the generation budget and the sampler.
+func (p *Pipeline) assemble(t *turn) error {
+	req, ctx := t.req, t.ctx
 	asked := time.Now()
 	l, release, err := p.use(ctx, req.Model, req.KeepAlive)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	defer release()
+	t.l = l
+	t.onDone(release)
 	// getting the loaded model: its load, a wait for another request's
 	// load, or finding it loaded; always reported, as Ollama's
 	// load_duration (its scheduler's checkpointLoaded - checkpointStart)
 	loadTime := max(time.Since(asked), time.Nanosecond)
 	r, err := p.render(ctx, l, req)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	out := &Response{PackMemories: len(r.prompt.Pack), Retrieved: len(r.prompt.Retrieved)}
 	out.Usage.PromptTokens, out.Usage.LoadDuration = len(r.toks), loadTime
+	t.out = out
 	if req.RenderOnly {
 		out.Rendered = r.text
-		return out, nil
+		return nil
 	}
 	limit := l.eng.NCtx()
 	if req.NumCtx > 0 && req.NumCtx < limit {
 		limit = req.NumCtx // served by the loaded context: no reload
 	}
-	if chat && len(r.toks) > limit-minBudget && len(req.Messages) > 1 {
+	if t.chat && len(r.toks) > limit-minBudget && len(req.Messages) > 1 {
 		// as Ollama's chatPrompt: drop the oldest turns (system turns stay,
 		// the last turn always) until the prompt fits
 		if r, err = p.truncate(ctx, l, req, limit-minBudget); err != nil {
-			return nil, err
+			return err
 		}
 		out.PackMemories, out.Retrieved = len(r.prompt.Pack), len(r.prompt.Retrieved)
 	}
@@ -280,7 +369,7 @@ func (p *Pipeline) do(ctx context.Context, req *Request, chat bool) (*Response, 
 		// then without the pack, rather than refuse the turn
 		for _, drop := range []dropMemories{dropRetrieved, dropAll} {
 			if r, err = p.renderWith(ctx, l, req, drop); err != nil {
-				return nil, err
+				return err
 			}
 			if len(r.toks) <= limit-minBudget {
 				break
@@ -291,15 +380,15 @@ func (p *Pipeline) do(ctx context.Context, req *Request, chat bool) (*Response, 
 	toks := r.toks
 	out.Usage.PromptTokens = len(toks)
 	if len(toks) == 0 {
-		return nil, badField(promptField(req), "empty prompt")
+		return badField(promptField(req), "empty prompt")
 	}
 	if len(toks) >= limit {
-		return nil, badField(promptField(req), "prompt is %d tokens, context is %d (num_ctx %d, loaded n_ctx %d)", len(toks), limit, req.NumCtx, l.eng.NCtx())
+		return badField(promptField(req), "prompt is %d tokens, context is %d (num_ctx %d, loaded n_ctx %d)", len(toks), limit, req.NumCtx, l.eng.NCtx())
 	}
 	maxTok := req.NumPredict
 	switch {
 	case maxTok < -2:
-		return nil, badField("options.num_predict", "%d < -2 (-1: no cap, -2: fill the context, 0: the server default)", maxTok)
+		return badField("options.num_predict", "%d < -2 (-1: no cap, -2: fill the context, 0: the server default)", maxTok)
 	case maxTok == 0:
 		maxTok = p.opts.DefaultNumPredict
 	}
@@ -307,8 +396,8 @@ func (p *Pipeline) do(ctx context.Context, req *Request, chat bool) (*Response, 
 		maxTok = limit - len(toks)
 	}
 	sp := req.Sampling
-	if toolGrammar != "" {
-		sp.Grammar = toolGrammar
+	if t.grammar != "" {
+		sp.Grammar = t.grammar
 	}
 	switch {
 	case sp.RepeatLastN == -1:
@@ -319,61 +408,86 @@ func (p *Pipeline) do(ctx context.Context, req *Request, chat bool) (*Response, 
 		// an uncapped 1e9 cost 4 GB of RSS per request
 		sp.RepeatLastN = limit
 	case sp.RepeatLastN < -1:
-		return nil, badField("options.repeat_last_n", "%d < -1 (-1: num_ctx, 0: 64)", sp.RepeatLastN)
+		return badField("options.repeat_last_n", "%d < -1 (-1: num_ctx, 0: 64)", sp.RepeatLastN)
 	}
-	ad, err := p.adapters(ctx, l, req.Cube, req.Adapters)
+	t.r, t.limit, t.maxTok, t.sp = r, limit, maxTok, sp
+	return nil
+}
+
+// admit leases the adapters, takes a request slot (background work: an
+// idle one or none) and admits the turn's KV cells: the prompt plus the
+// generation budget, at least a few tokens of it (idle slots give their
+// cells back first).
+func (p *Pipeline) admit(t *turn) error {
+	req, l, toks := t.req, t.l, t.r.toks
+	ad, err := p.adapters(t.ctx, l, req.Cube, req.Adapters)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	defer ad.release()
-	out.Adapters = ad.key
-	scope := scopeOf(req.Cube, gen, ad.key)
-	var sl *slots.Slot
-	var slotN int
+	t.ad = ad
+	t.onDone(ad.release)
+	t.out.Adapters = ad.key
+	t.scope = scopeOf(req.Cube, t.gen, ad.key)
 	if req.background {
 		// background work takes an idle slot or none, and gives it up to
 		// the first foreground request that finds no free one
 		var cancel context.CancelCauseFunc
-		ctx, cancel = context.WithCancelCause(ctx)
-		defer cancel(nil)
-		sl, slotN, err = l.pool.AcquireBackground(toks, scope, cancel)
+		t.ctx, cancel = context.WithCancelCause(t.ctx)
+		t.onDone(func() { cancel(nil) })
+		t.sl, t.slotN, err = l.pool.AcquireBackground(toks, t.scope, cancel)
 	} else {
-		sl, slotN, err = l.pool.Acquire(ctx, toks, scope)
+		t.sl, t.slotN, err = l.pool.Acquire(t.ctx, toks, t.scope)
 	}
 	if err != nil {
-		return nil, err
+		return err
 	}
-	defer l.pool.Release(sl)
+	sl := t.sl
+	t.onDone(func() { l.pool.Release(sl) })
 	l.forgetUnsaved(sl)
-	// KV admission: the prompt plus the generation budget, at least a few
-	// tokens of it; idle slots give their cells back first
-	got, err := l.pool.Admit(ctx, sl, len(toks)+min(maxTok, minBudget), len(toks)+maxTok, l.eng.NCtx(), l.res, l.clearSeq)
+	got, err := l.pool.Admit(t.ctx, sl, len(toks)+min(t.maxTok, minBudget), len(toks)+t.maxTok, l.eng.NCtx(), l.res, l.clearSeq)
 	if err != nil {
 		if errors.Is(err, slots.ErrNoRoom) {
-			return nil, badField(promptField(req), "%v (prompt %d tokens)", err, len(toks))
+			return badField(promptField(req), "%v (prompt %d tokens)", err, len(toks))
 		}
-		return nil, err
+		return err
 	}
-	maxTok = got - len(toks)
-	slotN = l.pool.CachedAfterAdmit(sl, slotN) // 0 if emptied for the request first in line
+	t.maxTok = got - len(toks)
+	t.slotN = l.pool.CachedAfterAdmit(sl, t.slotN) // 0 if emptied for the request first in line
 	// restore and generate ahead of background work; not while waiting for
 	// cells above: a tier job holding cells must be able to finish
 	if !req.background {
-		defer l.eng.BeginForeground()()
+		t.onDone(l.eng.BeginForeground())
 	}
-	src, err := p.prepare(ctx, l, sl, toks, slotN, req.Cube, ad, req.NoCache)
-	sl.SetScope(scope)
+	return nil
+}
+
+// kvSource puts the longest cached prefix of the prompt into the slot's
+// sequence (prepare); a failure leaves the sequence empty.
+func (p *Pipeline) kvSource(t *turn) error {
+	l, sl, toks := t.l, t.sl, t.r.toks
+	src, err := p.prepare(t.ctx, l, sl, toks, t.slotN, t.req.Cube, t.ad, t.req.NoCache)
+	sl.SetScope(t.scope)
 	if err != nil {
 		l.eng.ClearSeq(sl.Seq) // whatever a failed restore or share left
 		l.pool.Hold(sl, nil)
-		return nil, err
+		return err
 	}
 	l.pool.Hold(sl, toks[:src.npast]) // what the sequence holds now (cells counted by admissions)
+	t.src = src
+	out := t.out
 	out.CacheSource, out.PackID, out.Usage.RestoreTime = src.source, src.packID, src.restore
 	if src.refused != nil {
 		out.Refused = src.refused.Error()
 		p.fallbacks.Add(1)
 	}
+	return nil
+}
+
+// decode prefills the rest of the prompt and generates, streaming text
+// (tool calls held back) to Request.OnText; the slot then holds what the
+// sequence holds. On an error t.out reports what was generated.
+func (p *Pipeline) decode(t *turn) error {
+	req, l, sl, toks, out := t.req, t.l, t.sl, t.r.toks, t.out
 	onText := req.OnText
 	var calls *toolcall.Filter
 	if req.toolsOn() && onText != nil {
@@ -381,10 +495,10 @@ func (p *Pipeline) do(ctx context.Context, req *Request, chat bool) (*Response, 
 		onText = calls.OnText
 	}
 	var res runtime.Result
-	gerr := runtime.Stream(ctx, onText, func(ctx context.Context, onText func(string) error) error {
+	gerr := runtime.Stream(t.ctx, onText, func(ctx context.Context, onText func(string) error) error {
 		var err error
-		res, err = l.eng.Generate(ctx, runtime.Request{Seq: sl.Seq, Tokens: toks, NPast: src.npast, Sampling: sp, Background: req.background,
-			MaxTokens: maxTok, Stop: req.Stop, OnText: onText, Start: start, Adapters: ad.refs})
+		res, err = l.eng.Generate(ctx, runtime.Request{Seq: sl.Seq, Tokens: toks, NPast: t.src.npast, Sampling: t.sp, Background: req.background,
+			MaxTokens: t.maxTok, Stop: req.Stop, OnText: onText, Start: t.start, Adapters: t.ad.refs})
 		return err
 	})
 	out.Text, out.DoneReason = res.Text, res.DoneReason
@@ -392,38 +506,45 @@ func (p *Pipeline) do(ctx context.Context, req *Request, chat bool) (*Response, 
 	out.Usage.TTFT, out.Usage.PromptDuration, out.Usage.EvalDuration = res.TTFT, res.PrefillTime, res.EvalTime
 	// what the sequence holds now: a prefix of prompt + generated tokens
 	all := append(slices.Clip(toks), res.Tokens...)
-	held := l.eng.SeqLen(sl.Seq)
-	if held > len(all) {
+	t.held = l.eng.SeqLen(sl.Seq)
+	if t.held > len(all) {
 		l.eng.ClearSeq(sl.Seq)
-		held = 0
+		t.held = 0
 	}
-	l.pool.Hold(sl, all[:held])
+	l.pool.Hold(sl, all[:t.held])
 	out.Context = slices.Clone(sl.Toks())
 	if gerr != nil {
-		out.Usage.TotalDuration = time.Since(start)
-		return out, gerr
+		return gerr
 	}
 	if req.toolsOn() {
 		if tc, ok := toolcall.Parse(out.Text); ok {
 			out.ToolCalls, out.Text = tc, ""
 		} else if calls != nil && calls.Held() != "" {
 			// prose after all, or calls cut short: the client gets the text
-			if err := req.OnText(calls.Held()); err != nil {
-				return out, err
-			}
+			return req.OnText(calls.Held())
 		}
 	}
-	if chat && !req.NoPersist && !p.opts.NoPersist && held >= p.opts.MinPersistTokens {
-		p.persist(l, sl, req.Cube, gen, src.prev, ad)
+	return nil
+}
+
+// persistTurn saves a chat turn's KV state as a conversation pack in the
+// background (persist), unless the request or Options say not to or the
+// state is shorter than MinPersistTokens.
+func (p *Pipeline) persistTurn(t *turn) {
+	if t.chat && !t.req.NoPersist && !p.opts.NoPersist && t.held >= p.opts.MinPersistTokens {
+		p.persist(t.l, t.sl, t.req.Cube, t.gen, t.src.prev, t.ad)
 	}
-	if req.Cube != "" && !req.NoUsage {
-		p.recordUse(req.Cube, r.prompt)
+}
+
+// record counts the memories the prompt carried towards their heat and
+// hands an answered chat turn to the OnChat hook.
+func (p *Pipeline) record(t *turn) {
+	if t.req.Cube != "" && !t.req.NoUsage {
+		p.recordUse(t.req.Cube, t.r.prompt)
 	}
-	if chat {
-		p.chatDone(ctx, req, cube, out.Text)
+	if t.chat {
+		p.chatDone(t.ctx, t.req, t.cube, t.out.Text)
 	}
-	out.Usage.TotalDuration = time.Since(start)
-	return out, nil
 }
 
 // minBudget is the fewest generated tokens a request is admitted with

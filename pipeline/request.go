@@ -126,14 +126,8 @@ func ParseRecordMode(field, v string) (RecordMode, error) {
 }
 
 // CheckRole refuses a message role other than system, user, assistant
-// or tool with a *FieldError naming field.
-func CheckRole(field, role string) error {
-	switch role {
-	case "system", "user", "assistant", "tool":
-		return nil
-	}
-	return badField(field, "unknown role %q (want system, user, assistant or tool)", role)
-}
+// or tool with a *FieldError naming field (layout.CheckRole).
+func CheckRole(field, role string) error { return layout.CheckRole(field, role) }
 
 // Usage are a generation's token counts and timings.
 type Usage struct {

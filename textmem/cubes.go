@@ -138,3 +138,36 @@ func (c *CubeRegistry) List(ctx context.Context) ([]Cube, error) {
 func (c *CubeRegistry) Remove(ctx context.Context, name string) error {
 	return c.be.DeleteRecord(ctx, name)
 }
+
+// Add adds m to cube as Store.AddOutcome does, making the cube's record
+// first if it has none: a shared store checks the record inside the add's
+// transaction (Options.RequireRecord), and an error answered never leaves
+// the memory stored (a record made after the add could meet a disk filled
+// meanwhile). Refused input leaves no empty cube behind. Errors as
+// Create (but ErrCubeExists) and Store.AddOutcome.
+func (c *CubeRegistry) Add(ctx context.Context, cube string, m Memory) (Memory, AddOutcome, error) {
+	_, err := c.Create(ctx, Cube{Name: cube})
+	created := err == nil
+	if err != nil && !errors.Is(err, ErrCubeExists) {
+		return m, Added, err
+	}
+	got, how, err := c.store.AddOutcome(ctx, cube, m)
+	if err != nil && created && !errors.Is(err, ErrUnavailable) {
+		if l, lerr := c.store.List(ctx, cube); lerr == nil && len(l) == 0 {
+			_ = c.Remove(ctx, cube)
+		}
+	}
+	return got, how, err
+}
+
+// Ensure makes cube's record unless it has one. Errors: ErrBadCube,
+// storage errors.
+func (c *CubeRegistry) Ensure(ctx context.Context, cube string) error {
+	if !ValidCube(cube) {
+		return fmt.Errorf("%w: %q", ErrBadCube, cube)
+	}
+	if _, err := c.Create(ctx, Cube{Name: cube}); err != nil && !errors.Is(err, ErrCubeExists) {
+		return err
+	}
+	return nil
+}

@@ -25,7 +25,7 @@ var layers = [][]string{
 	// the error kinds every package's sentinels carry
 	{"errkind"},
 	// leaves: no package of ours but errkind
-	{"internal/defaults", "internal/atomicfile", "internal/half", "internal/safepath", "internal/sealed", "internal/stats",
+	{"internal/defaults", "internal/gate", "internal/atomicfile", "internal/half", "internal/safepath", "internal/sealed", "internal/stats",
 		"runtime/grammar", "embed", "datadir",
 		// test helpers: imported by _test.go files only (checked below)
 		"internal/testutil", "internal/testmodels", "internal/testfs", "internal/lint"},
@@ -45,6 +45,8 @@ var layers = [][]string{
 	// the request pipeline: the served models, the request stages, the
 	// conversation packs, the resident level
 	{"pipeline"},
+	// what touches every tier of a cube: delete, resync, export, import
+	{"cubeops"},
 	// the facade an app embeds
 	{""},
 	// wire translation; benchmarks over the facade
@@ -97,6 +99,8 @@ var hooks = map[string]string{
 	"modelsched.Options.Loaded":            "attaches the tier scheduler to a loaded primary",
 	"pipeline.Deps.OnChat":                 "records an answered chat turn (the facade's conversations)",
 	"pipeline.Request.OnText":              "streams generated text to the caller",
+	"cubeops.Stores.Now":                   "clock (the facade's)",
+	"cubeops.Stores.AfterTextDelete":       "failpoint between a cube's text delete and the rest (tests)",
 }
 
 // pkgFiles is one package directory's non-test Go files, parsed.

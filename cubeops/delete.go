@@ -1,0 +1,78 @@
+package cubeops
+
+import (
+	"context"
+	"errors"
+	"slices"
+
+	"github.com/memosrt/memosrt/textmem"
+)
+
+// Delete removes cube and everything derived from it: memories and their
+// vectors (the text tier), packs, tier state, resident state, pooled
+// sequences' reuse (pipeline.Pipeline.DropCube), access keys, and the
+// record. Errors: textmem.ErrUnknownCube, storage errors (repeat the call:
+// a delete cut short leaves part of the cube).
+func Delete(ctx context.Context, o Stores, cube string) error {
+	if _, err := o.Cubes.Get(ctx, cube); err != nil {
+		return err
+	}
+	if err := o.Mem.DeleteCube(ctx, cube); err != nil {
+		return err
+	}
+	if o.AfterTextDelete != nil {
+		o.AfterTextDelete(cube)
+	}
+	if err := Drop(ctx, o, cube); err != nil {
+		return err
+	}
+	if o.Shared {
+		// the shared store took the record with the texts, in one
+		// transaction; removing it again would hide a memory another node
+		// added since (its add made the record anew)
+		return nil
+	}
+	return o.Cubes.Remove(ctx, cube)
+}
+
+// Drop deletes what this node derived from cube, after its memories are
+// deleted (here, or by another node sharing the text store): the
+// pipeline's state of it and its access keys.
+func Drop(ctx context.Context, o Stores, cube string) error {
+	if err := o.Pipeline.DropCube(ctx, cube); err != nil {
+		return err
+	}
+	return o.Keys.DeleteCube(cube)
+}
+
+// Resync drops this node's state of every cube the shared text store no
+// longer has a record of (deleted by another node while this one did not
+// hear it: down, or its listening connection lost), and the packs of a
+// cube made again under the same name since. A store that does not
+// answer leaves the state as it is; failures are logged.
+func Resync(ctx context.Context, o Stores) {
+	names, err := o.Keys.Cubes()
+	if err != nil {
+		o.Log.Warn("resync of cubes: access keys", "err", err)
+	}
+	for _, c := range o.Pipeline.PackCubes() {
+		if !slices.Contains(names, c) {
+			names = append(names, c)
+		}
+	}
+	for _, c := range names {
+		rec, err := o.Cubes.Get(ctx, c)
+		if err == nil {
+			// made again under the same name since: this node's packs of
+			// the one before are another cube's
+			o.Pipeline.DropPacksBefore(c, rec.Created)
+		}
+		if !errors.Is(err, textmem.ErrUnknownCube) {
+			continue
+		}
+		o.Log.Info("dropping a cube deleted on another node", "cube", c)
+		if err := Drop(ctx, o, c); err != nil {
+			o.Log.Warn("dropping a cube deleted on another node", "cube", c, "err", err)
+		}
+	}
+}
