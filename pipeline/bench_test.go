@@ -37,7 +37,7 @@ func BenchmarkPipelineOverhead(b *testing.B) {
 	o := newTest(b, opts)
 	eng := o.Engine()
 	for _, text := range []string{"Lily has a dog named Max.", "Max likes to run in the park.", "Lily's favourite food is apple pie."} {
-		if _, err := o.mem.Add(ctx, "c", textmem.Memory{Text: text}); err != nil {
+		if _, _, err := o.cubes.Add(ctx, "c", textmem.Memory{Text: text}); err != nil {
 			b.Fatal(err)
 		}
 	}
