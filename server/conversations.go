@@ -6,6 +6,7 @@ import (
 
 	"github.com/memosrt/memosrt"
 	"github.com/memosrt/memosrt/convmem"
+	"github.com/memosrt/memosrt/server/wire"
 )
 
 // The conversation memory API (package conversation over
@@ -35,7 +36,7 @@ func (s *Server) handleMessagesAdd(w http.ResponseWriter, r *http.Request) {
 	var req messagesRequest
 	cube, err := s.pathCubeName(r)
 	if err == nil {
-		err = decodeStrict(r, &req)
+		err = wire.DecodeStrict(r, &req)
 	}
 	if err != nil {
 		s.writeError(w, r, err)
@@ -55,10 +56,10 @@ func (s *Server) handleMessagesAdd(w http.ResponseWriter, r *http.Request) {
 		turns = []convmem.Turn{}
 	}
 	if noExtract {
-		writeJSON(w, http.StatusOK, map[string]any{"turns": turns})
+		wire.WriteJSON(w, http.StatusOK, map[string]any{"turns": turns})
 		return
 	}
-	writeJSON(w, http.StatusAccepted, map[string]any{"job": job, "turns": turns})
+	wire.WriteJSON(w, http.StatusAccepted, map[string]any{"job": job, "turns": turns})
 }
 
 // handleJobs answers GET /v1/cubes/{cube}/jobs: {"jobs"}, oldest first.
@@ -87,19 +88,8 @@ func (s *Server) handleJobUndo(w http.ResponseWriter, r *http.Request) {
 func (s *Server) handleProfile(w http.ResponseWriter, r *http.Request) {
 	answerCube(s, w, r, func(ctx context.Context, cube string) (convmem.Profile, error) {
 		p, err := s.os.Profile(ctx, cube)
-		return wireProfile(p), err
+		return wire.Profile(p), err
 	})
-}
-
-// wireProfile is p with empty lists as [] rather than null.
-func wireProfile(p convmem.Profile) convmem.Profile {
-	if p.Facts == nil {
-		p.Facts = []convmem.ProfileItem{}
-	}
-	if p.Knowledge == nil {
-		p.Knowledge = []convmem.ProfileItem{}
-	}
-	return p
 }
 
 // handleTurns answers GET /v1/cubes/{cube}/turns: {"turns"}, the
@@ -135,7 +125,7 @@ func answerCube[T any](s *Server, w http.ResponseWriter, r *http.Request, get fu
 		s.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, v)
+	wire.WriteJSON(w, http.StatusOK, v)
 }
 
 // listed wraps a cube's list as {key: list}, an empty list as [] rather

@@ -18,6 +18,7 @@ import (
 	"github.com/memosrt/memosrt"
 	"github.com/memosrt/memosrt/convmem"
 	"github.com/memosrt/memosrt/scheduler"
+	"github.com/memosrt/memosrt/server/wire"
 	"github.com/memosrt/memosrt/textmem"
 )
 
@@ -147,11 +148,11 @@ func (t *mcpTools) resolve(ctx context.Context, c mcpCall, arg string, exist boo
 	}
 	switch {
 	case cube == "":
-		return "", badField("cube", "no cube: give the cube argument (no default cube on this connection)")
+		return "", wire.BadField("cube", "no cube: give the cube argument (no default cube on this connection)")
 	case !textmem.ValidCube(cube):
-		return "", badField("cube", "%q is not a cube name (1..64 of [A-Za-z0-9._-], not . or ..)", cube)
+		return "", wire.BadField("cube", "%q is not a cube name (1..64 of [A-Za-z0-9._-], not . or ..)", cube)
 	case c.scope != "" && cube != c.scope:
-		return "", fmt.Errorf("%w: cube %q is not allowed (the key is for %q)", errForbidden, cube, c.scope)
+		return "", fmt.Errorf("%w: cube %q is not allowed (the key is for %q)", wire.ErrForbidden, cube, c.scope)
 	}
 	if exist {
 		if _, err := t.os.Cube(ctx, cube); err != nil {
@@ -189,7 +190,7 @@ func (t *mcpTools) addMemory(ctx context.Context, c mcpCall, in mcpAddIn) (*mcp.
 		return nil, mcpMemory{}, err
 	}
 	if strings.TrimSpace(in.Text) == "" {
-		return nil, mcpMemory{}, badField("text", "empty text")
+		return nil, mcpMemory{}, wire.BadField("text", "empty text")
 	}
 	m, err := t.os.AddMemory(ctx, cube, textmem.Memory{Text: in.Text, Tags: in.Tags})
 	if err != nil {
@@ -225,9 +226,9 @@ func (t *mcpTools) searchMemory(ctx context.Context, c mcpCall, in mcpSearchIn) 
 	switch {
 	case err != nil:
 	case strings.TrimSpace(in.Query) == "":
-		err = badField("query", "empty query")
+		err = wire.BadField("query", "empty query")
 	case in.K < 0 || in.K > mcpMaxK:
-		err = badField("k", "%d is outside [0, %d]", in.K, mcpMaxK)
+		err = wire.BadField("k", "%d is outside [0, %d]", in.K, mcpMaxK)
 	}
 	if err != nil {
 		return nil, out, err
@@ -262,7 +263,7 @@ func (t *mcpTools) listMemories(ctx context.Context, c mcpCall, in mcpListIn) (*
 	out := mcpListOut{Memories: []mcpMemory{}}
 	cube, err := t.resolve(ctx, c, in.Cube, true)
 	if err == nil && (in.Limit < 0 || in.Limit > mcpMaxLimit) {
-		err = badField("limit", "%d is outside [0, %d]", in.Limit, mcpMaxLimit)
+		err = wire.BadField("limit", "%d is outside [0, %d]", in.Limit, mcpMaxLimit)
 	}
 	if err != nil {
 		return nil, out, err
@@ -296,7 +297,7 @@ type mcpDeleteOut struct {
 func (t *mcpTools) deleteMemory(ctx context.Context, c mcpCall, in mcpDeleteIn) (*mcp.CallToolResult, mcpDeleteOut, error) {
 	cube, err := t.resolve(ctx, c, in.Cube, true)
 	if err == nil && strings.TrimSpace(in.ID) == "" {
-		err = badField("id", "empty id")
+		err = wire.BadField("id", "empty id")
 	}
 	if err == nil {
 		err = t.os.DeleteMemory(ctx, cube, in.ID)
@@ -343,7 +344,7 @@ func (t *mcpTools) getProfile(ctx context.Context, c mcpCall, in mcpProfileIn) (
 	if err != nil {
 		return nil, out, err
 	}
-	p = wireProfile(p)
+	p = wire.Profile(p)
 	out.Facts, out.Knowledge, out.Updated = p.Facts, p.Knowledge, p.Updated
 	st, err := t.os.Tiers(ctx, cube, 1)
 	if err != nil {
@@ -426,7 +427,7 @@ type mcpChatOut struct {
 func (t *mcpTools) chat(ctx context.Context, c mcpCall, in mcpChatIn) (*mcp.CallToolResult, mcpChatOut, error) {
 	cube, err := t.resolve(ctx, c, in.Cube, true)
 	if err == nil && strings.TrimSpace(in.Message) == "" {
-		err = badField("message", "empty message")
+		err = wire.BadField("message", "empty message")
 	}
 	var rec memosrt.RecordMode
 	if err == nil {
@@ -519,7 +520,7 @@ func (s *Server) mcpHandler() http.Handler {
 			// wrap let this POST in; its token says which cubes it may use
 			sc, ok := s.authorized((&http.Request{Header: h}).WithContext(ctx))
 			if !ok {
-				return "", "", errUnauthorized
+				return "", "", wire.ErrUnauthorized
 			}
 			scope = sc
 		}
@@ -539,7 +540,7 @@ func (s *Server) mcpHandler() http.Handler {
 		if r.Method == http.MethodPost {
 			raw, err := io.ReadAll(r.Body)
 			if err == nil {
-				err = checkJSONText(raw)
+				err = wire.CheckJSONText(raw)
 			}
 			if err != nil {
 				s.writeError(w, r, err)

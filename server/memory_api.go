@@ -12,6 +12,7 @@ import (
 
 	"github.com/memosrt/memosrt"
 	"github.com/memosrt/memosrt/kvcache"
+	"github.com/memosrt/memosrt/server/wire"
 	"github.com/memosrt/memosrt/textmem"
 )
 
@@ -45,12 +46,12 @@ type cubeCreateRequest struct {
 
 func (s *Server) handleCubeCreate(w http.ResponseWriter, r *http.Request) {
 	var req cubeCreateRequest
-	if err := decodeStrict(r, &req); err != nil {
+	if err := wire.DecodeStrict(r, &req); err != nil {
 		s.writeError(w, r, err)
 		return
 	}
 	if !textmem.ValidCube(req.Name) {
-		s.writeError(w, r, badField("name", "%q is not a cube name (1..64 of [A-Za-z0-9._-], not . or ..)", req.Name))
+		s.writeError(w, r, wire.BadField("name", "%q is not a cube name (1..64 of [A-Za-z0-9._-], not . or ..)", req.Name))
 		return
 	}
 	rec, err := s.os.CreateCube(r.Context(), memosrt.Cube{Name: req.Name, Description: req.Description, Metadata: req.Metadata,
@@ -59,13 +60,13 @@ func (s *Server) handleCubeCreate(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, cubeView{Cube: rec})
+	wire.WriteJSON(w, http.StatusCreated, cubeView{Cube: rec})
 }
 
 func (s *Server) handleCubeList(w http.ResponseWriter, r *http.Request) {
 	recs, err := s.os.Cubes(r.Context())
 	out := []cubeView{}
-	sc := scopeOf(r)
+	sc := wire.Scope(r)
 	for _, rec := range recs {
 		if err != nil {
 			break
@@ -81,14 +82,14 @@ func (s *Server) handleCubeList(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"cubes": out})
+	wire.WriteJSON(w, http.StatusOK, map[string]any{"cubes": out})
 }
 
 // pathCube reads and checks the {cube} path value.
 func (s *Server) pathCube(r *http.Request) (memosrt.Cube, error) {
 	name := r.PathValue("cube")
 	if !textmem.ValidCube(name) {
-		return memosrt.Cube{}, badField("cube", "%q is not a cube name (1..64 of [A-Za-z0-9._-], not . or ..)", name)
+		return memosrt.Cube{}, wire.BadField("cube", "%q is not a cube name (1..64 of [A-Za-z0-9._-], not . or ..)", name)
 	}
 	return s.os.Cube(r.Context(), name)
 }
@@ -98,7 +99,7 @@ func (s *Server) pathCube(r *http.Request) (memosrt.Cube, error) {
 func (s *Server) pathCubeName(r *http.Request) (string, error) {
 	name := r.PathValue("cube")
 	if !textmem.ValidCube(name) {
-		return "", badField("cube", "%q is not a cube name (1..64 of [A-Za-z0-9._-], not . or ..)", name)
+		return "", wire.BadField("cube", "%q is not a cube name (1..64 of [A-Za-z0-9._-], not . or ..)", name)
 	}
 	return name, nil
 }
@@ -113,7 +114,7 @@ func (s *Server) handleCubeGet(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, v)
+	wire.WriteJSON(w, http.StatusOK, v)
 }
 
 func (s *Server) handleCubeDelete(w http.ResponseWriter, r *http.Request) {
@@ -151,10 +152,10 @@ func (s *Server) handleMemoryAdd(w http.ResponseWriter, r *http.Request) {
 	var req memoryAddRequest
 	cube, err := s.pathCubeName(r)
 	if err == nil {
-		err = decodeStrict(r, &req)
+		err = wire.DecodeStrict(r, &req)
 	}
 	if err == nil && req.Memories != nil && req.Text != "" {
-		err = badField("memories", "give either text or memories, not both")
+		err = wire.BadField("memories", "give either text or memories, not both")
 	}
 	if err != nil {
 		s.writeError(w, r, err)
@@ -172,14 +173,14 @@ func (s *Server) handleMemoryAdd(w http.ResponseWriter, r *http.Request) {
 			field = fmt.Sprintf("memories[%d].text", i)
 		}
 		if strings.TrimSpace(m.Text) == "" {
-			s.writeError(w, r, badField(field, "empty text"))
+			s.writeError(w, r, wire.BadField(field, "empty text"))
 			return
 		}
 		got, err := s.os.AddMemory(r.Context(), cube, textmem.Memory{Text: m.Text, Kind: m.Kind, Tags: m.Tags,
 			Source: m.Source, EventTime: m.EventTime.UTC(), Confidence: m.Confidence, Expires: m.Expires.UTC()})
 		if err != nil {
 			if errors.Is(err, textmem.ErrTooLarge) || errors.Is(err, textmem.ErrInvalidUTF8) {
-				err = &fieldErrorWrap{field: field, err: err}
+				err = wire.InField(field, err)
 			}
 			s.writeError(w, r, err)
 			return
@@ -187,20 +188,11 @@ func (s *Server) handleMemoryAdd(w http.ResponseWriter, r *http.Request) {
 		out = append(out, got)
 	}
 	if batch {
-		writeJSON(w, http.StatusCreated, map[string]any{"memories": out})
+		wire.WriteJSON(w, http.StatusCreated, map[string]any{"memories": out})
 		return
 	}
-	writeJSON(w, http.StatusCreated, out[0])
+	wire.WriteJSON(w, http.StatusCreated, out[0])
 }
-
-// fieldErrorWrap names the field of a store error and keeps its status.
-type fieldErrorWrap struct {
-	field string
-	err   error
-}
-
-func (e *fieldErrorWrap) Error() string { return e.field + ": " + e.err.Error() }
-func (e *fieldErrorWrap) Unwrap() error { return e.err }
 
 func (s *Server) handleMemoryList(w http.ResponseWriter, r *http.Request) {
 	rec, err := s.pathCube(r)
@@ -212,7 +204,7 @@ func (s *Server) handleMemoryList(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"memories": mems})
+	wire.WriteJSON(w, http.StatusOK, map[string]any{"memories": mems})
 }
 
 func (s *Server) handleMemoryGet(w http.ResponseWriter, r *http.Request) {
@@ -225,7 +217,7 @@ func (s *Server) handleMemoryGet(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, m)
+	wire.WriteJSON(w, http.StatusOK, m)
 }
 
 // handleMemoryUpdate answers PUT (the text is replaced; "text" required)
@@ -239,16 +231,16 @@ func (s *Server) handleMemoryUpdate(w http.ResponseWriter, r *http.Request) {
 	}
 	rec, err := s.pathCube(r)
 	if err == nil {
-		err = decodeStrict(r, &req)
+		err = wire.DecodeStrict(r, &req)
 	}
 	switch {
 	case err != nil:
 	case r.Method == http.MethodPut && (req.Text == nil || req.Kind != nil || req.Tags != nil || req.Source != nil):
-		err = badField("text", "PUT replaces the text only and needs it; PATCH changes kind, tags or source")
+		err = wire.BadField("text", "PUT replaces the text only and needs it; PATCH changes kind, tags or source")
 	case r.Method == http.MethodPatch && req.Text == nil && req.Kind == nil && req.Tags == nil && req.Source == nil:
-		err = badField("body", "nothing to change: give text, kind, tags or source")
+		err = wire.BadField("body", "nothing to change: give text, kind, tags or source")
 	case req.Text != nil && strings.TrimSpace(*req.Text) == "":
-		err = badField("text", "empty text")
+		err = wire.BadField("text", "empty text")
 	}
 	var m textmem.Memory
 	if err == nil {
@@ -258,7 +250,7 @@ func (s *Server) handleMemoryUpdate(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, m)
+	wire.WriteJSON(w, http.StatusOK, m)
 }
 
 func (s *Server) handleMemoryDelete(w http.ResponseWriter, r *http.Request) {
@@ -292,23 +284,23 @@ func (s *Server) handleSearch(w http.ResponseWriter, r *http.Request) {
 			req.Query = r.URL.Query().Get("q")
 			if k := r.URL.Query().Get("k"); k != "" {
 				if req.K, err = strconv.Atoi(k); err != nil {
-					err = badField("k", "%q is not an integer", k)
+					err = wire.BadField("k", "%q is not an integer", k)
 				}
 			}
 			if v := r.URL.Query().Get("include_turns"); v != "" && err == nil {
 				if req.IncludeTurns, err = strconv.ParseBool(v); err != nil {
-					err = badField("include_turns", "%q is not true or false", v)
+					err = wire.BadField("include_turns", "%q is not true or false", v)
 				}
 			}
 		} else {
-			err = decodeStrict(r, &req)
+			err = wire.DecodeStrict(r, &req)
 		}
 	}
 	if err == nil && req.K < 0 {
-		err = badField("k", "%d < 0", req.K)
+		err = wire.BadField("k", "%d < 0", req.K)
 	}
 	if err == nil && strings.TrimSpace(req.Query) == "" {
-		err = badField("query", "empty query")
+		err = wire.BadField("query", "empty query")
 	}
 	var hits []textmem.Hit
 	if err == nil {
@@ -323,7 +315,7 @@ func (s *Server) handleSearch(w http.ResponseWriter, r *http.Request) {
 	if hits == nil {
 		hits = []textmem.Hit{}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"hits": hits})
+	wire.WriteJSON(w, http.StatusOK, map[string]any{"hits": hits})
 }
 
 func (s *Server) handlePackWarm(w http.ResponseWriter, r *http.Request) {
@@ -332,7 +324,7 @@ func (s *Server) handlePackWarm(w http.ResponseWriter, r *http.Request) {
 	}
 	rec, err := s.pathCube(r)
 	if err == nil && r.ContentLength != 0 {
-		err = decodeStrict(r, &req)
+		err = wire.DecodeStrict(r, &req)
 		if fe := (*memosrt.FieldError)(nil); errors.As(err, &fe) && fe.Msg == "empty request body" {
 			err = nil
 		}
@@ -345,7 +337,7 @@ func (s *Server) handlePackWarm(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, st)
+	wire.WriteJSON(w, http.StatusOK, st)
 }
 
 func (s *Server) handlePackStatus(w http.ResponseWriter, r *http.Request) {
@@ -358,7 +350,7 @@ func (s *Server) handlePackStatus(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, st)
+	wire.WriteJSON(w, http.StatusOK, st)
 }
 
 // handlePackList answers GET /v1/packs: every stored pack (memosrt kv ls).
@@ -371,7 +363,7 @@ func (s *Server) handlePackList(w http.ResponseWriter, r *http.Request) {
 	if packs == nil {
 		packs = []kvcache.Info{}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"packs": packs})
+	wire.WriteJSON(w, http.StatusOK, map[string]any{"packs": packs})
 }
 
 func (s *Server) handleCubeExport(w http.ResponseWriter, r *http.Request) {
@@ -392,7 +384,7 @@ func (s *Server) handleCubeExport(w http.ResponseWriter, r *http.Request) {
 func (s *Server) handleCubeImport(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	if c := q.Get("cube"); c != "" && !textmem.ValidCube(c) {
-		s.writeError(w, r, badField("cube", "%q is not a cube name", c))
+		s.writeError(w, r, wire.BadField("cube", "%q is not a cube name", c))
 		return
 	}
 	res, err := s.os.ImportCube(r.Context(), r.Body, memosrt.ImportOptions{Cube: q.Get("cube"), Replace: q.Get("replace") == "true"})
@@ -403,7 +395,7 @@ func (s *Server) handleCubeImport(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, res)
+	wire.WriteJSON(w, http.StatusCreated, res)
 }
 
 // importConflict is ImportCube's ErrCubeExists told in the route's terms:
@@ -423,9 +415,9 @@ func (s *Server) handleKeyCreate(w http.ResponseWriter, r *http.Request) {
 	var req struct {
 		Cube string `json:"cube"`
 	}
-	err := decodeStrict(r, &req)
+	err := wire.DecodeStrict(r, &req)
 	if err == nil && !textmem.ValidCube(req.Cube) {
-		err = badField("cube", "%q is not a cube name", req.Cube)
+		err = wire.BadField("cube", "%q is not a cube name", req.Cube)
 	}
 	var k memosrt.AccessKey
 	var tok string
@@ -436,5 +428,5 @@ func (s *Server) handleKeyCreate(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, map[string]any{"id": k.ID, "cube": k.Cube, "created": k.Created, "token": tok})
+	wire.WriteJSON(w, http.StatusCreated, map[string]any{"id": k.ID, "cube": k.Cube, "created": k.Created, "token": tok})
 }

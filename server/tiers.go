@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/memosrt/memosrt/server/wire"
 )
 
 // handleTiers answers GET /v1/cubes/{cube}/tiers[?limit=N]: each memory's
@@ -14,7 +16,7 @@ func (s *Server) handleTiers(w http.ResponseWriter, r *http.Request) {
 	limit := 50
 	if v := r.URL.Query().Get("limit"); err == nil && v != "" {
 		if limit, err = strconv.Atoi(v); err != nil || limit < 0 {
-			err = badField("limit", "%q is not a count", v)
+			err = wire.BadField("limit", "%q is not a count", v)
 		}
 	}
 	if err != nil {
@@ -26,7 +28,7 @@ func (s *Server) handleTiers(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, st)
+	wire.WriteJSON(w, http.StatusOK, st)
 }
 
 // handleTick answers POST /v1/tiers/tick: one scheduler tick now
@@ -37,7 +39,7 @@ func (s *Server) handleTick(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]int{"planned": rep.Planned, "done": rep.Done, "failed": rep.Failed})
+	wire.WriteJSON(w, http.StatusOK, map[string]int{"planned": rep.Planned, "done": rep.Done, "failed": rep.Failed})
 }
 
 // handleDebugClock answers POST /v1/debug/clock {"advance_s": N} when the
@@ -46,12 +48,12 @@ func (s *Server) handleDebugClock(w http.ResponseWriter, r *http.Request) {
 	var req struct {
 		AdvanceS float64 `json:"advance_s"`
 	}
-	if err := decodeJSON(r, &req); err != nil {
+	if err := wire.Decode(r, &req); err != nil {
 		s.writeError(w, r, err)
 		return
 	}
 	if req.AdvanceS < 0 {
-		s.writeError(w, r, badField("advance_s", "want a number of seconds >= 0"))
+		s.writeError(w, r, wire.BadField("advance_s", "want a number of seconds >= 0"))
 		return
 	}
 	s.opts.DebugClock.Advance(time.Duration(req.AdvanceS * float64(time.Second)))

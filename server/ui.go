@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/memosrt/memosrt"
+	"github.com/memosrt/memosrt/server/wire"
 )
 
 // The inspector page: plain HTML, CSS and JavaScript embedded in the
@@ -89,7 +90,7 @@ func (s *Server) handleStats(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	mi := s.os.Model()
-	writeJSON(w, http.StatusOK, map[string]any{
+	wire.WriteJSON(w, http.StatusOK, map[string]any{
 		"version": s.opts.Version,
 		"model": map[string]any{"name": mi.Name, "backend": mi.Backend, "n_ctx": mi.NCtx, "family": mi.Family,
 			"parameter_size": mi.ParamSize, "quantization_level": mi.Quant},
@@ -111,5 +112,5 @@ func (s *Server) handleAdapters(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"adapters": out})
+	wire.WriteJSON(w, http.StatusOK, map[string]any{"adapters": out})
 }

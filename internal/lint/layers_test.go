@@ -42,6 +42,10 @@ var layers = [][]string{
 	{"scheduler", "modelsched", "conversation"},
 	// the facade an app embeds, with the request pipeline
 	{""},
+	// what every HTTP surface of the server shares (body decoding, the
+	// error status table, streaming); server/... packages import each
+	// other only downward, as every package does
+	{"server/wire"},
 	// wire translation; benchmarks over the facade
 	{"server", "internal/testenv", "bench", "bench/gguf", "bench/recall", "bench/crash", "bench/soak"},
 	// the command
