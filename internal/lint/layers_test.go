@@ -46,6 +46,8 @@ var layers = [][]string{
 	// error status table, streaming); server/... packages import each
 	// other only downward, as every package does
 	{"server/wire"},
+	// the surfaces package server mounts
+	{"server/mcp"},
 	// wire translation; benchmarks over the facade
 	{"server", "internal/testenv", "bench", "bench/gguf", "bench/recall", "bench/crash", "bench/soak"},
 	// the command
