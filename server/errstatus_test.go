@@ -115,7 +115,6 @@ func TestErrStatusShapes(t *testing.T) {
 		{"MaxBytesError", &http.MaxBytesError{Limit: 10}, 413, "invalid_request_error", ""},
 		{"InField TooLarge", wire.InField("memories[2].text", textmem.ErrTooLarge), 413, "invalid_request_error", "memories[2].text"},
 		{"InField InvalidUTF8", wire.InField("text", textmem.ErrInvalidUTF8), 400, "invalid_request_error", "text"},
-		{"importConflict", importConflict{cube: "c"}, 409, "invalid_request_error", ""},
 		{"forbidden cube", fmt.Errorf("%w: cube %q (the key is for %q)", wire.ErrForbidden, "a", "b"), 403, "permission_error", ""},
 		{"body timeout over deadline", fmt.Errorf("%w: body: %w", wire.ErrBodyTimeout, os.ErrDeadlineExceeded), 408, "invalid_request_error", ""},
 		{"archive over corrupt pack", fmt.Errorf("%w: packs/x: %w", memosrt.ErrBadArchive, kvcache.ErrCorrupt), 400, "invalid_request_error", ""},

@@ -13,6 +13,7 @@ import (
 
 	"github.com/memosrt/memosrt"
 	"github.com/memosrt/memosrt/errkind"
+	"github.com/memosrt/memosrt/server/memory"
 	"github.com/memosrt/memosrt/server/wire"
 )
 
@@ -97,41 +98,12 @@ func (s *Server) routes(mux *http.ServeMux) {
 	mux.HandleFunc("POST /v1/embeddings", s.handleOpenAIEmbeddings)
 	mux.HandleFunc("GET /v1/models", s.handleOpenAIModels)
 	mux.HandleFunc("GET /v1/models/{model...}", s.handleOpenAIModel)
-	// memory
-	mux.HandleFunc("POST /v1/cubes", s.handleCubeCreate)
-	mux.HandleFunc("GET /v1/cubes", s.handleCubeList)
-	mux.HandleFunc("POST /v1/cubes/import", s.handleCubeImport)
-	mux.HandleFunc("GET /v1/cubes/{cube}", s.handleCubeGet)
-	mux.HandleFunc("DELETE /v1/cubes/{cube}", s.handleCubeDelete)
-	mux.HandleFunc("POST /v1/cubes/{cube}/memories", s.handleMemoryAdd)
-	mux.HandleFunc("GET /v1/cubes/{cube}/memories", s.handleMemoryList)
-	mux.HandleFunc("GET /v1/cubes/{cube}/memories/{id}", s.handleMemoryGet)
-	mux.HandleFunc("PUT /v1/cubes/{cube}/memories/{id}", s.handleMemoryUpdate)
-	mux.HandleFunc("PATCH /v1/cubes/{cube}/memories/{id}", s.handleMemoryUpdate)
-	mux.HandleFunc("DELETE /v1/cubes/{cube}/memories/{id}", s.handleMemoryDelete)
-	mux.HandleFunc("POST /v1/cubes/{cube}/search", s.handleSearch)
-	mux.HandleFunc("GET /v1/cubes/{cube}/search", s.handleSearch)
-	mux.HandleFunc("POST /v1/cubes/{cube}/pack", s.handlePackWarm)
-	mux.HandleFunc("GET /v1/cubes/{cube}/pack", s.handlePackStatus)
-	mux.HandleFunc("GET /v1/cubes/{cube}/export", s.handleCubeExport)
-	mux.HandleFunc("GET /v1/cubes/{cube}/tiers", s.handleTiers)
-	mux.HandleFunc("GET /v1/packs", s.handlePackList)
+	// memory API (package memory)
+	memory.New(s.os, memory.Options{Version: s.opts.Version, Logger: s.log}).Register(mux)
+	// native
 	mux.HandleFunc("POST /v1/generate", s.handleNativeGenerate)
-	mux.HandleFunc("POST /v1/tiers/tick", s.handleTick)
 	mux.HandleFunc("GET /v1/server", s.handleServerInfo)
 	mux.HandleFunc("GET /v1/stats", s.handleStats)
-	mux.HandleFunc("GET /v1/backup", s.handleBackup)
-	mux.HandleFunc("GET /v1/cubes/{cube}/adapters", s.handleAdapters)
-	// conversation memory (conversations.go)
-	mux.HandleFunc("POST /v1/cubes/{cube}/messages", s.handleMessagesAdd)
-	mux.HandleFunc("GET /v1/cubes/{cube}/jobs", s.handleJobs)
-	mux.HandleFunc("GET /v1/cubes/{cube}/jobs/{id}", s.handleJob)
-	mux.HandleFunc("POST /v1/cubes/{cube}/jobs/{id}/undo", s.handleJobUndo)
-	mux.HandleFunc("GET /v1/cubes/{cube}/profile", s.handleProfile)
-	mux.HandleFunc("GET /v1/cubes/{cube}/turns", s.handleTurns)
-	mux.HandleFunc("GET /v1/cubes/{cube}/sessions", s.handleSessions)
-	mux.HandleFunc("GET /v1/cubes/{cube}/memories/{id}/log", s.handleMemoryLog)
-	mux.HandleFunc("POST /v1/keys", s.handleKeyCreate)
 	if s.opts.DebugClock != nil {
 		mux.HandleFunc("POST /v1/debug/clock", s.handleDebugClock)
 	}

@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/memosrt/memosrt"
 	"github.com/memosrt/memosrt/server/wire"
 )
 
@@ -97,20 +96,4 @@ func (s *Server) handleStats(w http.ResponseWriter, r *http.Request) {
 		"stats":   s.os.Stats(),
 		"budgets": b,
 	})
-}
-
-// handleAdapters answers GET /v1/cubes/{cube}/adapters: the LoRA adapters
-// the cube's requests can attach (its own, then global ones), each with
-// whether it is loaded now (memosrt.OS.Adapters).
-func (s *Server) handleAdapters(w http.ResponseWriter, r *http.Request) {
-	rec, err := s.pathCube(r)
-	var out []memosrt.AdapterStatus
-	if err == nil {
-		out, err = s.os.Adapters(r.Context(), rec.Name)
-	}
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	wire.WriteJSON(w, http.StatusOK, map[string]any{"adapters": out})
 }
