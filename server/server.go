@@ -14,6 +14,7 @@ import (
 	"github.com/memosrt/memosrt"
 	"github.com/memosrt/memosrt/errkind"
 	"github.com/memosrt/memosrt/server/memory"
+	"github.com/memosrt/memosrt/server/ui"
 	"github.com/memosrt/memosrt/server/wire"
 )
 
@@ -112,7 +113,7 @@ func (s *Server) routes(mux *http.ServeMux) {
 	// observability
 	mux.Handle("GET /metrics", s.m.handler())
 	mux.HandleFunc("GET /ui", s.handleUI)
-	mux.Handle("GET /ui/", uiAssets())
+	mux.Handle("GET /ui/", ui.Assets())
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		s.notFound(mux, w, r) // 405 with Allow when another method has the path (allow.go)
 	})
@@ -121,13 +122,13 @@ func (s *Server) routes(mux *http.ServeMux) {
 // public reports what needs no token: the probes, the root ("Ollama is
 // running") and /api/version, as readiness checks and Ollama clients call
 // them first, which reveal only the version; and the inspector page's
-// static files (/ui, uiPublic), which hold no data: the page asks for the
+// static files (/ui, ui.Public), which hold no data: the page asks for the
 // token and sends it with every JSON call it makes.
 func public(r *http.Request) bool {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		return false
 	}
-	return r.URL.Path == "/" || r.URL.Path == "/api/version" || uiPublic(r.URL.Path)
+	return r.URL.Path == "/" || r.URL.Path == "/api/version" || ui.Public(r.URL.Path)
 }
 
 // statusWriter records the status code for logs and metrics.

@@ -47,7 +47,7 @@ var layers = [][]string{
 	// other only downward, as every package does
 	{"server/wire"},
 	// the surfaces package server mounts
-	{"server/mcp", "server/memory"},
+	{"server/mcp", "server/memory", "server/ui"},
 	// wire translation; benchmarks over the facade
 	{"server", "internal/testenv", "bench", "bench/gguf", "bench/recall", "bench/crash", "bench/soak"},
 	// the command
