@@ -295,6 +295,46 @@ var _ = testutil.WaitFor
 	}
 }
 
+// TestLayersServerDownward: server/... packages import each other only
+// downward: server mounts server/mcp, and server/mcp imports neither
+// server nor a surface beside it (server/memory), only server/wire.
+func TestLayersServerDownward(t *testing.T) {
+	src := `package mcp
+
+import (
+	"github.com/memosrt/memosrt/server"
+	"github.com/memosrt/memosrt/server/memory"
+	"github.com/memosrt/memosrt/server/wire"
+)
+
+var _ = server.New
+var _ = memory.New
+var _ = wire.Status
+`
+	f, err := parser.ParseFile(token.NewFileSet(), "up.go", src, parser.ParseComments)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pkgs := walkPackages(t)
+	for i := range pkgs {
+		if pkgs[i].rel == "server/mcp" {
+			pkgs[i].files = map[string]*ast.File{"up.go": f}
+		}
+	}
+	mcp, srv := layerOf("server/mcp"), layerOf("server")
+	got := layerViolations(pkgs)
+	want := []string{
+		fmt.Sprintf("up.go (package server/mcp, layer %d) imports server (layer %d): imports point down the layers", mcp, srv),
+		fmt.Sprintf("up.go (package server/mcp, layer %d) imports server/memory (layer %d): imports point down the layers", mcp, mcp),
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("violations:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if w := layerOf("server/wire"); w <= layerOf("") || w >= mcp || srv <= mcp {
+		t.Fatalf("layers: root %d, server/wire %d, server/mcp %d, server %d: want root < wire < surfaces < server", layerOf(""), w, mcp, srv)
+	}
+}
+
 // TestDocGo: every package has a doc.go holding its package comment.
 func TestDocGo(t *testing.T) {
 	for _, p := range walkPackages(t) {
