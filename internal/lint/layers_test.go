@@ -256,6 +256,23 @@ func undocumentedHooks(rel string, f *ast.File) []string {
 	return bad
 }
 
+// violationsWith returns layerViolations over the module's packages with
+// package rel's non-test files replaced by one file, name, of source src.
+func violationsWith(t *testing.T, rel, name, src string) []string {
+	t.Helper()
+	f, err := parser.ParseFile(token.NewFileSet(), name, src, parser.ParseComments)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pkgs := walkPackages(t)
+	for i := range pkgs {
+		if pkgs[i].rel == rel {
+			pkgs[i].files = map[string]*ast.File{name: f}
+		}
+	}
+	return layerViolations(pkgs)
+}
+
 // TestLayersCatchViolations: the check fails on an import up the layers,
 // on a test helper in a non-test file, and on an undocumented callback.
 func TestLayersCatchViolations(t *testing.T) {
@@ -274,17 +291,7 @@ type Options struct {
 var _ = scheduler.Job{}
 var _ = testutil.WaitFor
 `
-	f, err := parser.ParseFile(token.NewFileSet(), "bad.go", src, parser.ParseComments)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pkgs := walkPackages(t)
-	for i := range pkgs {
-		if pkgs[i].rel == "textmem" {
-			pkgs[i].files = map[string]*ast.File{"bad.go": f}
-		}
-	}
-	got := layerViolations(pkgs)
+	got := violationsWith(t, "textmem", "bad.go", src)
 	want := []string{
 		"bad.go (package textmem, layer 4) imports scheduler (layer 6): imports point down the layers",
 		"bad.go imports internal/testutil, a test helper, outside a _test.go file",
@@ -311,18 +318,8 @@ var _ = server.New
 var _ = memory.New
 var _ = wire.Status
 `
-	f, err := parser.ParseFile(token.NewFileSet(), "up.go", src, parser.ParseComments)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pkgs := walkPackages(t)
-	for i := range pkgs {
-		if pkgs[i].rel == "server/mcp" {
-			pkgs[i].files = map[string]*ast.File{"up.go": f}
-		}
-	}
+	got := violationsWith(t, "server/mcp", "up.go", src)
 	mcp, srv := layerOf("server/mcp"), layerOf("server")
-	got := layerViolations(pkgs)
 	want := []string{
 		fmt.Sprintf("up.go (package server/mcp, layer %d) imports server (layer %d): imports point down the layers", mcp, srv),
 		fmt.Sprintf("up.go (package server/mcp, layer %d) imports server/memory (layer %d): imports point down the layers", mcp, mcp),
