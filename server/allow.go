@@ -1,14 +1,12 @@
 package server
 
 import (
-	"errors"
 	"fmt"
 	"net/http"
 	"strings"
-)
 
-// errMethodNotAllowed is a 405: the path is served, not with this method.
-var errMethodNotAllowed = errors.New("server: method not allowed")
+	"github.com/memosrt/memosrt/server/wire"
+)
 
 // probedMethods are the methods notFound tries on a path, in the order
 // the Allow header lists them.
@@ -36,5 +34,5 @@ func (s *Server) notFound(mux *http.ServeMux, w http.ResponseWriter, r *http.Req
 		return
 	}
 	w.Header().Set("Allow", strings.Join(allow, ", "))
-	s.writeError(w, r, fmt.Errorf("%w: %s %s (allowed: %s)", errMethodNotAllowed, r.Method, r.URL.Path, strings.Join(allow, ", ")))
+	s.writeError(w, r, fmt.Errorf("%w: %s %s (allowed: %s)", wire.ErrMethodNotAllowed, r.Method, r.URL.Path, strings.Join(allow, ", ")))
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/memosrt/memosrt"
 	"github.com/memosrt/memosrt/convmem"
 	"github.com/memosrt/memosrt/internal/testutil"
+	"github.com/memosrt/memosrt/server/mcp"
 	"github.com/memosrt/memosrt/textmem"
 )
 
@@ -496,7 +497,7 @@ func TestConversationAccessKeys(t *testing.T) {
 func TestMCPConversations(t *testing.T) {
 	e := newEnv(t, envConfig{nctx: 1024})
 	cs := mcpSession(t, e)
-	var out mcpMessagesOut
+	var out mcp.MessagesOut
 	mustTool(t, cs, "add_messages", map[string]any{"cube": "lily", "messages": []map[string]string{
 		{"role": "user", "content": "I love apple pie."}, {"role": "assistant", "content": "Noted."}}}, &out)
 	if out.Job == nil || out.Job.ID == "" || out.Job.State != convmem.JobQueued || len(out.Turns) != 1 || out.Turns[0].Assistant != "Noted." {
@@ -504,7 +505,7 @@ func TestMCPConversations(t *testing.T) {
 	}
 	j := finished(t, e, "lily", out.Job.ID)
 	t.Logf("job %s by %s", j.State, j.By)
-	out = mcpMessagesOut{}
+	out = mcp.MessagesOut{}
 	mustTool(t, cs, "add_messages", map[string]any{"cube": "lily", "infer": false,
 		"messages": []map[string]string{{"role": "user", "content": "My dog is Max."}}}, &out)
 	if out.Job != nil || len(out.Turns) != 1 {
@@ -517,7 +518,7 @@ func TestMCPConversations(t *testing.T) {
 	failTool(t, cs, "add_messages", map[string]any{"cube": "lily", "messages": []map[string]string{{"role": "user", "content": " "}}}, "messages")
 	failTool(t, cs, "add_messages", map[string]any{"cube": "bad/name", "messages": []map[string]string{{"role": "user", "content": "hi"}}}, "not a cube name")
 
-	var prof mcpProfileOut
+	var prof mcp.ProfileOut
 	mustTool(t, cs, "get_profile", map[string]any{"cube": "lily"}, &prof)
 	if prof.Cube != "lily" || prof.Facts == nil || prof.Knowledge == nil {
 		t.Fatalf("get_profile: %+v", prof)
@@ -531,7 +532,7 @@ func TestMCPConversations(t *testing.T) {
 	}
 	failTool(t, cs, "get_profile", map[string]any{"cube": "nosuch"}, "nosuch")
 
-	var reply mcpChatOut
+	var reply mcp.ChatOut
 	mustTool(t, cs, "chat", map[string]any{"cube": "lily", "message": "Where is Max?", "num_predict": 4, "record": "none"}, &reply)
 	failTool(t, cs, "chat", map[string]any{"cube": "lily", "message": "Where is Max?", "record": "all"}, "record")
 	if got := turnsOf(t, e, "lily"); len(got) != 2 {

@@ -1,13 +1,23 @@
 // Package server is memosrt's HTTP front end over one memosrt.OS: the
 // Ollama API (/api/...), the OpenAI API (/v1/chat/completions,
-// /v1/completions, /v1/embeddings, /v1/models), the memory API
-// (/v1/cubes/..., /v1/packs, /v1/tiers/tick; the conversation memory of
-// conversations.go: messages, extraction jobs, profile, turns, sessions,
-// change logs) and Prometheus metrics
-// (/metrics), all on one stdlib http.ServeMux; the MCP tools (NewMCP)
-// over streamable HTTP at /mcp, the same tools `memosrt mcp` serves on
-// stdio; and the inspector page at /ui (ui.go: static files embedded from
-// ui/, which read the JSON APIs with the user's bearer token).
+// /v1/completions, /v1/embeddings, /v1/models), the native generate
+// route (/v1/generate) and Prometheus metrics (/metrics), all on one
+// stdlib http.ServeMux, with the surfaces it mounts from its
+// sub-packages: the memory API (package server/memory: /v1/cubes/...,
+// /v1/packs, /v1/tiers/tick, /v1/keys, /v1/backup and the conversation
+// memory), the MCP tools over streamable HTTP at /mcp (package
+// server/mcp, the same tools `memosrt mcp` serves on stdio through
+// NewMCP) and the inspector page at /ui (package server/ui). What every
+// surface shares (body decoding, field errors, the error status table,
+// streaming, the access-key scope) is package server/wire; server/...
+// packages import each other only downward: server imports them, never
+// the reverse.
+//
+// Server keeps the routing and the middleware every route passes through
+// (wrap): the shutdown gate, the bearer token and an access key's cube
+// scope, the text of the path and query, body size and read deadline,
+// panics answered 500, request logs and metrics, and 405 with Allow for a
+// path served with another method (allow.go).
 //
 // The package only translates: wire types (Ollama's
 // github.com/ollama/ollama/api types, the OpenAI JSON shapes) become one

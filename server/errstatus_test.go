@@ -17,6 +17,7 @@ import (
 	"github.com/memosrt/memosrt/runtime"
 	"github.com/memosrt/memosrt/runtime/llama"
 	"github.com/memosrt/memosrt/scheduler"
+	"github.com/memosrt/memosrt/server/wire"
 	"github.com/memosrt/memosrt/textmem"
 )
 
@@ -63,10 +64,10 @@ func TestErrStatusSentinels(t *testing.T) {
 		{memosrt.ErrUpstream, "memosrt: upstream ollama failed", 502, srv},
 		{embed.ErrBadVector, "embed: unusable vector", 502, srv},
 		{embed.ErrShape, "embed: wrong vector shape", 502, srv},
-		{errMethodNotAllowed, "server: method not allowed", 405, inv},
-		{errUnauthorized, "server: missing or wrong bearer token", 401, "authentication_error"},
-		{errForbidden, "server: this access key may not use that", 403, "permission_error"},
-		{errBodyTimeout, "server: request body not received in time", 408, inv},
+		{wire.ErrMethodNotAllowed, "server: method not allowed", 405, inv},
+		{wire.ErrUnauthorized, "server: missing or wrong bearer token", 401, "authentication_error"},
+		{wire.ErrForbidden, "server: this access key may not use that", 403, "permission_error"},
+		{wire.ErrBodyTimeout, "server: request body not received in time", 408, inv},
 		{scheduler.ErrKVBudget, "scheduler: activation tier KV budget exceeded", 507, srv},
 		{memosrt.ErrNoSpace, "badger: not enough free disk space", 507, srv},
 		{datadir.ErrNoSpace, "badger: not enough free disk space", 507, srv},
@@ -90,9 +91,9 @@ func TestErrStatusSentinels(t *testing.T) {
 			t.Errorf("text %q, want %q", got, c.msg)
 		}
 		for _, err := range []error{c.err, fmt.Errorf("context: %w", c.err)} {
-			code, typ := errStatus(err)
+			code, typ := wire.Status(err)
 			if code != c.code || typ != c.typ {
-				t.Errorf("errStatus(%q) = %d %q, want %d %q", err, code, typ, c.code, c.typ)
+				t.Errorf("wire.Status(%q) = %d %q, want %d %q", err, code, typ, c.code, c.typ)
 			}
 		}
 	}
@@ -108,18 +109,17 @@ func TestErrStatusShapes(t *testing.T) {
 		typ   string
 		field string
 	}{
-		{"badField", badField("messages", "empty"), 400, "invalid_request_error", "messages"},
+		{"badField", wire.BadField("messages", "empty"), 400, "invalid_request_error", "messages"},
 		{"memosrt.FieldError", &memosrt.FieldError{Field: "context[3]", Msg: "bad"}, 400, "invalid_request_error", "context[3]"},
 		{"wrapped FieldError", fmt.Errorf("add: %w", &memosrt.FieldError{Field: "adapters", Msg: "bad"}), 400, "invalid_request_error", "adapters"},
 		{"MaxBytesError", &http.MaxBytesError{Limit: 10}, 413, "invalid_request_error", ""},
-		{"fieldErrorWrap TooLarge", &fieldErrorWrap{field: "memories[2].text", err: textmem.ErrTooLarge}, 413, "invalid_request_error", "memories[2].text"},
-		{"fieldErrorWrap InvalidUTF8", &fieldErrorWrap{field: "text", err: textmem.ErrInvalidUTF8}, 400, "invalid_request_error", "text"},
-		{"importConflict", importConflict{cube: "c"}, 409, "invalid_request_error", ""},
-		{"forbidden cube", fmt.Errorf("%w: cube %q (the key is for %q)", errForbidden, "a", "b"), 403, "permission_error", ""},
-		{"body timeout over deadline", fmt.Errorf("%w: body: %w", errBodyTimeout, os.ErrDeadlineExceeded), 408, "invalid_request_error", ""},
+		{"InField TooLarge", wire.InField("memories[2].text", textmem.ErrTooLarge), 413, "invalid_request_error", "memories[2].text"},
+		{"InField InvalidUTF8", wire.InField("text", textmem.ErrInvalidUTF8), 400, "invalid_request_error", "text"},
+		{"forbidden cube", fmt.Errorf("%w: cube %q (the key is for %q)", wire.ErrForbidden, "a", "b"), 403, "permission_error", ""},
+		{"body timeout over deadline", fmt.Errorf("%w: body: %w", wire.ErrBodyTimeout, os.ErrDeadlineExceeded), 408, "invalid_request_error", ""},
 		{"archive over corrupt pack", fmt.Errorf("%w: packs/x: %w", memosrt.ErrBadArchive, kvcache.ErrCorrupt), 400, "invalid_request_error", ""},
 		{"archive over body limit", fmt.Errorf("%w: %w", memosrt.ErrBadArchive, &http.MaxBytesError{Limit: 10}), 413, "invalid_request_error", ""},
-		{"archive over body timeout", fmt.Errorf("%w: %w", memosrt.ErrBadArchive, errBodyTimeout), 408, "invalid_request_error", ""},
+		{"archive over body timeout", fmt.Errorf("%w: %w", memosrt.ErrBadArchive, wire.ErrBodyTimeout), 408, "invalid_request_error", ""},
 		{"archive over canceled", fmt.Errorf("%w: %w", memosrt.ErrBadArchive, context.Canceled), 400, "invalid_request_error", ""},
 		{"busy over scheduler busy", fmt.Errorf("%w: %w", memosrt.ErrBusy, scheduler.ErrBusy), 429, "rate_limit_error", ""},
 		{"closed over canceled", fmt.Errorf("%w: cancelled at shutdown: %w", memosrt.ErrClosed, context.Canceled), 503, "server_error", ""},
@@ -139,12 +139,12 @@ func TestErrStatusShapes(t *testing.T) {
 		{"plain error", errors.New("boom"), 500, "server_error", ""},
 	}
 	for _, c := range cases {
-		code, typ := errStatus(c.err)
+		code, typ := wire.Status(c.err)
 		if code != c.code || typ != c.typ {
-			t.Errorf("%s: errStatus = %d %q, want %d %q", c.name, code, typ, c.code, c.typ)
+			t.Errorf("%s: wire.Status = %d %q, want %d %q", c.name, code, typ, c.code, c.typ)
 		}
-		if f := errField(c.err); f != c.field {
-			t.Errorf("%s: errField = %q, want %q", c.name, f, c.field)
+		if f := wire.Field(c.err); f != c.field {
+			t.Errorf("%s: wire.Field = %q, want %q", c.name, f, c.field)
 		}
 	}
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/memosrt/memosrt/internal/testmodels"
 	"github.com/memosrt/memosrt/lora"
+	"github.com/memosrt/memosrt/server/wire"
 )
 
 // errMessage returns the error text of an Ollama ({"error": "..."}) or
@@ -116,7 +117,7 @@ func TestCheckJSONText(t *testing.T) {
 		{`{"a":1, "b" : "x\udc00"}`, `b: a lone UTF-16 surrogate \udc00 at byte 1 (not valid text)`},
 	} {
 		got := ""
-		if err := checkJSONText([]byte(c.in)); err != nil {
+		if err := wire.CheckJSONText([]byte(c.in)); err != nil {
 			got = err.Error()
 		}
 		if got != c.want {

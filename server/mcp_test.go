@@ -8,9 +8,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/modelcontextprotocol/go-sdk/mcp"
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/memosrt/memosrt"
+	"github.com/memosrt/memosrt/server/mcp"
 )
 
 // headerRT adds fixed headers (the bearer token, X-Memosrt-Cube) to every
@@ -27,10 +28,10 @@ func (h headerRT) RoundTrip(r *http.Request) (*http.Response, error) {
 
 // mcpSession connects the SDK client to e's /mcp with the given headers
 // and closes it at the end of the test.
-func mcpSession(t *testing.T, e *env, hdr ...string) *mcp.ClientSession {
+func mcpSession(t *testing.T, e *env, hdr ...string) *sdk.ClientSession {
 	t.Helper()
-	c := mcp.NewClient(&mcp.Implementation{Name: "memosrt-test", Version: "0"}, nil)
-	tr := &mcp.StreamableClientTransport{Endpoint: e.url() + "/mcp", HTTPClient: &http.Client{Transport: headerRT{hdr}}, MaxRetries: -1}
+	c := sdk.NewClient(&sdk.Implementation{Name: "memosrt-test", Version: "0"}, nil)
+	tr := &sdk.StreamableClientTransport{Endpoint: e.url() + "/mcp", HTTPClient: &http.Client{Transport: headerRT{hdr}}, MaxRetries: -1}
 	cs, err := c.Connect(context.Background(), tr, nil)
 	if err != nil {
 		t.Fatalf("connect to /mcp: %v", err)
@@ -41,15 +42,15 @@ func mcpSession(t *testing.T, e *env, hdr ...string) *mcp.ClientSession {
 
 // callTool calls a tool and returns its result and text content;
 // structured content, when out is not nil, is decoded into it.
-func callTool(t *testing.T, cs *mcp.ClientSession, tool string, args map[string]any, out any) (*mcp.CallToolResult, string) {
+func callTool(t *testing.T, cs *sdk.ClientSession, tool string, args map[string]any, out any) (*sdk.CallToolResult, string) {
 	t.Helper()
-	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: tool, Arguments: args})
+	res, err := cs.CallTool(context.Background(), &sdk.CallToolParams{Name: tool, Arguments: args})
 	if err != nil {
 		t.Fatalf("%s %v: protocol error %v", tool, args, err)
 	}
 	var text []string
 	for _, c := range res.Content {
-		if tc, ok := c.(*mcp.TextContent); ok {
+		if tc, ok := c.(*sdk.TextContent); ok {
 			text = append(text, tc.Text)
 		}
 	}
@@ -66,7 +67,7 @@ func callTool(t *testing.T, cs *mcp.ClientSession, tool string, args map[string]
 }
 
 // mustTool calls a tool that must succeed.
-func mustTool(t *testing.T, cs *mcp.ClientSession, tool string, args map[string]any, out any) string {
+func mustTool(t *testing.T, cs *sdk.ClientSession, tool string, args map[string]any, out any) string {
 	t.Helper()
 	res, text := callTool(t, cs, tool, args, out)
 	if res.IsError {
@@ -76,7 +77,7 @@ func mustTool(t *testing.T, cs *mcp.ClientSession, tool string, args map[string]
 }
 
 // failTool calls a tool that must fail with a tool error containing want.
-func failTool(t *testing.T, cs *mcp.ClientSession, tool string, args map[string]any, want string) {
+func failTool(t *testing.T, cs *sdk.ClientSession, tool string, args map[string]any, want string) {
 	t.Helper()
 	res, text := callTool(t, cs, tool, args, nil)
 	t.Logf("%s %v: %s", tool, args, text)
@@ -107,13 +108,13 @@ func TestMCPRoundTrip(t *testing.T) {
 		t.Fatalf("tools: %s", got)
 	}
 
-	var dog, paint mcpMemory
+	var dog, paint mcp.Memory
 	mustTool(t, cs, "add_memory", map[string]any{"cube": "lily", "text": "Lily has a dog named Max.", "tags": []string{"pets"}}, &dog)
 	mustTool(t, cs, "add_memory", map[string]any{"cube": "lily", "text": "Lily likes to paint flowers."}, &paint)
 	if dog.ID == "" || dog.Text != "Lily has a dog named Max." || len(dog.Tags) != 1 || paint.ID == "" || paint.ID == dog.ID {
 		t.Fatalf("added %+v, %+v", dog, paint)
 	}
-	var list mcpListOut
+	var list mcp.ListOut
 	mustTool(t, cs, "list_memories", map[string]any{"cube": "lily"}, &list)
 	if list.Total != 2 || len(list.Memories) != 2 || list.Memories[0].ID != paint.ID || list.Memories[1].ID != dog.ID {
 		t.Fatalf("list: %+v", list)
@@ -122,12 +123,12 @@ func TestMCPRoundTrip(t *testing.T) {
 	if list.Total != 2 || len(list.Memories) != 1 || list.Memories[0].ID != paint.ID {
 		t.Fatalf("list limit 1: %+v", list)
 	}
-	var hits mcpSearchOut
+	var hits mcp.SearchOut
 	mustTool(t, cs, "search_memory", map[string]any{"cube": "lily", "query": "dog", "k": 1}, &hits)
 	if len(hits.Hits) != 1 || hits.Hits[0].ID != dog.ID || hits.Hits[0].Score <= 0 {
 		t.Fatalf("search dog: %+v", hits)
 	}
-	var prof mcpProfileOut
+	var prof mcp.ProfileOut
 	text := mustTool(t, cs, "get_profile", map[string]any{"cube": "lily"}, &prof)
 	// the search made the dog hotter (a visit): it comes first, though older
 	if prof.Total != 2 || len(prof.Memories) != 2 || prof.Memories[0].ID != dog.ID || !strings.Contains(text, "Lily has a dog named Max.") ||
@@ -136,12 +137,12 @@ func TestMCPRoundTrip(t *testing.T) {
 	}
 
 	const msg = "Where does Max run?"
-	var reply mcpChatOut
+	var reply mcp.ChatOut
 	text = mustTool(t, cs, "chat", map[string]any{"cube": "lily", "message": msg, "num_predict": 12}, &reply)
 	if reply.Reply == "" || text != reply.Reply || reply.EvalTokens == 0 || reply.PromptTokens == 0 {
 		t.Fatalf("chat: %q %+v", text, reply)
 	}
-	req := mcpChatRequest("lily", msg, 12)
+	req := mcp.ChatRequest("lily", msg, 12)
 	req.NoCache, req.NoPersist = true, true
 	cold, err := e.os.Chat(context.Background(), req)
 	if err != nil {
@@ -151,15 +152,15 @@ func TestMCPRoundTrip(t *testing.T) {
 		t.Fatalf("chat over MCP %q, OS.Chat cold %q", reply.Reply, cold.Text)
 	}
 
-	var del mcpDeleteOut
+	var del mcp.DeleteOut
 	mustTool(t, cs, "delete_memory", map[string]any{"cube": "lily", "id": dog.ID}, &del)
 	if del.Deleted != dog.ID {
 		t.Fatalf("delete: %+v", del)
 	}
-	list = mcpListOut{}
+	list = mcp.ListOut{}
 	mustTool(t, cs, "list_memories", map[string]any{"cube": "lily"}, &list)
 	// besides the two chats' recorded turns (Kind turn), only paint is left
-	kept := slices.DeleteFunc(slices.Clone(list.Memories), func(m mcpMemory) bool { return m.Kind == memosrt.KindTurn })
+	kept := slices.DeleteFunc(slices.Clone(list.Memories), func(m mcp.Memory) bool { return m.Kind == memosrt.KindTurn })
 	if list.Total != 3 || len(list.Memories) != 3 || len(kept) != 1 || kept[0].ID != paint.ID {
 		t.Fatalf("list after delete: %+v", list)
 	}
@@ -176,7 +177,7 @@ func TestMCPRoundTrip(t *testing.T) {
 	failTool(t, cs, "chat", map[string]any{"cube": "lily", "message": ""}, "empty message")
 	failTool(t, cs, "chat", map[string]any{"cube": "lily", "message": "x", "num_predict": -3}, "num_predict")
 	failTool(t, cs, "add_memory", map[string]any{"cube": "lily"}, "text")
-	list = mcpListOut{}
+	list = mcp.ListOut{}
 	mustTool(t, cs, "list_memories", map[string]any{"cube": "lily"}, &list)
 	if list.Total != 3 { // paint and the two recorded chat turns
 		t.Fatalf("failed calls changed the cube: %+v", list)
@@ -184,15 +185,15 @@ func TestMCPRoundTrip(t *testing.T) {
 
 	// the X-Memosrt-Cube header is the default cube
 	hc := mcpSession(t, e, "Authorization", "Bearer admin", CubeHeader, "lily")
-	list = mcpListOut{}
+	list = mcp.ListOut{}
 	mustTool(t, hc, "list_memories", nil, &list)
 	if list.Total != 3 || list.Memories[2].ID != paint.ID {
 		t.Fatalf("list in the header's cube: %+v", list)
 	}
 
 	// /mcp is behind the bearer token
-	c := mcp.NewClient(&mcp.Implementation{Name: "memosrt-test", Version: "0"}, nil)
-	if s, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: e.url() + "/mcp", MaxRetries: -1}, nil); err == nil {
+	c := sdk.NewClient(&sdk.Implementation{Name: "memosrt-test", Version: "0"}, nil)
+	if s, err := c.Connect(context.Background(), &sdk.StreamableClientTransport{Endpoint: e.url() + "/mcp", MaxRetries: -1}, nil); err == nil {
 		s.Close()
 		t.Fatal("connected to /mcp without the token")
 	}
@@ -204,7 +205,7 @@ func TestMCPRoundTrip(t *testing.T) {
 func TestMCPAccessKeys(t *testing.T) {
 	e := newEnv(t, envConfig{nctx: 1024, opts: Options{Token: "admin"}, mo: memosrt.Options{NoScheduler: true}})
 	admin := mcpSession(t, e, "Authorization", "Bearer admin")
-	var a, b mcpMemory
+	var a, b mcp.Memory
 	mustTool(t, admin, "add_memory", map[string]any{"cube": "a", "text": "Ann has a red bike."}, &a)
 	mustTool(t, admin, "add_memory", map[string]any{"cube": "b", "text": "Ben has a blue kite."}, &b)
 	var k struct{ Token string }
@@ -253,23 +254,23 @@ func TestMCPAccessKeys(t *testing.T) {
 	}
 
 	// no cube argument: the key's cube
-	var m mcpMemory
+	var m mcp.Memory
 	mustTool(t, key, "add_memory", map[string]any{"text": "Ann rides to school."}, &m)
-	var list mcpListOut
+	var list mcp.ListOut
 	mustTool(t, key, "list_memories", nil, &list)
 	if list.Total != 2 || list.Memories[0].ID != m.ID || list.Memories[1].ID != a.ID {
 		t.Fatalf("list with the key: %+v", list)
 	}
-	var hits mcpSearchOut
+	var hits mcp.SearchOut
 	mustTool(t, key, "search_memory", map[string]any{"query": "bike"}, &hits)
 	if len(hits.Hits) == 0 || hits.Hits[0].ID != a.ID {
 		t.Fatalf("search with the key: %+v", hits)
 	}
-	var prof mcpProfileOut
+	var prof mcp.ProfileOut
 	if text := mustTool(t, key, "get_profile", map[string]any{"cube": "a"}, &prof); prof.Cube != "a" || !strings.Contains(text, "Ann has a red bike.") {
 		t.Fatalf("profile with the key: %q", text)
 	}
-	var reply mcpChatOut
+	var reply mcp.ChatOut
 	if mustTool(t, key, "chat", map[string]any{"message": "Ann", "num_predict": 4}, &reply); reply.Reply == "" {
 		t.Fatalf("chat with the key: %+v", reply)
 	}
@@ -277,8 +278,8 @@ func TestMCPAccessKeys(t *testing.T) {
 	failTool(t, key, "delete_memory", map[string]any{"id": m.ID}, "not found")
 
 	// a header naming another cube is refused before MCP sees the request
-	c := mcp.NewClient(&mcp.Implementation{Name: "memosrt-test", Version: "0"}, nil)
-	tr := &mcp.StreamableClientTransport{Endpoint: e.url() + "/mcp", MaxRetries: -1,
+	c := sdk.NewClient(&sdk.Implementation{Name: "memosrt-test", Version: "0"}, nil)
+	tr := &sdk.StreamableClientTransport{Endpoint: e.url() + "/mcp", MaxRetries: -1,
 		HTTPClient: &http.Client{Transport: headerRT{[]string{"Authorization", "Bearer " + k.Token, CubeHeader, "b"}}}}
 	if s, err := c.Connect(context.Background(), tr, nil); err == nil {
 		s.Close()

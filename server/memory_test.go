@@ -10,13 +10,14 @@ import (
 
 	"github.com/memosrt/memosrt"
 	"github.com/memosrt/memosrt/scheduler"
+	"github.com/memosrt/memosrt/server/memory"
 	"github.com/memosrt/memosrt/textmem"
 )
 
 func TestMemoryAPI(t *testing.T) {
 	e := newEnv(t, envConfig{})
 	u := e.url() + "/v1/cubes"
-	var cv cubeView
+	var cv memory.CubeView
 	if code := do(t, "POST", u, map[string]any{"name": "work", "description": "notes"}, &cv); code != http.StatusCreated || cv.Name != "work" || cv.Description != "notes" {
 		t.Fatalf("create: %d %+v", code, cv)
 	}
@@ -166,7 +167,7 @@ func TestMemoryAPI(t *testing.T) {
 	if code := do(t, "POST", u+"/import", []byte("not a tar"), &oe); code != http.StatusBadRequest {
 		t.Fatalf("bad archive: %d %s", code, oe.Error.Message)
 	}
-	var cubes struct{ Cubes []cubeView }
+	var cubes struct{ Cubes []memory.CubeView }
 	if code := do(t, "GET", u, nil, &cubes); code != http.StatusOK || len(cubes.Cubes) != 2 || cubes.Cubes[1].Memories != 2 {
 		t.Fatalf("cubes: %d %+v", code, cubes)
 	}

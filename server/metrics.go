@@ -25,6 +25,8 @@ type metrics struct {
 	rejected     prometheus.Counter
 	canceled     prometheus.Counter
 	panics       prometheus.Counter
+	// bodyTimeouts counts bodies cut by their read deadline (wire.TimeBody).
+	bodyTimeouts prometheus.Counter
 }
 
 func newMetrics(s *Server) *metrics {
@@ -47,6 +49,8 @@ func newMetrics(s *Server) *metrics {
 		Help: "Generations ended because the client went away."})
 	m.panics = prometheus.NewCounter(prometheus.CounterOpts{Name: "memosrt_panics_total",
 		Help: "Requests whose handler panicked (answered 500, stack logged)."})
+	m.bodyTimeouts = prometheus.NewCounter(prometheus.CounterOpts{Name: "memosrt_http_body_timeouts_total",
+		Help: "Requests whose body was not complete within the body read deadline (answered 408, connection closed)."})
 	stat := func(f func(memosrt.Stats) float64) func() float64 {
 		return func() float64 { return f(s.os.Stats()) }
 	}
@@ -59,7 +63,7 @@ func newMetrics(s *Server) *metrics {
 			return float64(st.KVDiskBytes)
 		}
 	}
-	m.reg.MustRegister(m.requests, m.ttft, m.promptTokens, m.decodeTokens, m.decodeRate, m.rejected, m.canceled, m.panics,
+	m.reg.MustRegister(m.requests, m.ttft, m.promptTokens, m.decodeTokens, m.decodeRate, m.rejected, m.canceled, m.panics, m.bodyTimeouts,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "memosrt_queue_depth",
 			Help: "Requests waiting for a slot."}, stat(func(b memosrt.Stats) float64 { return float64(b.Queued) })),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "memosrt_busy_slots",

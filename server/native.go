@@ -6,6 +6,7 @@ import (
 
 	"github.com/memosrt/memosrt"
 	"github.com/memosrt/memosrt/lora"
+	"github.com/memosrt/memosrt/server/wire"
 )
 
 // NativeSampling is the sampler of a native generate request, memosrt's
@@ -63,7 +64,7 @@ type NativeChunk struct {
 func (s *Server) handleNativeGenerate(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	var req NativeRequest
-	if err := decodeStrict(r, &req); err != nil {
+	if err := wire.DecodeStrict(r, &req); err != nil {
 		s.writeError(w, r, err)
 		return
 	}
@@ -79,7 +80,7 @@ func (s *Server) handleNativeGenerate(w http.ResponseWriter, r *http.Request) {
 	if err == nil && req.Adapters != nil {
 		g.Adapters, err = lora.ParseSpecs(*req.Adapters)
 		if err != nil {
-			err = badField("adapters", "%v", err)
+			err = wire.BadField("adapters", "%v", err)
 		}
 	}
 	if err == nil {
@@ -89,21 +90,21 @@ func (s *Server) handleNativeGenerate(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	var st *streamer
+	var st *wire.Streamer
 	if req.Stream {
-		st = newStreamer(w, false)
+		st = wire.NewStreamer(w, false)
 	}
 	res, err := s.generate(r, g, req.Messages != nil, st, func(t string) any { return NativeChunk{Text: t} })
 	if err != nil {
-		s.streamError(w, r, st, err)
+		wire.StreamError(s.log, w, r, st, err)
 		return
 	}
 	if st != nil {
 		text := res.Text
 		res.Text = ""
-		st.send(NativeChunk{Done: true, Response: res})
+		st.Send(NativeChunk{Done: true, Response: res})
 		res.Text = text
 		return
 	}
-	writeJSON(w, http.StatusOK, res)
+	wire.WriteJSON(w, http.StatusOK, res)
 }

@@ -19,15 +19,16 @@ import (
 	"github.com/memosrt/memosrt/internal/defaults"
 	"github.com/memosrt/memosrt/internal/ollamastore"
 	"github.com/memosrt/memosrt/runtime/grammar"
+	"github.com/memosrt/memosrt/server/wire"
 )
 
 // generate runs g (a chat turn or a completion) on the OS and records
 // metrics and a log line. With st set the output is streamed, each text
 // chunk as chunk(text) makes it; a failed write (client gone) ends the
 // generation.
-func (s *Server) generate(r *http.Request, g *memosrt.Request, chat bool, st *streamer, chunk func(string) any) (*memosrt.Response, error) {
+func (s *Server) generate(r *http.Request, g *memosrt.Request, chat bool, st *wire.Streamer, chunk func(string) any) (*memosrt.Response, error) {
 	if st != nil {
-		g.OnText = func(t string) error { return st.send(chunk(t)) }
+		g.OnText = func(t string) error { return st.Send(chunk(t)) }
 	}
 	var res *memosrt.Response
 	var err error
@@ -78,7 +79,7 @@ func setFormat(g *memosrt.Request, field string, f json.RawMessage) error {
 	case t[0] == '{':
 		return useSchema(g, field, t)
 	}
-	return badField(field, `want "json" or a JSON schema object, got %.40s`, t)
+	return wire.BadField(field, `want "json" or a JSON schema object, got %.40s`, t)
 }
 
 // useSchema puts JSON schema t on g: as is for the ollama backend, as a
@@ -87,7 +88,7 @@ func setFormat(g *memosrt.Request, field string, f json.RawMessage) error {
 func useSchema(g *memosrt.Request, field string, t []byte) error {
 	gr, err := grammar.FromSchema(t)
 	if err != nil {
-		return badField(field, "%v", err)
+		return wire.BadField(field, "%v", err)
 	}
 	g.Format, g.Sampling.Grammar = json.RawMessage(t), gr
 	return nil
@@ -114,7 +115,7 @@ type ollamaGenerateRequest struct {
 func (s *Server) handleOllamaChat(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	var req ollamaChatRequest
-	if err := decodeJSON(r, &req); err != nil {
+	if err := wire.Decode(r, &req); err != nil {
 		s.writeError(w, r, err)
 		return
 	}
@@ -135,7 +136,7 @@ func (s *Server) handleOllamaChat(w http.ResponseWriter, r *http.Request) {
 		}
 		err = memosrt.CheckRole(fmt.Sprintf("messages[%d].role", i), m.Role)
 		if err == nil && len(m.Images) > 0 {
-			err = badField(fmt.Sprintf("messages[%d].images", i), "images are not supported")
+			err = wire.BadField(fmt.Sprintf("messages[%d].images", i), "images are not supported")
 		}
 		g.Messages = append(g.Messages, memosrt.Message{Role: m.Role, Content: ollamaMessageText(m)})
 	}
@@ -208,7 +209,7 @@ func (s *Server) loadOrUnload(w http.ResponseWriter, r *http.Request, name strin
 		s.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, answer(reason))
+	wire.WriteJSON(w, http.StatusOK, answer(reason))
 }
 
 // ollamaRun generates g for an Ollama chat or generate request: Ollama's
@@ -219,13 +220,13 @@ func (s *Server) loadOrUnload(w http.ResponseWriter, r *http.Request, name strin
 func (s *Server) ollamaRun(w http.ResponseWriter, r *http.Request, g *memosrt.Request, chat bool, sp sampling, stream *bool,
 	start time.Time, chunk func(text string) any, final func(res *memosrt.Response, text string, m api.Metrics, dbg *api.DebugInfo) any) {
 	s.ollamaSampling(g, sp)
-	var st *streamer
+	var st *wire.Streamer
 	if (stream == nil || *stream) && !g.RenderOnly {
-		st = newStreamer(w, false)
+		st = wire.NewStreamer(w, false)
 	}
 	res, err := s.generate(r, g, chat, st, chunk)
 	if err != nil {
-		s.streamError(w, r, st, err)
+		wire.StreamError(s.log, w, r, st, err)
 		return
 	}
 	m, dbg := ollamaMetrics(res, start), (*api.DebugInfo)(nil)
@@ -233,10 +234,10 @@ func (s *Server) ollamaRun(w http.ResponseWriter, r *http.Request, g *memosrt.Re
 		m, dbg = api.Metrics{PromptEvalCount: res.Usage.PromptTokens}, &api.DebugInfo{RenderedTemplate: res.Rendered}
 	}
 	if st != nil {
-		st.send(withCached(final(res, "", m, dbg), res.Usage.CachedTokens))
+		st.Send(withCached(final(res, "", m, dbg), res.Usage.CachedTokens))
 		return
 	}
-	writeJSON(w, http.StatusOK, withCached(final(res, res.Text, m, dbg), res.Usage.CachedTokens))
+	wire.WriteJSON(w, http.StatusOK, withCached(final(res, res.Text, m, dbg), res.Usage.CachedTokens))
 }
 
 // withCached adds memosrt's "prompt_cached_count" (prompt tokens not
@@ -252,25 +253,6 @@ func withCached(v any, cached int) json.RawMessage {
 		head += ","
 	}
 	return append([]byte(head), b[1:]...)
-}
-
-// streamError reports err: as a JSON error response when nothing was sent
-// yet, else as a final {"error": ...} line or event. A client that went away
-// gets nothing.
-func (s *Server) streamError(w http.ResponseWriter, r *http.Request, st *streamer, err error) {
-	if r.Context().Err() != nil {
-		return
-	}
-	if st == nil || !st.started {
-		s.writeError(w, r, err)
-		return
-	}
-	if st.sse {
-		code, typ := errStatus(err)
-		st.send(map[string]any{"error": map[string]any{"message": err.Error(), "type": typ, "code": code}})
-		return
-	}
-	st.send(map[string]string{"error": err.Error()})
 }
 
 // ollamaSampling applies Ollama's defaults (defaults.Ollama) to what sp
@@ -292,7 +274,7 @@ func (s *Server) ollamaSampling(g *memosrt.Request, sp sampling) {
 func (s *Server) handleOllamaGenerate(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	var req ollamaGenerateRequest
-	if err := decodeJSON(r, &req); err != nil {
+	if err := wire.Decode(r, &req); err != nil {
 		s.writeError(w, r, err)
 		return
 	}
@@ -307,11 +289,11 @@ func (s *Server) handleOllamaGenerate(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case err != nil:
 	case len(req.Images) > 0:
-		err = badField("images", "images are not supported")
+		err = wire.BadField("images", "images are not supported")
 	case req.Suffix != "":
-		err = badField("suffix", "fill-in-the-middle (suffix) is not supported")
+		err = wire.BadField("suffix", "fill-in-the-middle (suffix) is not supported")
 	case req.Template != "":
-		err = badField("template", "a request template is not supported; use raw with a rendered prompt")
+		err = wire.BadField("template", "a request template is not supported; use raw with a rendered prompt")
 	}
 	var sp sampling
 	if err == nil {
@@ -354,7 +336,7 @@ func embedInputs(field string, v any) ([]string, error) {
 	}
 	for i, t := range in {
 		if t == "" {
-			return nil, badField(fmt.Sprintf("%s[%d]", field, i), "empty text")
+			return nil, wire.BadField(fmt.Sprintf("%s[%d]", field, i), "empty text")
 		}
 	}
 	return in, nil
@@ -368,7 +350,7 @@ func truncateDims(vecs [][]float32, dims int) ([][]float32, error) {
 	}
 	for i, v := range vecs {
 		if dims > len(v) {
-			return nil, badField("dimensions", "%d > model dimension %d", dims, len(v))
+			return nil, wire.BadField("dimensions", "%d > model dimension %d", dims, len(v))
 		}
 		vecs[i] = embed.Normalize(v[:dims])
 	}
@@ -381,14 +363,14 @@ func (s *Server) handleOllamaEmbed(w http.ResponseWriter, r *http.Request) {
 		api.EmbedRequest
 		KeepAlive *keepAliveField `json:"keep_alive"`
 	}
-	if err := decodeJSON(r, &req); err != nil {
+	if err := wire.Decode(r, &req); err != nil {
 		s.writeError(w, r, err)
 		return
 	}
 	var in []string
 	in, err := embedInputs("input", req.Input)
 	if err == nil && req.Dimensions < 0 {
-		err = badField("dimensions", "%d < 0", req.Dimensions)
+		err = wire.BadField("dimensions", "%d < 0", req.Dimensions)
 	}
 	var vecs [][]float32
 	var emb memosrt.Embedding
@@ -417,7 +399,7 @@ func (s *Server) handleOllamaEmbed(w http.ResponseWriter, r *http.Request) {
 	case name == "":
 		name = ollamaName(s.os.Model().Name)
 	}
-	writeJSON(w, http.StatusOK, api.EmbedResponse{Model: name, Embeddings: vecs, TotalDuration: time.Since(start),
+	wire.WriteJSON(w, http.StatusOK, api.EmbedResponse{Model: name, Embeddings: vecs, TotalDuration: time.Since(start),
 		LoadDuration: emb.LoadDuration, PromptEvalCount: emb.Tokens})
 }
 
@@ -426,12 +408,12 @@ func (s *Server) handleOllamaEmbeddings(w http.ResponseWriter, r *http.Request) 
 		api.EmbeddingRequest
 		KeepAlive *keepAliveField `json:"keep_alive"`
 	}
-	if err := decodeJSON(r, &req); err != nil {
+	if err := wire.Decode(r, &req); err != nil {
 		s.writeError(w, r, err)
 		return
 	}
 	if req.Prompt == "" {
-		writeJSON(w, http.StatusOK, api.EmbeddingResponse{Embedding: []float64{}})
+		wire.WriteJSON(w, http.StatusOK, api.EmbeddingResponse{Embedding: []float64{}})
 		return
 	}
 	model, err := s.embedModel(req.Model)
@@ -449,7 +431,7 @@ func (s *Server) handleOllamaEmbeddings(w http.ResponseWriter, r *http.Request) 
 	for i, x := range vecs[0] {
 		out[i] = float64(x)
 	}
-	writeJSON(w, http.StatusOK, api.EmbeddingResponse{Embedding: out})
+	wire.WriteJSON(w, http.StatusOK, api.EmbeddingResponse{Embedding: out})
 }
 
 func ollamaDetails(mi memosrt.ModelInfo) api.ModelDetails {
@@ -467,12 +449,12 @@ func (s *Server) handleOllamaTags(w http.ResponseWriter, r *http.Request) {
 		out.Models = append(out.Models, api.ListModelResponse{Name: ollamaName(mi.Name), Model: ollamaName(mi.Name), ModifiedAt: mi.Modified,
 			Size: mi.Size, Digest: mi.Digest, Details: ollamaDetails(mi)})
 	}
-	writeJSON(w, http.StatusOK, out)
+	wire.WriteJSON(w, http.StatusOK, out)
 }
 
 func (s *Server) handleOllamaShow(w http.ResponseWriter, r *http.Request) {
 	var req api.ShowRequest
-	if err := decodeJSON(r, &req); err != nil {
+	if err := wire.Decode(r, &req); err != nil {
 		s.writeError(w, r, err)
 		return
 	}
@@ -482,7 +464,7 @@ func (s *Server) handleOllamaShow(w http.ResponseWriter, r *http.Request) {
 	}
 	var err error
 	if name == "" {
-		err = badField("model", "missing model name")
+		err = wire.BadField("model", "missing model name")
 	}
 	var mi memosrt.ModelInfo
 	if err == nil {
@@ -499,7 +481,7 @@ func (s *Server) handleOllamaShow(w http.ResponseWriter, r *http.Request) {
 	// so `ollama run` printed a vector. /api/embed still works, as it does
 	// for generative models in Ollama.
 	caps := []model.Capability{model.CapabilityCompletion, model.CapabilityTools}
-	writeJSON(w, http.StatusOK, api.ShowResponse{Modelfile: "# served by memosrt\nFROM " + mi.Name + "\n",
+	wire.WriteJSON(w, http.StatusOK, api.ShowResponse{Modelfile: "# served by memosrt\nFROM " + mi.Name + "\n",
 		Parameters: fmt.Sprintf("num_ctx %d", mi.NCtx), Template: mi.Template, Details: ollamaDetails(mi),
 		ModelInfo: mi.Info, Capabilities: caps, ModifiedAt: mi.Modified})
 }
@@ -525,13 +507,13 @@ func (s *Server) handleOllamaPS(w http.ResponseWriter, r *http.Request) {
 	}
 	// as Ollama lists them: the latest to expire first
 	slices.SortStableFunc(out.Models, func(a, b api.ProcessModelResponse) int { return b.ExpiresAt.Compare(a.ExpiresAt) })
-	writeJSON(w, http.StatusOK, out)
+	wire.WriteJSON(w, http.StatusOK, out)
 }
 
 func (s *Server) handleOllamaVersion(w http.ResponseWriter, r *http.Request) {
 	// "version" is the Ollama API memosrt speaks (clients gate features on
 	// it: the v0.17.4 sources the wire types come from); "memosrt" is ours
-	writeJSON(w, http.StatusOK, map[string]string{"version": OllamaAPIVersion, "memosrt": s.opts.Version})
+	wire.WriteJSON(w, http.StatusOK, map[string]string{"version": OllamaAPIVersion, "memosrt": s.opts.Version})
 }
 
 // OllamaAPIVersion is the Ollama release whose API (api/types.go,
@@ -540,7 +522,7 @@ const OllamaAPIVersion = "0.17.4"
 
 // handleServerInfo answers GET /v1/server: {"version", "instance"}.
 func (s *Server) handleServerInfo(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]string{"version": s.opts.Version, "instance": s.opts.Instance})
+	wire.WriteJSON(w, http.StatusOK, map[string]string{"version": s.opts.Version, "instance": s.opts.Instance})
 }
 
 // handleOllamaModelStore answers Ollama's model management (pull, push,
@@ -562,9 +544,9 @@ func (s *Server) handleOllamaModelStore(w http.ResponseWriter, r *http.Request) 
 func refuseOllamaExtras(model string, think *api.ThinkValue, logprobs bool, top int) error {
 	switch {
 	case think != nil && think.Bool():
-		return badField("think", "%q does not support thinking", model)
+		return wire.BadField("think", "%q does not support thinking", model)
 	case logprobs || top > 0:
-		return badField("logprobs", "log probabilities are not served")
+		return wire.BadField("logprobs", "log probabilities are not served")
 	}
 	return nil
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/memosrt/memosrt"
 	"github.com/memosrt/memosrt/internal/defaults"
+	"github.com/memosrt/memosrt/server/wire"
 	"github.com/memosrt/memosrt/textmem"
 )
 
@@ -126,23 +127,23 @@ func (s *Server) applyOpenAI(r *http.Request, o *oaiSampling, g *memosrt.Request
 		return err
 	}
 	if o.Model == "" {
-		return badField("model", "missing model name")
+		return wire.BadField("model", "missing model name")
 	}
 	g.Model, g.KeepAlive = mi.Name, keepAlive(o.KeepAlive)
 	if lp := o.Logprobs; lp != nil && lp != false && lp != 0.0 || o.TopLogprobs != nil && *o.TopLogprobs > 0 {
-		return badField("logprobs", "log probabilities are not served")
+		return wire.BadField("logprobs", "log probabilities are not served")
 	}
 	if o.N != nil && *o.N != 1 {
-		return badField("n", "only n=1 is supported, got %d", *o.N)
+		return wire.BadField("n", "only n=1 is supported, got %d", *o.N)
 	}
 	if o.Temperature != nil && (*o.Temperature < 0 || *o.Temperature > 2 || math.IsNaN(*o.Temperature)) {
-		return badField("temperature", "%v not in [0, 2]", *o.Temperature)
+		return wire.BadField("temperature", "%v not in [0, 2]", *o.Temperature)
 	}
 	if o.TopP != nil && (*o.TopP < 0 || *o.TopP > 1) {
-		return badField("top_p", "%v not in [0, 1]", *o.TopP)
+		return wire.BadField("top_p", "%v not in [0, 1]", *o.TopP)
 	}
 	if o.MinP != nil && (*o.MinP < 0 || *o.MinP > 1) {
-		return badField("min_p", "%v not in [0, 1]", *o.MinP)
+		return wire.BadField("min_p", "%v not in [0, 1]", *o.MinP)
 	}
 	mt := o.MaxCompletionTokens
 	if mt == nil {
@@ -150,7 +151,7 @@ func (s *Server) applyOpenAI(r *http.Request, o *oaiSampling, g *memosrt.Request
 	}
 	if mt != nil {
 		if *mt < 1 {
-			return badField("max_tokens", "%d < 1", *mt)
+			return wire.BadField("max_tokens", "%d < 1", *mt)
 		}
 		g.NumPredict = *mt
 	}
@@ -174,7 +175,7 @@ func (s *Server) applyOpenAI(r *http.Request, o *oaiSampling, g *memosrt.Request
 		cube = c
 	}
 	if cube != "" && !textmem.ValidCube(cube) {
-		return badField("cube", "%q is not a cube name (1..64 of [A-Za-z0-9._-], not . or ..)", cube)
+		return wire.BadField("cube", "%q is not a cube name (1..64 of [A-Za-z0-9._-], not . or ..)", cube)
 	}
 	g.Cube, err = s.cube(r, cube)
 	return err
@@ -196,12 +197,12 @@ func messageText(field string, raw json.RawMessage) (string, error) {
 		Text string `json:"text"`
 	}
 	if err := json.Unmarshal(raw, &parts); err != nil {
-		return "", badField(field, "want a string or an array of content parts")
+		return "", wire.BadField(field, "want a string or an array of content parts")
 	}
 	var b strings.Builder
 	for i, p := range parts {
 		if p.Type != "text" {
-			return "", badField(fmt.Sprintf("%s[%d].type", field, i), "content part %q is not supported (text only)", p.Type)
+			return "", wire.BadField(fmt.Sprintf("%s[%d].type", field, i), "content part %q is not supported (text only)", p.Type)
 		}
 		b.WriteString(p.Text)
 	}
@@ -211,7 +212,7 @@ func messageText(field string, raw json.RawMessage) (string, error) {
 func (s *Server) handleOpenAIChat(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	var req oaiChatRequest
-	if err := decodeJSON(r, &req); err != nil {
+	if err := wire.Decode(r, &req); err != nil {
 		s.writeError(w, r, err)
 		return
 	}
@@ -229,7 +230,7 @@ func (s *Server) handleOpenAIChat(w http.ResponseWriter, r *http.Request) {
 	}
 	if mt := req.MaxToolCalls; err == nil && mt != nil {
 		if *mt < 1 {
-			err = badField("max_tool_calls", "%d < 1", *mt)
+			err = wire.BadField("max_tool_calls", "%d < 1", *mt)
 		} else if g.MaxToolCalls == 0 || *mt < g.MaxToolCalls {
 			g.MaxToolCalls = *mt
 		}
@@ -242,11 +243,11 @@ func (s *Server) handleOpenAIChat(w http.ResponseWriter, r *http.Request) {
 		case "json_schema":
 			err = setSchema(g, rf.JSONSchema)
 		default:
-			err = badField("response_format.type", "want text, json_object or json_schema, got %q", rf.Type)
+			err = wire.BadField("response_format.type", "want text, json_object or json_schema, got %q", rf.Type)
 		}
 	}
 	if err == nil && len(req.Messages) == 0 {
-		err = badField("messages", "at least one message is required")
+		err = wire.BadField("messages", "at least one message is required")
 	}
 	for i, m := range req.Messages {
 		if err != nil {
@@ -275,9 +276,9 @@ func (s *Server) handleOpenAIChat(w http.ResponseWriter, r *http.Request) {
 		return map[string]any{"id": id, "object": "chat.completion.chunk", "created": created, "model": name,
 			"system_fingerprint": "memosrt", "choices": []any{map[string]any{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": nil}}}
 	}
-	var st *streamer
+	var st *wire.Streamer
 	if req.Stream {
-		st = newStreamer(w, true)
+		st = wire.NewStreamer(w, true)
 	}
 	first := true
 	res, err := s.generate(r, g, true, st, func(t string) any {
@@ -288,7 +289,7 @@ func (s *Server) handleOpenAIChat(w http.ResponseWriter, r *http.Request) {
 		return chunk(d, nil)
 	})
 	if err != nil {
-		s.streamError(w, r, st, err)
+		wire.StreamError(s.log, w, r, st, err)
 		return
 	}
 	if st != nil {
@@ -302,21 +303,21 @@ func (s *Server) handleOpenAIChat(w http.ResponseWriter, r *http.Request) {
 			}
 			args := oaiToolCall{Index: &i}
 			args.Function.Arguments = c.Function.Arguments
-			if st.send(chunk(d, nil)) != nil || st.send(chunk(map[string]any{"tool_calls": []oaiToolCall{args}}, nil)) != nil {
+			if st.Send(chunk(d, nil)) != nil || st.Send(chunk(map[string]any{"tool_calls": []oaiToolCall{args}}, nil)) != nil {
 				return
 			}
 		}
-		if err := st.send(chunk(map[string]any{}, openAIFinish(res))); err != nil {
+		if err := st.Send(chunk(map[string]any{}, openAIFinish(res))); err != nil {
 			return
 		}
 		if req.StreamOptions != nil && req.StreamOptions.IncludeUsage {
-			st.send(map[string]any{"id": id, "object": "chat.completion.chunk", "created": created, "model": name,
+			st.Send(map[string]any{"id": id, "object": "chat.completion.chunk", "created": created, "model": name,
 				"system_fingerprint": "memosrt", "choices": []any{}, "usage": usageOf(res)})
 		}
-		st.sendRaw([]byte("[DONE]"))
+		st.SendRaw([]byte("[DONE]"))
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"id": id, "object": "chat.completion", "created": created, "model": name,
+	wire.WriteJSON(w, http.StatusOK, map[string]any{"id": id, "object": "chat.completion", "created": created, "model": name,
 		"system_fingerprint": "memosrt",
 		"choices": []any{map[string]any{"index": 0, "message": openAIMessage(res),
 			"finish_reason": openAIFinish(res), "logprobs": nil}},
@@ -326,7 +327,7 @@ func (s *Server) handleOpenAIChat(w http.ResponseWriter, r *http.Request) {
 func (s *Server) handleOpenAICompletion(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	var req oaiCompletionRequest
-	if err := decodeJSON(r, &req); err != nil {
+	if err := wire.Decode(r, &req); err != nil {
 		s.writeError(w, r, err)
 		return
 	}
@@ -339,13 +340,13 @@ func (s *Server) handleOpenAICompletion(w http.ResponseWriter, r *http.Request) 
 	switch {
 	case err != nil:
 	case len(prompts) != 1:
-		err = badField("prompt", "exactly one prompt is supported, got %d", len(prompts))
+		err = wire.BadField("prompt", "exactly one prompt is supported, got %d", len(prompts))
 	case prompts[0] == "":
-		err = badField("prompt", "empty prompt")
+		err = wire.BadField("prompt", "empty prompt")
 	case req.Echo:
-		err = badField("echo", "echo is not supported")
+		err = wire.BadField("echo", "echo is not supported")
 	case req.Suffix != nil && req.Suffix != "":
-		err = badField("suffix", "suffix is not supported")
+		err = wire.BadField("suffix", "suffix is not supported")
 	}
 	if err != nil {
 		s.writeError(w, r, err)
@@ -357,29 +358,29 @@ func (s *Server) handleOpenAICompletion(w http.ResponseWriter, r *http.Request) 
 		return map[string]any{"id": id, "object": "text_completion", "created": created, "model": name,
 			"choices": []any{map[string]any{"index": 0, "text": text, "finish_reason": finish, "logprobs": nil}}}
 	}
-	var st *streamer
+	var st *wire.Streamer
 	if req.Stream {
-		st = newStreamer(w, true)
+		st = wire.NewStreamer(w, true)
 	}
 	res, err := s.generate(r, g, false, st, func(t string) any { return chunk(t, nil) })
 	if err != nil {
-		s.streamError(w, r, st, err)
+		wire.StreamError(s.log, w, r, st, err)
 		return
 	}
 	if st != nil {
-		if err := st.send(chunk("", finishReason(res.DoneReason))); err != nil {
+		if err := st.Send(chunk("", finishReason(res.DoneReason))); err != nil {
 			return
 		}
 		if req.StreamOptions != nil && req.StreamOptions.IncludeUsage {
-			st.send(map[string]any{"id": id, "object": "text_completion", "created": created, "model": name,
+			st.Send(map[string]any{"id": id, "object": "text_completion", "created": created, "model": name,
 				"choices": []any{}, "usage": usageOf(res)})
 		}
-		st.sendRaw([]byte("[DONE]"))
+		st.SendRaw([]byte("[DONE]"))
 		return
 	}
 	out := chunk(res.Text, finishReason(res.DoneReason))
 	out["usage"] = usageOf(res)
-	writeJSON(w, http.StatusOK, out)
+	wire.WriteJSON(w, http.StatusOK, out)
 }
 
 type oaiEmbeddingRequest struct {
@@ -391,7 +392,7 @@ type oaiEmbeddingRequest struct {
 
 func (s *Server) handleOpenAIEmbeddings(w http.ResponseWriter, r *http.Request) {
 	var req oaiEmbeddingRequest
-	if err := decodeJSON(r, &req); err != nil {
+	if err := wire.Decode(r, &req); err != nil {
 		s.writeError(w, r, err)
 		return
 	}
@@ -399,13 +400,13 @@ func (s *Server) handleOpenAIEmbeddings(w http.ResponseWriter, r *http.Request) 
 	var err error
 	switch {
 	case req.EncodingFormat != "" && req.EncodingFormat != "float" && req.EncodingFormat != "base64":
-		err = badField("encoding_format", "want float or base64, got %q", req.EncodingFormat)
+		err = wire.BadField("encoding_format", "want float or base64, got %q", req.EncodingFormat)
 	case req.Dimensions < 0:
-		err = badField("dimensions", "%d < 0", req.Dimensions)
+		err = wire.BadField("dimensions", "%d < 0", req.Dimensions)
 	default:
 		in, err = embedInputs("input", req.Input)
 		if err == nil && len(in) == 0 {
-			err = badField("input", "no input")
+			err = wire.BadField("input", "no input")
 		}
 	}
 	var vecs [][]float32
@@ -445,7 +446,7 @@ func (s *Server) handleOpenAIEmbeddings(w http.ResponseWriter, r *http.Request) 
 	case name == "":
 		name = s.os.Model().Name
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data, "model": name,
+	wire.WriteJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data, "model": name,
 		"usage": map[string]int{"prompt_tokens": n, "total_tokens": n}})
 }
 
@@ -458,12 +459,12 @@ func (s *Server) handleOpenAIModels(w http.ResponseWriter, r *http.Request) {
 	for _, m := range s.os.Models() {
 		data = append(data, oaiModel(m.ModelInfo))
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data})
+	wire.WriteJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data})
 }
 
 func (s *Server) handleOpenAIModel(w http.ResponseWriter, r *http.Request) {
 	var mi memosrt.ModelInfo
-	err := badField("model", "missing model name")
+	err := wire.BadField("model", "missing model name")
 	if r.PathValue("model") != "" {
 		mi, err = s.model(r.PathValue("model"))
 	}
@@ -471,7 +472,7 @@ func (s *Server) handleOpenAIModel(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, oaiModel(mi))
+	wire.WriteJSON(w, http.StatusOK, oaiModel(mi))
 }
 
 // setSchema puts response_format.json_schema.schema (a JSON schema: an
@@ -483,7 +484,7 @@ func setSchema(g *memosrt.Request, js *oaiJSONSchema) error {
 		t = bytes.TrimSpace(js.Schema)
 	}
 	if len(t) == 0 || t[0] != '{' && string(t) != "true" && string(t) != "false" {
-		return badField(field, "a JSON schema (an object or a boolean) is required")
+		return wire.BadField(field, "a JSON schema (an object or a boolean) is required")
 	}
 	return useSchema(g, field, t)
 }

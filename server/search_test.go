@@ -13,6 +13,7 @@ import (
 	"github.com/openai/openai-go/shared"
 
 	"github.com/memosrt/memosrt"
+	"github.com/memosrt/memosrt/server/mcp"
 	"github.com/memosrt/memosrt/textmem"
 )
 
@@ -125,7 +126,7 @@ func TestQuickStartSearch(t *testing.T) {
 
 			cs := mcpSession(t, e)
 			for _, in := range []bool{false, true} {
-				var out mcpSearchOut
+				var out mcp.SearchOut
 				mustTool(t, cs, "search_memory", map[string]any{"cube": "lily", "query": "dog", "include_turns": in}, &out)
 				hits := make([]textmem.Hit, len(out.Hits))
 				for i, h := range out.Hits {

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"encoding/json"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -14,63 +13,11 @@ import (
 	"github.com/memosrt/memosrt/internal/defaults"
 	"github.com/memosrt/memosrt/lora"
 	"github.com/memosrt/memosrt/runtime/llama"
+	"github.com/memosrt/memosrt/server/wire"
 	"github.com/memosrt/memosrt/textmem"
 	"github.com/ollama/ollama/api"
 	"github.com/ollama/ollama/types/model"
 )
-
-// streamer writes a streamed response: NDJSON lines (Ollama) or SSE events
-// (OpenAI), each flushed through http.ResponseController.
-type streamer struct {
-	w       http.ResponseWriter
-	rc      *http.ResponseController
-	sse     bool
-	started bool
-}
-
-func newStreamer(w http.ResponseWriter, sse bool) *streamer {
-	return &streamer{w: w, rc: http.NewResponseController(w), sse: sse}
-}
-
-func (st *streamer) start() {
-	if st.started {
-		return
-	}
-	st.started = true
-	h := st.w.Header()
-	if st.sse {
-		h.Set("Content-Type", "text/event-stream")
-		h.Set("Cache-Control", "no-cache")
-	} else {
-		h.Set("Content-Type", "application/x-ndjson")
-	}
-	h.Set("X-Accel-Buffering", "no")
-	st.w.WriteHeader(http.StatusOK)
-}
-
-// send writes v as one line or event and flushes it.
-func (st *streamer) send(v any) error {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	return st.sendRaw(b)
-}
-
-func (st *streamer) sendRaw(b []byte) error {
-	st.start()
-	var err error
-	if st.sse {
-		_, err = fmt.Fprintf(st.w, "data: %s\n\n", b)
-	} else {
-		b = append(b, '\n')
-		_, err = st.w.Write(b)
-	}
-	if err != nil {
-		return err
-	}
-	return st.rc.Flush()
-}
 
 // cube returns the request's cube: the X-Memosrt-Cube header, else opt
 // (options.cube on Ollama's routes, the body's cube elsewhere). The OS
@@ -80,28 +27,28 @@ func (st *streamer) sendRaw(b []byte) error {
 func (s *Server) cube(r *http.Request, opt string) (string, error) {
 	c := r.Header.Get(CubeHeader)
 	if c != "" && opt != "" && opt != c {
-		if sc := scopeOf(r); sc != "" && opt != sc {
-			return "", fmt.Errorf("%w: cube %q (the key is for %q)", errForbidden, opt, sc)
+		if sc := wire.Scope(r); sc != "" && opt != sc {
+			return "", fmt.Errorf("%w: cube %q (the key is for %q)", wire.ErrForbidden, opt, sc)
 		}
 		field := "cube"
 		if strings.HasPrefix(r.URL.Path, "/api/") {
 			field = "options.cube"
 		}
-		return "", badField(field, "%q, but the %s header names %q (give one, or the same cube in both)", opt, CubeHeader, c)
+		return "", wire.BadField(field, "%q, but the %s header names %q (give one, or the same cube in both)", opt, CubeHeader, c)
 	}
 	if c == "" {
 		c = opt
 	}
 	if c != "" && !textmem.ValidCube(c) {
-		return "", badField("cube", "%q: %v", c, textmem.ErrBadCube)
+		return "", wire.BadField("cube", "%q: %v", c, textmem.ErrBadCube)
 	}
 	// an access key's requests are in its cube, and only there
-	if sc := scopeOf(r); sc != "" {
+	if sc := wire.Scope(r); sc != "" {
 		if c == "" {
 			c = sc
 		}
 		if c != sc {
-			return "", fmt.Errorf("%w: cube %q (the key is for %q)", errForbidden, c, sc)
+			return "", fmt.Errorf("%w: cube %q (the key is for %q)", wire.ErrForbidden, c, sc)
 		}
 	}
 	return c, nil
@@ -170,7 +117,7 @@ func parseOllamaOptions(m map[string]any) (sampling, error) {
 	num := func(k string, v any) (float64, error) {
 		f, ok := v.(float64)
 		if !ok || math.IsNaN(f) || math.IsInf(f, 0) {
-			return 0, badField("options."+k, "want a number, got %T", v)
+			return 0, wire.BadField("options."+k, "want a number, got %T", v)
 		}
 		return f, nil
 	}
@@ -180,7 +127,7 @@ func parseOllamaOptions(m map[string]any) (sampling, error) {
 			return nil, err
 		}
 		if f != math.Trunc(f) || math.Abs(f) > 1<<53 {
-			return nil, badField("options."+k, "want an integer, got %v", f)
+			return nil, wire.BadField("options."+k, "want an integer, got %v", f)
 		}
 		n := int(f)
 		return &n, nil
@@ -191,7 +138,7 @@ func parseOllamaOptions(m map[string]any) (sampling, error) {
 			return nil, err
 		}
 		if f < lo || f > hi {
-			return nil, badField("options."+k, "%v not in [%v, %v]", f, lo, hi)
+			return nil, wire.BadField("options."+k, "%v not in [%v, %v]", f, lo, hi)
 		}
 		return &f, nil
 	}
@@ -220,7 +167,7 @@ func parseOllamaOptions(m map[string]any) (sampling, error) {
 		case "repeat_last_n":
 			s.RepeatLastN, err = integer(k, v)
 			if err == nil && *s.RepeatLastN < -1 {
-				err = badField("options.repeat_last_n", "%d < -1 (-1: num_ctx, 0: off; more than num_ctx is num_ctx)", *s.RepeatLastN)
+				err = wire.BadField("options.repeat_last_n", "%d < -1 (-1: num_ctx, 0: off; more than num_ctx is num_ctx)", *s.RepeatLastN)
 			}
 		case "stop":
 			s.Stop, err = stringList("options.stop", v)
@@ -229,24 +176,24 @@ func parseOllamaOptions(m map[string]any) (sampling, error) {
 		case "tool_choice":
 			c, ok := v.(string)
 			if !ok {
-				err = badField("options.tool_choice", "want a string, got %T", v)
+				err = wire.BadField("options.tool_choice", "want a string, got %T", v)
 			}
 			s.ToolChoice = c
 		case "max_tool_calls":
 			s.MaxToolCalls, err = integer(k, v)
 			if err == nil && *s.MaxToolCalls < 1 {
-				err = badField("options.max_tool_calls", "%d < 1", *s.MaxToolCalls)
+				err = wire.BadField("options.max_tool_calls", "%d < 1", *s.MaxToolCalls)
 			}
 		case "cube":
 			c, ok := v.(string)
 			if !ok {
-				err = badField("options.cube", "want a string, got %T", v)
+				err = wire.BadField("options.cube", "want a string, got %T", v)
 			}
 			s.Cube = c
 		case "record":
 			c, ok := v.(string)
 			if !ok {
-				err = badField("options.record", "want a string, got %T", v)
+				err = wire.BadField("options.record", "want a string, got %T", v)
 			}
 			s.Record = c
 		default:
@@ -257,7 +204,7 @@ func parseOllamaOptions(m map[string]any) (sampling, error) {
 		}
 	}
 	if s.Cube != "" && !textmem.ValidCube(s.Cube) {
-		return s, badField("options.cube", "%q: %v", s.Cube, textmem.ErrBadCube)
+		return s, wire.BadField("options.cube", "%q: %v", s.Cube, textmem.ErrBadCube)
 	}
 	return s, nil
 }
@@ -274,7 +221,7 @@ func stringList(field string, v any) ([]string, error) {
 		for i, e := range x {
 			s, ok := e.(string)
 			if !ok {
-				return nil, badField(fmt.Sprintf("%s[%d]", field, i), "want a string, got %T", e)
+				return nil, wire.BadField(fmt.Sprintf("%s[%d]", field, i), "want a string, got %T", e)
 			}
 			out[i] = s
 		}
@@ -282,7 +229,7 @@ func stringList(field string, v any) ([]string, error) {
 	case []string:
 		return x, nil
 	}
-	return nil, badField(field, "want a string or an array of strings, got %T", v)
+	return nil, wire.BadField(field, "want a string or an array of strings, got %T", v)
 }
 
 var errModelNotFound = errkind.New(errkind.NotFound, "model not found")
@@ -333,7 +280,7 @@ func (k *keepAliveField) UnmarshalJSON(b []byte) error {
 		return nil
 	}
 	if err := k.Duration.UnmarshalJSON(b); err != nil {
-		return badField("keep_alive", `want a duration ("5m", "24h", negative: forever) or a number of seconds, got %.40s`, b)
+		return wire.BadField("keep_alive", `want a duration ("5m", "24h", negative: forever) or a number of seconds, got %.40s`, b)
 	}
 	return nil
 }
@@ -375,7 +322,7 @@ func adapterSpecs(field string, v any) ([]lora.Spec, error) {
 	if str, ok := v.(string); ok {
 		sp, err := lora.ParseSpecs(str)
 		if err != nil {
-			return nil, badField(field, "%v", err)
+			return nil, wire.BadField(field, "%v", err)
 		}
 		return sp, nil
 	}
@@ -387,7 +334,7 @@ func adapterSpecs(field string, v any) ([]lora.Spec, error) {
 	for i, x := range list {
 		sp, err := lora.ParseSpec(x)
 		if err != nil {
-			return nil, badField(fmt.Sprintf("%s[%d]", field, i), "%v", err)
+			return nil, wire.BadField(fmt.Sprintf("%s[%d]", field, i), "%v", err)
 		}
 		out = append(out, sp)
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/ollama/ollama/api"
 
 	"github.com/memosrt/memosrt"
+	"github.com/memosrt/memosrt/server/wire"
 )
 
 // Tool calling on both APIs: the wire shapes become memosrt.Tool and
@@ -34,10 +35,10 @@ func rawTools(raw []json.RawMessage, ollama bool) ([]memosrt.Tool, error) {
 	for i, r := range raw {
 		var t oaiTool
 		if err := json.Unmarshal(r, &t); err != nil {
-			return nil, badField(fmt.Sprintf("tools[%d]", i), "want {\"type\": \"function\", \"function\": {...}}: %v", err)
+			return nil, wire.BadField(fmt.Sprintf("tools[%d]", i), "want {\"type\": \"function\", \"function\": {...}}: %v", err)
 		}
 		if t.Type != "function" && (!ollama || t.Type != "") {
-			return nil, badField(fmt.Sprintf("tools[%d].type", i), "want function, got %q", t.Type)
+			return nil, wire.BadField(fmt.Sprintf("tools[%d].type", i), "want function, got %q", t.Type)
 		}
 		p := t.Function.Parameters
 		if ollama && len(p) > 0 {
@@ -143,7 +144,7 @@ func openAITools(g *memosrt.Request, raw []json.RawMessage, choice json.RawMessa
 				} `json:"function"`
 			}
 			if err := json.Unmarshal(choice, &named); err != nil || named.Type != "function" || named.Function.Name == "" {
-				return badField("tool_choice", `want "auto", "none", "required" or {"type": "function", "function": {"name": NAME}}`)
+				return wire.BadField("tool_choice", `want "auto", "none", "required" or {"type": "function", "function": {"name": NAME}}`)
 			}
 			g.ToolChoice, g.ToolName = memosrt.ToolRequired, named.Function.Name
 		}
@@ -165,7 +166,7 @@ func openAIMessageText(field, content string, tcs []oaiToolCall) (string, error)
 		var args json.RawMessage
 		if a := strings.TrimSpace(c.Function.Arguments); a != "" {
 			if !json.Valid([]byte(a)) {
-				return "", badField(fmt.Sprintf("%s[%d].function.arguments", field, i), "not JSON")
+				return "", wire.BadField(fmt.Sprintf("%s[%d].function.arguments", field, i), "not JSON")
 			}
 			args = json.RawMessage(a)
 		}

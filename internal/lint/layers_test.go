@@ -49,6 +49,12 @@ var layers = [][]string{
 	{"cubeops"},
 	// the facade an app embeds
 	{""},
+	// what every HTTP surface of the server shares (body decoding, the
+	// error status table, streaming); server/... packages import each
+	// other only downward, as every package does
+	{"server/wire"},
+	// the surfaces package server mounts
+	{"server/mcp", "server/memory", "server/ui"},
 	// wire translation; benchmarks over the facade
 	{"server", "internal/testenv", "bench", "bench/gguf", "bench/recall", "bench/crash", "bench/soak"},
 	// the command
@@ -261,6 +267,23 @@ func undocumentedHooks(rel string, f *ast.File) []string {
 	return bad
 }
 
+// violationsWith returns layerViolations over the module's packages with
+// package rel's non-test files replaced by one file, name, of source src.
+func violationsWith(t *testing.T, rel, name, src string) []string {
+	t.Helper()
+	f, err := parser.ParseFile(token.NewFileSet(), name, src, parser.ParseComments)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pkgs := walkPackages(t)
+	for i := range pkgs {
+		if pkgs[i].rel == rel {
+			pkgs[i].files = map[string]*ast.File{name: f}
+		}
+	}
+	return layerViolations(pkgs)
+}
+
 // TestLayersCatchViolations: the check fails on an import up the layers,
 // on a test helper in a non-test file, and on an undocumented callback.
 func TestLayersCatchViolations(t *testing.T) {
@@ -279,17 +302,7 @@ type Options struct {
 var _ = scheduler.Job{}
 var _ = testutil.WaitFor
 `
-	f, err := parser.ParseFile(token.NewFileSet(), "bad.go", src, parser.ParseComments)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pkgs := walkPackages(t)
-	for i := range pkgs {
-		if pkgs[i].rel == "textmem" {
-			pkgs[i].files = map[string]*ast.File{"bad.go": f}
-		}
-	}
-	got := layerViolations(pkgs)
+	got := violationsWith(t, "textmem", "bad.go", src)
 	want := []string{
 		"bad.go (package textmem, layer 4) imports scheduler (layer 6): imports point down the layers",
 		"bad.go imports internal/testutil, a test helper, outside a _test.go file",
@@ -297,6 +310,36 @@ var _ = testutil.WaitFor
 	}
 	if !slices.Equal(got, want) {
 		t.Fatalf("violations:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// TestLayersServerDownward: server/... packages import each other only
+// downward: server mounts server/mcp, and server/mcp imports neither
+// server nor a surface beside it (server/memory), only server/wire.
+func TestLayersServerDownward(t *testing.T) {
+	src := `package mcp
+
+import (
+	"github.com/memosrt/memosrt/server"
+	"github.com/memosrt/memosrt/server/memory"
+	"github.com/memosrt/memosrt/server/wire"
+)
+
+var _ = server.New
+var _ = memory.New
+var _ = wire.Status
+`
+	got := violationsWith(t, "server/mcp", "up.go", src)
+	mcp, srv := layerOf("server/mcp"), layerOf("server")
+	want := []string{
+		fmt.Sprintf("up.go (package server/mcp, layer %d) imports server (layer %d): imports point down the layers", mcp, srv),
+		fmt.Sprintf("up.go (package server/mcp, layer %d) imports server/memory (layer %d): imports point down the layers", mcp, mcp),
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("violations:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if w := layerOf("server/wire"); w <= layerOf("") || w >= mcp || srv <= mcp {
+		t.Fatalf("layers: root %d, server/wire %d, server/mcp %d, server %d: want root < wire < surfaces < server", layerOf(""), w, mcp, srv)
 	}
 }
 

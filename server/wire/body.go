@@ -1,4 +1,4 @@
-package server
+package wire
 
 import (
 	"bytes"
@@ -11,24 +11,22 @@ import (
 	"strconv"
 	"time"
 	"unicode/utf8"
-
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Text in request bodies. encoding/json replaces invalid UTF-8 and lone
 // surrogate escapes ("\ud800") with U+FFFD without a word, so a memory
-// added with them would be stored altered. checkJSONText reads the raw
-// bytes instead, and decodeBody and the MCP route refuse such a body with
-// a 400 naming the field.
+// added with them would be stored altered. CheckJSONText reads the raw
+// bytes instead, and Decode and the MCP route refuse such a body with a
+// 400 naming the field.
 
-// checkJSONText returns a *memosrt.FieldError naming the first string of the
+// CheckJSONText returns a *memosrt.FieldError naming the first string of the
 // JSON document b (a key or a value) that holds invalid UTF-8 or a lone
 // UTF-16 surrogate escape, nil when every string is valid text. The field
 // is the value's path: "text", "messages[1].content", "options.stop[0]";
 // a bad key is named by the object holding it, "body" at the top. b is
 // expected to be JSON the decoder accepted; what is not JSON is left to
 // the decoder's error.
-func checkJSONText(b []byte) error {
+func CheckJSONText(b []byte) error {
 	if utf8.Valid(b) && !bytes.Contains(b, []byte(`\u`)) {
 		return nil // the common case: nothing to look at
 	}
@@ -130,7 +128,7 @@ func (s *textScanner) value(path string) {
 }
 
 func (s *textScanner) fail(field, msg string) {
-	s.err, s.stop = badField(field, "%s", msg), true
+	s.err, s.stop = BadField(field, "%s", msg), true
 }
 
 // str reads the string at s.i (its opening quote) and returns its key
@@ -199,23 +197,22 @@ func hex4(b []byte, i int) (rune, bool) {
 
 // Request body deadlines. A client that sends headers and then stalls (a
 // Content-Length of 100000 and 10 bytes, or a byte every few seconds)
-// would hold a connection and a goroutine for as long as it likes; wrap
-// gives every request with a body a read deadline on its connection
-// (Options.BodyReadTimeout, Options.ImportReadTimeout for
-// /v1/cubes/import), which timedBody lifts once the body has been read to
-// its end, so a streamed answer is never cut by it. A body not in by then
-// fails its read: the handler answers 408, the connection is closed, and
-// memosrt_http_body_timeouts_total counts it.
+// would hold a connection and a goroutine for as long as it likes; the
+// server gives every request with a body a read deadline on its connection
+// (TimeBody), which timedBody lifts once the body has been read to its
+// end, so a streamed answer is never cut by it. A body not in by then
+// fails its read: the handler answers 408 and the connection is closed.
 
-// errBodyTimeout is a 408: the request body did not arrive in time.
-var errBodyTimeout = errors.New("server: request body not received in time")
+// ErrBodyTimeout is returned by a request body's Read when the body did
+// not arrive within its read deadline (TimeBody); HTTP 408.
+var ErrBodyTimeout = errors.New("server: request body not received in time")
 
 // timedBody is a request body read under a connection read deadline.
 type timedBody struct {
 	io.ReadCloser
-	rc      *http.ResponseController
-	limit   time.Duration
-	counted *prometheus.Counter // nil: none
+	rc        *http.ResponseController
+	limit     time.Duration
+	onTimeout func() // nil: none
 	// done is set by Read at the body's end or its deadline; Read is
 	// called by the handler's goroutine only, as net/http requires.
 	done bool
@@ -230,21 +227,21 @@ func (b *timedBody) Read(p []byte) (int, error) {
 		b.rc.SetReadDeadline(time.Time{}) // lifted: the connection may now sit idle under a stream
 	case errors.Is(err, os.ErrDeadlineExceeded):
 		b.done = true
-		if b.counted != nil {
-			(*b.counted).Inc()
+		if b.onTimeout != nil {
+			b.onTimeout()
 		}
-		return n, fmt.Errorf("%w: body: not complete within %v (the server's body read deadline): %w", errBodyTimeout, b.limit, err)
+		return n, fmt.Errorf("%w: body: not complete within %v (the server's body read deadline): %w", ErrBodyTimeout, b.limit, err)
 	}
 	return n, err
 }
 
-// timeBody puts r's body under its read deadline; a request without a
-// body, or with no deadline configured, is left as it is.
-func (s *Server) timeBody(w http.ResponseWriter, r *http.Request) {
-	limit := s.opts.BodyReadTimeout
-	if r.URL.Path == "/v1/cubes/import" {
-		limit = s.opts.ImportReadTimeout
-	}
+// TimeBody puts r's body under a read deadline on its connection, limit
+// from now: a Read after it fails with an error wrapping ErrBodyTimeout
+// (and calls onTimeout, when not nil, once), and reading the body to its
+// end lifts the deadline. A request without a body, a negative limit, or
+// a ResponseWriter whose connection has no deadlines (a test recorder)
+// leaves r as it is. Call it before the handler reads the body.
+func TimeBody(w http.ResponseWriter, r *http.Request, limit time.Duration, onTimeout func()) {
 	if limit < 0 || r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
 		return
 	}
@@ -252,25 +249,18 @@ func (s *Server) timeBody(w http.ResponseWriter, r *http.Request) {
 	if rc.SetReadDeadline(time.Now().Add(limit)) != nil {
 		return // not a connection that has deadlines (a test recorder)
 	}
-	r.Body = &timedBody{ReadCloser: r.Body, rc: rc, limit: limit, counted: &s.bodyTimeouts}
+	r.Body = &timedBody{ReadCloser: r.Body, rc: rc, limit: limit, onTimeout: onTimeout}
 }
 
-// newBodyMetrics registers memosrt_http_body_timeouts_total.
-func (s *Server) newBodyMetrics() {
-	s.bodyTimeouts = prometheus.NewCounter(prometheus.CounterOpts{Name: "memosrt_http_body_timeouts_total",
-		Help: "Requests whose body was not complete within the body read deadline (answered 408, connection closed)."})
-	s.m.reg.MustRegister(s.bodyTimeouts)
-}
-
-// checkURLText returns a *memosrt.FieldError when the request's decoded path
+// CheckURLText returns a *memosrt.FieldError when the request's decoded path
 // ("path") or a query parameter's name or value (named by the parameter)
 // holds invalid UTF-8: net/http and url.ParseQuery pass such bytes on
 // as they are (%FF decodes to the byte 0xff), and a search for them, or a
 // cube named with them, would meet text that is not text. A query that
 // does not parse is left to the handler.
-func checkURLText(r *http.Request) error {
+func CheckURLText(r *http.Request) error {
 	if i := invalidUTF8(r.URL.Path); i >= 0 {
-		return badField("path", "invalid UTF-8 (byte 0x%02x at byte %d)", r.URL.Path[i], i)
+		return BadField("path", "invalid UTF-8 (byte 0x%02x at byte %d)", r.URL.Path[i], i)
 	}
 	if r.URL.RawQuery == "" {
 		return nil
@@ -281,11 +271,11 @@ func checkURLText(r *http.Request) error {
 	}
 	for k, vs := range q {
 		if i := invalidUTF8(k); i >= 0 {
-			return badField("query", "a parameter name holds invalid UTF-8 (byte 0x%02x at byte %d)", k[i], i)
+			return BadField("query", "a parameter name holds invalid UTF-8 (byte 0x%02x at byte %d)", k[i], i)
 		}
 		for _, v := range vs {
 			if i := invalidUTF8(v); i >= 0 {
-				return badField(k, "invalid UTF-8 (byte 0x%02x at byte %d)", v[i], i)
+				return BadField(k, "invalid UTF-8 (byte 0x%02x at byte %d)", v[i], i)
 			}
 		}
 	}

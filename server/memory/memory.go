@@ -1,4 +1,4 @@
-package server
+package memory
 
 import (
 	"context"
@@ -12,26 +12,29 @@ import (
 
 	"github.com/memosrt/memosrt"
 	"github.com/memosrt/memosrt/kvcache"
+	"github.com/memosrt/memosrt/server/wire"
 	"github.com/memosrt/memosrt/textmem"
 )
 
-// cubeView is a cube as the memory API shows it.
-type cubeView struct {
+// CubeView is a cube as the memory API shows it (POST and GET
+// /v1/cubes/...): its record with the number of memories it holds and of
+// its stored KV packs (0 in the answer to a create).
+type CubeView struct {
 	memosrt.Cube
 	Memories int `json:"memories"`
 	Packs    int `json:"packs"`
 }
 
-func (s *Server) view(ctx context.Context, rec memosrt.Cube) (cubeView, error) {
-	mems, err := s.os.Memories(ctx, rec.Name)
+func (a *API) view(ctx context.Context, rec memosrt.Cube) (CubeView, error) {
+	mems, err := a.os.Memories(ctx, rec.Name)
 	if err != nil {
-		return cubeView{}, err
+		return CubeView{}, err
 	}
-	st, err := s.os.Packs(ctx, rec.Name)
+	st, err := a.os.Packs(ctx, rec.Name)
 	if err != nil {
-		return cubeView{}, err
+		return CubeView{}, err
 	}
-	return cubeView{Cube: rec, Memories: len(mems), Packs: len(st.Packs)}, nil
+	return CubeView{Cube: rec, Memories: len(mems), Packs: len(st.Packs)}, nil
 }
 
 type cubeCreateRequest struct {
@@ -43,29 +46,29 @@ type cubeCreateRequest struct {
 	NoRecord bool `json:"no_record"`
 }
 
-func (s *Server) handleCubeCreate(w http.ResponseWriter, r *http.Request) {
+func (a *API) handleCubeCreate(w http.ResponseWriter, r *http.Request) {
 	var req cubeCreateRequest
-	if err := decodeStrict(r, &req); err != nil {
-		s.writeError(w, r, err)
+	if err := wire.DecodeStrict(r, &req); err != nil {
+		a.writeError(w, r, err)
 		return
 	}
 	if !textmem.ValidCube(req.Name) {
-		s.writeError(w, r, badField("name", "%q is not a cube name (1..64 of [A-Za-z0-9._-], not . or ..)", req.Name))
+		a.writeError(w, r, wire.BadField("name", "%q is not a cube name (1..64 of [A-Za-z0-9._-], not . or ..)", req.Name))
 		return
 	}
-	rec, err := s.os.CreateCube(r.Context(), memosrt.Cube{Name: req.Name, Description: req.Description, Metadata: req.Metadata,
+	rec, err := a.os.CreateCube(r.Context(), memosrt.Cube{Name: req.Name, Description: req.Description, Metadata: req.Metadata,
 		NoRecord: req.NoRecord})
 	if err != nil {
-		s.writeError(w, r, err)
+		a.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, cubeView{Cube: rec})
+	wire.WriteJSON(w, http.StatusCreated, CubeView{Cube: rec})
 }
 
-func (s *Server) handleCubeList(w http.ResponseWriter, r *http.Request) {
-	recs, err := s.os.Cubes(r.Context())
-	out := []cubeView{}
-	sc := scopeOf(r)
+func (a *API) handleCubeList(w http.ResponseWriter, r *http.Request) {
+	recs, err := a.os.Cubes(r.Context())
+	out := []CubeView{}
+	sc := wire.Scope(r)
 	for _, rec := range recs {
 		if err != nil {
 			break
@@ -73,56 +76,56 @@ func (s *Server) handleCubeList(w http.ResponseWriter, r *http.Request) {
 		if sc != "" && rec.Name != sc {
 			continue // an access key sees its own cube only
 		}
-		var v cubeView
-		v, err = s.view(r.Context(), rec)
+		var v CubeView
+		v, err = a.view(r.Context(), rec)
 		out = append(out, v)
 	}
 	if err != nil {
-		s.writeError(w, r, err)
+		a.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"cubes": out})
+	wire.WriteJSON(w, http.StatusOK, map[string]any{"cubes": out})
 }
 
 // pathCube reads and checks the {cube} path value.
-func (s *Server) pathCube(r *http.Request) (memosrt.Cube, error) {
+func (a *API) pathCube(r *http.Request) (memosrt.Cube, error) {
 	name := r.PathValue("cube")
 	if !textmem.ValidCube(name) {
-		return memosrt.Cube{}, badField("cube", "%q is not a cube name (1..64 of [A-Za-z0-9._-], not . or ..)", name)
+		return memosrt.Cube{}, wire.BadField("cube", "%q is not a cube name (1..64 of [A-Za-z0-9._-], not . or ..)", name)
 	}
-	return s.os.Cube(r.Context(), name)
+	return a.os.Cube(r.Context(), name)
 }
 
 // pathCubeName reads and checks the {cube} path value without requiring
 // the cube to exist (adding a memory creates it).
-func (s *Server) pathCubeName(r *http.Request) (string, error) {
+func (a *API) pathCubeName(r *http.Request) (string, error) {
 	name := r.PathValue("cube")
 	if !textmem.ValidCube(name) {
-		return "", badField("cube", "%q is not a cube name (1..64 of [A-Za-z0-9._-], not . or ..)", name)
+		return "", wire.BadField("cube", "%q is not a cube name (1..64 of [A-Za-z0-9._-], not . or ..)", name)
 	}
 	return name, nil
 }
 
-func (s *Server) handleCubeGet(w http.ResponseWriter, r *http.Request) {
-	rec, err := s.pathCube(r)
-	var v cubeView
+func (a *API) handleCubeGet(w http.ResponseWriter, r *http.Request) {
+	rec, err := a.pathCube(r)
+	var v CubeView
 	if err == nil {
-		v, err = s.view(r.Context(), rec)
+		v, err = a.view(r.Context(), rec)
 	}
 	if err != nil {
-		s.writeError(w, r, err)
+		a.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, v)
+	wire.WriteJSON(w, http.StatusOK, v)
 }
 
-func (s *Server) handleCubeDelete(w http.ResponseWriter, r *http.Request) {
-	rec, err := s.pathCube(r)
+func (a *API) handleCubeDelete(w http.ResponseWriter, r *http.Request) {
+	rec, err := a.pathCube(r)
 	if err == nil {
-		err = s.os.DeleteCube(r.Context(), rec.Name)
+		err = a.os.DeleteCube(r.Context(), rec.Name)
 	}
 	if err != nil {
-		s.writeError(w, r, err)
+		a.writeError(w, r, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -147,17 +150,17 @@ type memoryAddRequest struct {
 	Memories []memoryInput `json:"memories"`
 }
 
-func (s *Server) handleMemoryAdd(w http.ResponseWriter, r *http.Request) {
+func (a *API) handleMemoryAdd(w http.ResponseWriter, r *http.Request) {
 	var req memoryAddRequest
-	cube, err := s.pathCubeName(r)
+	cube, err := a.pathCubeName(r)
 	if err == nil {
-		err = decodeStrict(r, &req)
+		err = wire.DecodeStrict(r, &req)
 	}
 	if err == nil && req.Memories != nil && req.Text != "" {
-		err = badField("memories", "give either text or memories, not both")
+		err = wire.BadField("memories", "give either text or memories, not both")
 	}
 	if err != nil {
-		s.writeError(w, r, err)
+		a.writeError(w, r, err)
 		return
 	}
 	batch := req.Memories != nil
@@ -172,102 +175,93 @@ func (s *Server) handleMemoryAdd(w http.ResponseWriter, r *http.Request) {
 			field = fmt.Sprintf("memories[%d].text", i)
 		}
 		if strings.TrimSpace(m.Text) == "" {
-			s.writeError(w, r, badField(field, "empty text"))
+			a.writeError(w, r, wire.BadField(field, "empty text"))
 			return
 		}
-		got, err := s.os.AddMemory(r.Context(), cube, textmem.Memory{Text: m.Text, Kind: m.Kind, Tags: m.Tags,
+		got, err := a.os.AddMemory(r.Context(), cube, textmem.Memory{Text: m.Text, Kind: m.Kind, Tags: m.Tags,
 			Source: m.Source, EventTime: m.EventTime.UTC(), Confidence: m.Confidence, Expires: m.Expires.UTC()})
 		if err != nil {
 			if errors.Is(err, textmem.ErrTooLarge) || errors.Is(err, textmem.ErrInvalidUTF8) {
-				err = &fieldErrorWrap{field: field, err: err}
+				err = wire.InField(field, err)
 			}
-			s.writeError(w, r, err)
+			a.writeError(w, r, err)
 			return
 		}
 		out = append(out, got)
 	}
 	if batch {
-		writeJSON(w, http.StatusCreated, map[string]any{"memories": out})
+		wire.WriteJSON(w, http.StatusCreated, map[string]any{"memories": out})
 		return
 	}
-	writeJSON(w, http.StatusCreated, out[0])
+	wire.WriteJSON(w, http.StatusCreated, out[0])
 }
 
-// fieldErrorWrap names the field of a store error and keeps its status.
-type fieldErrorWrap struct {
-	field string
-	err   error
-}
-
-func (e *fieldErrorWrap) Error() string { return e.field + ": " + e.err.Error() }
-func (e *fieldErrorWrap) Unwrap() error { return e.err }
-
-func (s *Server) handleMemoryList(w http.ResponseWriter, r *http.Request) {
-	rec, err := s.pathCube(r)
+func (a *API) handleMemoryList(w http.ResponseWriter, r *http.Request) {
+	rec, err := a.pathCube(r)
 	var mems []textmem.Memory
 	if err == nil {
-		mems, err = s.os.Memories(r.Context(), rec.Name)
+		mems, err = a.os.Memories(r.Context(), rec.Name)
 	}
 	if err != nil {
-		s.writeError(w, r, err)
+		a.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"memories": mems})
+	wire.WriteJSON(w, http.StatusOK, map[string]any{"memories": mems})
 }
 
-func (s *Server) handleMemoryGet(w http.ResponseWriter, r *http.Request) {
-	rec, err := s.pathCube(r)
+func (a *API) handleMemoryGet(w http.ResponseWriter, r *http.Request) {
+	rec, err := a.pathCube(r)
 	var m textmem.Memory
 	if err == nil {
-		m, err = s.os.Memory(r.Context(), rec.Name, r.PathValue("id"))
+		m, err = a.os.Memory(r.Context(), rec.Name, r.PathValue("id"))
 	}
 	if err != nil {
-		s.writeError(w, r, err)
+		a.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, m)
+	wire.WriteJSON(w, http.StatusOK, m)
 }
 
 // handleMemoryUpdate answers PUT (the text is replaced; "text" required)
 // and PATCH (only the fields given change: text, kind, tags, source).
-func (s *Server) handleMemoryUpdate(w http.ResponseWriter, r *http.Request) {
+func (a *API) handleMemoryUpdate(w http.ResponseWriter, r *http.Request) {
 	var req struct {
 		Text   *string   `json:"text"`
 		Kind   *string   `json:"kind"`
 		Tags   *[]string `json:"tags"`
 		Source *string   `json:"source"`
 	}
-	rec, err := s.pathCube(r)
+	rec, err := a.pathCube(r)
 	if err == nil {
-		err = decodeStrict(r, &req)
+		err = wire.DecodeStrict(r, &req)
 	}
 	switch {
 	case err != nil:
 	case r.Method == http.MethodPut && (req.Text == nil || req.Kind != nil || req.Tags != nil || req.Source != nil):
-		err = badField("text", "PUT replaces the text only and needs it; PATCH changes kind, tags or source")
+		err = wire.BadField("text", "PUT replaces the text only and needs it; PATCH changes kind, tags or source")
 	case r.Method == http.MethodPatch && req.Text == nil && req.Kind == nil && req.Tags == nil && req.Source == nil:
-		err = badField("body", "nothing to change: give text, kind, tags or source")
+		err = wire.BadField("body", "nothing to change: give text, kind, tags or source")
 	case req.Text != nil && strings.TrimSpace(*req.Text) == "":
-		err = badField("text", "empty text")
+		err = wire.BadField("text", "empty text")
 	}
 	var m textmem.Memory
 	if err == nil {
-		m, err = s.os.PatchMemory(r.Context(), rec.Name, r.PathValue("id"), textmem.Patch{Text: req.Text, Kind: req.Kind, Tags: req.Tags, Source: req.Source})
+		m, err = a.os.PatchMemory(r.Context(), rec.Name, r.PathValue("id"), textmem.Patch{Text: req.Text, Kind: req.Kind, Tags: req.Tags, Source: req.Source})
 	}
 	if err != nil {
-		s.writeError(w, r, err)
+		a.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, m)
+	wire.WriteJSON(w, http.StatusOK, m)
 }
 
-func (s *Server) handleMemoryDelete(w http.ResponseWriter, r *http.Request) {
-	rec, err := s.pathCube(r)
+func (a *API) handleMemoryDelete(w http.ResponseWriter, r *http.Request) {
+	rec, err := a.pathCube(r)
 	if err == nil {
-		err = s.os.DeleteMemory(r.Context(), rec.Name, r.PathValue("id"))
+		err = a.os.DeleteMemory(r.Context(), rec.Name, r.PathValue("id"))
 	}
 	if err != nil {
-		s.writeError(w, r, err)
+		a.writeError(w, r, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -284,126 +278,126 @@ type searchRequest struct {
 	IncludeTurns bool `json:"include_turns"`
 }
 
-func (s *Server) handleSearch(w http.ResponseWriter, r *http.Request) {
+func (a *API) handleSearch(w http.ResponseWriter, r *http.Request) {
 	var req searchRequest
-	rec, err := s.pathCube(r)
+	rec, err := a.pathCube(r)
 	if err == nil {
 		if r.Method == http.MethodGet {
 			req.Query = r.URL.Query().Get("q")
 			if k := r.URL.Query().Get("k"); k != "" {
 				if req.K, err = strconv.Atoi(k); err != nil {
-					err = badField("k", "%q is not an integer", k)
+					err = wire.BadField("k", "%q is not an integer", k)
 				}
 			}
 			if v := r.URL.Query().Get("include_turns"); v != "" && err == nil {
 				if req.IncludeTurns, err = strconv.ParseBool(v); err != nil {
-					err = badField("include_turns", "%q is not true or false", v)
+					err = wire.BadField("include_turns", "%q is not true or false", v)
 				}
 			}
 		} else {
-			err = decodeStrict(r, &req)
+			err = wire.DecodeStrict(r, &req)
 		}
 	}
 	if err == nil && req.K < 0 {
-		err = badField("k", "%d < 0", req.K)
+		err = wire.BadField("k", "%d < 0", req.K)
 	}
 	if err == nil && strings.TrimSpace(req.Query) == "" {
-		err = badField("query", "empty query")
+		err = wire.BadField("query", "empty query")
 	}
 	var hits []textmem.Hit
 	if err == nil {
 		q := memosrt.SearchQuery(req.Query, req.K, req.IncludeTurns || slices.Contains(req.Kinds, memosrt.KindTurn))
 		q.Kinds, q.Tags = req.Kinds, req.Tags
-		hits, err = s.os.Search(r.Context(), rec.Name, q)
+		hits, err = a.os.Search(r.Context(), rec.Name, q)
 	}
 	if err != nil {
-		s.writeError(w, r, err)
+		a.writeError(w, r, err)
 		return
 	}
 	if hits == nil {
 		hits = []textmem.Hit{}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"hits": hits})
+	wire.WriteJSON(w, http.StatusOK, map[string]any{"hits": hits})
 }
 
-func (s *Server) handlePackWarm(w http.ResponseWriter, r *http.Request) {
+func (a *API) handlePackWarm(w http.ResponseWriter, r *http.Request) {
 	var req struct {
 		Resident bool `json:"resident"`
 	}
-	rec, err := s.pathCube(r)
+	rec, err := a.pathCube(r)
 	if err == nil && r.ContentLength != 0 {
-		err = decodeStrict(r, &req)
+		err = wire.DecodeStrict(r, &req)
 		if fe := (*memosrt.FieldError)(nil); errors.As(err, &fe) && fe.Msg == "empty request body" {
 			err = nil
 		}
 	}
 	var st memosrt.PackStatus
 	if err == nil {
-		st, err = s.os.Warm(r.Context(), rec.Name, memosrt.WarmOptions{Resident: req.Resident})
+		st, err = a.os.Warm(r.Context(), rec.Name, memosrt.WarmOptions{Resident: req.Resident})
 	}
 	if err != nil {
-		s.writeError(w, r, err)
+		a.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, st)
+	wire.WriteJSON(w, http.StatusOK, st)
 }
 
-func (s *Server) handlePackStatus(w http.ResponseWriter, r *http.Request) {
-	rec, err := s.pathCube(r)
+func (a *API) handlePackStatus(w http.ResponseWriter, r *http.Request) {
+	rec, err := a.pathCube(r)
 	var st memosrt.PackStatus
 	if err == nil {
-		st, err = s.os.Packs(r.Context(), rec.Name)
+		st, err = a.os.Packs(r.Context(), rec.Name)
 	}
 	if err != nil {
-		s.writeError(w, r, err)
+		a.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, st)
+	wire.WriteJSON(w, http.StatusOK, st)
 }
 
 // handlePackList answers GET /v1/packs: every stored pack (memosrt kv ls).
-func (s *Server) handlePackList(w http.ResponseWriter, r *http.Request) {
-	packs, err := s.os.AllPacks(r.Context())
+func (a *API) handlePackList(w http.ResponseWriter, r *http.Request) {
+	packs, err := a.os.AllPacks(r.Context())
 	if err != nil {
-		s.writeError(w, r, err)
+		a.writeError(w, r, err)
 		return
 	}
 	if packs == nil {
 		packs = []kvcache.Info{}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"packs": packs})
+	wire.WriteJSON(w, http.StatusOK, map[string]any{"packs": packs})
 }
 
-func (s *Server) handleCubeExport(w http.ResponseWriter, r *http.Request) {
-	rec, err := s.pathCube(r)
+func (a *API) handleCubeExport(w http.ResponseWriter, r *http.Request) {
+	rec, err := a.pathCube(r)
 	if err != nil {
-		s.writeError(w, r, err)
+		a.writeError(w, r, err)
 		return
 	}
 	w.Header().Set("Content-Type", "application/x-tar")
 	w.Header().Set("Content-Disposition", fmt.Sprintf(`attachment; filename="%s.memosrt.tar"`, rec.Name))
-	if err := s.os.ExportCube(r.Context(), rec.Name, w); err != nil {
-		s.log.Warn("export failed mid-stream", "cube", rec.Name, "err", err)
+	if err := a.os.ExportCube(r.Context(), rec.Name, w); err != nil {
+		a.log.Warn("export failed mid-stream", "cube", rec.Name, "err", err)
 	}
 }
 
 // handleCubeImport reads a cube archive. ?cube=NAME imports under another
 // name; ?replace=true replaces an existing cube of that name (else 409).
-func (s *Server) handleCubeImport(w http.ResponseWriter, r *http.Request) {
+func (a *API) handleCubeImport(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	if c := q.Get("cube"); c != "" && !textmem.ValidCube(c) {
-		s.writeError(w, r, badField("cube", "%q is not a cube name", c))
+		a.writeError(w, r, wire.BadField("cube", "%q is not a cube name", c))
 		return
 	}
-	res, err := s.os.ImportCube(r.Context(), r.Body, memosrt.ImportOptions{Cube: q.Get("cube"), Replace: q.Get("replace") == "true"})
+	res, err := a.os.ImportCube(r.Context(), r.Body, memosrt.ImportOptions{Cube: q.Get("cube"), Replace: q.Get("replace") == "true"})
 	if errors.Is(err, memosrt.ErrCubeExists) {
 		err = importConflict{cube: res.Cube}
 	}
 	if err != nil {
-		s.writeError(w, r, err)
+		a.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, res)
+	wire.WriteJSON(w, http.StatusCreated, res)
 }
 
 // importConflict is ImportCube's ErrCubeExists told in the route's terms:
@@ -419,22 +413,22 @@ func (e importConflict) Unwrap() error { return memosrt.ErrCubeExists }
 // handleKeyCreate answers POST /v1/keys {"cube"}: a new access key for the
 // cube (admin token only), {"id","cube","created","token"}; the token is
 // shown once.
-func (s *Server) handleKeyCreate(w http.ResponseWriter, r *http.Request) {
+func (a *API) handleKeyCreate(w http.ResponseWriter, r *http.Request) {
 	var req struct {
 		Cube string `json:"cube"`
 	}
-	err := decodeStrict(r, &req)
+	err := wire.DecodeStrict(r, &req)
 	if err == nil && !textmem.ValidCube(req.Cube) {
-		err = badField("cube", "%q is not a cube name", req.Cube)
+		err = wire.BadField("cube", "%q is not a cube name", req.Cube)
 	}
 	var k memosrt.AccessKey
 	var tok string
 	if err == nil {
-		k, tok, err = s.os.CreateKey(r.Context(), req.Cube)
+		k, tok, err = a.os.CreateKey(r.Context(), req.Cube)
 	}
 	if err != nil {
-		s.writeError(w, r, err)
+		a.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, map[string]any{"id": k.ID, "cube": k.Cube, "created": k.Created, "token": tok})
+	wire.WriteJSON(w, http.StatusCreated, map[string]any{"id": k.ID, "cube": k.Cube, "created": k.Created, "token": tok})
 }

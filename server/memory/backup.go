@@ -1,4 +1,4 @@
-package server
+package memory
 
 import (
 	"net/http"
@@ -10,23 +10,23 @@ import (
 // as application/octet-stream while requests go on. Its end carries the
 // file's checksum; when the backup fails midway the connection is cut
 // before it, so a client never holds a file that restores partly.
-func (s *Server) handleBackup(w http.ResponseWriter, r *http.Request) {
+func (a *API) handleBackup(w http.ResponseWriter, r *http.Request) {
 	// a large directory takes longer than any per-request write deadline
 	http.NewResponseController(w).SetWriteDeadline(time.Time{})
 	w.Header().Set("Content-Type", "application/octet-stream")
 	w.Header().Set("Content-Disposition", `attachment; filename="memosrt.backup"`)
 	w.Header().Set("Cache-Control", "no-store")
 	cw := &countingWriter{w: w}
-	info, err := s.os.Backup(r.Context(), cw, s.opts.Version)
+	info, err := a.os.Backup(r.Context(), cw, a.opts.Version)
 	if err != nil {
 		if cw.n == 0 {
-			s.writeError(w, r, err)
+			a.writeError(w, r, err)
 			return
 		}
-		s.log.Error("backup failed midway; connection cut", "bytes", cw.n, "err", err)
+		a.log.Error("backup failed midway; connection cut", "bytes", cw.n, "err", err)
 		panic(http.ErrAbortHandler)
 	}
-	s.log.Info("backup sent", "records", info.Records, "bytes", cw.n, "encrypted", info.Encrypted)
+	a.log.Info("backup sent", "records", info.Records, "bytes", cw.n, "encrypted", info.Encrypted)
 }
 
 // countingWriter counts the bytes written through it.

@@ -1,4 +1,4 @@
-package server
+package memory
 
 import (
 	"context"
@@ -6,14 +6,15 @@ import (
 
 	"github.com/memosrt/memosrt"
 	"github.com/memosrt/memosrt/convmem"
+	"github.com/memosrt/memosrt/server/wire"
 )
 
 // The conversation memory API (package conversation over
 // convmem): messages recorded as turns with an extraction job, the jobs,
 // the long-term profile, the short-term queue, the mid-term sessions and a
 // memory's change log. Each handler translates to one memosrt.OS call; the
-// access-key scope is checked by wrap from the /v1/cubes/{cube}/ path, as
-// for every cube route.
+// access-key scope is checked by the server's middleware from the
+// /v1/cubes/{cube}/ path, as for every cube route.
 
 // wireMessage is one message of POST /v1/cubes/{cube}/messages.
 type wireMessage struct {
@@ -31,14 +32,14 @@ type messagesRequest struct {
 // handleMessagesAdd answers POST /v1/cubes/{cube}/messages (OS.AddMessages;
 // the cube is created if needed): 202 {"job", "turns"}, the job queued; with
 // "infer": false, 200 {"turns"} and no job.
-func (s *Server) handleMessagesAdd(w http.ResponseWriter, r *http.Request) {
+func (a *API) handleMessagesAdd(w http.ResponseWriter, r *http.Request) {
 	var req messagesRequest
-	cube, err := s.pathCubeName(r)
+	cube, err := a.pathCubeName(r)
 	if err == nil {
-		err = decodeStrict(r, &req)
+		err = wire.DecodeStrict(r, &req)
 	}
 	if err != nil {
-		s.writeError(w, r, err)
+		a.writeError(w, r, err)
 		return
 	}
 	msgs := make([]memosrt.Message, len(req.Messages))
@@ -46,96 +47,85 @@ func (s *Server) handleMessagesAdd(w http.ResponseWriter, r *http.Request) {
 		msgs[i] = memosrt.Message{Role: m.Role, Content: m.Content}
 	}
 	noExtract := req.Infer != nil && !*req.Infer
-	job, turns, err := s.os.AddMessages(r.Context(), cube, msgs, memosrt.MessagesOptions{NoExtract: noExtract})
+	job, turns, err := a.os.AddMessages(r.Context(), cube, msgs, memosrt.MessagesOptions{NoExtract: noExtract})
 	if err != nil {
-		s.writeError(w, r, err)
+		a.writeError(w, r, err)
 		return
 	}
 	if turns == nil {
 		turns = []convmem.Turn{}
 	}
 	if noExtract {
-		writeJSON(w, http.StatusOK, map[string]any{"turns": turns})
+		wire.WriteJSON(w, http.StatusOK, map[string]any{"turns": turns})
 		return
 	}
-	writeJSON(w, http.StatusAccepted, map[string]any{"job": job, "turns": turns})
+	wire.WriteJSON(w, http.StatusAccepted, map[string]any{"job": job, "turns": turns})
 }
 
 // handleJobs answers GET /v1/cubes/{cube}/jobs: {"jobs"}, oldest first.
-func (s *Server) handleJobs(w http.ResponseWriter, r *http.Request) {
-	answerCube(s, w, r, listed("jobs", s.os.Jobs))
+func (a *API) handleJobs(w http.ResponseWriter, r *http.Request) {
+	answerCube(a, w, r, listed("jobs", a.os.Jobs))
 }
 
 // handleJob answers GET /v1/cubes/{cube}/jobs/{id}: the job, 404 for an
 // unknown one.
-func (s *Server) handleJob(w http.ResponseWriter, r *http.Request) {
-	answerCube(s, w, r, func(ctx context.Context, cube string) (convmem.Job, error) {
-		return s.os.Job(ctx, cube, r.PathValue("id"))
+func (a *API) handleJob(w http.ResponseWriter, r *http.Request) {
+	answerCube(a, w, r, func(ctx context.Context, cube string) (convmem.Job, error) {
+		return a.os.Job(ctx, cube, r.PathValue("id"))
 	})
 }
 
 // handleJobUndo answers POST /v1/cubes/{cube}/jobs/{id}/undo (OS.UndoJob):
 // the undone job; 409 for a job that is not done, 404 for an unknown one.
-func (s *Server) handleJobUndo(w http.ResponseWriter, r *http.Request) {
-	answerCube(s, w, r, func(ctx context.Context, cube string) (convmem.Job, error) {
-		return s.os.UndoJob(ctx, cube, r.PathValue("id"))
+func (a *API) handleJobUndo(w http.ResponseWriter, r *http.Request) {
+	answerCube(a, w, r, func(ctx context.Context, cube string) (convmem.Job, error) {
+		return a.os.UndoJob(ctx, cube, r.PathValue("id"))
 	})
 }
 
 // handleProfile answers GET /v1/cubes/{cube}/profile: the cube's long-term
 // profile (convmem.Profile).
-func (s *Server) handleProfile(w http.ResponseWriter, r *http.Request) {
-	answerCube(s, w, r, func(ctx context.Context, cube string) (convmem.Profile, error) {
-		p, err := s.os.Profile(ctx, cube)
-		return wireProfile(p), err
+func (a *API) handleProfile(w http.ResponseWriter, r *http.Request) {
+	answerCube(a, w, r, func(ctx context.Context, cube string) (convmem.Profile, error) {
+		p, err := a.os.Profile(ctx, cube)
+		return wire.Profile(p), err
 	})
-}
-
-// wireProfile is p with empty lists as [] rather than null.
-func wireProfile(p convmem.Profile) convmem.Profile {
-	if p.Facts == nil {
-		p.Facts = []convmem.ProfileItem{}
-	}
-	if p.Knowledge == nil {
-		p.Knowledge = []convmem.ProfileItem{}
-	}
-	return p
 }
 
 // handleTurns answers GET /v1/cubes/{cube}/turns: {"turns"}, the
 // short-term queue, oldest first.
-func (s *Server) handleTurns(w http.ResponseWriter, r *http.Request) {
-	answerCube(s, w, r, listed("turns", s.os.ShortTerm))
+func (a *API) handleTurns(w http.ResponseWriter, r *http.Request) {
+	answerCube(a, w, r, listed("turns", a.os.ShortTerm))
 }
 
 // handleSessions answers GET /v1/cubes/{cube}/sessions: {"sessions"}, the
 // mid-term sessions with their heat, oldest first.
-func (s *Server) handleSessions(w http.ResponseWriter, r *http.Request) {
-	answerCube(s, w, r, listed("sessions", s.os.Sessions))
+func (a *API) handleSessions(w http.ResponseWriter, r *http.Request) {
+	answerCube(a, w, r, listed("sessions", a.os.Sessions))
 }
 
 // handleMemoryLog answers GET /v1/cubes/{cube}/memories/{id}/log:
 // {"changes"}, the memory's change log, oldest first (a deleted memory
 // keeps its log).
-func (s *Server) handleMemoryLog(w http.ResponseWriter, r *http.Request) {
-	answerCube(s, w, r, listed("changes", func(ctx context.Context, cube string) ([]convmem.Change, error) {
-		return s.os.MemoryLog(ctx, cube, r.PathValue("id"))
+func (a *API) handleMemoryLog(w http.ResponseWriter, r *http.Request) {
+	answerCube(a, w, r, listed("changes", func(ctx context.Context, cube string) ([]convmem.Change, error) {
+		return a.os.MemoryLog(ctx, cube, r.PathValue("id"))
 	}))
 }
 
 // answerCube answers a request on the path's cube with get's value as JSON
 // (200), or with get's or the cube check's error.
-func answerCube[T any](s *Server, w http.ResponseWriter, r *http.Request, get func(ctx context.Context, cube string) (T, error)) {
-	rec, err := s.pathCube(r)
+func answerCube[T any](a *API, w http.ResponseWriter, r *http.Request, get func(ctx context.Context, cube string) (T, error)) {
+	rec, err := a.pathCube(r)
 	var v T
 	if err == nil {
 		v, err = get(r.Context(), rec.Name)
 	}
 	if err != nil {
-		s.writeError(w, r, err)
+		a.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, v)
+	wire.WriteJSON(w, http.StatusOK, v)
 }
 
 // listed wraps a cube's list as {key: list}, an empty list as [] rather
