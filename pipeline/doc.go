@@ -21,7 +21,7 @@
 // primary's engine for its jobs, and answers through an upstream Ollama
 // (Options.Upstream) with the same prompt layout when no model is loaded.
 //
-// Main types: Pipeline (New, Do's public forms Chat and Generate),
+// Main types: Pipeline (New, Chat, Generate),
 // Options (what package memosrt's Open takes), Request and Response.
 // Package memosrt is the facade over it: it opens the stores, admits
 // calls and re-exports the types; a Pipeline is safe for concurrent use.

@@ -18,7 +18,7 @@ import (
 	"github.com/memosrt/memosrt/runtime/slots"
 )
 
-// model is one model the OS serves: the primary (Options.Model) or one of
+// model is one model served: the primary (Options.Model) or one of
 // Options.Models. Its engine and everything bound to it (loaded) come and
 // go with keep-alive and the RAM budget (package modelsched).
 type model = modelsched.Model[*loaded]
@@ -243,7 +243,7 @@ func (p *Pipeline) Unload(ctx context.Context, name string) error {
 	return nil
 }
 
-// Models lists the models the OS serves, the primary first. Without a
+// Models lists the models served, the primary first. Without a
 // model: the upstream's, or none.
 func (p *Pipeline) Models() []ModelState {
 	if p.models.Len() == 0 {

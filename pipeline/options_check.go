@@ -24,7 +24,7 @@ const (
 // repeat_penalty in [0, 100] (Ollama's ranges); top_p and min_p in [0, 1];
 // at most MaxStops stop strings of at most MaxStopBytes bytes each.
 // num_predict and repeat_last_n are checked where the context is known
-// (OS.do).
+// (the validate stage).
 func checkOptions(req *Request) error {
 	sp := req.Sampling
 	in := func(field string, v float32, lo, hi float64) error {

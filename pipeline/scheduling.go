@@ -200,7 +200,7 @@ func (p *Pipeline) reserveJob(ctx context.Context, cells int, wait bool) (func()
 }
 
 // tierAdapters is TierOptions.Adapters: the adapter set a request of cube
-// naming no adapters runs under (OS.adapters with nil specs: the cube's
+// naming no adapters runs under (Pipeline.adapters with nil specs: the cube's
 // default adapters at scale 1, none when the model was loaded without LoRA
 // support), on the model tier jobs use. Errors: ErrDeferred (wrapped)
 // while no model is loaded; lora errors (an adapter file changed or gone).
