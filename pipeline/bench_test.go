@@ -178,7 +178,10 @@ func testOptions(t testing.TB) Options {
 
 // newTest builds a pipeline over fresh stores in opts.Dir, closed at the
 // end of the test.
-func newTest(t testing.TB, opts Options) *Pipeline {
+func newTest(t testing.TB, opts Options) *Pipeline { return newTestWith(t, opts, nil) }
+
+// newTestWith is newTest with onChat as the Deps.OnChat hook.
+func newTestWith(t testing.TB, opts Options, onChat func(context.Context, *Request, textmem.Cube, string)) *Pipeline {
 	t.Helper()
 	ctx := context.Background()
 	db := testenv.DB(t, opts.Dir)
@@ -200,7 +203,7 @@ func newTest(t testing.TB, opts Options) *Pipeline {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := New(ctx, ctx, opts, Deps{DB: db, Mem: mem, KV: kv, Reg: reg, Cubes: cubes})
+	p, err := New(ctx, ctx, opts, Deps{DB: db, Mem: mem, KV: kv, Reg: reg, Cubes: cubes, OnChat: onChat})
 	if err != nil {
 		t.Fatal(err)
 	}
