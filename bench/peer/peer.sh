@@ -7,7 +7,7 @@
 #   PAIRS=5 make bench-peer   # more pairs (default 3)
 #   ROWS="decode-1b decode-stories prefill-1b" (default; add warm-1024 warm-4096
 #                              for warm TTFT from a stored state vs llama-server's slot restore)
-#   bench/peer/peer.sh build  # only build the peer
+#   bench/peer/peer.sh build  # only build the peer (and decodeloop, below)
 #
 # The peer: llama.cpp release b7347, whose git bundle ships inside the npm
 # package node-llama-cpp@3.14.5 (package/llama/gitRelease.bundle). cmake comes
@@ -116,6 +116,15 @@ build_peer() {
 	cmake --build "$BUILD" --target llama-bench llama-server -j "$JOBS" >"$CACHE/cmake-build.log" 2>&1 ||
 		die "cmake build failed: $CACHE/cmake-build.log"
 	echo "$want" >"$stamp"
+}
+
+# decodeloop (bench/peer/decodeloop.c): the bare decode loop against the
+# peer's libllama, for instruction counts per context parameter.
+build_decodeloop() {
+	local bin=$BUILD/bin/decodeloop
+	[ "$bin" -nt bench/peer/decodeloop.c ] && return
+	${CC:-cc} -O2 -o "$bin" bench/peer/decodeloop.c -I"$SRC/include" -I"$SRC/ggml/include" \
+		-L"$BUILD/bin" -lllama -Wl,-rpath,"$BUILD/bin" || die "could not build $bin"
 }
 
 # ---- measuring ------------------------------------------------------------------
@@ -232,6 +241,7 @@ row() { # name what peer-cmd unit higher-is-better a-fn b-fn
 
 main() {
 	build_peer
+	build_decodeloop
 	[ "${1:-}" = build ] && return
 	[ -x "$MEMOSRT" ] || die "no $MEMOSRT (make build)"
 	mkdir -p "$OUT"
