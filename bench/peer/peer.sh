@@ -86,6 +86,15 @@ need_cmake() {
 		die "could not install cmake"
 }
 
+need_curl() { # the warm rows talk to llama-server
+	command -v curl >/dev/null && return
+	say "curl missing: apt-get install -y curl"
+	local sudo=
+	[ "$(id -u)" -eq 0 ] || sudo=sudo
+	$sudo apt-get install -y curl >&2 || { $sudo apt-get update >&2 && $sudo apt-get install -y curl >&2; } ||
+		die "could not install curl"
+}
+
 fetch_source() {
 	[ -d "$SRC/.git" ] && return
 	command -v npm >/dev/null || die "npm missing (apt-get install -y npm)"
@@ -262,6 +271,7 @@ main() {
 				a_prefill "b_bench $MODEL_1B -p 512 -n 0" ;;
 		warm-*)
 			local n=${r#warm-}
+			need_curl
 			start_server "$n"
 			row "$r" "warm TTFT, 1B shape, $n-token prefix + 16 (ratio peer/memosrt)" \
 				"llama-server slot restore + completion" ms 0 "a_warm $n" "b_warm $n"
