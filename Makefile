@@ -18,7 +18,7 @@ GO       ?= go
 OLLAMA   := github.com/ollama/ollama
 TESTFLAGS ?= -count=1 -timeout 40m
 
-.PHONY: all build links test vet bench bench-ttft bench-decode bench-contention bench-shared demo example clean soak soak-mix
+.PHONY: all build links test vet bench bench-ttft bench-decode bench-contention bench-shared bench-peer demo example clean soak soak-mix
 
 all: build
 
@@ -83,6 +83,16 @@ recall-sessions: links
 # loop (threadpool and OpenMP builds) under BUSY `yes` loops (bench/contention.sh).
 bench-contention: links
 	GO=$(GO) ./bench/contention.sh
+
+# memosrt against llama.cpp release b7347 as a user installs it (issue 32):
+# bench/peer/peer.sh builds llama-bench and llama-server with CMake under
+# .cache/peer/ (apt cmake and npm node-llama-cpp when missing; about 10 min
+# on 2 cores, once), then runs both alternately on the 1B shape and
+# stories260K and prints a Markdown table (docs/benchmarks.md, Against
+# llama.cpp). PAIRS=3 THREADS=$(nproc) ROWS="decode-1b decode-stories
+# prefill-1b" (add warm-1024 warm-4096 for warm TTFT) LOAD_MAX LOAD_WAIT.
+bench-peer: build models/1b.gguf
+	./bench/peer/peer.sh
 
 # Issue-2 TTFT benchmark: generated 1B shape, 1024-token pack, 16-token query, 2 threads.
 models/1b.gguf: | build
