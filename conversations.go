@@ -52,7 +52,7 @@ func (o *OS) startConversations(ctx context.Context) error {
 			}
 		},
 	}
-	if o.opts.Model != "" || o.up {
+	if o.opts.Model != "" || o.opts.Upstream != nil {
 		h.Generate = o.extractionText
 	}
 	var err error

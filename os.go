@@ -38,7 +38,6 @@ type OS struct {
 	reg   *lora.Registry
 	cubes *textmem.CubeRegistry
 	p     *pipeline.Pipeline
-	up    bool // generation goes to an upstream (Options.Upstream)
 
 	conv       *conversation.Manager              // turns, sessions, profiles, jobs, change logs
 	jobStarted func(context.Context, convmem.Job) // tests: runs when an extraction job is marked running
@@ -58,7 +57,7 @@ func Open(ctx context.Context, opts Options) (*OS, error) {
 		return nil, err
 	}
 	opts = opts.WithDefaults()
-	o := &OS{opts: opts, log: opts.Logger, up: opts.Model == "" && opts.Upstream != nil, g: gate.New(ErrClosed)}
+	o := &OS{opts: opts, log: opts.Logger, g: gate.New(ErrClosed)}
 	ok := false
 	defer func() {
 		if !ok {

@@ -27,13 +27,13 @@ type (
 // Packs reports cube's packs, oldest first, and its resident state.
 // Errors: ErrClosed.
 func (o *OS) Packs(ctx context.Context, cube string) (PackStatus, error) {
-	return gate.Call(o.g, ctx, func(ctx context.Context) (PackStatus, error) { return o.p.Packs(ctx, cube) })
+	return gate.Call(o.g, ctx, func(ctx context.Context) (PackStatus, error) { return o.p.Packs(cube), nil })
 }
 
 // AllPacks lists every stored pack of every cube (labels: the cube for
 // tier packs, "conv:<cube>" for conversation packs). Errors: ErrClosed.
 func (o *OS) AllPacks(ctx context.Context) ([]kvcache.Info, error) {
-	return gate.Call(o.g, ctx, func(ctx context.Context) ([]kvcache.Info, error) { return o.p.AllPacks(ctx) })
+	return gate.Call(o.g, ctx, func(ctx context.Context) ([]kvcache.Info, error) { return o.kv.List(""), nil })
 }
 
 // Warm puts cube's memories into the activation tier now: every memory

@@ -23,7 +23,7 @@ func (p *Pipeline) DropCube(ctx context.Context, cube string) error {
 	}
 	p.kvMu.Lock()
 	p.bumpGen(cube)
-	for _, pk := range p.cubePacks(cube) {
+	for _, pk := range p.CubePacks(cube) {
 		if err := p.kv.Delete(pk.ID); err != nil && !errors.Is(err, kvcache.ErrNotFound) {
 			p.kvMu.Unlock()
 			return err
@@ -43,7 +43,7 @@ func (p *Pipeline) DropCube(ctx context.Context, cube string) error {
 func (p *Pipeline) DropPacksBefore(cube string, t time.Time) {
 	p.kvMu.Lock()
 	defer p.kvMu.Unlock()
-	for _, pk := range p.cubePacks(cube) {
+	for _, pk := range p.CubePacks(cube) {
 		if pk.Created.Before(t) {
 			_ = p.kv.Delete(pk.ID)
 		}
@@ -65,9 +65,7 @@ func (p *Pipeline) PackCubes() []string {
 
 // CubePacks returns the stored packs of cube: its tier packs and its
 // conversation packs.
-func (p *Pipeline) CubePacks(cube string) []kvcache.Info { return p.cubePacks(cube) }
-
-func (p *Pipeline) cubePacks(cube string) []kvcache.Info {
+func (p *Pipeline) CubePacks(cube string) []kvcache.Info {
 	return append(p.kv.List(cube), p.kv.List(convLabel(cube))...)
 }
 
@@ -140,4 +138,7 @@ func (p *Pipeline) TierMembership(cube string) (members, pinned []string, reside
 // CheckCube returns nil for "" or an existing cube; a *errkind.FieldError
 // for a name that is not a cube name, textmem.ErrUnknownCube for one that
 // does not exist.
-func (p *Pipeline) CheckCube(ctx context.Context, cube string) error { return p.checkCube(ctx, cube) }
+func (p *Pipeline) CheckCube(ctx context.Context, cube string) error {
+	_, err := p.cubeOf(ctx, cube)
+	return err
+}

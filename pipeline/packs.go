@@ -38,18 +38,8 @@ type ResidentStatus struct {
 }
 
 // Packs reports cube's packs, oldest first, and its resident state.
-func (p *Pipeline) Packs(ctx context.Context, cube string) (PackStatus, error) {
-	return p.packs(cube), nil
-}
-
-// AllPacks lists every stored pack of every cube (labels: the cube for
-// tier packs, "conv:<cube>" for conversation packs).
-func (p *Pipeline) AllPacks(ctx context.Context) ([]kvcache.Info, error) {
-	return p.kv.List(""), nil
-}
-
-func (p *Pipeline) packs(cube string) PackStatus {
-	st := PackStatus{Cube: cube, Packs: p.cubePacks(cube)}
+func (p *Pipeline) Packs(cube string) PackStatus {
+	st := PackStatus{Cube: cube, Packs: p.CubePacks(cube)}
 	if st.Packs == nil {
 		st.Packs = []kvcache.Info{}
 	}
@@ -92,7 +82,7 @@ func (p *Pipeline) Warm(ctx context.Context, cube string, wo WarmOptions) (PackS
 	}
 	defer release()
 	gen := p.gen(cube) // before the cube check: a delete after it is seen
-	if err := p.checkCube(ctx, cube); err != nil {
+	if err := p.CheckCube(ctx, cube); err != nil {
 		return PackStatus{}, err
 	}
 	if cube == "" {
@@ -133,7 +123,7 @@ func (p *Pipeline) Warm(ctx context.Context, cube string, wo WarmOptions) (PackS
 	if p.gen(cube) != gen {
 		// deleted while its pack was computed: leave nothing behind
 		p.kvMu.Lock()
-		for _, pk := range p.cubePacks(cube) {
+		for _, pk := range p.CubePacks(cube) {
 			p.kv.Delete(pk.ID)
 		}
 		p.kvMu.Unlock()
@@ -144,7 +134,7 @@ func (p *Pipeline) Warm(ctx context.Context, cube string, wo WarmOptions) (PackS
 			return PackStatus{}, err
 		}
 	}
-	st := p.packs(cube)
+	st := p.Packs(cube)
 	st.Memories = pk.Members
 	st.WarmMs = float64(time.Since(start).Microseconds()) / 1e3
 	return st, nil

@@ -54,13 +54,7 @@ func (p *Pipeline) closing(res *Response, err error) (*Response, error) {
 	return res, err
 }
 
-// checkCube returns an error unless cube is "" or an existing cube.
-func (p *Pipeline) checkCube(ctx context.Context, cube string) error {
-	_, err := p.cubeOf(ctx, cube)
-	return err
-}
-
-// cubeOf is checkCube returning the cube's record (the zero Cube for "").
+// cubeOf is CheckCube returning the cube's record (the zero Cube for "").
 func (p *Pipeline) cubeOf(ctx context.Context, cube string) (textmem.Cube, error) {
 	if cube == "" {
 		return textmem.Cube{}, nil
