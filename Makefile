@@ -13,6 +13,10 @@ CGO_CXXFLAGS ?= $(OPT) -march=$(MARCH) $(NOAMX)
 CGO_LDFLAGS  ?=
 export CGO_ENABLED=1
 export CGO_CFLAGS CGO_CXXFLAGS CGO_LDFLAGS
+# gcc and g++ are found first in build/ccwrap: the real compilers, with -w
+# added for the vendored llama.cpp/ggml sources only (their warnings are
+# upstream's); our own C/C++ keeps -Wall. Go's cache keys do not change.
+export PATH := $(CURDIR)/build/ccwrap:$(PATH)
 
 GO       ?= go
 OLLAMA   := github.com/ollama/ollama

@@ -7,7 +7,8 @@ package llama
 // beside it there.
 #cgo CPPFLAGS: -I${SRCDIR}/../../third_party/llama.cpp/include -I${SRCDIR}/../../third_party/ggml/include
 #cgo CPPFLAGS: -I${SRCDIR}/../../../../ollama/ollama@v0.17.4/llama/llama.cpp/include -I${SRCDIR}/../../../../ollama/ollama@v0.17.4/ml/backend/ggml/ggml/include
-#cgo CXXFLAGS: -std=c++17
+#cgo CFLAGS: -Wall
+#cgo CXXFLAGS: -std=c++17 -Wall
 #include <stdlib.h>
 #include <string.h>
 #include <stdint.h>
@@ -20,32 +21,32 @@ package llama
 extern void memosrtLog(int level, char *text);
 extern _Bool memosrtProgress(float p, uintptr_t h);
 
-static void memosrt_log_cb(enum ggml_log_level level, const char *text, void *ud) {
+static inline void memosrt_log_cb(enum ggml_log_level level, const char *text, void *ud) {
 	(void)ud;
 	if (level == GGML_LOG_LEVEL_CONT || level < GGML_LOG_LEVEL_WARN) return;
 	memosrtLog((int)level, (char *)text);
 }
 
-static void memosrt_set_log(void) {
+static inline void memosrt_set_log(void) {
 	llama_log_set(memosrt_log_cb, NULL);
 	ggml_log_set(memosrt_log_cb, NULL);
 }
 
-static bool memosrt_progress_cb(float p, void *ud) {
+static inline bool memosrt_progress_cb(float p, void *ud) {
 	return memosrtProgress(p, (uintptr_t)ud);
 }
 
-static void memosrt_set_progress(struct llama_model_params *p, uintptr_t h) {
+static inline void memosrt_set_progress(struct llama_model_params *p, uintptr_t h) {
 	p->progress_callback = memosrt_progress_cb;
 	p->progress_callback_user_data = (void *)h;
 }
 
 // Abort flag polled by ggml between graph nodes (llama_set_abort_callback).
-static bool memosrt_abort_cb(void *data) {
+static inline bool memosrt_abort_cb(void *data) {
 	return __atomic_load_n((volatile int *)data, __ATOMIC_RELAXED) != 0;
 }
 
-static void memosrt_set_abort(struct llama_context *ctx, int *flag) {
+static inline void memosrt_set_abort(struct llama_context *ctx, int *flag) {
 	llama_set_abort_callback(ctx, memosrt_abort_cb, flag);
 }
 
@@ -53,7 +54,7 @@ static void memosrt_set_abort(struct llama_context *ctx, int *flag) {
 // (and OS) supports but ggml's CPU backend was not compiled for: ggml's
 // ggml_cpu_has_* report the compiler's target (__AVX2__, ...), not the CPU.
 // Bits: 1 AVX, 2 AVX2, 4 FMA, 8 F16C, 16 AVX512F. 0 elsewhere.
-static unsigned memosrt_cpu_missing(void) {
+static inline unsigned memosrt_cpu_missing(void) {
 	unsigned m = 0;
 #if defined(__x86_64__) || defined(__i386__)
 	__builtin_cpu_init();
@@ -66,7 +67,7 @@ static unsigned memosrt_cpu_missing(void) {
 	return m;
 }
 
-static void memosrt_store_flag(int *flag, int v) {
+static inline void memosrt_store_flag(int *flag, int v) {
 	__atomic_store_n(flag, v, __ATOMIC_RELAXED);
 }
 
@@ -83,7 +84,7 @@ typedef struct {
 	int err;        // 1: tensor not F32 or not contiguous; 2: out of memory
 } memosrt_tap;
 
-static bool memosrt_tap_cb(struct ggml_tensor *t, bool ask, void *ud) {
+static inline bool memosrt_tap_cb(struct ggml_tensor *t, bool ask, void *ud) {
 	memosrt_tap *tp = (memosrt_tap *)ud;
 	if (tp == NULL || !tp->active) return ask ? false : true;
 	if (strcmp(t->name, tp->name) != 0) return ask ? false : true;
@@ -103,17 +104,17 @@ static bool memosrt_tap_cb(struct ggml_tensor *t, bool ask, void *ud) {
 	return false; // stop this graph: nothing after the tapped tensor is needed
 }
 
-static void memosrt_set_tap(struct llama_context_params *p, memosrt_tap *tp) {
+static inline void memosrt_set_tap(struct llama_context_params *p, memosrt_tap *tp) {
 	p->cb_eval = memosrt_tap_cb;
 	p->cb_eval_user_data = tp;
 }
 
-static void memosrt_tap_name(memosrt_tap *tp, const char *name) {
+static inline void memosrt_tap_name(memosrt_tap *tp, const char *name) {
 	strncpy(tp->name, name, sizeof(tp->name) - 1);
 	tp->name[sizeof(tp->name) - 1] = 0;
 }
 
-static void memosrt_batch_set(struct llama_batch *b, int i, llama_token tok, llama_pos pos, llama_seq_id seq, int8_t logits) {
+static inline void memosrt_batch_set(struct llama_batch *b, int i, llama_token tok, llama_pos pos, llama_seq_id seq, int8_t logits) {
 	b->token[i] = tok;
 	b->pos[i] = pos;
 	b->n_seq_id[i] = 1;

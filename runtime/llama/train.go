@@ -19,7 +19,7 @@ typedef struct {
 	const struct ggml_tensor **found;   // [n] the model's tensors, set by the filter
 } memosrt_filter;
 
-static bool memosrt_filter_cb(const struct ggml_tensor *t, void *ud) {
+static inline bool memosrt_filter_cb(const struct ggml_tensor *t, void *ud) {
 	memosrt_filter *f = (memosrt_filter *)ud;
 	for (int i = 0; i < f->n; i++) {
 		if (strcmp(t->name, f->names[i]) == 0) {
@@ -32,11 +32,11 @@ static bool memosrt_filter_cb(const struct ggml_tensor *t, void *ud) {
 
 // Optimizer parameters read from a C struct the Trainer owns and may change
 // between epochs (learning rate schedule).
-static struct ggml_opt_optimizer_params memosrt_opt_pars(void *ud) {
+static inline struct ggml_opt_optimizer_params memosrt_opt_pars(void *ud) {
 	return *(struct ggml_opt_optimizer_params *)ud;
 }
 
-static void memosrt_opt_init(struct llama_context *ctx, struct llama_model *m, memosrt_filter *f, struct ggml_opt_optimizer_params *p, int sgd) {
+static inline void memosrt_opt_init(struct llama_context *ctx, struct llama_model *m, memosrt_filter *f, struct ggml_opt_optimizer_params *p, int sgd) {
 	struct llama_opt_params lp;
 	memset(&lp, 0, sizeof(lp));
 	lp.n_ctx_train = 0; // the context's n_ctx
@@ -48,11 +48,11 @@ static void memosrt_opt_init(struct llama_context *ctx, struct llama_model *m, m
 	llama_opt_init(ctx, m, lp);
 }
 
-static void memosrt_tensor_get(const struct ggml_tensor *t, void *dst, size_t n) {
+static inline void memosrt_tensor_get(const struct ggml_tensor *t, void *dst, size_t n) {
 	ggml_backend_tensor_get(t, dst, 0, n);
 }
 
-static void memosrt_tensor_set(struct ggml_tensor *t, const void *src, size_t n) {
+static inline void memosrt_tensor_set(struct ggml_tensor *t, const void *src, size_t n) {
 	ggml_backend_tensor_set(t, src, 0, n);
 }
 
@@ -90,7 +90,7 @@ typedef struct {
 // dx of y = x/rms(x), rms(x) = sqrt(mean(x²) + eps), for one row:
 // dx = (dz − x·mean(x·dz)/(mean(x²) + eps)) / rms(x) (RMSNorm, Zhang and
 // Sennrich 2019; the derivative of x·(mean(x²)+eps)^(−1/2)).
-static void memosrt_rms_norm_back_row(int n, float eps, const float *dz, const float *x, float *dx) {
+static inline void memosrt_rms_norm_back_row(int n, float eps, const float *dz, const float *x, float *dx) {
 	double sxx = 0, sxdz = 0;
 	for (int i = 0; i < n; i++) {
 		sxx += (double)x[i] * x[i];
@@ -104,7 +104,7 @@ static void memosrt_rms_norm_back_row(int n, float eps, const float *dz, const f
 	}
 }
 
-static bool memosrt_fix_done(const memosrt_fix *f, const struct ggml_tensor *t) {
+static inline bool memosrt_fix_done(const memosrt_fix *f, const struct ggml_tensor *t) {
 	int n = f->ndone < MEMOSRT_FIX_RING ? f->ndone : MEMOSRT_FIX_RING;
 	for (int i = 0; i < n; i++) {
 		if (f->done[i] == t) return true;
@@ -112,7 +112,7 @@ static bool memosrt_fix_done(const memosrt_fix *f, const struct ggml_tensor *t) 
 	return false;
 }
 
-static bool memosrt_fix_cb(struct ggml_tensor *t, bool ask, void *ud) {
+static inline bool memosrt_fix_cb(struct ggml_tensor *t, bool ask, void *ud) {
 	memosrt_fix *f = (memosrt_fix *)ud;
 	bool broken = t->op == GGML_OP_RMS_NORM_BACK && t->src[0] != NULL && t->src[1] != NULL && t->data == t->src[0]->data;
 	if (!ask) {
@@ -195,7 +195,7 @@ static bool memosrt_fix_cb(struct ggml_tensor *t, bool ask, void *ud) {
 // memosrt_train_ctx creates the training context with the repair callback
 // and a persistent threadpool (the scheduler computes the graph in pieces,
 // and without a pool ggml-cpu would start and join its threads per piece).
-static struct llama_context *memosrt_train_ctx(struct llama_model *m, int n_ctx, int threads, memosrt_fix *f, struct ggml_threadpool **pool) {
+static inline struct llama_context *memosrt_train_ctx(struct llama_model *m, int n_ctx, int threads, memosrt_fix *f, struct ggml_threadpool **pool) {
 	struct llama_context_params cp = llama_context_default_params();
 	cp.n_ctx = n_ctx;
 	cp.n_batch = n_ctx;
