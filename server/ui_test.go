@@ -369,7 +369,7 @@ document.addEventListener("securitypolicyviolation", (e) => window.cspViolations
 	} else if shot, _ = filepath.Abs(shot); shot == "" {
 		t.Fatal("bad MEMOSRT_UI_SCREENSHOT")
 	}
-	b.eval(`window.scrollTo(0, 0)`, nil)
+	b.eval(`document.activeElement?.blur(); window.scrollTo(0, 0)`, nil)
 	b.screenshot(shot)
 	t.Logf("screenshot: %s", shot)
 
