@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"testing"
 
@@ -88,6 +89,26 @@ func TestResponseMemoryIDs(t *testing.T) {
 		}
 		if !end.Done || !slices.Equal(end.Result.PackIDs, packed) || !slices.Equal(end.Result.RetrievedIDs, kite) {
 			t.Fatalf("last line %s; want pack ids %q, retrieved %q", last, packed, kite)
+		}
+	})
+
+	// the Ollama upstream backend assembles the prompt with the same
+	// layout and reports the same ids (no warm without a model: no pack;
+	// hybrid retrieval with the hash embedder finds both, the match first)
+	t.Run("upstream", func(t *testing.T) {
+		up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			json.NewEncoder(w).Encode(map[string]any{"model": "m", "message": map[string]string{"role": "assistant", "content": "Red."},
+				"done": true, "done_reason": "stop", "eval_count": 2})
+		}))
+		defer up.Close()
+		f := newEnv(t, envConfig{noEngine: true, mo: memosrt.Options{Upstream: &memosrt.UpstreamOptions{URL: up.URL, Model: "m"}}})
+		ids := addPlayMemories(t, f.url(), "lily", nil, "Lily flies a red kite.", "Tom bakes bread.")
+		var got memoryIDs
+		if code := do(t, "POST", f.url()+"/v1/generate", map[string]any{"cube": "lily", "messages": msgs, "record": "none"}, &got); code != http.StatusOK {
+			t.Fatalf("generate: %d", code)
+		}
+		if got.Response != "Red." || got.PackIDs == nil || len(got.PackIDs) != 0 || !slices.Equal(got.RetrievedIDs, ids) || got.Retrieved != 2 {
+			t.Fatalf("upstream answer %+v; want no pack ids, retrieved %q (the match first)", got, ids)
 		}
 	})
 }
