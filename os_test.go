@@ -203,7 +203,7 @@ func TestEveryKVSourceEqualsCold(t *testing.T) {
 func TestRenderedPrompt(t *testing.T) {
 	o := openOS(t, testOptions(t, t.TempDir()))
 	ctx := context.Background()
-	addMemories(t, o, "c", "Lily has a dog.", "Tom bakes bread on Sunday.")
+	packed := addMemories(t, o, "c", "Lily has a dog.", "Tom bakes bread on Sunday.")
 	if _, err := o.Warm(ctx, "c", WarmOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -219,6 +219,9 @@ func TestRenderedPrompt(t *testing.T) {
 	}
 	if res.PackMemories != 2 || res.Retrieved != 1 {
 		t.Fatalf("pack %d, retrieved %d; want 2, 1 (%s)", res.PackMemories, res.Retrieved, m.ID)
+	}
+	if !slices.Equal(res.PackMemoryIDs, []string{packed[0].ID, packed[1].ID}) || !slices.Equal(res.RetrievedIDs, []string{m.ID}) {
+		t.Fatalf("pack ids %q, retrieved ids %q; want %s %s, %s", res.PackMemoryIDs, res.RetrievedIDs, packed[0].ID, packed[1].ID, m.ID)
 	}
 }
 

@@ -27,7 +27,7 @@ func packLevels(packs []kvcache.Info, resident string) map[string]string {
 }
 
 // Budgets are the OS's bounds next to what uses them now: what the
-// inspector page (serve's /ui) shows in its header. Bytes unless the name
+// playground page (serve's /ui) shows in its header. Bytes unless the name
 // says cells.
 type Budgets struct {
 	TierKVBytes    int64 `json:"tier_kv_bytes"`         // committed tier packs of all cubes, decompressed KV bytes

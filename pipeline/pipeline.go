@@ -339,7 +339,8 @@ func (p *Pipeline) assemble(t *turn) error {
 	if err != nil {
 		return err
 	}
-	out := &Response{PackMemories: len(r.prompt.Pack), Retrieved: len(r.prompt.Retrieved)}
+	out := &Response{}
+	out.setMemories(r.prompt)
 	out.Usage.PromptTokens, out.Usage.LoadDuration = len(r.toks), loadTime
 	t.out = out
 	if req.RenderOnly {
@@ -356,7 +357,7 @@ func (p *Pipeline) assemble(t *turn) error {
 		if r, err = p.truncate(ctx, l, req, limit-minBudget); err != nil {
 			return err
 		}
-		out.PackMemories, out.Retrieved = len(r.prompt.Pack), len(r.prompt.Retrieved)
+		out.setMemories(r.prompt)
 	}
 	if req.Cube != "" && len(r.toks) > limit-minBudget && len(r.prompt.Retrieved)+len(r.prompt.Pack) > 0 {
 		// the memories' token budgets are estimates: without retrieval,
@@ -369,7 +370,7 @@ func (p *Pipeline) assemble(t *turn) error {
 				break
 			}
 		}
-		out.PackMemories, out.Retrieved = len(r.prompt.Pack), len(r.prompt.Retrieved)
+		out.setMemories(r.prompt)
 	}
 	toks := r.toks
 	out.Usage.PromptTokens = len(toks)

@@ -7,6 +7,7 @@ import (
 	"github.com/memosrt/memosrt/layout"
 	"github.com/memosrt/memosrt/lora"
 	"github.com/memosrt/memosrt/runtime/llama"
+	"github.com/memosrt/memosrt/textmem"
 )
 
 // Message is one chat turn: Role is "system", "user", "assistant" or
@@ -169,13 +170,35 @@ type Response struct {
 	// prompt prefilled), "" if none.
 	Refused string `json:"refused,omitempty"`
 	// PackMemories and Retrieved count the memories the prompt carried:
-	// inside the cube's pack, and added by retrieval.
+	// inside the cube's pack, and added by retrieval for the last user
+	// turn.
 	PackMemories int `json:"pack_memories"`
 	Retrieved    int `json:"retrieved_memories"`
+	// PackMemoryIDs and RetrievedIDs name those memories (textmem ids):
+	// len(PackMemoryIDs) == PackMemories, in pack order, and
+	// len(RetrievedIDs) == Retrieved, best match first. Empty, never nil,
+	// for a prompt without memories. Per-memory KV chunks are not composed
+	// into requests, so no third list names composed memories.
+	PackMemoryIDs []string `json:"pack_memory_ids"`
+	RetrievedIDs  []string `json:"retrieved_memory_ids"`
 	// Adapters is the attached adapter set (runtime.AdapterKey), "" none.
 	Adapters string `json:"adapters,omitempty"`
 	// ToolCalls are the calls the model made (Request.Tools); Text is
 	// then empty. Calls cut short by num_predict stay in Text, with
 	// DoneReason "length".
 	ToolCalls []ToolCall `json:"tool_calls,omitempty"`
+}
+
+// setMemories reports the memories of the prompt p carried: their counts
+// and ids (PackMemories, Retrieved, PackMemoryIDs, RetrievedIDs).
+func (r *Response) setMemories(p layout.Prompt) {
+	ids := func(ms []textmem.Memory) []string {
+		out := make([]string, len(ms))
+		for i, m := range ms {
+			out[i] = m.ID
+		}
+		return out
+	}
+	r.PackMemories, r.Retrieved = len(p.Pack), len(p.Retrieved)
+	r.PackMemoryIDs, r.RetrievedIDs = ids(p.Pack), ids(p.Retrieved)
 }

@@ -102,6 +102,7 @@ func (b *upstream) options(req *Request) map[string]any {
 // use, as the llama path's, once the answer is complete.
 func (b *upstream) generate(ctx context.Context, req *Request, start time.Time) (*Response, *layout.Prompt, error) {
 	out := &Response{}
+	out.setMemories(layout.Prompt{})
 	var used *layout.Prompt
 	if len(req.Adapters) > 0 {
 		return nil, nil, badField("adapters", "the ollama backend has no LoRA adapters")
@@ -117,7 +118,7 @@ func (b *upstream) generate(ctx context.Context, req *Request, start time.Time) 
 		if err != nil {
 			return nil, nil, err
 		}
-		out.PackMemories, out.Retrieved = len(p.Pack), len(p.Retrieved)
+		out.setMemories(p)
 		msgs = append(msgs, api.Message{Role: "system", Content: p.System})
 		for _, m := range p.Messages {
 			msgs = append(msgs, api.Message{Role: m.Role, Content: m.Content})

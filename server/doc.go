@@ -7,7 +7,7 @@
 // /v1/packs, /v1/tiers/tick, /v1/keys, /v1/backup and the conversation
 // memory), the MCP tools over streamable HTTP at /mcp (package
 // server/mcp, the same tools `memosrt mcp` serves on stdio through
-// NewMCP) and the inspector page at /ui (package server/ui). What every
+// NewMCP) and the playground page at /ui (package server/ui). What every
 // surface shares (body decoding, field errors, the error status table,
 // streaming, the access-key scope) is package server/wire; server/...
 // packages import each other only downward: server imports them, never

@@ -121,7 +121,7 @@ func (s *Server) routes(mux *http.ServeMux) {
 
 // public reports what needs no token: the probes, the root ("Ollama is
 // running") and /api/version, as readiness checks and Ollama clients call
-// them first, which reveal only the version; and the inspector page's
+// them first, which reveal only the version; and the playground page's
 // static files (/ui, ui.Public), which hold no data: the page asks for the
 // token and sends it with every JSON call it makes.
 func public(r *http.Request) bool {

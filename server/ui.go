@@ -7,7 +7,7 @@ import (
 	"github.com/memosrt/memosrt/server/wire"
 )
 
-// handleUI answers GET /ui with the inspector page (package ui).
+// handleUI answers GET /ui with the playground page (package ui).
 func (s *Server) handleUI(w http.ResponseWriter, r *http.Request) {
 	if err := ui.Page(w); err != nil {
 		s.writeError(w, r, err)
@@ -16,7 +16,7 @@ func (s *Server) handleUI(w http.ResponseWriter, r *http.Request) {
 
 // handleStats answers GET /v1/stats (admin token only): the model, the
 // OS's gauges (memosrt.Stats) and its budgets with their use
-// (memosrt.Budgets). The inspector's header shows them.
+// (memosrt.Budgets). The playground's header shows them.
 func (s *Server) handleStats(w http.ResponseWriter, r *http.Request) {
 	b, err := s.os.Budgets(r.Context())
 	if err != nil {

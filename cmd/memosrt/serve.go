@@ -33,7 +33,7 @@ func newServeCmd() *cobra.Command {
 		Use:   "serve",
 		Short: "Serve the Ollama, OpenAI, memory and MCP APIs over HTTP",
 		Long: "Serve the Ollama API (/api/chat, /api/generate, ...), the OpenAI API (/v1/chat/completions, ...),\n" +
-			"the memory API (/v1/cubes/...), MCP (/mcp) and the inspector page (/ui) on --addr, with the tier\n" +
+			"the memory API (/v1/cubes/...), MCP (/mcp) and the playground page (/ui) on --addr, with the tier\n" +
 			"scheduler running. CLI commands on the same --db go through the running server.",
 		Args: noArgs,
 	}

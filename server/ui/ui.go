@@ -12,7 +12,7 @@ import (
 //go:embed index.html app.js style.css
 var files embed.FS
 
-// Public reports whether path is one of the inspector's static files:
+// Public reports whether path is one of the playground page's static files:
 // /ui, /ui/ or /ui/NAME for an embedded file. Anything else under /ui/ is
 // not public (and not found).
 func Public(path string) bool {
@@ -32,7 +32,7 @@ func Public(path string) bool {
 const security = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; " +
 	"base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 
-// Page writes the inspector page, the answer to GET /ui. Errors: the page
+// Page writes the playground page, the answer to GET /ui. Errors: the page
 // could not be read (nothing is written then; the caller answers it).
 func Page(w http.ResponseWriter) error {
 	b, err := fs.ReadFile(files, "index.html")
