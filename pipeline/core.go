@@ -39,7 +39,7 @@ type Pipeline struct {
 	lay    *layout.Layout // without a model (upstream, none); a loaded model has its own
 	tiers  *scheduler.Tiers
 	up     *upstreamBackend // nil unless Options.Upstream
-	info   ModelInfo // the upstream's
+	info   ModelInfo        // the upstream's
 	onChat func(ctx context.Context, req *Request, cube textmem.Cube, answer string)
 
 	// models are the models served, the primary (Options.Model) first;
