@@ -115,8 +115,12 @@ func (p *Pipeline) upstreamTurn(t *turn) (*Response, error) {
 	if err != nil {
 		return out, err
 	}
-	if !firstText.IsZero() {
+	switch {
+	case !firstText.IsZero():
 		out.Usage.EvalDuration = time.Since(firstText)
+	case out.Text != "" || len(out.ToolCalls) > 0:
+		// one JSON answer (openai, not streamed): its text arrived now
+		out.Usage.TTFT = time.Since(t.start)
 	}
 	out.Usage.TotalDuration = time.Since(t.start)
 	if used != nil && !req.NoUsage {
