@@ -37,9 +37,10 @@ var (
 	// ErrNotSupported is returned for what the configured backend cannot
 	// do (the upstream backend has no KV packs or adapters); HTTP 501.
 	ErrNotSupported = pipeline.ErrNotSupported
-	// ErrUpstream is returned by the upstream backend when the Ollama
-	// server fails or its stream ends early (a line longer than the
-	// client's 8 MiB buffer is dropped silently by the client); HTTP 502.
+	// ErrUpstream is returned by the upstream backend when the upstream
+	// server fails: unreachable, timed out, a 5xx, a refused API key, a
+	// stream that ends early (an Ollama line longer than the client's
+	// 8 MiB buffer is dropped silently by the client); HTTP 502.
 	ErrUpstream = pipeline.ErrUpstream
 	// ErrModelNotFound is returned for a model name this OS does not
 	// serve (the upstream's 404); HTTP 404.

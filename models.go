@@ -8,6 +8,7 @@ import (
 	"github.com/memosrt/memosrt/internal/gate"
 	"github.com/memosrt/memosrt/pipeline"
 	"github.com/memosrt/memosrt/runtime"
+	"github.com/memosrt/memosrt/upstream"
 )
 
 type (
@@ -22,8 +23,16 @@ type (
 	Stats = pipeline.Stats
 	// Options configure an OS; see package config for every field.
 	Options = config.Options
-	// UpstreamOptions configure the text-only upstream backend.
+	// UpstreamOptions configure the text-only upstream backend: an Ollama
+	// server or an OpenAI-compatible one (API), its URL and model, an API
+	// key.
 	UpstreamOptions = config.UpstreamOptions
+)
+
+// The APIs an upstream speaks (UpstreamOptions.API).
+const (
+	UpstreamOllama = upstream.APIOllama // Ollama's native API (the default)
+	UpstreamOpenAI = upstream.APIOpenAI // OpenAI's /v1/chat/completions, /v1/completions, /v1/embeddings
 )
 
 // DefaultMaxModels is how many models stay loaded at once when

@@ -19,6 +19,7 @@ import (
 	"github.com/memosrt/memosrt/runtime"
 	"github.com/memosrt/memosrt/scheduler"
 	"github.com/memosrt/memosrt/textmem"
+	"github.com/memosrt/memosrt/upstream"
 )
 
 // Options configure an OS. Zero means the default given; DefaultOptions
@@ -163,9 +164,10 @@ type Options struct {
 	// still formed, AddMessages still extracts.
 	NoExtract bool
 
-	// Upstream, when set, generates through an Ollama server instead of a
-	// loaded model: memories go into the prompt as text (the same layout),
-	// no KV packs, no adapters.
+	// Upstream, when set, generates through another server instead of a
+	// loaded model, Ollama or OpenAI-compatible (UpstreamOptions.API):
+	// memories go into the prompt as text (the same layout), no KV packs,
+	// no adapters.
 	Upstream *UpstreamOptions
 
 	// Clock is the time of memories, usage, ticks and cube records.
@@ -175,17 +177,9 @@ type Options struct {
 	Logger *slog.Logger
 }
 
-// UpstreamOptions configure the text-only upstream backend.
-type UpstreamOptions struct {
-	// URL of the Ollama server, e.g. http://127.0.0.1:11434. Required.
-	URL string
-	// Model is the upstream model name. Required.
-	Model string
-	// EmbedModel embeds (Embed) when Options.Embedder is nil. Default Model.
-	EmbedModel string
-	// Timeout bounds one upstream request. Default 10 min.
-	Timeout time.Duration
-}
+// UpstreamOptions configure the text-only upstream backend: an Ollama
+// server or an OpenAI-compatible one (package upstream).
+type UpstreamOptions = upstream.Options
 
 // DefaultOptions returns Options with every default filled in except Dir
 // and Model.
@@ -271,8 +265,10 @@ func (o Options) Validate() error {
 	if o.Model != "" && o.Upstream != nil {
 		errs = append(errs, errors.New("Model and Upstream are both set: pick one backend"))
 	}
-	if u := o.Upstream; u != nil && (u.URL == "" || u.Model == "") {
-		errs = append(errs, fmt.Errorf("Upstream needs URL and Model (got %q, %q)", u.URL, u.Model))
+	if u := o.Upstream; u != nil {
+		if err := u.Validate(); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if len(o.Models) > 0 && o.Model == "" {
 		errs = append(errs, errors.New("Models without Model: the first model served is Model (the primary)"))

@@ -11,7 +11,8 @@ type (
 	Options = config.Options
 	// ModelSpec names a GGUF file served besides Options.Model.
 	ModelSpec = config.ModelSpec
-	// UpstreamOptions configure the text-only upstream backend.
+	// UpstreamOptions configure the text-only upstream backend (package
+	// upstream: Ollama or OpenAI-compatible).
 	UpstreamOptions = config.UpstreamOptions
 	// ModelInfo describes a served model.
 	ModelInfo = modelsched.ModelInfo

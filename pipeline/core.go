@@ -38,8 +38,8 @@ type Pipeline struct {
 	cubes  *textmem.CubeRegistry
 	lay    *layout.Layout // without a model (upstream, none); a loaded model has its own
 	tiers  *scheduler.Tiers
-	up     *upstream // nil unless Options.Upstream
-	info   ModelInfo // the upstream's
+	up     *upstreamBackend // nil unless Options.Upstream
+	info   ModelInfo        // the upstream's
 	onChat func(ctx context.Context, req *Request, cube textmem.Cube, answer string)
 
 	// models are the models served, the primary (Options.Model) first;

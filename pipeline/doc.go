@@ -18,7 +18,7 @@
 //
 // The pipeline also keeps the primary model's resident level (hot packs
 // held in KV cells, shared into requests), lends the tier scheduler the
-// primary's engine for its jobs, and answers through an upstream Ollama
+// primary's engine for its jobs, and answers through an upstream server
 // (Options.Upstream) with the same prompt layout when no model is loaded.
 //
 // Main types: Pipeline (New, Chat, Generate),

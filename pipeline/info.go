@@ -8,6 +8,7 @@ import (
 	"github.com/memosrt/memosrt/kvcache"
 	"github.com/memosrt/memosrt/runtime"
 	"github.com/memosrt/memosrt/runtime/slots"
+	"github.com/memosrt/memosrt/upstream"
 )
 
 // Errors of the pipeline; package memosrt re-exports each under the same
@@ -23,10 +24,13 @@ var (
 	// ErrNotSupported: the backend cannot do this (the upstream embeds and
 	// generates text only).
 	ErrNotSupported = errkind.New(errkind.NotSupported, "memosrt: not supported by this backend")
-	// ErrUpstream: the upstream Ollama failed (not a 4xx it answered).
-	ErrUpstream = errkind.New(errkind.Upstream, "memosrt: upstream ollama failed")
-	// ErrModelNotFound: Request.Model names no served model.
-	ErrModelNotFound = errkind.New(errkind.NotFound, "memosrt: model not found")
+	// ErrUpstream: the upstream server failed: unreachable, timed out, a
+	// 5xx, an answer that cannot be read, a refused API key (package
+	// upstream's).
+	ErrUpstream = upstream.ErrUpstream
+	// ErrModelNotFound: Request.Model names no served model, or the
+	// upstream serves no model of Options.Upstream's name (its 404).
+	ErrModelNotFound = upstream.ErrModelNotFound
 	// ErrBusy: every slot is taken and the queue is full (MaxQueue), or
 	// every loaded model is busy and another would pass the budget.
 	ErrBusy = slots.ErrQueueFull

@@ -297,27 +297,6 @@ func (p *Pipeline) validate(t *turn) error {
 	return nil
 }
 
-// upstreamTurn answers through the upstream Ollama (no KV state, no
-// adapters), recording as the llama path records: after a complete
-// answer.
-func (p *Pipeline) upstreamTurn(t *turn) (*Response, error) {
-	req := t.req
-	if len(req.Tools) > 0 {
-		return nil, badField("tools", "tools are not supported with the ollama backend")
-	}
-	res, used, err := p.up.generate(t.ctx, req, t.start)
-	if err != nil {
-		return res, err
-	}
-	if used != nil && !req.NoUsage {
-		p.recordUse(req.Cube, *used)
-	}
-	if t.chat {
-		p.chatDone(t.ctx, req, t.cube, res.Text)
-	}
-	return res, nil
-}
-
 // assemble takes the model (loading it if needed) and renders the prompt
 // from the tiers, fitted to the context: the oldest turns dropped for a
 // chat (as Ollama's chatPrompt), then retrieval, then the pack; and sets

@@ -327,6 +327,12 @@ func TestClients(t *testing.T) {
 		t.Run("ollama", func(t *testing.T) { ollamaSuite(t, f.url(), "lily") })
 		t.Run("openai", func(t *testing.T) { openaiSuite(t, f.url(), "lily", false) })
 	})
+	// the same through the memosrt above's OpenAI routes
+	t.Run("fallback openai", func(t *testing.T) {
+		f := openAIUpstream(t, e.url(), testModel, "", false)
+		addCube(t, f, "lily", lilyMemories...)
+		t.Run("openai", func(t *testing.T) { openaiSuite(t, f.url(), "lily", false) })
+	})
 }
 
 // The fallback backend records a turn's memory uses where the llama path

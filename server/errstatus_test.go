@@ -61,7 +61,7 @@ func TestErrStatusSentinels(t *testing.T) {
 		{memosrt.ErrJobState, "memosrt: the job is not done", 409, inv},
 		{memosrt.ErrNotSupported, "memosrt: not supported by this backend", 501, "not_implemented"},
 		{scheduler.ErrReadOnly, "scheduler: tiers opened without a model (read-only)", 501, "not_implemented"},
-		{memosrt.ErrUpstream, "memosrt: upstream ollama failed", 502, srv},
+		{memosrt.ErrUpstream, "memosrt: upstream failed", 502, srv},
 		{embed.ErrBadVector, "embed: unusable vector", 502, srv},
 		{embed.ErrShape, "embed: wrong vector shape", 502, srv},
 		{wire.ErrMethodNotAllowed, "server: method not allowed", 405, inv},

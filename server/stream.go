@@ -261,7 +261,7 @@ func (s *Server) model(name string) (memosrt.ModelInfo, error) {
 // does not choose it and is accepted as it is ("nomic-embed-text"), and
 // the result is "".
 func (s *Server) embedModel(name string) (string, error) {
-	if s.os.HasEmbedder() || s.os.Model().Backend == "ollama" {
+	if b := s.os.Model().Backend; s.os.HasEmbedder() || b == memosrt.UpstreamOllama || b == memosrt.UpstreamOpenAI {
 		return "", nil
 	}
 	mi, err := s.model(name)

@@ -37,7 +37,14 @@ func startServe(t *testing.T, db string, env []string, args ...string) *servePro
 	t.Helper()
 	full := append([]string{"serve", "--db", db, "--model", testmodels.Stories(t), "--addr", "127.0.0.1:0",
 		"--threads", "2", "--ctx", "1024", "--parallel", "2", "--min-persist-tokens", "1"}, args...)
-	p := &serveProc{cmd: exec.Command(binPath, full...), done: make(chan error, 1)}
+	return startProc(t, env, full...)
+}
+
+// startProc starts memosrt with args, a serve command, and waits until
+// it is ready; the test's end stops it.
+func startProc(t *testing.T, env []string, args ...string) *serveProc {
+	t.Helper()
+	p := &serveProc{cmd: exec.Command(binPath, args...), done: make(chan error, 1)}
 	testutil.DieWithParent(p.cmd)
 	p.cmd.Env = append(os.Environ(), env...)
 	pr, err := p.cmd.StderrPipe()

@@ -23,6 +23,8 @@ var envTable = [][2]string{
 	{"MEMOSRT_MODEL", "default for --model (GGUF file or Ollama model name)"},
 	{"OLLAMA_MODELS", "Ollama's model store, where --model NAME[:TAG] is looked up; default ~/.ollama/models"},
 	{"MEMOSRT_LIB_PATH", "directory of ggml backend modules (libggml-cuda.so); default <binary dir>/../lib/memosrt"},
+	{"MEMOSRT_UPSTREAM_API_KEY", "API key serve --backend openai:URL sends upstream (Authorization: Bearer); default $OPENAI_API_KEY"},
+	{"OPENAI_API_KEY", "the upstream API key when MEMOSRT_UPSTREAM_API_KEY is unset (serve --backend openai:URL)"},
 	{"MEMOSRT_LOG", "log level on stderr: debug, info, warn (default), error"},
 	{"MEMOSRT_FAILPOINT", "tests only: tiers-after-put makes serve exit after a tier job stored its pack, before it commits"},
 }

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	neturl "net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -65,9 +66,12 @@ func newServeCmd() *cobra.Command {
 	distillThreads := fs.Int("distill-threads", 1, "with --parametric: CPU `THREADS` training uses")
 	pprofAddr := fs.String("pprof-addr", "", "serve Go's profiles (net/http/pprof: /debug/pprof/heap, ...) on this loopback `HOST:PORT`, apart from --addr (default: none)")
 	debugClock := fs.Bool("debug-clock", false, "serve POST /v1/debug/clock to move the scheduler's clock (tests)")
-	backend := fs.String("backend", "llama", "`BACKEND`: llama (in-process) or ollama (text-only fallback)")
+	backend := fs.String("backend", "llama", "`BACKEND`: llama (in-process), ollama[:URL] (an Ollama server, default --ollama-host) or openai:URL "+
+		"(an OpenAI-compatible server: vLLM, llama-server, LM Studio, SGLang, another memosrt; URL its root or its /v1 base; API key from $"+upstreamKeyEnv+
+		" or $OPENAI_API_KEY); the upstream backends are text-only: memories go into the prompt as text")
+	upstreamModel := fs.String("upstream-model", "", "the `MODEL` the upstream serves (--backend ollama or openai)")
 	ollamaHost := fs.String("ollama-host", "http://127.0.0.1:11434", "Ollama server `URL` (--backend ollama, --embed ollama:MODEL)")
-	ollamaModel := fs.String("ollama-model", "", "upstream `MODEL` (--backend ollama)")
+	ollamaModel := fs.String("ollama-model", "", "alias of --upstream-model (`MODEL`)")
 	embedFlag := fs.String("embed", "model", "embeddings for /api/embed and /v1/embeddings (`EMBEDDER`): model (the loaded model, mean-pooled), hash[:DIM] or ollama:MODEL")
 	kvStore := fs.String("kv-store", "", "share the activation tier with other nodes through Redis at `URL` (redis://HOST:PORT/DB): packs one node computes restore on every node (default: this node's data directory only)")
 	textStore := fs.String("text-store", "", "keep memories and cubes in PostgreSQL at `URL` (postgres://USER:PASS@HOST:PORT/DB), shared with other nodes: a memory added on one is found on every one; local: this node's data directory, also when it was served with a shared store before (default: local)")
@@ -102,7 +106,7 @@ func newServeCmd() *cobra.Command {
 			token: token, insecure: insecure, name: name, maxQueue: maxQueue, numPredict: numPredict, noPersist: noPersist,
 			minPersist: minPersist, adapterBudget: adapterBudget, convBudget: convBudget, ramBudget: ramBudget, tickEvery: tickEvery, kvBudget: kvBudget,
 			gcEvery: gcEvery, shutdownTimeout: shutdownTimeout, bodyTimeout: bodyTimeout, debugClock: debugClock, pprofAddr: pprofAddr, backend: backend, ollamaHost: ollamaHost,
-			ollamaModel: ollamaModel, embedFlag: embedFlag, chatTemplate: chatTemplate, kvStore: kvStore, textStore: textStore,
+			ollamaModel: ollamaModel, upstreamModel: upstreamModel, embedFlag: embedFlag, chatTemplate: chatTemplate, kvStore: kvStore, textStore: textStore,
 			param: func() scheduler.ParametricOptions {
 				if !*parametric {
 					return scheduler.ParametricOptions{}
@@ -120,7 +124,7 @@ type serveFlags struct {
 	ef                                                                  engineFlags
 	mf                                                                  modelsFlags
 	addr, token, name, backend, ollamaHost, ollamaModel, embedFlag      *string
-	chatTemplate, kvStore, textStore, pprofAddr                         *string
+	chatTemplate, kvStore, textStore, pprofAddr, upstreamModel          *string
 	parallel, resident, residentCells, maxQueue, numPredict, minPersist *int
 	adapterBudget, convBudget, kvBudget, ramBudget                      *int64
 	tickEvery, gcEvery, shutdownTimeout, bodyTimeout                    *time.Duration
@@ -153,7 +157,15 @@ func serve(ctx context.Context, f serveFlags) error {
 		return err
 	}
 	probe.Close()
-	emb, err := embedderFromFlag(ctx, *embedFlag, *ollamaHost)
+	up, err := upstreamFromFlags(*backend, *ollamaHost, *f.upstreamModel, *ollamaModel, os.Getenv)
+	if err != nil {
+		return err
+	}
+	embedHost := *ollamaHost
+	if up != nil && up.API == memosrt.UpstreamOllama {
+		embedHost = up.URL // --backend ollama:URL
+	}
+	emb, err := embedderFromFlag(ctx, *embedFlag, embedHost)
 	if err != nil {
 		return err
 	}
@@ -179,21 +191,16 @@ func serve(ctx context.Context, f serveFlags) error {
 		clock = &scheduler.OffsetClock{}
 		opts.Clock = clock
 	}
-	switch *backend {
-	case "llama":
+	kind := "llama"
+	if up == nil {
 		if err := ef.apply(&opts); err != nil {
 			return err
 		}
 		if err := f.mf.apply(&opts); err != nil {
 			return err
 		}
-	case "ollama":
-		if *ollamaModel == "" {
-			return errors.New("--backend ollama needs --ollama-model")
-		}
-		opts.Upstream = &memosrt.UpstreamOptions{URL: *ollamaHost, Model: *ollamaModel}
-	default:
-		return fmt.Errorf("--backend %q: want llama or ollama", *backend)
+	} else {
+		kind, opts.Upstream = up.API, up
 	}
 	if os.Getenv("MEMOSRT_FAILPOINT") == "tiers-after-put" {
 		// tests: die like a crash once a tier job has stored its pack and
@@ -243,7 +250,7 @@ func serve(ctx context.Context, f serveFlags) error {
 		}
 		return err
 	}
-	if *backend == "llama" {
+	if up == nil {
 		ef.sayCapped(o.Model().NCtx)
 	}
 	defer func() {
@@ -278,7 +285,7 @@ func serve(ctx context.Context, f serveFlags) error {
 	if n := len(o.Models()) - 1; n > 0 {
 		more = fmt.Sprintf(", %d more listed, loaded on first use", n)
 	}
-	fmt.Fprintf(os.Stderr, "memosrt: ready on http://%s (%s backend, model %s%s)\n", ln.Addr(), *backend, o.Model().Name, more)
+	fmt.Fprintf(os.Stderr, "memosrt: ready on http://%s (%s backend, model %s%s)\n", ln.Addr(), kind, o.Model().Name, more)
 	select {
 	case err = <-serveErr:
 		err = ignoreClosed(err)
@@ -355,6 +362,50 @@ func checkListen(addr, token string, insecure bool) error {
 		return fmt.Errorf("--addr %s is not a loopback address: set --token (clients send Authorization: Bearer TOKEN) or pass --insecure", addr)
 	}
 	return nil
+}
+
+// upstreamKeyEnv holds the API key sent to an openai upstream
+// (OPENAI_API_KEY when it is unset).
+const upstreamKeyEnv = "MEMOSRT_UPSTREAM_API_KEY"
+
+// upstreamFromFlags reads --backend (llama, ollama, ollama:URL or
+// openai:URL), --upstream-model and its alias --ollama-model, and for
+// openai the API key from getenv (upstreamKeyEnv, else OPENAI_API_KEY):
+// nil for llama.
+func upstreamFromFlags(backend, ollamaHost, model, ollamaModel string, getenv func(string) string) (*memosrt.UpstreamOptions, error) {
+	kind, url, hasURL := strings.Cut(backend, ":")
+	switch {
+	case backend == "llama":
+		return nil, nil
+	case kind == memosrt.UpstreamOllama && !hasURL:
+		url = ollamaHost
+	case kind == memosrt.UpstreamOllama:
+	case kind == memosrt.UpstreamOpenAI && (!hasURL || url == ""):
+		return nil, errors.New("--backend openai needs the server's URL: --backend openai:http://HOST:PORT (or its /v1 base)")
+	case kind == memosrt.UpstreamOpenAI:
+	default:
+		return nil, fmt.Errorf("--backend %q: want llama, ollama[:URL] or openai:URL", backend)
+	}
+	if u, err := neturl.Parse(url); err != nil || u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
+		return nil, fmt.Errorf("--backend %s: %q is not an http:// or https:// URL", kind, url)
+	}
+	if model != "" && ollamaModel != "" && model != ollamaModel {
+		return nil, fmt.Errorf("--upstream-model %q and its alias --ollama-model %q differ: pass one", model, ollamaModel)
+	}
+	if model == "" {
+		model = ollamaModel
+	}
+	if model == "" {
+		return nil, fmt.Errorf("--backend %s needs --upstream-model MODEL (the name the upstream serves it under)", kind)
+	}
+	o := &memosrt.UpstreamOptions{API: kind, URL: url, Model: model}
+	if kind == memosrt.UpstreamOpenAI {
+		o.APIKey = getenv(upstreamKeyEnv)
+		if o.APIKey == "" {
+			o.APIKey = getenv("OPENAI_API_KEY")
+		}
+	}
+	return o, nil
 }
 
 func embedderFromFlag(ctx context.Context, v, ollamaHost string) (embed.Embedder, error) {

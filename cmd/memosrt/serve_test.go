@@ -4,6 +4,8 @@ import (
 	"context"
 	"strings"
 	"testing"
+
+	"github.com/memosrt/memosrt"
 )
 
 func TestCheckListen(t *testing.T) {
@@ -49,5 +51,64 @@ func TestServeNeedsTokenOffLoopback(t *testing.T) {
 	err := run(context.Background(), []string{"serve", "--db", t.TempDir(), "--addr", "0.0.0.0:0"})
 	if err == nil || !strings.Contains(err.Error(), "--token") {
 		t.Fatalf("got %v", err)
+	}
+}
+
+func TestUpstreamFlags(t *testing.T) {
+	env := map[string]string{"MEMOSRT_UPSTREAM_API_KEY": "k1", "OPENAI_API_KEY": "k2"}
+	getenv := func(k string) string { return env[k] }
+	none := func(string) string { return "" }
+	onlyOpenAI := func(k string) string { return map[string]string{"OPENAI_API_KEY": "k2"}[k] }
+	for _, c := range []struct {
+		name, backend, model, alias string
+		getenv                      func(string) string
+		want                        *memosrt.UpstreamOptions
+		err                         string
+	}{
+		{"llama", "llama", "", "", getenv, nil, ""},
+		{"ollama host", "ollama", "m", "", getenv, &memosrt.UpstreamOptions{API: "ollama", URL: "http://127.0.0.1:11434", Model: "m"}, ""},
+		{"ollama alias", "ollama", "", "m", getenv, &memosrt.UpstreamOptions{API: "ollama", URL: "http://127.0.0.1:11434", Model: "m"}, ""},
+		{"ollama url", "ollama:http://gpu:11434", "m", "m", getenv, &memosrt.UpstreamOptions{API: "ollama", URL: "http://gpu:11434", Model: "m"}, ""},
+		{"openai", "openai:http://gpu:8000/v1", "m", "", getenv, &memosrt.UpstreamOptions{API: "openai", URL: "http://gpu:8000/v1", Model: "m", APIKey: "k1"}, ""},
+		{"openai key fallback", "openai:https://gpu", "m", "", onlyOpenAI, &memosrt.UpstreamOptions{API: "openai", URL: "https://gpu", Model: "m", APIKey: "k2"}, ""},
+		{"openai no key", "openai:http://gpu:8000", "m", "", none, &memosrt.UpstreamOptions{API: "openai", URL: "http://gpu:8000", Model: "m"}, ""},
+		{"openai without URL", "openai", "m", "", getenv, nil, "--backend openai needs the server's URL"},
+		{"openai empty URL", "openai:", "m", "", getenv, nil, "--backend openai needs the server's URL"},
+		{"openai bad URL", "openai:gpu:8000", "m", "", getenv, nil, `--backend openai: "gpu:8000" is not an http:// or https:// URL`},
+		{"openai ftp", "openai:ftp://gpu", "m", "", getenv, nil, "is not an http:// or https:// URL"},
+		{"openai without model", "openai:http://gpu:8000", "", "", getenv, nil, "--backend openai needs --upstream-model MODEL"},
+		{"models differ", "ollama", "a", "b", getenv, nil, "differ"},
+		{"unknown", "vllm:http://gpu", "m", "", getenv, nil, `--backend "vllm:http://gpu": want llama, ollama[:URL] or openai:URL`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got, err := upstreamFromFlags(c.backend, "http://127.0.0.1:11434", c.model, c.alias, c.getenv)
+			if c.err != "" {
+				if err == nil || !strings.Contains(err.Error(), c.err) {
+					t.Fatalf("%v, want %q", err, c.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if (got == nil) != (c.want == nil) || got != nil && *got != *c.want {
+				t.Fatalf("%+v, want %+v", got, c.want)
+			}
+		})
+	}
+}
+
+// serve refuses a bad --backend before it opens anything.
+func TestServeBackendErrors(t *testing.T) {
+	for args, want := range map[string]string{
+		"--backend openai":                                     "needs the server's URL",
+		"--backend openai:localhost":                           "not an http:// or https:// URL",
+		"--backend openai:http://127.0.0.1:9":                  "needs --upstream-model",
+		"--backend ollama --ollama-model a --upstream-model b": "differ",
+	} {
+		err := run(context.Background(), append([]string{"serve", "--db", t.TempDir(), "--addr", "127.0.0.1:0"}, strings.Fields(args)...))
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("serve %s: %v, want %q", args, err, want)
+		}
 	}
 }

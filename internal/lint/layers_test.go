@@ -38,8 +38,9 @@ var layers = [][]string{
 	// tiers that build on the text tier; optional store backends; tool calling
 	{"accesskey", "toolcall", "layout", "lora", "convmem", "cubearchive", "datacheck", "embed/llamaembed", "textmem/postgres", "kvcache/redis", "internal/ollamastore"},
 	// promotion and demotion between tiers; which models are loaded; what
-	// conversations write (recording, governed writes, extraction jobs)
-	{"scheduler", "modelsched", "conversation"},
+	// conversations write (recording, governed writes, extraction jobs);
+	// the upstream servers a text-only OS generates through
+	{"scheduler", "modelsched", "conversation", "upstream"},
 	// what an OS is opened with, read by every layer above
 	{"config"},
 	// the request pipeline: the served models, the request stages, the
@@ -103,6 +104,7 @@ var hooks = map[string]string{
 	"modelsched.Options.Load":              "loads a model: the facade's engine, slots and adapters",
 	"modelsched.Options.Unload":            "saves and frees a loaded model",
 	"modelsched.Options.Loaded":            "attaches the tier scheduler to a loaded primary",
+	"upstream.Request.OnText":              "streams the upstream's text to the caller",
 	"pipeline.Deps.OnChat":                 "records an answered chat turn (the facade's conversations)",
 	"pipeline.Request.OnText":              "streams generated text to the caller",
 	"cubeops.Stores.Now":                   "clock (the facade's)",
