@@ -18,7 +18,9 @@ import (
 // them with BM25 and ranks otherwise than BM25 alone (the construction is
 // llamaembed's TestFusedRanking), and /v1/embeddings and /api/embed answer
 // with the model's vectors, those the model gives in this process. Served
-// again without it, the same data directory searches by BM25 alone.
+// with the same file under an Ollama name (OLLAMA_MODELS), the vectors
+// still count; served without it, the data directory searches by BM25
+// alone.
 func TestServeEmbedModel(t *testing.T) {
 	bert := filepath.Join(t.TempDir(), "bert-tiny.gguf")
 	if err := gguf.Write(t.Context(), bert, gguf.Presets["bert-tiny"], testmodels.Path(t, "ggml-vocab-bert-bge.gguf"), 1); err != nil {
@@ -44,7 +46,7 @@ func TestServeEmbedModel(t *testing.T) {
 
 	db := t.TempDir()
 	p := startServe(t, db, nil, "--embed-model", bert)
-	if !strings.Contains(p.stderr.String(), ", embeddings llama:bert-tiny@") {
+	if !strings.Contains(p.stderr.String(), ", embeddings llama:random-bert-tiny@") {
 		t.Errorf("ready line does not name the embedding model:\n%s", p.stderr.String())
 	}
 	for _, text := range texts {
@@ -83,6 +85,15 @@ func TestServeEmbedModel(t *testing.T) {
 		if len(oai.Data[i].Embedding) != 64 || !slices.Equal(oai.Data[i].Embedding, want[i]) || !slices.Equal(oll.Embeddings[i], want[i]) {
 			t.Errorf("input %d: /v1/embeddings %d dims, /api/embed %d dims, not the model's vector", i, len(oai.Data[i].Embedding), len(oll.Embeddings[i]))
 		}
+	}
+	p.stop(t)
+
+	p = startServe(t, db, []string{"OLLAMA_MODELS=" + ollamaStoreWith(t, bert, "bert-tiny")}, "--embed-model", "bert-tiny")
+	if code := p.call(t, "GET", "/v1/cubes/c", nil, &cv); code != http.StatusOK || cv.Memories != 5 || cv.Vectors != 5 {
+		t.Fatalf("cube with --embed-model bert-tiny from the Ollama store: %d %+v, want 5 memories with 5 vectors", code, cv)
+	}
+	if got := search(p); len(got) != 5 || got[0] != query {
+		t.Errorf("fused search: %q", got)
 	}
 	p.stop(t)
 

@@ -400,7 +400,7 @@ func embedderFromFlag(ctx context.Context, v, ollamaHost string) (embed.Embedder
 // openEmbedModel loads --embed-model: a GGUF file, or an Ollama model name
 // found in Ollama's store (as --model), with --threads and --ngl.
 func openEmbedModel(ctx context.Context, v string, ef engineFlags) (*llamaembed.Llama, error) {
-	path, name, err := resolveModel(v)
+	path, _, err := resolveModel(v)
 	if err != nil {
 		return nil, fmt.Errorf("--embed-%w", err) // resolveModel's errors start with "model"
 	}
@@ -409,7 +409,7 @@ func openEmbedModel(ctx context.Context, v string, ef engineFlags) (*llamaembed.
 	if ngl < 0 && !gpuPresent() {
 		ngl = 0
 	}
-	l, err := llamaembed.Open(ctx, path, llamaembed.Options{Name: name, Threads: *ef.threads, NGPULayers: ngl, LibDir: libDir()})
+	l, err := llamaembed.Open(ctx, path, llamaembed.Options{Threads: *ef.threads, NGPULayers: ngl, LibDir: libDir()})
 	if err != nil {
 		return nil, fmt.Errorf("--embed-model %s: %w", v, err)
 	}

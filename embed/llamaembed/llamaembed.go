@@ -14,9 +14,6 @@ var _ embed.Embedder = (*Llama)(nil)
 
 // Options are a Llama's load settings; zero values mean the defaults.
 type Options struct {
-	// Name names the model in Name. Default: the file's base name
-	// without ".gguf".
-	Name string
 	// MaxTokens bounds one text, in tokens; longer texts are truncated.
 	// Default embedding.DefaultMaxTokens (512), capped at the model's
 	// training context.
@@ -55,7 +52,7 @@ func Open(ctx context.Context, path string, o Options) (*Llama, error) {
 	if err != nil {
 		return nil, err
 	}
-	name := o.Name
+	name := m.Info().Name
 	if name == "" {
 		name = strings.TrimSuffix(filepath.Base(path), ".gguf")
 	}
@@ -71,9 +68,11 @@ func (l *Llama) Embed(ctx context.Context, texts []string) ([][]float32, error) 
 // Dim is the model's n_embd.
 func (l *Llama) Dim() int { return l.m.Dim() }
 
-// Name is "llama:<name>@<digest>", the digest being the first 12 hex
-// digits of runtime.Fingerprint of the file: stored vectors are compared
-// only with vectors of the same model file, whatever it is called.
+// Name is "llama:<name>@<digest>": the GGUF's general.name (else the
+// file's base name without .gguf) and the first 12 hex digits of
+// runtime.Fingerprint of the file. Stored vectors are compared only with
+// vectors of the same model file, whatever path or Ollama name it is
+// opened under.
 func (l *Llama) Name() string { return "llama:" + l.name }
 
 // Info describes the loaded model (architecture, pooling, dimension).

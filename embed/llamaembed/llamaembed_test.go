@@ -45,7 +45,7 @@ func open(t *testing.T, path string) *Llama {
 
 func TestOpen(t *testing.T) {
 	l := open(t, bertFile(t))
-	if !regexp.MustCompile(`^llama:bert-tiny@[0-9a-f]{12}$`).MatchString(l.Name()) || l.Dim() != 64 {
+	if !regexp.MustCompile(`^llama:random-bert-tiny@[0-9a-f]{12}$`).MatchString(l.Name()) || l.Dim() != 64 {
 		t.Fatalf("Name %q Dim %d", l.Name(), l.Dim())
 	}
 	if info := l.Info(); info.Arch != "bert" || info.Pooling != embedding.PoolingMean {

@@ -21,6 +21,7 @@ type ModelOptions struct {
 // Info describes a loaded embedding model.
 type Info struct {
 	Path      string // the GGUF file
+	Name      string // general.name, e.g. "nomic-embed-text-v1.5"; "" when the GGUF has none
 	Arch      string // general.architecture, e.g. "bert", "nomic-bert"
 	Desc      string // llama_model_desc, e.g. "bert 33M F16"
 	Dim       int    // n_embd: the length of every vector
@@ -63,8 +64,9 @@ func Open(ctx context.Context, path string, o ModelOptions) (*Model, error) {
 		return nil, err
 	}
 	arch, _ := m.Meta("general.architecture")
+	name, _ := m.Meta("general.name")
 	sh := m.Shape()
-	return &Model{m: m, enc: enc, info: Info{Path: path, Arch: arch, Desc: sh.Desc, Dim: enc.Dim(),
+	return &Model{m: m, enc: enc, info: Info{Path: path, Name: name, Arch: arch, Desc: sh.Desc, Dim: enc.Dim(),
 		Pooling: enc.Pooling(), MaxTokens: enc.MaxTokens()}}, nil
 }
 
