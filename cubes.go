@@ -127,6 +127,13 @@ func (o *OS) Memories(ctx context.Context, cube string) ([]textmem.Memory, error
 	})
 }
 
+// Vectors returns how many of cube's memories have a stored vector of
+// Options.Embedder (textmem.Store.Vectors): with one set, every memory
+// written since has one. 0 without an Embedder.
+func (o *OS) Vectors(ctx context.Context, cube string) (int, error) {
+	return gate.Call(o.g, ctx, func(ctx context.Context) (int, error) { return o.mem.Vectors(ctx, cube) })
+}
+
 // Memory returns one memory. Errors: textmem.ErrNotFound.
 func (o *OS) Memory(ctx context.Context, cube, id string) (textmem.Memory, error) {
 	return gate.Call(o.g, ctx, func(ctx context.Context) (textmem.Memory, error) { return o.mem.Get(ctx, cube, id) })

@@ -131,7 +131,10 @@ type Options struct {
 	NoScheduler bool
 
 	// Embedder answers Embed and gives memories vectors for dense
-	// retrieval; nil embeds with the loaded model (Embed only).
+	// retrieval, fused with BM25 in every search (textmem.DefaultQuery's
+	// DenseWeight 1): embed/llamaembed for a GGUF embedding model in
+	// process. nil: memories get no vectors, and Embed embeds with the
+	// served model a request names.
 	Embedder embed.Embedder
 	// MaxQueue is how many requests may wait for a sequence; one more gets
 	// ErrBusy at once. Default 64; negative: none may wait.

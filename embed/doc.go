@@ -10,8 +10,9 @@
 //     network; for tests and as a cheap sub-word similarity signal.
 //   - none: a nil Embedder means lexical retrieval only.
 //
-// An in-process llama.cpp embedding model belongs to the runtime team; it
-// implements Embedder in its own package (embed must not import runtime).
+// A GGUF embedding model run in process by llama.cpp is the Embedder of
+// package embed/llamaembed (embed must not import runtime: that one pulls
+// in cgo).
 //
 // All Embedders in this package are safe for concurrent use.
 package embed

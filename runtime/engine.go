@@ -17,6 +17,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/memosrt/memosrt/runtime/embedding"
 	"github.com/memosrt/memosrt/runtime/llama"
 )
 
@@ -161,18 +162,17 @@ type Engine struct {
 	closed bool
 
 	closeOnce sync.Once
-	b         batcher      // queue of the batch goroutine (see batch.go)
-	stepID    atomic.Int64 // current decode step, for the abort callback
-	bgStep    atomic.Int64 // stepID of a running background-only step, else 0
-	bgHeld    time.Time    // since when background work has been held back by foreground work (zero: not held); guarded by mu
-	fg        atomic.Int32 // foreground callers in flight (BeginForeground)
-	seqs      chan int     // free sequence ids (AcquireSeq)
-	embCtx    *llama.Ctx   // embedding context (Embed), created on first use; guarded by mu
-	embBatch  *llama.Batch
-	ended     []endedJob   // jobs ended by the running step, finished after it; guarded by mu
-	tuner     *threadTuner // decode threads under contention (nil: Options.Threads as given); guarded by mu
-	threads   int          // decode threads set on ctx now; guarded by mu
-	shiftErr  error        // ShiftGuard's verdict for this model and KV config, set at Load
+	b         batcher            // queue of the batch goroutine (see batch.go)
+	stepID    atomic.Int64       // current decode step, for the abort callback
+	bgStep    atomic.Int64       // stepID of a running background-only step, else 0
+	bgHeld    time.Time          // since when background work has been held back by foreground work (zero: not held); guarded by mu
+	fg        atomic.Int32       // foreground callers in flight (BeginForeground)
+	seqs      chan int           // free sequence ids (AcquireSeq)
+	enc       *embedding.Encoder // Embed's context, created on first use; guarded by mu
+	ended     []endedJob         // jobs ended by the running step, finished after it; guarded by mu
+	tuner     *threadTuner       // decode threads under contention (nil: Options.Threads as given); guarded by mu
+	threads   int                // decode threads set on ctx now; guarded by mu
+	shiftErr  error              // ShiftGuard's verdict for this model and KV config, set at Load
 }
 
 // Load loads the model and creates the context, then probes the KV layout
@@ -310,9 +310,8 @@ func (e *Engine) Close() error {
 	e.closed = true
 	e.batch.Close()
 	e.ctx.Close()
-	if e.embCtx != nil {
-		e.embBatch.Close()
-		e.embCtx.Close()
+	if e.enc != nil {
+		e.enc.Close()
 	}
 	return e.model.Close()
 }

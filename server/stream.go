@@ -257,9 +257,9 @@ func (s *Server) model(name string) (memosrt.ModelInfo, error) {
 
 // embedModel resolves an embedding request's model name as model does
 // ("" the primary) when a served model embeds; with an embedder of its own
-// (serve --embed hash or ollama:MODEL) or the upstream backend the name
-// does not choose it and is accepted as it is ("nomic-embed-text"), and
-// the result is "".
+// (serve --embed-model, --embed hash or ollama:MODEL) or the upstream
+// backend the name does not choose it and is accepted as it is
+// ("nomic-embed-text"), and the result is "".
 func (s *Server) embedModel(name string) (string, error) {
 	if b := s.os.Model().Backend; s.os.HasEmbedder() || b == memosrt.UpstreamOllama || b == memosrt.UpstreamOpenAI {
 		return "", nil

@@ -317,6 +317,13 @@ func TestDense(t *testing.T) {
 	if n := ix.vec.Len(); n != 2 {
 		t.Errorf("%d vectors loaded, want 2", n)
 	}
+	// stored: one per live memory (the deleted one's went with it)
+	if n, err := s.Vectors(ctx, "c"); n != 2 || err != nil {
+		t.Errorf("Vectors = %d, %v; want 2", n, err)
+	}
+	if n, err := s.Vectors(ctx, "empty"); n != 0 || err != nil {
+		t.Errorf("unknown cube: Vectors = %d, %v; want 0", n, err)
+	}
 }
 
 func openDB(t *testing.T, dir string) *badgerDB {

@@ -161,6 +161,36 @@ func (s *Store) embedText(ctx context.Context, text string) ([]float32, error) {
 	return embed.Normalize(v[0]), nil
 }
 
+// Vectors returns how many memories of cube have a stored vector of the
+// Store's Embedder (its Name and Dim); 0 without an Embedder. It reads
+// the stored records, not the index. Errors: ErrBadCube, ErrClosed,
+// storage errors.
+func (s *Store) Vectors(ctx context.Context, cube string) (int, error) {
+	if err := checkCube(cube); err != nil {
+		return 0, err
+	}
+	if err := s.checkOpen(); err != nil {
+		return 0, err
+	}
+	e := s.opts.Embedder
+	if e == nil {
+		return 0, nil
+	}
+	n := 0
+	err := s.be.View(ctx, cube, func(txn Txn) error {
+		return txn.Iterate(nsPrefix(nsVec), false, func(_, b []byte) error {
+			if name, v, err := decodeVector(b); err == nil && name == e.Name() && len(v) == e.Dim() {
+				n++
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		return 0, s.noteDamage(cube, err)
+	}
+	return n, nil
+}
+
 // vectorIndexMaker returns the maker of each cube's VectorIndex, nil
 // without an Embedder.
 func (s *Store) vectorIndexMaker() func() VectorIndex {

@@ -18,29 +18,49 @@ import (
 	"github.com/memosrt/memosrt/internal/atomicfile"
 )
 
-// Spec is the shape of a llama-architecture model. Zero values of the
+// Spec is the shape of a model of architecture Arch. Zero values of the
 // optional fields mean their defaults; the sizes are required.
 type Spec struct {
+	// Arch is general.architecture: ArchLlama (the default: a decoder,
+	// the chat and benchmark shapes) or ArchBERT (an encoder: an
+	// embedding model). Metadata keys below are named for the llama
+	// architecture; for BERT they are the same keys under "bert.".
+	Arch      string
 	Name      string // general.name; default "memosrt-random"
 	NLayer    int    // transformer blocks (llama.block_count)
 	NEmbd     int    // embedding width (llama.embedding_length)
 	NHead     int    // attention heads; head size is NEmbd/NHead
-	NHeadKV   int    // KV heads (GQA); NHead must be a multiple of it
+	NHeadKV   int    // KV heads (GQA); NHead must be a multiple of it (BERT: equal to it)
 	NFF       int    // feed-forward width (llama.feed_forward_length)
 	NVocab    int    // vocabulary size, tokens; 0 = the tokenizer's size, otherwise it must equal it
-	NCtxTrain int    // training context length, tokens (llama.context_length)
-	FileType  string // weight type of the 2-D tensors: "f16" (default) or "f32"; norm weights are always f32
+	NCtxTrain int    // training context length, tokens (llama.context_length); BERT: rows of position_embd, the longest input
+	FileType  string // weight type of the 2-D tensors: "f16" (default) or "f32"; 1-D tensors (norm weights, biases) are always f32
 
-	RopeFreqBase float32 // llama.rope.freq_base; default 10000
-	RMSEps       float32 // llama.attention.layer_norm_rms_epsilon; default 1e-5
+	RopeFreqBase float32 // llama.rope.freq_base; default 10000 (not written for BERT, which has no RoPE)
+	// RMSEps is llama.attention.layer_norm_rms_epsilon, default 1e-5;
+	// for BERT bert.attention.layer_norm_epsilon, default 1e-12 (BERT's
+	// LayerNorm epsilon).
+	RMSEps float32
 
 	// Meta adds or overrides metadata keys (values as ggml.KV takes
 	// them: uint32, float32, string, []int32, ...), for models that
 	// declare what the llama architecture does not use, such as
 	// "llama.rope.dimension_sections" (M-RoPE) or
-	// "llama.attention.sliding_window".
+	// "llama.attention.sliding_window", or "bert.pooling_type" (BERT's
+	// default is 1, mean; 2 is CLS, 3 last: llama_pooling_type).
 	Meta map[string]any
 }
+
+// Architectures Spec.Arch names.
+const (
+	ArchLlama = "llama"
+	ArchBERT  = "bert"
+)
+
+// BERTTokenTypes is the number of token type rows (token_types) of a BERT
+// model: tokenizer.ggml.token_type_count when the tokenizer source says,
+// else 2 (BERT's "sentence A" and "sentence B"), which Write then adds.
+const BERTTokenTypes = 2
 
 // Presets are the shapes we benchmark, by name. Read-only.
 //
@@ -49,6 +69,13 @@ type Spec struct {
 //   - "8b": Llama 3.1 8B (32 layers, n_embd 4096, 32/8 heads, n_ff 14336),
 //     Llama 2 vocabulary: 7.24e9 parameters, 14.5 GB in f16.
 //   - "tiny": 2 layers, n_embd 64, for tests (4.17e6 parameters, 8.3 MB in f16).
+//   - "bert-tiny": a BERT encoder (an embedding model, mean pooling) of 2
+//     layers, n_embd 64, 4 heads, n_ff 128 and 512 positions, for the
+//     30522-token BERT WordPiece vocabulary (bge's): 2.05e6 parameters,
+//     4.1 MB in f16. Set "bert.pooling_type" to 2 in Spec.Meta for CLS
+//     pooling; with random weights of std 0.02 attention barely mixes the
+//     tokens, so CLS vectors hardly depend on the text (cosine 0.9999
+//     between unrelated sentences, against 0.25 to 0.7 by the mean).
 //
 // Shapes from the models' config.json on Hugging Face (meta-llama/Llama-3.2-1B,
 // meta-llama/Llama-3.1-8B); the training context is cut to 32768 tokens so
@@ -60,10 +87,16 @@ var Presets = map[string]Spec{
 		NVocab: 32000, NCtxTrain: 32768, FileType: "f16", RopeFreqBase: 500000},
 	"tiny": {Name: "random-llama-tiny", NLayer: 2, NEmbd: 64, NHead: 4, NHeadKV: 2, NFF: 128,
 		NVocab: 32000, NCtxTrain: 2048, FileType: "f16"},
+	"bert-tiny": {Arch: ArchBERT, Name: "random-bert-tiny", NLayer: 2, NEmbd: 64, NHead: 4, NHeadKV: 4, NFF: 128,
+		NVocab: 30522, NCtxTrain: 512, FileType: "f16"},
 }
 
 // Weight initialisation: 2-D weights are N(0, WeightStd) (the GPT-2/Llama
-// initializer_range, 0.02); norm weights are 1.
+// initializer_range, 0.02); norm weights are 1; biases, and BERT's token
+// type embeddings, are 0. A random token type row would add one vector
+// shared by every token (llama.cpp gives every token type 0) and pull all
+// mean-pooled embeddings together: unrelated 8-token texts would have a
+// cosine near 0.9, where textmem merges near duplicates.
 const WeightStd = 0.02
 
 // ChunkBytes is the buffer size one tensor writer fills and writes at a time.
@@ -86,15 +119,21 @@ func (s Spec) Validate() error {
 	if s.NVocab < 0 {
 		bad("n_vocab = %d, must be >= 0", s.NVocab)
 	}
+	bert := s.Arch == ArchBERT
+	if s.Arch != "" && s.Arch != ArchLlama && !bert {
+		bad("architecture %q, want %q or %q", s.Arch, ArchLlama, ArchBERT)
+	}
 	if s.NHead > 0 && s.NEmbd > 0 {
 		if s.NEmbd%s.NHead != 0 {
 			bad("n_embd %d is not a multiple of n_head %d", s.NEmbd, s.NHead)
-		} else if (s.NEmbd/s.NHead)%2 != 0 {
+		} else if !bert && (s.NEmbd/s.NHead)%2 != 0 {
 			bad("head size %d (n_embd %d / n_head %d) is odd; rope needs it even", s.NEmbd/s.NHead, s.NEmbd, s.NHead)
 		}
 	}
 	if s.NHead > 0 && s.NHeadKV > 0 && s.NHead%s.NHeadKV != 0 {
 		bad("n_head %d is not a multiple of n_head_kv %d", s.NHead, s.NHeadKV)
+	} else if bert && s.NHead > 0 && s.NHeadKV > 0 && s.NHeadKV != s.NHead {
+		bad("n_head_kv %d differs from n_head %d; BERT has no GQA", s.NHeadKV, s.NHead)
 	}
 	if _, _, err := s.types(); err != nil {
 		errs = append(errs, err)
@@ -117,34 +156,44 @@ func (s Spec) types() (ggml.FileType, ggml.TensorType, error) {
 }
 
 // NParams returns the number of weights in a model of shape s (what
-// llama_model_n_params reports): token_embd and output [n_vocab][n_embd],
-// output_norm [n_embd], and per layer two norms [n_embd], attn_q and
-// attn_output [n_embd][n_embd], attn_k and attn_v [n_embd_kv][n_embd]
-// (n_embd_kv = n_head_kv * n_embd / n_head), ffn_gate and ffn_up
-// [n_ff][n_embd], ffn_down [n_embd][n_ff]. NVocab must be set.
-func (s Spec) NParams() uint64 {
-	var n uint64
-	for _, t := range s.tensors() {
-		e := uint64(1)
-		for _, d := range t.shape {
-			e *= d
-		}
-		n += e
-	}
-	return n
-}
+// llama_model_n_params reports). Llama: token_embd and output
+// [n_vocab][n_embd], output_norm [n_embd], and per layer two norms
+// [n_embd], attn_q and attn_output [n_embd][n_embd], attn_k and attn_v
+// [n_embd_kv][n_embd] (n_embd_kv = n_head_kv * n_embd / n_head), ffn_gate
+// and ffn_up [n_ff][n_embd], ffn_down [n_embd][n_ff]. BERT: token_embd
+// [n_vocab][n_embd], token_types [BERTTokenTypes][n_embd], position_embd
+// [n_ctx_train][n_embd], token_embd_norm weight and bias [n_embd], and per
+// layer attn_q, attn_k, attn_v, attn_output [n_embd][n_embd] with biases
+// [n_embd], attn_output_norm and layer_output_norm weights and biases
+// [n_embd], ffn_up [n_ff][n_embd] with bias [n_ff], ffn_down [n_embd][n_ff]
+// with bias [n_embd]. NVocab must be set.
+func (s Spec) NParams() uint64 { return count(s.tensors(BERTTokenTypes)) }
+
+// fill is what a tensor holds.
+type fill int
+
+const (
+	fillRandom fill = iota // N(0, WeightStd)
+	fillOnes               // norm weights
+	fillZeros              // biases, BERT's token types
+)
 
 // tensorSpec is one tensor to write: its name, GGUF shape (ne0 first) and
-// whether it is a norm weight (f32 ones) rather than a random matrix.
+// its values. 1-D tensors are f32, 2-D ones Spec.FileType unless f32.
 type tensorSpec struct {
 	name  string
 	shape []uint64
-	norm  bool
+	fill  fill
+	f32   bool
 }
 
-// tensors lists the tensors llama.cpp's llama loader expects (LLM_ARCH_LLAMA
-// in llama-arch.cpp), with GGUF shapes, i.e. [in][out] as ne0, ne1.
-func (s Spec) tensors() []tensorSpec {
+// tensors lists the tensors llama.cpp's loader expects for s.Arch, with
+// GGUF shapes, i.e. [in][out] as ne0, ne1; nTypes is BERT's token type
+// count (tokenizer.ggml.token_type_count).
+func (s Spec) tensors(nTypes int) []tensorSpec {
+	if s.Arch == ArchBERT {
+		return s.bertTensors(nTypes)
+	}
 	embd, vocab, ff := uint64(s.NEmbd), uint64(s.NVocab), uint64(s.NFF)
 	kv := uint64(0)
 	if s.NHead > 0 {
@@ -152,21 +201,57 @@ func (s Spec) tensors() []tensorSpec {
 	}
 	ts := []tensorSpec{
 		{name: "token_embd.weight", shape: []uint64{embd, vocab}},
-		{name: "output_norm.weight", shape: []uint64{embd}, norm: true},
+		{name: "output_norm.weight", shape: []uint64{embd}, fill: fillOnes},
 		{name: "output.weight", shape: []uint64{embd, vocab}},
 	}
 	for i := range s.NLayer {
 		p := fmt.Sprintf("blk.%d.", i)
 		ts = append(ts,
-			tensorSpec{name: p + "attn_norm.weight", shape: []uint64{embd}, norm: true},
+			tensorSpec{name: p + "attn_norm.weight", shape: []uint64{embd}, fill: fillOnes},
 			tensorSpec{name: p + "attn_q.weight", shape: []uint64{embd, embd}},
 			tensorSpec{name: p + "attn_k.weight", shape: []uint64{embd, kv}},
 			tensorSpec{name: p + "attn_v.weight", shape: []uint64{embd, kv}},
 			tensorSpec{name: p + "attn_output.weight", shape: []uint64{embd, embd}},
-			tensorSpec{name: p + "ffn_norm.weight", shape: []uint64{embd}, norm: true},
+			tensorSpec{name: p + "ffn_norm.weight", shape: []uint64{embd}, fill: fillOnes},
 			tensorSpec{name: p + "ffn_gate.weight", shape: []uint64{embd, ff}},
 			tensorSpec{name: p + "ffn_up.weight", shape: []uint64{embd, ff}},
 			tensorSpec{name: p + "ffn_down.weight", shape: []uint64{ff, embd}},
+		)
+	}
+	return ts
+}
+
+// bertTensors lists the tensors of llama.cpp's BERT loader
+// (LLM_ARCH_BERT in llama-model.cpp load_tensors: separate Q, K, V, every
+// bias present, no classifier head), with GGUF shapes.
+func (s Spec) bertTensors(nTypes int) []tensorSpec {
+	embd, vocab, ff, pos := uint64(s.NEmbd), uint64(s.NVocab), uint64(s.NFF), uint64(s.NCtxTrain)
+	ts := []tensorSpec{
+		{name: "token_embd.weight", shape: []uint64{embd, vocab}},
+		// f32: the graph adds a row of it to f32 activations (ggml_add
+		// has no f32 + f16 kernel on the CPU)
+		{name: "token_types.weight", shape: []uint64{embd, uint64(nTypes)}, fill: fillZeros, f32: true},
+		{name: "position_embd.weight", shape: []uint64{embd, pos}},
+		{name: "token_embd_norm.weight", shape: []uint64{embd}, fill: fillOnes},
+		{name: "token_embd_norm.bias", shape: []uint64{embd}, fill: fillZeros},
+	}
+	for i := range s.NLayer {
+		p := fmt.Sprintf("blk.%d.", i)
+		for _, n := range []string{"attn_q", "attn_k", "attn_v", "attn_output"} {
+			ts = append(ts,
+				tensorSpec{name: p + n + ".weight", shape: []uint64{embd, embd}},
+				tensorSpec{name: p + n + ".bias", shape: []uint64{embd}, fill: fillZeros})
+		}
+		for _, n := range []string{"attn_output_norm", "layer_output_norm"} {
+			ts = append(ts,
+				tensorSpec{name: p + n + ".weight", shape: []uint64{embd}, fill: fillOnes},
+				tensorSpec{name: p + n + ".bias", shape: []uint64{embd}, fill: fillZeros})
+		}
+		ts = append(ts,
+			tensorSpec{name: p + "ffn_up.weight", shape: []uint64{embd, ff}},
+			tensorSpec{name: p + "ffn_up.bias", shape: []uint64{ff}, fill: fillZeros},
+			tensorSpec{name: p + "ffn_down.weight", shape: []uint64{ff, embd}},
+			tensorSpec{name: p + "ffn_down.bias", shape: []uint64{embd}, fill: fillZeros},
 		)
 	}
 	return ts
@@ -195,34 +280,17 @@ func Write(ctx context.Context, path string, spec Spec, tokenizerFrom string, se
 		return fmt.Errorf("%w: %s has %d tokens, spec n_vocab is %d", ErrTokenizer, tokenizerFrom, nTok, spec.NVocab)
 	}
 	fileType, weightType, _ := spec.types()
-	name := spec.Name
-	if name == "" {
-		name = "memosrt-random"
+	nTypes := 0
+	if spec.Arch == ArchBERT {
+		nTypes = BERTTokenTypes
+		if n, ok := tok["tokenizer.ggml.token_type_count"].(uint32); ok && n > 0 {
+			nTypes = int(n)
+		} else {
+			tok["tokenizer.ggml.token_type_count"] = uint32(nTypes)
+		}
 	}
-	ropeBase := spec.RopeFreqBase
-	if ropeBase == 0 {
-		ropeBase = 10000
-	}
-	eps := spec.RMSEps
-	if eps == 0 {
-		eps = 1e-5
-	}
-	kv := ggml.KV{
-		"general.architecture":                   "llama",
-		"general.name":                           name,
-		"general.file_type":                      fileType,
-		"general.parameter_count":                spec.NParams(),
-		"llama.block_count":                      uint32(spec.NLayer),
-		"llama.context_length":                   uint32(spec.NCtxTrain),
-		"llama.embedding_length":                 uint32(spec.NEmbd),
-		"llama.feed_forward_length":              uint32(spec.NFF),
-		"llama.attention.head_count":             uint32(spec.NHead),
-		"llama.attention.head_count_kv":          uint32(spec.NHeadKV),
-		"llama.attention.layer_norm_rms_epsilon": eps,
-		"llama.rope.dimension_count":             uint32(spec.NEmbd / spec.NHead),
-		"llama.rope.freq_base":                   ropeBase,
-		"llama.vocab_size":                       uint32(spec.NVocab),
-	}
+	tensors := spec.tensors(nTypes)
+	kv := spec.meta(fileType, count(tensors))
 	for k, v := range tok {
 		kv[k] = v
 	}
@@ -232,9 +300,9 @@ func Write(ctx context.Context, path string, spec Spec, tokenizerFrom string, se
 
 	tab := newNormalTables(WeightStd)
 	var ts []*ggml.Tensor
-	for _, t := range spec.tensors() {
+	for _, t := range tensors {
 		kind := weightType
-		if t.norm {
+		if len(t.shape) == 1 || t.f32 {
 			kind = ggml.TensorTypeF32
 		}
 		n := uint64(1)
@@ -249,7 +317,7 @@ func Write(ctx context.Context, path string, spec Spec, tokenizerFrom string, se
 				ctx:  ctx,
 				n:    n,
 				kind: kind,
-				ones: t.norm,
+				fill: t.fill,
 				seed: tensorSeed(seed, t.name),
 				tab:  tab,
 			},
@@ -266,6 +334,76 @@ func Write(ctx context.Context, path string, spec Spec, tokenizerFrom string, se
 		return fmt.Errorf("gguf: write %s: %w", path, err)
 	}
 	return nil
+}
+
+// count returns the number of weights in ts.
+func count(ts []tensorSpec) uint64 {
+	var n uint64
+	for _, t := range ts {
+		e := uint64(1)
+		for _, d := range t.shape {
+			e *= d
+		}
+		n += e
+	}
+	return n
+}
+
+// meta returns the general.* and architecture keys of s (NVocab set),
+// holding nParams weights.
+func (s Spec) meta(fileType ggml.FileType, nParams uint64) ggml.KV {
+	name := s.Name
+	if name == "" {
+		name = "memosrt-random"
+	}
+	if s.Arch == ArchBERT {
+		eps := s.RMSEps
+		if eps == 0 {
+			eps = 1e-12
+		}
+		// the keys llama.cpp's BERT loader reads (load_hparams,
+		// LLM_ARCH_BERT): attention.causal and layer_norm_epsilon are
+		// required; pooling_type 1 (mean) makes it an embedding model
+		return ggml.KV{
+			"general.architecture":              ArchBERT,
+			"general.name":                      name,
+			"general.file_type":                 fileType,
+			"general.parameter_count":           nParams,
+			"bert.block_count":                  uint32(s.NLayer),
+			"bert.context_length":               uint32(s.NCtxTrain),
+			"bert.embedding_length":             uint32(s.NEmbd),
+			"bert.feed_forward_length":          uint32(s.NFF),
+			"bert.attention.head_count":         uint32(s.NHead),
+			"bert.attention.layer_norm_epsilon": eps,
+			"bert.attention.causal":             false,
+			"bert.pooling_type":                 uint32(1),
+			"bert.vocab_size":                   uint32(s.NVocab),
+		}
+	}
+	ropeBase := s.RopeFreqBase
+	if ropeBase == 0 {
+		ropeBase = 10000
+	}
+	eps := s.RMSEps
+	if eps == 0 {
+		eps = 1e-5
+	}
+	return ggml.KV{
+		"general.architecture":                   ArchLlama,
+		"general.name":                           name,
+		"general.file_type":                      fileType,
+		"general.parameter_count":                nParams,
+		"llama.block_count":                      uint32(s.NLayer),
+		"llama.context_length":                   uint32(s.NCtxTrain),
+		"llama.embedding_length":                 uint32(s.NEmbd),
+		"llama.feed_forward_length":              uint32(s.NFF),
+		"llama.attention.head_count":             uint32(s.NHead),
+		"llama.attention.head_count_kv":          uint32(s.NHeadKV),
+		"llama.attention.layer_norm_rms_epsilon": eps,
+		"llama.rope.dimension_count":             uint32(s.NEmbd / s.NHead),
+		"llama.rope.freq_base":                   ropeBase,
+		"llama.vocab_size":                       uint32(s.NVocab),
+	}
 }
 
 // readTokenizer returns the tokenizer.* keys of the GGUF file at path and the
@@ -344,7 +482,7 @@ type tensorData struct {
 	ctx  context.Context
 	n    uint64 // elements
 	kind ggml.TensorType
-	ones bool // all 1.0 (norm weights) instead of random
+	fill fill // random, all 1.0 (norm weights) or all 0 (biases)
 	seed uint64
 	tab  *normalTables
 }
@@ -358,8 +496,8 @@ func (t *tensorData) WriteTo(w io.Writer) (int64, error) {
 	}
 	total := int64(t.n * size)
 	buf := make([]byte, min(int64(ChunkBytes), total))
-	if t.ones {
-		fillOnes(buf, t.kind)
+	if t.fill == fillOnes {
+		writeOnes(buf, t.kind)
 	}
 	rng := wyrand(t.seed)
 	var written int64
@@ -368,8 +506,8 @@ func (t *tensorData) WriteTo(w io.Writer) (int64, error) {
 			return written, err
 		}
 		b := buf[:min(int64(len(buf)), total-written)]
-		if !t.ones {
-			t.fill(b, &rng)
+		if t.fill == fillRandom {
+			t.random(b, &rng)
 		}
 		n, err := w.Write(b)
 		written += int64(n)
@@ -380,7 +518,7 @@ func (t *tensorData) WriteTo(w io.Writer) (int64, error) {
 	return written, nil
 }
 
-func fillOnes(b []byte, kind ggml.TensorType) {
+func writeOnes(b []byte, kind ggml.TensorType) {
 	if kind == ggml.TensorTypeF32 {
 		for i := 0; i+4 <= len(b); i += 4 {
 			binary.LittleEndian.PutUint32(b[i:], math.Float32bits(1))
@@ -392,9 +530,9 @@ func fillOnes(b []byte, kind ggml.TensorType) {
 	}
 }
 
-// fill writes random values into b (a whole number of elements): four f16 or
-// two f32 values per generator step.
-func (t *tensorData) fill(b []byte, rng *wyrand) {
+// random writes random values into b (a whole number of elements): four
+// f16 or two f32 values per generator step.
+func (t *tensorData) random(b []byte, rng *wyrand) {
 	i := 0
 	if t.kind == ggml.TensorTypeF32 {
 		for ; i+8 <= len(b); i += 8 {

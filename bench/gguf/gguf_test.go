@@ -147,6 +147,81 @@ func fileSum(t *testing.T, path string) [32]byte {
 	return sha256.Sum256(b)
 }
 
+// The BERT preset with bge's WordPiece tokenizer loads in llama.cpp as an
+// encoder with mean pooling: its shape and keys are the spec's, the
+// tokenizer adds [CLS] and [SEP], and a decode with embeddings on gives one
+// finite, non-zero pooled vector of n_embd values.
+func TestBERTLoadsInLlama(t *testing.T) {
+	spec := Presets["bert-tiny"]
+	path := filepath.Join(t.TempDir(), "bert.gguf")
+	if err := Write(t.Context(), path, spec, testModel(t, "ggml-vocab-bert-bge.gguf"), 1); err != nil {
+		t.Fatal(err)
+	}
+	m := loadModel(t, path, llama.ModelParams{})
+	sh := m.Shape()
+	if sh.NLayer != 2 || sh.NEmbd != 64 || sh.NHead != 4 || sh.NHeadKV != 4 || sh.NVocab != 30522 || sh.NCtxTrain != 512 {
+		t.Errorf("Shape() = %+v", sh)
+	}
+	if sh.NParams != spec.NParams() {
+		t.Errorf("Shape().NParams = %d, want Spec.NParams() = %d", sh.NParams, spec.NParams())
+	}
+	for _, kv := range [][2]string{
+		{"general.architecture", "bert"},
+		{"general.name", "random-bert-tiny"},
+		{"bert.pooling_type", "1"},
+		{"bert.attention.causal", "false"},
+		{"tokenizer.ggml.model", "bert"},
+		{"tokenizer.ggml.token_type_count", "2"},
+	} {
+		if v, ok := m.Meta(kv[0]); !ok || v != kv[1] {
+			t.Errorf("Meta(%q) = %q, %v; want %q", kv[0], v, ok, kv[1])
+		}
+	}
+	toks, err := m.Tokenize("Hello world", true, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// bert-base-uncased WordPiece: [CLS]=101, "hello"=7592, "world"=2088, [SEP]=102.
+	if want := []llama.Token{101, 7592, 2088, 102}; !slices.Equal(toks, want) {
+		t.Errorf("Tokenize(\"Hello world\") = %v, want %v", toks, want)
+	}
+	c, err := llama.NewContext(m, llama.ContextParams{NCtx: 64, NBatch: 64, NUBatch: 64, Threads: 2,
+		TypeK: llama.TypeF16, TypeV: llama.TypeF16, Embeddings: true, Pooling: llama.PoolingUnspecified})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if c.PoolingType() != llama.PoolingMean {
+		t.Errorf("PoolingType() = %d, want mean (%d)", c.PoolingType(), llama.PoolingMean)
+	}
+	b := llama.NewBatch(64)
+	defer b.Close()
+	for i, tok := range toks {
+		if err := b.Add(tok, i, 0, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.Decode(b); err != nil {
+		t.Fatalf("Decode: %v", err)
+	}
+	v := c.Embeddings(0, sh.NEmbd)
+	if len(v) != 64 {
+		t.Fatalf("Embeddings = %d values, want 64", len(v))
+	}
+	nonzero := 0
+	for i, x := range v {
+		if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
+			t.Fatalf("Embeddings[%d] = %v", i, x)
+		}
+		if x != 0 {
+			nonzero++
+		}
+	}
+	if nonzero == 0 {
+		t.Error("Embeddings are all zero")
+	}
+}
+
 func TestWriteDeterministic(t *testing.T) {
 	spec := Presets["tiny"]
 	a, b, c := write(t, spec, 7), write(t, spec, 7), write(t, spec, 8)
@@ -358,6 +433,8 @@ func TestWriteErrors(t *testing.T) {
 		{"odd head size", with(func(s *Spec) { s.NEmbd = 68 }), tok, ErrBadSpec, 1},
 		{"n_head not multiple of n_head_kv", with(func(s *Spec) { s.NHeadKV = 3 }), tok, ErrBadSpec, 1},
 		{"file type", with(func(s *Spec) { s.FileType = "q4_0" }), tok, ErrBadSpec, 1},
+		{"architecture", with(func(s *Spec) { s.Arch = "gpt2" }), tok, ErrBadSpec, 1},
+		{"bert with gqa", with(func(s *Spec) { s.Arch = ArchBERT }), tok, ErrBadSpec, 1},
 		{"negative vocab", with(func(s *Spec) { s.NVocab = -1 }), tok, ErrBadSpec, 1},
 		{"vocab mismatch", with(func(s *Spec) { s.NVocab = 512 }), tok, ErrTokenizer, 1},
 		{"missing tokenizer", tiny, filepath.Join(t.TempDir(), "none.gguf"), ErrTokenizer, 1},
@@ -393,6 +470,10 @@ func TestPresets(t *testing.T) {
 		{"1b", 2*32000*2048 + 2048 + 16*(2*2048+2*2048*2048+2*2048*512+3*2048*8192)},
 		{"8b", 2*32000*4096 + 4096 + 32*(2*4096+2*4096*4096+2*4096*1024+3*4096*14336)},
 		{"tiny", 2*32000*64 + 64 + 2*(2*64+2*64*64+2*64*32+3*64*128)},
+		// token_embd, token_types (2 rows), position_embd (512 rows), the
+		// embedding norm and bias; per layer q/k/v/o with biases, two
+		// norms with biases, ffn_up and ffn_down with biases.
+		{"bert-tiny", 30522*64 + 2*64 + 512*64 + 2*64 + 2*(4*(64*64+64)+4*64+64*128+128+128*64+64)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s, ok := Presets[tc.name]

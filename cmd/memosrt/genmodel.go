@@ -15,12 +15,18 @@ import (
 	"github.com/memosrt/memosrt/bench/gguf"
 )
 
-// defaultTokenizer is the GGUF whose Llama-2 tokenizer generated models copy.
-func defaultTokenizer() string {
+// defaultTokenizer is the GGUF whose tokenizer a generated model of spec
+// copies: the Llama 2 one of llama-2-tiny-random.gguf, or for BERT the
+// WordPiece one of ggml-vocab-bert-bge.gguf.
+func defaultTokenizer(spec gguf.Spec) string {
+	file := "llama-2-tiny-random.gguf"
+	if spec.Arch == gguf.ArchBERT {
+		file = "ggml-vocab-bert-bge.gguf"
+	}
 	exe, _ := os.Executable()
 	for _, p := range []string{
-		filepath.Join("..", "shared", "models", "llama-2-tiny-random.gguf"),
-		filepath.Join(filepath.Dir(exe), "..", "..", "shared", "models", "llama-2-tiny-random.gguf"),
+		filepath.Join("..", "shared", "models", file),
+		filepath.Join(filepath.Dir(exe), "..", "..", "shared", "models", file),
 	} {
 		if _, err := os.Stat(p); err == nil {
 			return p
@@ -40,11 +46,11 @@ func newGenModelCmd() *cobra.Command {
 	sort.Strings(names)
 	preset := fs.String("preset", "1b", "model shape `PRESET`: "+strings.Join(names, ", "))
 	out := fs.String("out", "", "output GGUF `PATH`")
-	tok := fs.String("tokenizer", "", "`GGUF` to copy the tokenizer from (default: llama-2-tiny-random.gguf in ../shared/models, when found)")
+	tok := fs.String("tokenizer", "", "`GGUF` to copy the tokenizer from (default: llama-2-tiny-random.gguf in ../shared/models when found; for bert-tiny ggml-vocab-bert-bge.gguf)")
 	seed := fs.Int64("seed", 1, "weight RNG seed")
 	c.RunE = func(cmd *cobra.Command, args []string) error {
 		if *tok == "" {
-			*tok = defaultTokenizer()
+			*tok = defaultTokenizer(gguf.Presets[*preset])
 		}
 		return genModel(cmd.Context(), names, *preset, *out, *tok, *seed)
 	}
@@ -60,7 +66,7 @@ func genModel(ctx context.Context, names []string, preset, out, tok string, seed
 		return errors.New("--out is required")
 	}
 	if tok == "" {
-		return errors.New("--tokenizer is required (llama-2-tiny-random.gguf from ../shared/models)")
+		return errors.New("--tokenizer is required (llama-2-tiny-random.gguf from ../shared/models; ggml-vocab-bert-bge.gguf for a BERT preset)")
 	}
 	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
 		return err

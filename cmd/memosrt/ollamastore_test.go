@@ -24,7 +24,13 @@ import (
 // (manifest and blob, as `ollama pull` leaves them).
 func ollamaStore(t *testing.T) string {
 	t.Helper()
-	src := testmodels.Stories(t)
+	return ollamaStoreWith(t, testmodels.Stories(t), "stories")
+}
+
+// ollamaStoreWith lays out an Ollama model store in a temporary directory
+// holding the GGUF file src as registry.ollama.ai/library/<name>:latest.
+func ollamaStoreWith(t *testing.T, src, name string) string {
+	t.Helper()
 	b, err := os.ReadFile(src)
 	if err != nil {
 		t.Fatal(err)
@@ -32,7 +38,7 @@ func ollamaStore(t *testing.T) string {
 	store := t.TempDir()
 	digest := fmt.Sprintf("sha256:%x", sha256.Sum256(b))
 	blob := filepath.Join(store, "blobs", strings.ReplaceAll(digest, ":", "-"))
-	mf := filepath.Join(store, "manifests", "registry.ollama.ai", "library", "stories", "latest")
+	mf := filepath.Join(store, "manifests", "registry.ollama.ai", "library", name, "latest")
 	for _, d := range []string{filepath.Dir(blob), filepath.Dir(mf)} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			t.Fatal(err)

@@ -24,7 +24,9 @@ import (
 
 	"github.com/memosrt/memosrt"
 	"github.com/memosrt/memosrt/embed"
+	"github.com/memosrt/memosrt/embed/llamaembed"
 	"github.com/memosrt/memosrt/lora"
+	"github.com/memosrt/memosrt/runtime/llama"
 	"github.com/memosrt/memosrt/scheduler"
 	"github.com/memosrt/memosrt/server"
 )
@@ -72,7 +74,8 @@ func newServeCmd() *cobra.Command {
 	upstreamModel := fs.String("upstream-model", "", "the `MODEL` the upstream serves (--backend ollama or openai)")
 	ollamaHost := fs.String("ollama-host", "http://127.0.0.1:11434", "Ollama server `URL` (--backend ollama, --embed ollama:MODEL)")
 	ollamaModel := fs.String("ollama-model", "", "alias of --upstream-model (`MODEL`)")
-	embedFlag := fs.String("embed", "model", "embeddings for /api/embed and /v1/embeddings (`EMBEDDER`): model (the loaded model, mean-pooled), hash[:DIM] or ollama:MODEL")
+	embedModel := fs.String("embed-model", "", "GGUF embedding model file `PATH`, or an Ollama model NAME[:TAG] (nomic-embed-text) in $OLLAMA_MODELS, run in process: every memory gets a vector, search fuses them with BM25, and /api/embed and /v1/embeddings answer with it (default: none)")
+	embedFlag := fs.String("embed", "none", "other `EMBEDDER` of memories and of /api/embed and /v1/embeddings: hash[:DIM] or ollama:MODEL (an Ollama server's); none: memories get no vectors, /api/embed embeds with the chat model it names")
 	kvStore := fs.String("kv-store", "", "share the activation tier with other nodes through Redis at `URL` (redis://HOST:PORT/DB): packs one node computes restore on every node (default: this node's data directory only)")
 	textStore := fs.String("text-store", "", "keep memories and cubes in PostgreSQL at `URL` (postgres://USER:PASS@HOST:PORT/DB), shared with other nodes: a memory added on one is found on every one; local: this node's data directory, also when it was served with a shared store before (default: local)")
 	chatTemplate := fs.String("chat-template", "", "chat `TEMPLATE` (text or llama.cpp built-in name such as chatml); default: the model's")
@@ -106,7 +109,7 @@ func newServeCmd() *cobra.Command {
 			token: token, insecure: insecure, name: name, maxQueue: maxQueue, numPredict: numPredict, noPersist: noPersist,
 			minPersist: minPersist, adapterBudget: adapterBudget, convBudget: convBudget, ramBudget: ramBudget, tickEvery: tickEvery, kvBudget: kvBudget,
 			gcEvery: gcEvery, shutdownTimeout: shutdownTimeout, bodyTimeout: bodyTimeout, debugClock: debugClock, pprofAddr: pprofAddr, backend: backend, ollamaHost: ollamaHost,
-			ollamaModel: ollamaModel, upstreamModel: upstreamModel, embedFlag: embedFlag, chatTemplate: chatTemplate, kvStore: kvStore, textStore: textStore,
+			ollamaModel: ollamaModel, upstreamModel: upstreamModel, embedFlag: embedFlag, embedModel: embedModel, chatTemplate: chatTemplate, kvStore: kvStore, textStore: textStore,
 			param: func() scheduler.ParametricOptions {
 				if !*parametric {
 					return scheduler.ParametricOptions{}
@@ -120,16 +123,16 @@ func newServeCmd() *cobra.Command {
 
 // serveFlags are serve's flags.
 type serveFlags struct {
-	sf                                                                  storeFlags
-	ef                                                                  engineFlags
-	mf                                                                  modelsFlags
-	addr, token, name, backend, ollamaHost, ollamaModel, embedFlag      *string
-	chatTemplate, kvStore, textStore, pprofAddr, upstreamModel          *string
-	parallel, resident, residentCells, maxQueue, numPredict, minPersist *int
-	adapterBudget, convBudget, kvBudget, ramBudget                      *int64
-	tickEvery, gcEvery, shutdownTimeout, bodyTimeout                    *time.Duration
-	insecure, noPersist, debugClock                                     *bool
-	param                                                               func() scheduler.ParametricOptions
+	sf                                                                     storeFlags
+	ef                                                                     engineFlags
+	mf                                                                     modelsFlags
+	addr, token, name, backend, ollamaHost, ollamaModel, embedFlag         *string
+	embedModel, chatTemplate, kvStore, textStore, pprofAddr, upstreamModel *string
+	parallel, resident, residentCells, maxQueue, numPredict, minPersist    *int
+	adapterBudget, convBudget, kvBudget, ramBudget                         *int64
+	tickEvery, gcEvery, shutdownTimeout, bodyTimeout                       *time.Duration
+	insecure, noPersist, debugClock                                        *bool
+	param                                                                  func() scheduler.ParametricOptions
 }
 
 func serve(ctx context.Context, f serveFlags) error {
@@ -168,6 +171,17 @@ func serve(ctx context.Context, f serveFlags) error {
 	emb, err := embedderFromFlag(ctx, *embedFlag, embedHost)
 	if err != nil {
 		return err
+	}
+	if *f.embedModel != "" {
+		if emb != nil {
+			return fmt.Errorf("--embed %s and --embed-model %s both choose the embedder: give one", *embedFlag, *f.embedModel)
+		}
+		l, err := openEmbedModel(ctx, *f.embedModel, ef)
+		if err != nil {
+			return err
+		}
+		defer l.Close() // after the OS (deferred below): it embeds until closed
+		emb = l
 	}
 	opts, err := sf.options()
 	if err != nil {
@@ -284,6 +298,9 @@ func serve(ctx context.Context, f serveFlags) error {
 	more := ""
 	if n := len(o.Models()) - 1; n > 0 {
 		more = fmt.Sprintf(", %d more listed, loaded on first use", n)
+	}
+	if emb != nil {
+		more += ", embeddings " + emb.Name()
 	}
 	fmt.Fprintf(os.Stderr, "memosrt: ready on http://%s (%s backend, model %s%s)\n", ln.Addr(), kind, o.Model().Name, more)
 	select {
@@ -408,10 +425,13 @@ func upstreamFromFlags(backend, ollamaHost, model, ollamaModel string, getenv fu
 	return o, nil
 }
 
+// embedderFromFlag returns the Embedder --embed names: nil for none.
 func embedderFromFlag(ctx context.Context, v, ollamaHost string) (embed.Embedder, error) {
 	switch {
-	case v == "" || v == "model" || v == "none":
-		return nil, nil // the llama backend embeds with its loaded model
+	case v == "" || v == "none":
+		return nil, nil // no vectors; /api/embed embeds with the chat model it names
+	case v == "model":
+		return nil, errors.New("--embed model is gone (a chat model's mean-pooled states made poor vectors): give --embed-model FILE|NAME, a GGUF embedding model such as nomic-embed-text, for vectors; without it /api/embed and /v1/embeddings still embed with the chat model they name")
 	case v == "hash" || strings.HasPrefix(v, "hash:"):
 		dim := 768
 		if d, ok := strings.CutPrefix(v, "hash:"); ok {
@@ -425,7 +445,26 @@ func embedderFromFlag(ctx context.Context, v, ollamaHost string) (embed.Embedder
 	case strings.HasPrefix(v, "ollama:"):
 		return embed.NewOllama(ctx, embed.OllamaOptions{URL: ollamaHost, Model: strings.TrimPrefix(v, "ollama:")})
 	}
-	return nil, fmt.Errorf("--embed %q: want model, hash[:DIM] or ollama:MODEL", v)
+	return nil, fmt.Errorf("--embed %q: want none, hash[:DIM] or ollama:MODEL (or --embed-model FILE|NAME)", v)
+}
+
+// openEmbedModel loads --embed-model: a GGUF file, or an Ollama model name
+// found in Ollama's store (as --model), with --threads and --ngl.
+func openEmbedModel(ctx context.Context, v string, ef engineFlags) (*llamaembed.Llama, error) {
+	path, _, err := resolveModel(v)
+	if err != nil {
+		return nil, fmt.Errorf("--embed-%w", err) // resolveModel's errors start with "model"
+	}
+	llama.Init(libDir())
+	ngl := *ef.ngl
+	if ngl < 0 && !gpuPresent() {
+		ngl = 0
+	}
+	l, err := llamaembed.Open(ctx, path, llamaembed.Options{Threads: *ef.threads, NGPULayers: ngl, LibDir: libDir()})
+	if err != nil {
+		return nil, fmt.Errorf("--embed-model %s: %w", v, err)
+	}
+	return l, nil
 }
 
 // redisLog sends go-redis's log lines to slog at debug level.

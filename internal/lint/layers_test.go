@@ -31,6 +31,9 @@ var layers = [][]string{
 		"internal/testutil", "internal/testmodels", "internal/testfs", "internal/lint"},
 	// the llama.cpp binding (the one cgo package)
 	{"runtime/llama"},
+	// embedding with a GGUF model: the chat model's (runtime.Engine.Embed)
+	// or an embedding model of its own
+	{"runtime/embedding"},
 	// inference: engine, sequences, KV admission
 	{"runtime", "runtime/slots"},
 	// the text and activation tiers
@@ -306,7 +309,7 @@ var _ = testutil.WaitFor
 `
 	got := violationsWith(t, "textmem", "bad.go", src)
 	want := []string{
-		"bad.go (package textmem, layer 4) imports scheduler (layer 6): imports point down the layers",
+		"bad.go (package textmem, layer 5) imports scheduler (layer 7): imports point down the layers",
 		"bad.go imports internal/testutil, a test helper, outside a _test.go file",
 		"textmem.Options.OnSomething is a callback up from package textmem that is not a documented hook: add it to internal/lint's hooks, or call down instead",
 	}

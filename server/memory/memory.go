@@ -22,7 +22,10 @@ import (
 type CubeView struct {
 	memosrt.Cube
 	Memories int `json:"memories"`
-	Packs    int `json:"packs"`
+	// Vectors is how many memories have a vector of the serve's
+	// embedding model (0 without one).
+	Vectors int `json:"vectors"`
+	Packs   int `json:"packs"`
 }
 
 func (a *API) view(ctx context.Context, rec memosrt.Cube) (CubeView, error) {
@@ -30,11 +33,15 @@ func (a *API) view(ctx context.Context, rec memosrt.Cube) (CubeView, error) {
 	if err != nil {
 		return CubeView{}, err
 	}
+	vecs, err := a.os.Vectors(ctx, rec.Name)
+	if err != nil {
+		return CubeView{}, err
+	}
 	st, err := a.os.Packs(ctx, rec.Name)
 	if err != nil {
 		return CubeView{}, err
 	}
-	return CubeView{Cube: rec, Memories: len(mems), Packs: len(st.Packs)}, nil
+	return CubeView{Cube: rec, Memories: len(mems), Vectors: vecs, Packs: len(st.Packs)}, nil
 }
 
 type cubeCreateRequest struct {
