@@ -141,6 +141,9 @@ type router struct {
 
 // Handle implements wire.Router.
 func (rt router) Handle(need wire.Need, pattern string, h http.Handler) {
+	if need < wire.NeedPublic || need > wire.NeedAdmin {
+		panic(fmt.Sprintf("server: route %q registered with %s", pattern, need)) // a programmer error
+	}
 	rt.s.table = append(rt.s.table, route{pattern, need})
 	rt.mux.Handle(pattern, rt.s.guard(need, h))
 }
