@@ -227,14 +227,30 @@ func TestReadOnlyKey(t *testing.T) {
 		"metadata": map[string]any{"cube": "shop"}}, nil, key...); code != http.StatusOK {
 		t.Fatalf("OpenAI chat with the read key: %d", code)
 	}
+	convPacks := func() int {
+		testutil.WaitFor(t, "conversation packs written", func() bool { return e.os.Stats().PendingWrites == 0 })
+		n := 0
+		for _, p := range e.kv.List("") {
+			if p.Label == "conv:shop" {
+				n++
+			}
+		}
+		return n
+	}
 	if n := len(turnsOf(t, e, "shop", admin...)); n != 0 {
 		t.Fatalf("the read key's chats recorded %d turns in shop", n)
+	}
+	if n := convPacks(); n != 0 {
+		t.Fatalf("the read key's chats stored %d conversation packs of shop", n)
 	}
 	// a writer's chat does record (what the read key's did not)
 	if code := do(t, "POST", e.url()+"/v1/generate", map[string]any{"messages": msgs, "num_predict": 8, "cube": "shop"}, nil, admin...); code != http.StatusOK {
 		t.Fatalf("admin chat: %d", code)
 	}
 	testutil.WaitFor(t, "the admin's turn", func() bool { return len(turnsOf(t, e, "shop", admin...)) == 1 })
+	if n := convPacks(); n != 1 {
+		t.Fatalf("the admin's chat stored %d conversation packs of shop, want 1", n)
+	}
 	before = mems() // with the admin's turn
 
 	// every change of shop: 403 naming the key, the cube and the right
