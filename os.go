@@ -32,7 +32,7 @@ type OS struct {
 	afterTextDelete func(cube string) // tests: runs between a cube's text delete and the rest of it
 
 	db    *datadir.DB
-	keys  *accesskey.Store // serve's access keys, in db
+	keys  *accesskey.Store // serve's access keys, in the text store
 	mem   *textmem.Store
 	kv    *kvcache.Cache
 	reg   *lora.Registry
@@ -69,7 +69,6 @@ func Open(ctx context.Context, opts Options) (*OS, error) {
 	if o.db, err = datadir.Open(datadir.Options{Dir: opts.Dir, EncryptionKey: opts.EncryptionKey, NoSync: opts.NoSync, Logger: opts.Logger}); err != nil {
 		return nil, err
 	}
-	o.keys = accesskey.New(o.db)
 	now := opts.Clock.Now
 	mo := textmem.Options{Logger: opts.Logger, Now: now, Embedder: opts.Embedder, OnDelete: func(string, string) { o.Kick() },
 		OnCubeDeleted: o.cubeDeletedElsewhere, OnResync: o.resyncCubes, RequireRecord: opts.TextStore != nil}
@@ -82,6 +81,14 @@ func Open(ctx context.Context, opts Options) (*OS, error) {
 	}
 	if o.mem, err = textmem.OpenBackend(be, mo); err != nil {
 		return nil, err
+	}
+	// access keys live in the text store, so that nodes sharing it share
+	// them; keys the directory kept itself move there
+	o.keys = accesskey.New(be)
+	if n, err := o.keys.Migrate(ctx, o.db); err != nil {
+		return nil, err
+	} else if n > 0 {
+		o.log.Info("access keys moved into the text store", "keys", n)
 	}
 	ko := kvcache.Options{RAMBytes: opts.RAMBytes, Logger: opts.Logger, Now: now, Shared: opts.KVShared}
 	if opts.KVShared != nil && len(opts.EncryptionKey) > 0 {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"time"
 
 	"github.com/memosrt/memosrt/textmem"
 )
@@ -23,7 +24,7 @@ func Delete(ctx context.Context, o Stores, cube string) error {
 	if o.AfterTextDelete != nil {
 		o.AfterTextDelete(cube)
 	}
-	if err := Drop(ctx, o, cube); err != nil {
+	if err := drop(ctx, o, cube, time.Time{}); err != nil {
 		return err
 	}
 	if o.Shared {
@@ -36,13 +37,28 @@ func Delete(ctx context.Context, o Stores, cube string) error {
 }
 
 // Drop deletes what this node derived from cube, after its memories are
-// deleted (here, or by another node sharing the text store): the
-// pipeline's state of it and its access keys.
+// deleted by another node sharing the text store: the pipeline's state of
+// it, and the access keys' grants on it, but for those on a cube made
+// again under the name since (the shared store has its record now).
 func Drop(ctx context.Context, o Stores, cube string) error {
+	var keep time.Time
+	rec, err := o.Cubes.Get(ctx, cube)
+	switch {
+	case err == nil:
+		keep = rec.Created
+	case !errors.Is(err, textmem.ErrUnknownCube):
+		return err
+	}
+	return drop(ctx, o, cube, keep)
+}
+
+// drop is Drop keeping the grants on the cube created at keep (zero: none).
+func drop(ctx context.Context, o Stores, cube string, keep time.Time) error {
 	if err := o.Pipeline.DropCube(ctx, cube); err != nil {
 		return err
 	}
-	return o.Keys.DeleteCube(cube)
+	_, err := o.Keys.DropCube(ctx, cube, keep)
+	return err
 }
 
 // Resync drops this node's state of every cube the shared text store no
@@ -51,7 +67,7 @@ func Drop(ctx context.Context, o Stores, cube string) error {
 // cube made again under the same name since. A store that does not
 // answer leaves the state as it is; failures are logged.
 func Resync(ctx context.Context, o Stores) {
-	names, err := o.Keys.Cubes()
+	names, err := o.Keys.Cubes(ctx)
 	if err != nil {
 		o.Log.Warn("resync of cubes: access keys", "err", err)
 	}
@@ -71,7 +87,7 @@ func Resync(ctx context.Context, o Stores) {
 			continue
 		}
 		o.Log.Info("dropping a cube deleted on another node", "cube", c)
-		if err := Drop(ctx, o, c); err != nil {
+		if err := drop(ctx, o, c, time.Time{}); err != nil {
 			o.Log.Warn("dropping a cube deleted on another node", "cube", c, "err", err)
 		}
 	}

@@ -92,7 +92,7 @@ func TestBackupRoute(t *testing.T) {
 			}
 		}
 	}
-	if _, err := o.KeyCube(ctx, k.Token); err != nil {
+	if _, err := o.Key(ctx, k.Token); err != nil {
 		t.Errorf("the access key did not survive: %v", err)
 	}
 }

@@ -4,20 +4,27 @@
 // route (/v1/generate) and Prometheus metrics (/metrics), all on one
 // stdlib http.ServeMux, with the surfaces it mounts from its
 // sub-packages: the memory API (package server/memory: /v1/cubes/...,
-// /v1/packs, /v1/tiers/tick, /v1/keys, /v1/backup and the conversation
-// memory), the MCP tools over streamable HTTP at /mcp (package
+// /v1/packs, /v1/tiers/tick, /v1/keys and sharing, /v1/backup and the
+// conversation memory), the MCP tools over streamable HTTP at /mcp (package
 // server/mcp, the same tools `memosrt mcp` serves on stdio through
 // NewMCP) and the playground page at /ui (package server/ui). What every
 // surface shares (body decoding, field errors, the error status table,
-// streaming, the access-key scope) is package server/wire; server/...
+// streaming, what a route needs of an access key) is package server/wire; server/...
 // packages import each other only downward: server imports them, never
 // the reverse.
 //
 // Server keeps the routing and the middleware every route passes through
-// (wrap): the shutdown gate, the bearer token and an access key's cube
-// scope, the text of the path and query, body size and read deadline,
-// panics answered 500, request logs and metrics, and 405 with Allow for a
-// path served with another method (allow.go).
+// (wrap): the shutdown gate, the bearer token (the admin token, or an
+// access key looked up in the text store on every request: 401 for an
+// unknown, revoked or expired one), the text of the path and query, body
+// size and read deadline, panics answered 500, request logs and metrics,
+// and 405 with Allow for a path served with another method (allow.go).
+// Every route is added through a wire.Router with what it needs (public,
+// any key, read or write on the path's cube, the admin token; Server.table
+// lists them) and guard refuses an access key that lacks it: 403 naming
+// the cube and the right. Chats and generations check read on the cube
+// they name (Server.cube); a key that may read a cube but not write it
+// chats there without recording the turn or a conversation pack.
 //
 // The package only translates: wire types (Ollama's
 // github.com/ollama/ollama/api types, the OpenAI JSON shapes) become one

@@ -22,24 +22,23 @@ func NewMCP(o *memosrt.OS, opts MCPOptions) *sdk.Server { return mcp.New(o, opts
 
 // mcpHandler serves the MCP tools at /mcp (mcp.NewHandler). It sits behind
 // wrap: the bearer token is checked per POST, and each tool call takes its
-// scope from that POST's headers: an access key's cube (the only one it
-// may use, and the default), else the X-Memosrt-Cube header as the
-// default.
+// access from that POST's headers: an access key's grants (its only cube is
+// the default), else the X-Memosrt-Cube header as the default; each tool
+// checks the right it needs on its cube.
 func (s *Server) mcpHandler() http.Handler {
-	caller := func(ctx context.Context, h http.Header) (string, string, error) {
-		scope := ""
+	caller := func(ctx context.Context, h http.Header) (*memosrt.AccessKey, string, error) {
+		var k *memosrt.AccessKey
 		if s.opts.Token != "" {
 			// wrap let this POST in; its token says which cubes it may use
-			sc, ok := s.authorized((&http.Request{Header: h}).WithContext(ctx))
-			if !ok {
-				return "", "", wire.ErrUnauthorized
+			var err error
+			if k, err = s.authenticate(ctx, h); err != nil {
+				return nil, "", err
 			}
-			scope = sc
 		}
-		if scope != "" {
-			return scope, scope, nil
+		if k != nil {
+			return k, wire.DefaultCube(wire.ContextWithKey(ctx, *k)), nil
 		}
-		return "", h.Get(CubeHeader), nil
+		return nil, h.Get(CubeHeader), nil
 	}
 	return mcp.NewHandler(s.os, mcp.Options{Version: s.opts.Version, Logger: s.log}, s.opts.MaxBodyBytes, caller)
 }

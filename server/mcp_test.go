@@ -208,7 +208,7 @@ func TestMCPAccessKeys(t *testing.T) {
 	var a, b mcp.Memory
 	mustTool(t, admin, "add_memory", map[string]any{"cube": "a", "text": "Ann has a red bike."}, &a)
 	mustTool(t, admin, "add_memory", map[string]any{"cube": "b", "text": "Ben has a blue kite."}, &b)
-	var k struct{ Token string }
+	var k struct{ ID, Token string }
 	if code := do(t, "POST", e.url()+"/v1/keys", map[string]any{"cube": "a"}, &k, "Authorization", "Bearer admin"); code != http.StatusCreated || k.Token == "" {
 		t.Fatalf("create key: %d", code)
 	}
@@ -241,9 +241,10 @@ func TestMCPAccessKeys(t *testing.T) {
 	} {
 		t.Run(c.tool, func(t *testing.T) {
 			c.args["cube"] = "b"
-			failTool(t, key, c.tool, c.args, "not allowed")
+			failTool(t, key, c.tool, c.args, `access denied: key `+k.ID+` has no`)
+			failTool(t, key, c.tool, c.args, `right on cube "b" (no right there)`)
 			c.args["cube"] = "new"
-			failTool(t, key, c.tool, c.args, "not allowed")
+			failTool(t, key, c.tool, c.args, `right on cube "new" (no right there)`)
 		})
 	}
 	if after := stateOf("b"); after != before {
@@ -276,6 +277,42 @@ func TestMCPAccessKeys(t *testing.T) {
 	}
 	mustTool(t, key, "delete_memory", map[string]any{"id": m.ID}, nil)
 	failTool(t, key, "delete_memory", map[string]any{"id": m.ID}, "not found")
+
+	// a key that may read cube a, not write it: it searches and chats
+	// (recording nothing), every change is refused naming the right
+	var ro struct{ ID, Token string }
+	if code := do(t, "POST", e.url()+"/v1/keys", map[string]any{"cubes": []map[string]string{{"cube": "a", "right": "read"}}}, &ro,
+		"Authorization", "Bearer admin"); code != http.StatusCreated {
+		t.Fatalf("create a read key: %d", code)
+	}
+	reader := mcpSession(t, e, "Authorization", "Bearer "+ro.Token)
+	memsOf := func(cube string) string { // the memories; heat counts reads too
+		t.Helper()
+		mems, err := e.os.Memories(context.Background(), cube)
+		if err != nil {
+			t.Fatal(err)
+		}
+		j, _ := json.Marshal(mems)
+		return string(j)
+	}
+	before = memsOf("a")
+	turns := len(turnsOf(t, e, "a", "Authorization", "Bearer admin"))
+	mustTool(t, reader, "search_memory", map[string]any{"query": "bike"}, &hits)
+	mustTool(t, reader, "list_memories", nil, &list)
+	mustTool(t, reader, "get_profile", nil, &prof)
+	if mustTool(t, reader, "chat", map[string]any{"message": "Ann", "num_predict": 4}, &reply); reply.Reply == "" {
+		t.Fatalf("chat with the read key: %+v", reply)
+	}
+	denied := `accesskey: access denied: key ` + ro.ID + ` has no write right on cube "a" (only read)`
+	failTool(t, reader, "add_memory", map[string]any{"text": "Ann sold her bike."}, denied)
+	failTool(t, reader, "delete_memory", map[string]any{"id": a.ID}, denied)
+	failTool(t, reader, "add_messages", map[string]any{"messages": []map[string]string{{"role": "user", "content": "I sold my bike."}}}, denied)
+	if after := memsOf("a"); after != before {
+		t.Fatalf("cube a changed through its read key:\n%s\n%s", before, after)
+	}
+	if n := len(turnsOf(t, e, "a", "Authorization", "Bearer admin")); n != turns {
+		t.Fatalf("the read key's chat recorded turns: %d, was %d", n, turns)
+	}
 
 	// a header naming another cube is refused before MCP sees the request
 	c := sdk.NewClient(&sdk.Implementation{Name: "memosrt-test", Version: "0"}, nil)

@@ -30,6 +30,11 @@ func (s *Server) generate(r *http.Request, g *memosrt.Request, chat bool, st *wi
 	if st != nil {
 		g.OnText = func(t string) error { return st.Send(chunk(t)) }
 	}
+	if wire.ReadOnly(r.Context(), g.Cube) {
+		// a key that may read the cube, not write it: its chats leave the
+		// cube as it was (no turn recorded, no extraction, no conversation pack)
+		g.Record, g.NoPersist = memosrt.RecordNone, true
+	}
 	var res *memosrt.Response
 	var err error
 	if chat {

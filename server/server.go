@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"crypto/subtle"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -28,6 +29,8 @@ type Server struct {
 	log     *slog.Logger
 	handler http.Handler
 	m       *metrics
+
+	table []route // every route and its need, in registration order (routes)
 
 	// mu guards closed and the Add side of inflight.
 	mu       sync.RWMutex
@@ -78,44 +81,95 @@ func (s *Server) Shutdown(ctx context.Context) error {
 }
 
 func (s *Server) routes(mux *http.ServeMux) {
+	rt := router{s: s, mux: mux}
+	h := func(need wire.Need, pattern string, f http.HandlerFunc) { rt.Handle(need, pattern, f) }
 	// Ollama
-	mux.HandleFunc("GET /{$}", s.handleRoot)
-	mux.HandleFunc("HEAD /{$}", s.handleRoot)
-	mux.HandleFunc("POST /api/chat", s.handleOllamaChat)
-	mux.HandleFunc("POST /api/generate", s.handleOllamaGenerate)
-	mux.HandleFunc("POST /api/embed", s.handleOllamaEmbed)
-	mux.HandleFunc("POST /api/embeddings", s.handleOllamaEmbeddings)
-	mux.HandleFunc("GET /api/tags", s.handleOllamaTags)
-	mux.HandleFunc("POST /api/show", s.handleOllamaShow)
-	mux.HandleFunc("GET /api/ps", s.handleOllamaPS)
-	mux.HandleFunc("GET /api/version", s.handleOllamaVersion)
+	h(wire.NeedPublic, "GET /{$}", s.handleRoot)
+	h(wire.NeedPublic, "HEAD /{$}", s.handleRoot)
+	h(wire.NeedKey, "POST /api/chat", s.handleOllamaChat) // the cube's read right: Server.cube
+	h(wire.NeedKey, "POST /api/generate", s.handleOllamaGenerate)
+	h(wire.NeedKey, "POST /api/embed", s.handleOllamaEmbed)
+	h(wire.NeedKey, "POST /api/embeddings", s.handleOllamaEmbeddings)
+	h(wire.NeedKey, "GET /api/tags", s.handleOllamaTags)
+	h(wire.NeedKey, "POST /api/show", s.handleOllamaShow)
+	h(wire.NeedKey, "GET /api/ps", s.handleOllamaPS)
+	h(wire.NeedPublic, "GET /api/version", s.handleOllamaVersion)
 	for _, p := range []string{"POST /api/pull", "POST /api/push", "POST /api/copy", "DELETE /api/delete", "POST /api/create",
 		"POST /api/blobs/{digest}", "HEAD /api/blobs/{digest}"} {
-		mux.HandleFunc(p, s.handleOllamaModelStore)
+		h(wire.NeedAdmin, p, s.handleOllamaModelStore)
 	}
 	// OpenAI
-	mux.HandleFunc("POST /v1/chat/completions", s.handleOpenAIChat)
-	mux.HandleFunc("POST /v1/completions", s.handleOpenAICompletion)
-	mux.HandleFunc("POST /v1/embeddings", s.handleOpenAIEmbeddings)
-	mux.HandleFunc("GET /v1/models", s.handleOpenAIModels)
-	mux.HandleFunc("GET /v1/models/{model...}", s.handleOpenAIModel)
+	h(wire.NeedKey, "POST /v1/chat/completions", s.handleOpenAIChat)
+	h(wire.NeedKey, "POST /v1/completions", s.handleOpenAICompletion)
+	h(wire.NeedKey, "POST /v1/embeddings", s.handleOpenAIEmbeddings)
+	h(wire.NeedKey, "GET /v1/models", s.handleOpenAIModels)
+	h(wire.NeedKey, "GET /v1/models/{model...}", s.handleOpenAIModel)
 	// memory API (package memory)
-	memory.New(s.os, memory.Options{Version: s.opts.Version, Logger: s.log}).Register(mux)
+	memory.New(s.os, memory.Options{Version: s.opts.Version, Logger: s.log, CreatedBy: s.createdBy}).Register(rt)
 	// native
-	mux.HandleFunc("POST /v1/generate", s.handleNativeGenerate)
-	mux.HandleFunc("GET /v1/server", s.handleServerInfo)
-	mux.HandleFunc("GET /v1/stats", s.handleStats)
+	h(wire.NeedKey, "POST /v1/generate", s.handleNativeGenerate)
+	h(wire.NeedKey, "GET /v1/server", s.handleServerInfo)
+	h(wire.NeedAdmin, "GET /v1/stats", s.handleStats)
 	if s.opts.DebugClock != nil {
-		mux.HandleFunc("POST /v1/debug/clock", s.handleDebugClock)
+		h(wire.NeedAdmin, "POST /v1/debug/clock", s.handleDebugClock)
 	}
-	// MCP (streamable HTTP; every method: POST, and GET/DELETE answered 405)
-	mux.Handle("/mcp", s.mcpHandler())
+	// MCP (streamable HTTP; every method: POST, and GET/DELETE answered
+	// 405); each tool call checks its cube's right
+	rt.Handle(wire.NeedKey, "/mcp", s.mcpHandler())
 	// observability
-	mux.Handle("GET /metrics", s.m.handler())
-	mux.HandleFunc("GET /ui", s.handleUI)
-	mux.Handle("GET /ui/", ui.Assets())
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+	rt.Handle(wire.NeedAdmin, "GET /metrics", s.m.handler())
+	h(wire.NeedPublic, "GET /ui", s.handleUI)
+	rt.Handle(wire.NeedPublic, "GET /ui/", ui.Assets())
+	h(wire.NeedKey, "/", func(w http.ResponseWriter, r *http.Request) {
 		s.notFound(mux, w, r) // 405 with Allow when another method has the path (allow.go)
+	})
+}
+
+// route is a registered route and what it needs of the bearer token.
+type route struct {
+	pattern string
+	need    wire.Need
+}
+
+// router is the wire.Router of the server's mux: every route is added
+// through it, with what it needs (Server.table lists them), and checked by
+// Server.guard before its handler runs.
+type router struct {
+	s   *Server
+	mux *http.ServeMux
+}
+
+// Handle implements wire.Router.
+func (rt router) Handle(need wire.Need, pattern string, h http.Handler) {
+	if need < wire.NeedPublic || need > wire.NeedAdmin {
+		panic(fmt.Sprintf("server: route %q registered with %s", pattern, need)) // a programmer error
+	}
+	rt.s.table = append(rt.s.table, route{pattern, need})
+	rt.mux.Handle(pattern, rt.s.guard(need, h))
+}
+
+// guard refuses, for a request made with an access key, a route whose need
+// the key does not meet: an admin route, or the read or write right on the
+// path's {cube} (memosrt.OS.KeyAllows: 403 naming the cube and the right).
+// The auth middleware (wrap) has checked the token itself.
+func (s *Server) guard(need wire.Need, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if k := wire.Key(r); k != nil {
+			var err error
+			switch need {
+			case wire.NeedAdmin:
+				err = fmt.Errorf("%w: %s %s needs the admin token (key %s)", wire.ErrForbidden, r.Method, r.URL.Path, k.ID)
+			case wire.NeedRead:
+				err = s.os.KeyAllows(r.Context(), *k, r.PathValue("cube"), memosrt.KeyRead)
+			case wire.NeedWrite:
+				err = s.os.KeyAllows(r.Context(), *k, r.PathValue("cube"), memosrt.KeyWrite)
+			}
+			if err != nil {
+				s.writeError(w, r, err)
+				return
+			}
+		}
+		h.ServeHTTP(w, r)
 	})
 }
 
@@ -172,18 +226,24 @@ func (s *Server) wrap(next http.Handler) http.Handler {
 		defer s.inflight.Done()
 
 		if s.opts.Token != "" && !public(r) {
-			scope, ok := s.authorized(r)
-			if !ok {
-				w.Header().Set("WWW-Authenticate", `Bearer realm="memosrt"`)
-				s.writeError(w, r, wire.ErrUnauthorized)
+			k, err := s.authenticate(r.Context(), r.Header)
+			if err != nil {
+				if errors.Is(err, wire.ErrUnauthorized) {
+					w.Header().Set("WWW-Authenticate", `Bearer realm="memosrt"`)
+				}
+				s.writeError(w, r, err)
 				return
 			}
-			if scope != "" {
-				if err := scopeAllows(r, scope); err != nil {
-					s.writeError(w, r, err)
-					return
+			if k != nil {
+				r = wire.WithKey(r, *k)
+				// a cube named in the header is one the key may read, on
+				// every route (the routes' own needs are Server.guard's)
+				if c := r.Header.Get(CubeHeader); c != "" {
+					if err := s.os.KeyAllows(r.Context(), *k, c, memosrt.KeyRead); err != nil {
+						s.writeError(w, r, err)
+						return
+					}
 				}
-				r = wire.WithScope(r, scope)
 			}
 		}
 		if err := wire.CheckURLText(r); err != nil {
@@ -236,50 +296,45 @@ func (s *Server) wrap(next http.Handler) http.Handler {
 // errRouteNotFound is a 404: no route has the path.
 var errRouteNotFound = errkind.New(errkind.NotFound, "server: no such endpoint")
 
-// authorized checks the bearer token: the admin token (Options.Token) or
-// the local one may use every cube (scope ""); an access key
-// (memosrt.OS.CreateKey) only its cube (scope = that cube).
-func (s *Server) authorized(r *http.Request) (scope string, ok bool) {
-	h := r.Header.Get("Authorization")
-	tok, ok := strings.CutPrefix(h, "Bearer ")
+// authenticate checks the bearer token of headers h: the admin token
+// (Options.Token) or the local one may use every cube (nil key); an access
+// key (memosrt.OS.CreateKey) what its grants allow. Errors: an unknown,
+// revoked or expired key, or no token, wrap wire.ErrUnauthorized (401);
+// the text store's (503 when it is down).
+func (s *Server) authenticate(ctx context.Context, h http.Header) (*memosrt.AccessKey, error) {
+	tok, ok := strings.CutPrefix(h.Get("Authorization"), "Bearer ")
 	if !ok {
-		return "", false
+		return nil, wire.ErrUnauthorized
 	}
 	tok = strings.TrimSpace(tok)
 	if subtle.ConstantTimeCompare([]byte(tok), []byte(s.opts.Token)) == 1 ||
 		s.opts.LocalToken != "" && subtle.ConstantTimeCompare([]byte(tok), []byte(s.opts.LocalToken)) == 1 {
-		return "", true
+		return nil, nil
 	}
-	k, err := s.os.KeyCube(r.Context(), tok)
-	if err != nil {
-		return "", false
+	k, err := s.os.Key(ctx, tok)
+	switch {
+	case errors.Is(err, memosrt.ErrUnknownKey):
+		return nil, wire.ErrUnauthorized
+	case errors.Is(err, memosrt.ErrKeyExpired):
+		return nil, fmt.Errorf("%w: %w", wire.ErrUnauthorized, err)
+	case err != nil:
+		return nil, err
 	}
-	return k.Cube, true
+	return &k, nil
 }
 
-// scopeAllows refuses, for an access key of cube scope, every route that
-// names another cube (path, X-Memosrt-Cube) and every route beyond one
-// cube: creating or importing cubes, all packs, ticks, keys, metrics and
-// stats, backups, the debug clock. The cube of a request body is checked where it is read
-// (Server.cube) and the cube list is filtered.
-func scopeAllows(r *http.Request, scope string) error {
-	p := r.URL.Path
-	if h := r.Header.Get(CubeHeader); h != "" && h != scope {
-		return fmt.Errorf("%w: cube %q (the key is for %q)", wire.ErrForbidden, h, scope)
+// createdBy names the maker of a key made by request r: "admin" (the admin
+// token), "local" (the CLI's local token), "" when the server requires no
+// token.
+func (s *Server) createdBy(r *http.Request) string {
+	tok, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	switch tok = strings.TrimSpace(tok); {
+	case s.opts.Token == "":
+		return ""
+	case s.opts.LocalToken != "" && subtle.ConstantTimeCompare([]byte(tok), []byte(s.opts.LocalToken)) == 1:
+		return "local"
 	}
-	if rest, ok := strings.CutPrefix(p, "/v1/cubes/"); ok {
-		c, _, _ := strings.Cut(rest, "/")
-		if c != scope {
-			return fmt.Errorf("%w: cube %q (the key is for %q)", wire.ErrForbidden, c, scope)
-		}
-		return nil
-	}
-	switch {
-	case p == "/v1/cubes" && r.Method != http.MethodGet,
-		p == "/v1/packs", p == "/v1/tiers/tick", p == "/metrics", p == "/v1/stats", p == "/v1/backup", strings.HasPrefix(p, "/v1/keys"), strings.HasPrefix(p, "/v1/debug/"):
-		return fmt.Errorf("%w: %s %s needs the admin token", wire.ErrForbidden, r.Method, p)
-	}
-	return nil
+	return "admin"
 }
 
 // writeError writes err as a JSON error with its status (wire.WriteError),

@@ -20,15 +20,18 @@ import (
 )
 
 // cube returns the request's cube: the X-Memosrt-Cube header, else opt
-// (options.cube on Ollama's routes, the body's cube elsewhere). The OS
-// refuses a cube that does not exist. A header and an option naming two
-// cubes are refused: a 403 when the access key is not for the option's
-// cube (as any route naming another cube), else a 400 naming the option.
+// (options.cube on Ollama's routes, the body's cube elsewhere), else an
+// access key's only cube (wire.DefaultCube). The OS refuses a cube that
+// does not exist. A header and an option naming two cubes are refused: a
+// 403 when the access key may not read the option's cube (as any request
+// naming a cube it may not read), else a 400 naming the option.
 func (s *Server) cube(r *http.Request, opt string) (string, error) {
 	c := r.Header.Get(CubeHeader)
 	if c != "" && opt != "" && opt != c {
-		if sc := wire.Scope(r); sc != "" && opt != sc {
-			return "", fmt.Errorf("%w: cube %q (the key is for %q)", wire.ErrForbidden, opt, sc)
+		if textmem.ValidCube(opt) {
+			if err := wire.Allow(r.Context(), s.os, opt, memosrt.KeyRead); err != nil {
+				return "", err
+			}
 		}
 		field := "cube"
 		if strings.HasPrefix(r.URL.Path, "/api/") {
@@ -42,13 +45,13 @@ func (s *Server) cube(r *http.Request, opt string) (string, error) {
 	if c != "" && !textmem.ValidCube(c) {
 		return "", wire.BadField("cube", "%q: %v", c, textmem.ErrBadCube)
 	}
-	// an access key's requests are in its cube, and only there
-	if sc := wire.Scope(r); sc != "" {
-		if c == "" {
-			c = sc
-		}
-		if c != sc {
-			return "", fmt.Errorf("%w: cube %q (the key is for %q)", wire.ErrForbidden, c, sc)
+	if c == "" {
+		c = wire.DefaultCube(r.Context())
+	}
+	// a chat or generation with a cube reads it
+	if c != "" {
+		if err := wire.Allow(r.Context(), s.os, c, memosrt.KeyRead); err != nil {
+			return "", err
 		}
 	}
 	return c, nil

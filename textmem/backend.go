@@ -15,6 +15,13 @@ import (
 // database (NewBadgerBackend, the default) and PostgreSQL
 // (package textmem/postgres), which several nodes share.
 //
+// Besides cubes, a Backend keeps spaces of the server's own records under
+// names that are no cube names (ValidCube refuses them): KeySpace holds
+// serve's access keys (package accesskey), so that every node sharing the
+// store sees the same keys. View, Update, Bulk and DeletePrefix take such a
+// name as they take a cube; Cubes never returns one, and none has a
+// registry record.
+//
 // Every method is safe for concurrent use. Errors that mean the store
 // cannot be reached now (connection refused or lost, a bounded wait run
 // out) wrap ErrUnavailable; a write that returned such an error may or may
@@ -40,7 +47,8 @@ type Backend interface {
 	DeletePrefix(ctx context.Context, cube string, prefix []byte) error
 
 	// Cubes returns the names of the cubes holding at least one key that
-	// starts with prefix, in no particular order.
+	// starts with prefix, in no particular order; never a space such as
+	// KeySpace.
 	Cubes(ctx context.Context, prefix []byte) ([]string, error)
 
 	// Record returns the registry record of cube; ErrNoRecord when it has
@@ -57,6 +65,10 @@ type Backend interface {
 	// MaxKey is the longest key of cube, in bytes, the backend stores.
 	MaxKey(cube string) int
 }
+
+// KeySpace is the Backend space of serve's access keys (package
+// accesskey): '#' keeps it apart from every cube name.
+const KeySpace = "#keys"
 
 // Watcher is a Backend that other processes write too: Watch calls fn
 // with every change another process committed, after its commit, until

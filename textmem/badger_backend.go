@@ -256,7 +256,7 @@ func (b badgerBackend) Cubes(ctx context.Context, prefix []byte) ([]string, erro
 			cube := string(k[:slash])
 			want := append(cubeKeyPrefix(cube), prefix...)
 			it.Seek(want)
-			if it.Valid() && bytes.HasPrefix(it.Item().Key(), want) {
+			if it.Valid() && bytes.HasPrefix(it.Item().Key(), want) && ValidCube(cube) {
 				out = append(out, cube)
 			}
 			// '0' is the byte after '/': the first key past "t/<cube>/...".

@@ -4,6 +4,7 @@
 //	memosrt kv warm|ls --db DIR --model PATH --cube NAME
 //	memosrt run --db DIR --model PATH --cube NAME [flags] PROMPT
 //	memosrt mcp --db DIR [--model PATH] [--cube NAME]
+//	memosrt keys create|ls|revoke|share|unshare --db DIR ...
 //	memosrt backup --db DIR -o FILE | restore --db DIR FILE
 //	memosrt bench ttft|recall ...
 //	memosrt check --db DIR [--repair]

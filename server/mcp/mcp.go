@@ -70,17 +70,17 @@ func New(o *memosrt.OS, opts Options) *sdk.Server {
 	return newServer(o, opts, nil)
 }
 
-// Caller returns the access scope of one tool call from h, the headers of
-// the HTTP request that carried it (nil when the transport has none): the
-// cube an access key limits it to ("" for none) and the call's default
-// cube ("" for none). An error fails the call with a tool error.
-type Caller func(ctx context.Context, h http.Header) (scope, cube string, err error)
+// Caller returns the access of one tool call from h, the headers of the
+// HTTP request that carried it (nil when the transport has none): its
+// access key (nil: every cube) and the call's default cube ("" for none).
+// An error fails the call with a tool error.
+type Caller func(ctx context.Context, h http.Header) (key *memosrt.AccessKey, cube string, err error)
 
 // tools holds what every tool handler needs.
 type tools struct {
 	os     *memosrt.OS
 	opts   Options
-	caller Caller // nil: no scope, the default cube is opts.Cube
+	caller Caller // nil: every cube, the default cube is opts.Cube
 }
 
 // newServer returns the MCP server of New and NewHandler.
@@ -109,8 +109,8 @@ func newServer(o *memosrt.OS, opts Options, caller Caller) *sdk.Server {
 	return s
 }
 
-// addTool adds a typed tool whose handler gets the call's resolved scope
-// and turns a panic into a tool error (the SDK runs handlers on its own
+// addTool adds a typed tool whose handler gets the call's access (its key
+// in ctx, its default cube) and turns a panic into a tool error (the SDK runs handlers on its own
 // goroutines, outside the HTTP handler's recovery).
 func addTool[In, Out any](t *tools, s *sdk.Server, tool *sdk.Tool, h func(context.Context, call, In) (*sdk.CallToolResult, Out, error)) {
 	sdk.AddTool(s, tool, func(ctx context.Context, req *sdk.CallToolRequest, in In) (res *sdk.CallToolResult, out Out, err error) {
@@ -129,24 +129,30 @@ func addTool[In, Out any](t *tools, s *sdk.Server, tool *sdk.Tool, h func(contex
 			if req.Extra != nil {
 				hdr = req.Extra.Header
 			}
-			if c.scope, c.cube, err = t.caller(ctx, hdr); err != nil {
+			var k *memosrt.AccessKey
+			if k, c.cube, err = t.caller(ctx, hdr); err != nil {
 				return nil, out, err
+			}
+			if k != nil {
+				ctx = wire.ContextWithKey(ctx, *k)
 			}
 		}
 		return h(ctx, c, in)
 	})
 }
 
-// call is the scope of one tool call.
+// call is what a tool call was made with; its access key, if any, is in
+// its ctx (wire.KeyOf).
 type call struct {
-	scope string // the only cube an access key may use; "" any
-	cube  string // the default cube; "" none
+	cube string // the default cube; "" none
 }
 
 // resolve returns the cube of a call given arg (the tool's cube argument):
-// arg, else the call's default cube. It must be a valid name and, for an
-// access key, the key's cube; exist says it must also exist.
-func (t *tools) resolve(ctx context.Context, c call, arg string, exist bool) (string, error) {
+// arg, else the call's default cube. It must be a valid name the caller
+// has the right need on (wire.Allow: an error wrapping
+// memosrt.ErrKeyDenied naming the cube and the right); exist says it must
+// also exist.
+func (t *tools) resolve(ctx context.Context, c call, arg string, need memosrt.KeyRight, exist bool) (string, error) {
 	cube := arg
 	if cube == "" {
 		cube = c.cube
@@ -156,8 +162,9 @@ func (t *tools) resolve(ctx context.Context, c call, arg string, exist bool) (st
 		return "", wire.BadField("cube", "no cube: give the cube argument (no default cube on this connection)")
 	case !textmem.ValidCube(cube):
 		return "", wire.BadField("cube", "%q is not a cube name (1..64 of [A-Za-z0-9._-], not . or ..)", cube)
-	case c.scope != "" && cube != c.scope:
-		return "", fmt.Errorf("%w: cube %q is not allowed (the key is for %q)", wire.ErrForbidden, cube, c.scope)
+	}
+	if err := wire.Allow(ctx, t.os, cube, need); err != nil {
+		return "", err
 	}
 	if exist {
 		if _, err := t.os.Cube(ctx, cube); err != nil {
@@ -191,7 +198,7 @@ type addIn struct {
 // /v1/cubes/{cube}/memories does). Errors: empty text, text too large or
 // not UTF-8, a bad or forbidden cube.
 func (t *tools) addMemory(ctx context.Context, c call, in addIn) (*sdk.CallToolResult, Memory, error) {
-	cube, err := t.resolve(ctx, c, in.Cube, false)
+	cube, err := t.resolve(ctx, c, in.Cube, memosrt.KeyWrite, false)
 	if err != nil {
 		return nil, Memory{}, err
 	}
@@ -230,7 +237,7 @@ type SearchOut struct {
 // Errors: empty query, k outside [0, 100], an unknown or forbidden cube.
 func (t *tools) searchMemory(ctx context.Context, c call, in searchIn) (*sdk.CallToolResult, SearchOut, error) {
 	out := SearchOut{Hits: []Hit{}}
-	cube, err := t.resolve(ctx, c, in.Cube, true)
+	cube, err := t.resolve(ctx, c, in.Cube, memosrt.KeyRead, true)
 	switch {
 	case err != nil:
 	case strings.TrimSpace(in.Query) == "":
@@ -270,7 +277,7 @@ type ListOut struct {
 // limit outside [0, 1000], an unknown or forbidden cube.
 func (t *tools) listMemories(ctx context.Context, c call, in listIn) (*sdk.CallToolResult, ListOut, error) {
 	out := ListOut{Memories: []Memory{}}
-	cube, err := t.resolve(ctx, c, in.Cube, true)
+	cube, err := t.resolve(ctx, c, in.Cube, memosrt.KeyRead, true)
 	if err == nil && (in.Limit < 0 || in.Limit > maxLimit) {
 		err = wire.BadField("limit", "%d is outside [0, %d]", in.Limit, maxLimit)
 	}
@@ -305,7 +312,7 @@ type DeleteOut struct {
 // deleteMemory runs OS.DeleteMemory. Errors: an unknown memory id
 // (textmem.ErrNotFound), an unknown or forbidden cube.
 func (t *tools) deleteMemory(ctx context.Context, c call, in deleteIn) (*sdk.CallToolResult, DeleteOut, error) {
-	cube, err := t.resolve(ctx, c, in.Cube, true)
+	cube, err := t.resolve(ctx, c, in.Cube, memosrt.KeyWrite, true)
 	if err == nil && strings.TrimSpace(in.ID) == "" {
 		err = wire.BadField("id", "empty id")
 	}
@@ -349,7 +356,7 @@ type ProfileOut struct {
 // lists. Errors: an unknown or forbidden cube.
 func (t *tools) getProfile(ctx context.Context, c call, in profileIn) (*sdk.CallToolResult, ProfileOut, error) {
 	out := ProfileOut{Memories: []ProfileMemory{}, Facts: []convmem.ProfileItem{}, Knowledge: []convmem.ProfileItem{}}
-	cube, err := t.resolve(ctx, c, in.Cube, true)
+	cube, err := t.resolve(ctx, c, in.Cube, memosrt.KeyRead, true)
 	if err != nil {
 		return nil, out, err
 	}
@@ -439,7 +446,7 @@ type ChatOut struct {
 // memosrt.ErrNoModel (`memosrt mcp` without --model), memosrt.ErrBusy,
 // num_predict below -2.
 func (t *tools) chat(ctx context.Context, c call, in chatIn) (*sdk.CallToolResult, ChatOut, error) {
-	cube, err := t.resolve(ctx, c, in.Cube, true)
+	cube, err := t.resolve(ctx, c, in.Cube, memosrt.KeyRead, true)
 	if err == nil && strings.TrimSpace(in.Message) == "" {
 		err = wire.BadField("message", "empty message")
 	}
@@ -456,6 +463,11 @@ func (t *tools) chat(ctx context.Context, c call, in chatIn) (*sdk.CallToolResul
 	}
 	req := ChatRequest(cube, in.Message, n)
 	req.Record = rec
+	if wire.ReadOnly(ctx, cube) {
+		// a key that may read the cube, not write it: the chat leaves the
+		// cube as it was (no turn recorded, no conversation pack)
+		req.Record, req.NoPersist = memosrt.RecordNone, true
+	}
 	res, err := t.os.Chat(ctx, req)
 	if errors.Is(err, memosrt.ErrNoModel) {
 		err = fmt.Errorf("%w: chat needs a model (memosrt mcp --model PATH)", err)
@@ -496,7 +508,7 @@ type MessagesOut struct {
 // role, a bad or forbidden cube.
 func (t *tools) addMessages(ctx context.Context, c call, in messagesIn) (*sdk.CallToolResult, MessagesOut, error) {
 	out := MessagesOut{Turns: []convmem.Turn{}}
-	cube, err := t.resolve(ctx, c, in.Cube, false)
+	cube, err := t.resolve(ctx, c, in.Cube, memosrt.KeyWrite, false)
 	if err != nil {
 		return nil, out, err
 	}
@@ -520,8 +532,8 @@ func (t *tools) addMessages(ctx context.Context, c call, in messagesIn) (*sdk.Ca
 
 // NewHandler returns an http.Handler serving the tools of New on o over
 // streamable HTTP (stateless: each POST is one exchange, JSON answers, no
-// session to leak or to hold a server's shutdown), each call scoped by
-// caller from its POST's headers. A POST body is at most maxBodyBytes
+// session to leak or to hold a server's shutdown), each call's access
+// from caller, on its POST's headers. A POST body is at most maxBodyBytes
 // bytes; one holding text that is not valid UTF-8 is answered 400 naming
 // the field (wire.WriteError), before the SDK would decode it.
 // Authentication is the enclosing handler's: caller reads the headers of

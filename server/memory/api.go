@@ -16,6 +16,9 @@ type Options struct {
 	// Logger receives failed requests (5xx), exports cut mid-stream and
 	// backups sent or failed; nil discards.
 	Logger *slog.Logger
+	// CreatedBy names who makes a key with request r (AccessKey.CreatedBy:
+	// "admin", "local"); nil: "".
+	CreatedBy func(r *http.Request) string
 }
 
 // API serves the memory API over one memosrt.OS, which the caller keeps
@@ -36,45 +39,55 @@ func New(o *memosrt.OS, opts Options) *API {
 	return &API{os: o, opts: opts, log: log}
 }
 
-// Register adds the memory API's routes to mux: cubes (/v1/cubes, import,
-// export), their memories and search, packs (/v1/cubes/{cube}/pack,
-// /v1/packs), tiers and the tier tick, adapters, the conversation memory
-// (messages, jobs, profile, turns, sessions, a memory's change log),
-// access keys (/v1/keys) and the backup (/v1/backup). Authentication and
-// an access key's scope are the enclosing handler's (wire.Scope); a
-// pattern mux already has panics, as http.ServeMux does.
-func (a *API) Register(mux *http.ServeMux) {
-	mux.HandleFunc("POST /v1/cubes", a.handleCubeCreate)
-	mux.HandleFunc("GET /v1/cubes", a.handleCubeList)
-	mux.HandleFunc("POST /v1/cubes/import", a.handleCubeImport)
-	mux.HandleFunc("GET /v1/cubes/{cube}", a.handleCubeGet)
-	mux.HandleFunc("DELETE /v1/cubes/{cube}", a.handleCubeDelete)
-	mux.HandleFunc("POST /v1/cubes/{cube}/memories", a.handleMemoryAdd)
-	mux.HandleFunc("GET /v1/cubes/{cube}/memories", a.handleMemoryList)
-	mux.HandleFunc("GET /v1/cubes/{cube}/memories/{id}", a.handleMemoryGet)
-	mux.HandleFunc("PUT /v1/cubes/{cube}/memories/{id}", a.handleMemoryUpdate)
-	mux.HandleFunc("PATCH /v1/cubes/{cube}/memories/{id}", a.handleMemoryUpdate)
-	mux.HandleFunc("DELETE /v1/cubes/{cube}/memories/{id}", a.handleMemoryDelete)
-	mux.HandleFunc("POST /v1/cubes/{cube}/search", a.handleSearch)
-	mux.HandleFunc("GET /v1/cubes/{cube}/search", a.handleSearch)
-	mux.HandleFunc("POST /v1/cubes/{cube}/pack", a.handlePackWarm)
-	mux.HandleFunc("GET /v1/cubes/{cube}/pack", a.handlePackStatus)
-	mux.HandleFunc("GET /v1/cubes/{cube}/export", a.handleCubeExport)
-	mux.HandleFunc("GET /v1/cubes/{cube}/tiers", a.handleTiers)
-	mux.HandleFunc("GET /v1/packs", a.handlePackList)
-	mux.HandleFunc("POST /v1/tiers/tick", a.handleTick)
-	mux.HandleFunc("GET /v1/backup", a.handleBackup)
-	mux.HandleFunc("GET /v1/cubes/{cube}/adapters", a.handleAdapters)
+// Register adds the memory API's routes to rt, each with what it needs of
+// the bearer token: cubes (/v1/cubes, import, export), their memories and
+// search, packs (/v1/cubes/{cube}/pack, /v1/packs), tiers and the tier
+// tick, adapters, the conversation memory (messages, jobs, profile, turns,
+// sessions, a memory's change log), access keys (/v1/keys) and sharing
+// (/v1/cubes/{cube}/share), and the backup (/v1/backup). A route that
+// reads a cube needs its read right, one that changes it the write right,
+// one beyond a cube the admin token; authentication and those checks are
+// rt's (the server's). A pattern rt already has panics, as
+// http.ServeMux does.
+func (a *API) Register(rt wire.Router) {
+	h := func(need wire.Need, pattern string, f http.HandlerFunc) { rt.Handle(need, pattern, f) }
+	h(wire.NeedAdmin, "POST /v1/cubes", a.handleCubeCreate)
+	h(wire.NeedKey, "GET /v1/cubes", a.handleCubeList) // the key's cubes only
+	h(wire.NeedAdmin, "POST /v1/cubes/import", a.handleCubeImport)
+	h(wire.NeedRead, "GET /v1/cubes/{cube}", a.handleCubeGet)
+	h(wire.NeedWrite, "DELETE /v1/cubes/{cube}", a.handleCubeDelete)
+	h(wire.NeedWrite, "POST /v1/cubes/{cube}/memories", a.handleMemoryAdd)
+	h(wire.NeedRead, "GET /v1/cubes/{cube}/memories", a.handleMemoryList)
+	h(wire.NeedRead, "GET /v1/cubes/{cube}/memories/{id}", a.handleMemoryGet)
+	h(wire.NeedWrite, "PUT /v1/cubes/{cube}/memories/{id}", a.handleMemoryUpdate)
+	h(wire.NeedWrite, "PATCH /v1/cubes/{cube}/memories/{id}", a.handleMemoryUpdate)
+	h(wire.NeedWrite, "DELETE /v1/cubes/{cube}/memories/{id}", a.handleMemoryDelete)
+	h(wire.NeedRead, "POST /v1/cubes/{cube}/search", a.handleSearch)
+	h(wire.NeedRead, "GET /v1/cubes/{cube}/search", a.handleSearch)
+	h(wire.NeedWrite, "POST /v1/cubes/{cube}/pack", a.handlePackWarm)
+	h(wire.NeedRead, "GET /v1/cubes/{cube}/pack", a.handlePackStatus)
+	h(wire.NeedRead, "GET /v1/cubes/{cube}/export", a.handleCubeExport)
+	h(wire.NeedRead, "GET /v1/cubes/{cube}/tiers", a.handleTiers)
+	h(wire.NeedAdmin, "GET /v1/packs", a.handlePackList)
+	h(wire.NeedAdmin, "POST /v1/tiers/tick", a.handleTick)
+	h(wire.NeedAdmin, "GET /v1/backup", a.handleBackup)
+	h(wire.NeedRead, "GET /v1/cubes/{cube}/adapters", a.handleAdapters)
 	// conversation memory (conversations.go)
-	mux.HandleFunc("POST /v1/cubes/{cube}/messages", a.handleMessagesAdd)
-	mux.HandleFunc("GET /v1/cubes/{cube}/jobs", a.handleJobs)
-	mux.HandleFunc("GET /v1/cubes/{cube}/jobs/{id}", a.handleJob)
-	mux.HandleFunc("POST /v1/cubes/{cube}/jobs/{id}/undo", a.handleJobUndo)
-	mux.HandleFunc("GET /v1/cubes/{cube}/profile", a.handleProfile)
-	mux.HandleFunc("GET /v1/cubes/{cube}/turns", a.handleTurns)
-	mux.HandleFunc("GET /v1/cubes/{cube}/sessions", a.handleSessions)
-	mux.HandleFunc("GET /v1/cubes/{cube}/memories/{id}/log", a.handleMemoryLog)
-	mux.HandleFunc("POST /v1/keys", a.handleKeyCreate)
+	h(wire.NeedWrite, "POST /v1/cubes/{cube}/messages", a.handleMessagesAdd)
+	h(wire.NeedRead, "GET /v1/cubes/{cube}/jobs", a.handleJobs)
+	h(wire.NeedRead, "GET /v1/cubes/{cube}/jobs/{id}", a.handleJob)
+	h(wire.NeedWrite, "POST /v1/cubes/{cube}/jobs/{id}/undo", a.handleJobUndo)
+	h(wire.NeedRead, "GET /v1/cubes/{cube}/profile", a.handleProfile)
+	h(wire.NeedRead, "GET /v1/cubes/{cube}/turns", a.handleTurns)
+	h(wire.NeedRead, "GET /v1/cubes/{cube}/sessions", a.handleSessions)
+	h(wire.NeedRead, "GET /v1/cubes/{cube}/memories/{id}/log", a.handleMemoryLog)
+	// access keys and sharing (keys.go)
+	h(wire.NeedAdmin, "POST /v1/keys", a.handleKeyCreate)
+	h(wire.NeedAdmin, "GET /v1/keys", a.handleKeyList)
+	h(wire.NeedAdmin, "GET /v1/keys/{id}", a.handleKeyGet)
+	h(wire.NeedAdmin, "DELETE /v1/keys/{id}", a.handleKeyRevoke)
+	h(wire.NeedAdmin, "POST /v1/cubes/{cube}/share", a.handleShare)
+	h(wire.NeedAdmin, "DELETE /v1/cubes/{cube}/share/{id}", a.handleUnshare)
 }
 
 // writeError writes err as a JSON error with its status (wire.WriteError).

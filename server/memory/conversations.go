@@ -13,8 +13,8 @@ import (
 // convmem): messages recorded as turns with an extraction job, the jobs,
 // the long-term profile, the short-term queue, the mid-term sessions and a
 // memory's change log. Each handler translates to one memosrt.OS call; the
-// access-key scope is checked by the server's middleware from the
-// /v1/cubes/{cube}/ path, as for every cube route.
+// right each needs on the /v1/cubes/{cube}/ path (Register) is checked by
+// the server before it runs, as for every cube route.
 
 // wireMessage is one message of POST /v1/cubes/{cube}/messages.
 type wireMessage struct {

@@ -6,15 +6,17 @@
 // adapters a cube can attach, the conversation memory (messages recorded
 // as turns with an extraction job; jobs and their undo; the long-term
 // profile; the short-term turns and mid-term sessions; a memory's change
-// log), access keys, and an online backup of the data directory.
+// log), access keys (create, list without secrets, get, revoke) and
+// sharing a cube with a key, and an online backup of the data directory.
 //
-// Main types: API (New, then Register on the server's http.ServeMux),
+// Main types: API (New, then Register on the server's wire.Router),
 // Options, and CubeView (a cube as the API shows it). Requests decode
 // strictly (wire.DecodeStrict: every field is ours) and errors are
-// answered with package wire's status table. Authentication and an
-// access key's scope are the mounting server's: its middleware refuses a
-// path naming another cube, and the cube list shows the key's cube only
-// (wire.Scope).
+// answered with package wire's status table. Register gives each route
+// what it needs (wire.Need: read or write on the path's cube, or the
+// admin token); authentication and those checks are the mounting
+// server's, and the cube list shows an access key's cubes only
+// (wire.Key).
 //
 // Concurrency: an *API holds no state of its own and is safe for
 // concurrent use; each request goes through the memosrt.OS's own locking.

@@ -75,13 +75,18 @@ func (a *API) handleCubeCreate(w http.ResponseWriter, r *http.Request) {
 func (a *API) handleCubeList(w http.ResponseWriter, r *http.Request) {
 	recs, err := a.os.Cubes(r.Context())
 	out := []CubeView{}
-	sc := wire.Scope(r)
+	k := wire.Key(r)
 	for _, rec := range recs {
 		if err != nil {
 			break
 		}
-		if sc != "" && rec.Name != sc {
-			continue // an access key sees its own cube only
+		if k != nil {
+			// an access key sees the cubes it has a grant on (made for
+			// the cube of that name now)
+			g, ok := k.Grant(rec.Name)
+			if !ok || !g.CubeCreated.IsZero() && !g.CubeCreated.Equal(rec.Created) {
+				continue
+			}
 		}
 		var v CubeView
 		v, err = a.view(r.Context(), rec)
@@ -416,26 +421,3 @@ func (e importConflict) Error() string {
 }
 
 func (e importConflict) Unwrap() error { return memosrt.ErrCubeExists }
-
-// handleKeyCreate answers POST /v1/keys {"cube"}: a new access key for the
-// cube (admin token only), {"id","cube","created","token"}; the token is
-// shown once.
-func (a *API) handleKeyCreate(w http.ResponseWriter, r *http.Request) {
-	var req struct {
-		Cube string `json:"cube"`
-	}
-	err := wire.DecodeStrict(r, &req)
-	if err == nil && !textmem.ValidCube(req.Cube) {
-		err = wire.BadField("cube", "%q is not a cube name", req.Cube)
-	}
-	var k memosrt.AccessKey
-	var tok string
-	if err == nil {
-		k, tok, err = a.os.CreateKey(r.Context(), req.Cube)
-	}
-	if err != nil {
-		a.writeError(w, r, err)
-		return
-	}
-	wire.WriteJSON(w, http.StatusCreated, map[string]any{"id": k.ID, "cube": k.Cube, "created": k.Created, "token": tok})
-}

@@ -7,8 +7,9 @@
 // ErrForbidden, ErrMethodNotAllowed, ErrBodyTimeout) to an HTTP status and
 // OpenAI error type (Status, Field), writing JSON answers and errors in
 // Ollama's or OpenAI's shape (WriteJSON, WriteError), streamed answers as
-// NDJSON or SSE (Streamer, StreamError), and the cube an access key
-// limits a request to (WithScope, Scope).
+// NDJSON or SSE (Streamer, StreamError), and access: what a route needs of
+// the bearer token (Need, Router), the request's access key (WithKey, Key)
+// and the checks of its grants (Allow, DefaultCube, ReadOnly).
 //
 // It holds no state: its functions are safe for concurrent use, a
 // Streamer belongs to its request's goroutine, and the status table is

@@ -50,9 +50,9 @@ var kindStatus = map[errkind.Kind]httpError{
 // Status maps an error to its HTTP status code and OpenAI error type
 // ("invalid_request_error", "server_error", ...): the server's own
 // refusals first (ErrBodyTimeout 408, *http.MaxBytesError 413,
-// ErrMethodNotAllowed 405, ErrUnauthorized 401, ErrForbidden 403; they
-// have no error kind), then its kind (errkind.Of) through one table; an
-// error of no known kind is a 500.
+// ErrMethodNotAllowed 405, ErrUnauthorized 401, ErrForbidden and
+// memosrt.ErrKeyDenied 403; they have no error kind), then its kind
+// (errkind.Of) through one table; an error of no known kind is a 500.
 func Status(err error) (code int, typ string) {
 	var mbe *http.MaxBytesError
 	switch {
@@ -64,7 +64,7 @@ func Status(err error) (code int, typ string) {
 		return http.StatusMethodNotAllowed, "invalid_request_error"
 	case errors.Is(err, ErrUnauthorized):
 		return http.StatusUnauthorized, "authentication_error"
-	case errors.Is(err, ErrForbidden):
+	case errors.Is(err, ErrForbidden), errors.Is(err, memosrt.ErrKeyDenied):
 		return http.StatusForbidden, "permission_error"
 	}
 	h, ok := kindStatus[errkind.Of(err)]

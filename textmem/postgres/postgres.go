@@ -931,6 +931,9 @@ func (p *Store) Cubes(ctx context.Context, prefix []byte) ([]string, error) {
 	}
 	var out []string
 	for _, r := range rows {
+		if !textmem.ValidCube(r.name) {
+			continue // a space of the server's own records (textmem.KeySpace)
+		}
 		tag := r.tag
 		pre := p.physKey(tag, prefix)
 		var one int

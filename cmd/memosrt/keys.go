@@ -1,0 +1,283 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/memosrt/memosrt"
+	"github.com/memosrt/memosrt/textmem"
+)
+
+// keyStore is what `memosrt keys` does on a data directory: the OS opened
+// here, or the serve running on it (remote, over /v1/keys with its local
+// token).
+type keyStore interface {
+	CreateKey(ctx context.Context, spec memosrt.KeySpec) (memosrt.AccessKey, string, error)
+	Keys(ctx context.Context) ([]memosrt.AccessKey, error)
+	RevokeKey(ctx context.Context, id string) error
+	ShareCube(ctx context.Context, cube, id string, right memosrt.KeyRight) (memosrt.AccessKey, error)
+	UnshareCube(ctx context.Context, cube, id string) (memosrt.AccessKey, error)
+	Close(ctx context.Context) error
+}
+
+// openKeys returns the serve running on the directory of sf, else the OS
+// opened here.
+func openKeys(ctx context.Context, sf storeFlags) (keyStore, error) {
+	if *sf.db == "" {
+		return nil, errors.New("--db is required (or set MEMOSRT_DB)")
+	}
+	if r, ok := runningServer(*sf.db); ok {
+		return r, nil
+	}
+	sf.existing = true // a key names cubes, which a new directory has not
+	return sf.openOS(ctx, nil)
+}
+
+func newKeysCmd() *cobra.Command {
+	return group("keys", "Access keys of `memosrt serve`: create, list, revoke, share a cube",
+		keysCreateCmd(), keysLsCmd(), keysRevokeCmd(), keysShareCmd(), keysUnshareCmd())
+}
+
+// parseGrant reads --cube NAME[:read|:write] (read when no right is given).
+func parseGrant(s string) (memosrt.KeyGrant, error) {
+	name, right, hasRight := strings.Cut(s, ":")
+	if !textmem.ValidCube(name) {
+		return memosrt.KeyGrant{}, fmt.Errorf("--cube %q: %w (1..64 of [A-Za-z0-9._-], not . or ..)", s, textmem.ErrBadCube)
+	}
+	g := memosrt.KeyGrant{Cube: name, Right: memosrt.KeyRead}
+	if hasRight {
+		r, err := memosrt.ParseKeyRight(right)
+		if err != nil {
+			return g, fmt.Errorf("--cube %q: right %q: want read or write", s, right)
+		}
+		g.Right = r
+	}
+	return g, nil
+}
+
+func keysCreateCmd() *cobra.Command {
+	c := &cobra.Command{Use: "create", Short: "Create an access key and print its token (shown this once)", Args: noArgs}
+	fs := c.Flags()
+	fs.SortFlags = false
+	sf := addStoreFlags(fs)
+	cubes := fs.StringArray("cube", nil, "cube `NAME[:RIGHT]` the key may use, RIGHT read (default) or write; repeat for several cubes")
+	name := fs.String("name", "", "a `LABEL` for the key, shown in lists")
+	expires := fs.Duration("expires", 0, "the key stops working after `DURATION` (720h: 30 days); default never")
+	asJSON := fs.Bool("json", false, "print the key and its token as JSON")
+	c.RunE = func(cmd *cobra.Command, args []string) error {
+		spec := memosrt.KeySpec{Name: *name, CreatedBy: "cli"}
+		if len(*cubes) == 0 {
+			return errors.New("--cube is required (NAME or NAME:read or NAME:write; repeat it for several cubes)")
+		}
+		for _, s := range *cubes {
+			g, err := parseGrant(s)
+			if err != nil {
+				return err
+			}
+			spec.Grants = append(spec.Grants, g)
+		}
+		if err := checkFlags(cmd, check{"expires", *expires >= 0, "a positive duration"}); err != nil {
+			return err
+		}
+		spec.ExpiresIn = *expires
+		ctx := cmd.Context()
+		s, err := openKeys(ctx, sf)
+		if err != nil {
+			return err
+		}
+		defer s.Close(context.WithoutCancel(ctx))
+		k, tok, err := s.CreateKey(ctx, spec)
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			return printJSON(struct {
+				memosrt.AccessKey
+				Token string `json:"token"`
+			}{k, tok})
+		}
+		fmt.Println(tok)
+		fmt.Fprintf(os.Stderr, "key %s: %s (the token above is shown once)\n", k.ID, grantsText(k.Grants))
+		return nil
+	}
+	return c
+}
+
+// grantsText is a key's grants as "shop:read, blog:write".
+func grantsText(gs []memosrt.KeyGrant) string {
+	parts := make([]string, len(gs))
+	for i, g := range gs {
+		parts[i] = g.Cube + ":" + string(g.Right)
+	}
+	return strings.Join(parts, ", ")
+}
+
+func keysLsCmd() *cobra.Command {
+	c := &cobra.Command{Use: "ls", Short: "List the access keys (never their tokens)", Args: noArgs}
+	fs := c.Flags()
+	fs.SortFlags = false
+	sf := addStoreFlags(fs)
+	asJSON := fs.Bool("json", false, "print JSON")
+	c.RunE = func(cmd *cobra.Command, args []string) error {
+		ctx := cmd.Context()
+		s, err := openKeys(ctx, sf)
+		if err != nil {
+			return err
+		}
+		defer s.Close(context.WithoutCancel(ctx))
+		keys, err := s.Keys(ctx)
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			if keys == nil {
+				keys = []memosrt.AccessKey{}
+			}
+			return printJSON(keys)
+		}
+		tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "ID\tNAME\tCUBES\tCREATED\tEXPIRES")
+		for _, k := range keys {
+			exp := "never"
+			if !k.Expires.IsZero() {
+				exp = k.Expires.Format(time.RFC3339)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", k.ID, k.Name, grantsText(k.Grants), k.Created.Format(time.RFC3339), exp)
+		}
+		return tw.Flush()
+	}
+	return c
+}
+
+func keysRevokeCmd() *cobra.Command {
+	c := &cobra.Command{Use: "revoke ID", Short: "Revoke an access key: its token is refused from the next request on",
+		Args: exactArgs(1, "one key ID argument (memosrt keys ls lists them)")}
+	fs := c.Flags()
+	fs.SortFlags = false
+	sf := addStoreFlags(fs)
+	c.RunE = func(cmd *cobra.Command, args []string) error {
+		ctx := cmd.Context()
+		s, err := openKeys(ctx, sf)
+		if err != nil {
+			return err
+		}
+		defer s.Close(context.WithoutCancel(ctx))
+		return s.RevokeKey(ctx, args[0])
+	}
+	return c
+}
+
+func keysShareCmd() *cobra.Command {
+	c := &cobra.Command{Use: "share ID", Short: "Share a cube with an access key: the key gets read (or --right write) on it",
+		Args: exactArgs(1, "one key ID argument (memosrt keys ls lists them)")}
+	fs := c.Flags()
+	fs.SortFlags = false
+	sf := addStoreFlags(fs)
+	cube := addCubeFlag(fs, "the cube `NAME` to share")
+	right := fs.String("right", "read", "`RIGHT` on the cube: read or write (replaces the right the key had there)")
+	c.RunE = func(cmd *cobra.Command, args []string) error {
+		if err := checkCube(*cube, true); err != nil {
+			return err
+		}
+		r, err := memosrt.ParseKeyRight(*right)
+		if err != nil {
+			return fmt.Errorf("--right %q: want read or write", *right)
+		}
+		ctx := cmd.Context()
+		s, err := openKeys(ctx, sf)
+		if err != nil {
+			return err
+		}
+		defer s.Close(context.WithoutCancel(ctx))
+		k, err := s.ShareCube(ctx, *cube, args[0], r)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("key %s: %s\n", k.ID, grantsText(k.Grants))
+		return nil
+	}
+	return c
+}
+
+func keysUnshareCmd() *cobra.Command {
+	c := &cobra.Command{Use: "unshare ID", Short: "Take a cube from an access key (its last cube: revoke the key instead)",
+		Args: exactArgs(1, "one key ID argument (memosrt keys ls lists them)")}
+	fs := c.Flags()
+	fs.SortFlags = false
+	sf := addStoreFlags(fs)
+	cube := addCubeFlag(fs, "the cube `NAME` to take from the key")
+	c.RunE = func(cmd *cobra.Command, args []string) error {
+		if err := checkCube(*cube, true); err != nil {
+			return err
+		}
+		ctx := cmd.Context()
+		s, err := openKeys(ctx, sf)
+		if err != nil {
+			return err
+		}
+		defer s.Close(context.WithoutCancel(ctx))
+		k, err := s.UnshareCube(ctx, *cube, args[0])
+		if err != nil {
+			return err
+		}
+		fmt.Printf("key %s: %s\n", k.ID, grantsText(k.Grants))
+		return nil
+	}
+	return c
+}
+
+// The keys of a running serve, over its /v1/keys routes (remote is a
+// keyStore).
+
+func (r *remote) CreateKey(ctx context.Context, spec memosrt.KeySpec) (memosrt.AccessKey, string, error) {
+	in := map[string]any{"name": spec.Name}
+	var cubes []map[string]string
+	for _, g := range spec.Grants {
+		cubes = append(cubes, map[string]string{"cube": g.Cube, "right": string(g.Right)})
+	}
+	in["cubes"] = cubes
+	if spec.ExpiresIn > 0 {
+		in["expires_in"] = int64((spec.ExpiresIn + time.Second - 1) / time.Second)
+	}
+	if !spec.Expires.IsZero() {
+		in["expires_at"] = spec.Expires
+	}
+	var out struct {
+		memosrt.AccessKey
+		Token string `json:"token"`
+	}
+	err := r.do(ctx, "POST", "/v1/keys", in, &out)
+	return out.AccessKey, out.Token, err
+}
+
+func (r *remote) Keys(ctx context.Context) ([]memosrt.AccessKey, error) {
+	var out struct {
+		Keys []memosrt.AccessKey `json:"keys"`
+	}
+	err := r.do(ctx, "GET", "/v1/keys", nil, &out)
+	return out.Keys, err
+}
+
+func (r *remote) RevokeKey(ctx context.Context, id string) error {
+	return r.do(ctx, "DELETE", "/v1/keys/"+url.PathEscape(id), nil, nil)
+}
+
+func (r *remote) ShareCube(ctx context.Context, cube, id string, right memosrt.KeyRight) (memosrt.AccessKey, error) {
+	var out memosrt.AccessKey
+	err := r.do(ctx, "POST", cubePath(cube)+"/share", map[string]string{"key_id": id, "right": string(right)}, &out)
+	return out, err
+}
+
+func (r *remote) UnshareCube(ctx context.Context, cube, id string) (memosrt.AccessKey, error) {
+	var out memosrt.AccessKey
+	err := r.do(ctx, "DELETE", cubePath(cube)+"/share/"+url.PathEscape(id), nil, &out)
+	return out, err
+}
