@@ -2,12 +2,9 @@ package memosrt
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"time"
 
 	"github.com/memosrt/memosrt/accesskey"
-	"github.com/memosrt/memosrt/textmem"
+	"github.com/memosrt/memosrt/internal/gate"
 )
 
 // Errors of access keys.
@@ -66,18 +63,7 @@ func (o *OS) CreateKey(ctx context.Context, spec KeySpec) (AccessKey, string, er
 		return AccessKey{}, "", err
 	}
 	defer o.g.Leave()
-	spec.Grants = append([]KeyGrant(nil), spec.Grants...)
-	for i, g := range spec.Grants {
-		if !textmem.ValidCube(g.Cube) {
-			continue // the spec's check names it
-		}
-		rec, err := o.cubes.Get(ctx, g.Cube)
-		if err != nil {
-			return AccessKey{}, "", err
-		}
-		spec.Grants[i].CubeCreated = rec.Created
-	}
-	return o.keys.Create(ctx, spec, o.opts.Clock.Now())
+	return o.guard.Create(ctx, spec)
 }
 
 // Key returns the access key of token: ErrUnknownKey when there is none,
@@ -85,18 +71,7 @@ func (o *OS) CreateKey(ctx context.Context, spec KeySpec) (AccessKey, string, er
 // clock. Nothing is cached: a key revoked on any node sharing the text
 // store is unknown at the next call.
 func (o *OS) Key(ctx context.Context, token string) (AccessKey, error) {
-	if err := o.g.Enter(); err != nil {
-		return AccessKey{}, err
-	}
-	defer o.g.Leave()
-	k, err := o.keys.Lookup(ctx, token)
-	if err != nil {
-		return AccessKey{}, err
-	}
-	if k.Expired(o.opts.Clock.Now()) {
-		return AccessKey{}, fmt.Errorf("%w: key %s expired at %s", ErrKeyExpired, k.ID, k.Expires.Format(time.RFC3339))
-	}
-	return k, nil
+	return gate.Call(o.g, ctx, func(ctx context.Context) (AccessKey, error) { return o.guard.Lookup(ctx, token) })
 }
 
 // KeyAllows returns nil when k may use cube with need, else an error
@@ -105,83 +80,41 @@ func (o *OS) Key(ctx context.Context, token string) (AccessKey, error) {
 // under its name) allows nothing, and is taken from the key. Errors also:
 // storage errors reading the cube's record.
 func (o *OS) KeyAllows(ctx context.Context, k AccessKey, cube string, need KeyRight) error {
-	if err := k.Allows(cube, need); err != nil {
-		return err
+	if err := k.Allows(cube, need); err != nil || !k.Bound(cube) {
+		return err // nothing to read: no right, or a key made before cubes had creation times
 	}
-	g, _ := k.Grant(cube)
-	if g.CubeCreated.IsZero() {
-		return nil // a key made before cubes had creation times
-	}
-	if err := o.g.Enter(); err != nil {
-		return err
-	}
-	defer o.g.Leave()
-	rec, err := o.cubes.Get(ctx, cube)
-	if err != nil && !errors.Is(err, ErrUnknownCube) {
-		return err
-	}
-	if err == nil && rec.Created.Equal(g.CubeCreated) {
-		return nil
-	}
-	if _, derr := o.keys.DropCube(ctx, cube, rec.Created); derr != nil {
-		o.log.Warn("access key: dropping a grant on a deleted cube", "cube", cube, "key", k.ID, "err", derr)
-	}
-	return fmt.Errorf("%w: key %s has no %s right on cube %q (its grant was for a cube deleted since)", ErrKeyDenied, k.ID, need, cube)
+	return gate.Do(o.g, ctx, func(ctx context.Context) error { return o.guard.Allows(ctx, k, cube, need) })
 }
 
 // Keys returns every access key, oldest first, without tokens (none is
 // stored).
 func (o *OS) Keys(ctx context.Context) ([]AccessKey, error) {
-	if err := o.g.Enter(); err != nil {
-		return nil, err
-	}
-	defer o.g.Leave()
-	return o.keys.List(ctx)
+	return gate.Call(o.g, ctx, func(ctx context.Context) ([]AccessKey, error) { return o.keys.List(ctx) })
 }
 
 // GetKey returns the access key with id: ErrKeyNotFound when there is
 // none.
 func (o *OS) GetKey(ctx context.Context, id string) (AccessKey, error) {
-	if err := o.g.Enter(); err != nil {
-		return AccessKey{}, err
-	}
-	defer o.g.Leave()
-	return o.keys.Get(ctx, id)
+	return gate.Call(o.g, ctx, func(ctx context.Context) (AccessKey, error) { return o.keys.Get(ctx, id) })
 }
 
 // RevokeKey deletes the access key with id: its token is refused from
 // the next request on, on every node sharing the text store. Errors:
 // ErrKeyNotFound, storage errors.
 func (o *OS) RevokeKey(ctx context.Context, id string) error {
-	if err := o.g.Enter(); err != nil {
-		return err
-	}
-	defer o.g.Leave()
-	return o.keys.Revoke(ctx, id)
+	return gate.Do(o.g, ctx, func(ctx context.Context) error { return o.keys.Revoke(ctx, id) })
 }
 
 // ShareCube gives the access key with id right on cube: a grant it had
 // there is replaced (so sharing with KeyRead takes a write right back).
 // Errors: ErrKeyNotFound, ErrUnknownCube, ErrBadKeySpec, storage errors.
 func (o *OS) ShareCube(ctx context.Context, cube, id string, right KeyRight) (AccessKey, error) {
-	if err := o.g.Enter(); err != nil {
-		return AccessKey{}, err
-	}
-	defer o.g.Leave()
-	rec, err := o.cubes.Get(ctx, cube)
-	if err != nil {
-		return AccessKey{}, err
-	}
-	return o.keys.SetGrant(ctx, id, KeyGrant{Cube: cube, Right: right, CubeCreated: rec.Created})
+	return gate.Call(o.g, ctx, func(ctx context.Context) (AccessKey, error) { return o.guard.Share(ctx, id, cube, right) })
 }
 
 // UnshareCube takes cube from the access key with id. Errors:
 // ErrKeyNotFound (no such key, or no grant on cube), ErrLastGrant (revoke
 // the key instead), storage errors.
 func (o *OS) UnshareCube(ctx context.Context, cube, id string) (AccessKey, error) {
-	if err := o.g.Enter(); err != nil {
-		return AccessKey{}, err
-	}
-	defer o.g.Leave()
-	return o.keys.RemoveGrant(ctx, id, cube)
+	return gate.Call(o.g, ctx, func(ctx context.Context) (AccessKey, error) { return o.keys.RemoveGrant(ctx, id, cube) })
 }

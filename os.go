@@ -33,6 +33,7 @@ type OS struct {
 
 	db    *datadir.DB
 	keys  *accesskey.Store // serve's access keys, in the text store
+	guard *accesskey.Guard // keys against the cubes' records and the clock
 	mem   *textmem.Store
 	kv    *kvcache.Cache
 	reg   *lora.Registry
@@ -107,6 +108,7 @@ func Open(ctx context.Context, opts Options) (*OS, error) {
 	if o.cubes, err = textmem.OpenCubes(ctx, o.mem, now); err != nil {
 		return nil, err
 	}
+	o.guard = accesskey.NewGuard(o.keys, o.cubes, now, o.log)
 	if o.p, err = pipeline.New(ctx, o.g.Base(), opts, pipeline.Deps{DB: o.db, Mem: o.mem, KV: o.kv, Reg: o.reg, Cubes: o.cubes,
 		OnChat: o.recordChat}); err != nil {
 		return nil, err

@@ -119,10 +119,18 @@ func (k Key) Cubes() []string {
 // Expired reports whether k no longer works at now.
 func (k Key) Expired(now time.Time) bool { return !k.Expires.IsZero() && !now.Before(k.Expires) }
 
+// Bound reports whether k's grant on cube remembers the creation time of
+// its cube (keys made before cubes had creation times do not): only then
+// does Guard.Allows read the cube's record.
+func (k Key) Bound(cube string) bool {
+	gr, ok := k.Grant(cube)
+	return ok && !gr.CubeCreated.IsZero()
+}
+
 // Allows returns nil when k's grants let it use cube with need, else an
 // error wrapping ErrDenied that names the key, the cube, the right missing
 // and what the key has there. It checks neither expiry nor whether cube
-// is still the cube the grant was made for (the caller knows the cubes).
+// is still the cube the grant was made for (Guard checks both).
 func (k Key) Allows(cube string, need Right) error {
 	g, ok := k.Grant(cube)
 	switch {

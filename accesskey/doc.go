@@ -15,11 +15,12 @@
 //
 // A Grant remembers the creation time of the cube it was made for, so that
 // a cube deleted and made again under the same name is another cube the
-// old grant does not open: the caller, which knows the cubes, checks that
-// (memosrt's OS.KeyAllows), as it checks expiry (OS.Key) against its
-// clock; Key.Allows checks the grants alone.
+// old grant does not open: a Guard, which reads the cubes' records
+// (CubeRecords), binds the grants it makes and checks that (Guard.Allows),
+// as it checks expiry (Guard.Lookup) against its clock; Key.Allows checks
+// the grants alone. Package memosrt's OS keys methods delegate to a Guard.
 //
 // Main types: Store (safe for concurrent use: every call is one
-// transaction of the backend), Key, Grant, Right, Spec. Errors are in
-// errors.go.
+// transaction of the backend), Guard, Key, Grant, Right, Spec. Errors are
+// in errors.go.
 package accesskey

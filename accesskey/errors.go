@@ -6,7 +6,7 @@ import (
 	"github.com/memosrt/memosrt/errkind"
 )
 
-// Errors of the Store and of Key.Allows.
+// Errors of the Store, the Guard and Key.Allows.
 var (
 	// ErrUnknown is returned by Lookup for a token that is no access key
 	// (never made, revoked, or dropped with the last cube it named).
@@ -21,10 +21,10 @@ var (
 	// ErrLastGrant is returned by RemoveGrant for the only cube of a key:
 	// revoke the key instead.
 	ErrLastGrant = errkind.New(errkind.Conflict, "accesskey: the key's only cube: revoke the key instead")
-	// ErrDenied is wrapped by Key.Allows for a cube or right the key
+	// ErrDenied is wrapped by Key.Allows and Guard.Allows for a cube or right the key
 	// lacks; the message names the key, the cube and the right.
 	ErrDenied = errors.New("accesskey: access denied")
-	// ErrExpired is returned for a key past its Expires (by the caller
-	// that knows the time: memosrt's OS.Key).
+	// ErrExpired is wrapped by Guard.Lookup for a key past its Expires
+	// by the Guard's clock.
 	ErrExpired = errors.New("accesskey: access key expired")
 )
