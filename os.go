@@ -121,7 +121,10 @@ func Open(ctx context.Context, opts Options) (*OS, error) {
 		o.loopDone = make(chan struct{})
 		lctx, stop := context.WithCancel(o.g.Base())
 		o.loopStop = stop
-		go o.loop(lctx)
+		go func() {
+			defer close(o.loopDone)
+			o.p.Run(lctx, o.conv.SweepExpired) // the scheduler's background loop
+		}()
 	}
 	ok = true
 	o.ready.Store(true)

@@ -2,7 +2,6 @@ package memosrt
 
 import (
 	"context"
-	"time"
 
 	"github.com/memosrt/memosrt/internal/gate"
 	"github.com/memosrt/memosrt/kvcache"
@@ -87,50 +86,4 @@ func (o *OS) Tick(ctx context.Context) (scheduler.TickReport, error) {
 		}
 		return o.p.Tick(ctx, true)
 	})
-}
-
-// loop is the scheduler's background goroutine: it writes recorded usage
-// every UsageFlush, runs a tick every Tiers.Interval (default 10 s) and
-// soon after a Kick, and the value-log GC every GCInterval. Jobs decode at
-// background priority (runtime.Request.Background): foreground requests
-// go first and a job yields between small batches.
-func (o *OS) loop(ctx context.Context) {
-	defer close(o.loopDone)
-	interval := o.opts.Tiers.Interval
-	if interval <= 0 {
-		interval = 10 * time.Second
-	}
-	tick := time.NewTicker(interval)
-	defer tick.Stop()
-	flush := time.NewTicker(o.opts.UsageFlush)
-	defer flush.Stop()
-	gc := time.NewTicker(o.opts.GCInterval)
-	defer gc.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-gc.C:
-			start := time.Now()
-			if n, err := o.db.Reclaim(); err != nil {
-				o.log.Warn("value-log GC failed", "err", err)
-			} else if ms := time.Since(start).Milliseconds(); n > 0 || ms >= 1000 {
-				o.log.Info("value-log GC", "files_rewritten", n, "ms", ms)
-			}
-			continue
-		case <-flush.C:
-			if err := o.p.FlushUsage(ctx); err != nil && ctx.Err() == nil {
-				o.log.Warn("usage not recorded", "err", err)
-			}
-			continue
-		case <-tick.C:
-		case <-o.p.Kicked():
-		}
-		if err := o.conv.SweepExpired(ctx); err != nil && ctx.Err() == nil {
-			o.log.Warn("expired memories not swept", "err", err)
-		}
-		if _, err := o.p.Tick(ctx, false); err != nil && ctx.Err() == nil {
-			o.log.Warn("tick failed", "err", err)
-		}
-	}
 }

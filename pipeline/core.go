@@ -168,10 +168,6 @@ func (p *Pipeline) Start(ctx context.Context) {
 	p.atNew = nil // the model set holds it from here
 }
 
-// Kicked receives when a tick should run early (a burst of usage, a model
-// load, a parametric change); Kick sends without blocking.
-func (p *Pipeline) Kicked() <-chan struct{} { return p.kick }
-
 // Drain stops admitting: requests waiting for a slot are answered with
 // ErrClosed at once; running ones go on. The returned wait blocks until
 // loads and unloads in progress and background pack writes have ended

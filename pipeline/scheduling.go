@@ -24,8 +24,9 @@ func (p *Pipeline) FlushUsage(ctx context.Context) error {
 	return p.usage.Flush(ctx, p.tiers)
 }
 
-// Kick asks the background loop for a tick soon (after a burst of usage, a
-// deleted memory): Kicked receives. Never blocks.
+// Kick asks the background loop (Run) for a tick soon (after a burst of
+// usage, a deleted memory, a model load, a parametric change). Never
+// blocks.
 func (p *Pipeline) Kick() {
 	select {
 	case p.kick <- struct{}{}:
@@ -65,6 +66,55 @@ func (p *Pipeline) Tick(ctx context.Context, load bool) (scheduler.TickReport, e
 		err = rerr
 	}
 	return rep, err
+}
+
+// Run is the background loop of an OS until ctx ends: it writes recorded
+// usage every Options.UsageFlush, runs sweep (the expired memories'
+// delete; nil: none) and a Tick without load every Tiers.Interval
+// (default 10 s) and soon after a Kick, and the value-log GC every
+// GCInterval. Jobs decode at background priority
+// (runtime.Request.Background): foreground requests go first and a job
+// yields between small batches. Failures are logged; the loop goes on.
+func (p *Pipeline) Run(ctx context.Context, sweep func(context.Context) error) {
+	interval := p.opts.Tiers.Interval
+	if interval <= 0 {
+		interval = 10 * time.Second
+	}
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	flush := time.NewTicker(p.opts.UsageFlush)
+	defer flush.Stop()
+	gc := time.NewTicker(p.opts.GCInterval)
+	defer gc.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-gc.C:
+			start := time.Now()
+			if n, err := p.db.Reclaim(); err != nil {
+				p.log.Warn("value-log GC failed", "err", err)
+			} else if ms := time.Since(start).Milliseconds(); n > 0 || ms >= 1000 {
+				p.log.Info("value-log GC", "files_rewritten", n, "ms", ms)
+			}
+			continue
+		case <-flush.C:
+			if err := p.FlushUsage(ctx); err != nil && ctx.Err() == nil {
+				p.log.Warn("usage not recorded", "err", err)
+			}
+			continue
+		case <-tick.C:
+		case <-p.kick:
+		}
+		if sweep != nil {
+			if err := sweep(ctx); err != nil && ctx.Err() == nil {
+				p.log.Warn("expired memories not swept", "err", err)
+			}
+		}
+		if _, err := p.Tick(ctx, false); err != nil && ctx.Err() == nil {
+			p.log.Warn("tick failed", "err", err)
+		}
+	}
 }
 
 // applyResident sets the resident level from the tiers: pinned resident
