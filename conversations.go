@@ -37,15 +37,9 @@ func (o *OS) startConversations(ctx context.Context) error {
 	h := conversation.Hooks{
 		AddMemory:     o.addMemory,
 		ContextTokens: o.p.ContextTokens,
-		Used: func(cube string, ids []string) {
-			uses := make([]scheduler.Use, len(ids))
-			for i, id := range ids {
-				uses[i] = scheduler.Use{Cube: cube, ID: id, Visits: 1, Interactions: 1}
-			}
-			o.p.AddUses(uses)
-		},
-		Kick: o.p.Kick,
-		Go:   o.g.Go,
+		Used:          func(cube string, ids []string) { o.p.AddUses(scheduler.Uses(cube, ids, 1, 1)) },
+		Kick:          o.p.Kick,
+		Go:            o.g.Go,
 		JobStarted: func(ctx context.Context, j convmem.Job) {
 			if h := o.jobStarted; h != nil {
 				h(ctx, j)
@@ -106,7 +100,7 @@ func (o *OS) recordChat(ctx context.Context, req *Request, cube Cube, answer str
 
 // MaxMessages bounds the messages of one AddMessages call: the turns are
 // recorded before it returns.
-const MaxMessages = 1000
+const MaxMessages = conversation.MaxMessages
 
 // MessagesOptions configure AddMessages.
 type MessagesOptions struct {
@@ -127,9 +121,6 @@ func (o *OS) AddMessages(ctx context.Context, cube string, msgs []Message, mo Me
 		return convmem.Job{}, nil, err
 	}
 	defer o.g.Leave()
-	if len(msgs) > MaxMessages {
-		return convmem.Job{}, nil, badField("messages", "%d messages, at most %d in one call", len(msgs), MaxMessages)
-	}
 	turns, err := conversation.TurnsOf(msgs)
 	if err != nil {
 		return convmem.Job{}, nil, err

@@ -2,12 +2,13 @@ package memosrt
 
 import (
 	"context"
-	"crypto/sha256"
 	"fmt"
 	"time"
 
+	"github.com/memosrt/memosrt/conversation"
 	"github.com/memosrt/memosrt/convmem"
 	"github.com/memosrt/memosrt/cubeops"
+	"github.com/memosrt/memosrt/datadir"
 	"github.com/memosrt/memosrt/internal/gate"
 	"github.com/memosrt/memosrt/scheduler"
 	"github.com/memosrt/memosrt/textmem"
@@ -16,8 +17,6 @@ import (
 // Cube is a memory namespace: one user's, agent's or project's
 // (textmem.Cube; its record is kept by textmem.CubeRegistry).
 type Cube = textmem.Cube
-
-type cubeRecord = Cube
 
 // CreateCube creates an empty cube. Errors: textmem.ErrBadCube for a name
 // outside 1..64 of [A-Za-z0-9._-], ErrCubeExists, ErrClosed.
@@ -44,11 +43,7 @@ func (o *OS) Cubes(ctx context.Context) ([]Cube, error) {
 // reuse, and the record. Errors: ErrUnknownCube, storage errors (repeat the
 // call: a delete cut short leaves part of the cube).
 func (o *OS) DeleteCube(ctx context.Context, cube string) error {
-	return gate.Do(o.g, ctx, func(ctx context.Context) error { return o.deleteCube(ctx, cube) })
-}
-
-func (o *OS) deleteCube(ctx context.Context, cube string) error {
-	return cubeops.Delete(ctx, o.stores(), cube)
+	return gate.Do(o.g, ctx, func(ctx context.Context) error { return cubeops.Delete(ctx, o.stores(), cube) })
 }
 
 // TextStoreKey is the key to open Options.TextStore with when the data
@@ -56,11 +51,7 @@ func (o *OS) deleteCube(ctx context.Context, cube string) error {
 // and the key): every node sharing the store uses the same
 // encryptionKey. Nil for a nil key.
 func TextStoreKey(encryptionKey []byte) []byte {
-	if len(encryptionKey) == 0 {
-		return nil
-	}
-	k := sha256.Sum256(append([]byte("memosrt shared texts\x00"), encryptionKey...))
-	return k[:]
+	return datadir.DeriveKey(encryptionKey, "memosrt shared texts")
 }
 
 // cubeDeletedElsewhere drops this node's own state of a cube another node
@@ -194,13 +185,7 @@ func (o *OS) Search(ctx context.Context, cube string, q textmem.Query) ([]textme
 		if err != nil {
 			return nil, err
 		}
-		uses := make([]scheduler.Use, 0, len(hits))
-		for _, h := range hits {
-			if h.Memory.Source != SourceShortTerm {
-				uses = append(uses, scheduler.Use{Cube: cube, ID: h.Memory.ID, Visits: 1})
-			}
-		}
-		o.p.AddUses(uses)
+		o.p.AddUses(scheduler.Uses(cube, conversation.Visited(hits), 1, 0))
 		return hits, nil
 	})
 }

@@ -1,8 +1,6 @@
 package memosrt
 
 import (
-	"fmt"
-
 	"github.com/memosrt/memosrt/runtime"
 	"github.com/memosrt/memosrt/runtime/slots"
 	"github.com/memosrt/memosrt/textmem"
@@ -106,8 +104,3 @@ func KindOf(err error) ErrorKind { return errkind.Of(err) }
 // KindInvalid. It is package errkind's FieldError, so the packages
 // below this one return the same type.
 type FieldError = errkind.FieldError
-
-// badField returns a *FieldError.
-func badField(field, format string, args ...any) error {
-	return &FieldError{Field: field, Msg: fmt.Sprintf(format, args...)}
-}

@@ -35,7 +35,7 @@ func TestErrorKindOf(t *testing.T) {
 		{"model not found", ErrModelNotFound, KindNotFound},
 		{"bad archive over corrupt pack", fmt.Errorf("%w: %w", ErrBadArchive, kvcache.ErrCorrupt), KindInvalid},
 		{"no space is badger's", fmt.Errorf("%w: /data: 1 bytes free, 2 needed", datadir.ErrNoSpace), KindNoSpace},
-		{"field error", badField("messages", "empty"), KindInvalid},
+		{"field error", &FieldError{Field: "messages", Msg: "empty"}, KindInvalid},
 		{"wrapped field error", fmt.Errorf("chat: %w", &FieldError{Field: "adapters", Msg: "bad"}), KindInvalid},
 		{"text too large", textmem.ErrTooLarge, KindTooLarge},
 		{"store unavailable", textmem.ErrUnavailable, KindUnavailable},

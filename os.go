@@ -2,7 +2,6 @@ package memosrt
 
 import (
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -92,9 +91,8 @@ func Open(ctx context.Context, opts Options) (*OS, error) {
 		o.log.Info("access keys moved into the text store", "keys", n)
 	}
 	ko := kvcache.Options{RAMBytes: opts.RAMBytes, Logger: opts.Logger, Now: now, Shared: opts.KVShared}
-	if opts.KVShared != nil && len(opts.EncryptionKey) > 0 {
-		k := sha256.Sum256(append([]byte("memosrt shared packs\x00"), opts.EncryptionKey...))
-		ko.SharedKey = k[:]
+	if opts.KVShared != nil {
+		ko.SharedKey = datadir.DeriveKey(opts.EncryptionKey, "memosrt shared packs")
 	}
 	if opts.TextStore != nil {
 		o.log.Info("text tier in a shared store", "store", fmt.Sprintf("%T", opts.TextStore))

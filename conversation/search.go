@@ -16,6 +16,19 @@ const (
 	sessionTop    = 3
 )
 
+// Visited returns the ids of hits whose retrieval counts towards their
+// heat (a visit): every hit but a short-term turn's (Source
+// SourceShortTerm), which prompts never hold.
+func Visited(hits []textmem.Hit) []string {
+	ids := make([]string, 0, len(hits))
+	for _, h := range hits {
+		if h.Memory.Source != SourceShortTerm {
+			ids = append(ids, h.Memory.ID)
+		}
+	}
+	return ids
+}
+
 // Search finds cube's memories for q (textmem.Store.SearchWith: BM25 with
 // stemming, neighbours, optional dense fusion; the cube's recorded turns
 // included, short-term ones too, written first by Materialize), drops

@@ -161,13 +161,20 @@ func (m *Manager) RecordChat(ctx context.Context, cube string, msgs []layout.Mes
 	return err
 }
 
+// MaxMessages bounds the messages TurnsOf takes.
+const MaxMessages = 1000
+
 // TurnsOf pairs msgs into turns: each user message with the assistant
 // message after it; system and tool messages, and messages without text,
-// are left out. Errors: *errkind.FieldError for no messages, a bad role
-// (layout.CheckRole) or no user or assistant message with text.
+// are left out. Errors: *errkind.FieldError for no messages, more than
+// MaxMessages, a bad role (layout.CheckRole) or no user or assistant
+// message with text.
 func TurnsOf(msgs []layout.Message) ([]convmem.Turn, error) {
-	if len(msgs) == 0 {
+	switch {
+	case len(msgs) == 0:
 		return nil, &errkind.FieldError{Field: "messages", Msg: "at least one message is required"}
+	case len(msgs) > MaxMessages:
+		return nil, &errkind.FieldError{Field: "messages", Msg: fmt.Sprintf("%d messages, at most %d in one call", len(msgs), MaxMessages)}
 	}
 	var turns []convmem.Turn
 	for i, m := range msgs {

@@ -1,6 +1,7 @@
 package datadir
 
 import (
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -23,6 +24,18 @@ var ErrClosed = errors.New("badger: closed")
 // open the directory: a wrong key, no key for an encrypted directory, or a
 // key for a directory that was created without one. Nothing is read.
 var ErrEncryptionKey = errors.New("badger: wrong or missing encryption key")
+
+// DeriveKey returns the 32-byte key for another store than this directory
+// that its encryption key protects: SHA-256 of label, a NUL byte and key
+// (a distinct label a purpose, so one store's key never opens another's).
+// Nil for an empty key.
+func DeriveKey(key []byte, label string) []byte {
+	if len(key) == 0 {
+		return nil
+	}
+	k := sha256.Sum256(append([]byte(label+"\x00"), key...))
+	return k[:]
+}
 
 // Options configure Open. The zero value of each field means its default.
 type Options struct {

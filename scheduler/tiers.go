@@ -490,22 +490,24 @@ func (t *Tiers) RecordUse(ctx context.Context, uses []Use) error {
 	return nil
 }
 
-// RecordVisits counts one retrieval hit (N_visit) for each memory id of cube.
-func (t *Tiers) RecordVisits(ctx context.Context, cube string, ids ...string) error {
+// Uses returns one Use of cube for each memory id, each counting visits
+// retrieval hits (N_visit) and interactions turns (L_interaction), at now.
+func Uses(cube string, ids []string, visits, interactions int) []Use {
 	uses := make([]Use, len(ids))
 	for i, id := range ids {
-		uses[i] = Use{Cube: cube, ID: id, Visits: 1}
+		uses[i] = Use{Cube: cube, ID: id, Visits: visits, Interactions: interactions}
 	}
-	return t.RecordUse(ctx, uses)
+	return uses
+}
+
+// RecordVisits counts one retrieval hit (N_visit) for each memory id of cube.
+func (t *Tiers) RecordVisits(ctx context.Context, cube string, ids ...string) error {
+	return t.RecordUse(ctx, Uses(cube, ids, 1, 0))
 }
 
 // RecordInteractions counts one turn (L_interaction) that used each memory id of cube.
 func (t *Tiers) RecordInteractions(ctx context.Context, cube string, ids ...string) error {
-	uses := make([]Use, len(ids))
-	for i, id := range ids {
-		uses[i] = Use{Cube: cube, ID: id, Interactions: 1}
-	}
-	return t.RecordUse(ctx, uses)
+	return t.RecordUse(ctx, Uses(cube, ids, 0, 1))
 }
 
 // packState is the persisted activation-tier state of a cube.
