@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
+	"github.com/memosrt/memosrt/internal/serveclient"
 	"os"
 	"path/filepath"
 	"time"
@@ -56,17 +56,9 @@ func newBackupCmd() *cobra.Command {
 func backup(ctx context.Context, dir string, key []byte, out string) error {
 	how := "offline"
 	err := atomicfile.Write(out, 0o600, func(f *os.File) error {
-		if r, ok := runningServer(dir); ok {
-			how = "online, through the memosrt serve at " + r.info.URL
-			resp, err := r.send(ctx, "GET", "/v1/backup", nil)
-			if err != nil {
-				return err
-			}
-			defer resp.Body.Close()
-			if _, err := io.Copy(f, resp.Body); err != nil {
-				return fmt.Errorf("backup from %s: %w", r.info.URL, err)
-			}
-			return nil
+		if r, ok := serveclient.Find(dir); ok {
+			how = "online, through the memosrt serve at " + r.URL()
+			return r.Backup(ctx, f)
 		}
 		fi, err := os.Stat(dir)
 		if err != nil {
@@ -80,7 +72,7 @@ func backup(ctx context.Context, dir string, key []byte, out string) error {
 			return fmt.Errorf("%w (--encrypt-key-file)", err)
 		}
 		if isLocked(err) {
-			return fmt.Errorf("%w: the data directory %s is in use by another process (a `memosrt serve` that did not record %s?)", err, dir, serveFile)
+			return fmt.Errorf("%w: the data directory %s is in use by another process (a `memosrt serve` that did not record %s?)", err, dir, serveclient.File)
 		}
 		if err != nil {
 			return err

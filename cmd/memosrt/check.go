@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"github.com/memosrt/memosrt/internal/serveclient"
 	"os"
 
 	"github.com/spf13/cobra"
@@ -34,8 +35,8 @@ func newCheckCmd() *cobra.Command {
 		if _, err := os.Stat(*sf.db); err != nil {
 			return fmt.Errorf("data directory: %w", err)
 		}
-		if r, ok := runningServer(*sf.db); ok {
-			return fmt.Errorf("memosrt serve is running on %s (%s): stop it first, check reads the directory offline", *sf.db, r.info.URL)
+		if r, ok := serveclient.Find(*sf.db); ok {
+			return fmt.Errorf("memosrt serve is running on %s (%s): stop it first, check reads the directory offline", *sf.db, r.URL())
 		}
 		key, err := readKeyFile(*sf.keyFile)
 		if err != nil {

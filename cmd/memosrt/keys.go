@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
 	"os"
 	"strings"
 	"text/tabwriter"
@@ -13,11 +12,12 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/memosrt/memosrt"
+	"github.com/memosrt/memosrt/internal/serveclient"
 	"github.com/memosrt/memosrt/textmem"
 )
 
 // keyStore is what `memosrt keys` does on a data directory: the OS opened
-// here, or the serve running on it (remote, over /v1/keys with its local
+// here, or the serve running on it (a serveclient.Client, over /v1/keys with its local
 // token).
 type keyStore interface {
 	CreateKey(ctx context.Context, spec memosrt.KeySpec) (memosrt.AccessKey, string, error)
@@ -34,7 +34,7 @@ func openKeys(ctx context.Context, sf storeFlags) (keyStore, error) {
 	if *sf.db == "" {
 		return nil, errors.New("--db is required (or set MEMOSRT_DB)")
 	}
-	if r, ok := runningServer(*sf.db); ok {
+	if r, ok := serveclient.Find(*sf.db); ok {
 		return r, nil
 	}
 	sf.existing = true // a key names cubes, which a new directory has not
@@ -232,52 +232,4 @@ func keysUnshareCmd() *cobra.Command {
 		return nil
 	}
 	return c
-}
-
-// The keys of a running serve, over its /v1/keys routes (remote is a
-// keyStore).
-
-func (r *remote) CreateKey(ctx context.Context, spec memosrt.KeySpec) (memosrt.AccessKey, string, error) {
-	in := map[string]any{"name": spec.Name}
-	var cubes []map[string]string
-	for _, g := range spec.Grants {
-		cubes = append(cubes, map[string]string{"cube": g.Cube, "right": string(g.Right)})
-	}
-	in["cubes"] = cubes
-	if spec.ExpiresIn > 0 {
-		in["expires_in"] = int64((spec.ExpiresIn + time.Second - 1) / time.Second)
-	}
-	if !spec.Expires.IsZero() {
-		in["expires_at"] = spec.Expires
-	}
-	var out struct {
-		memosrt.AccessKey
-		Token string `json:"token"`
-	}
-	err := r.do(ctx, "POST", "/v1/keys", in, &out)
-	return out.AccessKey, out.Token, err
-}
-
-func (r *remote) Keys(ctx context.Context) ([]memosrt.AccessKey, error) {
-	var out struct {
-		Keys []memosrt.AccessKey `json:"keys"`
-	}
-	err := r.do(ctx, "GET", "/v1/keys", nil, &out)
-	return out.Keys, err
-}
-
-func (r *remote) RevokeKey(ctx context.Context, id string) error {
-	return r.do(ctx, "DELETE", "/v1/keys/"+url.PathEscape(id), nil, nil)
-}
-
-func (r *remote) ShareCube(ctx context.Context, cube, id string, right memosrt.KeyRight) (memosrt.AccessKey, error) {
-	var out memosrt.AccessKey
-	err := r.do(ctx, "POST", cubePath(cube)+"/share", map[string]string{"key_id": id, "right": string(right)}, &out)
-	return out, err
-}
-
-func (r *remote) UnshareCube(ctx context.Context, cube, id string) (memosrt.AccessKey, error) {
-	var out memosrt.AccessKey
-	err := r.do(ctx, "DELETE", cubePath(cube)+"/share/"+url.PathEscape(id), nil, &out)
-	return out, err
 }

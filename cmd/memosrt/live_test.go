@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/memosrt/memosrt"
+	"github.com/memosrt/memosrt/internal/serveclient"
 	"github.com/memosrt/memosrt/internal/testmodels"
 	"github.com/memosrt/memosrt/internal/testutil"
 	"github.com/memosrt/memosrt/lora"
@@ -164,17 +165,17 @@ func TestCLINextToServer(t *testing.T) {
 	// address (its own server died, this one took the port) is not
 	// trusted: the CLI opens that directory itself.
 	other := t.TempDir()
-	b, err := os.ReadFile(db + "/" + serveFile)
+	b, err := os.ReadFile(db + "/" + serveclient.File)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var info serveInfo
+	var info serveclient.Info
 	if err := json.Unmarshal(b, &info); err != nil || info.Instance == "" {
-		t.Fatalf("%s: %v %+v", serveFile, err, info)
+		t.Fatalf("%s: %v %+v", serveclient.File, err, info)
 	}
 	info.Instance = "a-server-that-died"
 	b, _ = json.Marshal(info)
-	if err := os.WriteFile(other+"/"+serveFile, b, 0o600); err != nil {
+	if err := os.WriteFile(other+"/"+serveclient.File, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if out := must(t, "mem", "ls", "--db", other, "--cube", "lily"); strings.Contains(out, "Max") {
@@ -185,8 +186,8 @@ func TestCLINextToServer(t *testing.T) {
 	if out := must(t, "mem", "ls", "--db", db, "--cube", "lily"); strings.Count(out, "\n") != 3 {
 		t.Fatalf("mem ls after the server stopped:\n%s", out)
 	}
-	if _, err := os.Stat(db + "/" + serveFile); !os.IsNotExist(err) {
-		t.Fatalf("%s left behind: %v", serveFile, err)
+	if _, err := os.Stat(db + "/" + serveclient.File); !os.IsNotExist(err) {
+		t.Fatalf("%s left behind: %v", serveclient.File, err)
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/memosrt/memosrt"
+	"github.com/memosrt/memosrt/internal/serveclient"
 	"github.com/memosrt/memosrt/lora"
 )
 
@@ -31,8 +32,8 @@ func loraModelFlag(fs *pflag.FlagSet, u string) *string {
 // loraRegistry opens the data directory for the adapter commands (never
 // through a running server: it loads LoRA support at start).
 func loraRegistry(ctx context.Context, sf storeFlags) (*memosrt.OS, error) {
-	if r, ok := runningServer(*sf.db); ok && *sf.db != "" {
-		return nil, fmt.Errorf("memosrt serve is running on %s (%s): stop it to change or list adapters (the server loads LoRA support at start)", *sf.db, r.info.URL)
+	if r, ok := serveclient.Find(*sf.db); ok && *sf.db != "" {
+		return nil, fmt.Errorf("memosrt serve is running on %s (%s): stop it to change or list adapters (the server loads LoRA support at start)", *sf.db, r.URL())
 	}
 	return sf.openOS(ctx, nil)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/memosrt/memosrt/internal/serveclient"
 	"io"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -46,8 +47,8 @@ func mcpServe(ctx context.Context, sf storeFlags, ef engineFlags, cube *string) 
 	if *sf.db == "" {
 		return errors.New("--db is required (or set MEMOSRT_DB)")
 	}
-	if r, ok := runningServer(*sf.db); ok {
-		return fmt.Errorf("memosrt serve is running on %s: use its MCP endpoint %s/mcp", *sf.db, r.info.URL)
+	if r, ok := serveclient.Find(*sf.db); ok {
+		return fmt.Errorf("memosrt serve is running on %s: use its MCP endpoint %s/mcp", *sf.db, r.URL())
 	}
 	sf.background = true
 	var efp *engineFlags

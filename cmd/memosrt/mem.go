@@ -14,6 +14,7 @@ import (
 
 	"github.com/memosrt/memosrt"
 	"github.com/memosrt/memosrt/datadir"
+	"github.com/memosrt/memosrt/internal/serveclient"
 	"github.com/memosrt/memosrt/kvcache"
 	"github.com/memosrt/memosrt/scheduler"
 	"github.com/memosrt/memosrt/textmem"
@@ -21,7 +22,7 @@ import (
 
 // dirBackend is what the CLI's commands do on a data directory: a
 // memosrt.OS opened here, or the `memosrt serve` already running on it
-// (remote), reached over HTTP because Badger lets one process open it.
+// (a serveclient.Client), reached over HTTP because Badger lets one process open it.
 type dirBackend interface {
 	AddMemory(ctx context.Context, cube string, m textmem.Memory) (textmem.Memory, error)
 	Memories(ctx context.Context, cube string) ([]textmem.Memory, error)
@@ -101,13 +102,13 @@ func (f storeFlags) open(ctx context.Context, ef *engineFlags) (dirBackend, erro
 	if *f.db == "" {
 		return nil, errors.New("--db is required (or set MEMOSRT_DB)")
 	}
-	if r, ok := runningServer(*f.db); ok {
+	if r, ok := serveclient.Find(*f.db); ok {
 		if ef != nil && *ef.model != "" {
 			path, _, err := resolveModel(*ef.model)
 			if err != nil {
 				return nil, err
 			}
-			primary, served, err := r.useModel(ctx, path)
+			primary, served, err := r.UseModel(ctx, path)
 			if err != nil {
 				return nil, err
 			}
@@ -140,7 +141,7 @@ func (f storeFlags) openOS(ctx context.Context, ef *engineFlags) (*memosrt.OS, e
 		return nil, fmt.Errorf("%w (--encrypt-key-file)", err)
 	}
 	if err != nil && isLocked(err) {
-		return nil, fmt.Errorf("%w: the data directory %s is in use by another process (a `memosrt serve` that did not record %s?)", err, *f.db, serveFile)
+		return nil, fmt.Errorf("%w: the data directory %s is in use by another process (a `memosrt serve` that did not record %s?)", err, *f.db, serveclient.File)
 	}
 	if err == nil && ef != nil {
 		ef.sayCapped(o.Model().NCtx)

@@ -25,6 +25,7 @@ import (
 	"github.com/memosrt/memosrt"
 	"github.com/memosrt/memosrt/embed"
 	"github.com/memosrt/memosrt/embed/llamaembed"
+	"github.com/memosrt/memosrt/internal/serveclient"
 	"github.com/memosrt/memosrt/lora"
 	"github.com/memosrt/memosrt/runtime/llama"
 	"github.com/memosrt/memosrt/scheduler"
@@ -187,8 +188,8 @@ func serve(ctx context.Context, f serveFlags) error {
 	if err != nil {
 		return err
 	}
-	if r, ok := runningServer(*sf.db); ok {
-		return fmt.Errorf("memosrt serve is already running on %s (%s)", *sf.db, r.info.URL)
+	if r, ok := serveclient.Find(*sf.db); ok {
+		return fmt.Errorf("memosrt serve is already running on %s (%s)", *sf.db, r.URL())
 	}
 	opts.NoScheduler = false
 	opts.Parallel, opts.ResidentSeqs, opts.ResidentCells = *parallel, *resident, *residentCells
@@ -280,7 +281,7 @@ func serve(ctx context.Context, f serveFlags) error {
 	if err != nil {
 		return err
 	}
-	local, unpublish, err := publishServe(*sf.db, ln.Addr().String())
+	local, unpublish, err := serveclient.Publish(*sf.db, ln.Addr().String())
 	if err != nil {
 		ln.Close()
 		return err

@@ -61,6 +61,8 @@ var layers = [][]string{
 	{"server/mcp", "server/memory", "server/ui"},
 	// wire translation; benchmarks over the facade
 	{"server", "internal/testenv", "bench", "bench/gguf", "bench/recall", "bench/crash", "bench/soak"},
+	// the client of a running serve (the CLI's commands on its directory)
+	{"internal/serveclient"},
 	// the command
 	{"cmd/memosrt"},
 }

@@ -1,4 +1,4 @@
-package main
+package serveclient
 
 import (
 	"bufio"
@@ -27,14 +27,13 @@ import (
 	"github.com/memosrt/memosrt/textmem"
 )
 
-// serveFile is where `memosrt serve` records, in its data directory, how
-// CLI commands on that directory reach it (Badger lets one process open
-// the directory, so they talk to the server instead).
-const serveFile = "serve.json"
+// File is where `memosrt serve` records, in its data directory, how CLI
+// commands on that directory reach it.
+const File = "serve.json"
 
-// serveInfo is the content of serveFile. The file is 0600 inside the data
+// Info is the content of File. The file is 0600 inside the data
 // directory: whoever may read it may already read the data.
-type serveInfo struct {
+type Info struct {
 	URL   string `json:"url"`   // http://HOST:PORT
 	Token string `json:"token"` // bearer token the server accepts (server.Options.LocalToken)
 	// Instance is the id the server reports on GET /v1/server
@@ -44,37 +43,38 @@ type serveInfo struct {
 	PID      int    `json:"pid"`
 }
 
-// publishServe writes serveFile for a server listening on addr and returns
-// what it recorded and a cleanup that removes the file.
-func publishServe(dir, addr string) (serveInfo, func(), error) {
+// Publish writes File in dir for a server listening on addr, with a new
+// random token and instance id, and returns what it recorded and a cleanup
+// that removes the file. Errors: the file's write error, naming it.
+func Publish(dir, addr string) (Info, func(), error) {
 	secret := func() string {
 		var b [16]byte
 		rand.Read(b[:])
 		return hex.EncodeToString(b[:])
 	}
-	info := serveInfo{URL: "http://" + addr, Token: secret(), Instance: secret(), PID: os.Getpid()}
+	info := Info{URL: "http://" + addr, Token: secret(), Instance: secret(), PID: os.Getpid()}
 	js, _ := json.Marshal(info)
-	path := filepath.Join(dir, serveFile)
+	path := filepath.Join(dir, File)
 	if err := atomicfile.Write(path, 0o600, func(f *os.File) error { _, err := f.Write(js); return err }); err != nil {
-		return serveInfo{}, nil, fmt.Errorf("record %s: %w", path, err)
+		return Info{}, nil, fmt.Errorf("record %s: %w", path, err)
 	}
 	return info, func() { os.Remove(path) }, nil
 }
 
-// remote is a running `memosrt serve` on the data directory, reached over
-// HTTP. It offers what the CLI's commands need (see dirBackend).
-type remote struct {
-	info serveInfo
+// Client is a running `memosrt serve` on a data directory, reached over
+// HTTP with the local token it recorded.
+type Client struct {
+	info Info
 	c    *http.Client
 	// model is the served model that answers Generate and Warm (a name
-	// GET /api/tags lists); "" is the server's primary (useModel).
+	// GET /api/tags lists); "" is the server's primary (UseModel).
 	model string
 }
 
-// useModel makes the server's model that is the GGUF file at path (the same
+// UseModel makes the server's model that is the GGUF file at path (the same
 // runtime.Fingerprint) answer this client's requests. It returns the name
 // of the server's primary model and whether the server serves that file.
-func (r *remote) useModel(ctx context.Context, path string) (primary string, ok bool, err error) {
+func (r *Client) UseModel(ctx context.Context, path string) (primary string, ok bool, err error) {
 	fp, err := runtime.Fingerprint(path)
 	if err != nil {
 		return "", false, err
@@ -99,17 +99,19 @@ func (r *remote) useModel(ctx context.Context, path string) (primary string, ok 
 	return primary, false, nil
 }
 
-// runningServer returns the server recorded in dir when it answers.
-func runningServer(dir string) (*remote, bool) {
-	b, err := os.ReadFile(filepath.Join(dir, serveFile))
+// Find returns a Client of the server recorded in dir when it answers
+// within 2 s with the instance id recorded (a stale file, of a server gone
+// or of another one on its address since, is ignored).
+func Find(dir string) (*Client, bool) {
+	b, err := os.ReadFile(filepath.Join(dir, File))
 	if err != nil {
 		return nil, false
 	}
-	var info serveInfo
+	var info Info
 	if json.Unmarshal(b, &info) != nil || info.URL == "" {
 		return nil, false
 	}
-	r := &remote{info: info, c: &http.Client{}}
+	r := &Client{info: info, c: &http.Client{}}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	var got struct {
@@ -122,7 +124,7 @@ func runningServer(dir string) (*remote, bool) {
 }
 
 // do sends a JSON request and decodes a JSON answer into out (nil: none).
-func (r *remote) do(ctx context.Context, method, path string, in, out any) error {
+func (r *Client) do(ctx context.Context, method, path string, in, out any) error {
 	resp, err := r.send(ctx, method, path, in)
 	if err != nil {
 		return err
@@ -135,7 +137,9 @@ func (r *remote) do(ctx context.Context, method, path string, in, out any) error
 	return json.NewDecoder(resp.Body).Decode(out)
 }
 
-func (r *remote) send(ctx context.Context, method, path string, in any) (*http.Response, error) {
+// send sends a JSON request (in nil: no body) and returns the answer of a
+// status below 300; other answers become errors (remoteError).
+func (r *Client) send(ctx context.Context, method, path string, in any) (*http.Response, error) {
 	var body io.Reader
 	if in != nil {
 		b, err := json.Marshal(in)
@@ -184,18 +188,26 @@ func remoteError(resp *http.Response) error {
 	return fmt.Errorf("%s (HTTP %d from the running server)", msg, resp.StatusCode)
 }
 
-func (r *remote) Close(context.Context) error { return nil }
+// URL is the server's base URL, http://HOST:PORT.
+func (r *Client) URL() string { return r.info.URL }
+
+// Close does nothing (a Client holds no connection of its own); it makes a
+// Client a stand-in for a memosrt.OS.
+func (r *Client) Close(context.Context) error { return nil }
 
 func cubePath(cube string) string { return "/v1/cubes/" + url.PathEscape(cube) }
 
-func (r *remote) AddMemory(ctx context.Context, cube string, m textmem.Memory) (textmem.Memory, error) {
+// AddMemory adds m to cube (POST /v1/cubes/{cube}/memories).
+func (r *Client) AddMemory(ctx context.Context, cube string, m textmem.Memory) (textmem.Memory, error) {
 	var out textmem.Memory
 	in := map[string]any{"text": m.Text, "kind": m.Kind, "tags": m.Tags, "source": m.Source}
 	err := r.do(ctx, "POST", cubePath(cube)+"/memories", in, &out)
 	return out, err
 }
 
-func (r *remote) Memories(ctx context.Context, cube string) ([]textmem.Memory, error) {
+// Memories lists cube's memories; none for an unknown cube, as the store
+// lists it.
+func (r *Client) Memories(ctx context.Context, cube string) ([]textmem.Memory, error) {
 	var out struct {
 		Memories []textmem.Memory `json:"memories"`
 	}
@@ -206,7 +218,9 @@ func (r *remote) Memories(ctx context.Context, cube string) ([]textmem.Memory, e
 	return out.Memories, err
 }
 
-func (r *remote) Search(ctx context.Context, cube string, q textmem.Query) ([]textmem.Hit, error) {
+// Search searches cube with q's text, K and whether it leaves out
+// recorded turns (memosrt.SearchQuery's choice).
+func (r *Client) Search(ctx context.Context, cube string, q textmem.Query) ([]textmem.Hit, error) {
 	var out struct {
 		Hits []textmem.Hit `json:"hits"`
 	}
@@ -215,11 +229,13 @@ func (r *remote) Search(ctx context.Context, cube string, q textmem.Query) ([]te
 	return out.Hits, err
 }
 
-func (r *remote) DeleteMemory(ctx context.Context, cube, id string) error {
+// DeleteMemory deletes memory id of cube.
+func (r *Client) DeleteMemory(ctx context.Context, cube, id string) error {
 	return r.do(ctx, "DELETE", cubePath(cube)+"/memories/"+url.PathEscape(id), nil, nil)
 }
 
-func (r *remote) AllPacks(ctx context.Context) ([]kvcache.Info, error) {
+// AllPacks lists every stored pack (GET /v1/packs).
+func (r *Client) AllPacks(ctx context.Context) ([]kvcache.Info, error) {
 	var out struct {
 		Packs []kvcache.Info `json:"packs"`
 	}
@@ -227,19 +243,23 @@ func (r *remote) AllPacks(ctx context.Context) ([]kvcache.Info, error) {
 	return out.Packs, err
 }
 
-func (r *remote) Tiers(ctx context.Context, cube string, limit int) (scheduler.CubeTiers, error) {
+// Tiers returns cube's tier state with the last limit transitions.
+func (r *Client) Tiers(ctx context.Context, cube string, limit int) (scheduler.CubeTiers, error) {
 	var out scheduler.CubeTiers
 	err := r.do(ctx, "GET", fmt.Sprintf("%s/tiers?limit=%d", cubePath(cube), limit), nil, &out)
 	return out, err
 }
 
-func (r *remote) Tick(ctx context.Context) (scheduler.TickReport, error) {
+// Tick runs one scheduler tick now (POST /v1/tiers/tick).
+func (r *Client) Tick(ctx context.Context) (scheduler.TickReport, error) {
 	var out struct{ Planned, Done, Failed int }
 	err := r.do(ctx, "POST", "/v1/tiers/tick", nil, &out)
 	return scheduler.TickReport{Planned: out.Planned, Done: out.Done, Failed: out.Failed}, err
 }
 
-func (r *remote) Warm(ctx context.Context, cube string, wo memosrt.WarmOptions) (memosrt.PackStatus, error) {
+// Warm warms cube's pack with the server's primary model; an error when
+// UseModel chose another.
+func (r *Client) Warm(ctx context.Context, cube string, wo memosrt.WarmOptions) (memosrt.PackStatus, error) {
 	var out memosrt.PackStatus
 	if r.model != "" {
 		return out, fmt.Errorf("memosrt serve at %s warms packs with its primary model only, not %s: kv warm without --model", r.info.URL, r.model)
@@ -250,7 +270,7 @@ func (r *remote) Warm(ctx context.Context, cube string, wo memosrt.WarmOptions) 
 
 // Generate runs req on the server (POST /v1/generate), streaming text to
 // req.OnText.
-func (r *remote) Generate(ctx context.Context, req memosrt.Request) (*memosrt.Response, error) {
+func (r *Client) Generate(ctx context.Context, req memosrt.Request) (*memosrt.Response, error) {
 	model := req.Model
 	if model == "" {
 		model = r.model
@@ -302,4 +322,69 @@ func (r *remote) Generate(ctx context.Context, req memosrt.Request) (*memosrt.Re
 		return nil, err
 	}
 	return nil, errors.New("memosrt serve: the stream ended before its last line")
+}
+
+// The keys of the server, over its /v1/keys and share routes.
+
+// CreateKey makes an access key of spec and returns it with its token.
+func (r *Client) CreateKey(ctx context.Context, spec memosrt.KeySpec) (memosrt.AccessKey, string, error) {
+	in := map[string]any{"name": spec.Name}
+	var cubes []map[string]string
+	for _, g := range spec.Grants {
+		cubes = append(cubes, map[string]string{"cube": g.Cube, "right": string(g.Right)})
+	}
+	in["cubes"] = cubes
+	if spec.ExpiresIn > 0 {
+		in["expires_in"] = int64((spec.ExpiresIn + time.Second - 1) / time.Second)
+	}
+	if !spec.Expires.IsZero() {
+		in["expires_at"] = spec.Expires
+	}
+	var out struct {
+		memosrt.AccessKey
+		Token string `json:"token"`
+	}
+	err := r.do(ctx, "POST", "/v1/keys", in, &out)
+	return out.AccessKey, out.Token, err
+}
+
+// Keys lists the access keys, oldest first.
+func (r *Client) Keys(ctx context.Context) ([]memosrt.AccessKey, error) {
+	var out struct {
+		Keys []memosrt.AccessKey `json:"keys"`
+	}
+	err := r.do(ctx, "GET", "/v1/keys", nil, &out)
+	return out.Keys, err
+}
+
+// RevokeKey deletes the access key with id.
+func (r *Client) RevokeKey(ctx context.Context, id string) error {
+	return r.do(ctx, "DELETE", "/v1/keys/"+url.PathEscape(id), nil, nil)
+}
+
+// ShareCube gives the key with id right on cube.
+func (r *Client) ShareCube(ctx context.Context, cube, id string, right memosrt.KeyRight) (memosrt.AccessKey, error) {
+	var out memosrt.AccessKey
+	err := r.do(ctx, "POST", cubePath(cube)+"/share", map[string]string{"key_id": id, "right": string(right)}, &out)
+	return out, err
+}
+
+// UnshareCube takes cube from the key with id.
+func (r *Client) UnshareCube(ctx context.Context, cube, id string) (memosrt.AccessKey, error) {
+	var out memosrt.AccessKey
+	err := r.do(ctx, "DELETE", cubePath(cube)+"/share/"+url.PathEscape(id), nil, &out)
+	return out, err
+}
+
+// Backup writes the server's online backup (GET /v1/backup) to w.
+func (r *Client) Backup(ctx context.Context, w io.Writer) error {
+	resp, err := r.send(ctx, "GET", "/v1/backup", nil)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if _, err := io.Copy(w, resp.Body); err != nil {
+		return fmt.Errorf("backup from %s: %w", r.info.URL, err)
+	}
+	return nil
 }
