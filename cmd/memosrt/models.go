@@ -4,11 +4,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/memosrt/memosrt"
+	"github.com/memosrt/memosrt/config"
 	"github.com/memosrt/memosrt/internal/ollamastore"
 	"github.com/memosrt/memosrt/runtime"
 	"github.com/spf13/cobra"
@@ -40,7 +40,7 @@ func (f *modelsFlags) check(cmd *cobra.Command) error {
 	if env := os.Getenv("OLLAMA_KEEP_ALIVE"); env != "" && !cmd.Flags().Changed("keep-alive") {
 		v, what = env, "OLLAMA_KEEP_ALIVE"
 	}
-	k, err := parseKeepAlive(v)
+	k, err := config.ParseKeepAlive(v)
 	if err != nil {
 		return fmt.Errorf("%s %q: want a duration (5m, 1h, -1) or seconds", what, v)
 	}
@@ -48,24 +48,6 @@ func (f *modelsFlags) check(cmd *cobra.Command) error {
 	return checkFlags(cmd,
 		check{"max-models", *f.maxModels >= 1, "1 or more"},
 		check{"models-budget", *f.budget >= 0, "0 (no bound) or more bytes"})
-}
-
-// parseKeepAlive reads a keep-alive as Ollama does (api.Duration,
-// envconfig.KeepAlive): a Go duration or a number of seconds; negative is
-// forever (-1 here).
-func parseKeepAlive(v string) (time.Duration, error) {
-	d, err := time.ParseDuration(v)
-	if err != nil {
-		n, nerr := strconv.ParseFloat(strings.TrimSpace(v), 64)
-		if nerr != nil {
-			return 0, err
-		}
-		d = time.Duration(n * float64(time.Second))
-	}
-	if d < 0 {
-		d = -1
-	}
-	return d, nil
 }
 
 // apply adds the models of --models-dir and of Ollama's store to o (after

@@ -123,29 +123,9 @@ func ollamaModels() string {
 	return filepath.Join(home, ".ollama", "models")
 }
 
-// resolveModel turns a --model value into a GGUF path: a file that exists
-// is used as is (name ""); otherwise a value that parses as an Ollama model
-// name (llama3.2:1b, user/model:tag) is looked up in Ollama's store and
-// served under its Ollama name (llama3.2:1b, stories:latest).
+// resolveModel is ollamastore.ResolveModel in Ollama's store.
 func resolveModel(v string) (path, name string, err error) {
-	st, statErr := os.Stat(v)
-	if statErr == nil {
-		if st.IsDir() {
-			return "", "", fmt.Errorf("model: %s is a directory, want a GGUF file", v)
-		}
-		return v, "", nil
-	}
-	if !errors.Is(statErr, os.ErrNotExist) || !ollamastore.IsName(v) {
-		return "", "", fmt.Errorf("model: %w", statErr)
-	}
-	path, err = ollamastore.Resolve(ollamaModels(), v)
-	switch {
-	case errors.Is(err, ollamastore.ErrNoManifest):
-		return "", "", fmt.Errorf("model %q not found: no file %s, %w (the store is $OLLAMA_MODELS, default ~/.ollama/models)", v, v, err)
-	case err != nil:
-		return "", "", fmt.Errorf("model %q: %w", v, err)
-	}
-	return path, ollamastore.DisplayName(v), nil
+	return ollamastore.ResolveModel(ollamaModels(), v)
 }
 
 // load loads an engine alone (benchmarks).

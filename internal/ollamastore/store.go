@@ -201,3 +201,31 @@ func List(storeDir string) (models []Model, skipped []error, err error) {
 	slices.SortFunc(models, func(a, b Model) int { return strings.Compare(a.Name, b.Name) })
 	return models, skipped, nil
 }
+
+// ResolveModel turns a model argument (memosrt's --model) into a GGUF
+// path: a file that exists is used as is (name ""); otherwise a value that
+// parses as an Ollama model name (llama3.2:1b, user/model:tag) is looked
+// up in the store at storeDir (Resolve) and named by its Ollama name
+// (llama3.2:1b, stories:latest; DisplayName). Errors start with "model":
+// a directory, a path that is neither a file nor a name (the stat error),
+// ErrNoManifest saying where the store is, Resolve's errors.
+func ResolveModel(storeDir, v string) (path, name string, err error) {
+	st, statErr := os.Stat(v)
+	if statErr == nil {
+		if st.IsDir() {
+			return "", "", fmt.Errorf("model: %s is a directory, want a GGUF file", v)
+		}
+		return v, "", nil
+	}
+	if !errors.Is(statErr, os.ErrNotExist) || !IsName(v) {
+		return "", "", fmt.Errorf("model: %w", statErr)
+	}
+	path, err = Resolve(storeDir, v)
+	switch {
+	case errors.Is(err, ErrNoManifest):
+		return "", "", fmt.Errorf("model %q not found: no file %s, %w (the store is $OLLAMA_MODELS, default ~/.ollama/models)", v, v, err)
+	case err != nil:
+		return "", "", fmt.Errorf("model %q: %w", v, err)
+	}
+	return path, DisplayName(v), nil
+}

@@ -1,4 +1,4 @@
-package main
+package config
 
 import (
 	"testing"
@@ -23,9 +23,9 @@ func TestParseKeepAlive(t *testing.T) {
 		{"soon", 0, false},
 		{"", 0, false},
 	} {
-		got, err := parseKeepAlive(c.in)
+		got, err := ParseKeepAlive(c.in)
 		if (err == nil) != c.ok || c.ok && got != c.want {
-			t.Errorf("parseKeepAlive(%q) = %v, %v; want %v (ok %v)", c.in, got, err, c.want, c.ok)
+			t.Errorf("ParseKeepAlive(%q) = %v, %v; want %v (ok %v)", c.in, got, err, c.want, c.ok)
 		}
 	}
 }
