@@ -63,6 +63,33 @@ func ParseRight(s string) (Right, error) {
 	return "", fmt.Errorf("%w: right %q: want \"read\" or \"write\"", ErrBadSpec, s)
 }
 
+// ParseGrant reads a grant written NAME[:RIGHT] (memosrt keys create
+// --cube), RIGHT read (the default) or write. Errors: textmem.ErrBadCube
+// (wrapped) for a bad cube name, ErrBadSpec (wrapped) for another right.
+func ParseGrant(s string) (Grant, error) {
+	name, right, hasRight := strings.Cut(s, ":")
+	if !textmem.ValidCube(name) {
+		return Grant{}, fmt.Errorf("%w (1..64 of [A-Za-z0-9._-], not . or ..)", textmem.ErrBadCube)
+	}
+	g := Grant{Cube: name, Right: Read}
+	if hasRight {
+		if g.Right = Right(right); g.Right != Read && g.Right != Write {
+			return Grant{}, fmt.Errorf("%w: right %q: want read or write", ErrBadSpec, right)
+		}
+	}
+	return g, nil
+}
+
+// FormatGrants writes grants as ParseGrant reads each, joined by ", ":
+// "shop:read, blog:write".
+func FormatGrants(gs []Grant) string {
+	parts := make([]string, len(gs))
+	for i, g := range gs {
+		parts[i] = g.Cube + ":" + string(g.Right)
+	}
+	return strings.Join(parts, ", ")
+}
+
 // Allows reports whether a grant of right r covers need (Write covers
 // both).
 func (r Right) Allows(need Right) bool { return r == Write || (r == Read && need == Read) }

@@ -735,6 +735,18 @@ func (p *Pipeline) trimConv(keep string) {
 // convPrefix starts the label of every conversation pack.
 const convPrefix = "conv:"
 
+// PackCube splits a pack's label (kvcache.Info.Label, as memosrt's
+// OS.AllPacks lists them) into its cube and its kind: "conv:<cube>" is a
+// "conversation" pack of cube ("" for chats without a cube), any other
+// label is the cube of a "memories" pack (the activation tier's, made by a
+// warm or the scheduler).
+func PackCube(label string) (cube, kind string) {
+	if c, ok := strings.CutPrefix(label, convPrefix); ok {
+		return c, "conversation"
+	}
+	return label, "memories"
+}
+
 // convLabel is the label of cube's conversation packs.
 func convLabel(cube string) string { return convPrefix + cube }
 

@@ -5,15 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/memosrt/memosrt"
+	"github.com/memosrt/memosrt/accesskey"
 	"github.com/memosrt/memosrt/internal/serveclient"
-	"github.com/memosrt/memosrt/textmem"
 )
 
 // keyStore is what `memosrt keys` does on a data directory: the OS opened
@@ -46,23 +45,6 @@ func newKeysCmd() *cobra.Command {
 		keysCreateCmd(), keysLsCmd(), keysRevokeCmd(), keysShareCmd(), keysUnshareCmd())
 }
 
-// parseGrant reads --cube NAME[:read|:write] (read when no right is given).
-func parseGrant(s string) (memosrt.KeyGrant, error) {
-	name, right, hasRight := strings.Cut(s, ":")
-	if !textmem.ValidCube(name) {
-		return memosrt.KeyGrant{}, fmt.Errorf("--cube %q: %w (1..64 of [A-Za-z0-9._-], not . or ..)", s, textmem.ErrBadCube)
-	}
-	g := memosrt.KeyGrant{Cube: name, Right: memosrt.KeyRead}
-	if hasRight {
-		r, err := memosrt.ParseKeyRight(right)
-		if err != nil {
-			return g, fmt.Errorf("--cube %q: right %q: want read or write", s, right)
-		}
-		g.Right = r
-	}
-	return g, nil
-}
-
 func keysCreateCmd() *cobra.Command {
 	c := &cobra.Command{Use: "create", Short: "Create an access key and print its token (shown this once)", Args: noArgs}
 	fs := c.Flags()
@@ -78,9 +60,9 @@ func keysCreateCmd() *cobra.Command {
 			return errors.New("--cube is required (NAME or NAME:read or NAME:write; repeat it for several cubes)")
 		}
 		for _, s := range *cubes {
-			g, err := parseGrant(s)
+			g, err := accesskey.ParseGrant(s)
 			if err != nil {
-				return err
+				return fmt.Errorf("--cube %q: %w", s, err)
 			}
 			spec.Grants = append(spec.Grants, g)
 		}
@@ -105,19 +87,10 @@ func keysCreateCmd() *cobra.Command {
 			}{k, tok})
 		}
 		fmt.Println(tok)
-		fmt.Fprintf(os.Stderr, "key %s: %s (the token above is shown once)\n", k.ID, grantsText(k.Grants))
+		fmt.Fprintf(os.Stderr, "key %s: %s (the token above is shown once)\n", k.ID, accesskey.FormatGrants(k.Grants))
 		return nil
 	}
 	return c
-}
-
-// grantsText is a key's grants as "shop:read, blog:write".
-func grantsText(gs []memosrt.KeyGrant) string {
-	parts := make([]string, len(gs))
-	for i, g := range gs {
-		parts[i] = g.Cube + ":" + string(g.Right)
-	}
-	return strings.Join(parts, ", ")
 }
 
 func keysLsCmd() *cobra.Command {
@@ -150,7 +123,7 @@ func keysLsCmd() *cobra.Command {
 			if !k.Expires.IsZero() {
 				exp = k.Expires.Format(time.RFC3339)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", k.ID, k.Name, grantsText(k.Grants), k.Created.Format(time.RFC3339), exp)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", k.ID, k.Name, accesskey.FormatGrants(k.Grants), k.Created.Format(time.RFC3339), exp)
 		}
 		return tw.Flush()
 	}
@@ -201,7 +174,7 @@ func keysShareCmd() *cobra.Command {
 		if err != nil {
 			return err
 		}
-		fmt.Printf("key %s: %s\n", k.ID, grantsText(k.Grants))
+		fmt.Printf("key %s: %s\n", k.ID, accesskey.FormatGrants(k.Grants))
 		return nil
 	}
 	return c
@@ -228,7 +201,7 @@ func keysUnshareCmd() *cobra.Command {
 		if err != nil {
 			return err
 		}
-		fmt.Printf("key %s: %s\n", k.ID, grantsText(k.Grants))
+		fmt.Printf("key %s: %s\n", k.ID, accesskey.FormatGrants(k.Grants))
 		return nil
 	}
 	return c

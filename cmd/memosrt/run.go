@@ -18,6 +18,7 @@ import (
 	"github.com/memosrt/memosrt/internal/defaults"
 	"github.com/memosrt/memosrt/internal/ollamastore"
 	"github.com/memosrt/memosrt/kvcache"
+	"github.com/memosrt/memosrt/pipeline"
 	"github.com/memosrt/memosrt/runtime"
 	"github.com/memosrt/memosrt/runtime/grammar"
 	"github.com/memosrt/memosrt/runtime/llama"
@@ -76,15 +77,6 @@ func (f engineFlags) sayCapped(loaded int) {
 	}
 }
 
-func gpuPresent() bool {
-	for _, d := range llama.Devices() {
-		if d.Kind == "gpu" || d.Kind == "igpu" {
-			return true
-		}
-	}
-	return false
-}
-
 // engineOptions returns the runtime options of the flags (ModelPath set)
 // and the name to serve the model under: "" for a file (the OS names it
 // after the file), the Ollama name for a model found in Ollama's store.
@@ -101,11 +93,7 @@ func (f engineFlags) engineOptions() (runtime.Options, string, error) {
 		return runtime.Options{}, "", err // not GGUF, truncated, vocab-only
 	}
 	llama.Init(libDir())
-	ngl := *f.ngl
-	if ngl < 0 && !gpuPresent() {
-		ngl = 0
-	}
-	return runtime.Options{ModelPath: path, LibDir: libDir(), NGPULayers: ngl,
+	return runtime.Options{ModelPath: path, LibDir: libDir(), NGPULayers: llama.GPULayers(*f.ngl),
 		NCtx: *f.ctx, Threads: *f.threads, TypeK: *f.typeK, TypeV: *f.typeV,
 		FlashAttn: *f.fa, Mmap: *f.mmap, LoRA: true, Logger: logger(), Progress: progress("loading model")}, name, nil
 }
@@ -175,7 +163,7 @@ func newKVLsCmd() *cobra.Command {
 			return err
 		}
 		if *cube != "" {
-			infos = slices.DeleteFunc(infos, func(i kvcache.Info) bool { c, _ := packCube(i.Label); return c != *cube })
+			infos = slices.DeleteFunc(infos, func(i kvcache.Info) bool { c, _ := pipeline.PackCube(i.Label); return c != *cube })
 		}
 		if *asJSON {
 			if infos == nil {
@@ -186,7 +174,7 @@ func newKVLsCmd() *cobra.Command {
 		tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "PACK\tCUBE\tKIND\tTOKENS\tRAW\tSTORED\tRATIO\tCREATED")
 		for _, i := range infos {
-			c, kind := packCube(i.Label)
+			c, kind := pipeline.PackCube(i.Label)
 			if c == "" {
 				c = "(no cube)"
 			}
@@ -195,17 +183,6 @@ func newKVLsCmd() *cobra.Command {
 		return tw.Flush()
 	}
 	return c
-}
-
-// packCube splits a pack's label (memosrt.OS.AllPacks) into its cube and
-// its kind: "conv:<cube>" is a conversation pack of cube ("" for chats
-// without a cube), any other label is the cube of a memories pack (the
-// activation tier's, made by kv warm or the scheduler).
-func packCube(label string) (cube, kind string) {
-	if c, ok := strings.CutPrefix(label, "conv:"); ok {
-		return c, "conversation"
-	}
-	return label, "memories"
 }
 
 func newKVWarmCmd() *cobra.Command {

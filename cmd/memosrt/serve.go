@@ -457,11 +457,7 @@ func openEmbedModel(ctx context.Context, v string, ef engineFlags) (*llamaembed.
 		return nil, fmt.Errorf("--embed-%w", err) // resolveModel's errors start with "model"
 	}
 	llama.Init(libDir())
-	ngl := *ef.ngl
-	if ngl < 0 && !gpuPresent() {
-		ngl = 0
-	}
-	l, err := llamaembed.Open(ctx, path, llamaembed.Options{Threads: *ef.threads, NGPULayers: ngl, LibDir: libDir()})
+	l, err := llamaembed.Open(ctx, path, llamaembed.Options{Threads: *ef.threads, NGPULayers: llama.GPULayers(*ef.ngl), LibDir: libDir()})
 	if err != nil {
 		return nil, fmt.Errorf("--embed-model %s: %w", v, err)
 	}

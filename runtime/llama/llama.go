@@ -222,6 +222,21 @@ type Device struct {
 	TotalBytes  uint64
 }
 
+// GPULayers returns ngl, a number of layers to offload (-1 or less: all),
+// or 0 for all when no GPU device ("gpu" or "igpu") is registered (Init
+// first): a CPU-only machine offloads nothing.
+func GPULayers(ngl int) int {
+	if ngl >= 0 {
+		return ngl
+	}
+	for _, d := range Devices() {
+		if d.Kind == "gpu" || d.Kind == "igpu" {
+			return ngl
+		}
+	}
+	return 0
+}
+
 // Devices lists the ggml backend devices registered in this process.
 func Devices() []Device {
 	n := int(C.ggml_backend_dev_count())
