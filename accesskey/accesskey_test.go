@@ -315,3 +315,38 @@ func errString(err error) string {
 	}
 	return err.Error()
 }
+
+// The grant notation of `memosrt keys create --cube`: ParseGrant reads
+// what FormatGrants writes, byte for byte.
+func TestParseGrant(t *testing.T) {
+	for _, c := range []struct {
+		in      string
+		want    Grant
+		wantErr error
+	}{
+		{"shop", Grant{Cube: "shop", Right: Read}, nil},
+		{"shop:read", Grant{Cube: "shop", Right: Read}, nil},
+		{"blog:write", Grant{Cube: "blog", Right: Write}, nil},
+		{"shop:admin", Grant{}, ErrBadSpec},
+		{"shop:", Grant{}, ErrBadSpec},
+		{"..:read", Grant{}, textmem.ErrBadCube},
+		{"", Grant{}, textmem.ErrBadCube},
+	} {
+		t.Run(c.in, func(t *testing.T) {
+			got, err := ParseGrant(c.in)
+			if !errors.Is(err, c.wantErr) || err == nil && got != c.want {
+				t.Fatalf("ParseGrant(%q) = %+v, %v; want %+v, %v", c.in, got, err, c.want, c.wantErr)
+			}
+		})
+	}
+	gs := []Grant{{Cube: "shop", Right: Read}, {Cube: "blog", Right: Write}}
+	text := FormatGrants(gs)
+	if text != "shop:read, blog:write" {
+		t.Fatalf("FormatGrants = %q", text)
+	}
+	for i, s := range strings.Split(text, ", ") {
+		if g, err := ParseGrant(s); err != nil || g != gs[i] {
+			t.Fatalf("ParseGrant(%q) = %+v, %v; want %+v", s, g, err, gs[i])
+		}
+	}
+}
