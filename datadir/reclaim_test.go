@@ -49,6 +49,15 @@ func TestReclaimOnOpen(t *testing.T) {
 	}
 	// Badger deletes a rewritten file at once, or, while an iterator is
 	// open, when the last one closes: the count settles shortly after Open
+	defer func() {
+		if t.Failed() { // what the next failure needs to be understood
+			m, _ := filepath.Glob(filepath.Join(dir, "*.vlog"))
+			t.Logf("value-log files %v\nLSM tree:\n%s", m, d.Badger().LevelsToString())
+			n, err := d.GC()
+			m, _ = filepath.Glob(filepath.Join(dir, "*.vlog"))
+			t.Logf("GC now: %d rewritten (%v); value-log files %v", n, err, m)
+		}
+	}()
 	testutil.WaitFor(t, "at most 2 value-log files after the reopen", func() bool { return vlogs() <= 2 })
 	checkKept(t, d, val)
 	if _, err := d.Badger().NewTransaction(false).Get([]byte("k0")); err != bg.ErrKeyNotFound {
