@@ -80,6 +80,12 @@ type TensorInfo struct {
 // ggml_type_traits.to_float). Every type ggml computes with on the CPU is.
 func Dequantizable(t int) bool { return C.memosrt_can_dequantize(C.int(t)) != 0 }
 
+// IsQuantized reports whether t is a block-quantized type (q8_0, q4_K,
+// iq4_nl, ...), not f32, f16 or bf16.
+func IsQuantized(t int) bool {
+	return t >= 0 && t < int(C.GGML_TYPE_COUNT) && bool(C.ggml_is_quantized(C.enum_ggml_type(t)))
+}
+
 // TypeByName returns the ggml type named name ("f32", "f16", "q8_0", as
 // TypeName writes them), or false.
 func TypeByName(name string) (int, bool) {
