@@ -180,8 +180,11 @@ type Tiers struct {
 	running *runningJob
 	// distilling is the running distillation (JobDistill), nil if none.
 	distilling *runningJob
-	deleting   map[string]int
-	promoting  int // Promotes waiting for or holding jobMu: no Tick job starts
+	// untrainable holds the model files whose weights the parametric tier
+	// found untrainable (lora.ErrNotTrainable), logged once each.
+	untrainable map[string]bool
+	deleting    map[string]int
+	promoting   int // Promotes waiting for or holding jobMu: no Tick job starts
 
 	// mu guards closed, cancel and resident.
 	mu       sync.Mutex
