@@ -457,24 +457,29 @@ func waitParametric(t *testing.T, p *serveProc, cube string) parametricView {
 	}
 }
 
-// useHot adds a memory to cube lily and chats about it steadily on the
-// moved clock (3 chats, then one every 6 hours for 54 hours) so that it
-// is hot past the 48-hour horizon; returns its id.
-func useHot(t *testing.T, p *serveProc, text, q string) string {
+// addMemory adds text to cube lily and returns its id.
+func addMemory(t *testing.T, p *serveProc, text string) string {
 	t.Helper()
 	var m struct{ ID string }
 	p.call(t, "POST", "/v1/cubes/lily/memories", map[string]string{"text": text}, &m)
+	return m.ID
+}
+
+// useHot chats about memory id of cube lily steadily on the moved clock
+// (3 chats, then one every 6 hours for 54 hours) so that it is hot past
+// the 48-hour horizon.
+func useHot(t *testing.T, p *serveProc, id, q string) {
+	t.Helper()
 	for range 3 {
 		p.chat(t, "lily", q, false)
 	}
-	testutil.WaitFor(t, "the memory to enter the activation tier", func() bool { return p.tier(t, "lily", m.ID) == scheduler.TierActivation })
+	testutil.WaitFor(t, "the memory to enter the activation tier", func() bool { return p.tier(t, "lily", id) == scheduler.TierActivation })
 	for range 9 { // 54 hours of steady use
 		if code := p.call(t, "POST", "/v1/debug/clock", map[string]float64{"advance_s": 6 * 3600}, nil); code != http.StatusNoContent {
 			t.Fatalf("clock: %d", code)
 		}
 		p.chat(t, "lily", q, false)
 	}
-	return m.ID
 }
 
 func serveParametric(t *testing.T, model, baseType string) {
@@ -491,10 +496,11 @@ func serveParametric(t *testing.T, model, baseType string) {
 		return r
 	}
 	const tail = " she keeps under the big green bed."
+	ball := addMemory(t, p, "Lily has a red ball named Bob that she keeps under the big green bed.")
 	if r := raw(p); strings.HasPrefix(r.Text, tail) || r.Adapters != "" {
 		t.Fatalf("before: the base completes with %q (adapters %q)", r.Text, r.Adapters)
 	}
-	ball := useHot(t, p, "Lily has a red ball named Bob that she keeps under the big green bed.", "Where is the red ball Bob?")
+	useHot(t, p, ball, "Where is the red ball Bob?")
 	v := waitParametric(t, p, "lily")
 	ev := v.Eval
 	t.Logf("through serve on %s: adapter %s (%d bytes, %.1f s, base %s), memory NLL %.3f → %.3f (−%.0f%%), recalled %d/%d, generic top-1 %.1f%% KL %.4f",
@@ -545,6 +551,7 @@ func TestServeParametricUntrainable(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := startServe(t, t.TempDir(), nil, "--model", model, "--debug-clock", "--tick-interval", "50ms", "--parametric", "--distill-after", "48h")
+	ball := addMemory(t, p, "Lily has a red ball named Bob that she keeps under the big green bed.")
 	p.chat(t, "lily", "Once upon a time", false) // the model is loaded
 	name := "blk.4.attn_q.weight"
 	key := append(binary.LittleEndian.AppendUint64(nil, uint64(len(name))), name...)
@@ -557,7 +564,7 @@ func TestServeParametricUntrainable(t *testing.T) {
 	if err := os.Rename(model+".new", model); err != nil {
 		t.Fatal(err)
 	}
-	ball := useHot(t, p, "Lily has a red ball named Bob that she keeps under the big green bed.", "Where is the red ball Bob?")
+	useHot(t, p, ball, "Where is the red ball Bob?")
 	v := waitParametric(t, p, "lily")
 	t.Logf("refused: %s", v.Failure)
 	if v.Adapter != "" || !strings.Contains(v.Failure, "blk.4.attn_q.weight is i32") {
