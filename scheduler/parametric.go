@@ -442,12 +442,7 @@ func (t *Tiers) runDistill(ctx context.Context, j Job, model string, foreground 
 	if errors.Is(err, lora.ErrNotTrainable) {
 		t.runMu.Lock()
 		first := !t.untrainable[model]
-		if first {
-			if t.untrainable == nil {
-				t.untrainable = map[string]bool{}
-			}
-			t.untrainable[model] = true
-		}
+		t.untrainable[model] = true
 		t.runMu.Unlock()
 		if first {
 			t.log.Warn("parametric tier: this model cannot be trained; hot memories stay in the activation tier", "model", model, "err", err)

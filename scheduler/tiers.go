@@ -245,7 +245,8 @@ func NewTiers(d Deps, opts TierOptions) (*Tiers, error) {
 		return nil, fmt.Errorf("scheduler: %w", err)
 	}
 	t := &Tiers{mem: d.Mem, kv: d.KV, lay: d.Layout, eng: d.Engine, db: db, opts: opts, heat: opts.Heat.withDefaults(), log: log.With("component", "tiers"),
-		seq: seq, kick: make(chan struct{}, 1), resident: map[string]string{}, reg: d.Registry, param: param}
+		seq: seq, kick: make(chan struct{}, 1), resident: map[string]string{}, reg: d.Registry, param: param,
+		untrainable: map[string]bool{}}
 	t.bg, t.bgCancel = context.WithCancel(context.Background())
 	if err := t.collectGarbage(context.Background()); err != nil {
 		seq.Release()
