@@ -131,6 +131,20 @@ func PlanTraining(modelPath string, weights func(string) bool) (TrainPlan, error
 	return p, nil
 }
 
+// RemoveTrainingCopies removes the training copies Distill left in the
+// subdirectories of dir (the parametric tier's adapter directories) when
+// a crash stopped it before it removed them itself. Call it only when no
+// Distill writes there.
+func RemoveTrainingCopies(dir string) {
+	if dir == "" {
+		return
+	}
+	stale, _ := filepath.Glob(filepath.Join(dir, "*", ".train-*.gguf"))
+	for _, p := range stale {
+		os.Remove(p)
+	}
+}
+
 // trainingCopy writes the training copy of the base at modelPath that p
 // plans into dir (a temporary file whose name starts with ".train-") and
 // returns its path, or modelPath itself when p needs none. The caller

@@ -435,9 +435,8 @@ func (t *Tiers) runDistill(ctx context.Context, j Job, model string, foreground 
 	}
 	ver := ps.Version + 1
 	now0 := now
-	// a model whose weights cannot be trained (of a type ggml cannot
-	// dequantize): said once per model file; the memories stay where
-	// they are and the cube tries again after For
+	// untrainable weights: said once per model file; the memories stay
+	// where they are and the cube tries again after For
 	plan, err := lora.PlanTraining(model, t.param.Distill.Weights)
 	if errors.Is(err, lora.ErrNotTrainable) {
 		t.runMu.Lock()

@@ -256,6 +256,9 @@ func NewTiers(d Deps, opts TierOptions) (*Tiers, error) {
 		seq.Release()
 		return nil, err
 	}
+	if param.Enabled {
+		lora.RemoveTrainingCopies(param.Dir) // what a crash left; no distillation runs yet
+	}
 	return t, nil
 }
 
