@@ -51,6 +51,14 @@ func TestDistillQuantized(t *testing.T) {
 			if plan.BaseType != c.base || len(plan.Convert) != c.convert || plan.CopyBytes <= 0 {
 				t.Fatalf("plan %+v; want base %s, %d converted", plan, c.base, c.convert)
 			}
+			// the RAM estimate counts the training copy, not the file
+			ram, err := DistillRAM(model, 2, DistillOptions{Generic: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := plan.CopyBytes + 3*257*512*4 + 16*(2*64*64+3*64*172); ram != want {
+				t.Errorf("DistillRAM %d, want %d", ram, want)
+			}
 			out := filepath.Join(dir, "out")
 			if err := os.Mkdir(out, 0o755); err != nil {
 				t.Fatal(err)
