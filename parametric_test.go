@@ -3,6 +3,7 @@ package memosrt
 import (
 	"context"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -344,5 +345,23 @@ func TestParametricRAMBudget(t *testing.T) {
 	}
 	if recs, _ := o.AdapterRegistry().Defaults(ctx, "c"); len(recs) != 0 {
 		t.Fatalf("registered: %+v", recs)
+	}
+}
+
+// A training copy a crash left in a cube's adapter directory (lora.Distill
+// writes it there for an f16 or quantized base and removes it itself) is
+// removed when the OS opens.
+func TestParametricStaleTrainingCopy(t *testing.T) {
+	opts, _ := parametricOptions(t, 0)
+	stale := filepath.Join(opts.Dir, "adapters", "c", ".train-123.gguf")
+	if err := os.MkdirAll(filepath.Dir(stale), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(stale, []byte("GGUF"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	openOS(t, opts)
+	if _, err := os.Stat(stale); !os.IsNotExist(err) {
+		t.Fatalf("the stale training copy is still there: %v", err)
 	}
 }

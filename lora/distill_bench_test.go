@@ -77,10 +77,17 @@ type distillSetting struct {
 // memory not in the prompt; base behaviour as top-1 agreement and
 // KL(base‖adapter) over 1,000 positions of the base's greedy stories from
 // 8 openings no training text starts with. MEMOSRT_DISTILL_LOG=1 logs
-// each epoch to stderr.
+// each epoch to stderr. MEMOSRT_DISTILL_TYPE=f16|q8_0|q4_0|... runs on
+// stories260K written in that type by llama.Quantize (a training copy,
+// figures measured on the quantized model with the adapter); run one
+// type per process, as peak RSS is the process's.
 func BenchmarkDistill(b *testing.B) {
 	path := testmodels.Stories(b)
 	llama.Init("")
+	typ := "f32"
+	if v := os.Getenv("MEMOSRT_DISTILL_TYPE"); v != "" && v != "f32" {
+		typ, path = v, quantized(b, b.TempDir(), v)
+	}
 	m, ev := evalContext(b, path, 512)
 	var err error
 	mems := make([][]llama.Token, len(distillMemories))
@@ -119,12 +126,12 @@ func BenchmarkDistill(b *testing.B) {
 			settings = append(settings, st)
 		}
 	}
-	fmt.Println("| epochs | lr | rank | generic | output.weight | threads | copies | greedy | margin | anchor | cue | train loss first→last | memory NLL base→adapter | recalled | held-out top-1 | held-out KL | positions | steps (skipped) | s/memory (prepare+train) | peak RSS | adapter bytes | min kept |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Println("| type | epochs | lr | rank | generic | output.weight | threads | copies | greedy | margin | anchor | cue | train loss first→last | memory NLL base→adapter | recalled | held-out top-1 | held-out KL | positions | steps (skipped) | s/memory (prepare+train) | peak RSS | adapter bytes | min kept |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, st := range settings {
 		b.Run(fmt.Sprintf("epochs=%d,lr=%g,rank=%d,generic=%d,output=%d,threads=%d,copies=%d,greedy=%d,margin=%g,anchor=%g,cue=%d", st.epochs, st.lr, st.rank, st.generic, st.output, st.threads, st.copies, st.greedy, st.margin, st.anchor, st.cue), func(b *testing.B) {
 			for b.Loop() {
-				runDistill(b, path, m, ev, mems, generic, st)
+				runDistill(b, typ, path, m, ev, mems, generic, st)
 			}
 		})
 	}
@@ -132,7 +139,7 @@ func BenchmarkDistill(b *testing.B) {
 
 // runDistill distills distillMemories with st and measures the adapter on
 // mems and on the held-out generic text.
-func runDistill(b *testing.B, path string, m *llama.Model, ev *llama.Ctx, mems, generic [][]llama.Token, st distillSetting) {
+func runDistill(b *testing.B, typ, path string, m *llama.Model, ev *llama.Ctx, mems, generic [][]llama.Token, st distillSetting) {
 	out := filepath.Join(b.TempDir(), "distilled.gguf")
 	o := DistillOptions{Out: out, Epochs: st.epochs, LearningRate: st.lr, Rank: st.rank, Generic: st.generic, Threads: st.threads, Copies: st.copies, Greedy: st.greedy, Margin: st.margin, Anchor: st.anchor, Cue: st.cue}
 	if os.Getenv("MEMOSRT_DISTILL_LOG") != "" {
@@ -155,8 +162,8 @@ func runDistill(b *testing.B, path string, m *llama.Model, ev *llama.Ctx, mems, 
 	agree, kl, pos := genericFigures(b, ev, a, generic, 1000)
 	ev.ClearAdapters()
 	sec := (res.Prepare + res.Train).Seconds() / float64(len(mems))
-	fmt.Printf("| %d | %g | %d | %d | %d | %d | %d | %d | %g | %g | %d | %.3f→%.3f | %.3f→%.3f (−%.0f%%) | %d/%d | %.1f%% | %.4f | %d | %d (%d) | %.2f (%.2f+%.2f) | %d MiB | %d | %.3f |\n",
-		st.epochs, st.lr, res.Rank, st.generic, st.output, st.threads, st.copies, st.greedy, st.margin, st.anchor, st.cue, res.LossFirst, res.LossLast, nllBase, nllAd, 100*(1-nllAd/nllBase), recalled, len(mems),
+	fmt.Printf("| %s | %d | %g | %d | %d | %d | %d | %d | %d | %g | %g | %d | %.3f→%.3f | %.3f→%.3f (−%.0f%%) | %d/%d | %.1f%% | %.4f | %d | %d (%d) | %.2f (%.2f+%.2f) | %d MiB | %d | %.3f |\n",
+		typ, st.epochs, st.lr, res.Rank, st.generic, st.output, st.threads, st.copies, st.greedy, st.margin, st.anchor, st.cue, res.LossFirst, res.LossLast, nllBase, nllAd, 100*(1-nllAd/nllBase), recalled, len(mems),
 		100*agree, kl, pos, res.Steps, res.Skipped, sec, res.Prepare.Seconds()/float64(len(mems)), res.Train.Seconds()/float64(len(mems)), rss>>20, res.Bytes, res.MinKept)
 }
 
@@ -335,4 +342,36 @@ func peakRSS() int64 {
 		}
 	}
 	return 0
+}
+
+// BenchmarkDistillTime times distilling one memory into the model at
+// MEMOSRT_BENCH_MODEL (skipped when unset) with a short setting: no
+// generic datapoints, MEMOSRT_DISTILL_EPOCHS epochs (default 2) of the
+// memory's one datapoint, 2 threads for training and sampling. It prints
+// the training copy's size and time (a model whose last block is not
+// f32), the preparation (load, copy, sampling the memory's datapoint and
+// the base's soft labels), the seconds per optimizer step and the peak
+// RSS:
+//
+//	MEMOSRT_BENCH_MODEL=models/1b-q4_0.gguf go test -run '^$' -bench DistillTime -benchtime 1x ./lora/
+func BenchmarkDistillTime(b *testing.B) {
+	path := os.Getenv("MEMOSRT_BENCH_MODEL")
+	if path == "" {
+		b.Skip("MEMOSRT_BENCH_MODEL not set")
+	}
+	llama.Init("")
+	epochs := 2
+	if v := os.Getenv("MEMOSRT_DISTILL_EPOCHS"); v != "" {
+		fmt.Sscan(v, &epochs)
+	}
+	for b.Loop() {
+		out := filepath.Join(b.TempDir(), "a.gguf")
+		res, err := Distill(context.Background(), path, distillMemories[:1], DistillOptions{Out: out, Epochs: epochs, Generic: -1, Margin: -1,
+			Threads: 2, SampleThreads: 2})
+		if err != nil {
+			b.Fatal(err)
+		}
+		fmt.Printf("| %s | %s | %d MiB | %.1f | %.1f | %d | %.1f | %d MiB |\n", filepath.Base(path), res.BaseType, res.CopyBytes>>20, res.Copy.Seconds(),
+			res.Prepare.Seconds(), res.Steps, res.Train.Seconds()/float64(max(res.Steps, 1)), peakRSS()>>20)
+	}
 }

@@ -276,7 +276,7 @@ func TestDistillRefuses(t *testing.T) {
 		mems        []string
 		want        error
 	}{
-		{"f16 weights", "llama-2-tiny-random.gguf", []string{"a b c"}, ErrNotTrainable},
+		{"i32 weight", "i32", []string{"Lily has a red ball."}, ErrNotTrainable},
 		{"no memories", "stories260K.gguf", nil, nil},
 		{"too long", "stories260K.gguf", []string{strings.Repeat("Lily has a red ball. ", 40)}, nil},
 		{"no out", "", []string{"x"}, nil},
@@ -284,9 +284,12 @@ func TestDistillRefuses(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			o := DistillOptions{Out: filepath.Join(dir, c.name+".gguf"), Epochs: 1}
 			p := testmodels.Stories(t)
-			if c.model == "" {
+			switch c.model {
+			case "":
 				o.Out = ""
-			} else {
+			case "i32":
+				p = untrainable(t, dir)
+			default:
 				p = testmodels.Path(t, c.model)
 			}
 			_, err := Distill(context.Background(), p, c.mems, o)

@@ -8,6 +8,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -80,7 +81,8 @@ type DistillOptions struct {
 	// trained weight w becomes w − lr·Anchor·(w − w_base), lr that step's
 	// learning rate. Default 0: none.
 	Anchor float32
-	// Budget bounds the training time (sampling and soft labels excluded);
+	// Budget bounds the training time (sampling and soft labels excluded;
+	// writing the training copy of an f16 or quantized base included);
 	// training stops after the step that reaches it and the adapter is
 	// written from what was trained (DistillResult.Truncated). 0: none.
 	Budget time.Duration
@@ -99,6 +101,10 @@ type DistillOptions struct {
 	// Seed of the sampler that writes the generic text and the shuffles.
 	// Default 1.
 	Seed uint64
+	// TempDir holds the training copy of a base whose weights to train are
+	// not f32 (see TrainPlan) while the Trainer reads it. Default: the
+	// directory of Out.
+	TempDir string
 	// KeepDeltas returns the full weight deltas in DistillResult.Deltas
 	// (to extract at other ranks). Default false.
 	KeepDeltas bool
@@ -220,17 +226,24 @@ type DistillResult struct {
 	// that its rank-Rank pair keeps (1 at full rank).
 	MinKept float64
 	// Train is the wall time of the optimizer steps; Prepare that of
-	// loading, sampling the generic text and the base's soft labels.
-	Train, Prepare time.Duration
+	// loading, writing the training copy (Copy of it), sampling the
+	// generic text and the base's soft labels.
+	Train, Prepare, Copy time.Duration
+	// BaseType is the base file's type of the trained weights
+	// (TrainPlan.BaseType); CopyBytes the size of the training copy (0:
+	// the base trained as it is, f32).
+	BaseType  string
+	CopyBytes int64
 	// Deltas are the full weight deltas (DistillOptions.KeepDeltas).
 	Deltas []Delta
 }
 
-// ErrNotTrainable is returned by Distill when the base model's chosen
-// weights cannot be trained: quantized or F16 (ggml-opt trains F32 only;
-// distill from an F32 GGUF of the same model and apply the adapter to the
-// quantized one), or weights llama.Trainer refuses. It wraps
-// llama.ErrNotTrainable's message.
+// ErrNotTrainable is returned by Distill, PlanTraining and DistillRAM
+// when the base model's chosen weights cannot be trained: a type the
+// pinned ggml cannot dequantize (every type it computes with can; f16
+// and quantized weights train on a dequantized copy, see TrainPlan), a
+// weight that is not a matrix, or weights llama.Trainer refuses (those
+// that feed the KV cache). Its message names the weight and its type.
 var ErrNotTrainable = errors.New("lora: base weights cannot be trained")
 
 // Distill trains the memories into the weights of the base model at
@@ -266,12 +279,19 @@ var ErrNotTrainable = errors.New("lora: base weights cannot be trained")
 // generic, + output.weight, no cue: −83%, 20/20, 93.1%, 0.0568 with
 // greedy generic text and margin 1).
 //
+// A base whose weights to train are f16 or quantized trains on a
+// temporary copy in o.TempDir with those weights dequantized to f32
+// (TrainPlan); the delta is measured from the dequantized values, and the
+// adapter is for the original file (Evaluate it there).
+//
 // Costs: the soft labels take NCtx×n_vocab×4 bytes per datapoint (512 KiB
 // each on a 512-token vocabulary; mind large vocabularies), the Trainer a
-// second, unmapped copy of the model. llama.Init must have been called.
+// second, unmapped copy of the model (of the training copy for an f16 or
+// quantized base; the file is removed once read). llama.Init must have
+// been called.
 //
-// Errors: o.Validate's; ErrNotTrainable for weights that are not F32 (a
-// quantized model) or that the Trainer refuses; an error for an empty
+// Errors: o.Validate's; ErrNotTrainable (PlanTraining's, naming the
+// weight and its type) or the Trainer's refusal; an error for an empty
 // memory list or memories whose copies pass 128 tokens; ctx.Err() (wrapped) when
 // ctx ends, checked between steps and while sampling (no file is written
 // then); llama and I/O errors wrapped.
@@ -291,12 +311,27 @@ func Distill(ctx context.Context, modelPath string, memories []string, o Distill
 	if o.Weights == nil {
 		o.Weights = DistillWeights(lastBlock(bs))
 	}
+	plan, err := PlanTraining(modelPath, o.Weights)
+	if err != nil {
+		return nil, err
+	}
 	m, err := llama.LoadModel(modelPath, llama.ModelParams{UseMmap: true})
 	if err != nil {
 		return nil, fmt.Errorf("lora: distill: %w", err)
 	}
 	defer m.Close()
-	tr, err := llama.NewTrainer(modelPath, llama.TrainOptions{Train: o.Weights, Threads: o.Threads, LearningRate: o.LearningRate})
+	dir := o.TempDir
+	if dir == "" {
+		dir = filepath.Dir(o.Out)
+	}
+	trainPath, copyTime, err := trainingCopy(ctx, modelPath, dir, plan)
+	if err != nil {
+		return nil, err
+	}
+	tr, err := llama.NewTrainer(trainPath, llama.TrainOptions{Train: o.Weights, Threads: o.Threads, LearningRate: o.LearningRate})
+	if trainPath != modelPath {
+		os.Remove(trainPath) // read into memory (unmapped) or refused
+	}
 	if err != nil {
 		if errors.Is(err, llama.ErrNotTrainable) {
 			return nil, fmt.Errorf("%w: %v", ErrNotTrainable, err)
@@ -387,13 +422,13 @@ func Distill(ctx context.Context, modelPath string, memories []string, o Distill
 			return nil, err
 		}
 	}
-	res := &DistillResult{Path: o.Out, Prepare: time.Since(t0), MinKept: 1}
+	res := &DistillResult{Path: o.Out, Prepare: time.Since(t0), MinKept: 1, Copy: copyTime, BaseType: plan.BaseType, CopyBytes: plan.CopyBytes}
 	base, err := tr.Weights()
 	if err != nil {
 		return nil, fmt.Errorf("lora: distill: %w", err)
 	}
 
-	t1 := time.Now()
+	t1 := time.Now().Add(-copyTime) // the copy counts against Budget
 	total := o.Epochs * len(data)
 	perm := make([]int, len(data))
 	for i := range perm {
@@ -698,7 +733,8 @@ const distillCtx = 257
 
 // DistillRAM estimates the bytes Distill allocates for memories memories
 // under o on the model at modelPath, before it runs: the Trainer's own
-// unmapped copy of the model (the file's size), the soft labels (one
+// unmapped copy of the model (the file's size, or the training copy's of
+// an f16 or quantized base: TrainPlan.CopyBytes), the soft labels (one
 // distillCtx × n_vocab float32 matrix per datapoint: the memories and
 // o.Generic, default 6 per memory) and, per trained weight, its gradient,
 // AdamW's two moments and the delta Extract reads (4 float32 copies).
@@ -706,16 +742,24 @@ const distillCtx = 257
 // BenchmarkDistill's 20 memories on stories260K estimate 72.0 MiB
 // (TestDistillRAM) and peak at 115 MiB of RSS. The parametric tier takes fewer memories, or none,
 // to stay within its budget. Errors: the GGUF's, a model without
-// token_embd.weight.
+// token_embd.weight, PlanTraining's (ErrNotTrainable).
 func DistillRAM(modelPath string, memories int, o DistillOptions) (int64, error) {
 	o = o.withDefaults()
 	bs, err := ReadBase(modelPath)
 	if err != nil {
 		return 0, err
 	}
+	plan, err := PlanTraining(modelPath, o.Weights)
+	if err != nil {
+		return 0, err
+	}
 	fi, err := os.Stat(modelPath)
 	if err != nil {
 		return 0, fmt.Errorf("lora: %w", err)
+	}
+	size := fi.Size()
+	if plan.CopyBytes > 0 {
+		size = plan.CopyBytes
 	}
 	emb := bs.Shapes["token_embd.weight"]
 	if len(emb) < 2 {
@@ -741,5 +785,5 @@ func DistillRAM(modelPath string, memories int, o DistillOptions) (int64, error)
 			trained += e
 		}
 	}
-	return fi.Size() + points*distillCtx*nv*4 + 4*4*trained, nil
+	return size + points*distillCtx*nv*4 + 4*4*trained, nil
 }

@@ -21,7 +21,10 @@
 //   - Distill trains memories into a base model's last block (llama.Trainer,
 //     with the base's own distribution as the label away from the memories)
 //     and writes the weight change as an adapter: Extract cuts each delta
-//     to rank r by SVD, WriteFactors writes the pairs.
+//     to rank r by SVD, WriteFactors writes the pairs. A base whose
+//     weights to train are f16 or quantized trains on a temporary copy
+//     with those weights dequantized to f32 (PlanTraining, TrainPlan);
+//     the adapter applies to the original file.
 //   - WriteRandom writes a random rank-r adapter for a base model (tests,
 //     demos); WriteFile writes any adapter-shaped GGUF (including broken
 //     ones, for tests of Check).

@@ -125,9 +125,11 @@ type paramState struct {
 	Path    string `json:"path,omitempty"`
 	Bytes   int64  `json:"bytes,omitempty"`
 	// Eval is the gate's measurement of the last trained adapter (attached
-	// or refused); Seconds its training and gate time.
-	Eval    *lora.Evaluation `json:"eval,omitempty"`
-	Seconds float64          `json:"seconds,omitempty"`
+	// or refused); Seconds its training and gate time; BaseType the base
+	// model's type of the trained weights (lora.TrainPlan.BaseType).
+	Eval     *lora.Evaluation `json:"eval,omitempty"`
+	BaseType string           `json:"base_type,omitempty"`
+	Seconds  float64          `json:"seconds,omitempty"`
 	// FailedAt and Failure: the last run that did not attach an adapter
 	// (refused by the gate, or failed); no run starts before FailedAt+For
 	// unless the members change.
@@ -143,6 +145,7 @@ type Parametric struct {
 	Members    int              `json:"members"`
 	Bytes      int64            `json:"bytes,omitempty"`
 	Eval       *lora.Evaluation `json:"eval,omitempty"`
+	BaseType   string           `json:"base_type,omitempty"` // the served model's type of the weights distillation trains ("q8_0+f16")
 	Seconds    float64          `json:"seconds,omitempty"`
 	Failure    string           `json:"failure,omitempty"`
 	FailedAt   time.Time        `json:"failed_at,omitzero"`
@@ -432,6 +435,21 @@ func (t *Tiers) runDistill(ctx context.Context, j Job, model string, foreground 
 	}
 	ver := ps.Version + 1
 	now0 := now
+	// untrainable weights: said once per model file; the memories stay
+	// where they are and the cube tries again after For
+	plan, err := lora.PlanTraining(model, t.param.Distill.Weights)
+	if errors.Is(err, lora.ErrNotTrainable) {
+		t.runMu.Lock()
+		first := !t.untrainable[model]
+		t.untrainable[model] = true
+		t.runMu.Unlock()
+		if first {
+			t.log.Warn("parametric tier: this model cannot be trained; hot memories stay in the activation tier", "model", model, "err", err)
+		}
+		return t.finishDistill(j, func(p *paramState) { p.FailedAt, p.Failure = now0, err.Error() }, nil)
+	} else if err != nil {
+		return err
+	}
 	for {
 		need, err := lora.DistillRAM(model, len(mems), t.param.Distill)
 		if err != nil {
@@ -486,7 +504,7 @@ func (t *Tiers) runDistill(ctx context.Context, j Job, model string, foreground 
 		os.Remove(out)
 		t.log.Warn("distilled adapter not attached", "cube", cube, "version", ver, "why", why)
 		return t.finishDistill(j, func(p *paramState) {
-			p.Version, p.FailedAt, p.Failure, p.Eval, p.Seconds = ver, now, why, ev, time.Since(t0).Seconds()
+			p.Version, p.FailedAt, p.Failure, p.Eval, p.Seconds, p.BaseType = ver, now, why, ev, time.Since(t0).Seconds(), plan.BaseType
 		}, nil)
 	}
 	if err != nil {
@@ -583,7 +601,7 @@ func (t *Tiers) runDistill(ctx context.Context, j Job, model string, foreground 
 	err = t.finishDistill(j, func(p *paramState) {
 		p.Members, p.Digests, p.Version = ids, digests, ver
 		p.Adapter, p.Path, p.Bytes = rec.RefName(), out, res.Bytes
-		p.Eval, p.Seconds, p.FailedAt, p.Failure = &ev, secs, time.Time{}, ""
+		p.Eval, p.Seconds, p.FailedAt, p.Failure, p.BaseType = &ev, secs, time.Time{}, "", plan.BaseType
 		for _, id := range ids {
 			delete(p.HotSince, id)
 		}
@@ -606,7 +624,7 @@ func (t *Tiers) runDistill(ctx context.Context, j Job, model string, foreground 
 			t.log.Warn("replaced adapter file not removed", "path", old, "err", err)
 		}
 	}
-	t.log.Info("memories distilled", "cube", cube, "adapter", rec.RefName(), "memories", len(ids),
+	t.log.Info("memories distilled", "cube", cube, "adapter", rec.RefName(), "memories", len(ids), "base_type", plan.BaseType,
 		"nll_base", ev.NLLBase, "nll_adapter", ev.NLLAdapter, "top1", ev.Top1, "kl", ev.KL, "seconds", secs)
 	return t.collectGarbage(context.Background())
 }
@@ -653,7 +671,7 @@ func (t *Tiers) parametricView(cube string) (*Parametric, []string, error) {
 	busy := t.distilling != nil && t.distilling.cube == cube
 	t.runMu.Unlock()
 	return &Parametric{Adapter: ps.Adapter, Version: ps.Version, Members: len(ps.Members), Bytes: ps.Bytes, Eval: ps.Eval,
-		Seconds: ps.Seconds, Failure: ps.Failure, FailedAt: ps.FailedAt, Distilling: busy}, ps.Members, nil
+		BaseType: ps.BaseType, Seconds: ps.Seconds, Failure: ps.Failure, FailedAt: ps.FailedAt, Distilling: busy}, ps.Members, nil
 }
 
 // deleteParametric removes cube's adapter record and files (DeleteCube);

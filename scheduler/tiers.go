@@ -180,8 +180,11 @@ type Tiers struct {
 	running *runningJob
 	// distilling is the running distillation (JobDistill), nil if none.
 	distilling *runningJob
-	deleting   map[string]int
-	promoting  int // Promotes waiting for or holding jobMu: no Tick job starts
+	// untrainable holds the model files whose weights the parametric tier
+	// found untrainable (lora.ErrNotTrainable), logged once each.
+	untrainable map[string]bool
+	deleting    map[string]int
+	promoting   int // Promotes waiting for or holding jobMu: no Tick job starts
 
 	// mu guards closed, cancel and resident.
 	mu       sync.Mutex
@@ -242,7 +245,8 @@ func NewTiers(d Deps, opts TierOptions) (*Tiers, error) {
 		return nil, fmt.Errorf("scheduler: %w", err)
 	}
 	t := &Tiers{mem: d.Mem, kv: d.KV, lay: d.Layout, eng: d.Engine, db: db, opts: opts, heat: opts.Heat.withDefaults(), log: log.With("component", "tiers"),
-		seq: seq, kick: make(chan struct{}, 1), resident: map[string]string{}, reg: d.Registry, param: param}
+		seq: seq, kick: make(chan struct{}, 1), resident: map[string]string{}, reg: d.Registry, param: param,
+		untrainable: map[string]bool{}}
 	t.bg, t.bgCancel = context.WithCancel(context.Background())
 	if err := t.collectGarbage(context.Background()); err != nil {
 		seq.Release()
@@ -251,6 +255,9 @@ func NewTiers(d Deps, opts TierOptions) (*Tiers, error) {
 	if err := t.removeOrphans(); err != nil {
 		seq.Release()
 		return nil, err
+	}
+	if param.Enabled {
+		lora.RemoveTrainingCopies(param.Dir) // what a crash left; no distillation runs yet
 	}
 	return t, nil
 }

@@ -9,6 +9,7 @@
 //	memosrt bench ttft|recall ...
 //	memosrt check --db DIR [--repair]
 //	memosrt gen-model --preset 1b --out PATH
+//	memosrt quantize IN.gguf OUT.gguf --type f16|q8_0|q4_0|q4_k_m|...
 //	memosrt version | devices
 //	memosrt completion bash|zsh|fish|powershell
 //

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -411,16 +412,89 @@ func metric(t *testing.T, p *serveProc, name string) float64 {
 // The parametric tier through `memosrt serve --parametric` on a moved
 // clock: a memory used steadily (a chat every 6 hours) past the 48-hour
 // horizon is distilled into the cube's adapter and ends in the parametric
-// tier, out of the pack; the gate's NLL figures come back in the tier
-// state; a raw prompt of its first words in the cube (memory not in the
-// prompt, the adapter attached by default) completes it; deleting it
-// retires the adapter within a tick.
+// tier, out of the pack; the gate's NLL figures and the base type come
+// back in the tier state; a raw prompt of its first words in the cube
+// (memory not in the prompt, the adapter attached by default) completes
+// it, also after a cold start (serve stopped and started again on the
+// same data directory); deleting it retires the adapter within a tick.
 func TestServeParametric(t *testing.T) {
+	serveParametric(t, testmodels.Stories(t), "f32")
+}
+
+// The same on stories260K in q8_0, written by `memosrt quantize`: the
+// tier trains on a copy with the last block dequantized, the adapter
+// passes the gate measured on the q8_0 model, and the q8_0 model answers
+// with it (the 172-value ffn_down rows stay f16, hence "q8_0+f16").
+func TestServeParametricQuantized(t *testing.T) {
+	q8 := filepath.Join(t.TempDir(), "stories260K-q8_0.gguf")
+	if out := must(t, "quantize", testmodels.Stories(t), q8, "--type", "q8_0", "--threads", "1"); !strings.Contains(out, "wrote "+q8+": q8_0") {
+		t.Fatalf("quantize printed %q", out)
+	}
+	serveParametric(t, q8, "q8_0+f16")
+}
+
+// parametricView is the parametric part of GET /v1/cubes/{cube}/tiers.
+type parametricView struct {
+	Adapter  string          `json:"adapter"`
+	Members  int             `json:"members"`
+	Failure  string          `json:"failure"`
+	Eval     lora.Evaluation `json:"eval"`
+	Seconds  float64         `json:"seconds"`
+	Bytes    int64           `json:"bytes"`
+	BaseType string          `json:"base_type"`
+}
+
+// waitParametric polls cube's tier state until its distillation attached
+// an adapter or recorded a failure; 30 minutes bound a hang, not the
+// speed (training runs in the background).
+func waitParametric(t *testing.T, p *serveProc, cube string) parametricView {
+	t.Helper()
+	var v struct {
+		Parametric parametricView `json:"parametric"`
+	}
+	for deadline := time.Now().Add(30 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		if code := p.call(t, "GET", "/v1/cubes/"+cube+"/tiers?limit=0", nil, &v); code != http.StatusOK {
+			t.Fatalf("tiers: %d", code)
+		}
+		if v.Parametric.Adapter != "" || v.Parametric.Failure != "" {
+			return v.Parametric
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no distillation after 30 minutes\n%s", p.stderr.String())
+		}
+	}
+}
+
+// addMemory adds text to cube lily and returns its id.
+func addMemory(t *testing.T, p *serveProc, text string) string {
+	t.Helper()
+	var m struct{ ID string }
+	p.call(t, "POST", "/v1/cubes/lily/memories", map[string]string{"text": text}, &m)
+	return m.ID
+}
+
+// useHot chats about memory id of cube lily steadily on the moved clock
+// (3 chats, then one every 6 hours for 54 hours) so that it is hot past
+// the 48-hour horizon.
+func useHot(t *testing.T, p *serveProc, id, q string) {
+	t.Helper()
+	for range 3 {
+		p.chat(t, "lily", q, false)
+	}
+	testutil.WaitFor(t, "the memory to enter the activation tier", func() bool { return p.tier(t, "lily", id) == scheduler.TierActivation })
+	for range 9 { // 54 hours of steady use
+		if code := p.call(t, "POST", "/v1/debug/clock", map[string]float64{"advance_s": 6 * 3600}, nil); code != http.StatusNoContent {
+			t.Fatalf("clock: %d", code)
+		}
+		p.chat(t, "lily", q, false)
+	}
+}
+
+func serveParametric(t *testing.T, model, baseType string) {
 	db := t.TempDir()
-	p := startServe(t, db, nil, "--debug-clock", "--tick-interval", "50ms", "--parametric", "--distill-after", "48h")
-	var ball struct{ ID string }
-	p.call(t, "POST", "/v1/cubes/lily/memories", map[string]string{"text": "Lily has a red ball named Bob that she keeps under the big green bed."}, &ball)
-	raw := func() memosrt.Response {
+	args := []string{"--model", model, "--debug-clock", "--tick-interval", "50ms", "--parametric", "--distill-after", "48h"}
+	p := startServe(t, db, nil, args...)
+	raw := func(p *serveProc) memosrt.Response {
 		t.Helper()
 		var r memosrt.Response
 		in := map[string]any{"cube": "lily", "prompt": "Lily has a red ball named Bob that", "raw": true, "num_predict": 24, "no_cache": true, "record": "none"}
@@ -430,64 +504,88 @@ func TestServeParametric(t *testing.T) {
 		return r
 	}
 	const tail = " she keeps under the big green bed."
-	if r := raw(); strings.HasPrefix(r.Text, tail) || r.Adapters != "" {
+	ball := addMemory(t, p, "Lily has a red ball named Bob that she keeps under the big green bed.")
+	if r := raw(p); strings.HasPrefix(r.Text, tail) || r.Adapters != "" {
 		t.Fatalf("before: the base completes with %q (adapters %q)", r.Text, r.Adapters)
 	}
-	const q = "Where is the red ball Bob?"
-	for range 3 {
-		p.chat(t, "lily", q, false)
+	useHot(t, p, ball, "Where is the red ball Bob?")
+	v := waitParametric(t, p, "lily")
+	ev := v.Eval
+	t.Logf("through serve on %s: adapter %s (%d bytes, %.1f s, base %s), memory NLL %.3f → %.3f (−%.0f%%), recalled %d/%d, generic top-1 %.1f%% KL %.4f",
+		filepath.Base(model), v.Adapter, v.Bytes, v.Seconds, v.BaseType, ev.NLLBase, ev.NLLAdapter, 100*ev.NLLDrop(), ev.Recalled, ev.Memories, 100*ev.Top1, ev.KL)
+	if v.Adapter == "" || ev.NLLDrop() < 0.5 || ev.Recalled != 1 || !ev.Passed || v.BaseType != baseType {
+		t.Fatalf("distillation: %+v; want an adapter past the gate, base %s", v, baseType)
 	}
-	testutil.WaitFor(t, "the ball to enter the activation tier", func() bool { return p.tier(t, "lily", ball.ID) == scheduler.TierActivation })
-	for range 9 { // 54 hours of steady use
-		if code := p.call(t, "POST", "/v1/debug/clock", map[string]float64{"advance_s": 6 * 3600}, nil); code != http.StatusNoContent {
-			t.Fatalf("clock: %d", code)
-		}
-		p.chat(t, "lily", q, false)
-	}
-	// training runs in the background: 30 minutes bound a hang, not the
-	// speed
-	var v struct {
-		PackID     string `json:"pack_id"`
-		Parametric struct {
-			Adapter string          `json:"adapter"`
-			Members int             `json:"members"`
-			Failure string          `json:"failure"`
-			Eval    lora.Evaluation `json:"eval"`
-			Seconds float64         `json:"seconds"`
-			Bytes   int64           `json:"bytes"`
-		} `json:"parametric"`
-	}
-	for deadline := time.Now().Add(30 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
-		if code := p.call(t, "GET", "/v1/cubes/lily/tiers?limit=0", nil, &v); code != http.StatusOK {
-			t.Fatalf("tiers: %d", code)
-		}
-		if v.Parametric.Adapter != "" || v.Parametric.Failure != "" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no distillation after 30 minutes\n%s", p.stderr.String())
-		}
-	}
-	ev := v.Parametric.Eval
-	t.Logf("through serve: adapter %s (%d bytes, %.1f s), memory NLL %.3f → %.3f (−%.0f%%), recalled %d/%d, generic top-1 %.1f%% KL %.4f",
-		v.Parametric.Adapter, v.Parametric.Bytes, v.Parametric.Seconds, ev.NLLBase, ev.NLLAdapter, 100*ev.NLLDrop(), ev.Recalled, ev.Memories, 100*ev.Top1, ev.KL)
-	if v.Parametric.Adapter == "" || ev.NLLDrop() < 0.5 || ev.Recalled != 1 {
-		t.Fatalf("distillation: %+v", v.Parametric)
-	}
-	if got := p.tier(t, "lily", ball.ID); got != scheduler.TierParametric {
+	if got := p.tier(t, "lily", ball); got != scheduler.TierParametric {
 		t.Fatalf("the ball is in the %s tier", got)
 	}
 	testutil.WaitFor(t, "the pack to leave the ball", func() bool { return p.tiers(t, "lily").PackID == "" })
-	if r := raw(); !strings.HasPrefix(r.Text, tail) || r.Adapters != v.Parametric.Adapter+":1" || r.Retrieved != 0 || r.PackMemories != 0 {
-		t.Fatalf("after the distillation: %q (adapters %q, %d retrieved, %d in the pack), want %q under %s",
-			r.Text, r.Adapters, r.Retrieved, r.PackMemories, tail, v.Parametric.Adapter)
+	check := func(p *serveProc, when string) {
+		t.Helper()
+		if r := raw(p); !strings.HasPrefix(r.Text, tail) || r.Adapters != v.Adapter+":1" || r.Retrieved != 0 || r.PackMemories != 0 {
+			t.Fatalf("%s: %q (adapters %q, %d retrieved, %d in the pack), want %q under %s",
+				when, r.Text, r.Adapters, r.Retrieved, r.PackMemories, tail, v.Adapter)
+		}
 	}
-	if code := p.call(t, "DELETE", "/v1/cubes/lily/memories/"+ball.ID, nil, nil); code != http.StatusNoContent && code != http.StatusOK {
+	check(p, "after the distillation")
+	p.stop(t)
+	p = startServe(t, db, nil, args...)
+	check(p, "after a cold start")
+	if code := p.call(t, "DELETE", "/v1/cubes/lily/memories/"+ball, nil, nil); code != http.StatusNoContent && code != http.StatusOK {
 		t.Fatalf("delete: %d", code)
 	}
-	testutil.WaitFor(t, "the adapter to be retired", func() bool { return raw().Adapters == "" })
-	if r := raw(); strings.HasPrefix(r.Text, tail) {
+	testutil.WaitFor(t, "the adapter to be retired", func() bool { return raw(p).Adapters == "" })
+	if r := raw(p); strings.HasPrefix(r.Text, tail) {
 		t.Fatalf("after the delete the cube still completes the memory: %q", r.Text)
+	}
+}
+
+// A model whose weights cannot be trained is refused by the tier with a
+// message naming the weight and its type, and serve keeps answering; the
+// hot memory stays in the activation tier. No type the pinned ggml
+// computes with is untrainable (each has a dequantizer), so the test
+// replaces the model file under the running server (which keeps the
+// model it loaded) with a copy whose blk.4.attn_q.weight is declared
+// i32, a type ggml cannot dequantize: the tier reads the file when it
+// plans the training.
+func TestServeParametricUntrainable(t *testing.T) {
+	dir := t.TempDir()
+	model := filepath.Join(dir, "model.gguf")
+	b, err := os.ReadFile(testmodels.Stories(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(model, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p := startServe(t, t.TempDir(), nil, "--model", model, "--debug-clock", "--tick-interval", "50ms", "--parametric", "--distill-after", "48h")
+	ball := addMemory(t, p, "Lily has a red ball named Bob that she keeps under the big green bed.")
+	p.chat(t, "lily", "Once upon a time", false) // the model is loaded
+	name := "blk.4.attn_q.weight"
+	key := append(binary.LittleEndian.AppendUint64(nil, uint64(len(name))), name...)
+	at := bytes.Index(b, key) + len(key)
+	at += 4 + 8*int(binary.LittleEndian.Uint32(b[at:])) // n_dims, dims: the type follows
+	binary.LittleEndian.PutUint32(b[at:], 26)           // GGML_TYPE_I32
+	if err := os.WriteFile(model+".new", b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(model+".new", model); err != nil {
+		t.Fatal(err)
+	}
+	useHot(t, p, ball, "Where is the red ball Bob?")
+	v := waitParametric(t, p, "lily")
+	t.Logf("refused: %s", v.Failure)
+	if v.Adapter != "" || !strings.Contains(v.Failure, "blk.4.attn_q.weight is i32") {
+		t.Fatalf("parametric state %+v; want the failure naming blk.4.attn_q.weight and i32", v)
+	}
+	if got := p.tier(t, "lily", ball); got != scheduler.TierActivation {
+		t.Fatalf("the refused memory is in the %s tier, want activation", got)
+	}
+	if r := p.chat(t, "lily", "Where is the red ball Bob?", false); r.Text == "" {
+		t.Fatal("serve answered nothing after the refusal")
+	}
+	if n := strings.Count(p.stderr.String(), "this model cannot be trained"); n != 1 {
+		t.Fatalf("the refusal was logged %d times, want once:\n%s", n, p.stderr.String())
 	}
 }
 

@@ -76,9 +76,10 @@ func tiers(ctx context.Context, sf storeFlags, ef engineFlags, cube string, limi
 	fmt.Printf("cube %s: pack %d tokens, %s KV (%s stored), level %s; all packs %s of %s budget\n", st.Cube, st.PackTokens,
 		bytesStr(st.RawBytes), bytesStr(st.BlobBytes), orDash(st.PackLevel), bytesStr(st.KVBytes), bytesStr(st.KVBudget))
 	if pm := st.Parametric; pm != nil && (pm.Adapter != "" || pm.Failure != "" || pm.Distilling) {
-		fmt.Printf("parametric: adapter %s (version %d, %d memories, %s)", orDash(pm.Adapter), pm.Version, pm.Members, bytesStr(pm.Bytes))
+		fmt.Printf("parametric: adapter %s (version %d, %d memories, %s, base %s)", orDash(pm.Adapter), pm.Version, pm.Members, bytesStr(pm.Bytes), orDash(pm.BaseType))
 		if ev := pm.Eval; ev != nil {
-			fmt.Printf(", memory NLL %.3f → %.3f, generic top-1 %.1f%% KL %.4f", ev.NLLBase, ev.NLLAdapter, 100*ev.Top1, ev.KL)
+			fmt.Printf(", memory NLL %.3f → %.3f (−%.0f%%), recalled %d/%d, generic top-1 %.1f%% KL %.4f",
+				ev.NLLBase, ev.NLLAdapter, 100*ev.NLLDrop(), ev.Recalled, ev.Memories, 100*ev.Top1, ev.KL)
 		}
 		if pm.Distilling {
 			fmt.Print(", distilling now")

@@ -18,6 +18,13 @@
 //   - Trainer (NewTrainer): ggml-opt training of chosen F32 weights (the
 //     parametric tier's distillation); not safe for concurrent use.
 //
+// Files: Quantize writes a model in another type with llama.cpp's
+// llama_model_quantize (memosrt quantize); ConvertGGUF copies a GGUF with
+// chosen tensors converted through ggml's dequantizers and row
+// quantizers (the training copy of an f16 or quantized base);
+// ReadTensors lists a GGUF's tensor table. They are plain functions, safe
+// for concurrent use on different files.
+//
 // Init loads the backends once per process; SetLogger routes llama.cpp's
 // and ggml's log lines (warnings and errors) to slog. After Close every
 // method of a type is a no-op, those returning an error return ErrClosed.

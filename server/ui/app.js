@@ -164,8 +164,10 @@ function renderCube(tiers, packs, adapters) {
       badge("parametric"),
       el("span", { text: pm.adapter
         ? ` adapter ${pm.adapter} (v${pm.version}) · ${pm.members} memories · ${bytes(pm.bytes)}` +
-          (ev ? ` · memory NLL ${ev.nll_base.toFixed(3)} → ${ev.nll_adapter.toFixed(3)} · generic top-1 ${(100 * ev.top1).toFixed(1)}% KL ${ev.kl.toFixed(4)}` : "")
-        : "" }),
+          (pm.base_type ? ` · base ${pm.base_type}` : "") +
+          (ev ? ` · memory NLL ${ev.nll_base.toFixed(3)} → ${ev.nll_adapter.toFixed(3)} · recalled ${ev.recalled}/${ev.memories}` +
+            ` · generic top-1 ${(100 * ev.top1).toFixed(1)}% KL ${ev.kl.toFixed(4)}` : "")
+        : (pm.base_type ? ` base ${pm.base_type}` : "") }),
       pm.distilling ? el("span", { class: "muted", text: " · distilling now" }) : null,
       pm.failure ? el("span", { class: "muted", text: ` · last run not attached: ${pm.failure}` }) : null));
   }
