@@ -435,8 +435,7 @@ func (t *Tiers) runDistill(ctx context.Context, j Job, model string, foreground 
 	}
 	ver := ps.Version + 1
 	now0 := now
-	// untrainable weights: said once per model file; the memories stay
-	// where they are and the cube tries again after For
+	// untrainable weights: said once per model file; memories stay put
 	plan, err := lora.PlanTraining(model, t.param.Distill.Weights)
 	if errors.Is(err, lora.ErrNotTrainable) {
 		t.runMu.Lock()
