@@ -146,6 +146,20 @@ func openaiClient(base string, opts ...option.RequestOption) openai.Client {
 // it returns the status code.
 func do(t testing.TB, method, u string, body any, out any, hdr ...string) int {
 	t.Helper()
+	status, b := send(t, method, u, body, hdr...)
+	if out != nil && len(b) > 0 {
+		if err := json.Unmarshal(b, out); err != nil {
+			t.Fatalf("%s %s: decoding %q: %v", method, u, b, err)
+		}
+	}
+	return status
+}
+
+// send sends a request (body nil, []byte, a string, or a value sent as
+// JSON) with headers hdr (name, value, ...) and returns the status code and
+// the answer's body.
+func send(t testing.TB, method, u string, body any, hdr ...string) (int, []byte) {
+	t.Helper()
 	var rd io.Reader
 	switch b := body.(type) {
 	case nil:
@@ -176,12 +190,7 @@ func do(t testing.TB, method, u string, body any, out any, hdr ...string) int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out != nil && len(b) > 0 {
-		if err := json.Unmarshal(b, out); err != nil {
-			t.Fatalf("%s %s: decoding %q: %v", method, u, b, err)
-		}
-	}
-	return resp.StatusCode
+	return resp.StatusCode, b
 }
 
 // oaiError is the OpenAI error body.

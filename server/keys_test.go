@@ -1,7 +1,6 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -43,34 +42,14 @@ func makeKey(t *testing.T, e *env, body any) keyOut {
 // a JSON error).
 func errorOf(t *testing.T, method, u string, body any, hdr ...string) (int, string) {
 	t.Helper()
-	var rd io.Reader
-	if body != nil {
-		j, err := json.Marshal(body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rd = bytes.NewReader(j)
-	}
-	req, err := http.NewRequest(method, u, rd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := 0; i+1 < len(hdr); i += 2 {
-		req.Header.Set(hdr[i], hdr[i+1])
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	raw, _ := io.ReadAll(resp.Body)
+	status, raw := send(t, method, u, body, hdr...)
 	var o oaiError
 	if json.Unmarshal(raw, &o) == nil && o.Error.Message != "" {
-		return resp.StatusCode, o.Error.Message
+		return status, o.Error.Message
 	}
 	var ol struct{ Error string }
 	json.Unmarshal(raw, &ol)
-	return resp.StatusCode, ol.Error
+	return status, ol.Error
 }
 
 // An access key for cube a (the older request form: write on one cube) is
