@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -29,8 +30,27 @@ import (
 type serveProc struct {
 	cmd    *exec.Cmd
 	url    string
-	stderr bytes.Buffer
+	stderr syncBuffer
 	done   chan error
+}
+
+// syncBuffer is the serve's stderr as read so far: written by the goroutine
+// reading the pipe, read by the test while serve runs.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) WriteString(v string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.b.WriteString(v)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 // startServe starts `memosrt serve` on db (stories260K, a free loopback
