@@ -38,6 +38,7 @@ func (o *OS) startConversations(ctx context.Context) error {
 		AddMemory:     o.addMemory,
 		ContextTokens: o.p.ContextTokens,
 		Used:          func(cube string, ids []string) { o.p.AddUses(scheduler.Uses(cube, ids, 1, 1)) },
+		Rate:          func(cube string, ids []string, delta int) { o.p.AddUses(scheduler.Uses(cube, ids, delta, delta)) },
 		Kick:          o.p.Kick,
 		Go:            o.g.Go,
 		JobStarted: func(ctx context.Context, j convmem.Job) {

@@ -122,3 +122,7 @@ func (o *OS) HasEmbedder() bool { return o.p.HasEmbedder() }
 func (o *OS) EmbedWith(ctx context.Context, model string, keep *time.Duration, texts []string) (Embedding, error) {
 	return gate.Call(o.g, ctx, func(ctx context.Context) (Embedding, error) { return o.p.EmbedWith(ctx, model, keep, texts) })
 }
+
+// NewResponseID returns a new response id (Request.ID, Response.ID):
+// "resp_", then 16 hex digits of Unix nanoseconds and 8 random ones.
+func NewResponseID() string { return pipeline.NewResponseID() }

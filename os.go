@@ -108,7 +108,7 @@ func Open(ctx context.Context, opts Options) (*OS, error) {
 	}
 	o.guard = accesskey.NewGuard(o.keys, o.cubes, now, o.log)
 	if o.p, err = pipeline.New(ctx, o.g.Base(), opts, pipeline.Deps{DB: o.db, Mem: o.mem, KV: o.kv, Reg: o.reg, Cubes: o.cubes,
-		OnChat: o.recordChat}); err != nil {
+		OnChat: o.recordChat, OnResponse: o.recordResponse}); err != nil {
 		return nil, err
 	}
 	if err := o.startConversations(ctx); err != nil {

@@ -73,6 +73,10 @@ type Hooks struct {
 	// of cube's memories ids (a consolidated profile's), so the scheduler
 	// promotes them as it does any hot memory.
 	Used func(cube string, ids []string)
+	// Rate counts delta (-1 or +1) visits and interactions towards the
+	// heat of each of cube's memories ids (feedback's rating; counts never
+	// fall below 0).
+	Rate func(cube string, ids []string, delta int)
 	// Kick asks the scheduler for a tick soon (a changed memory's pack is
 	// recomputed there).
 	Kick func()

@@ -226,6 +226,7 @@ func (s *Store) Options() Options { return s.opts }
 //	c/l/<memory id>/<seq>    Change JSON (seq: 16 hex digits of Unix ns, 8 of a counter)
 //	c/x/<16 hex ns>/<id>     the memory expires then
 //	c/e/<id>                 its expiry time (16 hex ns), to move or clear it
+//	c/o/<response id>        ResponseRecord JSON (the response log; ids sort by time)
 const (
 	pTurn    = "c/t/"
 	pQueue   = "c/q/"
@@ -237,6 +238,7 @@ const (
 	pLog     = "c/l/"
 	pExpiry  = "c/x/"
 	pExpOf   = "c/e/"
+	pResp    = "c/o/"
 )
 
 // newID returns an id of textmem's shape: 16 hex digits of Unix

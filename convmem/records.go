@@ -133,8 +133,11 @@ type Job struct {
 	Turns   []string `json:"turns"`
 	Session string   `json:"session,omitempty"`
 	// By says what extracts: "model" (the served model, its output held to
-	// ExtractSchema) or "extractive" (no model: Extractive).
-	By       string    `json:"by,omitempty"`
+	// ExtractSchema) or "extractive" (no model: Extractive); "feedback" for
+	// the record of a feedback's write (done when stored, no turns).
+	By string `json:"by,omitempty"`
+	// Response is the answer a feedback job corrects (ResponseRecord.ID).
+	Response string    `json:"response,omitempty"`
 	Created  time.Time `json:"created"`
 	Started  time.Time `json:"started,omitzero"`
 	Finished time.Time `json:"finished,omitzero"`

@@ -41,6 +41,8 @@ type Pipeline struct {
 	up     *upstreamBackend // nil unless Options.Upstream
 	info   ModelInfo        // the upstream's
 	onChat func(ctx context.Context, req *Request, cube textmem.Cube, answer string)
+	// onResponse is Deps.OnResponse
+	onResponse func(ctx context.Context, req *Request, cube textmem.Cube, res *Response)
 
 	// models are the models served, the primary (Options.Model) first;
 	// fixed at New, loaded and unloaded by package modelsched.
@@ -86,6 +88,11 @@ type Deps struct {
 	// with the cube's record as the request found it (the zero Cube
 	// without one), on the request's goroutine. nil: nothing.
 	OnChat func(ctx context.Context, req *Request, cube textmem.Cube, answer string)
+	// OnResponse is a hook: called after every complete foreground answer
+	// in a cube (chat or completion, not RenderOnly), before OnChat, with
+	// the cube's record as the request found it and the Response as
+	// returned, on the request's goroutine. nil: nothing.
+	OnResponse func(ctx context.Context, req *Request, cube textmem.Cube, res *Response)
 }
 
 // New builds the pipeline over deps: the model set (the primary loaded
@@ -96,7 +103,7 @@ type Deps struct {
 // (llama.ErrLoad), storage errors.
 func New(ctx, base context.Context, opts Options, deps Deps) (*Pipeline, error) {
 	p := &Pipeline{opts: opts, log: opts.Logger, base: base, db: deps.DB, mem: deps.Mem, kv: deps.KV, reg: deps.Reg,
-		cubes: deps.Cubes, onChat: deps.OnChat, writeSem: make(chan struct{}, 2), kick: make(chan struct{}, 1)}
+		cubes: deps.Cubes, onChat: deps.OnChat, onResponse: deps.OnResponse, writeSem: make(chan struct{}, 2), kick: make(chan struct{}, 1)}
 	ok := false
 	defer func() {
 		if !ok {

@@ -268,11 +268,17 @@ func (p *Pipeline) do(ctx context.Context, req *Request, chat bool) (*Response, 
 	return t.out, nil
 }
 
-// validate checks the request and its cube: sampling options, roles,
-// record mode, tools (their grammar), a prompt for a completion.
+// validate checks the request and its cube: sampling options, its id (a
+// new one when none), roles, record mode, tools (their grammar), a prompt
+// for a completion.
 func (p *Pipeline) validate(t *turn) error {
 	req := t.req
 	if err := checkOptions(req); err != nil {
+		return err
+	}
+	if req.ID == "" {
+		req.ID = NewResponseID()
+	} else if err := checkResponseID(req.ID); err != nil {
 		return err
 	}
 	for i, m := range req.Messages {
@@ -318,7 +324,7 @@ func (p *Pipeline) assemble(t *turn) error {
 	if err != nil {
 		return err
 	}
-	out := &Response{}
+	out := &Response{ID: req.ID}
 	out.setMemories(r.prompt)
 	out.Usage.PromptTokens, out.Usage.LoadDuration = len(r.toks), loadTime
 	t.out = out
@@ -510,12 +516,14 @@ func (p *Pipeline) persistTurn(t *turn) {
 	}
 }
 
-// record counts the memories the prompt carried towards their heat and
-// hands an answered chat turn to the OnChat hook.
+// record counts the memories the prompt carried towards their heat, hands
+// an answer in a cube to the OnResponse hook and an answered chat turn to
+// the OnChat hook.
 func (p *Pipeline) record(t *turn) {
 	if t.req.Cube != "" && !t.req.NoUsage {
 		p.recordUse(t.req.Cube, t.r.prompt)
 	}
+	p.answered(t.ctx, t.req, t.cube, t.out)
 	if t.chat {
 		p.chatDone(t.ctx, t.req, t.cube, t.out.Text)
 	}
@@ -848,6 +856,13 @@ func (p *Pipeline) recordUse(cube string, pk layout.Prompt) {
 		uses = append(uses, scheduler.Use{Cube: cube, ID: scheduler.PackUse, Visits: 1})
 	}
 	p.AddUses(uses)
+}
+
+// answered calls the OnResponse hook for a foreground answer in a cube.
+func (p *Pipeline) answered(ctx context.Context, req *Request, cube textmem.Cube, res *Response) {
+	if p.onResponse != nil && req.Cube != "" && !req.background {
+		p.onResponse(ctx, req, cube, res)
+	}
 }
 
 // chatDone calls the OnChat hook for an answered foreground chat turn.

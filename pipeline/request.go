@@ -1,7 +1,11 @@
 package pipeline
 
 import (
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
+	"strings"
 	"time"
 
 	"github.com/memosrt/memosrt/layout"
@@ -24,6 +28,11 @@ type Sampling = llama.SamplerParams
 // Request is one generation. Chat takes Messages; Generate takes Prompt
 // (with System, Raw and Context as Ollama's /api/generate has them).
 type Request struct {
+	// ID is the id the Response carries (Response.ID): "" gets a new one
+	// (NewResponseID); a server that sends the id before the answer (an
+	// OpenAI stream's chunks) makes one first. Else "resp_" and at most
+	// 64 bytes of letters, digits, '_' and '-', or a *FieldError.
+	ID string
 	// Model names the model to run (ModelSpec.Name or the primary's name);
 	// "" is the primary. A model not loaded is loaded first.
 	Model string
@@ -154,6 +163,10 @@ const (
 
 // Response reports one generation.
 type Response struct {
+	// ID names the answer (Request.ID): feedback on it refers to it
+	// (conversation.Feedback), and a turn in a cube is kept under it in
+	// the cube's response log (convmem.ResponseRecord).
+	ID         string `json:"id"`
 	Text       string `json:"response"`
 	DoneReason string `json:"done_reason"` // "stop" (end of generation or a stop string) or "length"
 	Usage      Usage  `json:"usage"`
@@ -201,4 +214,25 @@ func (r *Response) setMemories(p layout.Prompt) {
 	}
 	r.PackMemories, r.Retrieved = len(p.Pack), len(p.Retrieved)
 	r.PackMemoryIDs, r.RetrievedIDs = ids(p.Pack), ids(p.Retrieved)
+}
+
+// NewResponseID returns a new response id: "resp_", 16 hex digits of Unix
+// nanoseconds and 8 random ones, so that ids sort by time (a cube's
+// response log keeps them in that order).
+func NewResponseID() string {
+	var b [12]byte
+	binary.BigEndian.PutUint64(b[:8], uint64(time.Now().UnixNano()))
+	_, _ = rand.Read(b[8:])
+	return "resp_" + hex.EncodeToString(b[:])
+}
+
+// checkResponseID checks a request's own id (Request.ID).
+func checkResponseID(id string) error {
+	rest, ok := strings.CutPrefix(id, "resp_")
+	if !ok || rest == "" || len(id) > 64 || strings.ContainsFunc(rest, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-')
+	}) {
+		return badField("id", "%q: want resp_ and at most 64 bytes of letters, digits, _ and -", id)
+	}
+	return nil
 }

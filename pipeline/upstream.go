@@ -44,7 +44,7 @@ func (p *Pipeline) upstreamTurn(t *turn) (*Response, error) {
 	if len(req.Adapters) > 0 {
 		return nil, badField("adapters", "the %s backend has no LoRA adapters", api)
 	}
-	out := &Response{}
+	out := &Response{ID: req.ID}
 	out.setMemories(layout.Prompt{})
 	var used *layout.Prompt
 	ur := &upstream.Request{Chat: req.Messages != nil, Prompt: req.Prompt, System: req.System, Raw: req.Raw, Context: req.Context,
@@ -127,6 +127,7 @@ func (p *Pipeline) upstreamTurn(t *turn) (*Response, error) {
 	if used != nil && !req.NoUsage {
 		p.recordUse(req.Cube, *used)
 	}
+	p.answered(t.ctx, req, t.cube, out)
 	if t.chat {
 		p.chatDone(t.ctx, req, t.cube, out.Text)
 	}

@@ -124,19 +124,25 @@ func (u Usage) decay(o HeatOptions, now time.Time) Usage {
 	return u
 }
 
-// Visit records n retrieval hits at now.
+// Visit records n retrieval hits at now. A negative n (feedback that
+// the memory misled) takes counts away, never below 0, and leaves Last.
 func (u Usage) Visit(o HeatOptions, now time.Time, n int) Usage {
 	u = u.decay(o, now)
-	u.Visits += float64(n)
-	u.Last = now
+	u.Visits = max(0, u.Visits+float64(n))
+	if n > 0 {
+		u.Last = now
+	}
 	return u
 }
 
-// Interact records n turns that used the memory at now.
+// Interact records n turns that used the memory at now; a negative n as
+// Visit's.
 func (u Usage) Interact(o HeatOptions, now time.Time, n int) Usage {
 	u = u.decay(o, now)
-	u.Interactions += float64(n)
-	u.Last = now
+	u.Interactions = max(0, u.Interactions+float64(n))
+	if n > 0 {
+		u.Last = now
+	}
 	return u
 }
 

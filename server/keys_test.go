@@ -469,6 +469,8 @@ var wantNeeds = map[string]wire.Need{
 	"POST /v1/cubes/{cube}/pack":             wire.NeedWrite,
 	"POST /v1/cubes/{cube}/messages":         wire.NeedWrite,
 	"POST /v1/cubes/{cube}/jobs/{id}/undo":   wire.NeedWrite,
+	"POST /v1/cubes/{cube}/feedback":         wire.NeedWrite,
+	"GET /v1/cubes/{cube}/responses":         wire.NeedRead,
 	"POST /v1/cubes":                         wire.NeedAdmin,
 	"POST /v1/cubes/import":                  wire.NeedAdmin,
 	"GET /v1/packs":                          wire.NeedAdmin,

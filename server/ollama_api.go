@@ -182,11 +182,26 @@ func (s *Server) handleOllamaChat(w http.ResponseWriter, r *http.Request) {
 	s.ollamaRun(w, r, g, true, sp, req.Stream, start, func(t string) any {
 		return api.ChatResponse{Model: name, CreatedAt: s.opts.Now().UTC(), Message: api.Message{Role: "assistant", Content: t}}
 	}, func(res *memosrt.Response, text string, m api.Metrics, dbg *api.DebugInfo) any {
-		return api.ChatResponse{Model: name, CreatedAt: s.opts.Now().UTC(),
+		return ollamaChatDone{ChatResponse: api.ChatResponse{Model: name, CreatedAt: s.opts.Now().UTC(),
 			Message: api.Message{Role: "assistant", Content: text, ToolCalls: ollamaCalls(res.ToolCalls)},
-			Done:    true, DoneReason: res.DoneReason, Metrics: m, DebugInfo: dbg}
+			Done:    true, DoneReason: res.DoneReason, Metrics: m, DebugInfo: dbg}, ID: res.ID}
 	})
 }
+
+// ollamaChatDone and ollamaGenerateDone are Ollama's last answer of a
+// chat or generate with one field of memosrt's own: ID, the response's id
+// (memosrt.Response.ID), which feedback names. Ollama's clients ignore a
+// field they do not know.
+type (
+	ollamaChatDone struct {
+		api.ChatResponse
+		ID string `json:"id,omitempty"`
+	}
+	ollamaGenerateDone struct {
+		api.GenerateResponse
+		ID string `json:"id,omitempty"`
+	}
+)
 
 // ollamaName is a model's name as the Ollama API lists it, with its tag
 // ("stories260K" is "stories260K:latest"; ollamastore.DisplayName); a name
@@ -328,8 +343,8 @@ func (s *Server) handleOllamaGenerate(w http.ResponseWriter, r *http.Request) {
 		for i, t := range res.Context {
 			ctx[i] = int(t)
 		}
-		return api.GenerateResponse{Model: name, CreatedAt: s.opts.Now().UTC(), Response: text, Done: true,
-			DoneReason: res.DoneReason, Context: ctx, Metrics: m, DebugInfo: dbg}
+		return ollamaGenerateDone{GenerateResponse: api.GenerateResponse{Model: name, CreatedAt: s.opts.Now().UTC(), Response: text, Done: true,
+			DoneReason: res.DoneReason, Context: ctx, Metrics: m, DebugInfo: dbg}, ID: res.ID}
 	})
 }
 

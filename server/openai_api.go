@@ -2,10 +2,8 @@ package server
 
 import (
 	"bytes"
-	"crypto/rand"
 	"encoding/base64"
 	"encoding/binary"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -104,12 +102,6 @@ func usageOf(res *memosrt.Response) *oaiUsage {
 	u := &oaiUsage{PromptTokens: r.PromptTokens, CompletionTokens: r.EvalTokens, TotalTokens: r.PromptTokens + r.EvalTokens}
 	u.PromptTokensDetails.CachedTokens = r.CachedTokens
 	return u
-}
-
-func newID(prefix string) string {
-	var b [12]byte
-	rand.Read(b[:])
-	return prefix + hex.EncodeToString(b[:])
 }
 
 func finishReason(r string) string {
@@ -271,7 +263,10 @@ func (s *Server) handleOpenAIChat(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	id, created, name := newID("chatcmpl-"), s.opts.Now().Unix(), g.Model
+	// the response's own id (memosrt.Response.ID), made now: the chunks
+	// carry it before the answer
+	g.ID = memosrt.NewResponseID()
+	id, created, name := g.ID, s.opts.Now().Unix(), g.Model
 	chunk := func(delta map[string]any, finish any) map[string]any {
 		return map[string]any{"id": id, "object": "chat.completion.chunk", "created": created, "model": name,
 			"system_fingerprint": "memosrt", "choices": []any{map[string]any{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": nil}}}
@@ -353,7 +348,8 @@ func (s *Server) handleOpenAICompletion(w http.ResponseWriter, r *http.Request) 
 		return
 	}
 	g.Prompt, g.Raw = prompts[0], g.Cube == ""
-	id, created, name := newID("cmpl-"), s.opts.Now().Unix(), g.Model
+	g.ID = memosrt.NewResponseID()
+	id, created, name := g.ID, s.opts.Now().Unix(), g.Model
 	chunk := func(text string, finish any) map[string]any {
 		return map[string]any{"id": id, "object": "text_completion", "created": created, "model": name,
 			"choices": []any{map[string]any{"index": 0, "text": text, "finish_reason": finish, "logprobs": nil}}}

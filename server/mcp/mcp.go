@@ -58,7 +58,8 @@ func (o *Options) ensureDefaults() {
 
 // New returns an MCP server whose tools work on o, which the caller keeps
 // owning: add_memory, add_messages, search_memory, list_memories,
-// delete_memory, get_profile and chat (see the tool descriptions). Run it
+// delete_memory, get_profile, chat and feedback (see the tool
+// descriptions). Run it
 // on a transport (sdk.StdioTransport for `memosrt mcp`); NewHandler serves
 // the same tools over HTTP. Safe for concurrent use: tool calls run
 // concurrently and go through o's own locking. A nil o panics (a
@@ -105,6 +106,10 @@ func newServer(o *memosrt.OS, opts Options, caller Caller) *sdk.Server {
 	addTool(t, s, &sdk.Tool{Name: "get_profile", Annotations: readOnly,
 		Description: "What the cube knows about its user: the long-term profile (facts and knowledge extracted from " +
 			"conversations) and the most used memories first, as text and as lists."}, t.getProfile)
+	addTool(t, s, &sdk.Tool{Name: "feedback", Description: "Give feedback on an answer of chat (its id, or the cube's latest): " +
+		"a correction in plain words (\"no, my dog is Rex\") replaces the memory the answer used that it contradicts, " +
+		"keeping the old text as the previous version (undo: the job id), or is stored as a new memory; " +
+		"a rating (-1 or 1) or stars (1 to 5) moves how much the answer's memories are used."}, t.feedback)
 	addTool(t, s, &sdk.Tool{Name: "chat", Description: "Send one message to the local model with the cube's memories in its prompt; returns the reply."}, t.chat)
 	return s
 }
@@ -433,6 +438,7 @@ type chatIn struct {
 
 // ChatOut is chat's structured result; Reply is also its text content.
 type ChatOut struct {
+	ID           string `json:"id" jsonschema:"the reply's response id: feedback names it"`
 	Reply        string `json:"reply"`
 	DoneReason   string `json:"done_reason" jsonschema:"stop (end of generation) or length (num_predict or the context reached)"`
 	PromptTokens int    `json:"prompt_tokens"`
@@ -475,7 +481,7 @@ func (t *tools) chat(ctx context.Context, c call, in chatIn) (*sdk.CallToolResul
 	if err != nil {
 		return nil, ChatOut{}, err
 	}
-	out := ChatOut{Reply: res.Text, DoneReason: res.DoneReason, PromptTokens: res.Usage.PromptTokens,
+	out := ChatOut{ID: res.ID, Reply: res.Text, DoneReason: res.DoneReason, PromptTokens: res.Usage.PromptTokens,
 		CachedTokens: res.Usage.CachedTokens, EvalTokens: res.Usage.EvalTokens}
 	return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: res.Text}}}, out, nil
 }
@@ -561,4 +567,28 @@ func NewHandler(o *memosrt.OS, opts Options, maxBodyBytes int64, caller Caller) 
 		}
 		h.ServeHTTP(w, r)
 	})
+}
+
+type feedbackIn struct {
+	Cube       string `json:"cube,omitempty" jsonschema:"memory cube (default: the connection's cube)"`
+	ResponseID string `json:"response_id,omitempty" jsonschema:"id of the answer (chat's id); empty: the cube's latest answer"`
+	Correction string `json:"correction,omitempty" jsonschema:"what is true instead, in plain words; a leading no or actually is dropped"`
+	Rating     int    `json:"rating,omitempty" jsonschema:"-1 a bad answer, 1 a good one"`
+	Stars      int    `json:"stars,omitempty" jsonschema:"1 to 5 instead of rating: 1-2 bad, 3 neutral, 4-5 good"`
+}
+
+// feedback runs OS.Feedback; its result's text content is its Note.
+// Errors: feedback with neither correction nor rating, a rating out of
+// range, an unknown response, an unknown or forbidden cube (it needs the
+// write right).
+func (t *tools) feedback(ctx context.Context, c call, in feedbackIn) (*sdk.CallToolResult, memosrt.FeedbackResult, error) {
+	cube, err := t.resolve(ctx, c, in.Cube, memosrt.KeyWrite, true)
+	if err != nil {
+		return nil, memosrt.FeedbackResult{}, err
+	}
+	res, err := t.os.Feedback(ctx, cube, memosrt.Feedback{ResponseID: in.ResponseID, Correction: in.Correction, Rating: in.Rating, Stars: in.Stars})
+	if err != nil {
+		return nil, memosrt.FeedbackResult{}, err
+	}
+	return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: res.Note}}}, res, nil
 }

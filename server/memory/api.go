@@ -43,7 +43,8 @@ func New(o *memosrt.OS, opts Options) *API {
 // the bearer token: cubes (/v1/cubes, import, export), their memories and
 // search, packs (/v1/cubes/{cube}/pack, /v1/packs), tiers and the tier
 // tick, adapters, the conversation memory (messages, jobs, profile, turns,
-// sessions, a memory's change log), access keys (/v1/keys) and sharing
+// sessions, a memory's change log, feedback on an answer and the response
+// log), access keys (/v1/keys) and sharing
 // (/v1/cubes/{cube}/share), and the backup (/v1/backup). A route that
 // reads a cube needs its read right, one that changes it the write right,
 // one beyond a cube the admin token; authentication and those checks are
@@ -81,6 +82,8 @@ func (a *API) Register(rt wire.Router) {
 	h(wire.NeedRead, "GET /v1/cubes/{cube}/turns", a.handleTurns)
 	h(wire.NeedRead, "GET /v1/cubes/{cube}/sessions", a.handleSessions)
 	h(wire.NeedRead, "GET /v1/cubes/{cube}/memories/{id}/log", a.handleMemoryLog)
+	h(wire.NeedWrite, "POST /v1/cubes/{cube}/feedback", a.handleFeedback)
+	h(wire.NeedRead, "GET /v1/cubes/{cube}/responses", a.handleResponses)
 	// access keys and sharing (keys.go)
 	h(wire.NeedAdmin, "POST /v1/keys", a.handleKeyCreate)
 	h(wire.NeedAdmin, "GET /v1/keys", a.handleKeyList)

@@ -139,3 +139,32 @@ func listed[T any](key string, list func(ctx context.Context, cube string) ([]T,
 		return map[string]any{key: l}, err
 	}
 }
+
+// handleFeedback answers POST /v1/cubes/{cube}/feedback (OS.Feedback):
+// the body is a memosrt.Feedback ({"response_id", "correction",
+// "rating", "stars"}); 200 with the memosrt.FeedbackResult; 400 for
+// feedback that says nothing or a rating out of range, 404 for an unknown
+// cube or response.
+func (a *API) handleFeedback(w http.ResponseWriter, r *http.Request) {
+	var f memosrt.Feedback
+	rec, err := a.pathCube(r)
+	if err == nil {
+		err = wire.DecodeStrict(r, &f)
+	}
+	if err != nil {
+		a.writeError(w, r, err)
+		return
+	}
+	res, err := a.os.Feedback(r.Context(), rec.Name, f)
+	if err != nil {
+		a.writeError(w, r, err)
+		return
+	}
+	wire.WriteJSON(w, http.StatusOK, res)
+}
+
+// handleResponses answers GET /v1/cubes/{cube}/responses: {"responses"},
+// the cube's response log (memosrt.ResponseRecord), oldest first.
+func (a *API) handleResponses(w http.ResponseWriter, r *http.Request) {
+	answerCube(a, w, r, listed("responses", a.os.Responses))
+}

@@ -1,0 +1,92 @@
+package memosrt
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/memosrt/memosrt/conversation"
+	"github.com/memosrt/memosrt/convmem"
+	"github.com/memosrt/memosrt/internal/gate"
+)
+
+type (
+	// Feedback is feedback on one answer in a cube: a correction in plain
+	// words, a rating (-1/+1) or stars (1..5) (conversation.Feedback).
+	Feedback = conversation.Feedback
+	// FeedbackResult says what OS.Feedback did (conversation.FeedbackResult).
+	FeedbackResult = conversation.FeedbackResult
+	// ResponseRecord is one answer in its cube's response log.
+	ResponseRecord = convmem.ResponseRecord
+)
+
+// Feedback actions (FeedbackResult.Action).
+const (
+	FeedbackSuperseded = conversation.FeedbackSuperseded
+	FeedbackAdded      = conversation.FeedbackAdded
+	FeedbackSame       = conversation.FeedbackSame
+	FeedbackRated      = conversation.FeedbackRated
+)
+
+// ErrBadFeedback is returned by Feedback for feedback with no correction
+// and no rating, or a rating out of range.
+var ErrBadFeedback = conversation.ErrBadFeedback
+
+// recordResponse keeps an answer in its cube's response log
+// (pipeline.Deps.OnResponse), so that feedback can name it: its id and the
+// memories its prompt carried; the user's message too unless the cube
+// records no turns (Options.NoRecord, a NoRecord cube). A request with
+// RecordNone leaves nothing, the log entry included (a read-only key's
+// chat). A failure is logged, never the request's.
+func (o *OS) recordResponse(ctx context.Context, req *Request, cube Cube, res *Response) {
+	if req.Record == RecordNone {
+		return
+	}
+	r := ResponseRecord{ID: res.ID, Cube: req.Cube, Model: req.Model, Chat: req.Messages != nil,
+		PackIDs: res.PackMemoryIDs, RetrievedIDs: res.RetrievedIDs, Time: o.opts.Clock.Now().UTC()}
+	if !o.opts.NoRecord && !cube.NoRecord {
+		r.User = req.Prompt
+		for i := len(req.Messages) - 1; r.Chat && i >= 0; i-- {
+			if req.Messages[i].Role == "user" {
+				r.User = req.Messages[i].Content
+				break
+			}
+		}
+	}
+	if err := o.conv.Store().PutResponse(context.WithoutCancel(ctx), r); err != nil {
+		o.log.Warn("response not logged", "cube", req.Cube, "id", res.ID, "err", err)
+	}
+}
+
+// Feedback applies f to an answer in cube (f.ResponseID, or the cube's
+// latest): a correction supersedes the memory of that answer it
+// contradicts (its old text stays in History, the change log says why,
+// the pack holding it is recomputed at the next tick) or, when none
+// matches, is added as a new memory; the write is a done job that UndoJob
+// reverts. A rating (or a correction without one: -1) moves the heat of
+// the other memories the answer used. See conversation.Manager.Feedback.
+// Errors: ErrBadFeedback (no correction and no rating, a rating out of
+// range, an empty cube name), ErrUnknownCube, convmem.ErrNotFound for a
+// response the cube's log does not hold; textmem's write errors, storage
+// errors.
+func (o *OS) Feedback(ctx context.Context, cube string, f Feedback) (FeedbackResult, error) {
+	return gate.Call(o.g, ctx, func(ctx context.Context) (FeedbackResult, error) {
+		if cube == "" {
+			return FeedbackResult{}, fmt.Errorf("%w: no cube", ErrBadFeedback)
+		}
+		if err := o.p.CheckCube(ctx, cube); err != nil {
+			return FeedbackResult{}, err
+		}
+		return o.conv.Feedback(ctx, cube, f)
+	})
+}
+
+// Responses returns cube's response log, oldest first: its last
+// convmem.MaxResponses answers with the memories each used.
+func (o *OS) Responses(ctx context.Context, cube string) ([]ResponseRecord, error) {
+	return gate.Call(o.g, ctx, func(ctx context.Context) ([]ResponseRecord, error) {
+		if err := o.p.CheckCube(ctx, cube); err != nil {
+			return nil, err
+		}
+		return o.conv.Store().Responses(ctx, cube)
+	})
+}
