@@ -104,7 +104,7 @@ func TestMCPRoundTrip(t *testing.T) {
 			t.Errorf("tool %s has no description", tl.Name)
 		}
 	}
-	if got := strings.Join(names, ","); got != "add_memory,add_messages,chat,delete_memory,get_profile,list_memories,search_memory" {
+	if got := strings.Join(names, ","); got != "add_memory,add_messages,chat,delete_memory,feedback,get_profile,list_memories,search_memory" {
 		t.Fatalf("tools: %s", got)
 	}
 
@@ -151,6 +151,17 @@ func TestMCPRoundTrip(t *testing.T) {
 	if cold.Text != reply.Reply {
 		t.Fatalf("chat over MCP %q, OS.Chat cold %q", reply.Reply, cold.Text)
 	}
+	// feedback on the MCP chat's answer corrects the dog it used
+	var fb memosrt.FeedbackResult
+	text = mustTool(t, cs, "feedback", map[string]any{"cube": "lily", "response_id": reply.ID, "correction": "No, Lily has a dog named Rex."}, &fb)
+	if fb.Action != memosrt.FeedbackSuperseded || fb.MemoryID != dog.ID || fb.PreviousText != "Lily has a dog named Max." || text != fb.Note {
+		t.Fatalf("feedback: %q %+v", text, fb)
+	}
+	if m, err := e.os.Memory(context.Background(), "lily", dog.ID); err != nil || m.Text != "Lily has a dog named Rex." {
+		t.Fatalf("dog after feedback: %+v %v", m, err)
+	}
+	failTool(t, cs, "feedback", map[string]any{"cube": "lily", "response_id": "resp_nope", "rating": 1}, "not found")
+	failTool(t, cs, "feedback", map[string]any{"cube": "lily"}, "give a correction, a rating or stars")
 
 	var del mcp.DeleteOut
 	mustTool(t, cs, "delete_memory", map[string]any{"cube": "lily", "id": dog.ID}, &del)
@@ -238,6 +249,7 @@ func TestMCPAccessKeys(t *testing.T) {
 		{"delete_memory", map[string]any{"id": b.ID}},
 		{"get_profile", map[string]any{}},
 		{"chat", map[string]any{"message": "Where is the kite?", "num_predict": 4}},
+		{"feedback", map[string]any{"rating": 1}},
 	} {
 		t.Run(c.tool, func(t *testing.T) {
 			c.args["cube"] = "b"

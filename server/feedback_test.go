@@ -1,0 +1,229 @@
+package server
+
+import (
+	"context"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/memosrt/memosrt"
+	"github.com/memosrt/memosrt/convmem"
+	"github.com/memosrt/memosrt/scheduler"
+	"github.com/memosrt/memosrt/textmem"
+)
+
+// feedbackAnswer is the part of a native answer feedback needs.
+type feedbackAnswer struct {
+	ID           string   `json:"id"`
+	RetrievedIDs []string `json:"retrieved_memory_ids"`
+	PackIDs      []string `json:"pack_memory_ids"`
+}
+
+// askDog asks cube c about the dog over /v1/generate (a chat turn).
+func askDog(t *testing.T, u string) feedbackAnswer {
+	t.Helper()
+	var a feedbackAnswer
+	body := map[string]any{"cube": "c", "num_predict": 4, "messages": []memosrt.Message{{Role: "user", Content: "What is my dog called?"}}}
+	if code := do(t, "POST", u+"/v1/generate", body, &a); code != http.StatusOK {
+		t.Fatalf("chat: %d", code)
+	}
+	if !strings.HasPrefix(a.ID, "resp_") || len(a.ID) != len("resp_")+24 {
+		t.Fatalf("response id %q", a.ID)
+	}
+	return a
+}
+
+// renderedDog is the prompt a chat about the dog renders in cube c
+// (Ollama's _debug_render_only).
+func renderedDog(t *testing.T, u string) string {
+	t.Helper()
+	var r struct {
+		Debug struct {
+			Rendered string `json:"rendered_template"`
+		} `json:"_debug_info"`
+	}
+	body := map[string]any{"model": testModel, "stream": false, "_debug_render_only": true, "options": map[string]any{"cube": "c"},
+		"messages": []map[string]string{{"role": "user", "content": "What is my dog called?"}}}
+	if code := do(t, "POST", u+"/api/chat", body, &r); code != http.StatusOK || r.Debug.Rendered == "" {
+		t.Fatalf("render: %d %q", code, r.Debug.Rendered)
+	}
+	return r.Debug.Rendered
+}
+
+// "no, my dog is Rex" after an answer that used "my dog is Max": the
+// memory's next version is the correction, Max its superseded version, the
+// change log says so, undo brings Max back, feedback again gives Rex, and
+// the next prompt carries Rex and not Max.
+func TestFeedbackCorrects(t *testing.T) {
+	e := newEnv(t, envConfig{})
+	u, ctx := e.url(), context.Background()
+	ids := addPlayMemories(t, u, "c", nil, "my dog is Max", "Tom flies a blue kite.")
+	dog := ids[0]
+	a := askDog(t, u)
+	if !slices.Contains(a.RetrievedIDs, dog) {
+		t.Fatalf("retrieved %q, want %s among them", a.RetrievedIDs, dog)
+	}
+	var log struct {
+		Responses []convmem.ResponseRecord `json:"responses"`
+	}
+	if code := do(t, "GET", u+"/v1/cubes/c/responses", nil, &log); code != http.StatusOK || len(log.Responses) != 1 ||
+		log.Responses[0].ID != a.ID || !slices.Equal(log.Responses[0].RetrievedIDs, a.RetrievedIDs) ||
+		log.Responses[0].User != "What is my dog called?" || !log.Responses[0].Chat {
+		t.Fatalf("response log: %d %+v", code, log.Responses)
+	}
+
+	var fb memosrt.FeedbackResult
+	if code := do(t, "POST", u+"/v1/cubes/c/feedback", map[string]any{"response_id": a.ID, "correction": "no, my dog is Rex"}, &fb); code != http.StatusOK {
+		t.Fatalf("feedback: %d", code)
+	}
+	if fb.Action != memosrt.FeedbackSuperseded || fb.MemoryID != dog || fb.Version != 2 || fb.PreviousVersion != 1 ||
+		fb.PreviousText != "my dog is Max" || fb.Match != convmem.MatchSubject || fb.JobID == "" || fb.ResponseID != a.ID {
+		t.Fatalf("feedback result %+v", fb)
+	}
+	var m textmem.Memory
+	if code := do(t, "GET", u+"/v1/cubes/c/memories/"+dog, nil, &m); code != http.StatusOK || m.Text != "my dog is Rex" || m.Version != 2 {
+		t.Fatalf("memory after feedback: %d %+v", code, m)
+	}
+	h, err := e.mem.History(ctx, "c", dog)
+	if err != nil || len(h) != 2 || h[0].Text != "my dog is Max" || h[0].Version != 1 || h[1].Text != "my dog is Rex" {
+		t.Fatalf("history %+v, %v", h, err)
+	}
+	var changes struct {
+		Changes []convmem.Change `json:"changes"`
+	}
+	do(t, "GET", u+"/v1/cubes/c/memories/"+dog+"/log", nil, &changes)
+	last := changes.Changes[len(changes.Changes)-1]
+	if last.Op != convmem.OpSupersede || last.By != "feedback:"+fb.JobID || last.Text != "my dog is Rex" || last.Version != 2 ||
+		last.Why != `feedback on response `+a.ID+` corrects version 1: "my dog is Max"` {
+		t.Fatalf("change log's last entry %+v", last)
+	}
+	var job convmem.Job
+	if code := do(t, "GET", u+"/v1/cubes/c/jobs/"+fb.JobID, nil, &job); code != http.StatusOK || job.By != "feedback" ||
+		job.State != convmem.JobDone || job.Response != a.ID || len(job.Results) != 1 || job.Results[0].PrevText != "my dog is Max" {
+		t.Fatalf("feedback job: %d %+v", code, job)
+	}
+
+	// undo: Max is current again, as a new version
+	if code := do(t, "POST", u+"/v1/cubes/c/jobs/"+fb.JobID+"/undo", nil, &job); code != http.StatusOK || job.State != convmem.JobUndone {
+		t.Fatalf("undo: %d %+v", code, job)
+	}
+	if do(t, "GET", u+"/v1/cubes/c/memories/"+dog, nil, &m); m.Text != "my dog is Max" || m.Version != 3 {
+		t.Fatalf("memory after undo %+v", m)
+	}
+	if r := renderedDog(t, u); !strings.Contains(r, "my dog is Max") || strings.Contains(r, "Rex") {
+		t.Fatalf("rendered after undo %q", r)
+	}
+
+	// feedback again, on the cube's latest answer (no response id)
+	if code := do(t, "POST", u+"/v1/cubes/c/feedback", map[string]any{"correction": "Actually, my dog is Rex"}, &fb); code != http.StatusOK ||
+		fb.Action != memosrt.FeedbackSuperseded || fb.MemoryID != dog || fb.Version != 4 || fb.PreviousVersion != 3 || fb.ResponseID != a.ID {
+		t.Fatalf("feedback again: %d %+v", code, fb)
+	}
+	if r := renderedDog(t, u); !strings.Contains(r, "my dog is Rex") || strings.Contains(r, "Max") {
+		t.Fatalf("rendered after feedback %q", r)
+	}
+	b := askDog(t, u)
+	if !slices.Contains(b.RetrievedIDs, dog) {
+		t.Fatalf("next answer retrieved %q, want %s", b.RetrievedIDs, dog)
+	}
+	if do(t, "GET", u+"/v1/cubes/c/memories/"+dog, nil, &m); m.Text != "my dog is Rex" {
+		t.Fatalf("memory the next answer used %+v", m)
+	}
+
+	// a correction no used memory matches is a new memory; undo deletes it
+	if code := do(t, "POST", u+"/v1/cubes/c/feedback", map[string]any{"response_id": b.ID, "correction": "No. I live in Oslo."}, &fb); code != http.StatusOK ||
+		fb.Action != memosrt.FeedbackAdded || fb.MemoryID == dog || fb.JobID == "" {
+		t.Fatalf("unmatched correction: %d %+v", code, fb)
+	}
+	if do(t, "GET", u+"/v1/cubes/c/memories/"+fb.MemoryID, nil, &m); m.Text != "I live in Oslo." {
+		t.Fatalf("added memory %+v", m)
+	}
+	if code := do(t, "POST", u+"/v1/cubes/c/jobs/"+fb.JobID+"/undo", nil, nil); code != http.StatusOK {
+		t.Fatalf("undo add: %d", code)
+	}
+	if code := do(t, "GET", u+"/v1/cubes/c/memories/"+fb.MemoryID, nil, nil); code != http.StatusNotFound {
+		t.Fatalf("added memory after undo: %d", code)
+	}
+}
+
+// A rating moves the heat of the memories the answer used by exactly one
+// visit and one interaction each (raw counts: no decay); bad feedback is a
+// 400, an unknown response or cube a 404.
+func TestFeedbackRating(t *testing.T) {
+	mo := memosrt.Options{}
+	mo.Tiers.Heat.RawCounts = true
+	e := newEnv(t, envConfig{mo: mo})
+	u := e.url()
+	ids := addPlayMemories(t, u, "c", nil, "my dog is Max", "Tom flies a blue kite.")
+	a := askDog(t, u)
+	used := slices.Concat(a.RetrievedIDs, a.PackIDs)
+	if !slices.Contains(used, ids[0]) {
+		t.Fatalf("used %q", used)
+	}
+	usage := func() map[string]scheduler.Usage {
+		var st scheduler.CubeTiers
+		if code := do(t, "GET", u+"/v1/cubes/c/tiers", nil, &st); code != http.StatusOK {
+			t.Fatalf("tiers: %d", code)
+		}
+		out := map[string]scheduler.Usage{}
+		for _, m := range st.Memories {
+			out[m.ID] = m.Usage
+		}
+		return out
+	}
+	before := usage()
+	var fb memosrt.FeedbackResult
+	if code := do(t, "POST", u+"/v1/cubes/c/feedback", map[string]any{"response_id": a.ID, "rating": -1}, &fb); code != http.StatusOK {
+		t.Fatalf("rating: %d", code)
+	}
+	slices.Sort(used)
+	rated := slices.Sorted(slices.Values(fb.Rated))
+	if fb.Action != memosrt.FeedbackRated || fb.Heat != -1 || fb.JobID != "" || fb.MemoryID != "" || !slices.Equal(rated, used) {
+		t.Fatalf("rating result %+v, want rated %q", fb, used)
+	}
+	after := usage()
+	for _, id := range used {
+		b, a := before[id], after[id]
+		if b.Visits < 1 || b.Interactions < 1 || a.Visits != b.Visits-1 || a.Interactions != b.Interactions-1 || !a.Last.Equal(b.Last) {
+			t.Fatalf("memory %s: usage %+v before, %+v after a rating of -1", id, b, a)
+		}
+	}
+	// five stars: one up again
+	if code := do(t, "POST", u+"/v1/cubes/c/feedback", map[string]any{"response_id": a.ID, "stars": 5}, &fb); code != http.StatusOK || fb.Heat != 1 {
+		t.Fatalf("stars: %d %+v", code, fb)
+	}
+	again := usage()
+	for _, id := range used {
+		if again[id].Visits != before[id].Visits || again[id].Interactions != before[id].Interactions {
+			t.Fatalf("memory %s: usage %+v before, %+v after -1 then +1", id, before[id], again[id])
+		}
+	}
+
+	for _, c := range []struct {
+		body map[string]any
+		code int
+		msg  string
+	}{
+		{map[string]any{}, http.StatusBadRequest, "memosrt: bad feedback: give a correction, a rating or stars"},
+		{map[string]any{"rating": 2}, http.StatusBadRequest, "memosrt: bad feedback: rating 2: want -1 or 1"},
+		{map[string]any{"stars": 6}, http.StatusBadRequest, "memosrt: bad feedback: stars 6: want 1 to 5"},
+		{map[string]any{"rating": 1, "stars": 4}, http.StatusBadRequest, "memosrt: bad feedback: rating 1 and stars 4: give one"},
+		{map[string]any{"correction": "no!"}, http.StatusBadRequest, `memosrt: bad feedback: correction "no!" states nothing after its leading words`},
+		{map[string]any{"response_id": "resp_nope", "rating": 1}, http.StatusNotFound,
+			`convmem: not found: response "resp_nope" in cube "c" (the log keeps the last 256)`},
+	} {
+		if code, msg := errorOf(t, "POST", u+"/v1/cubes/c/feedback", c.body); code != c.code || msg != c.msg {
+			t.Errorf("%v: %d %q, want %d %q", c.body, code, msg, c.code, c.msg)
+		}
+	}
+	if code, _ := errorOf(t, "POST", u+"/v1/cubes/nope/feedback", map[string]any{"rating": 1}); code != http.StatusNotFound {
+		t.Errorf("unknown cube: %d", code)
+	}
+	// a cube without answers yet: nothing to give feedback on
+	addPlayMemories(t, u, "d", nil, "my cat is Tom")
+	if code, msg := errorOf(t, "POST", u+"/v1/cubes/d/feedback", map[string]any{"rating": 1}); code != http.StatusNotFound ||
+		msg != `convmem: not found: cube "d" has no recorded response` {
+		t.Errorf("no response yet: %d %q", code, msg)
+	}
+}
