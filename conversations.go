@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/memosrt/memosrt/conversation"
 	"github.com/memosrt/memosrt/convmem"
@@ -151,14 +152,33 @@ func (o *OS) UndoJob(ctx context.Context, cube, id string) (convmem.Job, error) 
 	return gate.Call(o.g, ctx, func(ctx context.Context) (convmem.Job, error) { return o.conv.UndoJob(ctx, cube, id) })
 }
 
-// Profile returns cube's long-term profile: facts and preferences about
-// the user, and knowledge, written by consolidated sessions.
+// Profile returns cube's long-term profile: facts about the user, the
+// user's preferences and knowledge, written by consolidated sessions. Its
+// Preferences also list every other memory of the cube of Kind
+// "preference" (an app's add, an extraction from added messages, a
+// feedback's correction), oldest first after the consolidated ones: the
+// preferences are their own kind, as retrieval's own block of them.
 func (o *OS) Profile(ctx context.Context, cube string) (convmem.Profile, error) {
 	return gate.Call(o.g, ctx, func(ctx context.Context) (convmem.Profile, error) {
 		if err := o.p.CheckCube(ctx, cube); err != nil {
 			return convmem.Profile{}, err
 		}
-		return o.conv.Store().Profile(ctx, cube)
+		p, err := o.conv.Store().Profile(ctx, cube)
+		if err != nil {
+			return p, err
+		}
+		mems, err := o.mem.List(ctx, cube)
+		if err != nil {
+			return p, err
+		}
+		for _, m := range mems {
+			if m.Kind != convmem.TypePreference || slices.ContainsFunc(p.Preferences, func(it convmem.ProfileItem) bool { return it.MemoryID == m.ID }) {
+				continue
+			}
+			p.Preferences = append(p.Preferences, convmem.ProfileItem{MemoryID: m.ID, Text: m.Text, Type: convmem.TypePreference,
+				Confidence: m.Confidence, Updated: m.Updated})
+		}
+		return p, nil
 	})
 }
 

@@ -645,29 +645,32 @@ func TestConsolidation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var facts, knowledge []string
+	var facts, prefs, knowledge []string
 	for _, it := range p.Facts {
 		facts = append(facts, it.Type+": "+it.Text)
+	}
+	for _, it := range p.Preferences {
+		prefs = append(prefs, it.Type+": "+it.Text)
 	}
 	for _, it := range p.Knowledge {
 		knowledge = append(knowledge, it.Type+": "+it.Text)
 	}
-	if !slices.Equal(facts, []string{"preference: I love green tea.", "fact: My cat is called Tom."}) || len(knowledge) != 0 {
-		t.Fatalf("profile facts %q, knowledge %q", facts, knowledge)
+	if !slices.Equal(facts, []string{"fact: My cat is called Tom."}) || !slices.Equal(prefs, []string{"preference: I love green tea."}) || len(knowledge) != 0 {
+		t.Fatalf("profile facts %q, preferences %q, knowledge %q", facts, prefs, knowledge)
 	}
 	s, _ := o.conv.Store().Session(ctx, "p", ses[0].ID)
 	if s.Interactions != 0 || s.Consolidated != 1 {
 		t.Errorf("session after consolidation: %+v", s)
 	}
 	// a memory deleted leaves the profile; a changed one changes there
-	if err := o.DeleteMemory(ctx, "p", p.Facts[1].MemoryID); err != nil {
+	if err := o.DeleteMemory(ctx, "p", p.Facts[0].MemoryID); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := o.UpdateMemory(ctx, "p", p.Facts[0].MemoryID, "I love black tea."); err != nil {
+	if _, err := o.UpdateMemory(ctx, "p", p.Preferences[0].MemoryID, "I love black tea."); err != nil {
 		t.Fatal(err)
 	}
 	p, _ = o.Profile(ctx, "p")
-	if len(p.Facts) != 1 || p.Facts[0].Text != "I love black tea." {
-		t.Errorf("profile after delete and update: %+v", p.Facts)
+	if len(p.Facts) != 0 || len(p.Preferences) != 1 || p.Preferences[0].Text != "I love black tea." {
+		t.Errorf("profile after delete and update: facts %+v, preferences %+v", p.Facts, p.Preferences)
 	}
 }

@@ -42,7 +42,7 @@ func (o *OS) recordResponse(ctx context.Context, req *Request, cube Cube, res *R
 		return
 	}
 	r := ResponseRecord{ID: res.ID, Cube: req.Cube, Model: req.Model, Chat: req.Messages != nil,
-		PackIDs: res.PackMemoryIDs, RetrievedIDs: res.RetrievedIDs, Time: o.opts.Clock.Now().UTC()}
+		PackIDs: res.PackMemoryIDs, RetrievedIDs: res.RetrievedIDs, PreferenceIDs: res.PreferenceIDs, Time: o.opts.Clock.Now().UTC()}
 	if !o.opts.NoRecord && !cube.NoRecord {
 		r.User = req.Prompt
 		for i := len(req.Messages) - 1; r.Chat && i >= 0; i-- {

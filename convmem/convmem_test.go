@@ -526,6 +526,7 @@ func TestProfile(t *testing.T) {
 		update        []ProfileItem
 		forget        *entry
 		wantFacts     []entry
+		wantPrefs     []entry
 		wantKnowledge []entry
 	}{
 		{"split by type", []ProfileItem{
@@ -534,31 +535,48 @@ func TestProfile(t *testing.T) {
 			item("m3", TypeEvent, "I went to Rome"),
 			item("m4", TypeOpinion, "I think tea beats coffee"),
 		}, nil,
-			[]entry{{"m1", "I live in Paris"}, {"m2", "I love hiking"}},
+			[]entry{{"m1", "I live in Paris"}},
+			[]entry{{"m2", "I love hiking"}},
+			[]entry{{"m3", "I went to Rome"}, {"m4", "I think tea beats coffee"}}},
+		{"preferences apart", []ProfileItem{item("m10", TypePreference, "I hate rain")}, nil,
+			[]entry{{"m1", "I live in Paris"}},
+			[]entry{{"m2", "I love hiking"}, {"m10", "I hate rain"}},
 			[]entry{{"m3", "I went to Rome"}, {"m4", "I think tea beats coffee"}}},
 		{"bounded, oldest out", []ProfileItem{
 			item("m5", TypeFact, "My sister is Ann"),
 			item("m6", TypeFact, "I work as a nurse"),
+			item("m9", TypeFact, "I own a cat"),
 		}, nil,
-			[]entry{{"m2", "I love hiking"}, {"m5", "My sister is Ann"}, {"m6", "I work as a nurse"}},
+			[]entry{{"m5", "My sister is Ann"}, {"m6", "I work as a nurse"}, {"m9", "I own a cat"}},
+			[]entry{{"m2", "I love hiking"}, {"m10", "I hate rain"}},
 			[]entry{{"m3", "I went to Rome"}, {"m4", "I think tea beats coffee"}}},
 		{"replace moves list", []ProfileItem{item("m2", TypeProcedure, "First boil water, then add tea")}, nil,
-			[]entry{{"m5", "My sister is Ann"}, {"m6", "I work as a nurse"}},
+			[]entry{{"m5", "My sister is Ann"}, {"m6", "I work as a nurse"}, {"m9", "I own a cat"}},
+			[]entry{{"m10", "I hate rain"}},
 			[]entry{{"m3", "I went to Rome"}, {"m4", "I think tea beats coffee"}, {"m2", "First boil water, then add tea"}}},
 		{"replace goes last", []ProfileItem{item("m5", TypeFact, "My sister is Anna")}, nil,
-			[]entry{{"m6", "I work as a nurse"}, {"m5", "My sister is Anna"}},
+			[]entry{{"m6", "I work as a nurse"}, {"m9", "I own a cat"}, {"m5", "My sister is Anna"}},
+			[]entry{{"m10", "I hate rain"}},
 			[]entry{{"m3", "I went to Rome"}, {"m4", "I think tea beats coffee"}, {"m2", "First boil water, then add tea"}}},
 		{"knowledge bounded", []ProfileItem{item("m7", TypeEvent, "I met Bob")}, nil,
-			[]entry{{"m6", "I work as a nurse"}, {"m5", "My sister is Anna"}},
+			[]entry{{"m6", "I work as a nurse"}, {"m9", "I own a cat"}, {"m5", "My sister is Anna"}},
+			[]entry{{"m10", "I hate rain"}},
 			[]entry{{"m4", "I think tea beats coffee"}, {"m2", "First boil water, then add tea"}, {"m7", "I met Bob"}}},
 		{"forget with text updates", nil, &entry{"m6", "I work as a doctor"},
-			[]entry{{"m6", "I work as a doctor"}, {"m5", "My sister is Anna"}},
+			[]entry{{"m6", "I work as a doctor"}, {"m9", "I own a cat"}, {"m5", "My sister is Anna"}},
+			[]entry{{"m10", "I hate rain"}},
 			[]entry{{"m4", "I think tea beats coffee"}, {"m2", "First boil water, then add tea"}, {"m7", "I met Bob"}}},
 		{"forget without text removes", nil, &entry{"m2", ""},
-			[]entry{{"m6", "I work as a doctor"}, {"m5", "My sister is Anna"}},
+			[]entry{{"m6", "I work as a doctor"}, {"m9", "I own a cat"}, {"m5", "My sister is Anna"}},
+			[]entry{{"m10", "I hate rain"}},
+			[]entry{{"m4", "I think tea beats coffee"}, {"m7", "I met Bob"}}},
+		{"forget a preference", nil, &entry{"m10", ""},
+			[]entry{{"m6", "I work as a doctor"}, {"m9", "I own a cat"}, {"m5", "My sister is Anna"}},
+			nil,
 			[]entry{{"m4", "I think tea beats coffee"}, {"m7", "I met Bob"}}},
 		{"forget unknown", nil, &entry{"m99", ""},
-			[]entry{{"m6", "I work as a doctor"}, {"m5", "My sister is Anna"}},
+			[]entry{{"m6", "I work as a doctor"}, {"m9", "I own a cat"}, {"m5", "My sister is Anna"}},
+			nil,
 			[]entry{{"m4", "I think tea beats coffee"}, {"m7", "I met Bob"}}},
 	}
 	entries := func(l []ProfileItem) []entry {
@@ -581,7 +599,7 @@ func TestProfile(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%s: %v", st.name, err)
 			}
-			if !p.Updated.Equal(clk.Now()) || !p.Facts[len(p.Facts)-1].Updated.Equal(clk.Now()) && ProfileType(st.update[0].Type) {
+			if !p.Updated.Equal(clk.Now()) || !p.Facts[len(p.Facts)-1].Updated.Equal(clk.Now()) && st.update[0].Type == TypeFact {
 				t.Errorf("%s: updated %v, want %v", st.name, p.Updated, clk.Now())
 			}
 		}
@@ -596,6 +614,9 @@ func TestProfile(t *testing.T) {
 		}
 		if got := entries(p.Facts); !slices.Equal(got, st.wantFacts) {
 			t.Errorf("%s: facts %v, want %v", st.name, got, st.wantFacts)
+		}
+		if got := entries(p.Preferences); !slices.Equal(got, st.wantPrefs) {
+			t.Errorf("%s: preferences %v, want %v", st.name, got, st.wantPrefs)
 		}
 		if got := entries(p.Knowledge); !slices.Equal(got, st.wantKnowledge) {
 			t.Errorf("%s: knowledge %v, want %v", st.name, got, st.wantKnowledge)

@@ -13,13 +13,26 @@ import (
 )
 
 // Profile is a cube's long-term memory (MemoryOS's user profile and
-// knowledge): Facts holds stable facts and preferences about the user,
+// knowledge): Facts holds stable facts about the user, Preferences the
+// user's preferences (TypePreference, apart as MemOS keeps its pref_mem),
 // Knowledge the other extracted memories (events, opinions, procedures).
 // Each item names the textmem memory it stands for.
 type Profile struct {
-	Facts     []ProfileItem `json:"facts"`
-	Knowledge []ProfileItem `json:"knowledge"`
-	Updated   time.Time     `json:"updated,omitzero"`
+	Facts       []ProfileItem `json:"facts"`
+	Preferences []ProfileItem `json:"preferences"`
+	Knowledge   []ProfileItem `json:"knowledge"`
+	Updated     time.Time     `json:"updated,omitzero"`
+}
+
+// split moves preferences a profile stored before Preferences existed
+// (they were among Facts) into Preferences, in order.
+func (p *Profile) split() {
+	for _, it := range p.Facts {
+		if it.Type == TypePreference {
+			p.Preferences = append(p.Preferences, it)
+		}
+	}
+	p.Facts = slices.DeleteFunc(p.Facts, func(x ProfileItem) bool { return x.Type == TypePreference })
 }
 
 // ProfileItem is one entry of a Profile.
@@ -33,7 +46,7 @@ type ProfileItem struct {
 }
 
 // ProfileType reports whether memories of type t belong to a profile's
-// Facts (facts and preferences) rather than its Knowledge.
+// Facts or Preferences (facts and preferences) rather than its Knowledge.
 func ProfileType(t string) bool { return t == TypeFact || t == TypePreference }
 
 // Profile returns cube's profile (empty if none yet).
@@ -44,6 +57,7 @@ func (s *Store) Profile(ctx context.Context, cube string) (Profile, error) {
 		if err := getJSON(txn, kProfile, &p); err != nil && !errors.Is(err, ErrNotFound) {
 			return err
 		}
+		p.split()
 		return nil
 	})
 	return p, err
@@ -60,23 +74,27 @@ func (s *Store) UpdateProfile(ctx context.Context, cube string, items []ProfileI
 		if err := getJSON(txn, kProfile, &p); err != nil && !errors.Is(err, ErrNotFound) {
 			return err
 		}
+		p.split()
 		for _, it := range items {
 			if it.Updated.IsZero() {
 				it.Updated = now
 			}
-			p.Facts = slices.DeleteFunc(p.Facts, func(x ProfileItem) bool { return x.MemoryID == it.MemoryID })
-			p.Knowledge = slices.DeleteFunc(p.Knowledge, func(x ProfileItem) bool { return x.MemoryID == it.MemoryID })
-			if ProfileType(it.Type) {
+			for _, l := range []*[]ProfileItem{&p.Facts, &p.Preferences, &p.Knowledge} {
+				*l = slices.DeleteFunc(*l, func(x ProfileItem) bool { return x.MemoryID == it.MemoryID })
+			}
+			switch it.Type {
+			case TypePreference:
+				p.Preferences = append(p.Preferences, it)
+			case TypeFact:
 				p.Facts = append(p.Facts, it)
-			} else {
+			default:
 				p.Knowledge = append(p.Knowledge, it)
 			}
 		}
-		if n := len(p.Facts) - s.opts.MaxProfileItems; n > 0 {
-			p.Facts = p.Facts[n:]
-		}
-		if n := len(p.Knowledge) - s.opts.MaxProfileItems; n > 0 {
-			p.Knowledge = p.Knowledge[n:]
+		for _, l := range []*[]ProfileItem{&p.Facts, &p.Preferences, &p.Knowledge} {
+			if n := len(*l) - s.opts.MaxProfileItems; n > 0 {
+				*l = (*l)[n:]
+			}
 		}
 		p.Updated = now
 		return setJSON(txn, kProfile, p)
@@ -96,7 +114,7 @@ func (s *Store) ProfileForget(ctx context.Context, cube, id, text string) error 
 			return err
 		}
 		changed := false
-		for _, l := range []*[]ProfileItem{&p.Facts, &p.Knowledge} {
+		for _, l := range []*[]ProfileItem{&p.Facts, &p.Preferences, &p.Knowledge} {
 			for i := range *l {
 				if (*l)[i].MemoryID == id && text != "" && (*l)[i].Text != text {
 					(*l)[i].Text, changed = text, true

@@ -18,6 +18,15 @@ const DefaultPreamble = "You are a helpful assistant. What you remember about th
 // user turn.
 const retrievedHeader = "Also relevant:\n"
 
+// preferencesHeader opens the block of the user's preferences put before a
+// user turn, ahead of the retrieved memories.
+const preferencesHeader = "User preferences:\n"
+
+// KindPreference is the Kind of the memories that state a preference of
+// the user (convmem.TypePreference: extraction stores its preference type
+// so); retrieval gives them their own block (Options.PreferenceK).
+const KindPreference = "preference"
+
 // bytesPerToken estimates tokens from bytes where no tokenizer is loaded
 // (the text-only upstream backend): about 4 bytes a token for English BPE
 // vocabularies (OpenAI's tokenizer guide gives ~4 characters per token).
@@ -38,6 +47,17 @@ type Options struct {
 	// turns' blocks together), tokens: a memory that would pass it is left
 	// out. Default n_ctx/4 with an engine, 4096 without one.
 	MaxRetrievedTokens int
+	// PreferenceK is how many preference memories (KindPreference) outside
+	// the pack retrieval may add before a user turn, in their own "User
+	// preferences:" block ahead of the other retrieved memories, searched
+	// among the preferences alone; the other retrieved memories are then
+	// never preferences. Default 3; negative: no such block (preferences
+	// are retrieved as any memory).
+	PreferenceK int
+	// MaxPreferenceTokens bounds the preference blocks of one prompt, tokens,
+	// apart from MaxRetrievedTokens. Default n_ctx/16 with an engine, 1024
+	// without one.
+	MaxPreferenceTokens int
 	// HideSources are Sources whose memories retrieval never adds to a
 	// prompt (the OS's short-term chat turns: the conversation carries
 	// them, and retrieving them would change every next prompt's prefix).
@@ -83,6 +103,15 @@ func New(eng *runtime.Engine, mem *textmem.Store, opts Options) *Layout {
 		opts.MaxRetrievedTokens = 4096
 		if eng != nil {
 			opts.MaxRetrievedTokens = eng.NCtx() / 4
+		}
+	}
+	if opts.PreferenceK == 0 {
+		opts.PreferenceK = 3
+	}
+	if opts.MaxPreferenceTokens == 0 {
+		opts.MaxPreferenceTokens = 1024
+		if eng != nil {
+			opts.MaxPreferenceTokens = eng.NCtx() / 16
 		}
 	}
 	l := &Layout{eng: eng, mem: mem, opts: opts, tmpl: opts.ChatTemplate}
@@ -141,6 +170,9 @@ type Prompt struct {
 	Messages   []Message        // the conversation with the retrieved block before the last user turn
 	Pack       []textmem.Memory // memories inside the pack, pack order
 	Retrieved  []textmem.Memory // memories retrieval added for the last user turn (earlier turns keep theirs)
+	// Preferences are the preference memories retrieval added for the last
+	// user turn in their own block (Options.PreferenceK), not in Retrieved.
+	Preferences []textmem.Memory
 }
 
 func bullet(m textmem.Memory) string {
@@ -204,6 +236,57 @@ func RetrievedText(mems []textmem.Memory) string {
 	return b.String()
 }
 
+// PreferencesText is the block put before a user turn, ahead of the
+// retrieved memories, for the preference memories retrieval found outside
+// the pack ("" for none).
+func PreferencesText(mems []textmem.Memory) string {
+	if len(mems) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString(preferencesHeader)
+	for _, m := range mems {
+		b.WriteString(bullet(m))
+	}
+	return b.String()
+}
+
+// preferences returns up to PreferenceK preference memories of cube
+// (KindPreference) matching query (the default query, dense fusion
+// included, without neighbour expansion), best first, that are not yet shown and
+// fit what is left of *budget (tokens), marking them shown and taking
+// their tokens from *budget. The hot preferences are in the pack already
+// (it holds the cube's hottest memories); this slot adds the relevant ones
+// outside it.
+func (l *Layout) preferences(ctx context.Context, cube, query string, shown map[string]bool, budget *int) ([]textmem.Memory, error) {
+	if l.opts.PreferenceK <= 0 {
+		return nil, nil
+	}
+	q := textmem.DefaultQuery(query, l.opts.PreferenceK+len(shown))
+	q.Kinds, q.NotSources, q.Neighbors = []string{KindPreference}, l.opts.HideSources, 0
+	hits, err := l.mem.SearchWith(ctx, cube, q)
+	if err != nil {
+		return nil, err
+	}
+	var out []textmem.Memory
+	for _, h := range hits {
+		if shown[h.Memory.ID] || len(out) == l.opts.PreferenceK {
+			continue
+		}
+		n, err := l.count(bullet(h.Memory), false)
+		if err != nil {
+			return nil, err
+		}
+		if n > *budget {
+			continue
+		}
+		*budget -= n
+		out = append(out, h.Memory)
+		shown[h.Memory.ID] = true
+	}
+	return out, nil
+}
+
 // Query returns the text retrieval searches with: the last user turn.
 func Query(msgs []Message) string {
 	for i := len(msgs) - 1; i >= 0; i-- {
@@ -219,9 +302,11 @@ func Query(msgs []Message) string {
 // the first turn that finds it. Earlier turns get the block they got when
 // they were the last turn, so a conversation's next prompt extends the
 // tokens of the previous one (as long as the text tier is unchanged) and
-// its KV state is reused. It returns the new messages and the memories
-// retrieved for the last user turn (the ones this turn adds).
-func (l *Layout) retrieve(ctx context.Context, cube string, pack []textmem.Memory, msgs []Message) ([]Message, []textmem.Memory, error) {
+// its KV state is reused. Preference memories matching a turn come first,
+// in their own block (preferences). It returns the new messages and the
+// memories retrieved for the last user turn (the ones this turn adds):
+// the other memories and the preferences.
+func (l *Layout) retrieve(ctx context.Context, cube string, pack []textmem.Memory, msgs []Message) ([]Message, []textmem.Memory, []textmem.Memory, error) {
 	out := append([]Message(nil), msgs...)
 	shown := make(map[string]bool, len(pack))
 	for _, m := range pack {
@@ -233,17 +318,24 @@ func (l *Layout) retrieve(ctx context.Context, cube string, pack []textmem.Memor
 			last = i
 		}
 	}
-	var latest []textmem.Memory
-	budget := l.opts.MaxRetrievedTokens
+	var latest, latestPrefs []textmem.Memory
+	budget, prefBudget := l.opts.MaxRetrievedTokens, l.opts.MaxPreferenceTokens
 	for i, m := range out {
 		if m.Role != "user" || strings.TrimSpace(m.Content) == "" {
 			continue
 		}
+		prefs, err := l.preferences(ctx, cube, m.Content, shown, &prefBudget)
+		if err != nil {
+			return nil, nil, nil, err
+		}
 		q := textmem.DefaultQuery(m.Content, l.opts.RetrieveK+len(shown))
 		q.NotSources, q.LastKinds = l.opts.HideSources, l.opts.LastKinds
+		if l.opts.PreferenceK > 0 {
+			q.NotKinds = []string{KindPreference} // their own block
+		}
 		hits, err := l.mem.SearchWith(ctx, cube, q)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		var found []textmem.Memory
 		for _, h := range hits {
@@ -252,7 +344,7 @@ func (l *Layout) retrieve(ctx context.Context, cube string, pack []textmem.Memor
 			}
 			n, err := l.count(bullet(h.Memory), false)
 			if err != nil {
-				return nil, nil, err
+				return nil, nil, nil, err
 			}
 			if n > budget {
 				continue
@@ -261,12 +353,12 @@ func (l *Layout) retrieve(ctx context.Context, cube string, pack []textmem.Memor
 			found = append(found, h.Memory)
 			shown[h.Memory.ID] = true
 		}
-		out[i].Content = RetrievedText(found) + m.Content
+		out[i].Content = PreferencesText(prefs) + RetrievedText(found) + m.Content
 		if i == last {
-			latest = found
+			latest, latestPrefs = found, prefs
 		}
 	}
-	return out, latest, nil
+	return out, latest, latestPrefs, nil
 }
 
 // Pack assembles the pack of cube with the given members alone: Tokens ==
@@ -281,8 +373,9 @@ func (l *Layout) Pack(ctx context.Context, cube string, members []textmem.Memory
 //   - with a cube, a system turn holding the pack (Preamble, then "- text"
 //     per pack member) comes first; retrieval adds up to RetrieveK other
 //     memories of the cube matching each user turn, as an "Also relevant:"
-//     block before that turn (each memory once, at the first turn that
-//     finds it: see retrieve);
+//     block before that turn, preceded by a "User preferences:" block of
+//     up to PreferenceK matching preference memories (each memory once, at
+//     the first turn that finds it: see retrieve);
 //   - the turns are rendered with the chat template (the system turn alone,
 //     rendered without the assistant opener, must be a prefix of the whole
 //     rendering; else the prompt has no separate pack part), or without
@@ -307,7 +400,7 @@ func (l *Layout) Assemble(ctx context.Context, in Input) (Prompt, error) {
 		p.Pack = pack
 		if !in.NoRetrieve && l.opts.RetrieveK > 0 {
 			var err error
-			if msgs, p.Retrieved, err = l.retrieve(ctx, in.Cube, pack, msgs); err != nil {
+			if msgs, p.Retrieved, p.Preferences, err = l.retrieve(ctx, in.Cube, pack, msgs); err != nil {
 				return p, err
 			}
 		}

@@ -344,7 +344,7 @@ func (p *Pipeline) assemble(t *turn) error {
 		}
 		out.setMemories(r.prompt)
 	}
-	if req.Cube != "" && len(r.toks) > limit-minBudget && len(r.prompt.Retrieved)+len(r.prompt.Pack) > 0 {
+	if req.Cube != "" && len(r.toks) > limit-minBudget && len(r.prompt.Retrieved)+len(r.prompt.Preferences)+len(r.prompt.Pack) > 0 {
 		// the memories' token budgets are estimates: without retrieval,
 		// then without the pack, rather than refuse the turn
 		for _, drop := range []dropMemories{dropRetrieved, dropAll} {
@@ -842,14 +842,14 @@ func scopeOf(cube string, gen uint64, adapterKey string) string {
 
 // recordUse counts a turn's memories towards their heat (MemoryOS): every
 // memory in the prompt is an interaction, every retrieved one also a
-// visit, and the cube's pack a visit when the prompt carried it. The uses
+// visit (preferences too), and the cube's pack a visit when the prompt carried it. The uses
 // are buffered and written off the request path (Options.UsageFlush).
 func (p *Pipeline) recordUse(cube string, pk layout.Prompt) {
-	uses := make([]scheduler.Use, 0, len(pk.Pack)+len(pk.Retrieved)+1)
+	uses := make([]scheduler.Use, 0, len(pk.Pack)+len(pk.Retrieved)+len(pk.Preferences)+1)
 	for _, m := range pk.Pack {
 		uses = append(uses, scheduler.Use{Cube: cube, ID: m.ID, Interactions: 1})
 	}
-	for _, m := range pk.Retrieved {
+	for _, m := range slices.Concat(pk.Retrieved, pk.Preferences) {
 		uses = append(uses, scheduler.Use{Cube: cube, ID: m.ID, Visits: 1, Interactions: 1})
 	}
 	if len(pk.Pack) > 0 {

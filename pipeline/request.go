@@ -194,6 +194,11 @@ type Response struct {
 	// into requests, so no third list names composed memories.
 	PackMemoryIDs []string `json:"pack_memory_ids"`
 	RetrievedIDs  []string `json:"retrieved_memory_ids"`
+	// PreferenceIDs name the preference memories retrieval added for the
+	// last user turn in their own "User preferences:" block
+	// (layout.Options.PreferenceK), best match first; they are not in
+	// RetrievedIDs nor counted in Retrieved. Empty, never nil.
+	PreferenceIDs []string `json:"preference_memory_ids"`
 	// Adapters is the attached adapter set (runtime.AdapterKey), "" none.
 	Adapters string `json:"adapters,omitempty"`
 	// ToolCalls are the calls the model made (Request.Tools); Text is
@@ -203,7 +208,8 @@ type Response struct {
 }
 
 // setMemories reports the memories of the prompt p carried: their counts
-// and ids (PackMemories, Retrieved, PackMemoryIDs, RetrievedIDs).
+// and ids (PackMemories, Retrieved, PackMemoryIDs, RetrievedIDs,
+// PreferenceIDs).
 func (r *Response) setMemories(p layout.Prompt) {
 	ids := func(ms []textmem.Memory) []string {
 		out := make([]string, len(ms))
@@ -213,7 +219,7 @@ func (r *Response) setMemories(p layout.Prompt) {
 		return out
 	}
 	r.PackMemories, r.Retrieved = len(p.Pack), len(p.Retrieved)
-	r.PackMemoryIDs, r.RetrievedIDs = ids(p.Pack), ids(p.Retrieved)
+	r.PackMemoryIDs, r.RetrievedIDs, r.PreferenceIDs = ids(p.Pack), ids(p.Retrieved), ids(p.Preferences)
 }
 
 // NewResponseID returns a new response id: "resp_", 16 hex digits of Unix

@@ -227,3 +227,64 @@ func TestFeedbackRating(t *testing.T) {
 		t.Errorf("no response yet: %d %q", code, msg)
 	}
 }
+
+// Memories of kind preference get their own block in the prompt, ahead of
+// the other retrieved memories, reported apart (preference_memory_ids) and
+// kept in the response log; the profile (REST and MCP get_profile) lists
+// them apart from the facts.
+func TestPreferenceSlot(t *testing.T) {
+	e := newEnv(t, envConfig{})
+	u := e.url()
+	dog := addPlayMemories(t, u, "c", nil, "my dog is Max")[0]
+	var tea, rain textmem.Memory
+	do(t, "POST", u+"/v1/cubes/c/memories", map[string]any{"text": "I love green tea", "kind": "preference"}, &tea)
+	do(t, "POST", u+"/v1/cubes/c/memories", map[string]any{"text": "I hate rainy walks", "kind": "preference"}, &rain)
+	const q = "Should my dog drink green tea?"
+
+	var r struct {
+		Debug struct {
+			Rendered string `json:"rendered_template"`
+		} `json:"_debug_info"`
+	}
+	body := map[string]any{"model": testModel, "stream": false, "_debug_render_only": true, "options": map[string]any{"cube": "c"},
+		"messages": []map[string]string{{"role": "user", "content": q}}}
+	do(t, "POST", u+"/api/chat", body, &r)
+	// the hash embedder's dense list finds the other preference too, after
+	// the match
+	want := "User preferences:\n- I love green tea\n- I hate rainy walks\nAlso relevant:\n- my dog is Max\n" + q
+	if !strings.Contains(r.Debug.Rendered, want) {
+		t.Fatalf("rendered %q, want it to hold %q", r.Debug.Rendered, want)
+	}
+
+	var a struct {
+		ID            string   `json:"id"`
+		RetrievedIDs  []string `json:"retrieved_memory_ids"`
+		PreferenceIDs []string `json:"preference_memory_ids"`
+		Retrieved     int      `json:"retrieved_memories"`
+	}
+	gen := map[string]any{"cube": "c", "num_predict": 4, "messages": []memosrt.Message{{Role: "user", Content: q}}}
+	if code := do(t, "POST", u+"/v1/generate", gen, &a); code != http.StatusOK || !slices.Equal(a.PreferenceIDs, []string{tea.ID, rain.ID}) ||
+		!slices.Equal(a.RetrievedIDs, []string{dog}) || a.Retrieved != 1 {
+		t.Fatalf("answer: %d %+v; want preferences [%s %s], retrieved [%s]", code, a, tea.ID, rain.ID, dog)
+	}
+	rec, err := e.os.Responses(context.Background(), "c")
+	if err != nil || len(rec) != 1 || rec[0].ID != a.ID || !slices.Equal(rec[0].PreferenceIDs, []string{tea.ID, rain.ID}) {
+		t.Fatalf("response log %+v, %v", rec, err)
+	}
+
+	var prof convmem.Profile
+	if code := do(t, "GET", u+"/v1/cubes/c/profile", nil, &prof); code != http.StatusOK || len(prof.Facts) != 0 || len(prof.Preferences) != 2 ||
+		prof.Preferences[0].MemoryID != tea.ID || prof.Preferences[1].Text != "I hate rainy walks" || prof.Preferences[1].Type != "preference" {
+		t.Fatalf("profile: %d %+v", code, prof)
+	}
+	cs := mcpSession(t, e)
+	var out struct {
+		Facts       []convmem.ProfileItem `json:"facts"`
+		Preferences []convmem.ProfileItem `json:"preferences"`
+	}
+	text := mustTool(t, cs, "get_profile", map[string]any{"cube": "c"}, &out)
+	if len(out.Facts) != 0 || len(out.Preferences) != 2 || out.Preferences[1].MemoryID != rain.ID ||
+		!strings.Contains(text, "The user's preferences (long-term profile):\n- I love green tea\n- I hate rainy walks") {
+		t.Fatalf("get_profile %q: %+v", text, out)
+	}
+}

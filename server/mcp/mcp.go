@@ -104,8 +104,8 @@ func newServer(o *memosrt.OS, opts Options, caller Caller) *sdk.Server {
 	addTool(t, s, &sdk.Tool{Name: "add_messages", Description: "Record a conversation (user and assistant messages) in the cube " +
 		"(created if new) and queue a background job that extracts memories from it; returns the job and the recorded turns."}, t.addMessages)
 	addTool(t, s, &sdk.Tool{Name: "get_profile", Annotations: readOnly,
-		Description: "What the cube knows about its user: the long-term profile (facts and knowledge extracted from " +
-			"conversations) and the most used memories first, as text and as lists."}, t.getProfile)
+		Description: "What the cube knows about its user: the long-term profile (facts, preferences and knowledge extracted from " +
+			"conversations; every memory of kind preference among the preferences) and the most used memories first, as text and as lists."}, t.getProfile)
 	addTool(t, s, &sdk.Tool{Name: "feedback", Description: "Give feedback on an answer of chat (its id, or the cube's latest): " +
 		"a correction in plain words (\"no, my dog is Rex\") replaces the memory the answer used that it contradicts, " +
 		"keeping the old text as the previous version (undo: the job id), or is stored as a new memory; " +
@@ -350,9 +350,10 @@ type ProfileOut struct {
 	Memories []ProfileMemory `json:"memories" jsonschema:"hottest first, then newest; at most 20"`
 	Total    int             `json:"total" jsonschema:"memories the cube holds"`
 	// the long-term profile (OS.Profile, convmem.Profile)
-	Facts     []convmem.ProfileItem `json:"facts" jsonschema:"long-term profile: facts and preferences about the user, written by consolidated conversations"`
-	Knowledge []convmem.ProfileItem `json:"knowledge" jsonschema:"long-term profile: knowledge the conversations taught"`
-	Updated   time.Time             `json:"updated,omitzero" jsonschema:"when the long-term profile last changed, RFC 3339 UTC"`
+	Facts       []convmem.ProfileItem `json:"facts" jsonschema:"long-term profile: facts about the user, written by consolidated conversations"`
+	Preferences []convmem.ProfileItem `json:"preferences" jsonschema:"the user's preferences: the long-term profile's, then every other memory of kind preference"`
+	Knowledge   []convmem.ProfileItem `json:"knowledge" jsonschema:"long-term profile: knowledge the conversations taught"`
+	Updated     time.Time             `json:"updated,omitzero" jsonschema:"when the long-term profile last changed, RFC 3339 UTC"`
 }
 
 // getProfile returns the cube's long-term profile (OS.Profile) and its
@@ -360,7 +361,7 @@ type ProfileOut struct {
 // profileMemories, as a text profile (the result's text content) and as
 // lists. Errors: an unknown or forbidden cube.
 func (t *tools) getProfile(ctx context.Context, c call, in profileIn) (*sdk.CallToolResult, ProfileOut, error) {
-	out := ProfileOut{Memories: []ProfileMemory{}, Facts: []convmem.ProfileItem{}, Knowledge: []convmem.ProfileItem{}}
+	out := ProfileOut{Memories: []ProfileMemory{}, Facts: []convmem.ProfileItem{}, Preferences: []convmem.ProfileItem{}, Knowledge: []convmem.ProfileItem{}}
 	cube, err := t.resolve(ctx, c, in.Cube, memosrt.KeyRead, true)
 	if err != nil {
 		return nil, out, err
@@ -370,7 +371,7 @@ func (t *tools) getProfile(ctx context.Context, c call, in profileIn) (*sdk.Call
 		return nil, out, err
 	}
 	p = wire.Profile(p)
-	out.Facts, out.Knowledge, out.Updated = p.Facts, p.Knowledge, p.Updated
+	out.Facts, out.Preferences, out.Knowledge, out.Updated = p.Facts, p.Preferences, p.Knowledge, p.Updated
 	st, err := t.os.Tiers(ctx, cube, 1)
 	if err != nil {
 		return nil, out, err
@@ -416,7 +417,7 @@ func (t *tools) getProfile(ctx context.Context, c call, in profileIn) (*sdk.Call
 	for _, l := range []struct {
 		head  string
 		items []convmem.ProfileItem
-	}{{"Facts about the user", p.Facts}, {"Knowledge", p.Knowledge}} {
+	}{{"Facts about the user", p.Facts}, {"The user's preferences", p.Preferences}, {"Knowledge", p.Knowledge}} {
 		if len(l.items) == 0 {
 			continue
 		}

@@ -59,6 +59,9 @@ func Profile(p convmem.Profile) convmem.Profile {
 	if p.Facts == nil {
 		p.Facts = []convmem.ProfileItem{}
 	}
+	if p.Preferences == nil {
+		p.Preferences = []convmem.ProfileItem{}
+	}
 	if p.Knowledge == nil {
 		p.Knowledge = []convmem.ProfileItem{}
 	}
