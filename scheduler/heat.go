@@ -124,23 +124,14 @@ func (u Usage) decay(o HeatOptions, now time.Time) Usage {
 	return u
 }
 
-// Visit records n retrieval hits at now. A negative n (feedback that
-// the memory misled) takes counts away, never below 0, and leaves Last.
-func (u Usage) Visit(o HeatOptions, now time.Time, n int) Usage {
+// Use records visits retrieval hits and interactions turns that used the
+// memory at now. Negative counts (feedback that the memory misled) take
+// counts away, never below 0, and leave Last.
+func (u Usage) Use(o HeatOptions, now time.Time, visits, interactions int) Usage {
 	u = u.decay(o, now)
-	u.Visits = max(0, u.Visits+float64(n))
-	if n > 0 {
-		u.Last = now
-	}
-	return u
-}
-
-// Interact records n turns that used the memory at now; a negative n as
-// Visit's.
-func (u Usage) Interact(o HeatOptions, now time.Time, n int) Usage {
-	u = u.decay(o, now)
-	u.Interactions = max(0, u.Interactions+float64(n))
-	if n > 0 {
+	u.Visits = max(0, u.Visits+float64(visits))
+	u.Interactions = max(0, u.Interactions+float64(interactions))
+	if visits > 0 || interactions > 0 {
 		u.Last = now
 	}
 	return u

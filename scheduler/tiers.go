@@ -475,12 +475,7 @@ func (t *Tiers) RecordUse(ctx context.Context, uses []Use) error {
 				if !u.At.IsZero() {
 					now = u.At
 				}
-				if u.Visits != 0 {
-					rec = rec.Visit(t.heat, now, u.Visits)
-				}
-				if u.Interactions != 0 {
-					rec = rec.Interact(t.heat, now, u.Interactions)
-				}
+				rec = rec.Use(t.heat, now, u.Visits, u.Interactions)
 				if err := setJSON(txn, usageKey(u.Cube, u.ID), rec); err != nil {
 					return err
 				}
