@@ -7,6 +7,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/openai/openai-go"
+	"github.com/openai/openai-go/option"
+
 	"github.com/memosrt/memosrt"
 	"github.com/memosrt/memosrt/convmem"
 	"github.com/memosrt/memosrt/scheduler"
@@ -286,5 +289,60 @@ func TestPreferenceSlot(t *testing.T) {
 	if len(out.Facts) != 0 || len(out.Preferences) != 2 || out.Preferences[1].MemoryID != rain.ID ||
 		!strings.Contains(text, "The user's preferences (long-term profile):\n- I love green tea\n- I hate rainy walks") {
 		t.Fatalf("get_profile %q: %+v", text, out)
+	}
+}
+
+// The OpenAI and Ollama APIs answer with the response's own id: the one
+// the cube's response log keeps, which feedback names; streamed OpenAI
+// chunks all carry it.
+func TestResponseIDsAcrossAPIs(t *testing.T) {
+	e := newEnv(t, envConfig{})
+	u, ctx := e.url(), context.Background()
+	addPlayMemories(t, u, "c", nil, "my dog is Max")
+	latest := func() string {
+		t.Helper()
+		rec, err := e.os.Responses(ctx, "c")
+		if err != nil || len(rec) == 0 {
+			t.Fatalf("response log %+v, %v", rec, err)
+		}
+		return rec[len(rec)-1].ID
+	}
+	c := openaiClient(u, option.WithHeader(CubeHeader, "c"))
+	p := openai.ChatCompletionNewParams{Model: testModel, MaxTokens: openai.Int(4), Temperature: openai.Float(0),
+		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("What is my dog called?")}}
+	r, err := c.Chat.Completions.New(ctx, p)
+	if err != nil || !strings.HasPrefix(r.ID, "resp_") || r.ID != latest() {
+		t.Fatalf("OpenAI chat id %q, log %q, %v", r.ID, latest(), err)
+	}
+	st := c.Chat.Completions.NewStreaming(ctx, p)
+	var ids []string
+	for st.Next() {
+		ids = append(ids, st.Current().ID)
+	}
+	if one := slices.Compact(slices.Clone(ids)); st.Err() != nil || len(ids) < 2 || len(one) != 1 || one[0] != latest() {
+		t.Fatalf("streamed ids %q, log %q, %v", ids, latest(), st.Err())
+	}
+	cr, err := c.Completions.New(ctx, openai.CompletionNewParams{Model: testModel, MaxTokens: openai.Int(4),
+		Prompt: openai.CompletionNewParamsPromptUnion{OfString: openai.String("My dog")}})
+	if err != nil || cr.ID != latest() {
+		t.Fatalf("OpenAI completion id %q, log %q, %v", cr.ID, latest(), err)
+	}
+	var o struct {
+		ID string `json:"id"`
+	}
+	body := map[string]any{"model": testModel, "stream": false, "options": map[string]any{"cube": "c", "num_predict": 4},
+		"messages": []map[string]string{{"role": "user", "content": "What is my dog called?"}}}
+	if code := do(t, "POST", u+"/api/chat", body, &o); code != http.StatusOK || o.ID != latest() {
+		t.Fatalf("Ollama chat: %d id %q, log %q", code, o.ID, latest())
+	}
+	gen := map[string]any{"model": testModel, "stream": false, "prompt": "My dog", "options": map[string]any{"cube": "c", "num_predict": 4}}
+	if code := do(t, "POST", u+"/api/generate", gen, &o); code != http.StatusOK || o.ID != latest() {
+		t.Fatalf("Ollama generate: %d id %q, log %q", code, o.ID, latest())
+	}
+	// feedback names the OpenAI answer's id
+	var fb memosrt.FeedbackResult
+	if code := do(t, "POST", u+"/v1/cubes/c/feedback", map[string]any{"response_id": r.ID, "rating": 1}, &fb); code != http.StatusOK ||
+		fb.ResponseID != r.ID || fb.Action != memosrt.FeedbackRated {
+		t.Fatalf("feedback on the OpenAI answer: %d %+v", code, fb)
 	}
 }
