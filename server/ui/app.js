@@ -337,10 +337,11 @@ function answerFacts(res) {
   const item = (kind, id) => el("li", { "data-kind": kind, "data-id": id }, badge(kind),
     el("span", { text: " " + (state.texts.get(id) || id) }));
   const none = (kind, why) => el("li", { class: "muted", "data-none": kind }, badge(kind), el("span", { text: " " + why }));
-  const pack = res.pack_memory_ids || [], got = res.retrieved_memory_ids || [];
+  const pack = res.pack_memory_ids || [], got = res.retrieved_memory_ids || [], prefs = res.preference_memory_ids || [];
   const used = el("ul", { class: "used-list" },
     ...(pack.length ? pack.map((id) => item("pack", id)) : [none("pack", "none")]),
     ...(got.length ? got.map((id) => item("retrieved", id)) : [none("retrieved", "none")]),
+    ...prefs.map((id) => item("preference", id)),
     none("composed", "none: per-memory KV chunks are not composed into requests"));
   return [facts, used];
 }
@@ -403,7 +404,7 @@ async function send(text) {
     });
     if (state.cube !== cube) return; // another cube was chosen meanwhile
     state.chat.push({ role: "assistant", content: out });
-    state.used = { cube, pack: new Set(res.pack_memory_ids || []), retrieved: new Set(res.retrieved_memory_ids || []) };
+    state.used = { cube, pack: new Set(res.pack_memory_ids || []), retrieved: new Set([...(res.retrieved_memory_ids || []), ...(res.preference_memory_ids || [])]) };
     answer.append(...answerFacts(res));
     answer.dataset.done = "true";
   } catch (e) {
