@@ -68,8 +68,8 @@ type FeedbackResult struct {
 }
 
 // Feedback applies f to cube's answer f.ResponseID (its latest when ""):
-// a correction is matched against the memories that answer used
-// (convmem.MatchCorrection); the matched one takes the correction as its
+// a correction is matched against the memories that answer used, its
+// recorded chat turns (KindTurn) left out (convmem.MatchCorrection); the matched one takes the correction as its
 // next version (Patch: its old text stays in its history, the change log
 // says why, the pack holding it is recomputed at the next tick), or,
 // without a match, the correction is stored as a new memory (Remember).
@@ -149,14 +149,16 @@ func (m *Manager) correct(ctx context.Context, cube string, rec convmem.Response
 	j := m.store.NewJob(cube, nil, "")
 	j.By, j.Response, j.State, j.Started, j.Finished = "feedback", rec.ID, convmem.JobDone, now, now
 	by := "feedback:" + j.ID
-	texts := make([]string, len(used))
-	for i, u := range used {
+	// a recorded chat turn is what was said, not a statement to correct
+	stated := slices.DeleteFunc(slices.Clone(used), func(u textmem.Memory) bool { return u.Kind == KindTurn })
+	texts := make([]string, len(stated))
+	for i, u := range stated {
 		texts[i] = u.Text
 	}
 	i, how := convmem.MatchCorrection(text, texts, m.store.Options().Analyzer)
 	var jr convmem.JobResult
 	if i >= 0 {
-		old := used[i]
+		old := stated[i]
 		cur, err := m.Patch(ctx, cube, old.ID, textmem.Patch{Text: &text, Source: &by}, convmem.Change{Op: convmem.OpSupersede, By: by,
 			Why: fmt.Sprintf("feedback on response %s corrects version %d: %q", rec.ID, old.Version, old.Text)})
 		if err != nil {
