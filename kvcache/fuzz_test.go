@@ -87,7 +87,7 @@ func FuzzDecodeFramed(f *testing.F) {
 	}
 	f.Add([]byte(`{"tokens":[],"tokens_hash":"e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855","codec":"zstd+shuffle2","raw_bytes":0}`), []byte{})
 	f.Fuzz(func(t *testing.T, hj, payload []byte) {
-		blob := frameBlob(hj, payload)
+		blob := frameBlob(hj, payload, FormatVersionExact)
 		checkParts(t, blob, 1, 7, len(blob)/2+1)
 		h, state, err := Decode(blob)
 		if err != nil {

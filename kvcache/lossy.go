@@ -35,9 +35,18 @@ import (
 
 // LossyParams choose the quantization.
 type LossyParams struct {
-	Bits     int // bits per value: 2, 4 or 8
-	KeyGroup int // tokens sharing a key channel's minimum and step (1..255)
-	ValGroup int // channels sharing a value token's minimum and step (1..255)
+	Bits     int `json:"bits"`      // bits per value: 2, 4 or 8
+	KeyGroup int `json:"key_group"` // tokens sharing a key channel's minimum and step (1..255)
+	ValGroup int `json:"val_group"` // channels sharing a value token's minimum and step (1..255)
+}
+
+// lossyEq reports whether a and b are the same quantization (both nil:
+// exact).
+func lossyEq(a, b *LossyParams) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return *a == *b
 }
 
 // DefaultLossy is 4-bit, keys in groups of 128 tokens, values in groups of
