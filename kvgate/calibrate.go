@@ -250,24 +250,29 @@ func (t tally) row(setting string, tg Targets) Row {
 	return r
 }
 
-// calibration is one Calibrate run's engine, sequences and samples.
+// calibration is one Calibrate run's engine, sequences and samples: seq
+// holds each reference and then each setting compared with it; scr is
+// composition's scratch sequence.
 type calibration struct {
-	eng           *runtime.Engine
-	o             Options
-	ref, cmp, scr int
-	pre           runtime.Preamble
-	mems          []runtime.Chunk
-	samples       []sample
-	refs          []reference
-	kv            runtime.KVConfig
+	eng      *runtime.Engine
+	o        Options
+	seq, scr int
+	pre      runtime.Preamble
+	mems     []runtime.Chunk
+	samples  []sample
+	refs     []reference
+	kv       runtime.KVConfig
 }
 
 // Calibrate measures the settings o asks for on eng and returns the
-// decision (Key is left to the caller). It takes three of eng's
-// sequences (AcquireSeq) for its run and leaves them empty. Composition
+// decision (Key is left to the caller). It takes one of eng's sequences
+// for its run (AcquireSeq, waiting for it), and with o.Compose a second
+// one, free now (TryAcquireSeq), as composition's scratch; it leaves them
+// empty. Composition
 // needs eng loaded with Options.BlendProbe (or under a ShiftGuard, which
 // recomputes moved chunks whole); without, its rows carry the error and
-// composition is off. Errors: ErrBadOptions, ctx's, the engine's.
+// composition is off. Errors: ErrBadOptions, ErrNoSeq, ctx's, the
+// engine's.
 func Calibrate(ctx context.Context, eng *runtime.Engine, o Options) (Decision, error) {
 	start := time.Now()
 	o.Samples, o.Targets = o.Samples.WithDefaults(), o.Targets.WithDefaults()
@@ -283,14 +288,20 @@ func Calibrate(ctx context.Context, eng *runtime.Engine, o Options) (Decision, e
 			eng.ReleaseSeq(s)
 		}
 	}()
-	for range 3 {
-		s, err := eng.AcquireSeq(ctx)
-		if err != nil {
-			return d, err
+	s, err := eng.AcquireSeq(ctx)
+	if err != nil {
+		return d, err
+	}
+	seqs = append(seqs, s)
+	c.seq = s
+	if o.Compose {
+		s, ok := eng.TryAcquireSeq()
+		if !ok {
+			return d, ErrNoSeq
 		}
 		seqs = append(seqs, s)
+		c.scr = s
 	}
-	c.ref, c.cmp, c.scr = seqs[0], seqs[1], seqs[2]
 	if err := c.prepare(ctx); err != nil {
 		return d, err
 	}
@@ -333,7 +344,7 @@ func Calibrate(ctx context.Context, eng *runtime.Engine, o Options) (Decision, e
 func (c *calibration) prepare(ctx context.Context) error {
 	s, eng := c.o.Samples, c.eng
 	var err error
-	if c.pre, err = eng.PrefillPreamble(ctx, c.ref, []runtime.Token{eng.BOS()}); err != nil {
+	if c.pre, err = eng.PrefillPreamble(ctx, c.seq, []runtime.Token{eng.BOS()}); err != nil {
 		return err
 	}
 	var texts [][]runtime.Token
@@ -343,13 +354,13 @@ func (c *calibration) prepare(ctx context.Context) error {
 			return err
 		}
 		prompt := append([]runtime.Token{eng.BOS()}, seed...)
-		eng.ClearSeq(c.ref)
-		res, err := eng.Generate(ctx, runtime.Request{Seq: c.ref, Tokens: prompt, MaxTokens: max(1, s.ChunkTokens-len(seed))})
+		eng.ClearSeq(c.seq)
+		res, err := eng.Generate(ctx, runtime.Request{Seq: c.seq, Tokens: prompt, MaxTokens: max(1, s.ChunkTokens-len(seed))})
 		if err != nil {
 			return err
 		}
 		toks := append(slices.Clone(seed), res.Tokens...)
-		mem, err := eng.PrefillChunk(ctx, c.ref, c.pre, toks)
+		mem, err := eng.PrefillChunk(ctx, c.seq, c.pre, toks)
 		if err != nil {
 			return err
 		}
@@ -383,38 +394,38 @@ func (c *calibration) reference(ctx context.Context, sm sample) (reference, erro
 	}
 	r.n = len(r.full)
 	r.full = append(r.full, sm.query...)
-	eng.ClearSeq(c.ref)
-	res, err := eng.Generate(ctx, runtime.Request{Seq: c.ref, Tokens: r.full, MaxTokens: c.o.Samples.Greedy})
+	eng.ClearSeq(c.seq)
+	res, err := eng.Generate(ctx, runtime.Request{Seq: c.seq, Tokens: r.full, MaxTokens: c.o.Samples.Greedy})
 	if err != nil {
 		return r, err
 	}
 	r.greedy = res.Tokens
 	r.forced = append(slices.Clone(sm.query), r.greedy[:max(0, len(r.greedy)-1)]...)
-	if err := eng.TruncateSeq(c.ref, r.n); err != nil {
+	if err := eng.TruncateSeq(c.seq, r.n); err != nil {
 		return r, err
 	}
-	if r.state, err = eng.SaveSeq(c.ref); err != nil {
+	if r.state, err = eng.SaveSeq(c.seq); err != nil {
 		return r, err
 	}
-	if r.want, err = eng.ArgmaxAt(ctx, c.ref, r.forced, r.n); err != nil {
+	if r.want, err = eng.ArgmaxAt(ctx, c.seq, r.forced, r.n); err != nil {
 		return r, err
 	}
-	return r, eng.ClearSeq(c.ref)
+	return r, eng.ClearSeq(c.seq)
 }
 
-// measure compares c.cmp, which holds a sample's first ref.n tokens, with
+// measure compares c.seq, which holds a sample's first ref.n tokens, with
 // the reference and empties it.
 func (c *calibration) measure(ctx context.Context, t *tally, ref reference) error {
 	eng := c.eng
-	defer eng.ClearSeq(c.cmp)
-	got, err := eng.ArgmaxAt(ctx, c.cmp, ref.forced, ref.n)
+	defer eng.ClearSeq(c.seq)
+	got, err := eng.ArgmaxAt(ctx, c.seq, ref.forced, ref.n)
 	if err != nil {
 		return err
 	}
-	if err := eng.TruncateSeq(c.cmp, ref.n); err != nil {
+	if err := eng.TruncateSeq(c.seq, ref.n); err != nil {
 		return err
 	}
-	res, err := eng.Generate(ctx, runtime.Request{Seq: c.cmp, Tokens: ref.full, NPast: ref.n, MaxTokens: c.o.Samples.Greedy})
+	res, err := eng.Generate(ctx, runtime.Request{Seq: c.seq, Tokens: ref.full, NPast: ref.n, MaxTokens: c.o.Samples.Greedy})
 	if err != nil {
 		return err
 	}
@@ -436,7 +447,7 @@ func (c *calibration) compose(ctx context.Context, f float64) (Row, error) {
 		for _, k := range sm.chunks {
 			chunks = append(chunks, c.mems[k])
 		}
-		res, err := c.eng.ComposeSeq(ctx, c.cmp, []int{c.scr}, c.pre, chunks, o)
+		res, err := c.eng.ComposeSeq(ctx, c.seq, []int{c.scr}, c.pre, chunks, o)
 		if errors.Is(err, runtime.ErrBadOptions) || errors.Is(err, runtime.ErrCompose) {
 			return Row{Setting: fmt.Sprintf("compose %.2f", f), Fraction: f, Err: err.Error()}, nil
 		}
@@ -476,7 +487,7 @@ func (c *calibration) codec(ctx context.Context, codec string) (Row, error) {
 		}
 		t.stateBytes += int64(len(ref.state))
 		t.blobBytes += int64(len(blob))
-		if _, err := c.eng.RestoreSeq(c.cmp, state); err != nil {
+		if _, err := c.eng.RestoreSeq(c.seq, state); err != nil {
 			return Row{}, err
 		}
 		if err := c.measure(ctx, &t, ref); err != nil {

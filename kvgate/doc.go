@@ -26,5 +26,6 @@
 //
 // A Gate is safe for concurrent use. Its mutex guards the decision map
 // and the set of running calibrations only; calibration runs outside it,
-// on the engine's own sequences (AcquireSeq), one per key at a time.
+// on one of the engine's own sequences (AcquireSeq; composition takes a
+// second as its scratch), one calibration per key at a time.
 package kvgate

@@ -2,6 +2,7 @@ package kvgate
 
 import (
 	"context"
+	"errors"
 	"testing"
 
 	"github.com/memosrt/memosrt/datadir"
@@ -186,5 +187,19 @@ func TestGateStartBackground(t *testing.T) {
 	}
 	if _, err := Open(nil, GateOptions{Codec: "q3"}); err == nil {
 		t.Fatal("codec q3 accepted")
+	}
+}
+
+// A serving engine lends tier work one sequence: the codec calibration
+// runs in it; composition's needs a second, free now, else ErrNoSeq
+// (nothing decided).
+func TestCalibrateOneSequence(t *testing.T) {
+	eng := testenv.Engine(t, runtime.Options{NCtx: 256, NSeqMax: 1, BlendProbe: true})
+	d, err := Calibrate(context.Background(), eng, Options{Codecs: true})
+	if err != nil || d.Codec != CodecQ8 || len(d.Codecs) != 3 {
+		t.Fatalf("codecs on one sequence: %+v, %v", d, err)
+	}
+	if _, err := Calibrate(context.Background(), eng, Options{Compose: true}); !errors.Is(err, ErrNoSeq) {
+		t.Fatalf("compose on one sequence: %v", err)
 	}
 }
