@@ -293,3 +293,30 @@ func (g *Gate) Close() error {
 	g.wg.Wait()
 	return nil
 }
+
+// Status is what the gate shows for one model key (memosrt tiers, the
+// inspector, /api/show).
+type Status struct {
+	Key     string `json:"key"`
+	Setting string `json:"setting"` // the codec setting (GateOptions.Codec)
+	// Calibrated: a decision is made (until then everything runs exact).
+	Calibrated bool `json:"calibrated"`
+	// Codec is what packs of the key are stored with now.
+	Codec string `json:"codec"`
+	// Compose and ComposeRatio are ComposeRatio's answer.
+	Compose      bool    `json:"compose"`
+	ComposeRatio float64 `json:"compose_ratio,omitempty"`
+	// Decision is the calibration's table (nil before it).
+	Decision *Decision `json:"decision,omitempty"`
+}
+
+// Status returns the gate's view of key.
+func (g *Gate) Status(key string) Status {
+	st := Status{Key: key, Setting: g.opts.Codec}
+	st.Codec, _ = g.Codec(key)
+	st.ComposeRatio, st.Compose = g.ComposeRatio(key)
+	if d, ok := g.Decision(key); ok {
+		st.Calibrated, st.Decision = true, &d
+	}
+	return st
+}

@@ -111,12 +111,14 @@ func calibrate(ctx context.Context, ef engineFlags, gopts kvgate.GateOptions, as
 		enc.SetEscapeHTML(false)
 		return enc.Encode(d)
 	}
-	printDecision(d, g)
+	chosen, _ := g.Codec(key)
+	printDecision(d, chosen)
 	return nil
 }
 
-// printDecision prints a decision's table and choices.
-func printDecision(d kvgate.Decision, g *kvgate.Gate) {
+// printDecision prints a decision's table and choices; chosen is the
+// codec packs are stored with under the gate's setting.
+func printDecision(d kvgate.Decision, chosen string) {
 	t := d.Targets
 	fmt.Printf("model %s: %d samples, targets top-1 >= %.1f%%, greedy %d tokens >= %.1f%%, ceiling %.2f (%.1f s)\n",
 		d.Key, d.Samples.N, 100*t.Top1, d.Samples.Greedy, 100*t.Greedy, t.Ceiling, d.Took)
@@ -146,13 +148,12 @@ func printDecision(d kvgate.Decision, g *kvgate.Gate) {
 		}
 	}
 	if d.Codec != "" {
-		chosen, _ := g.Codec(d.Key)
 		ratio := 0.0
 		for _, r := range d.Codecs {
 			if r.Setting == chosen {
 				ratio = r.Ratio
 			}
 		}
-		fmt.Printf("kv codec %s: %s (size ratio %.2fx; auto chooses %s)\n", g.Options().Codec, chosen, ratio, d.Codec)
+		fmt.Printf("kv codec: %s stored (size ratio %.2fx); auto chooses %s\n", chosen, ratio, d.Codec)
 	}
 }

@@ -13,13 +13,13 @@ import (
 func TestCalibrateCommand(t *testing.T) {
 	model := testmodels.Stories(t)
 	out := must(t, "calibrate", "--model", model, "--threads", "1")
-	for _, want := range []string{"q4         -           -   96.0%   50.0%", "kv codec auto: q8 (size ratio 1.67x; auto chooses q8)"} {
+	for _, want := range []string{"q4         -           -   96.0%   50.0%", "kv codec: q8 stored (size ratio 1.67x); auto chooses q8"} {
 		if !strings.Contains(out, want) {
 			t.Fatalf("missing %q in:\n%s", want, out)
 		}
 	}
 	out = must(t, "calibrate", "--model", model, "--threads", "1", "--kv-codec", "q4", "--targets", "top1=0.95,greedy=0.5")
-	if !strings.Contains(out, "kv codec q4: q4 (size ratio 2.84x; auto chooses q4)") {
+	if !strings.Contains(out, "kv codec: q4 stored (size ratio 2.84x); auto chooses q4") {
 		t.Fatalf("loose targets:\n%s", out)
 	}
 	for _, bad := range [][]string{{"--targets", "top1=2"}, {"--targets", "speed=0.5"}, {"--kv-codec", "q3"}, {"--kv-codec", "exact"}} {
