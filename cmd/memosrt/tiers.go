@@ -77,7 +77,10 @@ func tiers(ctx context.Context, sf storeFlags, ef engineFlags, cube string, limi
 		bytesStr(st.RawBytes), bytesStr(st.BlobBytes), orDash(st.PackLevel), bytesStr(st.KVBytes), bytesStr(st.KVBudget))
 	if g := st.KVGate; g != nil {
 		state := "not calibrated yet: exact"
-		if g.Calibrated {
+		switch {
+		case g.Setting == "exact":
+			state = "packs stored exact"
+		case g.Calibrated:
 			compose := "off"
 			if g.Compose {
 				compose = fmt.Sprintf("on at %.2f", g.ComposeRatio)
