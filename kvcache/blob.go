@@ -346,7 +346,7 @@ func parseHeader(v uint16, hj []byte, pl uint64, have int) (Header, error) {
 		if err := h.Lossy.check(); err != nil {
 			return h, fmt.Errorf("%w: %w", ErrCorrupt, err)
 		}
-		if h.StateBytes <= 0 || h.StateBytes > MaxRawBytes {
+		if h.StateBytes <= 0 || h.StateBytes > MaxRawBytes || h.StateBytes > 8*h.RawBytes {
 			return h, fmt.Errorf("%w: lossy state of %d bytes", ErrCorrupt, h.StateBytes)
 		}
 	} else if h.StateBytes != 0 {

@@ -218,7 +218,10 @@ func Dequantize(q []byte) ([]byte, error) {
 	size := binary.LittleEndian.Uint64(q[4:])
 	nr := int(binary.LittleEndian.Uint32(q[12:]))
 	p := 16
-	if size > MaxRawBytes || nr > (len(q)-p)/17 {
+	// every state byte is in q (outside regions) or a value's code of at
+	// least 2 bits (of 16): a state over 8 bytes per byte of q is a lie
+	// that would make this allocate it
+	if size > MaxRawBytes || size > 8*uint64(len(q)) || nr > (len(q)-p)/17 {
 		return bad("sizes")
 	}
 	rs := make([]region, nr)

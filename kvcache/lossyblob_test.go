@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -61,6 +62,19 @@ func TestLossyPackFormat(t *testing.T) {
 		err = checkVersion(binary.LittleEndian.Uint16(blob[4:]), FormatVersionExact)
 		if !errors.Is(err, ErrVersion) || !strings.Contains(err.Error(), "2 (this build reads [1])") {
 			t.Fatalf("v1 reader on a v2 blob: %v", err)
+		}
+		// a header lying about the lossy state's length is refused
+		_, payload, err := DecodeHeader(blob)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, sb := range []int64{h.StateBytes + 2, 8*h.RawBytes + 1, 1 << 40} {
+			lie := h
+			lie.StateBytes = sb
+			hj, _ := json.Marshal(lie)
+			if _, _, err := Decode(frameBlob(hj, payload, FormatVersion)); !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("state bytes %d: %v", sb, err)
+			}
 		}
 		// the version field says lossy or exact; lying about it is caught
 		for _, v := range []uint16{FormatVersionExact, 3} {
