@@ -232,10 +232,11 @@ func (g *Gate) Start(key string, eng *runtime.Engine) {
 	}()
 }
 
-// Calibrate returns key's decision, calibrating on eng first when there
-// is none (waiting for a background run of the same key instead would
-// need a second engine: the caller waits for its own run). Errors:
-// ErrClosed, Calibrate's, storage.
+// Calibrate returns key's decision, calibrating on eng now when there is
+// none (memosrt calibrate, tests; serving uses Start). It does not wait
+// for a background calibration of the same key: it runs its own, and the
+// later of the two decisions is kept. Errors: ErrClosed, Calibrate's,
+// storage.
 func (g *Gate) Calibrate(ctx context.Context, key string, eng *runtime.Engine) (Decision, error) {
 	if d, ok := g.Decision(key); ok {
 		return d, nil
