@@ -163,20 +163,21 @@ type Deps struct {
 // background jobs persisted in Badger, and records every move. Safe for
 // concurrent use.
 type Tiers struct {
-	mem *textmem.Store
-	kv  *kvcache.Cache
-	lay *layout.Layout
-	eng *runtime.Engine
+	mem   *textmem.Store
+	kv    *kvcache.Cache
+	lay   *layout.Layout
+	eng   *runtime.Engine
+	db    *datadir.DB // every write through its Update, which asks Room first
+	opts  TierOptions
+	heat  HeatOptions
+	log   *slog.Logger
+	seq   *bg.Sequence
+	reg   *lora.Registry
+	param ParametricOptions
+
 	// liveKV is eng's KV config (nil without one), read without jobMu
 	// (State's calibration gate view)
 	liveKV atomic.Pointer[runtime.KVConfig]
-	db     *datadir.DB // every write through its Update, which asks Room first
-	opts   TierOptions
-	heat   HeatOptions
-	log    *slog.Logger
-	seq    *bg.Sequence
-	reg    *lora.Registry
-	param  ParametricOptions
 	// bg is the context of background distillations, cancelled by Close.
 	bg       context.Context
 	bgCancel context.CancelFunc
