@@ -124,22 +124,32 @@ func printDecision(d kvgate.Decision, chosen string) {
 		d.Key, d.Samples.N, 100*t.Top1, d.Samples.Greedy, 100*t.Greedy, t.Ceiling, d.Took)
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(w, "setting\tfraction\trecomputed\ttop-1\tgreedy\tsize ratio\tpass\t")
-	yes := map[bool]string{true: "yes", false: "no"}
-	for _, r := range d.Compose {
-		pass := yes[r.Pass]
+	var errs []string
+	// figures returns a row's top-1, greedy and pass columns ("-" and
+	// "n/a" for a setting that could not be measured)
+	figures := func(r kvgate.Row, name string) (string, string, string) {
 		if r.Err != "" {
-			pass = "error: " + r.Err
+			errs = append(errs, name+": "+r.Err)
+			return "-", "-", "n/a"
 		}
-		fmt.Fprintf(w, "compose\t%.2f\t%.1f%%\t%.1f%%\t%.1f%%\t-\t%s\t\n", r.Fraction, 100*r.Recomputed, 100*r.Top1, 100*r.Greedy, pass)
+		return fmt.Sprintf("%.1f%%", 100*r.Top1), fmt.Sprintf("%.1f%%", 100*r.Greedy), map[bool]string{true: "yes", false: "no"}[r.Pass]
+	}
+	for _, r := range d.Compose {
+		top1, greedy, pass := figures(r, fmt.Sprintf("compose %.2f", r.Fraction))
+		fmt.Fprintf(w, "compose\t%.2f\t%.1f%%\t%s\t%s\t-\t%s\t\n", r.Fraction, 100*r.Recomputed, top1, greedy, pass)
 	}
 	for _, r := range d.Codecs {
-		pass := yes[r.Pass]
-		if r.Err != "" {
-			pass = "error: " + r.Err
+		top1, greedy, pass := figures(r, r.Setting)
+		ratio := "-"
+		if r.Err == "" {
+			ratio = fmt.Sprintf("%.2fx", r.Ratio)
 		}
-		fmt.Fprintf(w, "%s\t-\t-\t%.1f%%\t%.1f%%\t%.2fx\t%s\t\n", r.Setting, 100*r.Top1, 100*r.Greedy, r.Ratio, pass)
+		fmt.Fprintf(w, "%s\t-\t-\t%s\t%s\t%s\t%s\t\n", r.Setting, top1, greedy, ratio, pass)
 	}
 	w.Flush()
+	for _, e := range errs {
+		fmt.Println("not measured:", e)
+	}
 	if d.Composed {
 		if d.ComposeOn {
 			fmt.Printf("composition: on, recompute fraction %.2f\n", d.Ratio)
