@@ -158,8 +158,10 @@ func (g *Gate) Decisions() map[string]Decision {
 // ComposeRatio returns the recompute fraction composition may use for
 // the model key, ok false when it must not compose: not calibrated yet
 // (run exact: prefill), or no fraction up to the ceiling met the targets,
-// or the gate does not calibrate composition. It has the signature of
-// the pipeline's ComposeRatio hook.
+// or the gate does not calibrate composition. A fraction of 0 means shift
+// only: runtime.ComposeOptions{Ratio: -1} (a zero Ratio there is the
+// default, 0.15). It has the signature of the pipeline's ComposeRatio
+// hook.
 func (g *Gate) ComposeRatio(key string) (float64, bool) {
 	d, ok := g.Decision(key)
 	if !ok || !d.Composed || !d.ComposeOn {
