@@ -14,6 +14,7 @@ import (
 	"github.com/memosrt/memosrt/layout"
 
 	"github.com/memosrt/memosrt/kvcache"
+	"github.com/memosrt/memosrt/kvgate"
 
 	"github.com/memosrt/memosrt/embed"
 	"github.com/memosrt/memosrt/runtime"
@@ -110,6 +111,17 @@ type Options struct {
 	// and the parametric tier (Tiers.Parametric, off by default; its
 	// adapter files go to Dir/adapters unless Parametric.Dir is set).
 	Tiers scheduler.TierOptions
+	// KVCodec is how cube packs are stored (package kvgate): "exact"
+	// (default: byte-identical to the live KV), "auto" (the smallest lossy
+	// codec the calibration gate passes for the model), "q8" or "q4" (that
+	// codec, if the gate passes it). Until the model is calibrated (in the
+	// background, the first time a pack of it is computed), and where the
+	// gate refuses, packs are stored exact. Conversation packs are always
+	// exact.
+	KVCodec string
+	// KVGate is the targets the gate's settings must meet (zero fields:
+	// top-1 99%, greedy paths 90%, recompute ceiling 0.40).
+	KVGate kvgate.Targets
 	// RAMBytes bounds the decompressed pack states kept in RAM (the RAM
 	// level of the activation tier), bytes of Go heap; a state larger than
 	// it is never kept (restores read it from disk). Default 128 MiB.
@@ -296,6 +308,9 @@ func (o Options) Validate() error {
 		errs = append(errs, fmt.Errorf("ResidentAt %g < 0", o.ResidentAt))
 	}
 	if err := o.Tiers.Heat.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := (kvgate.GateOptions{Codec: o.KVCodec, Targets: o.KVGate}).Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	if o.Model != "" {

@@ -6,6 +6,7 @@
 //
 //	t/<cube>/...   text tier (package textmem)
 //	k/...          activation tier: KV pack blobs and their index (package kvcache)
+//	g/...          calibration decisions of lossy settings (package kvgate)
 //	s/...          scheduler state (package scheduler)
 //	l/...          LoRA registry (package lora)
 //	m/...          database metadata (format version)

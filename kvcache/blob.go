@@ -19,19 +19,33 @@ import (
 	"github.com/memosrt/memosrt/runtime"
 )
 
-// Blob layout, format version 1 (all integers little-endian):
+// Blob layout, format versions 1 and 2 (all integers little-endian):
 //
 //	[0,4)    magic "MKVB"
-//	[4,6)    format version (uint16) = 1
+//	[4,6)    format version (uint16): 1 exact, 2 lossy
 //	[6,10)   header length H (uint32)
 //	[10,10+H) header, JSON (Header)
 //	next 8   payload length P (uint64)
 //	next P   payload: the state as Codec says (zstd of the byte-shuffled
 //	         state, or the state itself)
 //	last 8   xxhash64 of every byte before it
+//
+// Version 2 is a lossy pack: its header carries the lossy codec and its
+// parameters (Header.Lossy) and the length of the state it dequantizes to
+// (Header.StateBytes); the payload, under Codec as in version 1, is the
+// quantized stream of Quantize (RawBytes and RawXXHash describe that
+// stream), and decoding dequantizes it (Dequantize) to an f16 state of
+// the live KV type. An exact pack is still written as version 1, byte for
+// byte as before, so a build that reads version 1 only still reads every
+// exact pack and refuses a lossy one with ErrVersion (its version check),
+// never a state it would misread.
 const (
-	magic         = "MKVB"
-	FormatVersion = 1
+	magic = "MKVB"
+	// FormatVersion is the newest blob format this build writes and reads
+	// (lossy packs); it reads FormatVersionExact too.
+	FormatVersion = 2
+	// FormatVersionExact is the format of exact packs (no Header.Lossy).
+	FormatVersionExact = 1
 	// CodecZstdShuffle2 is zstd over the state split into its even and odd
 	// bytes (a byte shuffle of 16-bit words, as Blosc's shuffle filter does):
 	// the high bytes of f16 values are far more regular than the low bytes.
@@ -74,6 +88,42 @@ type Header struct {
 	// lookups in the same scope ("" = unscoped), so one cube can never
 	// restore, or probe through cached-token counts, another cube's pack.
 	Scope string `json:"scope,omitempty"`
+	// Lossy, in a version 2 blob, is the quantization the payload went
+	// through (nil: exact, version 1). Put quantizes with it when set;
+	// a state that holds no f16 K and V is stored exact instead.
+	Lossy *LossyParams `json:"lossy,omitempty"`
+	// StateBytes, with Lossy, is the length of the dequantized state.
+	StateBytes int64 `json:"state_bytes,omitempty"`
+}
+
+// KVCodec names the pack's KV codec: "exact", or "q8", "q4", "q2" for a
+// lossy pack of that many bits.
+func (h Header) KVCodec() string {
+	if h.Lossy == nil {
+		return "exact"
+	}
+	return fmt.Sprintf("q%d", h.Lossy.Bits)
+}
+
+// version is the blob format h is written in.
+func (h Header) version() uint16 {
+	if h.Lossy != nil {
+		return FormatVersion
+	}
+	return FormatVersionExact
+}
+
+// checkVersion refuses a blob format version v that a build reading the
+// versions in reads cannot read, with ErrVersion. This build passes
+// FormatVersionExact and FormatVersion; a version 1 build's check was
+// this one with 1 alone.
+func checkVersion(v uint16, reads ...uint16) error {
+	for _, r := range reads {
+		if v == r {
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: %d (this build reads %v)", ErrVersion, v, reads)
 }
 
 // ConfigKey is the hex key of the KV config and adapter set under which a
@@ -202,6 +252,19 @@ func encode(h Header, state []byte) (Header, []byte, error) {
 	if int64(len(state)) > MaxRawBytes {
 		return h, nil, fmt.Errorf("%w: %d bytes", ErrTooLarge, len(state))
 	}
+	var stateBytes int64
+	if h.Lossy != nil {
+		q, ok, err := Quantize(state, *h.Lossy)
+		if err != nil {
+			return h, nil, err
+		}
+		if ok {
+			stateBytes, state = int64(len(state)), q
+		} else {
+			h.Lossy = nil // no f16 K and V: stored exact
+		}
+	}
+	h.StateBytes = stateBytes
 	e, _ := codecs()
 	var payload []byte
 	if len(state) > segBytes {
@@ -223,17 +286,17 @@ func encode(h Header, state []byte) (Header, []byte, error) {
 	if err != nil {
 		return h, nil, fmt.Errorf("kvcache: header: %w", err)
 	}
-	return h, frameBlob(hj, payload), nil
+	return h, frameBlob(hj, payload, h.version()), nil
 }
 
 // frameBlob lays out a blob: magic, format version (u16), header length (u32),
 // header JSON, payload length (u64), payload, xxhash64 of all before (u64),
 // little-endian.
-func frameBlob(hj, payload []byte) []byte {
+func frameBlob(hj, payload []byte, version uint16) []byte {
 	var buf bytes.Buffer
 	buf.Grow(4 + 2 + 4 + len(hj) + 8 + len(payload) + 8)
 	buf.WriteString(magic)
-	binary.Write(&buf, binary.LittleEndian, uint16(FormatVersion))
+	binary.Write(&buf, binary.LittleEndian, version)
 	binary.Write(&buf, binary.LittleEndian, uint32(len(hj)))
 	buf.Write(hj)
 	binary.Write(&buf, binary.LittleEndian, uint64(len(payload)))
@@ -249,8 +312,9 @@ func DecodeHeader(blob []byte) (Header, []byte, error) {
 	if len(blob) < 4+2+4+8+8 || string(blob[:4]) != magic {
 		return h, nil, fmt.Errorf("%w: bad magic or %d bytes", ErrCorrupt, len(blob))
 	}
-	if v := binary.LittleEndian.Uint16(blob[4:]); v != FormatVersion {
-		return h, nil, fmt.Errorf("%w: %d (this build reads %d)", ErrVersion, v, FormatVersion)
+	v := binary.LittleEndian.Uint16(blob[4:])
+	if err := checkVersion(v, FormatVersionExact, FormatVersion); err != nil {
+		return h, nil, err
 	}
 	body := blob[:len(blob)-8]
 	if got, want := xxhash.Sum64(body), binary.LittleEndian.Uint64(blob[len(blob)-8:]); got != want {
@@ -260,20 +324,33 @@ func DecodeHeader(blob []byte) (Header, []byte, error) {
 	if hl > maxHeader || 10+hl+8 > len(body) {
 		return h, nil, fmt.Errorf("%w: header length %d", ErrCorrupt, hl)
 	}
-	h, err := parseHeader(body[10:10+hl], binary.LittleEndian.Uint64(body[10+hl:]), len(body)-10-hl-8)
+	h, err := parseHeader(v, body[10:10+hl], binary.LittleEndian.Uint64(body[10+hl:]), len(body)-10-hl-8)
 	if err != nil {
 		return h, nil, err
 	}
 	return h, body[10+hl+8:], nil
 }
 
-// parseHeader parses a blob's header JSON hj and checks it against the
-// payload length pl written after it and the have bytes that follow.
-// Errors wrap ErrCorrupt or ErrVersion.
-func parseHeader(hj []byte, pl uint64, have int) (Header, error) {
+// parseHeader parses the header JSON hj of a blob of format version v
+// and checks it against the payload length pl written after it and the
+// have bytes that follow. Errors wrap ErrCorrupt or ErrVersion.
+func parseHeader(v uint16, hj []byte, pl uint64, have int) (Header, error) {
 	var h Header
 	if err := json.Unmarshal(hj, &h); err != nil {
 		return h, fmt.Errorf("%w: header: %v", ErrCorrupt, err)
+	}
+	if (v == FormatVersion) != (h.Lossy != nil) {
+		return h, fmt.Errorf("%w: format version %d with lossy codec %q", ErrCorrupt, v, h.KVCodec())
+	}
+	if h.Lossy != nil {
+		if err := h.Lossy.check(); err != nil {
+			return h, fmt.Errorf("%w: %w", ErrCorrupt, err)
+		}
+		if h.StateBytes <= 0 || h.StateBytes > MaxRawBytes || h.StateBytes > 8*h.RawBytes {
+			return h, fmt.Errorf("%w: lossy state of %d bytes", ErrCorrupt, h.StateBytes)
+		}
+	} else if h.StateBytes != 0 {
+		return h, fmt.Errorf("%w: exact pack with a state length", ErrCorrupt)
 	}
 	if pl != uint64(have) {
 		return h, fmt.Errorf("%w: payload length %d, have %d", ErrCorrupt, pl, have)
@@ -308,6 +385,9 @@ func Decode(blob []byte) (Header, []byte, error) {
 		if xxhash.Sum64(payload) != h.RawXXHash {
 			return h, nil, fmt.Errorf("%w: raw state checksum", ErrCorrupt)
 		}
+		if h.Lossy != nil {
+			return dequantize(h, payload)
+		}
 		return h, payload, nil // shares blob's memory
 	}
 	_, d := codecs()
@@ -319,7 +399,7 @@ func Decode(blob []byte) (Header, []byte, error) {
 		if xxhash.Sum64(raw) != h.RawXXHash {
 			return h, nil, fmt.Errorf("%w: raw state checksum", ErrCorrupt)
 		}
-		return h, raw, nil
+		return dequantize(h, raw)
 	}
 	raw, err := d.DecodeAll(payload, make([]byte, 0, h.RawBytes))
 	if err != nil {
@@ -332,7 +412,24 @@ func Decode(blob []byte) (Header, []byte, error) {
 	if xxhash.Sum64(raw) != h.RawXXHash {
 		return h, nil, fmt.Errorf("%w: raw state checksum", ErrCorrupt)
 	}
-	return h, raw, nil
+	return dequantize(h, raw)
+}
+
+// dequantize returns the state of a decoded payload raw: raw itself for an
+// exact pack, else Dequantize(raw), which must be h.StateBytes long.
+// Errors wrap ErrCorrupt.
+func dequantize(h Header, raw []byte) (Header, []byte, error) {
+	if h.Lossy == nil {
+		return h, raw, nil
+	}
+	state, err := Dequantize(raw)
+	if err != nil {
+		return h, nil, err
+	}
+	if int64(len(state)) != h.StateBytes {
+		return h, nil, fmt.Errorf("%w: lossy state of %d bytes, header says %d", ErrCorrupt, len(state), h.StateBytes)
+	}
+	return h, state, nil
 }
 
 // Check verifies that a pack with header h may restore into a context whose

@@ -18,7 +18,7 @@ func frame(t testing.TB, h Header, payload []byte) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return frameBlob(hj, payload)
+	return frameBlob(hj, payload, FormatVersionExact)
 }
 
 // allocated returns the bytes fn allocates.

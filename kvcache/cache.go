@@ -79,12 +79,13 @@ type Info struct {
 	ID         string    `json:"id"`
 	Label      string    `json:"label,omitempty"`
 	NTokens    int       `json:"n_tokens"`
-	RawBytes   int64     `json:"raw_bytes"`  // decompressed state
+	RawBytes   int64     `json:"raw_bytes"`  // decompressed (and, lossy, dequantized) state
 	BlobBytes  int64     `json:"blob_bytes"` // on disk
 	InRAM      bool      `json:"in_ram"`
 	Created    time.Time `json:"created"`
 	AdapterKey string    `json:"adapter_key,omitempty"`
 	Remote     bool      `json:"remote,omitempty"` // stored by another node: the blob is in the shared level only
+	KVCodec    string    `json:"kv_codec"`         // "exact", or the lossy codec ("q8", "q4", "q2": Header.KVCodec)
 }
 
 // Ratio returns RawBytes/BlobBytes, the compression ratio.
@@ -345,6 +346,12 @@ func (c *Cache) Put(ctx context.Context, h Header, state []byte) (Info, error) {
 	if err != nil {
 		return Info{}, err
 	}
+	if h.Lossy != nil {
+		// what a restore from disk gets: the dequantized state
+		if _, state, err = Decode(blob); err != nil {
+			return Info{}, err
+		}
+	}
 	cfg := ScopedKey(ConfigKey(h.KV, h.AdapterKey), h.Scope)
 	rec := &packRecord{ID: PackID(cfg, h.Tokens), ConfigKey: cfg, Header: h, BlobBytes: int64(len(blob))}
 	rec.Chunks = (len(blob) + chunkBytes - 1) / chunkBytes
@@ -568,7 +575,8 @@ func (c *Cache) State(id string) (h Header, state []byte, fromRAM bool, err erro
 	} else if h, state, err = c.readState(rec); err != nil {
 		return h, nil, false, err
 	}
-	if h.TokensHash != rec.Header.TokensHash || h.KV != rec.Header.KV || h.AdapterKey != rec.Header.AdapterKey || h.Scope != rec.Header.Scope {
+	if h.TokensHash != rec.Header.TokensHash || h.KV != rec.Header.KV || h.AdapterKey != rec.Header.AdapterKey || h.Scope != rec.Header.Scope ||
+		!lossyEq(h.Lossy, rec.Header.Lossy) {
 		return h, nil, false, fmt.Errorf("%w: blob header does not match its pack record", ErrCorrupt)
 	}
 	c.mu.Lock()
@@ -596,9 +604,13 @@ func (c *Cache) DropRAM() {
 
 func (c *Cache) info(rec *packRecord) Info {
 	_, inRAM := c.ram[rec.ID]
-	return Info{ID: rec.ID, Label: rec.Header.Label, NTokens: rec.Header.NTokens, RawBytes: rec.Header.RawBytes,
+	raw := rec.Header.RawBytes
+	if rec.Header.Lossy != nil {
+		raw = rec.Header.StateBytes // the state a restore holds, not the quantized stream
+	}
+	return Info{ID: rec.ID, Label: rec.Header.Label, NTokens: rec.Header.NTokens, RawBytes: raw,
 		BlobBytes: rec.BlobBytes, InRAM: inRAM, Created: rec.Header.Created, AdapterKey: rec.Header.AdapterKey,
-		Remote: rec.remote}
+		Remote: rec.remote, KVCodec: rec.Header.KVCodec()}
 }
 
 // List returns every pack this node stores, optionally only those with the

@@ -7,7 +7,11 @@
 // header that records what makes the state valid (model fingerprint, KV
 // layout, adapter set, tokens), a zstd payload of the byte-shuffled state,
 // and a checksum. Blobs persist in Badger (keys under "k/") and are cached
-// decompressed in a RAM LRU bounded in bytes.
+// decompressed in a RAM LRU bounded in bytes. A lossy pack (Header.Lossy,
+// set by the caller where the calibration gate of package kvgate allows
+// it) is a format version 2 blob whose payload is Quantize's stream; it is
+// dequantized on decode, so the RAM LRU and every restore hold the f16
+// state. Exact packs stay format version 1.
 //
 // Lookup finds the longest cached prefix of a request's tokens through a hash
 // chain over 64-token blocks seeded with the KV config key, so packs are only

@@ -57,8 +57,8 @@ func FuzzDecode(f *testing.F) {
 			}
 			return
 		}
-		if int64(len(state)) != h2.RawBytes {
-			t.Fatalf("state of %d bytes, header says %d", len(state), h2.RawBytes)
+		if int64(len(state)) != stateLen(h2) {
+			t.Fatalf("state of %d bytes, header says %d", len(state), stateLen(h2))
 		}
 		re, err := Encode(h2, state)
 		if err != nil {
@@ -69,6 +69,14 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("re-encoded blob differs: %v", err)
 		}
 	})
+}
+
+// stateLen is the length of the state a blob with header h decodes to.
+func stateLen(h Header) int64 {
+	if h.Lossy != nil {
+		return h.StateBytes
+	}
+	return h.RawBytes
 }
 
 // FuzzDecodeFramed fuzzes the header JSON and the zstd payload inside valid
@@ -87,7 +95,11 @@ func FuzzDecodeFramed(f *testing.F) {
 	}
 	f.Add([]byte(`{"tokens":[],"tokens_hash":"e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855","codec":"zstd+shuffle2","raw_bytes":0}`), []byte{})
 	f.Fuzz(func(t *testing.T, hj, payload []byte) {
-		blob := frameBlob(hj, payload)
+		v := uint16(FormatVersionExact)
+		if bytes.Contains(hj, []byte(`"lossy"`)) {
+			v = FormatVersion // a lossy header in the lossy format
+		}
+		blob := frameBlob(hj, payload, v)
 		checkParts(t, blob, 1, 7, len(blob)/2+1)
 		h, state, err := Decode(blob)
 		if err != nil {
@@ -96,7 +108,7 @@ func FuzzDecodeFramed(f *testing.F) {
 			}
 			return
 		}
-		if int64(len(state)) != h.RawBytes || xxhash.Sum64(state) != h.RawXXHash || h.NTokens != len(h.Tokens) {
+		if int64(len(state)) != stateLen(h) || (h.Lossy == nil && xxhash.Sum64(state) != h.RawXXHash) || h.NTokens != len(h.Tokens) {
 			t.Fatalf("accepted state of %d bytes for header %+v", len(state), h)
 		}
 	})

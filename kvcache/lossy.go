@@ -35,9 +35,18 @@ import (
 
 // LossyParams choose the quantization.
 type LossyParams struct {
-	Bits     int // bits per value: 2, 4 or 8
-	KeyGroup int // tokens sharing a key channel's minimum and step (1..255)
-	ValGroup int // channels sharing a value token's minimum and step (1..255)
+	Bits     int `json:"bits"`      // bits per value: 2, 4 or 8
+	KeyGroup int `json:"key_group"` // tokens sharing a key channel's minimum and step (1..255)
+	ValGroup int `json:"val_group"` // channels sharing a value token's minimum and step (1..255)
+}
+
+// lossyEq reports whether a and b are the same quantization (both nil:
+// exact).
+func lossyEq(a, b *LossyParams) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return *a == *b
 }
 
 // DefaultLossy is 4-bit, keys in groups of 128 tokens, values in groups of
@@ -209,7 +218,10 @@ func Dequantize(q []byte) ([]byte, error) {
 	size := binary.LittleEndian.Uint64(q[4:])
 	nr := int(binary.LittleEndian.Uint32(q[12:]))
 	p := 16
-	if size > MaxRawBytes || nr > (len(q)-p)/17 {
+	// every state byte is in q (outside regions) or a value's code of at
+	// least 2 bits (of 16): a state over 8 bytes per byte of q is a lie
+	// that would make this allocate it
+	if size > MaxRawBytes || size > 8*uint64(len(q)) || nr > (len(q)-p)/17 {
 		return bad("sizes")
 	}
 	rs := make([]region, nr)

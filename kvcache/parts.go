@@ -138,8 +138,8 @@ func (p *partsDecoder) readHead(body []byte) {
 				p.fail(p.pre)
 				return
 			}
-			if v := binary.LittleEndian.Uint16(p.head[4:]); v != FormatVersion {
-				p.pre = fmt.Errorf("%w: %d (this build reads %d)", ErrVersion, v, FormatVersion)
+			if err := checkVersion(binary.LittleEndian.Uint16(p.head[4:]), FormatVersionExact, FormatVersion); err != nil {
+				p.pre = err
 				p.fail(p.pre)
 				return
 			}
@@ -158,13 +158,14 @@ func (p *partsDecoder) parse() {
 	hl := len(p.head) - 18
 	p.payOff = 10 + hl + 8
 	p.payLen = p.total - 8 - p.payOff
-	h, err := parseHeader(p.head[10:10+hl], binary.LittleEndian.Uint64(p.head[10+hl:]), p.payLen)
+	h, err := parseHeader(binary.LittleEndian.Uint16(p.head[4:]), p.head[10:10+hl], binary.LittleEndian.Uint64(p.head[10+hl:]), p.payLen)
 	if err != nil {
 		p.fail(err)
 		return
 	}
 	if e := p.expect; e != nil && (h.RawBytes != e.RawBytes || h.RawXXHash != e.RawXXHash || h.Codec != e.Codec ||
-		h.TokensHash != e.TokensHash || h.KV != e.KV || h.AdapterKey != e.AdapterKey || h.Scope != e.Scope) {
+		h.TokensHash != e.TokensHash || h.KV != e.KV || h.AdapterKey != e.AdapterKey || h.Scope != e.Scope ||
+		!lossyEq(h.Lossy, e.Lossy) || h.StateBytes != e.StateBytes) {
 		p.fail(fmt.Errorf("%w: blob header does not match its pack record", ErrCorrupt))
 		return
 	}
@@ -297,7 +298,7 @@ func (p *partsDecoder) finish() (Header, []byte, error) {
 	if p.rawSum.Sum64() != h.RawXXHash {
 		return h, nil, fmt.Errorf("%w: raw state checksum", ErrCorrupt)
 	}
-	return h, p.state, nil
+	return dequantize(h, p.state)
 }
 
 // decodeParts decodes a blob of total bytes given as parts (tests).

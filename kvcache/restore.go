@@ -118,6 +118,10 @@ type WarmOptions struct {
 	// tokens, so that a foreground request waits for at most one such
 	// batch; 0: one request.
 	Chunk int
+	// Lossy, when set, stores the pack quantized with it (Header.Lossy):
+	// the caller sets it only where the calibration gate (package kvgate)
+	// allows that codec for the model. Nil: exact.
+	Lossy *LossyParams
 }
 
 // Warm is Compute without the count of decoded tokens.
@@ -161,7 +165,7 @@ func (c *Cache) Compute(ctx context.Context, eng *runtime.Engine, seq int, toks 
 	if err := prefillChunks(ctx, eng, seq, toks, rs.Tokens, o); err != nil {
 		return Info{}, 0, err
 	}
-	snap, err := c.Snapshot(eng, seq, Header{AdapterKey: adapterKey, Tokens: toks, Label: o.Label, Scope: o.Scope})
+	snap, err := c.Snapshot(eng, seq, Header{AdapterKey: adapterKey, Tokens: toks, Label: o.Label, Scope: o.Scope, Lossy: o.Lossy})
 	if err != nil {
 		return Info{}, 0, err
 	}

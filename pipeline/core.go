@@ -10,6 +10,7 @@ import (
 
 	"github.com/memosrt/memosrt/datadir"
 	"github.com/memosrt/memosrt/kvcache"
+	"github.com/memosrt/memosrt/kvgate"
 	"github.com/memosrt/memosrt/layout"
 	"github.com/memosrt/memosrt/lora"
 	"github.com/memosrt/memosrt/modelsched"
@@ -38,6 +39,7 @@ type Pipeline struct {
 	cubes  *textmem.CubeRegistry
 	lay    *layout.Layout // without a model (upstream, none); a loaded model has its own
 	tiers  *scheduler.Tiers
+	gate   *kvgate.Gate     // the calibration gate of lossy packs; nil without a model
 	up     *upstreamBackend // nil unless Options.Upstream
 	info   ModelInfo        // the upstream's
 	onChat func(ctx context.Context, req *Request, cube textmem.Cube, answer string)
@@ -154,6 +156,10 @@ func New(ctx, base context.Context, opts Options, deps Deps) (*Pipeline, error) 
 	if opts.Model != "" {
 		to.Reserve = p.reserveJob
 		to.Adapters = p.tierAdapters
+		if p.gate, err = kvgate.Open(p.db, kvgate.GateOptions{Codec: opts.KVCodec, Targets: opts.KVGate, Logger: p.log}); err != nil {
+			return nil, err
+		}
+		to.Gate = p.gate
 	}
 	if p.tiers, err = scheduler.NewTiers(sd, to); err != nil {
 		return nil, err
@@ -207,6 +213,9 @@ func (p *Pipeline) WaitWrites() { p.writes.Wait() }
 // loaded model (after Drain and its wait). The stores in Deps stay open.
 func (p *Pipeline) Close() error {
 	var errs []error
+	if p.gate != nil {
+		errs = append(errs, p.gate.Close()) // its calibrations use the engines
+	}
 	if p.usage != nil {
 		errs = append(errs, p.FlushUsage(context.Background()))
 	}

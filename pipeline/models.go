@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/memosrt/memosrt/kvcache"
+	"github.com/memosrt/memosrt/kvgate"
 	"github.com/memosrt/memosrt/layout"
 	"github.com/memosrt/memosrt/lora"
 	"github.com/memosrt/memosrt/modelsched"
@@ -257,11 +259,28 @@ func (p *Pipeline) Models() []ModelState {
 	for i, st := range sts {
 		info := p.modelInfo(p.models.Models()[i])
 		if st.Loaded {
-			info = st.L.info
+			info = p.withGate(st.L.info, st.L.eng)
 		}
 		out[i] = ModelState{ModelInfo: info, Primary: st.Primary, Loaded: st.Loaded, Busy: st.Busy, ExpiresAt: st.ExpiresAt}
 	}
 	return out
+}
+
+// withGate returns info with the calibration gate's view of the loaded
+// model (no adapters) in its model_info, as "memosrt.kv_gate"
+// (kvgate.Status): the codec setting, the codec packs are stored with
+// now, composition, and the calibration table once made.
+func (p *Pipeline) withGate(info ModelInfo, eng *runtime.Engine) ModelInfo {
+	if p.gate == nil || eng == nil {
+		return info
+	}
+	m := maps.Clone(info.Info)
+	if m == nil {
+		m = map[string]any{}
+	}
+	m["memosrt.kv_gate"] = p.gate.Status(kvgate.Key(eng.KVConfig(), ""))
+	info.Info = m
+	return info
 }
 
 // loadModel loads m's engine and splits its sequences: Parallel request

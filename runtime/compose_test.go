@@ -40,14 +40,12 @@ type composeCase struct {
 	res              ComposeResult
 }
 
-// argmaxAt decodes toks at positions [pos0, pos0+len(toks)) of seq with
-// logits on every token and returns the argmax of each row.
+// argmaxAt is Engine.ArgmaxAt, failing t on an error.
 func argmaxAt(t testing.TB, e *Engine, seq int, toks []Token, pos0 int) []Token {
 	t.Helper()
-	rows := logprobsAt(t, e, seq, toks, pos0)
-	out := make([]Token, len(rows))
-	for i, r := range rows {
-		out[i] = Token(argmax(r))
+	out, err := e.ArgmaxAt(context.Background(), seq, toks, pos0)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return out
 }

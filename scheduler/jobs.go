@@ -11,6 +11,7 @@ import (
 	bg "github.com/dgraph-io/badger/v4"
 
 	"github.com/memosrt/memosrt/kvcache"
+	"github.com/memosrt/memosrt/kvgate"
 	"github.com/memosrt/memosrt/textmem"
 )
 
@@ -643,6 +644,14 @@ func (t *Tiers) computePack(ctx context.Context, cube string, toks []int32, wait
 		}
 		defer release()
 	}
+	var lossy *kvcache.LossyParams
+	if g := t.opts.Gate; g != nil {
+		// exact until the model key is calibrated; the calibration waits
+		// for this job's sequence
+		key := kvgate.Key(eng.KVConfig(), ad.Key)
+		lossy = g.Lossy(key)
+		g.Start(key, eng)
+	}
 	seq, err := eng.AcquireSeq(ctx)
 	if err != nil {
 		return kvcache.Info{}, 0, err
@@ -655,7 +664,7 @@ func (t *Tiers) computePack(ctx context.Context, cube string, toks []int32, wait
 	// as any request's prefill; queued behind background chunks it would
 	// hold the pack writes and cube deletes serialised after it
 	return kv.Compute(ctx, eng, seq, toks, kvcache.WarmOptions{Adapters: ad.Refs, Label: cube, Scope: cube,
-		Background: !wait, Chunk: t.opts.JobChunk})
+		Background: !wait, Chunk: t.opts.JobChunk, Lossy: lossy})
 }
 
 // finish commits a job: the new pack state (nil: unchanged), its transition

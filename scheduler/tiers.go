@@ -10,12 +10,14 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	bg "github.com/dgraph-io/badger/v4"
 
 	"github.com/memosrt/memosrt/datadir"
 	"github.com/memosrt/memosrt/kvcache"
+	"github.com/memosrt/memosrt/kvgate"
 	"github.com/memosrt/memosrt/layout"
 	"github.com/memosrt/memosrt/lora"
 	"github.com/memosrt/memosrt/runtime"
@@ -104,6 +106,12 @@ type TierOptions struct {
 	// refreshes the pack at the next Tick. Nil: packs are computed without
 	// adapters.
 	Adapters func(ctx context.Context, cube string) (AdapterSet, error)
+	// Gate, if set, decides the codec each computed pack is stored with
+	// (kvgate.Gate.Lossy for the engine's model key and the cube's
+	// adapter set); the first pack of a key not yet calibrated starts its
+	// calibration in the background and is stored exact. The caller owns
+	// it. Nil: every pack exact.
+	Gate *kvgate.Gate
 }
 
 // AdapterSet is a leased adapter set (TierOptions.Adapters): Refs as a
@@ -166,6 +174,10 @@ type Tiers struct {
 	seq   *bg.Sequence
 	reg   *lora.Registry
 	param ParametricOptions
+
+	// liveKV is eng's KV config (nil without one), read without jobMu
+	// (State's calibration gate view)
+	liveKV atomic.Pointer[runtime.KVConfig]
 	// bg is the context of background distillations, cancelled by Close.
 	bg       context.Context
 	bgCancel context.CancelFunc
@@ -247,6 +259,7 @@ func NewTiers(d Deps, opts TierOptions) (*Tiers, error) {
 	t := &Tiers{mem: d.Mem, kv: d.KV, lay: d.Layout, eng: d.Engine, db: db, opts: opts, heat: opts.Heat.withDefaults(), log: log.With("component", "tiers"),
 		seq: seq, kick: make(chan struct{}, 1), resident: map[string]string{}, reg: d.Registry, param: param,
 		untrainable: map[string]bool{}}
+	t.setLiveKV(d.Engine)
 	t.bg, t.bgCancel = context.WithCancel(context.Background())
 	if err := t.collectGarbage(context.Background()); err != nil {
 		seq.Release()
@@ -396,8 +409,19 @@ func (t *Tiers) SetEngine(eng *runtime.Engine, lay *layout.Layout) error {
 	t.cancelDistill("") // it trains for the model being replaced
 	t.jobMu.Lock()
 	t.eng, t.lay = eng, lay
+	t.setLiveKV(eng)
 	t.jobMu.Unlock()
 	return nil
+}
+
+// setLiveKV records eng's KV config (nil eng: none).
+func (t *Tiers) setLiveKV(eng *runtime.Engine) {
+	if eng == nil {
+		t.liveKV.Store(nil)
+		return
+	}
+	kv := eng.KVConfig()
+	t.liveKV.Store(&kv)
 }
 
 // Kick asks the background loop for a Tick soon.
@@ -602,6 +626,12 @@ type CubeTiers struct {
 	KVBudget    int64        `json:"kv_budget"`
 	// Parametric is the cube's distilled adapter (nil when the tier is off).
 	Parametric *Parametric `json:"parametric,omitempty"`
+	// PackCodec is the pack's KV codec: "exact", "q8" or "q4".
+	PackCodec string `json:"pack_codec,omitempty"`
+	// KVGate is the calibration gate's view of the model key the cube's
+	// packs are computed under (its pack's adapter set; none without a
+	// pack); nil without TierOptions.Gate or an engine.
+	KVGate *kvgate.Status `json:"kv_gate,omitempty"`
 }
 
 // State returns cube's tier state with its last limit transitions (all if
@@ -642,11 +672,15 @@ func (t *Tiers) State(ctx context.Context, cube string, limit int) (CubeTiers, e
 	sort.SliceStable(out.Memories, func(i, j int) bool { return out.Memories[i].Heat > out.Memories[j].Heat })
 	out.PackID, out.PackTokens, out.RawBytes, out.BlobBytes = st.PackID, st.Tokens, st.RawBytes, st.BlobBytes
 	out.PackHeat = usage[packUse].Heat(t.heat, now)
+	adapterKey := ""
 	if st.PackID != "" {
 		out.PackLevel = LevelDisk
 		for _, i := range t.kv.List(cube) {
-			if i.ID == st.PackID && i.InRAM {
-				out.PackLevel = LevelRAM
+			if i.ID == st.PackID {
+				out.PackCodec, adapterKey = i.KVCodec, i.AdapterKey
+				if i.InRAM {
+					out.PackLevel = LevelRAM
+				}
 			}
 		}
 		t.mu.Lock()
@@ -666,6 +700,10 @@ func (t *Tiers) State(ctx context.Context, cube string, limit int) (CubeTiers, e
 	}
 	if out.Transitions, err = t.Transitions(ctx, cube, limit); err != nil {
 		return out, err
+	}
+	if kv := t.liveKV.Load(); t.opts.Gate != nil && kv != nil {
+		gs := t.opts.Gate.Status(kvgate.Key(*kv, adapterKey))
+		out.KVGate = &gs
 	}
 	out.KVBytes, err = t.kvBytes("")
 	return out, err

@@ -83,7 +83,7 @@ func newRootCmd() *cobra.Command {
 	root.SetFlagErrorFunc(flagError)
 	root.Flags().SortFlags = false
 	root.AddCommand(newMemCmd(), newKVCmd(), newRunCmd(), newBenchCmd(), newServeCmd(), newMCPCmd(),
-		newLoraCmd(), newTiersCmd(), newKeysCmd(), newBackupCmd(), newRestoreCmd(), newCheckCmd(), newGenModelCmd(), newQuantizeCmd(), newDevicesCmd(), newVersionCmd())
+		newLoraCmd(), newTiersCmd(), newKeysCmd(), newBackupCmd(), newRestoreCmd(), newCheckCmd(), newGenModelCmd(), newQuantizeCmd(), newCalibrateCmd(), newDevicesCmd(), newVersionCmd())
 	root.InitDefaultHelpCmd()
 	root.InitDefaultCompletionCmd()
 	for _, c := range root.Commands() {

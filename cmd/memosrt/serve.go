@@ -18,6 +18,7 @@ import (
 
 	"github.com/memosrt/memosrt/kvcache"
 	kvredis "github.com/memosrt/memosrt/kvcache/redis"
+	"github.com/memosrt/memosrt/kvgate"
 	textpg "github.com/memosrt/memosrt/textmem/postgres"
 
 	"github.com/spf13/cobra"
@@ -79,6 +80,8 @@ func newServeCmd() *cobra.Command {
 	embedFlag := fs.String("embed", "none", "other `EMBEDDER` of memories and of /api/embed and /v1/embeddings: hash[:DIM] or ollama:MODEL (an Ollama server's); none: memories get no vectors, /api/embed embeds with the chat model it names")
 	kvStore := fs.String("kv-store", "", "share the activation tier with other nodes through Redis at `URL` (redis://HOST:PORT/DB): packs one node computes restore on every node (default: this node's data directory only)")
 	textStore := fs.String("text-store", "", "keep memories and cubes in PostgreSQL at `URL` (postgres://USER:PASS@HOST:PORT/DB), shared with other nodes: a memory added on one is found on every one; local: this node's data directory, also when it was served with a shared store before (default: local)")
+	kvCodec := fs.String("kv-codec", "exact", "how cube packs are stored, `CODEC`: exact (byte-identical KV), auto (the smallest lossy codec the calibration gate passes for the model), q8 or q4 (that codec, if the gate passes it); lossy only once the model is calibrated, in the background (memosrt calibrate prints the same table)")
+	kvTargets := fs.String("kv-gate-targets", "top1=0.99,greedy=0.90,ceiling=0.40", "the calibration gate's targets (`LIST`: top1, greedy as shares of 1; ceiling, the largest recompute fraction)")
 	chatTemplate := fs.String("chat-template", "", "chat `TEMPLATE` (text or llama.cpp built-in name such as chatml); default: the model's")
 	ef := addEngineFlags(fs)
 	mf := addModelsFlags(fs)
@@ -106,11 +109,19 @@ func newServeCmd() *cobra.Command {
 		if err := mf.check(cmd); err != nil {
 			return err
 		}
+		targets, err := parseTargets(*kvTargets)
+		if err != nil {
+			return fmt.Errorf("--kv-gate-targets: %w", err)
+		}
+		if err := (kvgate.GateOptions{Codec: *kvCodec, Targets: targets}).Validate(); err != nil {
+			return fmt.Errorf("--kv-codec: %w", err)
+		}
 		return serve(cmd.Context(), serveFlags{sf: sf, ef: ef, mf: mf, addr: addr, parallel: parallel, resident: resident, residentCells: residentCells,
 			token: token, insecure: insecure, name: name, maxQueue: maxQueue, numPredict: numPredict, noPersist: noPersist,
 			minPersist: minPersist, adapterBudget: adapterBudget, convBudget: convBudget, ramBudget: ramBudget, tickEvery: tickEvery, kvBudget: kvBudget,
 			gcEvery: gcEvery, shutdownTimeout: shutdownTimeout, bodyTimeout: bodyTimeout, debugClock: debugClock, pprofAddr: pprofAddr, backend: backend, ollamaHost: ollamaHost,
 			ollamaModel: ollamaModel, upstreamModel: upstreamModel, embedFlag: embedFlag, embedModel: embedModel, chatTemplate: chatTemplate, kvStore: kvStore, textStore: textStore,
+			kvCodec: *kvCodec, kvTargets: targets,
 			param: func() scheduler.ParametricOptions {
 				if !*parametric {
 					return scheduler.ParametricOptions{}
@@ -134,6 +145,8 @@ type serveFlags struct {
 	tickEvery, gcEvery, shutdownTimeout, bodyTimeout                       *time.Duration
 	insecure, noPersist, debugClock                                        *bool
 	param                                                                  func() scheduler.ParametricOptions
+	kvCodec                                                                string
+	kvTargets                                                              kvgate.Targets
 }
 
 func serve(ctx context.Context, f serveFlags) error {
@@ -198,6 +211,7 @@ func serve(ctx context.Context, f serveFlags) error {
 	}
 	opts.MaxQueue, opts.NoPersist, opts.MinPersistTokens, opts.DefaultNumPredict = *maxQueue, *noPersist, *minPersist, *numPredict
 	opts.ConvBytes, opts.AdapterBytes, opts.GCInterval, opts.RAMBytes = *convBudget, *adapterBudget, *gcEvery, *f.ramBudget
+	opts.KVCodec, opts.KVGate = f.kvCodec, f.kvTargets
 	opts.ModelName, opts.Embedder, opts.Layout.ChatTemplate = *name, emb, *chatTemplate
 	opts.Tiers.Interval, opts.Tiers.KVBytes = *tickEvery, *kvBudget
 	opts.Tiers.Parametric = f.param()

@@ -75,6 +75,23 @@ func tiers(ctx context.Context, sf storeFlags, ef engineFlags, cube string, limi
 	}
 	fmt.Printf("cube %s: pack %d tokens, %s KV (%s stored), level %s; all packs %s of %s budget\n", st.Cube, st.PackTokens,
 		bytesStr(st.RawBytes), bytesStr(st.BlobBytes), orDash(st.PackLevel), bytesStr(st.KVBytes), bytesStr(st.KVBudget))
+	if g := st.KVGate; g != nil {
+		state := "not calibrated yet: exact"
+		switch {
+		case g.Setting == "exact":
+			state = "packs stored exact"
+		case g.Calibrated:
+			compose := "off"
+			if g.Compose {
+				compose = fmt.Sprintf("on at %.2f", g.ComposeRatio)
+			}
+			state = fmt.Sprintf("calibrated: packs stored %s, composition %s", g.Codec, compose)
+		}
+		fmt.Printf("kv codec %s (pack %s): %s\n", g.Setting, orDash(st.PackCodec), state)
+		if d := g.Decision; d != nil {
+			printDecision(*d, g.Codec)
+		}
+	}
 	if pm := st.Parametric; pm != nil && (pm.Adapter != "" || pm.Failure != "" || pm.Distilling) {
 		fmt.Printf("parametric: adapter %s (version %d, %d memories, %s, base %s)", orDash(pm.Adapter), pm.Version, pm.Members, bytesStr(pm.Bytes), orDash(pm.BaseType))
 		if ev := pm.Eval; ev != nil {

@@ -39,7 +39,9 @@ var layers = [][]string{
 	// the text and activation tiers
 	{"textmem", "kvcache"},
 	// tiers that build on the text tier; optional store backends; tool calling
-	{"accesskey", "toolcall", "layout", "lora", "convmem", "cubearchive", "datacheck", "embed/llamaembed", "textmem/postgres", "kvcache/redis", "internal/ollamastore"},
+	{"accesskey", "toolcall", "layout", "lora", "convmem", "cubearchive", "datacheck", "embed/llamaembed", "textmem/postgres", "kvcache/redis", "internal/ollamastore",
+		// the calibration gate of composition and lossy packs
+		"kvgate"},
 	// promotion and demotion between tiers; which models are loaded; what
 	// conversations write (recording, governed writes, extraction jobs);
 	// the upstream servers a text-only OS generates through

@@ -157,6 +157,14 @@ function renderCube(tiers, packs, adapters) {
   } else {
     sum.replaceChildren(el("span", { class: "muted", text: "No tier pack." }));
   }
+  const g = tiers.kv_gate;
+  if (g) {
+    let state = "not calibrated yet: exact";
+    if (g.setting === "exact") state = "packs stored exact";
+    else if (g.calibrated) state = `calibrated: packs stored ${g.codec}, composition ${g.compose ? "on at " + g.compose_ratio.toFixed(2) : "off"}`;
+    sum.append(el("div", {}, el("span", { class: "badge", text: "kv codec " + g.setting }),
+      el("span", { text: ` pack ${tiers.pack_codec || "-"} · ${state}` })));
+  }
   const pm = tiers.parametric;
   if (pm && (pm.adapter || pm.failure || pm.distilling)) {
     const ev = pm.eval;
