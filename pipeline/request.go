@@ -32,8 +32,16 @@ type Request struct {
 	// saving the conversation state); nil: Options.KeepAlive.
 	KeepAlive *time.Duration
 	// Cube whose memories the prompt carries and whose KV state may be
-	// reused; "" is plain inference.
+	// reused; "" is plain inference. It is the cube the turn writes to
+	// (recorded turns, extraction, the conversation pack).
 	Cube string
+	// ReadCubes are further cubes the prompt reads, in the order named
+	// (a request naming several cubes: Cube is the first): their packs
+	// come first in the prompt, retrieval searches them with Cube, and
+	// their memories' heat is credited to them; nothing is written to
+	// them. At most MaxCubes cubes in all; names repeated (or Cube's) are
+	// kept once. Requires Cube.
+	ReadCubes []string
 	// Messages is the conversation (Chat).
 	Messages []Message
 	// Prompt is the completion prompt (Generate).
@@ -181,6 +189,9 @@ type Response struct {
 	// into requests, so no third list names composed memories.
 	PackMemoryIDs []string `json:"pack_memory_ids"`
 	RetrievedIDs  []string `json:"retrieved_memory_ids"`
+	// CubeMemories counts the memories of the prompt (pack and retrieved)
+	// by the cube each lives in; absent for a prompt without memories.
+	CubeMemories map[string]int `json:"cube_memories,omitempty"`
 	// Adapters is the attached adapter set (runtime.AdapterKey), "" none.
 	Adapters string `json:"adapters,omitempty"`
 	// ToolCalls are the calls the model made (Request.Tools); Text is
@@ -201,4 +212,5 @@ func (r *Response) setMemories(p layout.Prompt) {
 	}
 	r.PackMemories, r.Retrieved = len(p.Pack), len(p.Retrieved)
 	r.PackMemoryIDs, r.RetrievedIDs = ids(p.Pack), ids(p.Retrieved)
+	r.CubeMemories = cubeMemories("", p)
 }
