@@ -42,6 +42,11 @@ type Request struct {
 	// them. At most MaxCubes cubes in all; names repeated (or Cube's) are
 	// kept once. Requires Cube.
 	ReadCubes []string
+	// NoAssistantWrite keeps the turn's extraction from writing to an
+	// assistant's cube among ReadCubes (textmem.Cube.Assistant): the
+	// caller may read that cube, not write it. Everything extracted then
+	// goes to Cube.
+	NoAssistantWrite bool
 	// Messages is the conversation (Chat).
 	Messages []Message
 	// Prompt is the completion prompt (Generate).

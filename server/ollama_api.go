@@ -35,6 +35,10 @@ func (s *Server) generate(r *http.Request, g *memosrt.Request, chat bool, st *wi
 		// cube as it was (no turn recorded, no extraction, no conversation pack)
 		g.Record, g.NoPersist = memosrt.RecordNone, true
 	}
+	for _, c := range g.ReadCubes {
+		// extraction writes an assistant's procedures only where the key may
+		g.NoAssistantWrite = g.NoAssistantWrite || wire.ReadOnly(r.Context(), c)
+	}
 	var res *memosrt.Response
 	var err error
 	if chat {
