@@ -3,7 +3,9 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"maps"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 
@@ -188,4 +190,120 @@ func mapsEqual(a, b map[string]int) bool {
 		}
 	}
 	return true
+}
+
+// TestMultiCubeRequests: what a request naming several cubes is refused
+// for, and what an access key needs (write on the first cube, read on the
+// others).
+func TestMultiCubeRequests(t *testing.T) {
+	e := newEnv(t, envConfig{opts: Options{Token: "admin"}})
+	admin := []string{"Authorization", "Bearer admin"}
+	for _, c := range []string{"alice", "shop", "assistant-x"} {
+		if code := do(t, "POST", e.url()+"/v1/cubes", map[string]any{"name": c}, nil, admin...); code != http.StatusCreated {
+			t.Fatalf("create %s: %d", c, code)
+		}
+	}
+	gen := func(body map[string]any, hdr ...string) (int, string) {
+		t.Helper()
+		body["messages"] = []map[string]string{{"role": "user", "content": "Hello"}}
+		body["num_predict"] = 1
+		return errorOf(t, "POST", e.url()+"/v1/generate", body, hdr...)
+	}
+	nine := []string{"alice", "shop", "assistant-x", "c4", "c5", "c6", "c7", "c8", "c9"}
+	for _, c := range []struct {
+		name   string
+		body   map[string]any
+		hdr    []string
+		status int
+		msg    string
+	}{
+		{"three", map[string]any{"cubes": []string{"alice", "shop", "assistant-x"}}, nil, 200, ""},
+		{"cube and cubes agree", map[string]any{"cube": "alice", "cubes": []string{"alice", "shop"}}, nil, 200, ""},
+		{"repeated", map[string]any{"cubes": []string{"alice", "shop", "shop", "alice"}}, nil, 200, ""},
+		{"too many", map[string]any{"cubes": nine}, nil, 400, "cubes: 9 cubes, at most 8"},
+		{"bad name", map[string]any{"cubes": []string{"alice", "no/pe"}}, nil, 400, `cubes: "no/pe"`},
+		{"unknown", map[string]any{"cubes": []string{"alice", "nosuch"}}, nil, 404, "nosuch"},
+		{"first differs", map[string]any{"cube": "shop", "cubes": []string{"alice", "shop"}}, nil, 400, `cubes: the first cube is "alice", but cube names "shop"`},
+		{"header differs", map[string]any{"cubes": []string{"alice", "shop"}}, []string{CubeHeader, "alice,assistant-x"}, 400, "cubes:"},
+		{"header", map[string]any{}, []string{CubeHeader, "alice, shop"}, 200, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			status, msg := gen(c.body, append(slices.Clone(admin), c.hdr...)...)
+			if status != c.status || !strings.Contains(msg, c.msg) {
+				t.Fatalf("status %d %q, want %d %q", status, msg, c.status, c.msg)
+			}
+		})
+	}
+	three := map[string]any{"cubes": []string{"alice", "shop", "assistant-x"}}
+	for _, c := range []struct {
+		name   string
+		grants []map[string]string
+		status int
+	}{
+		{"write first, read others", []map[string]string{{"cube": "alice", "right": "write"}, {"cube": "shop", "right": "read"}, {"cube": "assistant-x", "right": "read"}}, 200},
+		{"read first", []map[string]string{{"cube": "alice", "right": "read"}, {"cube": "shop", "right": "read"}, {"cube": "assistant-x", "right": "read"}}, 403},
+		{"one not granted", []map[string]string{{"cube": "alice", "right": "write"}, {"cube": "shop", "right": "read"}}, 403},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			k := makeKey(t, e, map[string]any{"cubes": c.grants})
+			if status, msg := gen(maps.Clone(three), "Authorization", "Bearer "+k.Token); status != c.status {
+				t.Fatalf("status %d %q, want %d", status, msg, c.status)
+			}
+		})
+	}
+}
+
+// TestAssistantCubeMessages: the messages API with assistant_cube writes
+// the procedure extracted to the assistant's cube, the rest to the user's;
+// a cube not marked an assistant's is refused.
+func TestAssistantCubeMessages(t *testing.T) {
+	e := newEnv(t, envConfig{noEngine: true})
+	addCube(t, e, "alice")
+	addCube(t, e, "shop")
+	if code := do(t, "POST", e.url()+"/v1/cubes", map[string]any{"name": "assistant-x", "assistant": true}, nil); code != http.StatusCreated {
+		t.Fatalf("create assistant-x: %d", code)
+	}
+	var rec struct {
+		Assistant bool `json:"assistant"`
+	}
+	if do(t, "GET", e.url()+"/v1/cubes/assistant-x", nil, &rec); !rec.Assistant {
+		t.Fatalf("GET assistant-x: not an assistant's")
+	}
+	msgs := []map[string]string{{"role": "user", "content": "I like green tea."}, {"role": "assistant", "content": "Noted."},
+		{"role": "user", "content": "To brew it I boil water first, then steep the leaves for three minutes."}}
+	if status, msg := errorOf(t, "POST", e.url()+"/v1/cubes/alice/messages", map[string]any{"messages": msgs, "assistant_cube": "shop"}); status != 400 ||
+		!strings.Contains(msg, "assistant_cube") {
+		t.Fatalf("a cube not an assistant's: %d %q", status, msg)
+	}
+	var out struct{ Job struct{ ID string } }
+	if code := do(t, "POST", e.url()+"/v1/cubes/alice/messages", map[string]any{"messages": msgs, "assistant_cube": "assistant-x"}, &out); code != http.StatusAccepted {
+		t.Fatalf("messages: %d", code)
+	}
+	testutil.WaitFor(t, "the job", func() bool {
+		var j struct{ State string }
+		do(t, "GET", e.url()+"/v1/cubes/alice/jobs/"+out.Job.ID, nil, &j)
+		return j.State == "done"
+	})
+	kinds := func(cube string) []string {
+		ms, err := e.mem.List(context.Background(), cube)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, m := range ms {
+			if strings.HasPrefix(m.Source, "extract:") {
+				out = append(out, m.Kind)
+			}
+		}
+		return out
+	}
+	if got := kinds("alice"); !slices.Equal(got, []string{"preference"}) {
+		t.Errorf("alice: %v", got)
+	}
+	if got := kinds("assistant-x"); !slices.Equal(got, []string{"procedure"}) {
+		t.Errorf("assistant-x: %v", got)
+	}
+	if got := kinds("shop"); len(got) != 0 {
+		t.Errorf("shop: %v", got)
+	}
 }
