@@ -16,6 +16,7 @@ import (
 
 	"github.com/memosrt/memosrt/internal/testutil"
 	"github.com/memosrt/memosrt/kvcache"
+	"github.com/memosrt/memosrt/server/mcp"
 )
 
 // The memories of the multi-cube tests: two users', a shop's and an
@@ -305,5 +306,53 @@ func TestAssistantCubeMessages(t *testing.T) {
 	}
 	if got := kinds("shop"); len(got) != 0 {
 		t.Errorf("shop: %v", got)
+	}
+}
+
+// TestMultiCubeMCP is the three-cube assistant through the MCP SDK
+// client: chat with cubes carries a memory of each cube and writes only
+// to the first; bob's chat restores the shared prefix; search_memory
+// over several cubes names each hit's cube.
+func TestMultiCubeMCP(t *testing.T) {
+	e := newEnv(t, envConfig{})
+	threeCubes(t, e)
+	cs := mcpSession(t, e)
+	all := []string{"alice", "bob", "shop", "assistant-x"}
+	chat := func(user string) mcp.ChatOut {
+		t.Helper()
+		var out mcp.ChatOut
+		mustTool(t, cs, "chat", map[string]any{"cubes": []string{user, "shop", "assistant-x"}, "message": "Where can I get some tea", "num_predict": 8}, &out)
+		testutil.WaitFor(t, "pack writes", func() bool { return e.os.Stats().PendingWrites == 0 })
+		return out
+	}
+	a := chat("alice")
+	if !mapsEqual(a.CubeMemories, map[string]int{"alice": 1, "shop": 1, "assistant-x": 1}) || a.CachedTokens != 0 {
+		t.Fatalf("alice: %+v", a)
+	}
+	b := chat("bob")
+	if !mapsEqual(b.CubeMemories, map[string]int{"bob": 1, "shop": 1, "assistant-x": 1}) {
+		t.Fatalf("bob: %+v", b)
+	}
+	var packs struct{ Packs []kvcache.Info }
+	do(t, "GET", e.url()+"/v1/packs", nil, &packs)
+	i := slices.IndexFunc(packs.Packs, func(p kvcache.Info) bool { return p.Label == "shared:shop+assistant-x" })
+	if i < 0 || b.CachedTokens != packs.Packs[i].NTokens || b.CachedTokens == 0 {
+		t.Fatalf("bob cached %d; packs %+v", b.CachedTokens, packs.Packs)
+	}
+	testutil.WaitFor(t, "turns written", func() bool {
+		c := cubeCounts(t, e, "alice", "bob")
+		return c["alice"] == 2 && c["bob"] == 2
+	})
+	if got := cubeCounts(t, e, all...); !mapsEqual(got, map[string]int{"alice": 2, "bob": 2, "shop": 1, "assistant-x": 1}) {
+		t.Fatalf("after: %v", got)
+	}
+	var found mcp.SearchOut
+	mustTool(t, cs, "search_memory", map[string]any{"cubes": []string{"alice", "shop"}, "query": "tea"}, &found)
+	var got []string
+	for _, h := range found.Hits {
+		got = append(got, h.Cube+": "+h.Text)
+	}
+	if !slices.Contains(got, "alice: "+aliceMem) || !slices.Contains(got, "shop: "+shopMem) {
+		t.Fatalf("hits %q", got)
 	}
 }
