@@ -292,6 +292,19 @@ func (l *Layout) retrieve(ctx context.Context, cubes []string, pack []textmem.Me
 	return out, latest, nil
 }
 
+// CubeCounts counts the prompt's memories (Pack and Retrieved) by the cube
+// each lives in (textmem.Memory.Cube); nil for none.
+func (p Prompt) CubeCounts() map[string]int {
+	var out map[string]int
+	for _, m := range slices.Concat(p.Pack, p.Retrieved) {
+		if out == nil {
+			out = map[string]int{}
+		}
+		out[m.Cube]++
+	}
+	return out
+}
+
 // cubes returns the cubes a prompt reads: Cube, then the shared ones.
 func (in Input) cubes() []string {
 	out := []string{in.Cube}

@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -864,21 +865,21 @@ func scopeOf(cube string, gen uint64, adapterKey string) string {
 // recordUse counts a turn's memories towards their heat (MemoryOS): every
 // memory in the prompt is an interaction, every retrieved one also a
 // visit, and each cube's pack a visit when the prompt carried members of
-// it. Each use is credited to the cube the memory lives in (a request
-// reading several cubes: memCube). The uses are buffered and written off
+// it. Each use is credited to the cube the memory lives in (m.Cube; a
+// request reading several cubes). The uses are buffered and written off
 // the request path (Options.UsageFlush).
 func (p *Pipeline) recordUse(cube string, pk layout.Prompt) {
 	uses := make([]scheduler.Use, 0, len(pk.Pack)+len(pk.Retrieved)+1)
 	var packs []string
 	for _, m := range pk.Pack {
-		c := memCube(cube, m)
+		c := cmp.Or(m.Cube, cube)
 		uses = append(uses, scheduler.Use{Cube: c, ID: m.ID, Interactions: 1})
 		if !slices.Contains(packs, c) {
 			packs = append(packs, c)
 		}
 	}
 	for _, m := range pk.Retrieved {
-		uses = append(uses, scheduler.Use{Cube: memCube(cube, m), ID: m.ID, Visits: 1, Interactions: 1})
+		uses = append(uses, scheduler.Use{Cube: cmp.Or(m.Cube, cube), ID: m.ID, Visits: 1, Interactions: 1})
 	}
 	for _, c := range packs {
 		uses = append(uses, scheduler.Use{Cube: c, ID: scheduler.PackUse, Visits: 1})

@@ -217,5 +217,5 @@ func (r *Response) setMemories(p layout.Prompt) {
 	}
 	r.PackMemories, r.Retrieved = len(p.Pack), len(p.Retrieved)
 	r.PackMemoryIDs, r.RetrievedIDs = ids(p.Pack), ids(p.Retrieved)
-	r.CubeMemories = cubeMemories("", p)
+	r.CubeMemories = p.CubeCounts()
 }

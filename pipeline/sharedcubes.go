@@ -9,7 +9,6 @@ import (
 
 	"github.com/memosrt/memosrt/kvcache"
 	"github.com/memosrt/memosrt/layout"
-	"github.com/memosrt/memosrt/textmem"
 )
 
 // MaxCubes is the most cubes one request may name: its own (Request.Cube)
@@ -89,29 +88,6 @@ func (p *Pipeline) sharedInput(ctx context.Context, req *Request) ([]layout.Shar
 		out = append(out, layout.SharedCube{Cube: c, Members: members})
 	}
 	return out, nil
-}
-
-// cubeMemories counts the memories a prompt carried by the cube each lives
-// in (textmem.Memory.Cube, else cube); nil for none.
-func cubeMemories(cube string, p layout.Prompt) map[string]int {
-	var out map[string]int
-	for _, ms := range [][]textmem.Memory{p.Pack, p.Retrieved} {
-		for _, m := range ms {
-			if out == nil {
-				out = map[string]int{}
-			}
-			out[memCube(cube, m)]++
-		}
-	}
-	return out
-}
-
-// memCube is the cube m lives in: m.Cube, else cube (the request's).
-func memCube(cube string, m textmem.Memory) string {
-	if m.Cube != "" {
-		return m.Cube
-	}
-	return cube
 }
 
 // persistShared stores the prompt's shared prefix (the preamble and the
