@@ -356,3 +356,37 @@ func TestMultiCubeMCP(t *testing.T) {
 		t.Fatalf("hits %q", got)
 	}
 }
+
+// TestMultiCubeDeleteShared: deleting a read cube deletes the shared packs
+// holding its memories; the other cubes' packs stay.
+func TestMultiCubeDeleteShared(t *testing.T) {
+	e := newEnv(t, envConfig{})
+	threeCubes(t, e)
+	body := map[string]any{"cubes": []string{"alice", "shop", "assistant-x"}, "messages": []map[string]string{{"role": "user", "content": "Hello"}}, "num_predict": 4}
+	if code := do(t, "POST", e.url()+"/v1/generate", body, nil); code != http.StatusOK {
+		t.Fatalf("chat: %d", code)
+	}
+	testutil.WaitFor(t, "pack writes", func() bool { return e.os.Stats().PendingWrites == 0 })
+	labels := func() []string {
+		var packs struct{ Packs []kvcache.Info }
+		do(t, "GET", e.url()+"/v1/packs", nil, &packs)
+		var out []string
+		for _, p := range packs.Packs {
+			out = append(out, p.Label)
+		}
+		slices.Sort(out)
+		return out
+	}
+	if got := labels(); !slices.Equal(got, []string{"assistant-x", "conv:alice", "shared:shop+assistant-x", "shop"}) {
+		t.Fatalf("packs before %q", got)
+	}
+	if code := do(t, "DELETE", e.url()+"/v1/cubes/shop", nil, nil); code != http.StatusOK && code != http.StatusNoContent {
+		t.Fatalf("delete shop: %d", code)
+	}
+	if got := labels(); !slices.Equal(got, []string{"assistant-x", "conv:alice"}) {
+		t.Fatalf("packs after deleting shop %q", got)
+	}
+	if status, msg := errorOf(t, "POST", e.url()+"/v1/generate", body); status != http.StatusNotFound || !strings.Contains(msg, "shop") {
+		t.Fatalf("a chat reading the deleted cube: %d %q", status, msg)
+	}
+}
