@@ -306,6 +306,17 @@ func TestAssistantCubeMessages(t *testing.T) {
 	}
 	if got := kinds("shop"); len(got) != 0 {
 		t.Errorf("shop: %v", got)
+	}	// the mark survives an export and an import under another name
+	export := serve(e.srv, "GET", "/v1/cubes/assistant-x/export", nil)
+	if export.Code != http.StatusOK {
+		t.Fatalf("export: %d", export.Code)
+	}
+	if imp := serve(e.srv, "POST", "/v1/cubes/import?cube=assistant-y", export.Body.Bytes()); imp.Code != http.StatusCreated && imp.Code != http.StatusOK {
+		t.Fatalf("import: %d %s", imp.Code, imp.Body.String())
+	}
+	rec.Assistant = false
+	if do(t, "GET", e.url()+"/v1/cubes/assistant-y", nil, &rec); !rec.Assistant {
+		t.Fatal("assistant-y after the import: not an assistant's")
 	}
 }
 
