@@ -306,7 +306,7 @@ func TestAssistantCubeMessages(t *testing.T) {
 	}
 	if got := kinds("shop"); len(got) != 0 {
 		t.Errorf("shop: %v", got)
-	}	// the mark survives an export and an import under another name
+	} // the mark survives an export and an import under another name
 	export := serve(e.srv, "GET", "/v1/cubes/assistant-x/export", nil)
 	if export.Code != http.StatusOK {
 		t.Fatalf("export: %d", export.Code)
@@ -400,4 +400,41 @@ func TestMultiCubeDeleteShared(t *testing.T) {
 	if status, msg := errorOf(t, "POST", e.url()+"/v1/generate", body); status != http.StatusNotFound || !strings.Contains(msg, "shop") {
 		t.Fatalf("a chat reading the deleted cube: %d %q", status, msg)
 	}
+}
+
+// TestAssistantCubeMCP: MCP add_messages with assistant_cube, rule-based
+// extraction (no model): the procedure goes to the assistant's cube, the
+// preference to the user's.
+func TestAssistantCubeMCP(t *testing.T) {
+	e := newEnv(t, envConfig{noEngine: true})
+	addCube(t, e, "alice")
+	if code := do(t, "POST", e.url()+"/v1/cubes", map[string]any{"name": "assistant-x", "assistant": true}, nil); code != http.StatusCreated {
+		t.Fatalf("create assistant-x: %d", code)
+	}
+	cs := mcpSession(t, e)
+	var added mcp.MessagesOut
+	mustTool(t, cs, "add_messages", map[string]any{"cube": "alice", "assistant_cube": "assistant-x",
+		"messages": []map[string]string{{"role": "user", "content": "I like green tea."},
+			{"role": "user", "content": "To brew it I boil water first, then steep the leaves for three minutes."}}}, &added)
+	testutil.WaitFor(t, "the job", func() bool {
+		j, err := e.os.Job(context.Background(), "alice", added.Job.ID)
+		return err == nil && j.State == "done"
+	})
+	for cube, want := range map[string][]string{"alice": {"preference"}, "assistant-x": {"procedure"}} {
+		ms, err := e.mem.List(context.Background(), cube)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, m := range ms {
+			if strings.HasPrefix(m.Source, "extract:") {
+				got = append(got, m.Kind)
+			}
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("%s: extracted %v, want %v", cube, got, want)
+		}
+	}
+	failTool(t, cs, "add_messages", map[string]any{"cube": "alice", "assistant_cube": "alice",
+		"messages": []map[string]string{{"role": "user", "content": "I like tea."}}}, "not an assistant's")
 }

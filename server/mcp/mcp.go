@@ -576,6 +576,8 @@ type messagesIn struct {
 	Cube     string      `json:"cube,omitempty" jsonschema:"memory cube (default: the connection's cube)"`
 	Messages []messageIn `json:"messages" jsonschema:"the conversation, oldest first; each user message makes a turn with the assistant message after it"`
 	Infer    *bool       `json:"infer,omitempty" jsonschema:"queue the extraction job (default true); false records the turns only"`
+	// AssistantCube is memosrt.MessagesOptions.AssistantCube.
+	AssistantCube string `json:"assistant_cube,omitempty" jsonschema:"an assistant's cube: the procedures extracted go there, the rest to the cube (write on it needed)"`
 }
 
 // MessagesOut is add_messages' structured result.
@@ -590,6 +592,9 @@ type MessagesOut struct {
 func (t *tools) addMessages(ctx context.Context, c call, in messagesIn) (*sdk.CallToolResult, MessagesOut, error) {
 	out := MessagesOut{Turns: []convmem.Turn{}}
 	cube, err := t.resolve(ctx, c, in.Cube, memosrt.KeyWrite, false)
+	if err == nil && in.AssistantCube != "" {
+		_, err = t.resolve(ctx, c, in.AssistantCube, memosrt.KeyWrite, true)
+	}
 	if err != nil {
 		return nil, out, err
 	}
@@ -598,7 +603,7 @@ func (t *tools) addMessages(ctx context.Context, c call, in messagesIn) (*sdk.Ca
 		msgs[i] = memosrt.Message{Role: m.Role, Content: m.Content}
 	}
 	noExtract := in.Infer != nil && !*in.Infer
-	j, turns, err := t.os.AddMessages(ctx, cube, msgs, memosrt.MessagesOptions{NoExtract: noExtract})
+	j, turns, err := t.os.AddMessages(ctx, cube, msgs, memosrt.MessagesOptions{NoExtract: noExtract, AssistantCube: in.AssistantCube})
 	if err != nil {
 		return nil, out, err
 	}
