@@ -9,6 +9,7 @@ import (
 
 	"github.com/memosrt/memosrt/kvcache"
 	"github.com/memosrt/memosrt/layout"
+	"github.com/memosrt/memosrt/textmem"
 )
 
 // MaxCubes is the most cubes one request may name: its own (Request.Cube)
@@ -36,6 +37,9 @@ func (p *Pipeline) checkReadCubes(ctx context.Context, req *Request) ([]uint64, 
 	}
 	var names []string
 	for _, c := range req.ReadCubes {
+		if !textmem.ValidCube(c) {
+			return nil, badField("cubes", "%q is not a cube name (1..64 of [A-Za-z0-9._-], not . or ..)", c)
+		}
 		if c != req.Cube && !slices.Contains(names, c) {
 			names = append(names, c)
 		}
