@@ -36,6 +36,7 @@ func (p *Pipeline) DropCube(ctx context.Context, cube string) error {
 	p.kvMu.Unlock()
 	p.eachLoaded(func(l *loaded) {
 		l.pool.Forget(cube, l.clearSeq)
+		l.pool.ForgetIf(func(scope string) bool { return scopeReads(scope, cube) }, l.clearSeq)
 		l.res.Drop(cube)
 	})
 	return nil

@@ -77,6 +77,21 @@ func sharedScope(cubes []string, gens []uint64) string {
 	return b.String()
 }
 
+// scopeReads reports whether a slot scope holds state of cube as a read
+// cube (the sharedScope part admit appends to it).
+func scopeReads(scope, cube string) bool {
+	_, shared, ok := strings.Cut(scope, "\x00"+sharedPrefix)
+	if !ok {
+		return false
+	}
+	for _, part := range strings.Split(shared, "+") {
+		if name, _, _ := strings.Cut(part, "@"); name == cube {
+			return true
+		}
+	}
+	return false
+}
+
 // sharedLabel is the label of the shared packs of cubes.
 func sharedLabel(cubes []string) string { return sharedPrefix + strings.Join(cubes, "+") }
 
