@@ -14,6 +14,7 @@ import (
 	"github.com/openai/openai-go/option"
 	"github.com/openai/openai-go/shared"
 
+	"github.com/memosrt/memosrt"
 	"github.com/memosrt/memosrt/internal/testutil"
 	"github.com/memosrt/memosrt/kvcache"
 	"github.com/memosrt/memosrt/server/mcp"
@@ -169,6 +170,16 @@ func TestMultiCubeClients(t *testing.T) {
 	}
 	if got := rb.Usage.PromptTokensDetails.CachedTokens; got != int64(sharedN) {
 		t.Fatalf("bob's chat: %d cached, the shared prefix is %d tokens", got, sharedN)
+	}
+	// the restored prefix gives the output a full prefill gives (greedy)
+	var cold memosrt.Response
+	body := map[string]any{"cubes": []string{"bob", "shop", "assistant-x"}, "messages": []map[string]string{{"role": "user", "content": question}},
+		"num_predict": 8, "no_cache": true, "no_persist": true, "record": "none"}
+	if code := do(t, "POST", e.url()+"/v1/generate", body, &cold); code != http.StatusOK {
+		t.Fatalf("cold: %d", code)
+	}
+	if cold.Text != rb.Choices[0].Message.Content || cold.Usage.CachedTokens != 0 || cold.Usage.PromptTokens != int(rb.Usage.PromptTokens) {
+		t.Fatalf("cold %q (%d prompt tokens), restored %q (%d)", cold.Text, cold.Usage.PromptTokens, rb.Choices[0].Message.Content, rb.Usage.PromptTokens)
 	}
 
 	// only the users' cubes were written (their turns recorded)
