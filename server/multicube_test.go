@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"maps"
+	"math"
 	"net/http"
 	"slices"
 	"strings"
@@ -180,6 +181,27 @@ func TestMultiCubeClients(t *testing.T) {
 	}
 	if cold.Text != rb.Choices[0].Message.Content || cold.Usage.CachedTokens != 0 || cold.Usage.PromptTokens != int(rb.Usage.PromptTokens) {
 		t.Fatalf("cold %q (%d prompt tokens), restored %q (%d)", cold.Text, cold.Usage.PromptTokens, rb.Choices[0].Message.Content, rb.Usage.PromptTokens)
+	}
+
+	// heat goes to the cube each memory lives in: shop's and assistant-x's
+	// pack member was in the three chats (an interaction each), alice's
+	// memory retrieved once (a visit and an interaction), bob's twice
+	for cube, want := range map[string][2]float64{"shop": {0, 3}, "assistant-x": {0, 3}, "alice": {1, 1}, "bob": {2, 2}} {
+		type memTier struct {
+			Text  string
+			Usage struct{ V, I float64 }
+		}
+		var tiers struct{ Memories []memTier }
+		do(t, "GET", e.url()+"/v1/cubes/"+cube+"/tiers", nil, &tiers)
+		text := map[string]string{"shop": shopMem, "assistant-x": assistantMem, "alice": aliceMem, "bob": bobMem}[cube]
+		i := slices.IndexFunc(tiers.Memories, func(m memTier) bool { return m.Text == text })
+		if i < 0 {
+			t.Fatalf("%s's tiers: %+v", cube, tiers.Memories)
+		}
+		u := tiers.Memories[i].Usage
+		if math.Abs(u.V-want[0]) > 0.01 || math.Abs(u.I-want[1]) > 0.01 {
+			t.Fatalf("%s's memory: visits %.3f, interactions %.3f, want %v", cube, u.V, u.I, want)
+		}
 	}
 
 	// only the users' cubes were written (their turns recorded)
