@@ -16,6 +16,7 @@ import (
 	"github.com/openai/openai-go/shared"
 
 	"github.com/memosrt/memosrt"
+	"github.com/memosrt/memosrt/convmem"
 	"github.com/memosrt/memosrt/internal/testutil"
 	"github.com/memosrt/memosrt/kvcache"
 	"github.com/memosrt/memosrt/server/mcp"
@@ -211,6 +212,14 @@ func TestMultiCubeClients(t *testing.T) {
 	})
 	if got := cubeCounts(t, e, all...); !mapsEqual(got, map[string]int{"alice": 2, "bob": 2, "shop": 1, "assistant-x": 1}) {
 		t.Fatalf("after: %v", got)
+	}	// each user's turn names the assistant's cube it read: its extraction
+	// writes procedures there
+	for _, u := range []string{"alice", "bob"} {
+		var turns struct{ Turns []convmem.Turn }
+		do(t, "GET", e.url()+"/v1/cubes/"+u+"/turns", nil, &turns)
+		if len(turns.Turns) != 1 || turns.Turns[0].User != question || turns.Turns[0].AssistantCube != "assistant-x" {
+			t.Fatalf("%s's turns %+v", u, turns.Turns)
+		}
 	}
 }
 
@@ -233,7 +242,7 @@ func TestMultiCubeRequests(t *testing.T) {
 	e := newEnv(t, envConfig{opts: Options{Token: "admin"}})
 	admin := []string{"Authorization", "Bearer admin"}
 	for _, c := range []string{"alice", "shop", "assistant-x"} {
-		if code := do(t, "POST", e.url()+"/v1/cubes", map[string]any{"name": c}, nil, admin...); code != http.StatusCreated {
+		if code := do(t, "POST", e.url()+"/v1/cubes", map[string]any{"name": c, "assistant": c == "assistant-x"}, nil, admin...); code != http.StatusCreated {
 			t.Fatalf("create %s: %d", c, code)
 		}
 	}
@@ -268,6 +277,16 @@ func TestMultiCubeRequests(t *testing.T) {
 			}
 		})
 	}
+	var turns struct{ Turns []convmem.Turn }
+	do(t, "GET", e.url()+"/v1/cubes/alice/turns", nil, &turns, admin...)
+	var named []string
+	for _, tr := range turns.Turns {
+		named = append(named, tr.AssistantCube)
+	}
+	// the four chats answered: the first read assistant-x, the others not
+	if !slices.Equal(named, []string{"assistant-x", "", "", ""}) {
+		t.Fatalf("assistant cubes of alice's turns %q", named)
+	}
 	three := map[string]any{"cubes": []string{"alice", "shop", "assistant-x"}}
 	for _, c := range []struct {
 		name   string
@@ -282,6 +301,16 @@ func TestMultiCubeRequests(t *testing.T) {
 			k := makeKey(t, e, map[string]any{"cubes": c.grants})
 			if status, msg := gen(maps.Clone(three), "Authorization", "Bearer "+k.Token); status != c.status {
 				t.Fatalf("status %d %q, want %d", status, msg, c.status)
+			}
+			if c.status != 200 {
+				return
+			}
+			// the key may only read assistant-x: its turn names no assistant
+			// cube, so extraction writes nothing there
+			var turns struct{ Turns []convmem.Turn }
+			do(t, "GET", e.url()+"/v1/cubes/alice/turns", nil, &turns, admin...)
+			if n := len(turns.Turns); n == 0 || turns.Turns[n-1].AssistantCube != "" {
+				t.Fatalf("alice's turns %+v", turns.Turns)
 			}
 		})
 	}
