@@ -212,7 +212,8 @@ func TestMultiCubeClients(t *testing.T) {
 	})
 	if got := cubeCounts(t, e, all...); !mapsEqual(got, map[string]int{"alice": 2, "bob": 2, "shop": 1, "assistant-x": 1}) {
 		t.Fatalf("after: %v", got)
-	} // each user's turn names the assistant's cube it read: its extraction
+	}
+	// each user's turn names the assistant's cube it read: its extraction
 	// writes procedures there
 	for _, u := range []string{"alice", "bob"} {
 		var turns struct{ Turns []convmem.Turn }
