@@ -369,7 +369,8 @@ func TestAssistantCubeMessages(t *testing.T) {
 	}
 	if got := kinds("shop"); len(got) != 0 {
 		t.Errorf("shop: %v", got)
-	} // the mark survives an export and an import under another name
+	}
+	// the mark survives an export and an import under another name
 	export := serve(e.srv, "GET", "/v1/cubes/assistant-x/export", nil)
 	if export.Code != http.StatusOK {
 		t.Fatalf("export: %d", export.Code)
