@@ -16,7 +16,8 @@ import (
 // by commas), else list (the body's cubes: native cubes, OpenAI's
 // metadata.cubes, Ollama's options.cubes; field names it), whose first
 // must be opt when opt (the body's cube) is given too. A header and a list
-// naming different cubes are refused. With one cube or none it is cube
+// naming different cubes are refused, except a header naming the list's
+// first cube alone (a client's default header). With one cube or none it is cube
 // (s.cube). An access key needs write on the first cube and read on the
 // others (403 otherwise). Errors: *FieldError (400) for a bad name, more
 // than memosrt.MaxCubes cubes, or a conflict; the key's denial.
@@ -33,8 +34,8 @@ func (s *Server) cubes(r *http.Request, field, opt string, list []string) (strin
 		return c, nil, err
 	}
 	names := header
-	if len(names) == 0 {
-		names = list
+	if len(names) == 0 || len(names) == 1 && len(list) > 1 && list[0] == names[0] {
+		names = list // the header names the first cube alone: the list goes on
 	} else if len(list) > 0 && !slices.Equal(list, header) {
 		return "", nil, wire.BadField(field, "%q, but the %s header names %q (give one, or the same cubes in both)", strings.Join(list, ","), CubeHeader, strings.Join(header, ","))
 	}

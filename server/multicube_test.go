@@ -269,6 +269,8 @@ func TestMultiCubeRequests(t *testing.T) {
 		{"unknown", map[string]any{"cubes": []string{"alice", "nosuch"}}, nil, 404, "nosuch"},
 		{"first differs", map[string]any{"cube": "shop", "cubes": []string{"alice", "shop"}}, nil, 400, `cubes: the first cube is "alice", but cube names "shop"`},
 		{"header differs", map[string]any{"cubes": []string{"alice", "shop"}}, []string{CubeHeader, "alice,assistant-x"}, 400, "cubes:"},
+		{"header names the first", map[string]any{"cubes": []string{"alice", "shop"}}, []string{CubeHeader, "alice"}, 200, ""},
+		{"header names another", map[string]any{"cubes": []string{"alice", "shop"}}, []string{CubeHeader, "shop"}, 400, "cubes:"},
 		{"header", map[string]any{}, []string{CubeHeader, "alice, shop"}, 200, ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -284,8 +286,8 @@ func TestMultiCubeRequests(t *testing.T) {
 	for _, tr := range turns.Turns {
 		named = append(named, tr.AssistantCube)
 	}
-	// the four chats answered: the first read assistant-x, the others not
-	if !slices.Equal(named, []string{"assistant-x", "", "", ""}) {
+	// the five chats answered: the first read assistant-x, the others not
+	if !slices.Equal(named, []string{"assistant-x", "", "", "", ""}) {
 		t.Fatalf("assistant cubes of alice's turns %q", named)
 	}
 	three := map[string]any{"cubes": []string{"alice", "shop", "assistant-x"}}
