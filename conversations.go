@@ -95,9 +95,24 @@ func (o *OS) recordChat(ctx context.Context, req *Request, cube Cube, answer str
 	if req.Cube == "" || req.Record == RecordNone || o.opts.NoRecord || cube.NoRecord {
 		return
 	}
-	if err := o.conv.RecordChat(context.WithoutCancel(ctx), req.Cube, req.Messages, answer, req.Record == RecordUser); err != nil {
+	if err := o.conv.RecordChat(context.WithoutCancel(ctx), req.Cube, req.Messages, answer, req.Record == RecordUser, o.chatAssistant(ctx, req)); err != nil {
 		o.log.Warn("turn not recorded", "cube", req.Cube, "err", err)
 	}
+}
+
+// chatAssistant returns the first of a chat's read cubes whose record
+// marks it an assistant's (Cube.Assistant), "" none (or a record not
+// read, or req.NoAssistantWrite).
+func (o *OS) chatAssistant(ctx context.Context, req *Request) string {
+	if req.NoAssistantWrite {
+		return ""
+	}
+	for _, c := range req.ReadCubes {
+		if rec, err := o.cubes.Get(ctx, c); err == nil && rec.Assistant {
+			return c
+		}
+	}
+	return ""
 }
 
 // MaxMessages bounds the messages of one AddMessages call: the turns are
@@ -109,6 +124,11 @@ type MessagesOptions struct {
 	// NoExtract records the turns without an extraction job (Mem0's
 	// infer=false).
 	NoExtract bool
+	// AssistantCube is an assistant's cube (Cube.Assistant) the
+	// extraction writes the procedures it finds to; the other memories go
+	// to the cube. "" writes everything to the cube. Errors:
+	// ErrUnknownCube, or a *FieldError for a cube not marked assistant.
+	AssistantCube string
 }
 
 // AddMessages records msgs as turns of cube (each user message with the
@@ -126,6 +146,18 @@ func (o *OS) AddMessages(ctx context.Context, cube string, msgs []Message, mo Me
 	turns, err := conversation.TurnsOf(msgs)
 	if err != nil {
 		return convmem.Job{}, nil, err
+	}
+	if a := mo.AssistantCube; a != "" {
+		rec, err := o.cubes.Get(ctx, a)
+		if err != nil {
+			return convmem.Job{}, nil, err
+		}
+		if !rec.Assistant {
+			return convmem.Job{}, nil, &FieldError{Field: "assistant_cube", Msg: fmt.Sprintf("cube %q is not an assistant's (create it with assistant true)", a)}
+		}
+		for i := range turns {
+			turns[i].AssistantCube = a
+		}
 	}
 	if err := o.cubes.Ensure(ctx, cube); err != nil {
 		return convmem.Job{}, nil, err

@@ -115,3 +115,44 @@ func ExampleOS_Tick() {
 	// promoted: 1 tier: activation
 	// pack memories: 1 cached >= pack: true
 }
+
+// Several cubes in one chat: the user's cube (written: the turn is recorded
+// there) and shared cubes that are only read, their packs first in the
+// prompt (warmed here; alice's memory is retrieved). The response counts
+// the memories it carried per cube.
+func ExampleOS_Chat_cubes() {
+	ctx := context.Background()
+	dir, _ := os.MkdirTemp("", "memosrt-example")
+	defer os.RemoveAll(dir)
+	mos, err := memosrt.Open(ctx, memosrt.Options{Dir: dir, Model: model, Engine: runtime.Options{NCtx: 1024}})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer mos.Close(ctx)
+	if _, err := mos.CreateCube(ctx, memosrt.Cube{Name: "assistant-x", Assistant: true}); err != nil {
+		fmt.Println(err)
+		return
+	}
+	for cube, m := range map[string]string{"alice": "Alice likes green tea.", "shop": "The tea shop opens at nine.", "assistant-x": "Answer with short stories."} {
+		if _, err := mos.AddMemory(ctx, cube, textmem.Memory{Text: m}); err != nil {
+			fmt.Println(err)
+			return
+		}
+	}
+	for _, c := range []string{"shop", "assistant-x"} { // into their packs: the shared prefix
+		if _, err := mos.Warm(ctx, c, memosrt.WarmOptions{}); err != nil {
+			fmt.Println(err)
+			return
+		}
+	}
+	res, err := mos.Chat(ctx, memosrt.Request{Cube: "alice", ReadCubes: []string{"shop", "assistant-x"}, NumPredict: 8,
+		Messages: []memosrt.Message{{Role: "user", Content: "When does the tea shop open?"}}})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(res.CubeMemories["alice"], res.CubeMemories["shop"], res.CubeMemories["assistant-x"])
+	// Output:
+	// 1 1 1
+}

@@ -66,6 +66,9 @@ const (
 	MaxStopBytes = pipeline.MaxStopBytes
 	// MaxEmbedInputs bounds the texts of one Embed call.
 	MaxEmbedInputs = pipeline.MaxEmbedInputs
+	// MaxCubes bounds the cubes of one request (Request.Cube and
+	// Request.ReadCubes together).
+	MaxCubes = pipeline.MaxCubes
 )
 
 // ParseRecordMode reads a request's record field v: "" (the turn), "user"

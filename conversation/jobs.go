@@ -106,11 +106,13 @@ func (m *Manager) runJob(ctx context.Context, r jobRef) error {
 	}
 	j.Dropped = dropped
 	by := "extract:" + j.ID
+	assistant := convmem.AssistantCube(turns)
 	for _, e := range ex {
 		if slices.ContainsFunc(j.Results, func(x convmem.JobResult) bool { return x.Text == e.Text }) {
 			continue // stored before a restart
 		}
-		_, res, err := m.Remember(ctx, j.Cube, textmem.Memory{Text: e.Text, Kind: e.Type, Tags: e.Tags,
+		cube := convmem.Route(e.Type, j.Cube, assistant)
+		_, res, err := m.Remember(ctx, cube, textmem.Memory{Text: e.Text, Kind: e.Type, Tags: e.Tags,
 			Source: by, Confidence: e.Confidence, Turns: j.Turns}, by, "extracted from the conversation")
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -120,6 +122,9 @@ func (m *Manager) runJob(ctx context.Context, r jobRef) error {
 			continue
 		}
 		res.Type = e.Type
+		if cube != j.Cube {
+			res.Cube = cube
+		}
 		j.Results = append(j.Results, res)
 		if err := m.store.PutJob(ctx, j); err != nil {
 			return err
@@ -311,6 +316,7 @@ func (m *Manager) UndoJob(ctx context.Context, cube, id string) (convmem.Job, er
 		if r.Op == convmem.OpSame {
 			continue
 		}
+		cube := cmp.Or(r.Cube, cube) // a procedure routed to the assistant's cube
 		cur, err := m.mem.Get(ctx, cube, r.MemoryID)
 		if errors.Is(err, textmem.ErrNotFound) {
 			continue

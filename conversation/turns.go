@@ -144,8 +144,10 @@ func (m *Manager) materializeLater(cube string) {
 
 // RecordChat records a chat request's turn in cube: the last of msgs if
 // it is a user message with text, with answer unless userOnly (as
-// RecordTurns). Nothing otherwise. Errors as RecordTurns.
-func (m *Manager) RecordChat(ctx context.Context, cube string, msgs []layout.Message, answer string, userOnly bool) error {
+// RecordTurns), and assistantCube, the assistant's cube the chat read
+// ("" none; convmem.Turn.AssistantCube). Nothing otherwise. Errors as
+// RecordTurns.
+func (m *Manager) RecordChat(ctx context.Context, cube string, msgs []layout.Message, answer string, userOnly bool, assistantCube string) error {
 	if len(msgs) == 0 {
 		return nil
 	}
@@ -153,7 +155,7 @@ func (m *Manager) RecordChat(ctx context.Context, cube string, msgs []layout.Mes
 	if last.Role != "user" || strings.TrimSpace(last.Content) == "" {
 		return nil
 	}
-	t := convmem.Turn{User: last.Content}
+	t := convmem.Turn{User: last.Content, AssistantCube: assistantCube}
 	if !userOnly {
 		t.Assistant = answer
 	}

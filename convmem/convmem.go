@@ -143,6 +143,10 @@ type Turn struct {
 	// between two (a sitting, as a LoCoMo or MemoryOS dialog session is);
 	// Record sets it.
 	Dialog string `json:"dialog,omitempty"`
+	// AssistantCube is the assistant's cube (textmem.Cube.Assistant) the
+	// turn's chat read, "" none: extraction writes the procedures it finds
+	// in the turn there (see Route).
+	AssistantCube string `json:"assistant_cube,omitempty"`
 }
 
 // Text is the turn as one text: the user's message, then the answer on

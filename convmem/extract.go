@@ -316,3 +316,27 @@ func subject(ws []string, an textmem.Analyzer) []string {
 	slices.Sort(out)
 	return out
 }
+
+// Route returns the cube an extracted memory of type typ is written to:
+// assistant (the assistant's cube the turns' chat read, "" none) for a
+// procedure (what the assistant learned about its task: how to do it),
+// the user's cube for everything else (facts, events, preferences and
+// opinions about the user), as MemoryOS splits long_term_assistant from
+// long_term_user.
+func Route(typ, user, assistant string) string {
+	if typ == TypeProcedure && assistant != "" {
+		return assistant
+	}
+	return user
+}
+
+// AssistantCube returns the assistant's cube of a job's turns: the latest
+// turn's that names one, "" none.
+func AssistantCube(turns []Turn) string {
+	for i := len(turns) - 1; i >= 0; i-- {
+		if turns[i].AssistantCube != "" {
+			return turns[i].AssistantCube
+		}
+	}
+	return ""
+}

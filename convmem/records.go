@@ -179,6 +179,9 @@ const (
 
 // JobResult is what a job did to one memory.
 type JobResult struct {
+	// Cube is where the memory was written when not the job's cube (a
+	// procedure routed to the assistant's cube, Route).
+	Cube     string `json:"cube,omitempty"`
 	MemoryID string `json:"memory_id"`
 	Op       string `json:"op"`
 	Text     string `json:"text"`

@@ -58,7 +58,9 @@ type Manifest struct {
 	Cube        string            `json:"cube"`
 	Description string            `json:"description,omitempty"`
 	Metadata    map[string]string `json:"metadata,omitempty"`
-	Created     time.Time         `json:"created"`
+	// Assistant is the record's mark of an assistant's cube.
+	Assistant bool      `json:"assistant,omitempty"`
+	Created   time.Time `json:"created"`
 	// Exported is when the archive was written; it is also every entry's
 	// modification time.
 	Exported time.Time `json:"exported"`

@@ -57,7 +57,7 @@ func Export(ctx context.Context, o Stores, cube string, w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	man := cubearchive.Manifest{Cube: rec.Name, Description: rec.Description, Metadata: rec.Metadata,
+	man := cubearchive.Manifest{Cube: rec.Name, Description: rec.Description, Metadata: rec.Metadata, Assistant: rec.Assistant,
 		Created: rec.Created, Exported: o.Now().UTC(), TierMembers: members, Pinned: pinned, Resident: resident}
 	var blobs [][]byte
 	for _, p := range o.Pipeline.CubePacks(cube) {
@@ -131,7 +131,7 @@ func Import(ctx context.Context, o Stores, r io.Reader, opts Options) (Result, e
 			return res, err
 		}
 	}
-	if _, err := o.Cubes.Create(ctx, textmem.Cube{Name: cube, Description: man.Description, Metadata: man.Metadata}); err != nil {
+	if _, err := o.Cubes.Create(ctx, textmem.Cube{Name: cube, Description: man.Description, Metadata: man.Metadata, Assistant: man.Assistant}); err != nil {
 		return res, err
 	}
 	ok := false

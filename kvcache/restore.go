@@ -216,3 +216,20 @@ func prefillChunks(ctx context.Context, eng *runtime.Engine, seq int, toks []int
 	}
 	return nil
 }
+
+// Prefix returns the snapshot cut to its first n tokens (positions
+// [0, n), runtime.TruncateSeqState): a pack of a prefix of the sequence,
+// such as a prompt's shared part. Errors: n not in [1, tokens], a state
+// that does not parse (wrapping runtime.ErrBadState).
+func (s Snapshot) Prefix(n int) (Snapshot, error) {
+	if n < 1 || n > len(s.h.Tokens) {
+		return Snapshot{}, fmt.Errorf("kvcache: prefix of %d tokens of a snapshot of %d", n, len(s.h.Tokens))
+	}
+	state, err := runtime.TruncateSeqState(s.state, n)
+	if err != nil {
+		return Snapshot{}, err
+	}
+	h := s.h
+	h.Tokens = h.Tokens[:n:n]
+	return Snapshot{c: s.c, h: h, state: state}, nil
+}

@@ -1,8 +1,10 @@
 package layout
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/memosrt/memosrt/errkind"
@@ -157,6 +159,19 @@ type Input struct {
 	Messages []Message
 	// NoRetrieve skips retrieval (the pack alone is added).
 	NoRetrieve bool
+	// Shared are the cubes the prompt reads besides Cube (a request naming
+	// several cubes), in the order named; ignored without Cube. Their
+	// packs come first in the system turn, in this order, then Cube's, so
+	// that prompts naming the same shared cubes share a token prefix
+	// (Prompt.SharedTokens); retrieval searches them all.
+	Shared []SharedCube
+}
+
+// SharedCube is a cube a prompt reads besides its own (Input.Shared): its
+// name and its pack's candidate members in pack order (Tiers.HotSet).
+type SharedCube struct {
+	Cube    string
+	Members []textmem.Memory
 }
 
 // Prompt is an assembled prompt. With an engine, Tokens = PackTokens
@@ -168,7 +183,15 @@ type Prompt struct {
 	Tokens     []int32          // the whole prompt
 	System     string           // the pack's system text (preamble and members), "" without a cube
 	Messages   []Message        // the conversation with the retrieved block before the last user turn
-	Pack       []textmem.Memory // memories inside the pack, pack order
+	Pack       []textmem.Memory // memories inside the pack, pack order (the shared cubes' first)
+	// SharedTokens is how many leading Tokens hold the preamble and the
+	// shared cubes' pack members (Input.Shared), BOS included: a prefix
+	// every prompt naming the same shared cubes (with the same members)
+	// starts with, whatever its own cube. 0 without shared cubes.
+	SharedTokens int
+	// SharedPack is how many leading Pack members come from the shared
+	// cubes.
+	SharedPack int
 	Retrieved  []textmem.Memory // memories retrieval added for the last user turn (earlier turns keep theirs)
 	// Preferences are the preference memories retrieval added for the last
 	// user turn in their own block (Options.PreferenceK), not in Retrieved.
@@ -258,13 +281,13 @@ func PreferencesText(mems []textmem.Memory) string {
 // their tokens from *budget. The hot preferences are in the pack already
 // (it holds the cube's hottest memories); this slot adds the relevant ones
 // outside it.
-func (l *Layout) preferences(ctx context.Context, cube, query string, shown map[string]bool, budget *int) ([]textmem.Memory, error) {
+func (l *Layout) preferences(ctx context.Context, cubes []string, query string, shown map[string]bool, budget *int) ([]textmem.Memory, error) {
 	if l.opts.PreferenceK <= 0 {
 		return nil, nil
 	}
 	q := textmem.DefaultQuery(query, l.opts.PreferenceK+len(shown))
 	q.Kinds, q.NotSources, q.Neighbors = []string{KindPreference}, l.opts.HideSources, 0
-	hits, err := l.mem.SearchWith(ctx, cube, q)
+	hits, err := l.search(ctx, cubes, q)
 	if err != nil {
 		return nil, err
 	}
@@ -306,7 +329,7 @@ func Query(msgs []Message) string {
 // in their own block (preferences). It returns the new messages and the
 // memories retrieved for the last user turn (the ones this turn adds):
 // the other memories and the preferences.
-func (l *Layout) retrieve(ctx context.Context, cube string, pack []textmem.Memory, msgs []Message) ([]Message, []textmem.Memory, []textmem.Memory, error) {
+func (l *Layout) retrieve(ctx context.Context, cubes []string, pack []textmem.Memory, msgs []Message) ([]Message, []textmem.Memory, []textmem.Memory, error) {
 	out := append([]Message(nil), msgs...)
 	shown := make(map[string]bool, len(pack))
 	for _, m := range pack {
@@ -324,7 +347,7 @@ func (l *Layout) retrieve(ctx context.Context, cube string, pack []textmem.Memor
 		if m.Role != "user" || strings.TrimSpace(m.Content) == "" {
 			continue
 		}
-		prefs, err := l.preferences(ctx, cube, m.Content, shown, &prefBudget)
+		prefs, err := l.preferences(ctx, cubes, m.Content, shown, &prefBudget)
 		if err != nil {
 			return nil, nil, nil, err
 		}
@@ -333,7 +356,7 @@ func (l *Layout) retrieve(ctx context.Context, cube string, pack []textmem.Memor
 		if l.opts.PreferenceK > 0 {
 			q.NotKinds = []string{KindPreference} // their own block
 		}
-		hits, err := l.mem.SearchWith(ctx, cube, q)
+		hits, err := l.search(ctx, cubes, q)
 		if err != nil {
 			return nil, nil, nil, err
 		}
@@ -359,6 +382,121 @@ func (l *Layout) retrieve(ctx context.Context, cube string, pack []textmem.Memor
 		}
 	}
 	return out, latest, latestPrefs, nil
+}
+
+// CubeCounts counts the prompt's memories (Pack, Retrieved, Preferences) by the cube
+// each lives in (textmem.Memory.Cube); nil for none.
+func (p Prompt) CubeCounts() map[string]int {
+	var out map[string]int
+	for _, m := range slices.Concat(p.Pack, p.Retrieved, p.Preferences) {
+		if out == nil {
+			out = map[string]int{}
+		}
+		out[m.Cube]++
+	}
+	return out
+}
+
+// cubes returns the cubes a prompt reads: Cube, then the shared ones.
+func (in Input) cubes() []string {
+	out := []string{in.Cube}
+	for _, s := range in.Shared {
+		out = append(out, s.Cube)
+	}
+	return out
+}
+
+// packOf returns the pack members of in that fit MaxPackTokens: the shared
+// cubes' first, in the order named, then Cube's (one budget for all), and
+// how many of them are the shared cubes'. A memory in two cubes' candidates
+// enters once.
+func (l *Layout) packOf(in Input) ([]textmem.Memory, int, error) {
+	if len(in.Shared) == 0 {
+		pack, err := l.packMembers(in.Members)
+		return pack, 0, err
+	}
+	var all []textmem.Memory
+	seen := map[string]bool{}
+	add := func(ms []textmem.Memory) {
+		for _, m := range ms {
+			if !seen[m.ID] {
+				seen[m.ID] = true
+				all = append(all, m)
+			}
+		}
+	}
+	for _, s := range in.Shared {
+		add(s.Members)
+	}
+	nShared := len(all)
+	add(in.Members)
+	pack, err := l.packMembers(all)
+	return pack, min(nShared, len(pack)), err
+}
+
+// search runs q in each of cubes and merges the hits: each memory once (its
+// first cube's hit), ordered as one search orders them (Query.LastKinds
+// last, then by Score, higher first; equal scores keep the cubes' order).
+// BM25 scores of different cubes are comparable in scale (the same k1, b
+// and query terms; each cube's own document statistics).
+func (l *Layout) search(ctx context.Context, cubes []string, q textmem.Query) ([]textmem.Hit, error) {
+	if len(cubes) == 1 {
+		return l.mem.SearchWith(ctx, cubes[0], q)
+	}
+	var all []textmem.Hit
+	seen := map[string]bool{}
+	for _, c := range cubes {
+		hits, err := l.mem.SearchWith(ctx, c, q)
+		if err != nil {
+			return nil, err
+		}
+		for _, h := range hits {
+			if !seen[h.Memory.ID] {
+				seen[h.Memory.ID] = true
+				all = append(all, h)
+			}
+		}
+	}
+	last := func(h textmem.Hit) int {
+		if slices.Contains(q.LastKinds, h.Memory.Kind) {
+			return 1
+		}
+		return 0
+	}
+	slices.SortStableFunc(all, func(a, b textmem.Hit) int {
+		if d := last(a) - last(b); d != 0 {
+			return d
+		}
+		return cmp.Compare(b.Score, a.Score)
+	})
+	return all, nil
+}
+
+// headTokens tokenizes p.Head, BOS first. With shared cubes (sharedText,
+// the system text of the preamble and their members, is a part of Head)
+// the head is tokenized in two pieces, up to the end of sharedText and the
+// rest, so that the first piece's tokens (SharedTokens) are the same
+// whatever follows; else, or when the template does not keep the system
+// text as is, in one.
+func (l *Layout) headTokens(p *Prompt, sharedText string) ([]int32, error) {
+	i := -1
+	if sharedText != "" {
+		i = strings.Index(p.Head, p.System)
+	}
+	if i < 0 {
+		return l.eng.Tokenize(p.Head, true)
+	}
+	cut := i + len(sharedText)
+	st, err := l.eng.Tokenize(p.Head[:cut], true)
+	if err != nil {
+		return nil, err
+	}
+	rt, err := l.eng.Tokenize(p.Head[cut:], false)
+	if err != nil {
+		return nil, err
+	}
+	p.SharedTokens = len(st)
+	return append(st, rt...), nil
 }
 
 // Pack assembles the pack of cube with the given members alone: Tokens ==
@@ -392,19 +530,23 @@ func (l *Layout) Pack(ctx context.Context, cube string, members []textmem.Memory
 func (l *Layout) Assemble(ctx context.Context, in Input) (Prompt, error) {
 	var p Prompt
 	msgs := in.Messages
+	sharedText := ""
 	if in.Cube != "" {
-		pack, err := l.packMembers(in.Members)
+		pack, nShared, err := l.packOf(in)
 		if err != nil {
 			return p, err
 		}
-		p.Pack = pack
+		p.Pack, p.SharedPack = pack, nShared
 		if !in.NoRetrieve && l.opts.RetrieveK > 0 {
 			var err error
-			if msgs, p.Retrieved, p.Preferences, err = l.retrieve(ctx, in.Cube, pack, msgs); err != nil {
+			if msgs, p.Retrieved, p.Preferences, err = l.retrieve(ctx, in.cubes(), pack, msgs); err != nil {
 				return p, err
 			}
 		}
 		p.System = l.systemText(pack)
+		if len(in.Shared) > 0 {
+			sharedText = l.systemText(pack[:nShared])
+		}
 	} else {
 		msgs = append([]Message(nil), msgs...)
 	}
@@ -457,7 +599,7 @@ func (l *Layout) Assemble(ctx context.Context, in Input) (Prompt, error) {
 		return p, nil
 	}
 	if p.Head != "" {
-		ht, err := l.eng.Tokenize(p.Head, true)
+		ht, err := l.headTokens(&p, sharedText)
 		if err != nil {
 			return p, err
 		}

@@ -14,8 +14,8 @@ import (
 )
 
 // DropCube deletes what the pipeline derived from cube, after its
-// memories are deleted: its tier state, its stored packs (a conversation
-// pack write still to come skips itself), the sequences pooled for it and
+// memories are deleted: its tier state, its stored packs and the shared
+// packs holding its memories (a pack write still to come skips itself), the sequences pooled for it and
 // its resident pack. Errors: storage errors (repeat the call).
 func (p *Pipeline) DropCube(ctx context.Context, cube string) error {
 	if err := p.tiers.DeleteCube(ctx, cube); err != nil {
@@ -29,9 +29,14 @@ func (p *Pipeline) DropCube(ctx context.Context, cube string) error {
 			return err
 		}
 	}
+	if err := p.dropShared(cube); err != nil {
+		p.kvMu.Unlock()
+		return err
+	}
 	p.kvMu.Unlock()
 	p.eachLoaded(func(l *loaded) {
 		l.pool.Forget(cube, l.clearSeq)
+		l.pool.ForgetIf(func(scope string) bool { return scopeReads(scope, cube) }, l.clearSeq)
 		l.res.Drop(cube)
 	})
 	return nil

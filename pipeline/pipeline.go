@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -152,6 +153,9 @@ func (p *Pipeline) renderWith(ctx context.Context, l *loaded, req *Request, drop
 			return r, err
 		}
 		in.Members = members
+		if in.Shared, err = p.sharedInput(ctx, req); err != nil {
+			return r, err
+		}
 	}
 	pk, err := l.lay.Assemble(ctx, in)
 	if errors.Is(err, llama.ErrTemplate) {
@@ -204,6 +208,10 @@ type turn struct {
 	grammar string       // the tool-call grammar, "" for none
 	gen     uint64       // the cube's deletion count when the turn began
 	cube    textmem.Cube // its record (the zero Cube without one)
+	// readGens are the read cubes' deletion counts (Request.ReadCubes
+	// order); shared is their shared packs' scope (sharedScope), "" none
+	readGens []uint64
+	shared   string
 	// assemble
 	l      *loaded
 	r      rendered
@@ -297,6 +305,10 @@ func (p *Pipeline) validate(t *turn) error {
 	if t.cube, err = p.cubeOf(t.ctx, req.Cube); err != nil {
 		return err
 	}
+	if t.readGens, err = p.checkReadCubes(t.ctx, req); err != nil {
+		return err
+	}
+	t.shared = sharedScope(req.ReadCubes, t.readGens)
 	if !t.chat && req.Prompt == "" && len(req.Context) == 0 {
 		return badField("prompt", "empty prompt")
 	}
@@ -408,6 +420,9 @@ func (p *Pipeline) admit(t *turn) error {
 	t.onDone(ad.release)
 	t.out.Adapters = ad.key
 	t.scope = scopeOf(req.Cube, t.gen, ad.key)
+	if t.shared != "" {
+		t.scope += "\x00" + t.shared // a slot holds state of every cube read
+	}
 	if req.background {
 		// background work takes an idle slot or none, and gives it up to
 		// the first foreground request that finds no free one
@@ -445,7 +460,7 @@ func (p *Pipeline) admit(t *turn) error {
 // sequence (prepare); a failure leaves the sequence empty.
 func (p *Pipeline) kvSource(t *turn) error {
 	l, sl, toks := t.l, t.sl, t.r.toks
-	src, err := p.prepare(t.ctx, l, sl, toks, t.slotN, t.req.Cube, t.ad, t.req.NoCache)
+	src, err := p.prepare(t.ctx, l, sl, toks, t.slotN, t.req.Cube, t.shared, t.ad, t.req.NoCache)
 	sl.SetScope(t.scope)
 	if err != nil {
 		l.eng.ClearSeq(sl.Seq) // whatever a failed restore or share left
@@ -514,6 +529,9 @@ func (p *Pipeline) persistTurn(t *turn) {
 	if t.chat && !t.req.NoPersist && !p.opts.NoPersist && t.held >= p.opts.MinPersistTokens {
 		p.persist(t.l, t.sl, t.req.Cube, t.gen, t.src.prev, t.ad)
 	}
+	if t.chat {
+		p.persistShared(t)
+	}
 }
 
 // record counts the memories the prompt carried towards their heat, hands
@@ -550,7 +568,7 @@ type kvSource struct {
 // the activation tier, whichever is longest (ties: the cheapest, in that
 // order). Only state of the request's own cube and adapter set is reused
 // (slot.scope). With noCache the sequence is emptied.
-func (p *Pipeline) prepare(ctx context.Context, l *loaded, sl *slots.Slot, toks []int32, slotN int, cube string, ad adapterSet, noCache bool) (kvSource, error) {
+func (p *Pipeline) prepare(ctx context.Context, l *loaded, sl *slots.Slot, toks []int32, slotN int, cube, shared string, ad adapterSet, noCache bool) (kvSource, error) {
 	if noCache {
 		sl.ConvPack = ""
 		return kvSource{}, l.eng.ClearSeq(sl.Seq)
@@ -567,6 +585,13 @@ func (p *Pipeline) prepare(ctx context.Context, l *loaded, sl *slots.Slot, toks 
 	storedN := 0
 	if m := p.kv.Lookup(kvcache.ScopedKey(ad.cfgKey, cube), toks); m.ID != "" && p.packInScope(m.ID, cube) {
 		storedN = min(m.Tokens, usable)
+	}
+	scope := cube
+	if shared != "" {
+		// the read cubes' shared pack: found only under their scope
+		if m := p.kv.Lookup(kvcache.ScopedKey(ad.cfgKey, shared), toks); m.ID != "" && min(m.Tokens, usable) > storedN {
+			storedN, scope = min(m.Tokens, usable), shared
+		}
 	}
 	shareResident := func() (kvSource, error) {
 		err := l.eng.ClearSeq(sl.Seq)
@@ -602,13 +627,13 @@ func (p *Pipeline) prepare(ctx context.Context, l *loaded, sl *slots.Slot, toks 
 		return shareResident()
 	}
 	sl.ConvPack = ""
-	rs, err := p.kv.Restore(ctx, l.eng, sl.Seq, toks, kvcache.RestoreOptions{AdapterKey: ad.key, Scope: cube})
+	rs, err := p.kv.Restore(ctx, l.eng, sl.Seq, toks, kvcache.RestoreOptions{AdapterKey: ad.key, Scope: scope})
 	if err != nil {
 		return kvSource{}, err
 	}
 	if rs.Tokens > 0 {
 		src := kvSource{npast: rs.Tokens, source: SourceRestored, packID: rs.PackID, restore: rs.Duration}
-		if continues(rs.Tokens, rs.PackTotal) {
+		if scope == cube && continues(rs.Tokens, rs.PackTotal) {
 			src.prev = rs.PackID
 		}
 		return src, nil
@@ -745,12 +770,17 @@ const convPrefix = "conv:"
 
 // PackCube splits a pack's label (kvcache.Info.Label, as memosrt's
 // OS.AllPacks lists them) into its cube and its kind: "conv:<cube>" is a
-// "conversation" pack of cube ("" for chats without a cube), any other
+// "conversation" pack of cube ("" for chats without a cube),
+// "shared:<a>+<b>" a "shared" pack of the read cubes a and b (cube "a+b"),
+// any other
 // label is the cube of a "memories" pack (the activation tier's, made by a
 // warm or the scheduler).
 func PackCube(label string) (cube, kind string) {
 	if c, ok := strings.CutPrefix(label, convPrefix); ok {
 		return c, "conversation"
+	}
+	if c, ok := strings.CutPrefix(label, sharedPrefix); ok {
+		return c, "shared" // "a+b": the read cubes whose packs it holds
 	}
 	return label, "memories"
 }
@@ -758,13 +788,13 @@ func PackCube(label string) (cube, kind string) {
 // convLabel is the label of cube's conversation packs.
 func convLabel(cube string) string { return convPrefix + cube }
 
-// convPacks returns the stored conversation packs of all cubes and their
-// blob bytes.
+// convPacks returns the stored conversation packs of all cubes, and the
+// shared packs (one budget, Options.ConvBytes), and their blob bytes.
 func (p *Pipeline) convPacks() ([]kvcache.Info, int64) {
 	var conv []kvcache.Info
 	var total int64
 	for _, pk := range p.kv.List("") {
-		if strings.HasPrefix(pk.Label, convPrefix) {
+		if strings.HasPrefix(pk.Label, convPrefix) || strings.HasPrefix(pk.Label, sharedPrefix) {
 			conv = append(conv, pk)
 			total += pk.BlobBytes
 		}
@@ -842,18 +872,25 @@ func scopeOf(cube string, gen uint64, adapterKey string) string {
 
 // recordUse counts a turn's memories towards their heat (MemoryOS): every
 // memory in the prompt is an interaction, every retrieved one also a
-// visit (preferences too), and the cube's pack a visit when the prompt carried it. The uses
-// are buffered and written off the request path (Options.UsageFlush).
+// visit (preferences too), and each cube's pack a visit when the prompt
+// carried members of it. Each use is credited to the cube the memory lives
+// in (m.Cube; a request reading several cubes). The uses are buffered and
+// written off the request path (Options.UsageFlush).
 func (p *Pipeline) recordUse(cube string, pk layout.Prompt) {
 	uses := make([]scheduler.Use, 0, len(pk.Pack)+len(pk.Retrieved)+len(pk.Preferences)+1)
+	var packs []string
 	for _, m := range pk.Pack {
-		uses = append(uses, scheduler.Use{Cube: cube, ID: m.ID, Interactions: 1})
+		c := cmp.Or(m.Cube, cube)
+		uses = append(uses, scheduler.Use{Cube: c, ID: m.ID, Interactions: 1})
+		if !slices.Contains(packs, c) {
+			packs = append(packs, c)
+		}
 	}
 	for _, m := range slices.Concat(pk.Retrieved, pk.Preferences) {
-		uses = append(uses, scheduler.Use{Cube: cube, ID: m.ID, Visits: 1, Interactions: 1})
+		uses = append(uses, scheduler.Use{Cube: cmp.Or(m.Cube, cube), ID: m.ID, Visits: 1, Interactions: 1})
 	}
-	if len(pk.Pack) > 0 {
-		uses = append(uses, scheduler.Use{Cube: cube, ID: scheduler.PackUse, Visits: 1})
+	for _, c := range packs {
+		uses = append(uses, scheduler.Use{Cube: c, ID: scheduler.PackUse, Visits: 1})
 	}
 	p.AddUses(uses)
 }

@@ -41,8 +41,21 @@ type Request struct {
 	// saving the conversation state); nil: Options.KeepAlive.
 	KeepAlive *time.Duration
 	// Cube whose memories the prompt carries and whose KV state may be
-	// reused; "" is plain inference.
+	// reused; "" is plain inference. It is the cube the turn writes to
+	// (recorded turns, extraction, the conversation pack).
 	Cube string
+	// ReadCubes are further cubes the prompt reads, in the order named
+	// (a request naming several cubes: Cube is the first): their packs
+	// come first in the prompt, retrieval searches them with Cube, and
+	// their memories' heat is credited to them; nothing is written to
+	// them. At most MaxCubes cubes in all; names repeated (or Cube's) are
+	// kept once. Requires Cube.
+	ReadCubes []string
+	// NoAssistantWrite keeps the turn's extraction from writing to an
+	// assistant's cube among ReadCubes (textmem.Cube.Assistant): the
+	// caller may read that cube, not write it. Everything extracted then
+	// goes to Cube.
+	NoAssistantWrite bool
 	// Messages is the conversation (Chat).
 	Messages []Message
 	// Prompt is the completion prompt (Generate).
@@ -199,6 +212,10 @@ type Response struct {
 	// (layout.Options.PreferenceK), best match first; they are not in
 	// RetrievedIDs nor counted in Retrieved. Empty, never nil.
 	PreferenceIDs []string `json:"preference_memory_ids"`
+	// CubeMemories counts the memories of the prompt (pack, retrieved and
+	// preferences) by the cube each lives in; absent for a prompt without
+	// memories.
+	CubeMemories map[string]int `json:"cube_memories,omitempty"`
 	// Adapters is the attached adapter set (runtime.AdapterKey), "" none.
 	Adapters string `json:"adapters,omitempty"`
 	// ToolCalls are the calls the model made (Request.Tools); Text is
@@ -220,6 +237,7 @@ func (r *Response) setMemories(p layout.Prompt) {
 	}
 	r.PackMemories, r.Retrieved = len(p.Pack), len(p.Retrieved)
 	r.PackMemoryIDs, r.RetrievedIDs, r.PreferenceIDs = ids(p.Pack), ids(p.Retrieved), ids(p.Preferences)
+	r.CubeMemories = p.CubeCounts()
 }
 
 // NewResponseID returns a new response id: "resp_", 16 hex digits of Unix

@@ -64,7 +64,11 @@ func (p *Pipeline) upstreamTurn(t *turn) (*Response, error) {
 		if err != nil {
 			return nil, err
 		}
-		pr, err := p.lay.Assemble(ctx, layout.Input{Cube: req.Cube, Members: members, Messages: turns})
+		shared, err := p.sharedInput(ctx, req)
+		if err != nil {
+			return nil, err
+		}
+		pr, err := p.lay.Assemble(ctx, layout.Input{Cube: req.Cube, Members: members, Messages: turns, Shared: shared})
 		if err != nil {
 			return nil, err
 		}

@@ -27,8 +27,12 @@ type NativeSampling struct {
 type NativeRequest struct {
 	// Model is a model the server serves, by a name GET /api/tags lists;
 	// "" is its primary model.
-	Model    string            `json:"model,omitempty"`
-	Cube     string            `json:"cube"`
+	Model string `json:"model,omitempty"`
+	Cube  string `json:"cube"`
+	// Cubes names several cubes: the first is written to (as cube, which
+	// may be left out or must be the same), the others are read
+	// (memosrt.Request.ReadCubes); at most memosrt.MaxCubes.
+	Cubes    []string          `json:"cubes,omitempty"`
 	Prompt   string            `json:"prompt"`
 	Messages []memosrt.Message `json:"messages,omitempty"` // a chat turn when set
 	System   string            `json:"system,omitempty"`
@@ -84,7 +88,7 @@ func (s *Server) handleNativeGenerate(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if err == nil {
-		g.Cube, err = s.cube(r, req.Cube)
+		g.Cube, g.ReadCubes, err = s.cubes(r, "cubes", req.Cube, req.Cubes)
 	}
 	if err != nil {
 		s.writeError(w, r, err)

@@ -35,6 +35,10 @@ func (s *Server) generate(r *http.Request, g *memosrt.Request, chat bool, st *wi
 		// cube as it was (no turn recorded, no extraction, no conversation pack)
 		g.Record, g.NoPersist = memosrt.RecordNone, true
 	}
+	for _, c := range g.ReadCubes {
+		// extraction writes an assistant's procedures only where the key may
+		g.NoAssistantWrite = g.NoAssistantWrite || wire.ReadOnly(r.Context(), c)
+	}
 	var res *memosrt.Response
 	var err error
 	if chat {
@@ -150,7 +154,7 @@ func (s *Server) handleOllamaChat(w http.ResponseWriter, r *http.Request) {
 		sp, err = parseOllamaOptions(req.Options)
 	}
 	if err == nil {
-		g.Cube, err = s.cube(r, sp.Cube)
+		g.Cube, g.ReadCubes, err = s.cubes(r, "options.cubes", sp.Cube, sp.Cubes)
 	}
 	if err == nil {
 		field, rec := "record", req.Record
@@ -254,21 +258,26 @@ func (s *Server) ollamaRun(w http.ResponseWriter, r *http.Request, g *memosrt.Re
 		m, dbg = api.Metrics{PromptEvalCount: res.Usage.PromptTokens}, &api.DebugInfo{RenderedTemplate: res.Rendered}
 	}
 	if st != nil {
-		st.Send(withCached(final(res, "", m, dbg), res.Usage.CachedTokens))
+		st.Send(withCached(final(res, "", m, dbg), res))
 		return
 	}
-	wire.WriteJSON(w, http.StatusOK, withCached(final(res, res.Text, m, dbg), res.Usage.CachedTokens))
+	wire.WriteJSON(w, http.StatusOK, withCached(final(res, res.Text, m, dbg), res))
 }
 
 // withCached adds memosrt's "prompt_cached_count" (prompt tokens not
 // decoded: slot, resident or restored KV) to an Ollama final response,
-// whose prompt_eval_count is the whole prompt as Ollama counts it.
-func withCached(v any, cached int) json.RawMessage {
+// whose prompt_eval_count is the whole prompt as Ollama counts it, and
+// "cube_memories" (the prompt's memories by cube) when it carried any.
+func withCached(v any, res *memosrt.Response) json.RawMessage {
 	b, err := json.Marshal(v)
 	if err != nil || len(b) < 2 || b[0] != '{' {
 		return b
 	}
-	head := fmt.Sprintf(`{"prompt_cached_count":%d`, cached)
+	head := fmt.Sprintf(`{"prompt_cached_count":%d`, res.Usage.CachedTokens)
+	if len(res.CubeMemories) > 0 {
+		cm, _ := json.Marshal(res.CubeMemories)
+		head += `,"cube_memories":` + string(cm)
+	}
 	if b[1] != '}' {
 		head += ","
 	}
@@ -323,7 +332,7 @@ func (s *Server) handleOllamaGenerate(w http.ResponseWriter, r *http.Request) {
 		g.Context = append(g.Context, int32(t))
 	}
 	if err == nil {
-		g.Cube, err = s.cube(r, sp.Cube)
+		g.Cube, g.ReadCubes, err = s.cubes(r, "options.cubes", sp.Cube, sp.Cubes)
 	}
 	if err != nil {
 		s.writeError(w, r, err)

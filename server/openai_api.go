@@ -95,12 +95,16 @@ type oaiUsage struct {
 	PromptTokensDetails struct {
 		CachedTokens int `json:"cached_tokens"`
 	} `json:"prompt_tokens_details"`
+	// CubeMemories is memosrt's extension: the prompt's memories counted
+	// by the cube each lives in (memosrt.Response.CubeMemories).
+	CubeMemories map[string]int `json:"cube_memories,omitempty"`
 }
 
 func usageOf(res *memosrt.Response) *oaiUsage {
 	r := res.Usage
 	u := &oaiUsage{PromptTokens: r.PromptTokens, CompletionTokens: r.EvalTokens, TotalTokens: r.PromptTokens + r.EvalTokens}
 	u.PromptTokensDetails.CachedTokens = r.CachedTokens
+	u.CubeMemories = res.CubeMemories
 	return u
 }
 
@@ -169,7 +173,13 @@ func (s *Server) applyOpenAI(r *http.Request, o *oaiSampling, g *memosrt.Request
 	if cube != "" && !textmem.ValidCube(cube) {
 		return wire.BadField("cube", "%q is not a cube name (1..64 of [A-Za-z0-9._-], not . or ..)", cube)
 	}
-	g.Cube, err = s.cube(r, cube)
+	var list []string
+	if v, ok := o.Metadata["cubes"]; ok {
+		if list, err = cubeListOf("metadata.cubes", v); err != nil {
+			return err
+		}
+	}
+	g.Cube, g.ReadCubes, err = s.cubes(r, "metadata.cubes", cube, list)
 	return err
 }
 

@@ -63,6 +63,7 @@ type sampling struct {
 	TopK, Seed, NumPredict, NumCtx, RepeatLastN *int
 	Stop                                        []string
 	Cube                                        string
+	Cubes                                       []string    // options.cubes: the cubes, the first written to
 	Adapters                                    []lora.Spec // nil: not given (the cube's defaults)
 	// ToolChoice and MaxToolCalls are memosrt's extensions of Ollama's
 	// options (Ollama always lets the model choose): auto, none, required
@@ -193,6 +194,8 @@ func parseOllamaOptions(m map[string]any) (sampling, error) {
 				err = wire.BadField("options.cube", "want a string, got %T", v)
 			}
 			s.Cube = c
+		case "cubes":
+			s.Cubes, err = cubeListOf("options.cubes", v)
 		case "record":
 			c, ok := v.(string)
 			if !ok {

@@ -28,8 +28,13 @@ type Cube struct {
 	Metadata    map[string]string `json:"metadata,omitempty"`
 	// NoRecord keeps the cube's chat turns out of its memory (no turn
 	// recording, see Request.Record).
-	NoRecord bool      `json:"no_record,omitempty"`
-	Created  time.Time `json:"created"`
+	NoRecord bool `json:"no_record,omitempty"`
+	// Assistant marks an assistant's cube: what the assistant learned
+	// about its task. A chat that reads it (a request naming several
+	// cubes) has the procedures extracted from its turns written to it,
+	// the facts about the user to the user's cube (the first named).
+	Assistant bool      `json:"assistant,omitempty"`
+	Created   time.Time `json:"created"`
 }
 
 // CubeRegistry stores cube records in the text tier's Backend (the records

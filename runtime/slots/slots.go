@@ -221,6 +221,20 @@ func (p *Pool) Forget(scope string, clear func(seq int)) {
 	}
 }
 
+// ForgetIf drops what idle slots hold whose scope match reports true (a
+// cube their state read besides their own was deleted), emptying their
+// sequences with clear. match runs with the pool's lock held.
+func (p *Pool) ForgetIf(match func(scope string) bool, clear func(seq int)) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, s := range p.free {
+		if match(s.scope) {
+			clear(s.Seq)
+			s.toks, s.held, s.ConvPack = nil, 0, ""
+		}
+	}
+}
+
 // Fixed are KV cells held outside the slots: resident packs. They
 // are a cache: a request that cannot fit otherwise evicts them.
 type Fixed interface {

@@ -239,3 +239,22 @@ func TestBackgroundSlotPreempted(t *testing.T) {
 		t.Fatalf("foreground got %v", s)
 	}
 }
+
+// ForgetIf empties the idle slots whose scope matches, only those.
+func TestForgetIf(t *testing.T) {
+	ctx := context.Background()
+	p := newTestPool([]int{3, 5}, 1)
+	a, _, _ := p.Acquire(ctx, nil, "alice\x00read:shop")
+	b, _, _ := p.Acquire(ctx, nil, "bob")
+	a.SetScope("alice\x00read:shop")
+	b.SetScope("bob")
+	p.Hold(a, []int32{1, 2})
+	p.Hold(b, []int32{1, 2})
+	p.Release(a)
+	p.Release(b)
+	var cleared []int
+	p.ForgetIf(func(scope string) bool { return scope == "alice\x00read:shop" }, func(seq int) { cleared = append(cleared, seq) })
+	if len(cleared) != 1 || cleared[0] != a.Seq || len(a.Toks()) != 0 || len(b.Toks()) != 2 {
+		t.Fatalf("cleared %v; slot a holds %d, b %d", cleared, len(a.Toks()), len(b.Toks()))
+	}
+}

@@ -2,6 +2,7 @@ package mcp
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -218,9 +219,11 @@ func (t *tools) addMemory(ctx context.Context, c call, in addIn) (*sdk.CallToolR
 }
 
 type searchIn struct {
-	Cube  string `json:"cube,omitempty" jsonschema:"memory cube (default: the connection's cube)"`
-	Query string `json:"query" jsonschema:"what to look for, in words"`
-	K     int    `json:"k,omitempty" jsonschema:"hits to return, 1..100 (default 10)"`
+	Cube string `json:"cube,omitempty" jsonschema:"memory cube (default: the connection's cube)"`
+	// Cubes searches several cubes at once, hits merged.
+	Cubes []string `json:"cubes,omitempty" jsonschema:"search these cubes instead of one (at most 8): hits merged by score, each memory once, with its cube"`
+	Query string   `json:"query" jsonschema:"what to look for, in words"`
+	K     int      `json:"k,omitempty" jsonschema:"hits to return, 1..100 (default 10)"`
 	// IncludeTurns as the memory API's search.
 	IncludeTurns bool `json:"include_turns,omitempty" jsonschema:"also return recorded chat turns (kind turn: what was said, with the model's answers), after every stored memory"`
 }
@@ -228,6 +231,7 @@ type searchIn struct {
 // Hit is one memory search_memory found (an element of SearchOut.Hits).
 type Hit struct {
 	ID    string  `json:"id"`
+	Cube  string  `json:"cube" jsonschema:"the cube the memory lives in"`
 	Text  string  `json:"text"`
 	Kind  string  `json:"kind,omitempty" jsonschema:"the memory's kind; turn for a recorded chat turn"`
 	Score float64 `json:"score" jsonschema:"rank within its kind's tier, higher is better (BM25 scale)"`
@@ -242,7 +246,18 @@ type SearchOut struct {
 // Errors: empty query, k outside [0, 100], an unknown or forbidden cube.
 func (t *tools) searchMemory(ctx context.Context, c call, in searchIn) (*sdk.CallToolResult, SearchOut, error) {
 	out := SearchOut{Hits: []Hit{}}
-	cube, err := t.resolve(ctx, c, in.Cube, memosrt.KeyRead, true)
+	cubes := in.Cubes
+	var err error
+	if len(cubes) == 0 {
+		var cube string
+		cube, err = t.resolve(ctx, c, in.Cube, memosrt.KeyRead, true)
+		cubes = []string{cube}
+	} else if len(cubes) > memosrt.MaxCubes {
+		err = wire.BadField("cubes", "%d cubes, at most %d", len(cubes), memosrt.MaxCubes)
+	}
+	for i := 0; err == nil && len(in.Cubes) > 0 && i < len(cubes); i++ {
+		_, err = t.resolve(ctx, c, cubes[i], memosrt.KeyRead, true)
+	}
 	switch {
 	case err != nil:
 	case strings.TrimSpace(in.Query) == "":
@@ -257,12 +272,37 @@ func (t *tools) searchMemory(ctx context.Context, c call, in searchIn) (*sdk.Cal
 	if k == 0 {
 		k = defaultK
 	}
-	hits, err := t.os.Search(ctx, cube, memosrt.SearchQuery(in.Query, k, in.IncludeTurns))
-	if err != nil {
-		return nil, out, err
+	var hits []textmem.Hit
+	for _, cube := range cubes {
+		hs, err := t.os.Search(ctx, cube, memosrt.SearchQuery(in.Query, k, in.IncludeTurns))
+		if err != nil {
+			return nil, out, err
+		}
+		for _, h := range hs {
+			if h.Memory.Cube == "" {
+				h.Memory.Cube = cube
+			}
+			if !slices.ContainsFunc(hits, func(x textmem.Hit) bool { return x.Memory.ID == h.Memory.ID }) {
+				hits = append(hits, h)
+			}
+		}
+	}
+	if len(cubes) > 1 {
+		// one ranking: turns after the other memories, then by score
+		// (BM25 of each cube's own statistics), the cubes' order on ties
+		slices.SortStableFunc(hits, func(a, b textmem.Hit) int {
+			if ta, tb := a.Memory.Kind == memosrt.KindTurn, b.Memory.Kind == memosrt.KindTurn; ta != tb {
+				if ta {
+					return 1
+				}
+				return -1
+			}
+			return cmp.Compare(b.Score, a.Score)
+		})
+		hits = hits[:min(len(hits), k)]
 	}
 	for _, h := range hits {
-		out.Hits = append(out.Hits, Hit{ID: h.Memory.ID, Text: h.Memory.Text, Kind: h.Memory.Kind, Score: h.Score})
+		out.Hits = append(out.Hits, Hit{ID: h.Memory.ID, Cube: h.Memory.Cube, Text: h.Memory.Text, Kind: h.Memory.Kind, Score: h.Score})
 	}
 	return nil, out, nil
 }
@@ -431,10 +471,12 @@ func (t *tools) getProfile(ctx context.Context, c call, in profileIn) (*sdk.Call
 }
 
 type chatIn struct {
-	Cube       string `json:"cube,omitempty" jsonschema:"memory cube whose memories the prompt carries (default: the connection's cube)"`
-	Message    string `json:"message" jsonschema:"the user's message"`
-	NumPredict int    `json:"num_predict,omitempty" jsonschema:"most tokens to generate (default 256; -1: until the context is full)"`
-	Record     string `json:"record,omitempty" jsonschema:"what the turn leaves in the cube's memory: empty (default) the message and the reply, user the message alone, none nothing"`
+	Cube string `json:"cube,omitempty" jsonschema:"memory cube whose memories the prompt carries (default: the connection's cube)"`
+	// Cubes names several cubes, as the generate APIs' cubes.
+	Cubes      []string `json:"cubes,omitempty" jsonschema:"several cubes: the first is written to (the cube, which may be left out), the others only read (shared, assistant cubes); at most 8"`
+	Message    string   `json:"message" jsonschema:"the user's message"`
+	NumPredict int      `json:"num_predict,omitempty" jsonschema:"most tokens to generate (default 256; -1: until the context is full)"`
+	Record     string   `json:"record,omitempty" jsonschema:"what the turn leaves in the cube's memory: empty (default) the message and the reply, user the message alone, none nothing"`
 }
 
 // ChatOut is chat's structured result; Reply is also its text content.
@@ -445,6 +487,8 @@ type ChatOut struct {
 	PromptTokens int    `json:"prompt_tokens"`
 	CachedTokens int    `json:"cached_tokens" jsonschema:"prompt tokens reused from a KV state instead of prefilled"`
 	EvalTokens   int    `json:"eval_tokens" jsonschema:"generated tokens"`
+	// CubeMemories is memosrt.Response.CubeMemories.
+	CubeMemories map[string]int `json:"cube_memories,omitempty" jsonschema:"the prompt's memories counted by the cube each lives in"`
 }
 
 // chat runs OS.Chat with one user turn, greedy decoding and at most
@@ -453,7 +497,7 @@ type ChatOut struct {
 // memosrt.ErrNoModel (`memosrt mcp` without --model), memosrt.ErrBusy,
 // num_predict below -2.
 func (t *tools) chat(ctx context.Context, c call, in chatIn) (*sdk.CallToolResult, ChatOut, error) {
-	cube, err := t.resolve(ctx, c, in.Cube, memosrt.KeyRead, true)
+	cube, reads, err := t.resolveCubes(ctx, c, in.Cube, in.Cubes)
 	if err == nil && strings.TrimSpace(in.Message) == "" {
 		err = wire.BadField("message", "empty message")
 	}
@@ -469,7 +513,10 @@ func (t *tools) chat(ctx context.Context, c call, in chatIn) (*sdk.CallToolResul
 		n = defaultNumPredict
 	}
 	req := ChatRequest(cube, in.Message, n)
-	req.Record = rec
+	req.Record, req.ReadCubes = rec, reads
+	for _, r := range reads {
+		req.NoAssistantWrite = req.NoAssistantWrite || wire.ReadOnly(ctx, r)
+	}
 	if wire.ReadOnly(ctx, cube) {
 		// a key that may read the cube, not write it: the chat leaves the
 		// cube as it was (no turn recorded, no conversation pack)
@@ -483,8 +530,42 @@ func (t *tools) chat(ctx context.Context, c call, in chatIn) (*sdk.CallToolResul
 		return nil, ChatOut{}, err
 	}
 	out := ChatOut{ID: res.ID, Reply: res.Text, DoneReason: res.DoneReason, PromptTokens: res.Usage.PromptTokens,
-		CachedTokens: res.Usage.CachedTokens, EvalTokens: res.Usage.EvalTokens}
+		CachedTokens: res.Usage.CachedTokens, EvalTokens: res.Usage.EvalTokens, CubeMemories: res.CubeMemories}
 	return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: res.Text}}}, out, nil
+}
+
+// resolveCubes returns the cubes of a chat call: with cubes, the first
+// (which arg, when given, must be) to write and the rest to read, each a
+// valid name of an existing cube, at most memosrt.MaxCubes; the caller
+// needs write on the first and read on the others. Without cubes, resolve
+// of arg with read (the single-cube chat).
+func (t *tools) resolveCubes(ctx context.Context, c call, arg string, cubes []string) (string, []string, error) {
+	if len(cubes) <= 1 {
+		if len(cubes) == 1 {
+			if arg != "" && arg != cubes[0] {
+				return "", nil, wire.BadField("cubes", "the first cube is %q, but cube names %q", cubes[0], arg)
+			}
+			arg = cubes[0]
+		}
+		cube, err := t.resolve(ctx, c, arg, memosrt.KeyRead, true)
+		return cube, nil, err
+	}
+	if arg != "" && arg != cubes[0] {
+		return "", nil, wire.BadField("cubes", "the first cube is %q, but cube names %q", cubes[0], arg)
+	}
+	if len(cubes) > memosrt.MaxCubes {
+		return "", nil, wire.BadField("cubes", "%d cubes, at most %d", len(cubes), memosrt.MaxCubes)
+	}
+	for i, name := range cubes {
+		need := memosrt.KeyRead
+		if i == 0 {
+			need = memosrt.KeyWrite
+		}
+		if _, err := t.resolve(ctx, c, name, need, true); err != nil {
+			return "", nil, err
+		}
+	}
+	return cubes[0], cubes[1:], nil
 }
 
 // ChatRequest is the request the chat tool hands to OS.Chat: one user
@@ -502,6 +583,8 @@ type messagesIn struct {
 	Cube     string      `json:"cube,omitempty" jsonschema:"memory cube (default: the connection's cube)"`
 	Messages []messageIn `json:"messages" jsonschema:"the conversation, oldest first; each user message makes a turn with the assistant message after it"`
 	Infer    *bool       `json:"infer,omitempty" jsonschema:"queue the extraction job (default true); false records the turns only"`
+	// AssistantCube is memosrt.MessagesOptions.AssistantCube.
+	AssistantCube string `json:"assistant_cube,omitempty" jsonschema:"an assistant's cube: the procedures extracted go there, the rest to the cube (write on it needed)"`
 }
 
 // MessagesOut is add_messages' structured result.
@@ -516,6 +599,9 @@ type MessagesOut struct {
 func (t *tools) addMessages(ctx context.Context, c call, in messagesIn) (*sdk.CallToolResult, MessagesOut, error) {
 	out := MessagesOut{Turns: []convmem.Turn{}}
 	cube, err := t.resolve(ctx, c, in.Cube, memosrt.KeyWrite, false)
+	if err == nil && in.AssistantCube != "" {
+		_, err = t.resolve(ctx, c, in.AssistantCube, memosrt.KeyWrite, true)
+	}
 	if err != nil {
 		return nil, out, err
 	}
@@ -524,7 +610,7 @@ func (t *tools) addMessages(ctx context.Context, c call, in messagesIn) (*sdk.Ca
 		msgs[i] = memosrt.Message{Role: m.Role, Content: m.Content}
 	}
 	noExtract := in.Infer != nil && !*in.Infer
-	j, turns, err := t.os.AddMessages(ctx, cube, msgs, memosrt.MessagesOptions{NoExtract: noExtract})
+	j, turns, err := t.os.AddMessages(ctx, cube, msgs, memosrt.MessagesOptions{NoExtract: noExtract, AssistantCube: in.AssistantCube})
 	if err != nil {
 		return nil, out, err
 	}

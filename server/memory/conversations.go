@@ -7,6 +7,7 @@ import (
 	"github.com/memosrt/memosrt"
 	"github.com/memosrt/memosrt/convmem"
 	"github.com/memosrt/memosrt/server/wire"
+	"github.com/memosrt/memosrt/textmem"
 )
 
 // The conversation memory API (package conversation over
@@ -27,6 +28,10 @@ type messagesRequest struct {
 	// Infer queues an extraction job over the turns; absent means true
 	// (Mem0's infer).
 	Infer *bool `json:"infer"`
+	// AssistantCube is an assistant's cube the extraction writes the
+	// procedures it finds to (memosrt.MessagesOptions.AssistantCube); the
+	// caller needs write on it.
+	AssistantCube string `json:"assistant_cube"`
 }
 
 // handleMessagesAdd answers POST /v1/cubes/{cube}/messages (OS.AddMessages;
@@ -47,7 +52,18 @@ func (a *API) handleMessagesAdd(w http.ResponseWriter, r *http.Request) {
 		msgs[i] = memosrt.Message{Role: m.Role, Content: m.Content}
 	}
 	noExtract := req.Infer != nil && !*req.Infer
-	job, turns, err := a.os.AddMessages(r.Context(), cube, msgs, memosrt.MessagesOptions{NoExtract: noExtract})
+	if req.AssistantCube != "" {
+		if !textmem.ValidCube(req.AssistantCube) {
+			err = wire.BadField("assistant_cube", "%q: %v", req.AssistantCube, textmem.ErrBadCube)
+		} else {
+			err = wire.Allow(r.Context(), a.os, req.AssistantCube, memosrt.KeyWrite)
+		}
+	}
+	var job convmem.Job
+	var turns []convmem.Turn
+	if err == nil {
+		job, turns, err = a.os.AddMessages(r.Context(), cube, msgs, memosrt.MessagesOptions{NoExtract: noExtract, AssistantCube: req.AssistantCube})
+	}
 	if err != nil {
 		a.writeError(w, r, err)
 		return

@@ -51,6 +51,8 @@ type cubeCreateRequest struct {
 	// NoRecord keeps the cube's chat turns out of its memory
 	// (memosrt.Cube.NoRecord).
 	NoRecord bool `json:"no_record"`
+	// Assistant marks an assistant's cube (memosrt.Cube.Assistant).
+	Assistant bool `json:"assistant"`
 }
 
 func (a *API) handleCubeCreate(w http.ResponseWriter, r *http.Request) {
@@ -64,7 +66,7 @@ func (a *API) handleCubeCreate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rec, err := a.os.CreateCube(r.Context(), memosrt.Cube{Name: req.Name, Description: req.Description, Metadata: req.Metadata,
-		NoRecord: req.NoRecord})
+		NoRecord: req.NoRecord, Assistant: req.Assistant})
 	if err != nil {
 		a.writeError(w, r, err)
 		return
