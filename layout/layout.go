@@ -141,6 +141,27 @@ type Prompt struct {
 	Messages   []Message        // the conversation with the retrieved block before the last user turn
 	Pack       []textmem.Memory // memories inside the pack, pack order
 	Retrieved  []textmem.Memory // memories retrieval added for the last user turn (earlier turns keep theirs)
+	// RetrievedSpans gives, per Retrieved memory, where its bullet line's
+	// tokens sit in Tokens: [Start, End), equal to LineTokens of that
+	// memory (nil without an engine, or when the template changed the
+	// line's text).
+	RetrievedSpans []Span
+
+	lines []string // bullet lines of every turn's retrieved block, prompt order
+}
+
+// Span is a half-open token range [Start, End) of Prompt.Tokens.
+type Span struct{ Start, End int }
+
+// LineTokens returns the tokens a retrieved memory's bullet line has in
+// every prompt (no BOS): each line of a retrieved block is tokenized on its
+// own (tokenizeRest), so these are exactly the tokens of the span
+// Prompt.RetrievedSpans gives for m. Errors: the tokenizer's.
+func (l *Layout) LineTokens(m textmem.Memory) ([]int32, error) {
+	if l.eng == nil {
+		return nil, fmt.Errorf("layout: no tokenizer (text-only backend)")
+	}
+	return l.eng.Tokenize(bullet(m), false)
 }
 
 func bullet(m textmem.Memory) string {
@@ -219,9 +240,10 @@ func Query(msgs []Message) string {
 // the first turn that finds it. Earlier turns get the block they got when
 // they were the last turn, so a conversation's next prompt extends the
 // tokens of the previous one (as long as the text tier is unchanged) and
-// its KV state is reused. It returns the new messages and the memories
-// retrieved for the last user turn (the ones this turn adds).
-func (l *Layout) retrieve(ctx context.Context, cube string, pack []textmem.Memory, msgs []Message) ([]Message, []textmem.Memory, error) {
+// its KV state is reused. It returns the new messages, the memories
+// retrieved for the last user turn (the ones this turn adds) and the bullet
+// lines of every turn's block in order.
+func (l *Layout) retrieve(ctx context.Context, cube string, pack []textmem.Memory, msgs []Message) ([]Message, []textmem.Memory, []string, error) {
 	out := append([]Message(nil), msgs...)
 	shown := make(map[string]bool, len(pack))
 	for _, m := range pack {
@@ -234,6 +256,7 @@ func (l *Layout) retrieve(ctx context.Context, cube string, pack []textmem.Memor
 		}
 	}
 	var latest []textmem.Memory
+	var lines []string
 	budget := l.opts.MaxRetrievedTokens
 	for i, m := range out {
 		if m.Role != "user" || strings.TrimSpace(m.Content) == "" {
@@ -243,7 +266,7 @@ func (l *Layout) retrieve(ctx context.Context, cube string, pack []textmem.Memor
 		q.NotSources, q.LastKinds = l.opts.HideSources, l.opts.LastKinds
 		hits, err := l.mem.SearchWith(ctx, cube, q)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		var found []textmem.Memory
 		for _, h := range hits {
@@ -252,7 +275,7 @@ func (l *Layout) retrieve(ctx context.Context, cube string, pack []textmem.Memor
 			}
 			n, err := l.count(bullet(h.Memory), false)
 			if err != nil {
-				return nil, nil, err
+				return nil, nil, nil, err
 			}
 			if n > budget {
 				continue
@@ -262,11 +285,14 @@ func (l *Layout) retrieve(ctx context.Context, cube string, pack []textmem.Memor
 			shown[h.Memory.ID] = true
 		}
 		out[i].Content = RetrievedText(found) + m.Content
+		for _, f := range found {
+			lines = append(lines, bullet(f))
+		}
 		if i == last {
 			latest = found
 		}
 	}
-	return out, latest, nil
+	return out, latest, lines, nil
 }
 
 // Pack assembles the pack of cube with the given members alone: Tokens ==
@@ -307,7 +333,7 @@ func (l *Layout) Assemble(ctx context.Context, in Input) (Prompt, error) {
 		p.Pack = pack
 		if !in.NoRetrieve && l.opts.RetrieveK > 0 {
 			var err error
-			if msgs, p.Retrieved, err = l.retrieve(ctx, in.Cube, pack, msgs); err != nil {
+			if msgs, p.Retrieved, p.lines, err = l.retrieve(ctx, in.Cube, pack, msgs); err != nil {
 				return p, err
 			}
 		}
@@ -368,7 +394,7 @@ func (l *Layout) Assemble(ctx context.Context, in Input) (Prompt, error) {
 		if err != nil {
 			return p, err
 		}
-		rt, err := l.eng.Tokenize(p.Rest, false)
+		rt, err := l.tokenizeRest(&p, false, len(ht))
 		if err != nil {
 			return p, err
 		}
@@ -376,10 +402,58 @@ func (l *Layout) Assemble(ctx context.Context, in Input) (Prompt, error) {
 		p.Tokens = append(append(make([]int32, 0, len(ht)+len(rt)), ht...), rt...)
 		return p, nil
 	}
-	t, err := l.eng.Tokenize(p.Rest, true)
+	t, err := l.tokenizeRest(&p, true, 0)
 	if err != nil {
 		return p, err
 	}
 	p.Tokens = t
 	return p, nil
+}
+
+// tokenizeRest tokenizes p.Rest (BOS first with addBOS) in pieces: each
+// bullet line of a retrieved block (p.lines) on its own, without BOS, and
+// the text between them as one piece each; the tokens are the pieces'
+// concatenation and the text is unchanged. So a retrieved memory's tokens
+// in the prompt are LineTokens of it, whatever surrounds it: what a KV
+// chunk of the memory needs (docs/design.md, Composition). It sets
+// p.RetrievedSpans (offset: the tokens before Rest in Tokens) for the
+// last turn's memories, the last lines. A line the template rendered
+// otherwise is not found: the whole text is then one piece, no spans.
+func (l *Layout) tokenizeRest(p *Prompt, addBOS bool, offset int) ([]int32, error) {
+	rest := p.Rest
+	var pieces []string // text, line, text, line, ..., text
+	at := 0
+	for _, ln := range p.lines {
+		i := strings.Index(rest[at:], ln)
+		if i < 0 {
+			pieces = nil
+			break
+		}
+		pieces = append(pieces, rest[at:at+i], ln)
+		at += i + len(ln)
+	}
+	if pieces == nil {
+		return l.eng.Tokenize(rest, addBOS)
+	}
+	pieces = append(pieces, rest[at:])
+	var toks []int32
+	var spans []Span // of every line, in rest's tokens
+	for k, piece := range pieces {
+		if piece == "" && !(k == 0 && addBOS) {
+			continue
+		}
+		t, err := l.eng.Tokenize(piece, addBOS && k == 0)
+		if err != nil {
+			return nil, err
+		}
+		if k%2 == 1 {
+			spans = append(spans, Span{Start: offset + len(toks), End: offset + len(toks) + len(t)})
+		}
+		toks = append(toks, t...)
+	}
+	if len(spans) != len(p.lines) {
+		return l.eng.Tokenize(rest, addBOS) // an empty line: cannot be
+	}
+	p.RetrievedSpans = spans[len(spans)-len(p.Retrieved):]
+	return toks, nil
 }
