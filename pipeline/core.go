@@ -67,8 +67,12 @@ type Pipeline struct {
 	// convEvicted counts conversation packs deleted over ConvBytes;
 	// fallbacks, stored packs refused at restore (prefilled instead).
 	convEvicted, fallbacks atomic.Int64
-	pending                atomic.Int64
-	writeSem               chan struct{} // bounds concurrent writes; full: the write is skipped
+	// composeFailed counts compositions that failed (the turn prefilled);
+	// chunkUses counts retrievals towards memory chunks
+	composeFailed atomic.Int64
+	chunkUses     chunkCounter
+	pending       atomic.Int64
+	writeSem      chan struct{} // bounds concurrent writes; full: the write is skipped
 
 	usage *scheduler.UsageBuffer
 	kick  chan struct{}

@@ -35,16 +35,26 @@ type loaded struct {
 	info   ModelInfo
 	cfgKey string // kvcache.ConfigKey of the live KV config, no adapters
 
-	pool    *slots.Pool
-	jobSlot *slots.Slot // reserves the cells of tier jobs (never lent)
-	resSlot *slots.Slot // reserves the cells of a pack being made resident
-	seqs    []int       // taken from the engine's pool at load, returned at unload
-	nres    int         // resident sequences (primary only)
+	pool      *slots.Pool
+	jobSlot   *slots.Slot // reserves the cells of tier jobs (never lent)
+	resSlot   *slots.Slot // reserves the cells of a pack being made resident
+	chunkSlot *slots.Slot // reserves the cells of a memory chunk being computed
+	seqs      []int       // taken from the engine's pool at load, returned at unload
+	nres      int         // resident sequences (primary only)
 
 	// applyMu serialises resident level changes (applyResident, Warm).
 	applyMu sync.Mutex
 	// res is the resident level (the primary's resident sequences).
 	res *slots.Resident
+
+	// composition (compose.go): the recompute fraction decided at load (0:
+	// off), the sequence chunk prefills and compositions use as scratch
+	// (-1 without composition), guarded by composeMu with the chunks'
+	// shared preamble (made on first use)
+	ratio      float64
+	composeSeq int
+	composeMu  sync.Mutex
+	chunkPre   runtime.Preamble
 
 	// unsaved are slots whose conversation state a busy writer skipped
 	// (guarded by unsavedMu): unload saves them first.
@@ -275,12 +285,17 @@ func (p *Pipeline) loadModel(ctx context.Context, m *model) (*loaded, error) {
 		nres = opts.ResidentSeqs
 	}
 	lo.NSeqMax = opts.Parallel + nres + 1
+	composing := opts.Compose > 0 || opts.ComposeRatio != nil
+	if composing {
+		lo.NSeqMax++ // composition's scratch sequence
+		lo.BlendProbe = true
+	}
 	lo.Logger = opts.Logger
 	// adapters cost nothing until a request attaches one (graph reuse stays
 	// on, see runtime.Options.LoRA): always allowed
 	lo.LoRA = true
 	start := time.Now()
-	l := &loaded{p: p, nres: nres, unsaved: map[*slots.Slot]convSave{}}
+	l := &loaded{p: p, nres: nres, unsaved: map[*slots.Slot]convSave{}, composeSeq: -1}
 	var err error
 	if l.eng, err = runtime.Load(ctx, lo); err != nil {
 		return nil, err
@@ -313,8 +328,17 @@ func (p *Pipeline) loadModel(ctx context.Context, m *model) (*loaded, error) {
 		l.seqs = append(l.seqs, seq)
 	}
 	slices.Sort(l.seqs)
+	l.composeSeq = -1
+	if composing {
+		seq, ok := l.eng.TryAcquireSeq()
+		if !ok {
+			return nil, fmt.Errorf("%w: the engine's pool ran out of sequences", ErrBadOptions)
+		}
+		l.composeSeq = seq
+		l.ratio = p.composeRatio(l)
+	}
 	l.pool = slots.New(l.seqs[:opts.Parallel], opts.MaxQueue, ErrClosed)
-	l.jobSlot, l.resSlot = l.pool.Pseudo(), l.pool.Pseudo()
+	l.jobSlot, l.resSlot, l.chunkSlot = l.pool.Pseudo(), l.pool.Pseudo(), l.pool.Pseudo()
 	l.res = slots.NewResident(l.seqs[opts.Parallel:], l.clearSeq, p.residentEvicted)
 	ok = true
 	l.at = time.Now()
@@ -334,6 +358,10 @@ func (l *loaded) close() error {
 		l.eng.ReleaseSeq(q)
 	}
 	l.seqs = nil
+	if l.composeSeq >= 0 {
+		l.eng.ReleaseSeq(l.composeSeq)
+		l.composeSeq = -1
+	}
 	errs = append(errs, l.eng.Close())
 	return errors.Join(errs...)
 }

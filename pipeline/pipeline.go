@@ -446,8 +446,10 @@ func (p *Pipeline) kvSource(t *turn) error {
 		l.pool.Hold(sl, nil)
 		return err
 	}
-	l.pool.Hold(sl, toks[:src.npast]) // what the sequence holds now (cells counted by admissions)
 	t.src = src
+	p.compose(t)
+	src = t.src
+	l.pool.Hold(sl, toks[:src.npast]) // what the sequence holds now (cells counted by admissions)
 	out := t.out
 	out.CacheSource, out.PackID, out.Usage.RestoreTime = src.source, src.packID, src.restore
 	if src.refused != nil {
@@ -477,6 +479,11 @@ func (p *Pipeline) decode(t *turn) error {
 	})
 	out.Text, out.DoneReason = res.Text, res.DoneReason
 	out.Usage.CachedTokens, out.Usage.EvalTokens = res.CachedTokens, res.EvalTokens
+	c := t.src.composed
+	if c != nil {
+		out.Usage.CachedTokens = min(res.CachedTokens, c.reused)
+		out.Usage.ComposedTokens, out.Usage.RecomputedTokens = c.tokens, c.recomputed
+	}
 	out.Usage.TTFT, out.Usage.PromptDuration, out.Usage.EvalDuration = res.TTFT, res.PrefillTime, res.EvalTime
 	// what the sequence holds now: a prefix of prompt + generated tokens
 	all := append(slices.Clip(toks), res.Tokens...)
@@ -484,6 +491,16 @@ func (p *Pipeline) decode(t *turn) error {
 	if t.held > len(all) {
 		l.eng.ClearSeq(sl.Seq)
 		t.held = 0
+	}
+	if c != nil && c.tokens > 0 && t.held > c.exact {
+		// composed cells are not a prefill's: the slot keeps (and a
+		// conversation pack stores) only the exact prefix before them
+		if err := l.eng.TruncateSeq(sl.Seq, c.exact); err != nil {
+			l.eng.ClearSeq(sl.Seq)
+			t.held = 0
+		} else {
+			t.held = c.exact
+		}
 	}
 	l.pool.Hold(sl, all[:t.held])
 	out.Context = slices.Clone(sl.Toks())
@@ -528,12 +545,13 @@ const minBudget = 16
 
 // kvSource is the KV state prepare put into a request's sequence.
 type kvSource struct {
-	npast   int    // prompt tokens the sequence holds
-	source  string // Source*
-	packID  string // stored pack restored
-	prev    string // conversation pack the state continues ("" if none)
-	restore time.Duration
-	refused error
+	npast    int       // prompt tokens the sequence holds
+	composed *composed // what composition added (nil: none tried)
+	source   string    // Source*
+	packID   string    // stored pack restored
+	prev     string    // conversation pack the state continues ("" if none)
+	restore  time.Duration
+	refused  error
 }
 
 // prepare makes sl's sequence hold the longest available prefix of toks
@@ -739,8 +757,12 @@ const convPrefix = "conv:"
 // OS.AllPacks lists them) into its cube and its kind: "conv:<cube>" is a
 // "conversation" pack of cube ("" for chats without a cube), any other
 // label is the cube of a "memories" pack (the activation tier's, made by a
-// warm or the scheduler).
+// warm or the scheduler); "chunk:<cube>:<memory id>" is a "chunk" of one
+// memory of cube (ChunkOf).
 func PackCube(label string) (cube, kind string) {
+	if c, _, ok := ChunkOf(label); ok {
+		return c, "chunk"
+	}
 	if c, ok := strings.CutPrefix(label, convPrefix); ok {
 		return c, "conversation"
 	}
@@ -841,9 +863,12 @@ func (p *Pipeline) recordUse(cube string, pk layout.Prompt) {
 	for _, m := range pk.Pack {
 		uses = append(uses, scheduler.Use{Cube: cube, ID: m.ID, Interactions: 1})
 	}
+	ids := make([]string, 0, len(pk.Retrieved))
 	for _, m := range pk.Retrieved {
 		uses = append(uses, scheduler.Use{Cube: cube, ID: m.ID, Visits: 1, Interactions: 1})
+		ids = append(ids, m.ID)
 	}
+	p.chunkUses.add(cube, ids)
 	if len(pk.Pack) > 0 {
 		uses = append(uses, scheduler.Use{Cube: cube, ID: scheduler.PackUse, Visits: 1})
 	}

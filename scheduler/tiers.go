@@ -302,7 +302,9 @@ func (t *Tiers) removeOrphans() error {
 		}
 	}
 	for _, p := range t.kv.List("") {
-		if p.Label == "" || strings.HasPrefix(p.Label, "conv:") || keep[p.ID] {
+		// conversation packs and memory chunks ("chunk:") are the
+		// pipeline's, not tier packs
+		if p.Label == "" || strings.HasPrefix(p.Label, "conv:") || strings.HasPrefix(p.Label, "chunk:") || keep[p.ID] {
 			continue
 		}
 		st, err := t.packState(p.Label)

@@ -82,6 +82,7 @@ var hooks = map[string]string{
 	"runtime/llama.ModelParams.Progress":   "reports model-load progress",
 	"runtime/llama.TrainOptions.Train":     "per-step training callback (loss, stop)",
 	"textmem.Options.Now":                  "clock (tests)",
+	"config.Options.ComposeRatio":          "the per-model recompute fraction a calibration decided",
 	"textmem.Options.NewVectorIndex":       "dense index constructor chosen by the app",
 	"textmem.Options.OnDelete":             "tells the tiers above a memory is gone (drop its packs)",
 	"textmem.Options.OnCubeDeleted":        "tells the tiers above a cube is gone",
