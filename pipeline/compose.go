@@ -25,6 +25,11 @@ import (
 // (runtime.Engine.ComposeSeq with a Held preamble); the rest of the prompt
 // is prefilled.
 
+// composeScratch is how many scratch sequences a composing model holds:
+// recomputed runs of a composition share one llama_decode per this many
+// (runtime.Engine.ComposeSeq's waves; each decode streams every weight).
+const composeScratch = 16
+
 // chunkPrefix starts the label of every memory chunk.
 const chunkPrefix = "chunk:"
 
@@ -80,7 +85,7 @@ func (l *loaded) preambleLocked(ctx context.Context) (runtime.Preamble, error) {
 	if len(l.chunkPre.Tokens) > 0 {
 		return l.chunkPre, nil
 	}
-	pre, err := l.eng.PrefillPreamble(ctx, l.composeSeq, []runtime.Token{l.eng.BOS()})
+	pre, err := l.eng.PrefillPreamble(ctx, l.scratch[0], []runtime.Token{l.eng.BOS()})
 	if err != nil {
 		return pre, err
 	}
@@ -171,7 +176,7 @@ func (p *Pipeline) makeChunk(ctx context.Context, l *loaded, cube string, m text
 		return false, err
 	}
 	start := time.Now()
-	c, err := l.eng.PrefillChunk(ctx, l.composeSeq, pre, toks)
+	c, err := l.eng.PrefillChunk(ctx, l.scratch[0], pre, toks)
 	if err != nil {
 		return false, err
 	}
@@ -207,7 +212,9 @@ type composed struct {
 // prefilled, the leading run of chunked memories is composed after them
 // (runtime.Engine.ComposeSeq, Held preamble, Ratio l.ratio) and src.npast
 // moves past it. Nothing happens with composition off, a busy scratch
-// sequence, adapters, NoCache or no chunk; a failed composition leaves the
+// sequence, adapters, NoCache, no chunk or no free cells for the probe
+// (as many as the chunk tokens, reserved while it runs); a failed
+// composition leaves the
 // exact prefix and is logged (the turn prefills the rest).
 func (p *Pipeline) compose(t *turn) {
 	l, sl, toks, src := t.l, t.sl, t.r.toks, &t.src
@@ -239,6 +246,14 @@ func (p *Pipeline) compose(t *turn) {
 		return
 	}
 	defer l.composeMu.Unlock()
+	// the probe decodes the chunk tokens once more in a scratch sequence:
+	// their cells are reserved beside the turn's, or the turn prefills
+	unreserve, err := l.pool.ReserveNow(l.chunkSlot, end-first, l.eng.NCtx(), l.res, l.clearSeq)
+	if err != nil {
+		p.log.Debug("composition skipped: no cells for its probe", "cube", t.req.Cube, "cells", end-first, "err", err)
+		return
+	}
+	defer unreserve()
 	ctx := t.ctx
 	if src.npast < first {
 		if err := l.eng.Prefill(ctx, sl.Seq, toks[src.npast:first], src.npast); err != nil {
@@ -247,7 +262,7 @@ func (p *Pipeline) compose(t *turn) {
 		}
 	}
 	c := composed{reused: src.npast, exact: first}
-	res, err := l.eng.ComposeSeq(ctx, sl.Seq, []int{l.composeSeq}, runtime.Preamble{Tokens: toks[:first], Held: true}, chunks,
+	res, err := l.eng.ComposeSeq(ctx, sl.Seq, l.scratch, runtime.Preamble{Tokens: toks[:first], Held: true}, chunks,
 		runtime.ComposeOptions{Ratio: l.ratio})
 	if err != nil {
 		p.log.Warn("composition failed: the turn prefills its memories", "cube", t.req.Cube, "err", err)

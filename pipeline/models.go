@@ -48,13 +48,13 @@ type loaded struct {
 	res *slots.Resident
 
 	// composition (compose.go): the recompute fraction decided at load (0:
-	// off), the sequence chunk prefills and compositions use as scratch
-	// (-1 without composition), guarded by composeMu with the chunks'
-	// shared preamble (made on first use)
-	ratio      float64
-	composeSeq int
-	composeMu  sync.Mutex
-	chunkPre   runtime.Preamble
+	// off), the composeScratch sequences chunk prefills and compositions
+	// use as scratch (none without composition), guarded by composeMu with
+	// the chunks' shared preamble (made on first use)
+	ratio     float64
+	scratch   []int
+	composeMu sync.Mutex
+	chunkPre  runtime.Preamble
 
 	// unsaved are slots whose conversation state a busy writer skipped
 	// (guarded by unsavedMu): unload saves them first.
@@ -287,7 +287,7 @@ func (p *Pipeline) loadModel(ctx context.Context, m *model) (*loaded, error) {
 	lo.NSeqMax = opts.Parallel + nres + 1
 	composing := opts.Compose > 0 || opts.ComposeRatio != nil
 	if composing {
-		lo.NSeqMax++ // composition's scratch sequence
+		lo.NSeqMax += composeScratch
 		lo.BlendProbe = true
 	}
 	lo.Logger = opts.Logger
@@ -295,7 +295,7 @@ func (p *Pipeline) loadModel(ctx context.Context, m *model) (*loaded, error) {
 	// on, see runtime.Options.LoRA): always allowed
 	lo.LoRA = true
 	start := time.Now()
-	l := &loaded{p: p, nres: nres, unsaved: map[*slots.Slot]convSave{}, composeSeq: -1}
+	l := &loaded{p: p, nres: nres, unsaved: map[*slots.Slot]convSave{}}
 	var err error
 	if l.eng, err = runtime.Load(ctx, lo); err != nil {
 		return nil, err
@@ -328,13 +328,14 @@ func (p *Pipeline) loadModel(ctx context.Context, m *model) (*loaded, error) {
 		l.seqs = append(l.seqs, seq)
 	}
 	slices.Sort(l.seqs)
-	l.composeSeq = -1
 	if composing {
-		seq, ok := l.eng.TryAcquireSeq()
-		if !ok {
-			return nil, fmt.Errorf("%w: the engine's pool ran out of sequences", ErrBadOptions)
+		for range composeScratch {
+			seq, ok := l.eng.TryAcquireSeq()
+			if !ok {
+				return nil, fmt.Errorf("%w: the engine's pool ran out of sequences", ErrBadOptions)
+			}
+			l.scratch = append(l.scratch, seq)
 		}
-		l.composeSeq = seq
 		l.ratio = p.composeRatio(l)
 	}
 	l.pool = slots.New(l.seqs[:opts.Parallel], opts.MaxQueue, ErrClosed)
@@ -358,10 +359,11 @@ func (l *loaded) close() error {
 		l.eng.ReleaseSeq(q)
 	}
 	l.seqs = nil
-	if l.composeSeq >= 0 {
-		l.eng.ReleaseSeq(l.composeSeq)
-		l.composeSeq = -1
+	for _, q := range l.scratch {
+		l.eng.ClearSeq(q)
+		l.eng.ReleaseSeq(q)
 	}
+	l.scratch = nil
 	errs = append(errs, l.eng.Close())
 	return errors.Join(errs...)
 }
