@@ -239,21 +239,24 @@ func (s *Server) ollamaRun(w http.ResponseWriter, r *http.Request, g *memosrt.Re
 		m, dbg = api.Metrics{PromptEvalCount: res.Usage.PromptTokens}, &api.DebugInfo{RenderedTemplate: res.Rendered}
 	}
 	if st != nil {
-		st.Send(withCached(final(res, "", m, dbg), res.Usage.CachedTokens))
+		st.Send(withCached(final(res, "", m, dbg), res.Usage))
 		return
 	}
-	wire.WriteJSON(w, http.StatusOK, withCached(final(res, res.Text, m, dbg), res.Usage.CachedTokens))
+	wire.WriteJSON(w, http.StatusOK, withCached(final(res, res.Text, m, dbg), res.Usage))
 }
 
 // withCached adds memosrt's "prompt_cached_count" (prompt tokens not
-// decoded: slot, resident or restored KV) to an Ollama final response,
-// whose prompt_eval_count is the whole prompt as Ollama counts it.
-func withCached(v any, cached int) json.RawMessage {
+// decoded: slot, resident or restored KV), "prompt_composed_count" and
+// "prompt_recomputed_count" (placed from memory chunks; of them, decoded
+// again) to an Ollama final response, whose prompt_eval_count is the
+// whole prompt as Ollama counts it.
+func withCached(v any, u memosrt.Usage) json.RawMessage {
 	b, err := json.Marshal(v)
 	if err != nil || len(b) < 2 || b[0] != '{' {
 		return b
 	}
-	head := fmt.Sprintf(`{"prompt_cached_count":%d`, cached)
+	head := fmt.Sprintf(`{"prompt_cached_count":%d,"prompt_composed_count":%d,"prompt_recomputed_count":%d`,
+		u.CachedTokens, u.ComposedTokens, u.RecomputedTokens)
 	if b[1] != '}' {
 		head += ","
 	}

@@ -96,6 +96,10 @@ type oaiUsage struct {
 	TotalTokens         int `json:"total_tokens"`
 	PromptTokensDetails struct {
 		CachedTokens int `json:"cached_tokens"`
+		// memosrt's: prompt tokens placed from memory chunks, and those
+		// of them decoded again (clients ignore fields they do not know)
+		ComposedTokens   int `json:"composed_tokens"`
+		RecomputedTokens int `json:"recomputed_tokens"`
 	} `json:"prompt_tokens_details"`
 }
 
@@ -103,6 +107,7 @@ func usageOf(res *memosrt.Response) *oaiUsage {
 	r := res.Usage
 	u := &oaiUsage{PromptTokens: r.PromptTokens, CompletionTokens: r.EvalTokens, TotalTokens: r.PromptTokens + r.EvalTokens}
 	u.PromptTokensDetails.CachedTokens = r.CachedTokens
+	u.PromptTokensDetails.ComposedTokens, u.PromptTokensDetails.RecomputedTokens = r.ComposedTokens, r.RecomputedTokens
 	return u
 }
 
