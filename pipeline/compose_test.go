@@ -85,6 +85,19 @@ func TestComposeConversation(t *testing.T) {
 	if n := countChunks(p.Packs("c")); n != 20 {
 		t.Fatalf("packs listing: %d chunks, want 20", n)
 	}
+	tiers, err := p.Tiers(ctx, "c", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	withChunk := 0
+	for _, m := range tiers.Memories {
+		if m.Chunk != "" {
+			withChunk++
+		}
+	}
+	if withChunk != 20 {
+		t.Fatalf("tiers: %d of %d memories with a chunk, want 20", withChunk, len(tiers.Memories))
+	}
 	var msgs []Message
 	seen := map[string]bool{}
 	for i, q := range []string{"What does Lily have?", "What does Tom have?", "Who has a small boat? Ben?", "What does Kate have?"} {

@@ -591,6 +591,9 @@ type MemoryTier struct {
 	Heat   float64 `json:"heat"`
 	Pinned bool    `json:"pinned,omitempty"`
 	Usage  Usage   `json:"usage"`
+	// Chunk is the pack id of the memory's KV chunk (composition), set by
+	// the pipeline; "" for none.
+	Chunk string `json:"chunk,omitempty"`
 }
 
 // CubeTiers is the tier state of a cube (GET /v1/cubes/{cube}/tiers).
