@@ -3,9 +3,12 @@ package pipeline
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"testing"
 
+	"github.com/memosrt/memosrt/bench/gguf"
+	"github.com/memosrt/memosrt/internal/testmodels"
 	"github.com/memosrt/memosrt/textmem"
 )
 
@@ -235,5 +238,39 @@ func TestComposeOffAndHeat(t *testing.T) {
 	}
 	if want := wantComposed(t, p, out.RetrievedIDs); out.Usage.ComposedTokens == 0 || out.Usage.ComposedTokens != want {
 		t.Fatalf("after the chunks: composed %d, want %d > 0", out.Usage.ComposedTokens, want)
+	}
+}
+
+// A model whose KV cells may not be shifted (runtime.Engine.ShiftGuard:
+// here a quantized K type, on a generated llama with 64-wide heads, which
+// q8_0 K needs) never composes: composition is off at load, MakeChunks
+// refuses, and turns report nothing composed.
+func TestComposeGuarded(t *testing.T) {
+	ctx := context.Background()
+	opts := testOptions(t)
+	opts.Model = filepath.Join(t.TempDir(), "h64.gguf")
+	spec := gguf.Spec{NLayer: 2, NEmbd: 128, NHead: 2, NHeadKV: 1, NFF: 128, NCtxTrain: 512}
+	if err := gguf.Write(ctx, opts.Model, spec, testmodels.Path(t, "llama-2-tiny-random.gguf"), 1); err != nil {
+		t.Fatal(err)
+	}
+	opts.Compose = 0.15
+	opts.Engine.TypeK, opts.Engine.FlashAttn = "q8_0", "on"
+	p := newTest(t, opts)
+	l, done := p.hold()
+	guard, ratio := l.eng.ShiftGuard(), l.ratio
+	done()
+	if guard == nil || ratio != 0 {
+		t.Fatalf("guard %v, ratio %g: want a guard and composition off", guard, ratio)
+	}
+	composeCube(t, p)
+	if _, err := p.MakeChunks(ctx, "c", nil); err == nil {
+		t.Fatal("MakeChunks under a guard: no error")
+	}
+	out, err := p.Chat(ctx, Request{Cube: "c", Messages: []Message{{Role: "user", Content: "What does Lily have?"}}, NumPredict: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.Retrieved == 0 || out.Usage.ComposedTokens != 0 {
+		t.Fatalf("guarded: %d retrieved, composed %d", out.Retrieved, out.Usage.ComposedTokens)
 	}
 }
