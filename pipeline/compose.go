@@ -148,7 +148,9 @@ func (p *Pipeline) MakeChunks(ctx context.Context, cube string, ids []string) (C
 }
 
 // makeChunk stores memory m's chunk unless it is stored already (made
-// false). wait: wait for the scratch sequence, else ErrBusy at once.
+// false). wait (MakeChunks): wait for the scratch sequence and prefill at
+// foreground priority; else (a tick) ErrBusy at once and background
+// priority.
 // The chunk's cells are reserved like a tier job's (ErrBusy when none are
 // free).
 func (p *Pipeline) makeChunk(ctx context.Context, l *loaded, cube string, m textmem.Memory, wait bool) (bool, error) {
@@ -176,7 +178,7 @@ func (p *Pipeline) makeChunk(ctx context.Context, l *loaded, cube string, m text
 		return false, err
 	}
 	start := time.Now()
-	c, err := l.eng.PrefillChunk(ctx, l.scratch[0], pre, toks)
+	c, err := l.eng.PrefillChunkAt(ctx, l.scratch[0], pre, toks, !wait)
 	if err != nil {
 		return false, err
 	}
@@ -256,7 +258,9 @@ func (p *Pipeline) compose(t *turn) {
 	defer unreserve()
 	ctx := t.ctx
 	if src.npast < first {
-		if err := l.eng.Prefill(ctx, sl.Seq, toks[src.npast:first], src.npast); err != nil {
+		_, err := l.eng.Generate(ctx, runtime.Request{Seq: sl.Seq, Tokens: toks[:first], NPast: src.npast, PrefillOnly: true,
+			Background: t.req.background})
+		if err != nil {
 			p.log.Warn("composition: prefill before the chunks failed", "err", err)
 			return
 		}

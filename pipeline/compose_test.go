@@ -117,6 +117,9 @@ func TestComposeConversation(t *testing.T) {
 		if u.RecomputedTokens <= 0 || u.RecomputedTokens > u.ComposedTokens*16/100+1 {
 			t.Fatalf("turn %d: recomputed %d of %d composed tokens", i, u.RecomputedTokens, u.ComposedTokens)
 		}
+		if len(out.Context) != u.PromptTokens+u.EvalTokens-1 && len(out.Context) != u.PromptTokens+u.EvalTokens {
+			t.Fatalf("turn %d: context of %d tokens, prompt %d + %d generated", i, len(out.Context), u.PromptTokens, u.EvalTokens)
+		}
 		if u.CachedTokens+u.ComposedTokens >= u.PromptTokens {
 			t.Fatalf("turn %d: cached %d + composed %d of %d prompt tokens", i, u.CachedTokens, u.ComposedTokens, u.PromptTokens)
 		}

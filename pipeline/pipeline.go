@@ -492,6 +492,7 @@ func (p *Pipeline) decode(t *turn) error {
 		l.eng.ClearSeq(sl.Seq)
 		t.held = 0
 	}
+	out.Context = slices.Clone(all[:t.held])
 	if c != nil && c.tokens > 0 && t.held > c.exact {
 		// composed cells are not a prefill's: the slot keeps (and a
 		// conversation pack stores) only the exact prefix before them
@@ -503,7 +504,6 @@ func (p *Pipeline) decode(t *turn) error {
 		}
 	}
 	l.pool.Hold(sl, all[:t.held])
-	out.Context = slices.Clone(sl.Toks())
 	if gerr != nil {
 		return gerr
 	}

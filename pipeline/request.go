@@ -162,8 +162,10 @@ type Response struct {
 	Text       string `json:"response"`
 	DoneReason string `json:"done_reason"` // "stop" (end of generation or a stop string) or "length"
 	Usage      Usage  `json:"usage"`
-	// Context is the tokens the sequence holds afterwards: a prefix of the
-	// prompt and the output (Ollama's "context").
+	// Context is the tokens the sequence held after the turn: a prefix of
+	// the prompt and the output (Ollama's "context"; after a composed turn
+	// the slot keeps less, the exact prefix, and the next request
+	// prefills the rest).
 	Context []int32 `json:"context,omitempty"`
 	// Rendered is the prompt text (RenderOnly).
 	Rendered string `json:"rendered,omitempty"`

@@ -217,6 +217,12 @@ func (e *Engine) PrefillPreamble(ctx context.Context, seq int, toks []Token) (Pr
 // chunk: its cells, positions [len(pre.Tokens), len(pre.Tokens)+len(toks)).
 // seq is left empty. Errors: those of RestoreSeq, Prefill and SaveSeq.
 func (e *Engine) PrefillChunk(ctx context.Context, seq int, pre Preamble, toks []Token) (Chunk, error) {
+	return e.PrefillChunkAt(ctx, seq, pre, toks, false)
+}
+
+// PrefillChunkAt is PrefillChunk with the priority of its prefill:
+// background yields batch room to foreground requests (Request.Background).
+func (e *Engine) PrefillChunkAt(ctx context.Context, seq int, pre Preamble, toks []Token, background bool) (Chunk, error) {
 	if _, err := e.RestoreSeq(seq, pre.State); err != nil && len(pre.State) > 0 {
 		return Chunk{}, err
 	}
@@ -227,7 +233,9 @@ func (e *Engine) PrefillChunk(ctx context.Context, seq int, pre Preamble, toks [
 		}
 	}
 	p0 := len(pre.Tokens)
-	if err := e.Prefill(ctx, seq, toks, p0); err != nil {
+	full := make([]Token, p0+len(toks))
+	copy(full[p0:], toks)
+	if _, err := e.Generate(ctx, Request{Seq: seq, Tokens: full, NPast: p0, PrefillOnly: true, Background: background}); err != nil {
 		return Chunk{}, err
 	}
 	st, err := e.SaveSeq(seq)
