@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/memosrt/memosrt/conversation"
 	"github.com/memosrt/memosrt/kvcache"
 	"github.com/memosrt/memosrt/runtime"
 	"github.com/memosrt/memosrt/textmem"
@@ -124,6 +126,12 @@ func (p *Pipeline) MakeChunks(ctx context.Context, cube string, ids []string) (C
 		if mems, err = p.mem.List(ctx, cube); err != nil {
 			return res, err
 		}
+		// as Warm: recorded chat turns and hidden sources are not the
+		// cube's memories to compute ahead (retrieval brings moved turns
+		// in by heat: ticks make theirs)
+		mems = slices.DeleteFunc(mems, func(m textmem.Memory) bool {
+			return m.Kind == conversation.KindTurn || slices.Contains(p.opts.Layout.HideSources, m.Source)
+		})
 	} else {
 		for _, id := range ids {
 			m, err := p.mem.Get(ctx, cube, id)
@@ -216,8 +224,8 @@ type composed struct {
 // moves past it. Nothing happens with composition off, a busy scratch
 // sequence, adapters, NoCache, no chunk or no free cells for the probe
 // (as many as the chunk tokens, reserved while it runs); a failed
-// composition leaves the
-// exact prefix and is logged (the turn prefills the rest).
+// composition leaves the exact prefix and is logged (the turn prefills
+// the rest).
 func (p *Pipeline) compose(t *turn) {
 	l, sl, toks, src := t.l, t.sl, t.r.toks, &t.src
 	pk := t.r.prompt
