@@ -9,6 +9,7 @@ import (
 
 	"github.com/memosrt/memosrt/bench/gguf"
 	"github.com/memosrt/memosrt/internal/testmodels"
+	"github.com/memosrt/memosrt/memchunk"
 	"github.com/memosrt/memosrt/textmem"
 )
 
@@ -49,7 +50,7 @@ func chunkTokens(t *testing.T, p *Pipeline, id string) (int, bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return len(toks), p.hasPack(chunkID(l.cfgKey, "c", toks))
+	return len(toks), p.hasPack(memchunk.ID(l.cfgKey, "c", toks))
 }
 
 // wantComposed is the composed_tokens a turn that retrieved ids reports:
@@ -260,10 +261,10 @@ func TestComposeGuarded(t *testing.T) {
 	opts.Engine.TypeK, opts.Engine.FlashAttn = "q8_0", "on"
 	p := newTest(t, opts)
 	l, done := p.hold()
-	guard, ratio := l.eng.ShiftGuard(), l.ratio
+	guard, on := l.eng.ShiftGuard(), l.chunks != nil
 	done()
-	if guard == nil || ratio != 0 {
-		t.Fatalf("guard %v, ratio %g: want a guard and composition off", guard, ratio)
+	if guard == nil || on {
+		t.Fatalf("guard %v, composition on %v: want a guard and composition off", guard, on)
 	}
 	composeCube(t, p)
 	if _, err := p.MakeChunks(ctx, "c", nil); err == nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/memosrt/memosrt/kvcache"
 	"github.com/memosrt/memosrt/layout"
 	"github.com/memosrt/memosrt/lora"
+	"github.com/memosrt/memosrt/memchunk"
 	"github.com/memosrt/memosrt/modelsched"
 	"github.com/memosrt/memosrt/scheduler"
 	"github.com/memosrt/memosrt/textmem"
@@ -67,12 +68,10 @@ type Pipeline struct {
 	// convEvicted counts conversation packs deleted over ConvBytes;
 	// fallbacks, stored packs refused at restore (prefilled instead).
 	convEvicted, fallbacks atomic.Int64
-	// composeFailed counts compositions that failed (the turn prefilled);
 	// chunkUses counts retrievals towards memory chunks
-	composeFailed atomic.Int64
-	chunkUses     chunkCounter
-	pending       atomic.Int64
-	writeSem      chan struct{} // bounds concurrent writes; full: the write is skipped
+	chunkUses memchunk.Counter
+	pending   atomic.Int64
+	writeSem  chan struct{} // bounds concurrent writes; full: the write is skipped
 
 	usage *scheduler.UsageBuffer
 	kick  chan struct{}

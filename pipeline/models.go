@@ -13,6 +13,7 @@ import (
 	"github.com/memosrt/memosrt/kvcache"
 	"github.com/memosrt/memosrt/layout"
 	"github.com/memosrt/memosrt/lora"
+	"github.com/memosrt/memosrt/memchunk"
 	"github.com/memosrt/memosrt/modelsched"
 	"github.com/memosrt/memosrt/runtime"
 	"github.com/memosrt/memosrt/runtime/slots"
@@ -47,14 +48,11 @@ type loaded struct {
 	// res is the resident level (the primary's resident sequences).
 	res *slots.Resident
 
-	// composition (compose.go): the recompute fraction decided at load (0:
-	// off), the composeScratch sequences chunk prefills and compositions
-	// use as scratch (none without composition), guarded by composeMu with
-	// the chunks' shared preamble (made on first use)
-	ratio     float64
-	scratch   []int
-	composeMu sync.Mutex
-	chunkPre  runtime.Preamble
+	// composition (compose.go): the scratch sequences held for it (none
+	// without Options.Compose or ComposeRatio) and its Composer (nil when
+	// off for this model)
+	scratch []int
+	chunks  *memchunk.Composer
 
 	// unsaved are slots whose conversation state a busy writer skipped
 	// (guarded by unsavedMu): unload saves them first.
@@ -287,7 +285,7 @@ func (p *Pipeline) loadModel(ctx context.Context, m *model) (*loaded, error) {
 	lo.NSeqMax = opts.Parallel + nres + 1
 	composing := opts.Compose > 0 || opts.ComposeRatio != nil
 	if composing {
-		lo.NSeqMax += composeScratch
+		lo.NSeqMax += memchunk.Scratch
 		lo.BlendProbe = true
 	}
 	lo.Logger = opts.Logger
@@ -329,17 +327,21 @@ func (p *Pipeline) loadModel(ctx context.Context, m *model) (*loaded, error) {
 	}
 	slices.Sort(l.seqs)
 	if composing {
-		for range composeScratch {
+		for range memchunk.Scratch {
 			seq, ok := l.eng.TryAcquireSeq()
 			if !ok {
 				return nil, fmt.Errorf("%w: the engine's pool ran out of sequences", ErrBadOptions)
 			}
 			l.scratch = append(l.scratch, seq)
 		}
-		l.ratio = p.composeRatio(l)
 	}
 	l.pool = slots.New(l.seqs[:opts.Parallel], opts.MaxQueue, ErrClosed)
 	l.jobSlot, l.resSlot, l.chunkSlot = l.pool.Pseudo(), l.pool.Pseudo(), l.pool.Pseudo()
+	if len(l.scratch) > 0 {
+		if r := p.composeRatio(l); r > 0 {
+			l.chunks = memchunk.NewComposer(l.eng, l.lay, p.kv, l.scratch, r)
+		}
+	}
 	l.res = slots.NewResident(l.seqs[opts.Parallel:], l.clearSeq, p.residentEvicted)
 	ok = true
 	l.at = time.Now()

@@ -482,7 +482,7 @@ func (p *Pipeline) decode(t *turn) error {
 	c := t.src.composed
 	if c != nil {
 		out.Usage.CachedTokens = min(res.CachedTokens, c.reused)
-		out.Usage.ComposedTokens, out.Usage.RecomputedTokens = c.tokens, c.recomputed
+		out.Usage.ComposedTokens, out.Usage.RecomputedTokens = c.Tokens, c.Recomputed
 	}
 	out.Usage.TTFT, out.Usage.PromptDuration, out.Usage.EvalDuration = res.TTFT, res.PrefillTime, res.EvalTime
 	// what the sequence holds now: a prefix of prompt + generated tokens
@@ -493,14 +493,14 @@ func (p *Pipeline) decode(t *turn) error {
 		t.held = 0
 	}
 	out.Context = slices.Clone(all[:t.held])
-	if c != nil && c.tokens > 0 && t.held > c.exact {
+	if c != nil && c.Tokens > 0 && t.held > c.Exact {
 		// composed cells are not a prefill's: the slot keeps (and a
 		// conversation pack stores) only the exact prefix before them
-		if err := l.eng.TruncateSeq(sl.Seq, c.exact); err != nil {
+		if err := l.eng.TruncateSeq(sl.Seq, c.Exact); err != nil {
 			l.eng.ClearSeq(sl.Seq)
 			t.held = 0
 		} else {
-			t.held = c.exact
+			t.held = c.Exact
 		}
 	}
 	l.pool.Hold(sl, all[:t.held])
@@ -868,7 +868,7 @@ func (p *Pipeline) recordUse(cube string, pk layout.Prompt) {
 		uses = append(uses, scheduler.Use{Cube: cube, ID: m.ID, Visits: 1, Interactions: 1})
 		ids = append(ids, m.ID)
 	}
-	p.chunkUses.add(cube, ids)
+	p.chunkUses.Add(cube, ids)
 	if len(pk.Pack) > 0 {
 		uses = append(uses, scheduler.Use{Cube: cube, ID: scheduler.PackUse, Visits: 1})
 	}

@@ -43,7 +43,7 @@ var layers = [][]string{
 	// promotion and demotion between tiers; which models are loaded; what
 	// conversations write (recording, governed writes, extraction jobs);
 	// the upstream servers a text-only OS generates through
-	{"scheduler", "modelsched", "conversation", "upstream"},
+	{"scheduler", "modelsched", "conversation", "upstream", "memchunk"},
 	// what an OS is opened with, read by every layer above
 	{"config"},
 	// the request pipeline: the served models, the request stages, the
