@@ -35,10 +35,13 @@ func Scope(cube string) string { return cube + "\x00chunk" }
 // false for any other pack.
 func Of(label string) (cube, id string, ok bool) {
 	rest, ok := strings.CutPrefix(label, prefix)
+	if ok {
+		cube, id, ok = strings.Cut(rest, ":")
+	}
 	if !ok {
 		return "", "", false
 	}
-	return strings.Cut(rest, ":")
+	return cube, id, true
 }
 
 // ID is the pack id of the chunk of a memory of cube whose line has toks,
