@@ -3,6 +3,7 @@ package layout
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/memosrt/memosrt/errkind"
@@ -161,7 +162,26 @@ func (l *Layout) LineTokens(m textmem.Memory) ([]int32, error) {
 	if l.eng == nil {
 		return nil, fmt.Errorf("layout: no tokenizer (text-only backend)")
 	}
-	return l.eng.Tokenize(bullet(m), false)
+	return l.tokenizeAfterBreak(bullet(m))
+}
+
+// tokenizeAfterBreak tokenizes text as it reads after a line break: the
+// tokens of "\n"+text less those of "\n" alone when they start with them
+// (a SentencePiece vocabulary would put a space before text tokenized on
+// its own), else text's own. Retrieved lines always follow a line break.
+func (l *Layout) tokenizeAfterBreak(text string) ([]int32, error) {
+	nl, err := l.eng.Tokenize("\n", false)
+	if err != nil {
+		return nil, err
+	}
+	t, err := l.eng.Tokenize("\n"+text, false)
+	if err != nil {
+		return nil, err
+	}
+	if len(t) > len(nl) && slices.Equal(t[:len(nl)], nl) {
+		return t[len(nl):], nil
+	}
+	return l.eng.Tokenize(text, false)
 }
 
 func bullet(m textmem.Memory) string {
@@ -412,7 +432,8 @@ func (l *Layout) Assemble(ctx context.Context, in Input) (Prompt, error) {
 
 // tokenizeRest tokenizes p.Rest (BOS first with addBOS) in pieces: each
 // bullet line of a retrieved block (p.lines) on its own, without BOS, and
-// the text between them as one piece each; the tokens are the pieces'
+// the text between them as one piece each, a piece after a line break as
+// it reads there (tokenizeAfterBreak); the tokens are the pieces'
 // concatenation and the text is unchanged. So a retrieved memory's tokens
 // in the prompt are LineTokens of it, whatever surrounds it: what a KV
 // chunk of the memory needs (docs/design.md, Composition). It sets
@@ -438,11 +459,18 @@ func (l *Layout) tokenizeRest(p *Prompt, addBOS bool, offset int) ([]int32, erro
 	pieces = append(pieces, rest[at:])
 	var toks []int32
 	var spans []Span // of every line, in rest's tokens
+	last := ""       // the last piece tokenized
 	for k, piece := range pieces {
 		if piece == "" && !(k == 0 && addBOS) {
 			continue
 		}
-		t, err := l.eng.Tokenize(piece, addBOS && k == 0)
+		var t []int32
+		var err error
+		if k > 0 && strings.HasSuffix(last, "\n") {
+			t, err = l.tokenizeAfterBreak(piece) // every line ends so
+		} else {
+			t, err = l.eng.Tokenize(piece, addBOS && k == 0)
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -450,6 +478,7 @@ func (l *Layout) tokenizeRest(p *Prompt, addBOS bool, offset int) ([]int32, erro
 			spans = append(spans, Span{Start: offset + len(toks), End: offset + len(toks) + len(t)})
 		}
 		toks = append(toks, t...)
+		last = piece
 	}
 	if len(spans) != len(p.lines) {
 		return l.eng.Tokenize(rest, addBOS) // an empty line: cannot be

@@ -146,4 +146,11 @@ func TestLayoutRetrievedSpans(t *testing.T) {
 	if !strings.Contains(p.Rest, RetrievedText(p.Retrieved)+"What does Sue bake") {
 		t.Fatalf("rendered text changed: %q", p.Rest)
 	}
+	// the pieces read as the text: no space put before a line or the
+	// question after it (a SentencePiece vocabulary would add one to a
+	// piece tokenized on its own)
+	got := e.Eng.Detokenize(p.Tokens[len(p.PackTokens):])
+	if got != p.Rest && got != " "+p.Rest {
+		t.Fatalf("tokens read %q, the prompt is %q", got, p.Rest)
+	}
 }
