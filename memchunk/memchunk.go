@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 
@@ -336,15 +337,21 @@ func (c *Composer) MakeAll(ctx context.Context, cube string, mems []textmem.Memo
 	return res, nil
 }
 
-// Tick is a scheduler tick's chunk work: Sweep (del deletes), then the
-// chunks of the memories counted k times (Counter.Take), at background
-// priority (busy scratch sequences: the memory waits for its next
-// retrievals), while room, given the bytes all chunks hold, says the KV
-// tier's budget has room. store as Make's. Errors: Sweep's, room's, mem's
-// but not found, Make's but ErrBusy and reserve's.
+// Tick is a scheduler tick's chunk work: Sweep (del deletes); while room,
+// given the bytes all chunks hold, says the KV tier's budget is exceeded,
+// the oldest chunks are deleted (chunks yield to the tier's packs); then
+// the chunks of the memories counted k times (Counter.Take) are made, at
+// background priority (busy scratch sequences: the memory waits for its
+// next retrievals), while room says there is room, and the oldest trimmed
+// again if the last one made did not fit. store as Make's.
+// Errors: Sweep's, room's, mem's but not found, Make's but ErrBusy and
+// reserve's.
 func (c *Composer) Tick(ctx context.Context, mem *textmem.Store, uses *Counter, k int, room func(chunkBytes int64) (bool, error),
 	reserve func(n int) (func(), error), store func(kvcache.Header, []byte) error, del func(id string) error) error {
 	if _, err := c.Sweep(ctx, mem, del); err != nil {
+		return err
+	}
+	if err := c.trim(room, del); err != nil {
 		return err
 	}
 	for _, key := range uses.Take(k) {
@@ -371,6 +378,32 @@ func (c *Composer) Tick(ctx context.Context, mem *textmem.Store, uses *Counter, 
 		if _, err := c.Make(ctx, key[0], m, false, res, store); err != nil && !errors.Is(err, ErrBusy) && reserved {
 			return err
 		}
+	}
+	return c.trim(room, del) // the last one made may not fit
+}
+
+// trim deletes the oldest chunks while room, given the bytes all chunks
+// hold, says the KV tier's budget is exceeded.
+func (c *Composer) trim(room func(chunkBytes int64) (bool, error), del func(id string) error) error {
+	all := List(c.kv, "")
+	slices.SortFunc(all, func(a, b kvcache.Info) int { return a.Created.Compare(b.Created) })
+	var total int64
+	for _, pk := range all {
+		total += pk.RawBytes
+	}
+	for len(all) > 0 {
+		ok, err := room(total - 1)
+		if err != nil {
+			return err
+		}
+		if ok {
+			break
+		}
+		if err := del(all[0].ID); err != nil && !errors.Is(err, kvcache.ErrNotFound) {
+			return err
+		}
+		total -= all[0].RawBytes
+		all = all[1:]
 	}
 	return nil
 }

@@ -278,3 +278,36 @@ func TestComposeGuarded(t *testing.T) {
 		t.Fatalf("guarded: %d retrieved, composed %d", out.Retrieved, out.Usage.ComposedTokens)
 	}
 }
+
+// Chunks count against the KV tier's byte budget: over it, a tick deletes
+// the oldest until they fit, and makes no new one (a budget of one byte:
+// none fits).
+func TestComposeBudget(t *testing.T) {
+	ctx := context.Background()
+	opts := testOptions(t)
+	opts.Compose, opts.ChunkAfterUses, opts.Tiers.KVBytes = 0.15, 1, 1
+	p := newTest(t, opts)
+	composeCube(t, p)
+	if r, err := p.MakeChunks(ctx, "c", nil); err != nil || r.Made != 20 {
+		t.Fatalf("MakeChunks: %+v, %v", r, err)
+	}
+	if _, err := p.Tick(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	if n := countChunks(p.Packs("c")); n != 0 {
+		t.Fatalf("after the tick: %d chunks over a budget of 1 byte", n)
+	}
+	out, err := p.Chat(ctx, Request{Cube: "c", Messages: []Message{{Role: "user", Content: "What does Tom have?"}}, NumPredict: 2})
+	if err != nil || out.Retrieved == 0 || out.Usage.ComposedTokens != 0 {
+		t.Fatalf("chat: %v, %d retrieved, %d composed", err, out.Retrieved, out.Usage.ComposedTokens)
+	}
+	if err := p.FlushUsage(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Tick(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	if n := countChunks(p.Packs("c")); n != 0 {
+		t.Fatalf("a retrieved memory got a chunk over the budget: %d", n)
+	}
+}
