@@ -68,13 +68,14 @@ type Pipeline struct {
 	// convEvicted counts conversation packs deleted over ConvBytes;
 	// fallbacks, stored packs refused at restore (prefilled instead).
 	convEvicted, fallbacks atomic.Int64
-	// chunkUses counts retrievals towards memory chunks
-	chunkUses memchunk.Counter
-	pending   atomic.Int64
-	writeSem  chan struct{} // bounds concurrent writes; full: the write is skipped
+	pending                atomic.Int64
+	writeSem               chan struct{} // bounds concurrent writes; full: the write is skipped
 
 	usage *scheduler.UsageBuffer
 	kick  chan struct{}
+
+	// chunkUses counts retrievals towards memory chunks
+	chunkUses memchunk.Counter
 }
 
 // Deps are the stores a Pipeline works over, opened and closed by its

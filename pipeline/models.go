@@ -36,12 +36,11 @@ type loaded struct {
 	info   ModelInfo
 	cfgKey string // kvcache.ConfigKey of the live KV config, no adapters
 
-	pool      *slots.Pool
-	jobSlot   *slots.Slot // reserves the cells of tier jobs (never lent)
-	resSlot   *slots.Slot // reserves the cells of a pack being made resident
-	chunkSlot *slots.Slot // reserves the cells of a memory chunk being computed
-	seqs      []int       // taken from the engine's pool at load, returned at unload
-	nres      int         // resident sequences (primary only)
+	pool    *slots.Pool
+	jobSlot *slots.Slot // reserves the cells of tier jobs (never lent)
+	resSlot *slots.Slot // reserves the cells of a pack being made resident
+	seqs    []int       // taken from the engine's pool at load, returned at unload
+	nres    int         // resident sequences (primary only)
 
 	// applyMu serialises resident level changes (applyResident, Warm).
 	applyMu sync.Mutex
@@ -49,10 +48,11 @@ type loaded struct {
 	res *slots.Resident
 
 	// composition (compose.go): the scratch sequences held for it (none
-	// without Options.Compose or ComposeRatio) and its Composer (nil when
-	// off for this model)
-	scratch []int
-	chunks  *memchunk.Composer
+	// without Options.Compose or ComposeRatio), its Composer (nil when off
+	// for this model) and its cell reservations
+	scratch   []int
+	chunks    *memchunk.Composer
+	chunkSlot *slots.Slot // reserves the cells of chunk work (a chunk's prefill, a probe)
 
 	// unsaved are slots whose conversation state a busy writer skipped
 	// (guarded by unsavedMu): unload saves them first.

@@ -545,13 +545,14 @@ const minBudget = 16
 
 // kvSource is the KV state prepare put into a request's sequence.
 type kvSource struct {
-	npast    int       // prompt tokens the sequence holds
+	npast   int    // prompt tokens the sequence holds
+	source  string // Source*
+	packID  string // stored pack restored
+	prev    string // conversation pack the state continues ("" if none)
+	restore time.Duration
+	refused error
+
 	composed *composed // what composition added (nil: none tried)
-	source   string    // Source*
-	packID   string    // stored pack restored
-	prev     string    // conversation pack the state continues ("" if none)
-	restore  time.Duration
-	refused  error
 }
 
 // prepare makes sl's sequence hold the longest available prefix of toks

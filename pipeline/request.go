@@ -132,20 +132,22 @@ func CheckRole(field, role string) error { return layout.CheckRole(field, role) 
 
 // Usage are a generation's token counts and timings.
 type Usage struct {
-	PromptTokens int `json:"prompt_tokens"` // whole prompt, cached tokens included
-	CachedTokens int `json:"cached_tokens"` // prompt tokens not decoded (slot, resident or restored KV)
+	PromptTokens   int           `json:"prompt_tokens"` // whole prompt, cached tokens included
+	CachedTokens   int           `json:"cached_tokens"` // prompt tokens not decoded (slot, resident or restored KV)
+	EvalTokens     int           `json:"eval_tokens"`   // generated tokens
+	TTFT           time.Duration `json:"ttft_ns"`       // Start to the first generated token
+	PromptDuration time.Duration `json:"prompt_ns"`     // decoding the uncached prompt tokens
+	EvalDuration   time.Duration `json:"eval_ns"`       // first generated token to the last
+	RestoreTime    time.Duration `json:"restore_ns"`    // restoring a stored pack
+	TotalDuration  time.Duration `json:"total_ns"`      // Start to return
+	LoadDuration   time.Duration `json:"load_ns"`       // getting the loaded model: loading it, waiting for its load, or finding it loaded (> 0)
+
 	// ComposedTokens are prompt tokens placed from memory chunks (KV
 	// computed apart, shifted to their positions; Options.Compose), not
-	// counted in CachedTokens; RecomputedTokens, those of them decoded again.
-	ComposedTokens   int           `json:"composed_tokens"`
-	RecomputedTokens int           `json:"recomputed_tokens"`
-	EvalTokens       int           `json:"eval_tokens"` // generated tokens
-	TTFT             time.Duration `json:"ttft_ns"`     // Start to the first generated token
-	PromptDuration   time.Duration `json:"prompt_ns"`   // decoding the uncached prompt tokens
-	EvalDuration     time.Duration `json:"eval_ns"`     // first generated token to the last
-	RestoreTime      time.Duration `json:"restore_ns"`  // restoring a stored pack
-	TotalDuration    time.Duration `json:"total_ns"`    // Start to return
-	LoadDuration     time.Duration `json:"load_ns"`     // getting the loaded model: loading it, waiting for its load, or finding it loaded (> 0)
+	// counted in CachedTokens; RecomputedTokens, those of them decoded
+	// again.
+	ComposedTokens   int `json:"composed_tokens"`
+	RecomputedTokens int `json:"recomputed_tokens"`
 }
 
 // Cache sources of a Response: which KV state the prompt's cached tokens
