@@ -46,6 +46,19 @@ func (o *OS) Warm(ctx context.Context, cube string, wo WarmOptions) (PackStatus,
 	return gate.Call(o.g, ctx, func(ctx context.Context) (PackStatus, error) { return o.p.Warm(ctx, cube, wo) })
 }
 
+// ChunkResult reports MakeChunks.
+type ChunkResult = pipeline.ChunkResult
+
+// MakeChunks computes the KV chunks of cube's memories ids (every memory
+// but recorded chat turns when ids is empty) now, waiting for them; chat
+// turns retrieving them compose the chunks from then on (Options.Compose).
+// Ticks make them by retrievals anyway (Options.ChunkAfterUses). Errors:
+// *FieldError with composition off, ErrUnknownCube, textmem.ErrNotFound,
+// ErrBusy, ErrClosed.
+func (o *OS) MakeChunks(ctx context.Context, cube string, ids []string) (ChunkResult, error) {
+	return gate.Call(o.g, ctx, func(ctx context.Context) (ChunkResult, error) { return o.p.MakeChunks(ctx, cube, ids) })
+}
+
 // Tiers returns cube's tier state: each memory's tier and heat, the pack
 // and its level, pending jobs, budgets, and the last limit transitions
 // (all if limit <= 0). Recorded usage is written first.

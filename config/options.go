@@ -126,6 +126,21 @@ type Options struct {
 	// level of the activation tier), bytes of Go heap; a state larger than
 	// it is never kept (restores read it from disk). Default 128 MiB.
 	RAMBytes int64
+	// Compose is the recompute fraction of composition: a chat turn whose
+	// retrieved memories have KV chunks restores them after its reused
+	// prefix, K-shifted to their positions, and decodes this fraction of
+	// their tokens again (runtime.ComposeOptions.Ratio) instead of
+	// prefilling them. In (0, 1]; 0, the default: off (exact prefill).
+	Compose float64
+	// ComposeRatio is a hook: when set, it is asked once per model load
+	// with the model's KV key (kvcache.ConfigKey of its KV config, the
+	// model's fingerprint included) and its answer, when ok, replaces
+	// Compose for that model (a per-model calibration; 0 turns it off).
+	ComposeRatio func(modelKey string) (ratio float64, ok bool)
+	// ChunkAfterUses is how many times a memory must be retrieved into
+	// prompts (since load) before a tick computes its KV chunk, with
+	// composition on. Default 3.
+	ChunkAfterUses int
 	// TickAfterUses runs a tick early once this many memory uses were
 	// recorded since the last one (a burst of usage). Default 16.
 	TickAfterUses int
@@ -226,6 +241,9 @@ func (o *Options) ensureDefaults() {
 	if o.Parallel == 0 {
 		o.Parallel = d.Parallel
 	}
+	if o.ChunkAfterUses == 0 {
+		o.ChunkAfterUses = 3
+	}
 	if o.ResidentSeqs == 0 {
 		o.ResidentSeqs = d.ResidentSeqs
 	} else if o.ResidentSeqs < 0 {
@@ -303,6 +321,12 @@ func (o Options) Validate() error {
 		if c.v < 0 {
 			errs = append(errs, fmt.Errorf("%s %d < 0", c.name, c.v))
 		}
+	}
+	if o.Compose < 0 || o.Compose > 1 {
+		errs = append(errs, fmt.Errorf("Compose %g not in [0, 1]", o.Compose))
+	}
+	if o.ChunkAfterUses < 0 {
+		errs = append(errs, fmt.Errorf("ChunkAfterUses %d < 0", o.ChunkAfterUses))
 	}
 	if o.ResidentAt < 0 {
 		errs = append(errs, fmt.Errorf("ResidentAt %g < 0", o.ResidentAt))

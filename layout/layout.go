@@ -196,6 +196,46 @@ type Prompt struct {
 	// Preferences are the preference memories retrieval added for the last
 	// user turn in their own block (Options.PreferenceK), not in Retrieved.
 	Preferences []textmem.Memory
+	// RetrievedSpans gives, per Retrieved memory, where its bullet line's
+	// tokens sit in Tokens: [Start, End), equal to LineTokens of that
+	// memory (nil without an engine, or when the template changed the
+	// line's text).
+	RetrievedSpans []Span
+
+	lines []string // bullet lines of every turn's retrieved block, prompt order
+}
+
+// Span is a half-open token range [Start, End) of Prompt.Tokens.
+type Span struct{ Start, End int }
+
+// LineTokens returns the tokens a retrieved memory's bullet line has in
+// every prompt (no BOS): each line of a retrieved block is tokenized on its
+// own (tokenizeRest), so these are exactly the tokens of the span
+// Prompt.RetrievedSpans gives for m. Errors: the tokenizer's.
+func (l *Layout) LineTokens(m textmem.Memory) ([]int32, error) {
+	if l.eng == nil {
+		return nil, fmt.Errorf("layout: no tokenizer (text-only backend)")
+	}
+	return l.tokenizeAfterBreak(bullet(m))
+}
+
+// tokenizeAfterBreak tokenizes text as it reads after a line break: the
+// tokens of "\n"+text less those of "\n" alone when they start with them
+// (a SentencePiece vocabulary would put a space before text tokenized on
+// its own), else text's own. Retrieved lines always follow a line break.
+func (l *Layout) tokenizeAfterBreak(text string) ([]int32, error) {
+	nl, err := l.eng.Tokenize("\n", false)
+	if err != nil {
+		return nil, err
+	}
+	t, err := l.eng.Tokenize("\n"+text, false)
+	if err != nil {
+		return nil, err
+	}
+	if len(t) > len(nl) && slices.Equal(t[:len(nl)], nl) {
+		return t[len(nl):], nil
+	}
+	return l.eng.Tokenize(text, false)
 }
 
 func bullet(m textmem.Memory) string {
@@ -326,10 +366,11 @@ func Query(msgs []Message) string {
 // they were the last turn, so a conversation's next prompt extends the
 // tokens of the previous one (as long as the text tier is unchanged) and
 // its KV state is reused. Preference memories matching a turn come first,
-// in their own block (preferences). It returns the new messages and the
-// memories retrieved for the last user turn (the ones this turn adds):
-// the other memories and the preferences.
-func (l *Layout) retrieve(ctx context.Context, cubes []string, pack []textmem.Memory, msgs []Message) ([]Message, []textmem.Memory, []textmem.Memory, error) {
+// in their own block (preferences). It returns the new messages, the
+// memories retrieved for the last user turn (the ones this turn adds): the
+// other memories and the preferences, and the bullet lines of every turn's
+// retrieved block (not the preferences') in order.
+func (l *Layout) retrieve(ctx context.Context, cubes []string, pack []textmem.Memory, msgs []Message) ([]Message, []textmem.Memory, []textmem.Memory, []string, error) {
 	out := append([]Message(nil), msgs...)
 	shown := make(map[string]bool, len(pack))
 	for _, m := range pack {
@@ -342,6 +383,7 @@ func (l *Layout) retrieve(ctx context.Context, cubes []string, pack []textmem.Me
 		}
 	}
 	var latest, latestPrefs []textmem.Memory
+	var lines []string
 	budget, prefBudget := l.opts.MaxRetrievedTokens, l.opts.MaxPreferenceTokens
 	for i, m := range out {
 		if m.Role != "user" || strings.TrimSpace(m.Content) == "" {
@@ -349,7 +391,7 @@ func (l *Layout) retrieve(ctx context.Context, cubes []string, pack []textmem.Me
 		}
 		prefs, err := l.preferences(ctx, cubes, m.Content, shown, &prefBudget)
 		if err != nil {
-			return nil, nil, nil, err
+			return nil, nil, nil, nil, err
 		}
 		q := textmem.DefaultQuery(m.Content, l.opts.RetrieveK+len(shown))
 		q.NotSources, q.LastKinds = l.opts.HideSources, l.opts.LastKinds
@@ -358,7 +400,7 @@ func (l *Layout) retrieve(ctx context.Context, cubes []string, pack []textmem.Me
 		}
 		hits, err := l.search(ctx, cubes, q)
 		if err != nil {
-			return nil, nil, nil, err
+			return nil, nil, nil, nil, err
 		}
 		var found []textmem.Memory
 		for _, h := range hits {
@@ -367,7 +409,7 @@ func (l *Layout) retrieve(ctx context.Context, cubes []string, pack []textmem.Me
 			}
 			n, err := l.count(bullet(h.Memory), false)
 			if err != nil {
-				return nil, nil, nil, err
+				return nil, nil, nil, nil, err
 			}
 			if n > budget {
 				continue
@@ -377,11 +419,14 @@ func (l *Layout) retrieve(ctx context.Context, cubes []string, pack []textmem.Me
 			shown[h.Memory.ID] = true
 		}
 		out[i].Content = PreferencesText(prefs) + RetrievedText(found) + m.Content
+		for _, f := range found {
+			lines = append(lines, bullet(f))
+		}
 		if i == last {
 			latest, latestPrefs = found, prefs
 		}
 	}
-	return out, latest, latestPrefs, nil
+	return out, latest, latestPrefs, lines, nil
 }
 
 // CubeCounts counts the prompt's memories (Pack, Retrieved, Preferences) by the cube
@@ -539,7 +584,7 @@ func (l *Layout) Assemble(ctx context.Context, in Input) (Prompt, error) {
 		p.Pack, p.SharedPack = pack, nShared
 		if !in.NoRetrieve && l.opts.RetrieveK > 0 {
 			var err error
-			if msgs, p.Retrieved, p.Preferences, err = l.retrieve(ctx, in.cubes(), pack, msgs); err != nil {
+			if msgs, p.Retrieved, p.Preferences, p.lines, err = l.retrieve(ctx, in.cubes(), pack, msgs); err != nil {
 				return p, err
 			}
 		}
@@ -603,7 +648,7 @@ func (l *Layout) Assemble(ctx context.Context, in Input) (Prompt, error) {
 		if err != nil {
 			return p, err
 		}
-		rt, err := l.eng.Tokenize(p.Rest, false)
+		rt, err := l.tokenizeRest(&p, false, len(ht))
 		if err != nil {
 			return p, err
 		}
@@ -611,10 +656,67 @@ func (l *Layout) Assemble(ctx context.Context, in Input) (Prompt, error) {
 		p.Tokens = append(append(make([]int32, 0, len(ht)+len(rt)), ht...), rt...)
 		return p, nil
 	}
-	t, err := l.eng.Tokenize(p.Rest, true)
+	t, err := l.tokenizeRest(&p, true, 0)
 	if err != nil {
 		return p, err
 	}
 	p.Tokens = t
 	return p, nil
+}
+
+// tokenizeRest tokenizes p.Rest (BOS first with addBOS) in pieces: each
+// bullet line of a retrieved block (p.lines) on its own, without BOS, and
+// the text between them as one piece each, a piece after a line break as
+// it reads there (tokenizeAfterBreak); the tokens are the pieces'
+// concatenation and the text is unchanged. So a retrieved memory's tokens
+// in the prompt are LineTokens of it, whatever surrounds it: what a KV
+// chunk of the memory needs (docs/design.md, Composition). It sets
+// p.RetrievedSpans (offset: the tokens before Rest in Tokens) for the
+// last turn's memories, the last lines. A line the template rendered
+// otherwise is not found: the whole text is then one piece, no spans.
+func (l *Layout) tokenizeRest(p *Prompt, addBOS bool, offset int) ([]int32, error) {
+	rest := p.Rest
+	var pieces []string // text, line, text, line, ..., text
+	at := 0
+	for _, ln := range p.lines {
+		i := strings.Index(rest[at:], ln)
+		if i < 0 {
+			pieces = nil
+			break
+		}
+		pieces = append(pieces, rest[at:at+i], ln)
+		at += i + len(ln)
+	}
+	if pieces == nil {
+		return l.eng.Tokenize(rest, addBOS)
+	}
+	pieces = append(pieces, rest[at:])
+	var toks []int32
+	var spans []Span // of every line, in rest's tokens
+	last := ""       // the last piece tokenized
+	for k, piece := range pieces {
+		if piece == "" && !(k == 0 && addBOS) {
+			continue
+		}
+		var t []int32
+		var err error
+		if k > 0 && strings.HasSuffix(last, "\n") {
+			t, err = l.tokenizeAfterBreak(piece) // every line ends so
+		} else {
+			t, err = l.eng.Tokenize(piece, addBOS && k == 0)
+		}
+		if err != nil {
+			return nil, err
+		}
+		if k%2 == 1 {
+			spans = append(spans, Span{Start: offset + len(toks), End: offset + len(toks) + len(t)})
+		}
+		toks = append(toks, t...)
+		last = piece
+	}
+	if len(spans) != len(p.lines) {
+		return l.eng.Tokenize(rest, addBOS) // an empty line: cannot be
+	}
+	p.RetrievedSpans = spans[len(spans)-len(p.Retrieved):]
+	return toks, nil
 }

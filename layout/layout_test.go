@@ -3,6 +3,7 @@ package layout
 import (
 	"context"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/memosrt/memosrt/internal/testenv"
@@ -108,5 +109,48 @@ func TestLayoutTextOnly(t *testing.T) {
 	}
 	if got := p.Messages[len(p.Messages)-1].Content; got != RetrievedText(p.Retrieved)+"kite" {
 		t.Fatalf("last user turn %q", got)
+	}
+}
+
+// Each retrieved memory's bullet line is tokenized on its own: the span
+// RetrievedSpans gives holds exactly LineTokens of the memory, for the last
+// turn's block; the rendered text is unchanged.
+func TestLayoutRetrievedSpans(t *testing.T) {
+	e := testenv.NewEnv(t)
+	l := New(e.Eng, e.Mem, Options{MaxPackTokens: 1})
+	ctx := context.Background()
+	texts := []string{"Lily has a red ball.", "Tom has a big blue kite.", "The cat sleeps on the warm mat.", "Sue bakes a cake with her mom."}
+	e.Add(t, "c", texts...)
+	msgs := []Message{{Role: "user", Content: "What does Lily have?"}, {Role: "assistant", Content: " A ball."},
+		{Role: "user", Content: "What does Sue bake with her mom?"}}
+	p, err := l.Assemble(ctx, Input{Cube: "c", Messages: msgs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Retrieved) == 0 || len(p.RetrievedSpans) != len(p.Retrieved) {
+		t.Fatalf("%d retrieved, %d spans", len(p.Retrieved), len(p.RetrievedSpans))
+	}
+	for i, m := range p.Retrieved {
+		want, err := l.LineTokens(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sp := p.RetrievedSpans[i]
+		if !slices.Equal(p.Tokens[sp.Start:sp.End], want) {
+			t.Fatalf("memory %q: span %v holds %v, line tokens %v", m.Text, sp, p.Tokens[sp.Start:sp.End], want)
+		}
+		if i > 0 && p.RetrievedSpans[i-1].End != sp.Start {
+			t.Fatalf("spans %v not adjacent", p.RetrievedSpans)
+		}
+	}
+	if !strings.Contains(p.Rest, RetrievedText(p.Retrieved)+"What does Sue bake") {
+		t.Fatalf("rendered text changed: %q", p.Rest)
+	}
+	// the pieces read as the text: no space put before a line or the
+	// question after it (a SentencePiece vocabulary would add one to a
+	// piece tokenized on its own)
+	got := e.Eng.Detokenize(p.Tokens[len(p.PackTokens):])
+	if got != p.Rest && got != " "+p.Rest {
+		t.Fatalf("tokens read %q, the prompt is %q", got, p.Rest)
 	}
 }

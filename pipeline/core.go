@@ -13,6 +13,7 @@ import (
 	"github.com/memosrt/memosrt/kvgate"
 	"github.com/memosrt/memosrt/layout"
 	"github.com/memosrt/memosrt/lora"
+	"github.com/memosrt/memosrt/memchunk"
 	"github.com/memosrt/memosrt/modelsched"
 	"github.com/memosrt/memosrt/scheduler"
 	"github.com/memosrt/memosrt/textmem"
@@ -76,6 +77,9 @@ type Pipeline struct {
 
 	usage *scheduler.UsageBuffer
 	kick  chan struct{}
+
+	// chunkUses counts retrievals towards memory chunks
+	chunkUses memchunk.Counter
 }
 
 // Deps are the stores a Pipeline works over, opened and closed by its

@@ -60,6 +60,9 @@ func (p *Pipeline) PackCubes() []string {
 	var names []string
 	for _, pk := range p.kv.List("") {
 		c := strings.TrimPrefix(pk.Label, convPrefix)
+		if cube, _, ok := ChunkOf(pk.Label); ok {
+			c = cube
+		}
 		if textmem.ValidCube(c) && !slices.Contains(names, c) {
 			names = append(names, c)
 		}
@@ -68,10 +71,16 @@ func (p *Pipeline) PackCubes() []string {
 	return names
 }
 
-// CubePacks returns the stored packs of cube: its tier packs and its
-// conversation packs.
+// CubePacks returns the stored packs of cube: its tier packs, its
+// conversation packs and its memory chunks.
 func (p *Pipeline) CubePacks(cube string) []kvcache.Info {
-	return append(p.kv.List(cube), p.kv.List(convLabel(cube))...)
+	out := append(p.kv.List(cube), p.kv.List(convLabel(cube))...)
+	for _, pk := range p.kv.List("") {
+		if c, _, ok := ChunkOf(pk.Label); ok && c == cube {
+			out = append(out, pk)
+		}
+	}
+	return out
 }
 
 // ImportPack stores an exported pack's blob (kvcache.Encode's form) as a
@@ -82,6 +91,9 @@ func (p *Pipeline) ImportPack(ctx context.Context, cube, name string, blob []byt
 	hd, state, err := kvcache.Decode(blob)
 	if err != nil {
 		return fmt.Errorf("%w: %s: %w", cubearchive.ErrBad, name, err)
+	}
+	if _, _, ok := ChunkOf(hd.Label); ok {
+		return nil // memory chunks are computed again here, by heat
 	}
 	if strings.HasPrefix(hd.Label, convPrefix) {
 		hd.Label = convLabel(cube)

@@ -5,6 +5,7 @@ import (
 
 	"github.com/memosrt/memosrt/kvcache"
 	"github.com/memosrt/memosrt/lora"
+	"github.com/memosrt/memosrt/memchunk"
 	"github.com/memosrt/memosrt/scheduler"
 )
 
@@ -32,6 +33,7 @@ func packLevels(packs []kvcache.Info, resident string) map[string]string {
 type Budgets struct {
 	TierKVBytes    int64 `json:"tier_kv_bytes"`         // committed tier packs of all cubes, decompressed KV bytes
 	TierKVBudget   int64 `json:"tier_kv_budget"`        // scheduler.Options.KVBytes (Options.Tiers)
+	ChunkBytes     int64 `json:"chunk_bytes"`           // memory chunks of all cubes, decompressed KV bytes (new chunks count them against TierKVBudget)
 	RAMBytes       int64 `json:"ram_bytes"`             // decompressed pack states in the kvcache RAM LRU
 	RAMBudget      int64 `json:"ram_budget"`            // Options.RAMBytes
 	ConvBytes      int64 `json:"conv_bytes"`            // stored conversation packs, blob bytes
@@ -52,6 +54,9 @@ func (p *Pipeline) Budgets(ctx context.Context) (Budgets, error) {
 		_, n := l.man.Loaded()
 		b.AdapterBytes += n
 	})
+	for _, pk := range memchunk.List(p.kv, "") {
+		b.ChunkBytes += pk.RawBytes
+	}
 	var err error
 	b.TierKVBytes, b.TierKVBudget, err = p.tiers.KVUse()
 	return b, err

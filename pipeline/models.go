@@ -15,6 +15,7 @@ import (
 	"github.com/memosrt/memosrt/kvgate"
 	"github.com/memosrt/memosrt/layout"
 	"github.com/memosrt/memosrt/lora"
+	"github.com/memosrt/memosrt/memchunk"
 	"github.com/memosrt/memosrt/modelsched"
 	"github.com/memosrt/memosrt/runtime"
 	"github.com/memosrt/memosrt/runtime/slots"
@@ -47,6 +48,13 @@ type loaded struct {
 	applyMu sync.Mutex
 	// res is the resident level (the primary's resident sequences).
 	res *slots.Resident
+
+	// composition (compose.go): the scratch sequences held for it (none
+	// without Options.Compose or ComposeRatio), its Composer (nil when off
+	// for this model) and its cell reservations
+	scratch   []int
+	chunks    *memchunk.Composer
+	chunkSlot *slots.Slot // reserves the cells of chunk work (a chunk's prefill, a probe)
 
 	// unsaved are slots whose conversation state a busy writer skipped
 	// (guarded by unsavedMu): unload saves them first.
@@ -294,6 +302,11 @@ func (p *Pipeline) loadModel(ctx context.Context, m *model) (*loaded, error) {
 		nres = opts.ResidentSeqs
 	}
 	lo.NSeqMax = opts.Parallel + nres + 1
+	composing := opts.Compose > 0 || opts.ComposeRatio != nil
+	if composing {
+		lo.NSeqMax += memchunk.Scratch
+		lo.BlendProbe = true
+	}
 	lo.Logger = opts.Logger
 	// adapters cost nothing until a request attaches one (graph reuse stays
 	// on, see runtime.Options.LoRA): always allowed
@@ -332,8 +345,22 @@ func (p *Pipeline) loadModel(ctx context.Context, m *model) (*loaded, error) {
 		l.seqs = append(l.seqs, seq)
 	}
 	slices.Sort(l.seqs)
+	if composing {
+		for range memchunk.Scratch {
+			seq, ok := l.eng.TryAcquireSeq()
+			if !ok {
+				return nil, fmt.Errorf("%w: the engine's pool ran out of sequences", ErrBadOptions)
+			}
+			l.scratch = append(l.scratch, seq)
+		}
+	}
 	l.pool = slots.New(l.seqs[:opts.Parallel], opts.MaxQueue, ErrClosed)
-	l.jobSlot, l.resSlot = l.pool.Pseudo(), l.pool.Pseudo()
+	l.jobSlot, l.resSlot, l.chunkSlot = l.pool.Pseudo(), l.pool.Pseudo(), l.pool.Pseudo()
+	if len(l.scratch) > 0 {
+		if r := p.composeRatio(l); r > 0 {
+			l.chunks = memchunk.NewComposer(l.eng, l.lay, p.kv, l.scratch, r)
+		}
+	}
 	l.res = slots.NewResident(l.seqs[opts.Parallel:], l.clearSeq, p.residentEvicted)
 	ok = true
 	l.at = time.Now()
@@ -353,6 +380,11 @@ func (l *loaded) close() error {
 		l.eng.ReleaseSeq(q)
 	}
 	l.seqs = nil
+	for _, q := range l.scratch {
+		l.eng.ClearSeq(q)
+		l.eng.ReleaseSeq(q)
+	}
+	l.scratch = nil
 	errs = append(errs, l.eng.Close())
 	return errors.Join(errs...)
 }

@@ -140,12 +140,25 @@ func (p *Pipeline) Warm(ctx context.Context, cube string, wo WarmOptions) (PackS
 	return st, nil
 }
 
-// Tiers returns cube's tier state: each memory's tier and heat, the pack
-// and its level, pending jobs, budgets, and the last limit transitions
-// (all if limit <= 0). Recorded usage is written first.
+// Tiers returns cube's tier state: each memory's tier, heat and KV chunk,
+// the pack and its level, pending jobs, budgets, and the last limit
+// transitions (all if limit <= 0). Recorded usage is written first.
 func (p *Pipeline) Tiers(ctx context.Context, cube string, limit int) (scheduler.CubeTiers, error) {
 	if err := p.FlushUsage(ctx); err != nil {
 		return scheduler.CubeTiers{}, err
 	}
-	return p.tiers.State(ctx, cube, limit)
+	st, err := p.tiers.State(ctx, cube, limit)
+	if err != nil {
+		return st, err
+	}
+	chunks := map[string]string{} // memory id → chunk pack id
+	for _, pk := range p.kv.List("") {
+		if c, id, ok := ChunkOf(pk.Label); ok && c == cube {
+			chunks[id] = pk.ID
+		}
+	}
+	for i := range st.Memories {
+		st.Memories[i].Chunk = chunks[st.Memories[i].ID]
+	}
+	return st, nil
 }

@@ -467,8 +467,10 @@ func (p *Pipeline) kvSource(t *turn) error {
 		l.pool.Hold(sl, nil)
 		return err
 	}
-	l.pool.Hold(sl, toks[:src.npast]) // what the sequence holds now (cells counted by admissions)
 	t.src = src
+	p.compose(t)
+	src = t.src
+	l.pool.Hold(sl, toks[:src.npast]) // what the sequence holds now (cells counted by admissions)
 	out := t.out
 	out.CacheSource, out.PackID, out.Usage.RestoreTime = src.source, src.packID, src.restore
 	if src.refused != nil {
@@ -498,6 +500,11 @@ func (p *Pipeline) decode(t *turn) error {
 	})
 	out.Text, out.DoneReason = res.Text, res.DoneReason
 	out.Usage.CachedTokens, out.Usage.EvalTokens = res.CachedTokens, res.EvalTokens
+	c := t.src.composed
+	if c != nil {
+		out.Usage.CachedTokens = min(res.CachedTokens, c.reused)
+		out.Usage.ComposedTokens, out.Usage.RecomputedTokens = c.Tokens, c.Recomputed
+	}
 	out.Usage.TTFT, out.Usage.PromptDuration, out.Usage.EvalDuration = res.TTFT, res.PrefillTime, res.EvalTime
 	// what the sequence holds now: a prefix of prompt + generated tokens
 	all := append(slices.Clip(toks), res.Tokens...)
@@ -506,8 +513,18 @@ func (p *Pipeline) decode(t *turn) error {
 		l.eng.ClearSeq(sl.Seq)
 		t.held = 0
 	}
+	out.Context = slices.Clone(all[:t.held])
+	if c != nil && c.Tokens > 0 && t.held > c.Exact {
+		// composed cells are not a prefill's: the slot keeps (and a
+		// conversation pack stores) only the exact prefix before them
+		if err := l.eng.TruncateSeq(sl.Seq, c.Exact); err != nil {
+			l.eng.ClearSeq(sl.Seq)
+			t.held = 0
+		} else {
+			t.held = c.Exact
+		}
+	}
 	l.pool.Hold(sl, all[:t.held])
-	out.Context = slices.Clone(sl.Toks())
 	if gerr != nil {
 		return gerr
 	}
@@ -560,6 +577,8 @@ type kvSource struct {
 	prev    string // conversation pack the state continues ("" if none)
 	restore time.Duration
 	refused error
+
+	composed *composed // what composition added (nil: none tried)
 }
 
 // prepare makes sl's sequence hold the longest available prefix of toks
@@ -774,8 +793,12 @@ const convPrefix = "conv:"
 // "shared:<a>+<b>" a "shared" pack of the read cubes a and b (cube "a+b"),
 // any other
 // label is the cube of a "memories" pack (the activation tier's, made by a
-// warm or the scheduler).
+// warm or the scheduler); "chunk:<cube>:<memory id>" is a "chunk" of one
+// memory of cube (ChunkOf).
 func PackCube(label string) (cube, kind string) {
+	if c, _, ok := ChunkOf(label); ok {
+		return c, "chunk"
+	}
 	if c, ok := strings.CutPrefix(label, convPrefix); ok {
 		return c, "conversation"
 	}
@@ -888,6 +911,10 @@ func (p *Pipeline) recordUse(cube string, pk layout.Prompt) {
 	}
 	for _, m := range slices.Concat(pk.Retrieved, pk.Preferences) {
 		uses = append(uses, scheduler.Use{Cube: cmp.Or(m.Cube, cube), ID: m.ID, Visits: 1, Interactions: 1})
+	}
+	for _, m := range pk.Retrieved {
+		// a memory's chunk lives in its own cube's scope
+		p.chunkUses.Add(cmp.Or(m.Cube, cube), []string{m.ID})
 	}
 	for _, c := range packs {
 		uses = append(uses, scheduler.Use{Cube: c, ID: scheduler.PackUse, Visits: 1})

@@ -163,6 +163,13 @@ type Usage struct {
 	RestoreTime    time.Duration `json:"restore_ns"`    // restoring a stored pack
 	TotalDuration  time.Duration `json:"total_ns"`      // Start to return
 	LoadDuration   time.Duration `json:"load_ns"`       // getting the loaded model: loading it, waiting for its load, or finding it loaded (> 0)
+
+	// ComposedTokens are prompt tokens placed from memory chunks (KV
+	// computed apart, shifted to their positions; Options.Compose), not
+	// counted in CachedTokens; RecomputedTokens, those of them decoded
+	// again.
+	ComposedTokens   int `json:"composed_tokens"`
+	RecomputedTokens int `json:"recomputed_tokens"`
 }
 
 // Cache sources of a Response: which KV state the prompt's cached tokens
@@ -183,8 +190,10 @@ type Response struct {
 	Text       string `json:"response"`
 	DoneReason string `json:"done_reason"` // "stop" (end of generation or a stop string) or "length"
 	Usage      Usage  `json:"usage"`
-	// Context is the tokens the sequence holds afterwards: a prefix of the
-	// prompt and the output (Ollama's "context").
+	// Context is the tokens the sequence held after the turn: a prefix of
+	// the prompt and the output (Ollama's "context"; after a composed turn
+	// the slot keeps less, the exact prefix, and the next request
+	// prefills the rest).
 	Context []int32 `json:"context,omitempty"`
 	// Rendered is the prompt text (RenderOnly).
 	Rendered string `json:"rendered,omitempty"`

@@ -65,6 +65,9 @@ func (p *Pipeline) Tick(ctx context.Context, load bool) (scheduler.TickReport, e
 	if rerr := p.applyResident(ctx, l); rerr != nil && err == nil {
 		err = rerr
 	}
+	if cerr := p.tickChunks(ctx, l); cerr != nil && err == nil {
+		err = cerr
+	}
 	return rep, err
 }
 

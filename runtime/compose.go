@@ -36,9 +36,15 @@ var ErrCompose = errors.New("runtime: compose")
 // Preamble is the shared start of every composed sequence (BOS, a system
 // prompt): its tokens and their state, positions [0, len(Tokens)) in
 // SaveSeq format. The zero Preamble is an empty one.
+//
+// A Held preamble has no State: the composed sequence already holds
+// exactly positions [0, len(Tokens)) (a request's reused prefix: a slot, a
+// resident or a restored pack). ComposeSeq then keeps those cells, places
+// the chunks after them, and on an error removes only what it added.
 type Preamble struct {
 	Tokens []Token
 	State  []byte
+	Held   bool
 }
 
 // Chunk is one memory's KV computed on its own: State (SaveSeq format)
@@ -211,6 +217,12 @@ func (e *Engine) PrefillPreamble(ctx context.Context, seq int, toks []Token) (Pr
 // chunk: its cells, positions [len(pre.Tokens), len(pre.Tokens)+len(toks)).
 // seq is left empty. Errors: those of RestoreSeq, Prefill and SaveSeq.
 func (e *Engine) PrefillChunk(ctx context.Context, seq int, pre Preamble, toks []Token) (Chunk, error) {
+	return e.PrefillChunkAt(ctx, seq, pre, toks, false)
+}
+
+// PrefillChunkAt is PrefillChunk with the priority of its prefill:
+// background yields batch room to foreground requests (Request.Background).
+func (e *Engine) PrefillChunkAt(ctx context.Context, seq int, pre Preamble, toks []Token, background bool) (Chunk, error) {
 	if _, err := e.RestoreSeq(seq, pre.State); err != nil && len(pre.State) > 0 {
 		return Chunk{}, err
 	}
@@ -221,7 +233,9 @@ func (e *Engine) PrefillChunk(ctx context.Context, seq int, pre Preamble, toks [
 		}
 	}
 	p0 := len(pre.Tokens)
-	if err := e.Prefill(ctx, seq, toks, p0); err != nil {
+	full := make([]Token, p0+len(toks))
+	copy(full[p0:], toks)
+	if _, err := e.Generate(ctx, Request{Seq: seq, Tokens: full, NPast: p0, PrefillOnly: true, Background: background}); err != nil {
 		return Chunk{}, err
 	}
 	st, err := e.SaveSeq(seq)
@@ -246,7 +260,8 @@ func (e *Engine) PrefillChunk(ctx context.Context, seq int, pre Preamble, toks [
 // joined at another without a shift or a recompute.
 //
 // seq and scratch (one or more) are distinct sequences the caller holds
-// (AcquireSeq); all are emptied first, and scratch is left empty. Each
+// (AcquireSeq); all are emptied first (seq but a Held preamble's cells),
+// and scratch is left empty. Each
 // scratch sequence past the first lets one more recomputed run share a
 // llama_decode (see recomputeLocked; a guarded composition uses only the
 // first: its moved chunks are not restored, so a run must wait for the
@@ -258,8 +273,9 @@ func (e *Engine) PrefillChunk(ctx context.Context, seq int, pre Preamble, toks [
 // Errors: ErrCompose (a chunk's state does not hold exactly its
 // positions; the composed length exceeds n_ctx), ErrBadState (a state
 // made for another KV layout), ErrRestoreFailed, ErrBadOptions (a
-// selection by deviation without Options.BlendProbe), decode errors;
-// seq is then left empty.
+// selection by deviation without Options.BlendProbe; a Held preamble
+// whose length is not what seq holds), decode errors; seq is then left
+// empty, or holding only a Held preamble.
 func (e *Engine) ComposeSeq(ctx context.Context, seq int, scratch []int, pre Preamble, chunks []Chunk, o ComposeOptions) (ComposeResult, error) {
 	o = o.withDefaults(e.kv.NLayer)
 	var res ComposeResult
@@ -268,7 +284,14 @@ func (e *Engine) ComposeSeq(ctx context.Context, seq int, scratch []int, pre Pre
 	}
 	// parse and check every state before touching the context
 	res.Tokens = slices.Clone(pre.Tokens)
-	if len(pre.State) > 0 {
+	if pre.Held {
+		if len(pre.State) > 0 {
+			return res, fmt.Errorf("%w: a held preamble has no state", ErrCompose)
+		}
+		if n := e.SeqLen(seq); n != len(pre.Tokens) {
+			return res, fmt.Errorf("%w: seq %d holds %d positions, held preamble %d tokens", ErrCompose, seq, n, len(pre.Tokens))
+		}
+	} else if len(pre.State) > 0 {
 		s, err := ParseSeqState(pre.State)
 		if err == nil {
 			err = s.CheckAgainst(e.kv)
@@ -310,8 +333,12 @@ func (e *Engine) ComposeSeq(ctx context.Context, seq int, scratch []int, pre Pre
 		return res, err
 	}
 	defer e.mu.Unlock()
+	keep := -1 // seq's positions kept: none, or the held preamble's
+	if pre.Held {
+		keep = len(pre.Tokens)
+	}
 	emptyAll := func() {
-		e.ctx.SeqRemove(seq, -1, -1)
+		e.ctx.SeqRemove(seq, keep, -1)
 		for _, s := range scratch {
 			e.ctx.SeqRemove(s, -1, -1)
 		}

@@ -745,3 +745,49 @@ func TestRunCover(t *testing.T) {
 		})
 	}
 }
+
+// A Held preamble composes after the cells seq already holds: the same
+// positions and the same state, byte for byte, as restoring the preamble;
+// an error removes only what composition added; a held length that is
+// not what seq holds is refused before anything changes.
+func TestComposeHeld(t *testing.T) {
+	e := openCompose(t, "f16", true)
+	f := newComposeFixture(t, e, false)
+	ctx := context.Background()
+	three := []Chunk{f.chunks[2], f.chunks[0], f.chunks[4]}
+	o := ComposeOptions{Ratio: 0.15}
+	want, err := e.ComposeSeq(ctx, 1, []int{2}, f.pre, three, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := e.SaveSeq(1)
+	e.ClearSeq(1)
+	if _, err := e.RestoreSeq(1, f.pre.State); err != nil {
+		t.Fatal(err)
+	}
+	held := Preamble{Tokens: f.pre.Tokens, Held: true}
+	got, err := e.ComposeSeq(ctx, 1, []int{2}, held, three, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := e.SaveSeq(1)
+	if !slices.Equal(got.Positions, want.Positions) || !slices.Equal(got.Tokens, want.Tokens) || !slices.Equal(a, b) {
+		t.Fatalf("held: positions %v tokens %d state %d bytes; restored: %v %d %d", got.Positions, len(got.Tokens), len(b),
+			want.Positions, len(want.Tokens), len(a))
+	}
+	// a chunk that contradicts its positions: refused, the held cells kept
+	e.ClearSeq(1)
+	e.RestoreSeq(1, f.pre.State)
+	bad := f.chunks[1]
+	bad.Pos0 = 0
+	if _, err := e.ComposeSeq(ctx, 1, []int{2}, held, []Chunk{f.chunks[0], bad}, o); !errors.Is(err, ErrCompose) {
+		t.Fatalf("bad chunk: %v", err)
+	}
+	if n := e.SeqLen(1); n != len(f.pre.Tokens) {
+		t.Fatalf("after the error seq holds %d positions, want the held %d", n, len(f.pre.Tokens))
+	}
+	long := Preamble{Tokens: append(slices.Clone(f.pre.Tokens), 1), Held: true}
+	if _, err := e.ComposeSeq(ctx, 1, []int{2}, long, three, o); !errors.Is(err, ErrCompose) || e.SeqLen(1) != len(f.pre.Tokens) {
+		t.Fatalf("held length mismatch: %v, seq holds %d", err, e.SeqLen(1))
+	}
+}

@@ -315,7 +315,9 @@ func (t *Tiers) removeOrphans() error {
 		}
 	}
 	for _, p := range t.kv.List("") {
-		if p.Label == "" || strings.HasPrefix(p.Label, "conv:") || keep[p.ID] {
+		// conversation packs and memory chunks ("chunk:") are the
+		// pipeline's, not tier packs
+		if p.Label == "" || strings.HasPrefix(p.Label, "conv:") || strings.HasPrefix(p.Label, "chunk:") || keep[p.ID] {
 			continue
 		}
 		st, err := t.packState(p.Label)
@@ -608,6 +610,9 @@ type MemoryTier struct {
 	Heat   float64 `json:"heat"`
 	Pinned bool    `json:"pinned,omitempty"`
 	Usage  Usage   `json:"usage"`
+	// Chunk is the pack id of the memory's KV chunk (composition), set by
+	// the pipeline; "" for none.
+	Chunk string `json:"chunk,omitempty"`
 }
 
 // CubeTiers is the tier state of a cube (GET /v1/cubes/{cube}/tiers).

@@ -467,6 +467,7 @@ var wantNeeds = map[string]wire.Need{
 	"PATCH /v1/cubes/{cube}/memories/{id}":   wire.NeedWrite,
 	"DELETE /v1/cubes/{cube}/memories/{id}":  wire.NeedWrite,
 	"POST /v1/cubes/{cube}/pack":             wire.NeedWrite,
+	"POST /v1/cubes/{cube}/chunks":           wire.NeedWrite,
 	"POST /v1/cubes/{cube}/messages":         wire.NeedWrite,
 	"POST /v1/cubes/{cube}/jobs/{id}/undo":   wire.NeedWrite,
 	"POST /v1/cubes/{cube}/feedback":         wire.NeedWrite,

@@ -19,12 +19,14 @@ type metrics struct {
 	reg          *prometheus.Registry
 	requests     *prometheus.CounterVec // route, code
 	ttft         prometheus.Histogram
-	promptTokens *prometheus.CounterVec // kind: cached, prefilled
-	decodeTokens prometheus.Counter
-	decodeRate   prometheus.Histogram
-	rejected     prometheus.Counter
-	canceled     prometheus.Counter
-	panics       prometheus.Counter
+	promptTokens *prometheus.CounterVec // kind: cached, composed, recomputed, prefilled
+	// composedTurns counts generations that composed memory chunks.
+	composedTurns prometheus.Counter
+	decodeTokens  prometheus.Counter
+	decodeRate    prometheus.Histogram
+	rejected      prometheus.Counter
+	canceled      prometheus.Counter
+	panics        prometheus.Counter
 	// bodyTimeouts counts bodies cut by their read deadline (wire.TimeBody).
 	bodyTimeouts prometheus.Counter
 }
@@ -37,7 +39,9 @@ func newMetrics(s *Server) *metrics {
 		Help:    "Time to first token: request start to first generated token sampled.",
 		Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)})
 	m.promptTokens = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "memosrt_prompt_tokens_total",
-		Help: "Prompt tokens: cached (resident, shared or restored KV) or prefilled (decoded)."}, []string{"kind"})
+		Help: "Prompt tokens: cached (resident, shared or restored KV), composed (placed from memory chunks; recomputed: those of them decoded again) or prefilled (decoded)."}, []string{"kind"})
+	m.composedTurns = prometheus.NewCounter(prometheus.CounterOpts{Name: "memosrt_composed_turns_total",
+		Help: "Generations whose prompt composed memory chunks (serve --compose)."})
 	m.decodeTokens = prometheus.NewCounter(prometheus.CounterOpts{Name: "memosrt_decode_tokens_total",
 		Help: "Generated tokens."})
 	m.decodeRate = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "memosrt_decode_tokens_per_second",
@@ -63,7 +67,7 @@ func newMetrics(s *Server) *metrics {
 			return float64(st.KVDiskBytes)
 		}
 	}
-	m.reg.MustRegister(m.requests, m.ttft, m.promptTokens, m.decodeTokens, m.decodeRate, m.rejected, m.canceled, m.panics, m.bodyTimeouts,
+	m.reg.MustRegister(m.requests, m.ttft, m.promptTokens, m.composedTurns, m.decodeTokens, m.decodeRate, m.rejected, m.canceled, m.panics, m.bodyTimeouts,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "memosrt_queue_depth",
 			Help: "Requests waiting for a slot."}, stat(func(b memosrt.Stats) float64 { return float64(b.Queued) })),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "memosrt_busy_slots",
@@ -169,7 +173,12 @@ func (m *metrics) observe(res *memosrt.Response) {
 		m.ttft.Observe(u.TTFT.Seconds())
 	}
 	m.promptTokens.WithLabelValues("cached").Add(float64(u.CachedTokens))
-	m.promptTokens.WithLabelValues("prefilled").Add(float64(max(0, u.PromptTokens-u.CachedTokens)))
+	m.promptTokens.WithLabelValues("composed").Add(float64(u.ComposedTokens))
+	m.promptTokens.WithLabelValues("recomputed").Add(float64(u.RecomputedTokens))
+	m.promptTokens.WithLabelValues("prefilled").Add(float64(max(0, u.PromptTokens-u.CachedTokens-u.ComposedTokens)))
+	if u.ComposedTokens > 0 {
+		m.composedTurns.Inc()
+	}
 	m.decodeTokens.Add(float64(u.EvalTokens))
 	if u.EvalTokens > 1 && u.EvalDuration > 0 {
 		m.decodeRate.Observe(float64(u.EvalTokens) / u.EvalDuration.Seconds())

@@ -265,15 +265,19 @@ func (s *Server) ollamaRun(w http.ResponseWriter, r *http.Request, g *memosrt.Re
 }
 
 // withCached adds memosrt's "prompt_cached_count" (prompt tokens not
-// decoded: slot, resident or restored KV) to an Ollama final response,
-// whose prompt_eval_count is the whole prompt as Ollama counts it, and
-// "cube_memories" (the prompt's memories by cube) when it carried any.
+// decoded: slot, resident or restored KV), "prompt_composed_count" and
+// "prompt_recomputed_count" (placed from memory chunks; of them, decoded
+// again) to an Ollama final response, whose prompt_eval_count is the
+// whole prompt as Ollama counts it, and "cube_memories" (the prompt's
+// memories by cube) when it carried any.
 func withCached(v any, res *memosrt.Response) json.RawMessage {
 	b, err := json.Marshal(v)
 	if err != nil || len(b) < 2 || b[0] != '{' {
 		return b
 	}
-	head := fmt.Sprintf(`{"prompt_cached_count":%d`, res.Usage.CachedTokens)
+	u := res.Usage
+	head := fmt.Sprintf(`{"prompt_cached_count":%d,"prompt_composed_count":%d,"prompt_recomputed_count":%d`,
+		u.CachedTokens, u.ComposedTokens, u.RecomputedTokens)
 	if len(res.CubeMemories) > 0 {
 		cm, _ := json.Marshal(res.CubeMemories)
 		head += `,"cube_memories":` + string(cm)

@@ -94,6 +94,10 @@ type oaiUsage struct {
 	TotalTokens         int `json:"total_tokens"`
 	PromptTokensDetails struct {
 		CachedTokens int `json:"cached_tokens"`
+		// memosrt's: prompt tokens placed from memory chunks, and those
+		// of them decoded again (clients ignore fields they do not know)
+		ComposedTokens   int `json:"composed_tokens"`
+		RecomputedTokens int `json:"recomputed_tokens"`
 	} `json:"prompt_tokens_details"`
 	// CubeMemories is memosrt's extension: the prompt's memories counted
 	// by the cube each lives in (memosrt.Response.CubeMemories).
@@ -105,6 +109,7 @@ func usageOf(res *memosrt.Response) *oaiUsage {
 	u := &oaiUsage{PromptTokens: r.PromptTokens, CompletionTokens: r.EvalTokens, TotalTokens: r.PromptTokens + r.EvalTokens}
 	u.PromptTokensDetails.CachedTokens = r.CachedTokens
 	u.CubeMemories = res.CubeMemories
+	u.PromptTokensDetails.ComposedTokens, u.PromptTokensDetails.RecomputedTokens = r.ComposedTokens, r.RecomputedTokens
 	return u
 }
 

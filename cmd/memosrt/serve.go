@@ -28,6 +28,7 @@ import (
 	"github.com/memosrt/memosrt/embed/llamaembed"
 	"github.com/memosrt/memosrt/internal/serveclient"
 	"github.com/memosrt/memosrt/lora"
+	"github.com/memosrt/memosrt/runtime"
 	"github.com/memosrt/memosrt/runtime/llama"
 	"github.com/memosrt/memosrt/scheduler"
 	"github.com/memosrt/memosrt/server"
@@ -68,6 +69,8 @@ func newServeCmd() *cobra.Command {
 	distillAfter := fs.Duration("distill-after", 7*24*time.Hour, "with --parametric: how long (`DURATION`) a memory stays hot (from --distill-heat until it falls under the demotion heat 1) before it is distilled")
 	distillHeat := fs.Float64("distill-heat", 0, "with --parametric: the `HEAT` at which a memory starts to count as hot (default: the promotion heat, 5)")
 	distillThreads := fs.Int("distill-threads", 1, "with --parametric: CPU `THREADS` training uses")
+	composeFlag := fs.String("compose", "off", "compose retrieved memories from their KV chunks instead of prefilling them: off, on (recompute 15% of their tokens) or the recompute `FRACTION` (0 to 1]; memories retrieved --chunk-after times get a chunk")
+	chunkAfter := fs.Int("chunk-after", 3, "with --compose: how many retrievals (`N`) make a memory's KV chunk")
 	pprofAddr := fs.String("pprof-addr", "", "serve Go's profiles (net/http/pprof: /debug/pprof/heap, ...) on this loopback `HOST:PORT`, apart from --addr (default: none)")
 	debugClock := fs.Bool("debug-clock", false, "serve POST /v1/debug/clock to move the scheduler's clock (tests)")
 	backend := fs.String("backend", "llama", "`BACKEND`: llama (in-process), ollama[:URL] (an Ollama server, default --ollama-host) or openai:URL "+
@@ -100,7 +103,12 @@ func newServeCmd() *cobra.Command {
 			check{"tick-interval", *tickEvery >= 0, "a duration of 0 or more"},
 			check{"gc-interval", *gcEvery >= 0, "a duration of 0 or more"},
 			check{"shutdown-timeout", *shutdownTimeout >= 0, "a duration of 0 or more"},
-			check{"body-timeout", *bodyTimeout > 0, "a duration of more than 0"}); err != nil {
+			check{"body-timeout", *bodyTimeout > 0, "a duration of more than 0"},
+			check{"chunk-after", *chunkAfter >= 1, "1 or more"}); err != nil {
+			return err
+		}
+		compose, err := parseCompose(*composeFlag)
+		if err != nil {
 			return err
 		}
 		if err := ef.check(cmd); err != nil {
@@ -120,6 +128,7 @@ func newServeCmd() *cobra.Command {
 			token: token, insecure: insecure, name: name, maxQueue: maxQueue, numPredict: numPredict, noPersist: noPersist,
 			minPersist: minPersist, adapterBudget: adapterBudget, convBudget: convBudget, ramBudget: ramBudget, tickEvery: tickEvery, kvBudget: kvBudget,
 			gcEvery: gcEvery, shutdownTimeout: shutdownTimeout, bodyTimeout: bodyTimeout, debugClock: debugClock, pprofAddr: pprofAddr, backend: backend, ollamaHost: ollamaHost,
+			compose: compose, chunkAfter: *chunkAfter,
 			ollamaModel: ollamaModel, upstreamModel: upstreamModel, embedFlag: embedFlag, embedModel: embedModel, chatTemplate: chatTemplate, kvStore: kvStore, textStore: textStore,
 			kvCodec: *kvCodec, kvTargets: targets,
 			param: func() scheduler.ParametricOptions {
@@ -147,6 +156,24 @@ type serveFlags struct {
 	param                                                                  func() scheduler.ParametricOptions
 	kvCodec                                                                string
 	kvTargets                                                              kvgate.Targets
+	compose                                                                float64 // --compose as a fraction (0: off)
+	chunkAfter                                                             int
+}
+
+// parseCompose reads --compose: off (0), on (runtime's default recompute
+// fraction, 0.15) or a fraction in (0, 1].
+func parseCompose(v string) (float64, error) {
+	switch v {
+	case "off", "":
+		return 0, nil
+	case "on":
+		return runtime.DefaultComposeOptions().Ratio, nil
+	}
+	r, err := strconv.ParseFloat(v, 64)
+	if err != nil || !(r > 0 && r <= 1) {
+		return 0, fmt.Errorf("--compose %q: want off, on or a recompute fraction in (0, 1]", v)
+	}
+	return r, nil
 }
 
 func serve(ctx context.Context, f serveFlags) error {
@@ -215,6 +242,7 @@ func serve(ctx context.Context, f serveFlags) error {
 	opts.ModelName, opts.Embedder, opts.Layout.ChatTemplate = *name, emb, *chatTemplate
 	opts.Tiers.Interval, opts.Tiers.KVBytes = *tickEvery, *kvBudget
 	opts.Tiers.Parametric = f.param()
+	opts.Compose, opts.ChunkAfterUses = f.compose, f.chunkAfter
 	var clock *scheduler.OffsetClock
 	if *debugClock {
 		clock = &scheduler.OffsetClock{}

@@ -141,3 +141,19 @@ func TestServeBackendErrors(t *testing.T) {
 		}
 	}
 }
+
+func TestParseCompose(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want float64
+		ok   bool
+	}{
+		{"off", 0, true}, {"on", 0.15, true}, {"0.2", 0.2, true}, {"1", 1, true},
+		{"0", 0, false}, {"1.5", 0, false}, {"-0.1", 0, false}, {"often", 0, false},
+	} {
+		got, err := parseCompose(tc.in)
+		if (err == nil) != tc.ok || got != tc.want {
+			t.Errorf("parseCompose(%q) = %g, %v", tc.in, got, err)
+		}
+	}
+}

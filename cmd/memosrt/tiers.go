@@ -113,6 +113,9 @@ func tiers(ctx context.Context, sf storeFlags, ef engineFlags, cube string, limi
 		if m.Pinned {
 			tier += " (pinned)"
 		}
+		if m.Chunk != "" {
+			tier += " +chunk"
+		}
 		fmt.Fprintf(tw, "%s\t%s\t%.3f\t%.2f\t%.2f\t%s\n", m.ID, tier, m.Heat, m.Usage.Visits, m.Usage.Interactions, oneLine(m.Text, 48))
 	}
 	tw.Flush()

@@ -45,7 +45,7 @@ var layers = [][]string{
 	// promotion and demotion between tiers; which models are loaded; what
 	// conversations write (recording, governed writes, extraction jobs);
 	// the upstream servers a text-only OS generates through
-	{"scheduler", "modelsched", "conversation", "upstream"},
+	{"scheduler", "modelsched", "conversation", "upstream", "memchunk"},
 	// what an OS is opened with, read by every layer above
 	{"config"},
 	// the request pipeline: the served models, the request stages, the
@@ -84,6 +84,7 @@ var hooks = map[string]string{
 	"runtime/llama.ModelParams.Progress":   "reports model-load progress",
 	"runtime/llama.TrainOptions.Train":     "per-step training callback (loss, stop)",
 	"textmem.Options.Now":                  "clock (tests)",
+	"config.Options.ComposeRatio":          "the per-model recompute fraction a calibration decided",
 	"textmem.Options.NewVectorIndex":       "dense index constructor chosen by the app",
 	"textmem.Options.OnDelete":             "tells the tiers above a memory is gone (drop its packs)",
 	"textmem.Options.OnCubeDeleted":        "tells the tiers above a cube is gone",

@@ -67,6 +67,7 @@ func (a *API) Register(rt wire.Router) {
 	h(wire.NeedRead, "GET /v1/cubes/{cube}/search", a.handleSearch)
 	h(wire.NeedWrite, "POST /v1/cubes/{cube}/pack", a.handlePackWarm)
 	h(wire.NeedRead, "GET /v1/cubes/{cube}/pack", a.handlePackStatus)
+	h(wire.NeedWrite, "POST /v1/cubes/{cube}/chunks", a.handleChunks)
 	h(wire.NeedRead, "GET /v1/cubes/{cube}/export", a.handleCubeExport)
 	h(wire.NeedRead, "GET /v1/cubes/{cube}/tiers", a.handleTiers)
 	h(wire.NeedAdmin, "GET /v1/packs", a.handlePackList)

@@ -356,6 +356,31 @@ func (a *API) handlePackWarm(w http.ResponseWriter, r *http.Request) {
 	wire.WriteJSON(w, http.StatusOK, st)
 }
 
+// handleChunks computes the KV chunks of the memories the body names
+// ({"ids": [...]}; none or no body: all of the cube's) and answers
+// {"made": n, "present": n}.
+func (a *API) handleChunks(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		IDs []string `json:"ids"`
+	}
+	rec, err := a.pathCube(r)
+	if err == nil && r.ContentLength != 0 {
+		err = wire.DecodeStrict(r, &req)
+		if fe := (*memosrt.FieldError)(nil); errors.As(err, &fe) && fe.Msg == "empty request body" {
+			err = nil
+		}
+	}
+	var res memosrt.ChunkResult
+	if err == nil {
+		res, err = a.os.MakeChunks(r.Context(), rec.Name, req.IDs)
+	}
+	if err != nil {
+		a.writeError(w, r, err)
+		return
+	}
+	wire.WriteJSON(w, http.StatusOK, res)
+}
+
 func (a *API) handlePackStatus(w http.ResponseWriter, r *http.Request) {
 	rec, err := a.pathCube(r)
 	var st memosrt.PackStatus

@@ -228,7 +228,8 @@ function renderMemories(cube, memories) {
     const del = el("button", { type: "button", class: "small danger", text: "Delete", "aria-label": "delete memory " + m.id });
     const row = el("tr", { "data-id": m.id, class: inPack ? "used-pack" : retrieved ? "used-retrieved" : "" },
       el("td", { class: "text" }, el("div", { class: "mem-text", text: m.text }), el("code", { class: "muted", text: m.id })),
-      el("td", {}, badge(m.tier), m.pinned ? el("span", { class: "muted", text: " pinned" }) : null),
+      el("td", {}, badge(m.tier), m.pinned ? el("span", { class: "muted", text: " pinned" }) : null,
+        m.chunk ? el("span", { class: "muted", text: " +chunk", title: "KV chunk " + m.chunk.slice(0, 12) }) : null),
       el("td", { class: "num heat", text: m.heat.toFixed(2) }),
       el("td", { class: "num visits", text: (m.usage.v || 0).toFixed(1) }),
       el("td", { class: "num turns", text: (m.usage.i || 0).toFixed(1) }),
