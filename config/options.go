@@ -137,6 +137,13 @@ type Options struct {
 	// model's fingerprint included) and its answer, when ok, replaces
 	// Compose for that model (a per-model calibration; 0 turns it off).
 	ComposeRatio func(modelKey string) (ratio float64, ok bool)
+	// ComposeAuto lets the calibration gate (package kvgate) decide
+	// composition per model: the first turn that could compose starts a
+	// calibration in the background and is prefilled exactly, as every
+	// turn is until the decision; then the gate's fraction is used, or
+	// composition stays off for a model that met no fraction within the
+	// targets (KVGate). Compose and ComposeRatio are then ignored.
+	ComposeAuto bool
 	// ChunkAfterUses is how many times a memory must be retrieved into
 	// prompts (since load) before a tick computes its KV chunk, with
 	// composition on. Default 3.

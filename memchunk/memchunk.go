@@ -154,7 +154,11 @@ func (c *Composer) Make(ctx context.Context, cube string, m textmem.Memory, wait
 type Plan struct {
 	First, End int
 	IDs        []string // the memories composed, prompt order
-	chunks     []runtime.Chunk
+	// Ratio, when not 0, replaces the Composer's recompute fraction for
+	// this composition (runtime.ComposeOptions.Ratio: negative, shift
+	// only); the calibration gate's per-model choice.
+	Ratio  float64
+	chunks []runtime.Chunk
 }
 
 // Plan finds the chunks of a prompt's last retrieved block: spans give
@@ -195,7 +199,7 @@ type Composed struct {
 // Compose makes seq, which holds toks[:npast] (npast <= pl.First), hold
 // toks[:pl.End]: it prefills toks[npast:pl.First] (at background priority
 // with background) and composes the planned chunks after them at the
-// Composer's ratio. reserve takes the probe's cells (as many as the chunk
+// Composer's ratio (pl.Ratio when set). reserve takes the probe's cells (as many as the chunk
 // tokens) for the time of it. ok is false, with nothing changed, when the
 // scratch sequences are busy or reserve fails. On an error seq holds
 // Composed.Exact tokens (npast when the prefill failed): the caller
@@ -219,8 +223,12 @@ func (c *Composer) Compose(ctx context.Context, seq int, toks []int32, npast int
 		}
 	}
 	out.Exact = pl.First
+	ratio := c.ratio
+	if pl.Ratio != 0 {
+		ratio = pl.Ratio
+	}
 	res, err := c.eng.ComposeSeq(ctx, seq, c.scratch, runtime.Preamble{Tokens: toks[:pl.First], Held: true}, pl.chunks,
-		runtime.ComposeOptions{Ratio: c.ratio})
+		runtime.ComposeOptions{Ratio: ratio})
 	if err != nil {
 		return out, true, err
 	}

@@ -27,6 +27,12 @@ func ChunkOf(label string) (cube, id string, ok bool) { return memchunk.Of(label
 // Options.Compose or the ComposeRatio hook; off under a ShiftGuard).
 func (p *Pipeline) composeRatio(l *loaded) float64 {
 	guard := l.eng.ShiftGuard()
+	if p.opts.ComposeAuto {
+		if guard != nil {
+			p.log.Info("composition off for the model: exact prefill", "model", l.info.Name, "reason", guard)
+		}
+		return 0 // the calibration gate decides per turn (compose)
+	}
 	r := memchunk.Decide(p.opts.Compose, p.opts.ComposeRatio, l.cfgKey, guard)
 	if guard != nil && (p.opts.Compose > 0 || p.opts.ComposeRatio != nil) {
 		p.log.Info("composition off for the model: exact prefill", "model", l.info.Name, "reason", guard)
@@ -132,6 +138,19 @@ func (p *Pipeline) compose(t *turn) {
 	plan, ok := l.chunks.Plan(cubes, t.r.toks, src.npast, pk.RetrievedSpans, ids)
 	if !ok {
 		return
+	}
+	if l.gateKey != "" {
+		// Options.ComposeAuto: exact until the gate has decided (its
+		// calibration starts now, in the background), then its fraction
+		// (0: shift only) or nothing when it turned composition off
+		r, decided := p.gate.ComposeRatio(l.gateKey)
+		if !decided {
+			p.gate.Start(l.gateKey, l.eng)
+			return
+		}
+		if plan.Ratio = r; r == 0 {
+			plan.Ratio = -1
+		}
 	}
 	c, ok, err := l.chunks.Compose(t.ctx, t.sl.Seq, t.r.toks, src.npast, plan, t.req.background, l.reserveChunk)
 	if !ok {

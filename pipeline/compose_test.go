@@ -9,6 +9,7 @@ import (
 
 	"github.com/memosrt/memosrt/bench/gguf"
 	"github.com/memosrt/memosrt/internal/testmodels"
+	"github.com/memosrt/memosrt/kvgate"
 	"github.com/memosrt/memosrt/memchunk"
 	"github.com/memosrt/memosrt/textmem"
 )
@@ -309,5 +310,60 @@ func TestComposeBudget(t *testing.T) {
 	}
 	if n := countChunks(p.Packs("c")); n != 0 {
 		t.Fatalf("a retrieved memory got a chunk over the budget: %d", n)
+	}
+}
+
+// With ComposeAuto the calibration gate decides: a turn that could compose
+// before the model is calibrated is prefilled exactly and starts the
+// calibration; once the gate has decided, turns compose at its fraction
+// when it accepted one (loose targets), and never when it refused every
+// fraction (the default targets: stories260K meets them at none, as
+// memosrt calibrate prints).
+func TestComposeAuto(t *testing.T) {
+	ctx := context.Background()
+	turn := []Message{{Role: "user", Content: "What does Lily have?"}}
+	for _, tc := range []struct {
+		name    string
+		targets kvgate.Targets
+		compose bool
+	}{
+		{"loose", kvgate.Targets{Top1: 0.5, Greedy: 0.01}, true},
+		{"default", kvgate.Targets{}, false}, // stories260K meets 99% / 90% at no fraction
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			opts := testOptions(t)
+			opts.ComposeAuto, opts.KVGate = true, tc.targets
+			p := newTest(t, opts)
+			ids := composeCube(t, p)
+			if _, err := p.MakeChunks(ctx, "c", nil); err != nil {
+				t.Fatal(err)
+			}
+			first, err := p.Chat(ctx, Request{Cube: "c", Messages: turn, NumPredict: 4, NoPersist: true, NoCache: false})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if first.Usage.ComposedTokens != 0 {
+				t.Fatalf("composed %d tokens before the gate decided", first.Usage.ComposedTokens)
+			}
+			p.gate.Wait()
+			l, done := p.hold()
+			r, ok := p.gate.ComposeRatio(l.gateKey)
+			done()
+			if ok != tc.compose {
+				t.Fatalf("gate: ratio %g, on %v; want on %v", r, ok, tc.compose)
+			}
+			later := append([]Message{{Role: "user", Content: "Hi there."}, {Role: "assistant", Content: " Hello."}}, turn...)
+			out, err := p.Chat(ctx, Request{Cube: "c", Messages: later, NumPredict: 4, NoPersist: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := 0
+			if tc.compose {
+				want = wantComposed(t, p, out.RetrievedIDs)
+			}
+			if out.Usage.ComposedTokens != want || tc.compose && want == 0 {
+				t.Fatalf("after the gate's decision: composed %d, want %d (retrieved %v of %d)", out.Usage.ComposedTokens, want, out.RetrievedIDs, len(ids))
+			}
+		})
 	}
 }

@@ -120,6 +120,12 @@ func New(ctx, base context.Context, opts Options, deps Deps) (*Pipeline, error) 
 		return nil, err
 	}
 	var err error
+	if opts.Model != "" {
+		// before the primary loads: its composition asks the gate (ComposeAuto)
+		if p.gate, err = kvgate.Open(p.db, kvgate.GateOptions{Codec: opts.KVCodec, Compose: opts.ComposeAuto, Targets: opts.KVGate, Logger: p.log}); err != nil {
+			return nil, err
+		}
+	}
 	switch {
 	case opts.Model != "":
 		// the primary loads now: a bad file fails New, not the first request
@@ -160,9 +166,6 @@ func New(ctx, base context.Context, opts Options, deps Deps) (*Pipeline, error) 
 	if opts.Model != "" {
 		to.Reserve = p.reserveJob
 		to.Adapters = p.tierAdapters
-		if p.gate, err = kvgate.Open(p.db, kvgate.GateOptions{Codec: opts.KVCodec, Targets: opts.KVGate, Logger: p.log}); err != nil {
-			return nil, err
-		}
 		to.Gate = p.gate
 	}
 	if p.tiers, err = scheduler.NewTiers(sd, to); err != nil {

@@ -55,6 +55,7 @@ type loaded struct {
 	scratch   []int
 	chunks    *memchunk.Composer
 	chunkSlot *slots.Slot // reserves the cells of chunk work (a chunk's prefill, a probe)
+	gateKey   string      // with Options.ComposeAuto: the model's calibration key (kvgate.Key), "" otherwise
 
 	// unsaved are slots whose conversation state a busy writer skipped
 	// (guarded by unsavedMu): unload saves them first.
@@ -302,10 +303,13 @@ func (p *Pipeline) loadModel(ctx context.Context, m *model) (*loaded, error) {
 		nres = opts.ResidentSeqs
 	}
 	lo.NSeqMax = opts.Parallel + nres + 1
-	composing := opts.Compose > 0 || opts.ComposeRatio != nil
+	composing := opts.Compose > 0 || opts.ComposeRatio != nil || opts.ComposeAuto
 	if composing {
 		lo.NSeqMax += memchunk.Scratch
 		lo.BlendProbe = true
+	}
+	if opts.ComposeAuto {
+		lo.NSeqMax++ // the calibration's scratch (kvgate.Calibrate takes a free one)
 	}
 	lo.Logger = opts.Logger
 	// adapters cost nothing until a request attaches one (graph reuse stays
@@ -359,6 +363,11 @@ func (p *Pipeline) loadModel(ctx context.Context, m *model) (*loaded, error) {
 	if len(l.scratch) > 0 {
 		if r := p.composeRatio(l); r > 0 {
 			l.chunks = memchunk.NewComposer(l.eng, l.lay, p.kv, l.scratch, r)
+		} else if opts.ComposeAuto && l.eng.ShiftGuard() == nil && p.gate != nil {
+			// the gate's fraction is asked per turn (compose); the
+			// Composer's own is runtime's default, never used then
+			l.chunks = memchunk.NewComposer(l.eng, l.lay, p.kv, l.scratch, runtime.DefaultComposeOptions().Ratio)
+			l.gateKey = kvgate.Key(l.eng.KVConfig(), "")
 		}
 	}
 	l.res = slots.NewResident(l.seqs[opts.Parallel:], l.clearSeq, p.residentEvicted)

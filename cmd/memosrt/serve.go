@@ -69,7 +69,7 @@ func newServeCmd() *cobra.Command {
 	distillAfter := fs.Duration("distill-after", 7*24*time.Hour, "with --parametric: how long (`DURATION`) a memory stays hot (from --distill-heat until it falls under the demotion heat 1) before it is distilled")
 	distillHeat := fs.Float64("distill-heat", 0, "with --parametric: the `HEAT` at which a memory starts to count as hot (default: the promotion heat, 5)")
 	distillThreads := fs.Int("distill-threads", 1, "with --parametric: CPU `THREADS` training uses")
-	composeFlag := fs.String("compose", "off", "compose retrieved memories from their KV chunks instead of prefilling them: off, on (recompute 15% of their tokens) or the recompute `FRACTION` (0 to 1]; memories retrieved --chunk-after times get a chunk")
+	composeFlag := fs.String("compose", "off", "compose retrieved memories from their KV chunks instead of prefilling them: off, on (recompute 15% of their tokens), auto (the calibration gate picks the fraction per model, or keeps it off; exact until calibrated) or the recompute `FRACTION` (0 to 1]; memories retrieved --chunk-after times get a chunk")
 	chunkAfter := fs.Int("chunk-after", 3, "with --compose: how many retrievals (`N`) make a memory's KV chunk")
 	pprofAddr := fs.String("pprof-addr", "", "serve Go's profiles (net/http/pprof: /debug/pprof/heap, ...) on this loopback `HOST:PORT`, apart from --addr (default: none)")
 	debugClock := fs.Bool("debug-clock", false, "serve POST /v1/debug/clock to move the scheduler's clock (tests)")
@@ -160,18 +160,23 @@ type serveFlags struct {
 	chunkAfter                                                             int
 }
 
+// composeAuto is parseCompose's answer for --compose auto.
+const composeAuto = -1
+
 // parseCompose reads --compose: off (0), on (runtime's default recompute
-// fraction, 0.15) or a fraction in (0, 1].
+// fraction, 0.15), auto (composeAuto) or a fraction in (0, 1].
 func parseCompose(v string) (float64, error) {
 	switch v {
 	case "off", "":
 		return 0, nil
+	case "auto":
+		return composeAuto, nil
 	case "on":
 		return runtime.DefaultComposeOptions().Ratio, nil
 	}
 	r, err := strconv.ParseFloat(v, 64)
 	if err != nil || !(r > 0 && r <= 1) {
-		return 0, fmt.Errorf("--compose %q: want off, on or a recompute fraction in (0, 1]", v)
+		return 0, fmt.Errorf("--compose %q: want off, on, auto or a recompute fraction in (0, 1]", v)
 	}
 	return r, nil
 }
@@ -243,6 +248,9 @@ func serve(ctx context.Context, f serveFlags) error {
 	opts.Tiers.Interval, opts.Tiers.KVBytes = *tickEvery, *kvBudget
 	opts.Tiers.Parametric = f.param()
 	opts.Compose, opts.ChunkAfterUses = f.compose, f.chunkAfter
+	if f.compose == composeAuto {
+		opts.Compose, opts.ComposeAuto = 0, true
+	}
 	var clock *scheduler.OffsetClock
 	if *debugClock {
 		clock = &scheduler.OffsetClock{}

@@ -148,7 +148,7 @@ func TestParseCompose(t *testing.T) {
 		want float64
 		ok   bool
 	}{
-		{"off", 0, true}, {"on", 0.15, true}, {"0.2", 0.2, true}, {"1", 1, true},
+		{"off", 0, true}, {"on", 0.15, true}, {"auto", composeAuto, true}, {"0.2", 0.2, true}, {"1", 1, true},
 		{"0", 0, false}, {"1.5", 0, false}, {"-0.1", 0, false}, {"often", 0, false},
 	} {
 		got, err := parseCompose(tc.in)
