@@ -26,8 +26,8 @@ var layers = [][]string{
 	{"errkind"},
 	// leaves: no package of ours but errkind
 	{"internal/defaults", "internal/gate", "internal/atomicfile", "internal/half", "internal/safepath", "internal/sealed", "internal/stats",
-		// the heat score of package scheduler
-		"scheduler/heat",
+		// the heat score of package scheduler; the CLI's conventions
+		"scheduler/heat", "internal/cli",
 		"runtime/grammar", "embed", "datadir",
 		// test helpers: imported by _test.go files only (checked below)
 		"internal/testutil", "internal/testmodels", "internal/testfs", "internal/lint"},
