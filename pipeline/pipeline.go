@@ -13,6 +13,7 @@ import (
 	"github.com/memosrt/memosrt/kvcache"
 	"github.com/memosrt/memosrt/layout"
 	"github.com/memosrt/memosrt/lora"
+	"github.com/memosrt/memosrt/pipeline/request"
 	"github.com/memosrt/memosrt/runtime"
 	"github.com/memosrt/memosrt/runtime/llama"
 	"github.com/memosrt/memosrt/runtime/slots"
@@ -35,7 +36,7 @@ func (p *Pipeline) Chat(ctx context.Context, req Request) (*Response, error) {
 	if len(req.Messages) == 0 {
 		return nil, badField("messages", "at least one message is required")
 	}
-	return p.closing(p.do(ctx, &req, true))
+	return p.closing(p.do(ctx, &req, true, false))
 }
 
 // Generate completes req.Prompt: with a cube, the prompt is a user turn
@@ -43,7 +44,7 @@ func (p *Pipeline) Chat(ctx context.Context, req Request) (*Response, error) {
 // Raw sends the prompt as is; Context continues an earlier exchange. The
 // state is not saved as a conversation pack. Errors as Chat.
 func (p *Pipeline) Generate(ctx context.Context, req Request) (*Response, error) {
-	return p.closing(p.do(ctx, &req, false))
+	return p.closing(p.do(ctx, &req, false, false))
 }
 
 // closing reports a request that Close cancelled (its timeout passed) as
@@ -90,7 +91,7 @@ func requestTurns(req *Request) []Message {
 		}
 		msgs = append(msgs, Message{Role: "user", Content: req.Prompt})
 	}
-	if req.toolsOn() {
+	if toolsOn(req) {
 		msgs = withTools(msgs, req.Tools)
 	}
 	return msgs
@@ -203,6 +204,10 @@ type turn struct {
 	req   *Request
 	chat  bool
 	start time.Time // for TTFT: Request.Start or the call
+	// background runs the request at background priority (an extraction
+	// job, GenerateBackground): it yields batch room to foreground
+	// requests, records nothing.
+	background bool
 
 	// validate
 	grammar string       // the tool-call grammar, "" for none
@@ -239,8 +244,8 @@ func (t *turn) onDone(f func()) { t.release = append(t.release, f) }
 // through its stages in order (validate, assemble, admit, KV source,
 // decode, persist, record); with Options.Upstream, validate and then the
 // upstream backend, which assembles the same prompt.
-func (p *Pipeline) do(ctx context.Context, req *Request, chat bool) (*Response, error) {
-	t := &turn{ctx: ctx, req: req, chat: chat, start: req.Start}
+func (p *Pipeline) do(ctx context.Context, req *Request, chat, background bool) (*Response, error) {
+	t := &turn{ctx: ctx, req: req, chat: chat, background: background, start: req.Start}
 	if t.start.IsZero() {
 		t.start = time.Now()
 	}
@@ -285,20 +290,20 @@ func (p *Pipeline) validate(t *turn) error {
 		return err
 	}
 	if req.ID == "" {
-		req.ID = NewResponseID()
+		req.ID = request.NewResponseID()
 	} else if err := checkResponseID(req.ID); err != nil {
 		return err
 	}
 	for i, m := range req.Messages {
-		if err := CheckRole(fmt.Sprintf("messages[%d].role", i), m.Role); err != nil {
+		if err := request.CheckRole(fmt.Sprintf("messages[%d].role", i), m.Role); err != nil {
 			return err
 		}
 	}
-	if _, err := ParseRecordMode("record", string(req.Record)); err != nil {
+	if _, err := request.ParseRecordMode("record", string(req.Record)); err != nil {
 		return err
 	}
 	var err error
-	if t.grammar, err = req.toolSpec().Grammar(); err != nil {
+	if t.grammar, err = toolSpec(req).Grammar(); err != nil {
 		return err
 	}
 	t.gen = p.gen(req.Cube) // before the cube check: a delete after it is seen
@@ -337,7 +342,7 @@ func (p *Pipeline) assemble(t *turn) error {
 		return err
 	}
 	out := &Response{ID: req.ID}
-	out.setMemories(r.prompt)
+	setMemories(out, r.prompt)
 	out.Usage.PromptTokens, out.Usage.LoadDuration = len(r.toks), loadTime
 	t.out = out
 	if req.RenderOnly {
@@ -354,7 +359,7 @@ func (p *Pipeline) assemble(t *turn) error {
 		if r, err = p.truncate(ctx, l, req, limit-minBudget); err != nil {
 			return err
 		}
-		out.setMemories(r.prompt)
+		setMemories(out, r.prompt)
 	}
 	if req.Cube != "" && len(r.toks) > limit-minBudget && len(r.prompt.Retrieved)+len(r.prompt.Preferences)+len(r.prompt.Pack) > 0 {
 		// the memories' token budgets are estimates: without retrieval,
@@ -367,7 +372,7 @@ func (p *Pipeline) assemble(t *turn) error {
 				break
 			}
 		}
-		out.setMemories(r.prompt)
+		setMemories(out, r.prompt)
 	}
 	toks := r.toks
 	out.Usage.PromptTokens = len(toks)
@@ -423,7 +428,7 @@ func (p *Pipeline) admit(t *turn) error {
 	if t.shared != "" {
 		t.scope += "\x00" + t.shared // a slot holds state of every cube read
 	}
-	if req.background {
+	if t.background {
 		// background work takes an idle slot or none, and gives it up to
 		// the first foreground request that finds no free one
 		var cancel context.CancelCauseFunc
@@ -450,7 +455,7 @@ func (p *Pipeline) admit(t *turn) error {
 	t.slotN = l.pool.CachedAfterAdmit(sl, t.slotN) // 0 if emptied for the request first in line
 	// restore and generate ahead of background work; not while waiting for
 	// cells above: a tier job holding cells must be able to finish
-	if !req.background {
+	if !t.background {
 		t.onDone(l.eng.BeginForeground())
 	}
 	return nil
@@ -487,14 +492,14 @@ func (p *Pipeline) decode(t *turn) error {
 	req, l, sl, toks, out := t.req, t.l, t.sl, t.r.toks, t.out
 	onText := req.OnText
 	var calls *toolcall.Filter
-	if req.toolsOn() && onText != nil {
-		calls = toolcall.NewFilter(onText, req.ToolChoice == ToolRequired)
+	if toolsOn(req) && onText != nil {
+		calls = toolcall.NewFilter(onText, req.ToolChoice == request.ToolRequired)
 		onText = calls.OnText
 	}
 	var res runtime.Result
 	gerr := runtime.Stream(t.ctx, onText, func(ctx context.Context, onText func(string) error) error {
 		var err error
-		res, err = l.eng.Generate(ctx, runtime.Request{Seq: sl.Seq, Tokens: toks, NPast: t.src.npast, Sampling: t.sp, Background: req.background,
+		res, err = l.eng.Generate(ctx, runtime.Request{Seq: sl.Seq, Tokens: toks, NPast: t.src.npast, Sampling: t.sp, Background: t.background,
 			MaxTokens: t.maxTok, Stop: req.Stop, OnText: onText, Start: t.start, Adapters: t.ad.refs})
 		return err
 	})
@@ -528,7 +533,7 @@ func (p *Pipeline) decode(t *turn) error {
 	if gerr != nil {
 		return gerr
 	}
-	if req.toolsOn() {
+	if toolsOn(req) {
 		if tc, ok := toolcall.Parse(out.Text); ok {
 			out.ToolCalls, out.Text = tc, ""
 		} else if calls != nil && calls.Held() != "" {
@@ -558,9 +563,9 @@ func (p *Pipeline) record(t *turn) {
 	if t.req.Cube != "" && !t.req.NoUsage {
 		p.recordUse(t.req.Cube, t.r.prompt)
 	}
-	p.answered(t.ctx, t.req, t.cube, t.out)
+	p.answered(t.ctx, t.req, t.cube, t.out, t.background)
 	if t.chat {
-		p.chatDone(t.ctx, t.req, t.cube, t.out.Text)
+		p.chatDone(t.ctx, t.req, t.cube, t.out.Text, t.background)
 	}
 }
 
@@ -923,15 +928,15 @@ func (p *Pipeline) recordUse(cube string, pk layout.Prompt) {
 }
 
 // answered calls the OnResponse hook for a foreground answer in a cube.
-func (p *Pipeline) answered(ctx context.Context, req *Request, cube textmem.Cube, res *Response) {
-	if p.onResponse != nil && req.Cube != "" && !req.background {
+func (p *Pipeline) answered(ctx context.Context, req *Request, cube textmem.Cube, res *Response, background bool) {
+	if p.onResponse != nil && req.Cube != "" && !background {
 		p.onResponse(ctx, req, cube, res)
 	}
 }
 
 // chatDone calls the OnChat hook for an answered foreground chat turn.
-func (p *Pipeline) chatDone(ctx context.Context, req *Request, cube textmem.Cube, answer string) {
-	if p.onChat != nil && !req.background {
+func (p *Pipeline) chatDone(ctx context.Context, req *Request, cube textmem.Cube, answer string, background bool) {
+	if p.onChat != nil && !background {
 		p.onChat(ctx, req, cube, answer)
 	}
 }
@@ -942,8 +947,7 @@ func (p *Pipeline) chatDone(ctx context.Context, req *Request, cube textmem.Cube
 // none free, yields batch room to foreground requests and calls no
 // OnChat hook. Errors as Generate.
 func (p *Pipeline) GenerateBackground(ctx context.Context, req Request) (*Response, error) {
-	req.background = true
-	return p.do(ctx, &req, false)
+	return p.do(ctx, &req, false, true)
 }
 
 // ContextTokens is the primary's n_ctx while the tier scheduler uses it,

@@ -117,7 +117,7 @@ func (p *Pipeline) sharedInput(ctx context.Context, req *Request) ([]layout.Shar
 // the same read cubes for another cube may restore it.
 func (p *Pipeline) persistShared(t *turn) {
 	n := t.r.prompt.SharedTokens
-	if t.shared == "" || t.r.prompt.SharedPack == 0 || n == 0 || t.req.NoPersist || p.opts.NoPersist || t.held < n || t.req.background {
+	if t.shared == "" || t.r.prompt.SharedPack == 0 || n == 0 || t.req.NoPersist || p.opts.NoPersist || t.held < n || t.background {
 		return
 	}
 	l, sl := t.l, t.sl

@@ -45,7 +45,7 @@ func (p *Pipeline) upstreamTurn(t *turn) (*Response, error) {
 		return nil, badField("adapters", "the %s backend has no LoRA adapters", api)
 	}
 	out := &Response{ID: req.ID}
-	out.setMemories(layout.Prompt{})
+	setMemories(out, layout.Prompt{})
 	var used *layout.Prompt
 	ur := &upstream.Request{Chat: req.Messages != nil, Prompt: req.Prompt, System: req.System, Raw: req.Raw, Context: req.Context,
 		NumCtx: req.NumCtx, Stop: req.Stop, Format: req.Format, RenderOnly: req.RenderOnly, NumPredict: req.NumPredict,
@@ -72,7 +72,7 @@ func (p *Pipeline) upstreamTurn(t *turn) (*Response, error) {
 		if err != nil {
 			return nil, err
 		}
-		out.setMemories(pr)
+		setMemories(out, pr)
 		ur.Messages = append(ur.Messages, layout.Message{Role: "system", Content: pr.System})
 		ur.Messages = append(ur.Messages, pr.Messages...)
 		if req.Messages == nil {
@@ -131,9 +131,9 @@ func (p *Pipeline) upstreamTurn(t *turn) (*Response, error) {
 	if used != nil && !req.NoUsage {
 		p.recordUse(req.Cube, *used)
 	}
-	p.answered(t.ctx, req, t.cube, out)
+	p.answered(t.ctx, req, t.cube, out, t.background)
 	if t.chat {
-		p.chatDone(t.ctx, req, t.cube, out.Text)
+		p.chatDone(t.ctx, req, t.cube, out.Text, t.background)
 	}
 	return out, nil
 }

@@ -48,8 +48,9 @@ var layers = [][]string{
 	// conversations write (recording, governed writes, extraction jobs);
 	// the upstream servers a text-only OS generates through
 	{"scheduler", "modelsched", "conversation", "upstream", "memchunk"},
-	// what an OS is opened with, read by every layer above
-	{"config"},
+	// what an OS is opened with, read by every layer above; what a
+	// request asks and answers
+	{"config", "pipeline/request"},
 	// the request pipeline: the served models, the request stages, the
 	// conversation packs, the resident level
 	{"pipeline"},
@@ -118,7 +119,7 @@ var hooks = map[string]string{
 	"upstream.Request.OnText":              "streams the upstream's text to the caller",
 	"pipeline.Deps.OnChat":                 "records an answered chat turn (the facade's conversations)",
 	"pipeline.Deps.OnResponse":             "keeps an answer in its cube's response log (for feedback)",
-	"pipeline.Request.OnText":              "streams generated text to the caller",
+	"pipeline/request.Request.OnText":      "streams generated text to the caller",
 	"cubeops.Stores.Now":                   "clock (the facade's)",
 	"cubeops.Stores.AfterTextDelete":       "failpoint between a cube's text delete and the rest (tests)",
 }
