@@ -63,8 +63,8 @@ const (
 	// Request.MaxToolCalls is 0.
 	DefaultMaxToolCalls = request.DefaultMaxToolCalls
 	// MaxStops and MaxStopBytes bound Request.Stop.
-	MaxStops     = pipeline.MaxStops
-	MaxStopBytes = pipeline.MaxStopBytes
+	MaxStops     = request.MaxStops
+	MaxStopBytes = request.MaxStopBytes
 	// MaxEmbedInputs bounds the texts of one Embed call.
 	MaxEmbedInputs = pipeline.MaxEmbedInputs
 	// MaxCubes bounds the cubes of one request (Request.Cube and

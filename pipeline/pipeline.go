@@ -286,12 +286,12 @@ func (p *Pipeline) do(ctx context.Context, req *Request, chat, background bool) 
 // for a completion.
 func (p *Pipeline) validate(t *turn) error {
 	req := t.req
-	if err := checkOptions(req); err != nil {
+	if err := request.CheckOptions(req); err != nil {
 		return err
 	}
 	if req.ID == "" {
 		req.ID = request.NewResponseID()
-	} else if err := checkResponseID(req.ID); err != nil {
+	} else if err := request.CheckID(req.ID); err != nil {
 		return err
 	}
 	for i, m := range req.Messages {

@@ -1,8 +1,6 @@
 package pipeline
 
 import (
-	"strings"
-
 	"github.com/memosrt/memosrt/layout"
 	"github.com/memosrt/memosrt/pipeline/request"
 	"github.com/memosrt/memosrt/textmem"
@@ -42,15 +40,4 @@ func setMemories(r *Response, p layout.Prompt) {
 	r.PackMemories, r.Retrieved = len(p.Pack), len(p.Retrieved)
 	r.PackMemoryIDs, r.RetrievedIDs, r.PreferenceIDs = ids(p.Pack), ids(p.Retrieved), ids(p.Preferences)
 	r.CubeMemories = p.CubeCounts()
-}
-
-// checkResponseID checks a request's own id (Request.ID).
-func checkResponseID(id string) error {
-	rest, ok := strings.CutPrefix(id, "resp_")
-	if !ok || rest == "" || len(id) > 64 || strings.ContainsFunc(rest, func(r rune) bool {
-		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-')
-	}) {
-		return badField("id", "%q: want resp_ and at most 64 bytes of letters, digits, _ and -", id)
-	}
-	return nil
 }

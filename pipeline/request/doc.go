@@ -5,8 +5,9 @@
 // recorded, the OnText stream), Response (the text, the done reason, the
 // cache source, the memories the prompt carried, tool calls) with its
 // Usage (token counts and timings), the record modes, the cache sources,
-// the tool-calling names (package toolcall's) and response ids
-// (NewResponseID).
+// the tool-calling names (package toolcall's), response ids
+// (NewResponseID, CheckID), and the checks every route's options get
+// (CheckOptions, MaxStops, MaxStopBytes).
 //
 // Package pipeline runs requests through its stages; package memosrt
 // re-exports these types under the same names. The types are plain

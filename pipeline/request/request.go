@@ -5,10 +5,9 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
-	"fmt"
+	"strings"
 	"time"
 
-	"github.com/memosrt/memosrt/errkind"
 	"github.com/memosrt/memosrt/layout"
 	"github.com/memosrt/memosrt/lora"
 	"github.com/memosrt/memosrt/runtime/llama"
@@ -142,7 +141,7 @@ func ParseRecordMode(field, v string) (RecordMode, error) {
 	case RecordTurn, RecordUser, RecordNone:
 		return m, nil
 	}
-	return "", &errkind.FieldError{Field: field, Msg: fmt.Sprintf(`%q: want "", "user" or "none"`, v)}
+	return "", badField(field, `%q: want "", "user" or "none"`, v)
 }
 
 // CheckRole refuses a message role other than system, user, assistant
@@ -267,3 +266,15 @@ const DefaultMaxToolCalls = toolcall.DefaultMaxCalls
 // array of {"name", "arguments"}. Wire layers put a previous turn's
 // tool_calls back into the conversation with it.
 func CallsText(content string, calls []ToolCall) string { return toolcall.Text(content, calls) }
+
+// CheckID checks a request's own id (Request.ID): "resp_" and at most
+// 64 bytes of letters, digits, '_' and '-', or a *errkind.FieldError.
+func CheckID(id string) error {
+	rest, ok := strings.CutPrefix(id, "resp_")
+	if !ok || rest == "" || len(id) > 64 || strings.ContainsFunc(rest, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-')
+	}) {
+		return badField("id", "%q: want resp_ and at most 64 bytes of letters, digits, _ and -", id)
+	}
+	return nil
+}
