@@ -5,6 +5,7 @@ import (
 
 	"github.com/memosrt/memosrt/config"
 	"github.com/memosrt/memosrt/errkind"
+	"github.com/memosrt/memosrt/pipeline/convpack"
 	"github.com/memosrt/memosrt/runtime"
 	"github.com/memosrt/memosrt/runtime/slots"
 	"github.com/memosrt/memosrt/upstream"
@@ -54,7 +55,7 @@ func (p *Pipeline) Model() ModelInfo {
 func (p *Pipeline) Stats() Stats {
 	st := Stats{Backend: p.info.Backend, PendingWrites: int(p.pending.Load()), ResidentMax: p.opts.ResidentCells}
 	st.KVRAMBytes, st.KVDiskBytes, st.Packs = p.kv.Stats()
-	conv, convBytes := p.convPacks()
+	conv, convBytes := convpack.List(p.kv)
 	st.ConvPacks, st.ConvBytes = len(conv), convBytes
 	st.ConvEvicted, st.Fallbacks = p.convEvicted.Load(), p.fallbacks.Load()
 	st.DiskBytes, st.NoSpace = p.db.DiskBytes(), p.db.Refused()

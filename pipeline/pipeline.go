@@ -13,6 +13,7 @@ import (
 	"github.com/memosrt/memosrt/kvcache"
 	"github.com/memosrt/memosrt/layout"
 	"github.com/memosrt/memosrt/lora"
+	"github.com/memosrt/memosrt/pipeline/convpack"
 	"github.com/memosrt/memosrt/pipeline/request"
 	"github.com/memosrt/memosrt/runtime"
 	"github.com/memosrt/memosrt/runtime/llama"
@@ -313,7 +314,7 @@ func (p *Pipeline) validate(t *turn) error {
 	if t.readGens, err = p.checkReadCubes(t.ctx, req); err != nil {
 		return err
 	}
-	t.shared = sharedScope(req.ReadCubes, t.readGens)
+	t.shared = convpack.SharedScope(req.ReadCubes, t.readGens)
 	if !t.chat && req.Prompt == "" && len(req.Context) == 0 {
 		return badField("prompt", "empty prompt")
 	}
@@ -607,7 +608,7 @@ func (p *Pipeline) prepare(ctx context.Context, l *loaded, sl *slots.Slot, toks 
 		}
 	}
 	storedN := 0
-	if m := p.kv.Lookup(kvcache.ScopedKey(ad.cfgKey, cube), toks); m.ID != "" && p.packInScope(m.ID, cube) {
+	if m := p.kv.Lookup(kvcache.ScopedKey(ad.cfgKey, cube), toks); m.ID != "" && convpack.InScope(p.kv, m.ID, cube) {
 		storedN = min(m.Tokens, usable)
 	}
 	scope := cube
@@ -632,7 +633,7 @@ func (p *Pipeline) prepare(ctx context.Context, l *loaded, sl *slots.Slot, toks 
 		src := kvSource{npast: slotN}
 		if slotN > 0 {
 			src.source = SourceSlot
-			if continues(slotN, len(sl.Toks())) {
+			if convpack.Continues(slotN, len(sl.Toks())) {
 				src.prev = sl.ConvPack
 			}
 		} else {
@@ -657,7 +658,7 @@ func (p *Pipeline) prepare(ctx context.Context, l *loaded, sl *slots.Slot, toks 
 	}
 	if rs.Tokens > 0 {
 		src := kvSource{npast: rs.Tokens, source: SourceRestored, packID: rs.PackID, restore: rs.Duration}
-		if scope == cube && continues(rs.Tokens, rs.PackTotal) {
+		if scope == cube && convpack.Continues(rs.Tokens, rs.PackTotal) {
 			src.prev = rs.PackID
 		}
 		return src, nil
@@ -670,12 +671,6 @@ func (p *Pipeline) prepare(ctx context.Context, l *loaded, sl *slots.Slot, toks 
 	}
 	return kvSource{refused: rs.Refused, restore: rs.Duration}, nil
 }
-
-// continues reports whether a new state sharing n tokens with an old one
-// of total tokens continues that conversation (then the old conversation
-// pack is dropped once the new one is stored): at least 3/4 shared. A
-// branch from an early turn keeps the old pack.
-func continues(n, total int) bool { return total > 0 && 4*n >= 3*total }
 
 // persist saves sl's state as a conversation pack in the background (the
 // state is copied now, so the slot is free again at once) and then drops
@@ -732,7 +727,7 @@ func (l *loaded) forgetUnsaved(sl *slots.Slot) {
 func (p *Pipeline) convState(l *loaded, sl *slots.Slot, cs convSave) (func(), bool) {
 	cube, gen, prev, ad := cs.cube, cs.gen, cs.prev, cs.ad
 	toks := slices.Clone(sl.Toks())
-	snap, err := p.kv.Snapshot(l.eng, sl.Seq, kvcache.Header{AdapterKey: ad.key, Tokens: toks, Label: convLabel(cube), Scope: cube})
+	snap, err := p.kv.Snapshot(l.eng, sl.Seq, kvcache.Header{AdapterKey: ad.key, Tokens: toks, Label: convpack.Label(cube), Scope: cube})
 	if err != nil {
 		p.log.Warn("conversation state not saved", "seq", sl.Seq, "err", err)
 		return nil, false
@@ -746,7 +741,7 @@ func (p *Pipeline) convState(l *loaded, sl *slots.Slot, cs convSave) (func(), bo
 		if p.gen(cube) != gen {
 			return // the cube was deleted after the request began
 		}
-		if p.hasPack(id) {
+		if convpack.Has(p.kv, id) {
 			return // the same conversation state is stored already
 		}
 		info, err := snap.Store(context.Background())
@@ -754,101 +749,15 @@ func (p *Pipeline) convState(l *loaded, sl *slots.Slot, cs convSave) (func(), bo
 			p.log.Warn("conversation pack not stored", "cube", cube, "err", err)
 			return
 		}
-		if prev != "" && prev != info.ID && p.isConv(prev) {
+		if prev != "" && prev != info.ID && convpack.IsConv(p.kv, prev) {
 			if err := p.kv.Delete(prev); err != nil && !errors.Is(err, kvcache.ErrNotFound) {
 				p.log.Warn("old conversation pack not deleted", "pack", prev, "err", err)
 			}
 		}
 		p.log.Debug("conversation pack stored", "cube", cube, "pack", info.ID[:12], "n_tokens", info.NTokens,
 			"blob_bytes", info.BlobBytes, "ms", time.Since(start).Milliseconds())
-		p.trimConv(info.ID)
+		p.convEvicted.Add(convpack.Trim(p.kv, p.opts.ConvBytes, info.ID, p.log))
 	}, true
-}
-
-// trimConv deletes the oldest conversation packs, never keep, until they
-// fit Options.ConvBytes. Called with kvMu held.
-func (p *Pipeline) trimConv(keep string) {
-	conv, total := p.convPacks()
-	if total <= p.opts.ConvBytes {
-		return
-	}
-	slices.SortFunc(conv, func(a, b kvcache.Info) int { return a.Created.Compare(b.Created) })
-	for _, pk := range conv {
-		if total <= p.opts.ConvBytes {
-			break
-		}
-		if pk.ID == keep {
-			continue
-		}
-		if err := p.kv.Delete(pk.ID); err != nil && !errors.Is(err, kvcache.ErrNotFound) {
-			p.log.Warn("conversation pack over the budget not deleted", "pack", pk.ID, "err", err)
-			return
-		}
-		total -= pk.BlobBytes
-		p.convEvicted.Add(1)
-	}
-}
-
-// convPrefix starts the label of every conversation pack.
-const convPrefix = "conv:"
-
-// PackCube splits a pack's label (kvcache.Info.Label, as memosrt's
-// OS.AllPacks lists them) into its cube and its kind: "conv:<cube>" is a
-// "conversation" pack of cube ("" for chats without a cube),
-// "shared:<a>+<b>" a "shared" pack of the read cubes a and b (cube "a+b"),
-// any other
-// label is the cube of a "memories" pack (the activation tier's, made by a
-// warm or the scheduler); "chunk:<cube>:<memory id>" is a "chunk" of one
-// memory of cube (ChunkOf).
-func PackCube(label string) (cube, kind string) {
-	if c, _, ok := ChunkOf(label); ok {
-		return c, "chunk"
-	}
-	if c, ok := strings.CutPrefix(label, convPrefix); ok {
-		return c, "conversation"
-	}
-	if c, ok := strings.CutPrefix(label, sharedPrefix); ok {
-		return c, "shared" // "a+b": the read cubes whose packs it holds
-	}
-	return label, "memories"
-}
-
-// convLabel is the label of cube's conversation packs.
-func convLabel(cube string) string { return convPrefix + cube }
-
-// convPacks returns the stored conversation packs of all cubes, and the
-// shared packs (one budget, Options.ConvBytes), and their blob bytes.
-func (p *Pipeline) convPacks() ([]kvcache.Info, int64) {
-	var conv []kvcache.Info
-	var total int64
-	for _, pk := range p.kv.List("") {
-		if strings.HasPrefix(pk.Label, convPrefix) || strings.HasPrefix(pk.Label, sharedPrefix) {
-			conv = append(conv, pk)
-			total += pk.BlobBytes
-		}
-	}
-	return conv, total
-}
-
-// hasPack reports whether this node stores pack id (a pack found in the
-// shared level only does not count: the node stores its own copy).
-func (p *Pipeline) hasPack(id string) bool {
-	i, ok := p.kv.Info(id)
-	return ok && !i.Remote
-}
-
-// packInScope reports whether pack id belongs to cube: labelled cube or
-// "conv:"+cube. kvcache's lookup is not scoped; a pack of another cube is
-// treated as a miss (a shorter pack of this cube is then not found).
-func (p *Pipeline) packInScope(id, cube string) bool {
-	pk, ok := p.kv.Info(id)
-	return ok && (pk.Label == convLabel(cube) || cube != "" && pk.Label == cube)
-}
-
-// isConv reports whether pack id is a conversation pack.
-func (p *Pipeline) isConv(id string) bool {
-	pk, ok := p.kv.Info(id)
-	return ok && strings.HasPrefix(pk.Label, convPrefix)
 }
 
 // adapterSet is a request's leased LoRA adapters and the keys KV state is

@@ -19,7 +19,7 @@ import (
 	"github.com/memosrt/memosrt/internal/defaults"
 	"github.com/memosrt/memosrt/internal/ollamastore"
 	"github.com/memosrt/memosrt/kvcache"
-	"github.com/memosrt/memosrt/pipeline"
+	"github.com/memosrt/memosrt/pipeline/convpack"
 	"github.com/memosrt/memosrt/runtime"
 	"github.com/memosrt/memosrt/runtime/grammar"
 	"github.com/memosrt/memosrt/runtime/llama"
@@ -164,7 +164,7 @@ func newKVLsCmd() *cobra.Command {
 			return err
 		}
 		if *cube != "" {
-			infos = slices.DeleteFunc(infos, func(i kvcache.Info) bool { c, _ := pipeline.PackCube(i.Label); return c != *cube })
+			infos = slices.DeleteFunc(infos, func(i kvcache.Info) bool { c, _ := convpack.PackCube(i.Label); return c != *cube })
 		}
 		if *asJSON {
 			if infos == nil {
@@ -175,7 +175,7 @@ func newKVLsCmd() *cobra.Command {
 		tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "PACK\tCUBE\tKIND\tTOKENS\tRAW\tSTORED\tRATIO\tCREATED")
 		for _, i := range infos {
-			c, kind := pipeline.PackCube(i.Label)
+			c, kind := convpack.PackCube(i.Label)
 			if c == "" {
 				c = "(no cube)"
 			}

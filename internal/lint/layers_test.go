@@ -49,8 +49,9 @@ var layers = [][]string{
 	// the upstream servers a text-only OS generates through
 	{"scheduler", "modelsched", "conversation", "upstream", "memchunk"},
 	// what an OS is opened with, read by every layer above; what a
-	// request asks and answers; what the pipeline reports
-	{"config", "pipeline/request", "pipeline/status"},
+	// request asks and answers; what the pipeline reports; the names and
+	// budget of conversation packs
+	{"config", "pipeline/request", "pipeline/status", "pipeline/convpack"},
 	// the request pipeline: the served models, the request stages, the
 	// conversation packs, the resident level
 	{"pipeline"},
