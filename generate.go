@@ -32,7 +32,7 @@ type (
 	// ToolCall is one call the model made (Response.ToolCalls).
 	ToolCall = request.ToolCall
 	// Embedding is what EmbedWith returns.
-	Embedding = pipeline.Embedding
+	Embedding = request.Embedding
 )
 
 // Record modes (Request.Record).
@@ -66,7 +66,7 @@ const (
 	MaxStops     = request.MaxStops
 	MaxStopBytes = request.MaxStopBytes
 	// MaxEmbedInputs bounds the texts of one Embed call.
-	MaxEmbedInputs = pipeline.MaxEmbedInputs
+	MaxEmbedInputs = request.MaxEmbedInputs
 	// MaxCubes bounds the cubes of one request (Request.Cube and
 	// Request.ReadCubes together).
 	MaxCubes = pipeline.MaxCubes

@@ -75,29 +75,6 @@ type rendered struct {
 	prompt layout.Prompt // with a cube: pack, retrieved memories
 }
 
-func promptField(req *Request) string {
-	if req.Messages != nil {
-		return "messages"
-	}
-	return "prompt"
-}
-
-// requestTurns returns the request's turns: the chat messages, or for a
-// completion an optional system turn and one user turn.
-func requestTurns(req *Request) []Message {
-	msgs := req.Messages
-	if msgs == nil {
-		if req.System != "" {
-			msgs = append(msgs, Message{Role: "system", Content: req.System})
-		}
-		msgs = append(msgs, Message{Role: "user", Content: req.Prompt})
-	}
-	if toolsOn(req) {
-		msgs = withTools(msgs, req.Tools)
-	}
-	return msgs
-}
-
 // dropMemories leaves memories out of a prompt that does not fit.
 type dropMemories int
 
@@ -145,7 +122,7 @@ func (p *Pipeline) renderWith(ctx context.Context, l *loaded, req *Request, drop
 		r.text, r.toks = req.Prompt, toks
 		return r, err
 	}
-	in := layout.Input{Cube: req.Cube, Messages: requestTurns(req), NoRetrieve: drop >= dropRetrieved}
+	in := layout.Input{Cube: req.Cube, Messages: request.Turns(req), NoRetrieve: drop >= dropRetrieved}
 	if drop == dropAll {
 		in.Cube = ""
 	}
@@ -161,7 +138,7 @@ func (p *Pipeline) renderWith(ctx context.Context, l *loaded, req *Request, drop
 	}
 	pk, err := l.lay.Assemble(ctx, in)
 	if errors.Is(err, llama.ErrTemplate) {
-		return r, badField(promptField(req), "chat template: %v", err)
+		return r, badField(request.PromptField(req), "chat template: %v", err)
 	}
 	if err != nil {
 		return r, err
@@ -304,7 +281,7 @@ func (p *Pipeline) validate(t *turn) error {
 		return err
 	}
 	var err error
-	if t.grammar, err = toolSpec(req).Grammar(); err != nil {
+	if t.grammar, err = request.ToolSpec(req).Grammar(); err != nil {
 		return err
 	}
 	t.gen = p.gen(req.Cube) // before the cube check: a delete after it is seen
@@ -378,10 +355,10 @@ func (p *Pipeline) assemble(t *turn) error {
 	toks := r.toks
 	out.Usage.PromptTokens = len(toks)
 	if len(toks) == 0 {
-		return badField(promptField(req), "empty prompt")
+		return badField(request.PromptField(req), "empty prompt")
 	}
 	if len(toks) >= limit {
-		return badField(promptField(req), "prompt is %d tokens, context is %d (num_ctx %d, loaded n_ctx %d)", len(toks), limit, req.NumCtx, l.eng.NCtx())
+		return badField(request.PromptField(req), "prompt is %d tokens, context is %d (num_ctx %d, loaded n_ctx %d)", len(toks), limit, req.NumCtx, l.eng.NCtx())
 	}
 	maxTok := req.NumPredict
 	switch {
@@ -448,7 +425,7 @@ func (p *Pipeline) admit(t *turn) error {
 	got, err := l.pool.Admit(t.ctx, sl, len(toks)+min(t.maxTok, minBudget), len(toks)+t.maxTok, l.eng.NCtx(), l.res, l.clearSeq)
 	if err != nil {
 		if errors.Is(err, slots.ErrNoRoom) {
-			return badField(promptField(req), "%v (prompt %d tokens)", err, len(toks))
+			return badField(request.PromptField(req), "%v (prompt %d tokens)", err, len(toks))
 		}
 		return err
 	}
@@ -493,7 +470,7 @@ func (p *Pipeline) decode(t *turn) error {
 	req, l, sl, toks, out := t.req, t.l, t.sl, t.r.toks, t.out
 	onText := req.OnText
 	var calls *toolcall.Filter
-	if toolsOn(req) && onText != nil {
+	if request.ToolsOn(req) && onText != nil {
 		calls = toolcall.NewFilter(onText, req.ToolChoice == request.ToolRequired)
 		onText = calls.OnText
 	}
@@ -534,7 +511,7 @@ func (p *Pipeline) decode(t *turn) error {
 	if gerr != nil {
 		return gerr
 	}
-	if toolsOn(req) {
+	if request.ToolsOn(req) {
 		if tc, ok := toolcall.Parse(out.Text); ok {
 			out.ToolCalls, out.Text = tc, ""
 		} else if calls != nil && calls.Held() != "" {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/memosrt/memosrt/layout"
+	"github.com/memosrt/memosrt/pipeline/request"
 	"github.com/memosrt/memosrt/runtime/slots"
 	"github.com/memosrt/memosrt/upstream"
 )
@@ -57,7 +58,7 @@ func (p *Pipeline) upstreamTurn(t *turn) (*Response, error) {
 	ur.Tools, ur.ToolChoice, ur.ToolName, ur.MaxToolCalls = req.Tools, req.ToolChoice, req.ToolName, req.MaxToolCalls
 	turns := req.Messages
 	if turns == nil {
-		turns = requestTurns(&Request{System: req.System, Prompt: req.Prompt})
+		turns = request.Turns(&Request{System: req.System, Prompt: req.Prompt})
 	}
 	if req.Cube != "" && !req.Raw && len(req.Context) == 0 {
 		members, err := p.tiers.HotSet(ctx, req.Cube)

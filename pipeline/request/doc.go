@@ -6,8 +6,10 @@
 // cache source, the memories the prompt carried, tool calls) with its
 // Usage (token counts and timings), the record modes, the cache sources,
 // the tool-calling names (package toolcall's), response ids
-// (NewResponseID, CheckID), and the checks every route's options get
-// (CheckOptions, MaxStops, MaxStopBytes).
+// (NewResponseID, CheckID), the checks every route's options get
+// (CheckOptions, MaxStops, MaxStopBytes), the turns a request's prompt is
+// made of (Turns: with the tools' turn when ToolsOn) and what an
+// embedding request answers (Embedding, MaxEmbedInputs).
 //
 // Package pipeline runs requests through its stages; package memosrt
 // re-exports these types under the same names. The types are plain

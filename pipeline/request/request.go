@@ -278,3 +278,18 @@ func CheckID(id string) error {
 	}
 	return nil
 }
+
+// MaxEmbedInputs bounds the texts of one Embed call (HTTP 400 beyond; the
+// request body is bounded in bytes by the server, 413).
+const MaxEmbedInputs = 2048
+
+// Embedding is what EmbedWith returns.
+type Embedding struct {
+	Vectors [][]float32 // one per text: [len(texts)][dim]
+	Tokens  int         // the input's token count (0 from an Embedder or the upstream)
+	// LoadDuration is the time spent getting the loaded model (loading
+	// it, waiting for another request's load, or finding it loaded) when
+	// a model embedded, 1 ns with an Embedder or the upstream: always > 0,
+	// as Ollama's load_duration
+	LoadDuration time.Duration
+}

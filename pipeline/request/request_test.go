@@ -64,3 +64,23 @@ func TestIDsAndModes(t *testing.T) {
 		t.Errorf("ParseRecordMode(all): %v", err)
 	}
 }
+
+func TestTurns(t *testing.T) {
+	got := Turns(&Request{System: "be brief", Prompt: "hi"})
+	if len(got) != 2 || got[0] != (Message{Role: "system", Content: "be brief"}) || got[1] != (Message{Role: "user", Content: "hi"}) {
+		t.Fatalf("completion turns %+v", got)
+	}
+	req := &Request{Messages: []Message{{Role: "system", Content: "s"}, {Role: "user", Content: "u"}},
+		Tools: []Tool{{Name: "f"}}}
+	got = Turns(req)
+	if !ToolsOn(req) || len(got) != 3 || got[0].Content != "s" || got[1].Role != "system" || !strings.Contains(got[1].Content, `"f"`) || got[2].Content != "u" {
+		t.Fatalf("chat turns with tools %+v", got)
+	}
+	req.ToolChoice = ToolNone
+	if ToolsOn(req) || len(Turns(req)) != 2 {
+		t.Fatalf("tool_choice none: tools on %v, turns %+v", ToolsOn(req), Turns(req))
+	}
+	if PromptField(req) != "messages" || PromptField(&Request{}) != "prompt" {
+		t.Fatal("PromptField")
+	}
+}
