@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/memosrt/memosrt/internal/gate"
-	"github.com/memosrt/memosrt/pipeline"
 	"github.com/memosrt/memosrt/pipeline/request"
 )
 
@@ -69,7 +68,7 @@ const (
 	MaxEmbedInputs = request.MaxEmbedInputs
 	// MaxCubes bounds the cubes of one request (Request.Cube and
 	// Request.ReadCubes together).
-	MaxCubes = pipeline.MaxCubes
+	MaxCubes = request.MaxCubes
 )
 
 // ParseRecordMode reads a request's record field v: "" (the turn), "user"

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -402,7 +401,7 @@ func (p *Pipeline) admit(t *turn) error {
 	t.ad = ad
 	t.onDone(ad.release)
 	t.out.Adapters = ad.key
-	t.scope = scopeOf(req.Cube, t.gen, ad.key)
+	t.scope = convpack.SlotScope(req.Cube, t.gen, ad.key)
 	if t.shared != "" {
 		t.scope += "\x00" + t.shared // a slot holds state of every cube read
 	}
@@ -771,17 +770,6 @@ func (p *Pipeline) adapters(ctx context.Context, l *loaded, cube string, specs [
 	}
 	key := ls.Key()
 	return adapterSet{refs: ls.Refs, key: key, cfgKey: kvcache.ConfigKey(l.eng.KVConfig(), key), lease: ls}, nil
-}
-
-// scopeOf is the slot scope of a cube, at its deletion count gen, under an
-// adapter set: state computed with other adapters, or before the cube was
-// deleted, is not valid for this request. slots.Pool.Forget matches cube
-// and every scope starting with cube+"\x00".
-func scopeOf(cube string, gen uint64, adapterKey string) string {
-	if gen == 0 && adapterKey == "" {
-		return cube
-	}
-	return cube + "\x00" + strconv.FormatUint(gen, 10) + "\x00" + adapterKey
 }
 
 // recordUse counts a turn's memories towards their heat (MemoryOS): every

@@ -9,36 +9,22 @@ import (
 	"github.com/memosrt/memosrt/kvcache"
 	"github.com/memosrt/memosrt/layout"
 	"github.com/memosrt/memosrt/pipeline/convpack"
-	"github.com/memosrt/memosrt/textmem"
+	"github.com/memosrt/memosrt/pipeline/request"
 )
 
-// MaxCubes is the most cubes one request may name: its own (Request.Cube)
-// and the ones it reads (Request.ReadCubes) together.
-const MaxCubes = 8
-
-// checkReadCubes validates req.ReadCubes: each a cube name of an existing
-// cube, not req.Cube, at most MaxCubes in all; names given twice are kept
-// once, in the order first given. It returns their deletion counts, in
-// the same order (read before the cube check, as validate does for Cube).
-// Errors: *FieldError naming "cubes", textmem.ErrUnknownCube.
+// checkReadCubes validates req.ReadCubes (request.ReadCubes): each a cube
+// name of an existing cube, not req.Cube, at most MaxCubes in all; names
+// given twice are kept once, in the order first given. It returns their
+// deletion counts, in the same order (read before the cube check, as
+// validate does for Cube). Errors: *FieldError naming "cubes",
+// textmem.ErrUnknownCube.
 func (p *Pipeline) checkReadCubes(ctx context.Context, req *Request) ([]uint64, error) {
 	if len(req.ReadCubes) == 0 {
 		return nil, nil
 	}
-	if req.Cube == "" {
-		return nil, badField("cubes", "cubes to read need a cube to write (the first cube named)")
-	}
-	var names []string
-	for _, c := range req.ReadCubes {
-		if !textmem.ValidCube(c) {
-			return nil, badField("cubes", "%q is not a cube name (1..64 of [A-Za-z0-9._-], not . or ..)", c)
-		}
-		if c != req.Cube && !slices.Contains(names, c) {
-			names = append(names, c)
-		}
-	}
-	if len(names)+1 > MaxCubes {
-		return nil, badField("cubes", "%d cubes named, at most %d", len(names)+1, MaxCubes)
+	names, err := request.ReadCubes(req)
+	if err != nil {
+		return nil, err
 	}
 	gens := make([]uint64, len(names))
 	for i, c := range names {

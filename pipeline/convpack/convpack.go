@@ -149,3 +149,14 @@ func Trim(kv *kvcache.Cache, budget int64, keep string, log *slog.Logger) (evict
 	}
 	return evicted
 }
+
+// SlotScope is the slot scope of a cube, at its deletion count gen, under an
+// adapter set: state computed with other adapters, or before the cube was
+// deleted, is not valid for this request. slots.Pool.Forget matches cube
+// and every scope starting with cube+"\x00".
+func SlotScope(cube string, gen uint64, adapterKey string) string {
+	if gen == 0 && adapterKey == "" {
+		return cube
+	}
+	return cube + "\x00" + strconv.FormatUint(gen, 10) + "\x00" + adapterKey
+}

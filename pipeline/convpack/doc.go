@@ -3,8 +3,8 @@
 // restores it instead of prefilling (labelled Prefix + the cube), and the
 // shared packs of requests that read several cubes (SharedPrefix + the
 // read cubes, under their SharedScope). It gives each pack label its cube
-// and kind (PackCube), tells which stored pack a request may reuse
-// (InScope, Continues), lists these packs with their bytes (List) and
+// and kind (PackCube), tells which stored pack or slot state a request
+// may reuse (InScope, Continues, SlotScope, ScopeReads), lists these packs with their bytes (List) and
 // deletes the oldest over their budget (Trim).
 //
 // Package pipeline takes the states and stores the packs (persist); this

@@ -7,7 +7,8 @@
 // Usage (token counts and timings), the record modes, the cache sources,
 // the tool-calling names (package toolcall's), response ids
 // (NewResponseID, CheckID), the checks every route's options get
-// (CheckOptions, MaxStops, MaxStopBytes), the turns a request's prompt is
+// (CheckOptions, MaxStops, MaxStopBytes) and its read cubes (ReadCubes,
+// MaxCubes), the turns a request's prompt is
 // made of (Turns: with the tools' turn when ToolsOn) and what an
 // embedding request answers (Embedding, MaxEmbedInputs).
 //

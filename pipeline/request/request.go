@@ -5,12 +5,14 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/memosrt/memosrt/layout"
 	"github.com/memosrt/memosrt/lora"
 	"github.com/memosrt/memosrt/runtime/llama"
+	"github.com/memosrt/memosrt/textmem"
 	"github.com/memosrt/memosrt/toolcall"
 )
 
@@ -292,4 +294,32 @@ type Embedding struct {
 	// a model embedded, 1 ns with an Embedder or the upstream: always > 0,
 	// as Ollama's load_duration
 	LoadDuration time.Duration
+}
+
+// MaxCubes is the most cubes one request may name: its own (Request.Cube)
+// and the ones it reads (Request.ReadCubes) together.
+const MaxCubes = 8
+
+// ReadCubes returns req.ReadCubes checked: each a cube name, not req.Cube,
+// at most MaxCubes in all with req.Cube; names given twice are kept once,
+// in the order first given. Errors: *errkind.FieldError naming "cubes"
+// (also for ReadCubes without a Cube). Whether the cubes exist is the
+// pipeline's check.
+func ReadCubes(req *Request) ([]string, error) {
+	if req.Cube == "" {
+		return nil, badField("cubes", "cubes to read need a cube to write (the first cube named)")
+	}
+	var names []string
+	for _, c := range req.ReadCubes {
+		if !textmem.ValidCube(c) {
+			return nil, badField("cubes", "%q is not a cube name (1..64 of [A-Za-z0-9._-], not . or ..)", c)
+		}
+		if c != req.Cube && !slices.Contains(names, c) {
+			names = append(names, c)
+		}
+	}
+	if len(names)+1 > MaxCubes {
+		return nil, badField("cubes", "%d cubes named, at most %d", len(names)+1, MaxCubes)
+	}
+	return names, nil
 }

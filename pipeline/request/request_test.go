@@ -84,3 +84,19 @@ func TestTurns(t *testing.T) {
 		t.Fatal("PromptField")
 	}
 }
+
+func TestReadCubes(t *testing.T) {
+	got, err := ReadCubes(&Request{Cube: "me", ReadCubes: []string{"shop", "me", "kb", "shop"}})
+	if err != nil || len(got) != 2 || got[0] != "shop" || got[1] != "kb" {
+		t.Fatalf("ReadCubes = %q, %v", got, err)
+	}
+	many := make([]string, MaxCubes)
+	for i := range many {
+		many[i] = string(rune('a' + i))
+	}
+	for _, req := range []Request{{ReadCubes: []string{"shop"}}, {Cube: "me", ReadCubes: []string{"../x"}}, {Cube: "me", ReadCubes: many}} {
+		if _, err := ReadCubes(&req); field(t, err) != "cubes" {
+			t.Errorf("ReadCubes(%q, %q): %v", req.Cube, req.ReadCubes, err)
+		}
+	}
+}
