@@ -5,83 +5,83 @@ import (
 	"time"
 
 	"github.com/memosrt/memosrt/internal/gate"
-	"github.com/memosrt/memosrt/pipeline"
+	"github.com/memosrt/memosrt/pipeline/request"
 )
 
-// The request and its answer (package pipeline defines them; see there
-// for every field).
+// The request and its answer (package pipeline/request defines them; see
+// there for every field).
 type (
 	// Request is one generation: Chat takes Messages, Generate takes
 	// Prompt (with System, Raw and Context as Ollama's /api/generate).
-	Request = pipeline.Request
+	Request = request.Request
 	// Response reports one generation.
-	Response = pipeline.Response
+	Response = request.Response
 	// Usage are a generation's token counts and timings.
-	Usage = pipeline.Usage
+	Usage = request.Usage
 	// Message is one chat turn: Role is "system", "user", "assistant" or
 	// "tool".
-	Message = pipeline.Message
+	Message = request.Message
 	// Sampling are the per-request sampler settings; the zero value is
 	// greedy decoding.
-	Sampling = pipeline.Sampling
+	Sampling = request.Sampling
 	// RecordMode is what Chat records of a turn; see Request.Record.
-	RecordMode = pipeline.RecordMode
+	RecordMode = request.RecordMode
 	// Tool is a function the model may call (Request.Tools).
-	Tool = pipeline.Tool
+	Tool = request.Tool
 	// ToolCall is one call the model made (Response.ToolCalls).
-	ToolCall = pipeline.ToolCall
+	ToolCall = request.ToolCall
 	// Embedding is what EmbedWith returns.
-	Embedding = pipeline.Embedding
+	Embedding = request.Embedding
 )
 
 // Record modes (Request.Record).
 const (
-	RecordTurn = pipeline.RecordTurn // the last user message and the answer (the default)
-	RecordUser = pipeline.RecordUser // the message alone
-	RecordNone = pipeline.RecordNone // nothing
+	RecordTurn = request.RecordTurn // the last user message and the answer (the default)
+	RecordUser = request.RecordUser // the message alone
+	RecordNone = request.RecordNone // nothing
 )
 
 // Cache sources of a Response (Response.CacheSource).
 const (
-	SourceNone     = pipeline.SourceNone     // prefilled from scratch
-	SourceSlot     = pipeline.SourceSlot     // the request sequence still held them (previous turn)
-	SourceResident = pipeline.SourceResident // the cube's resident pack, shared in
-	SourceRestored = pipeline.SourceRestored // a stored pack, restored
+	SourceNone     = request.SourceNone     // prefilled from scratch
+	SourceSlot     = request.SourceSlot     // the request sequence still held them (previous turn)
+	SourceResident = request.SourceResident // the cube's resident pack, shared in
+	SourceRestored = request.SourceRestored // a stored pack, restored
 )
 
 // Tool choices (Request.ToolChoice).
 const (
-	ToolAuto     = pipeline.ToolAuto     // the model answers in prose or calls tools ("" too)
-	ToolNone     = pipeline.ToolNone     // no call: the tools are not shown to the model
-	ToolRequired = pipeline.ToolRequired // at least one call (Request.ToolName: that tool only)
+	ToolAuto     = request.ToolAuto     // the model answers in prose or calls tools ("" too)
+	ToolNone     = request.ToolNone     // no call: the tools are not shown to the model
+	ToolRequired = request.ToolRequired // at least one call (Request.ToolName: that tool only)
 )
 
 // Request limits.
 const (
 	// DefaultMaxToolCalls caps the calls of one answer when
 	// Request.MaxToolCalls is 0.
-	DefaultMaxToolCalls = pipeline.DefaultMaxToolCalls
+	DefaultMaxToolCalls = request.DefaultMaxToolCalls
 	// MaxStops and MaxStopBytes bound Request.Stop.
-	MaxStops     = pipeline.MaxStops
-	MaxStopBytes = pipeline.MaxStopBytes
+	MaxStops     = request.MaxStops
+	MaxStopBytes = request.MaxStopBytes
 	// MaxEmbedInputs bounds the texts of one Embed call.
-	MaxEmbedInputs = pipeline.MaxEmbedInputs
+	MaxEmbedInputs = request.MaxEmbedInputs
 	// MaxCubes bounds the cubes of one request (Request.Cube and
 	// Request.ReadCubes together).
-	MaxCubes = pipeline.MaxCubes
+	MaxCubes = request.MaxCubes
 )
 
 // ParseRecordMode reads a request's record field v: "" (the turn), "user"
 // or "none"; anything else is a *FieldError naming field.
-func ParseRecordMode(field, v string) (RecordMode, error) { return pipeline.ParseRecordMode(field, v) }
+func ParseRecordMode(field, v string) (RecordMode, error) { return request.ParseRecordMode(field, v) }
 
 // CheckRole refuses a message role other than system, user, assistant or
 // tool with a *FieldError naming field.
-func CheckRole(field, role string) error { return pipeline.CheckRole(field, role) }
+func CheckRole(field, role string) error { return request.CheckRole(field, role) }
 
 // CallsText is an assistant turn's text carrying its tool calls, as the
 // model is shown them in later turns.
-func CallsText(content string, calls []ToolCall) string { return pipeline.CallsText(content, calls) }
+func CallsText(content string, calls []ToolCall) string { return request.CallsText(content, calls) }
 
 // Chat runs one chat turn in req.Cube: req.Messages is the conversation,
 // the last turn usually the user's. The prompt is assembled from the tiers
@@ -128,4 +128,4 @@ func (o *OS) EmbedWith(ctx context.Context, model string, keep *time.Duration, t
 
 // NewResponseID returns a new response id (Request.ID, Response.ID):
 // "resp_", then 16 hex digits of Unix nanoseconds and 8 random ones.
-func NewResponseID() string { return pipeline.NewResponseID() }
+func NewResponseID() string { return request.NewResponseID() }

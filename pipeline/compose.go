@@ -152,7 +152,7 @@ func (p *Pipeline) compose(t *turn) {
 			plan.Ratio = -1
 		}
 	}
-	c, ok, err := l.chunks.Compose(t.ctx, t.sl.Seq, t.r.toks, src.npast, plan, t.req.background, l.reserveChunk)
+	c, ok, err := l.chunks.Compose(t.ctx, t.sl.Seq, t.r.toks, src.npast, plan, t.background, l.reserveChunk)
 	if !ok {
 		return
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/memosrt/memosrt/internal/testmodels"
 	"github.com/memosrt/memosrt/kvgate"
 	"github.com/memosrt/memosrt/memchunk"
+	"github.com/memosrt/memosrt/pipeline/convpack"
 	"github.com/memosrt/memosrt/textmem"
 )
 
@@ -51,7 +52,7 @@ func chunkTokens(t *testing.T, p *Pipeline, id string) (int, bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return len(toks), p.hasPack(memchunk.ID(l.cfgKey, "c", toks))
+	return len(toks), convpack.Has(p.kv, memchunk.ID(l.cfgKey, "c", toks))
 }
 
 // wantComposed is the composed_tokens a turn that retrieved ids reports:

@@ -10,6 +10,7 @@ import (
 
 	"github.com/memosrt/memosrt/cubearchive"
 	"github.com/memosrt/memosrt/kvcache"
+	"github.com/memosrt/memosrt/pipeline/convpack"
 	"github.com/memosrt/memosrt/textmem"
 )
 
@@ -36,7 +37,7 @@ func (p *Pipeline) DropCube(ctx context.Context, cube string) error {
 	p.kvMu.Unlock()
 	p.eachLoaded(func(l *loaded) {
 		l.pool.Forget(cube, l.clearSeq)
-		l.pool.ForgetIf(func(scope string) bool { return scopeReads(scope, cube) }, l.clearSeq)
+		l.pool.ForgetIf(func(scope string) bool { return convpack.ScopeReads(scope, cube) }, l.clearSeq)
 		l.res.Drop(cube)
 	})
 	return nil
@@ -59,7 +60,7 @@ func (p *Pipeline) DropPacksBefore(cube string, t time.Time) {
 func (p *Pipeline) PackCubes() []string {
 	var names []string
 	for _, pk := range p.kv.List("") {
-		c := strings.TrimPrefix(pk.Label, convPrefix)
+		c := strings.TrimPrefix(pk.Label, convpack.Prefix)
 		if cube, _, ok := ChunkOf(pk.Label); ok {
 			c = cube
 		}
@@ -74,7 +75,7 @@ func (p *Pipeline) PackCubes() []string {
 // CubePacks returns the stored packs of cube: its tier packs, its
 // conversation packs and its memory chunks.
 func (p *Pipeline) CubePacks(cube string) []kvcache.Info {
-	out := append(p.kv.List(cube), p.kv.List(convLabel(cube))...)
+	out := append(p.kv.List(cube), p.kv.List(convpack.Label(cube))...)
 	for _, pk := range p.kv.List("") {
 		if c, _, ok := ChunkOf(pk.Label); ok && c == cube {
 			out = append(out, pk)
@@ -95,8 +96,8 @@ func (p *Pipeline) ImportPack(ctx context.Context, cube, name string, blob []byt
 	if _, _, ok := ChunkOf(hd.Label); ok {
 		return nil // memory chunks are computed again here, by heat
 	}
-	if strings.HasPrefix(hd.Label, convPrefix) {
-		hd.Label = convLabel(cube)
+	if strings.HasPrefix(hd.Label, convpack.Prefix) {
+		hd.Label = convpack.Label(cube)
 	} else {
 		hd.Label = cube
 	}

@@ -22,7 +22,8 @@
 // (Options.Upstream) with the same prompt layout when no model is loaded.
 //
 // Main types: Pipeline (New, Chat, Generate),
-// Options (what package memosrt's Open takes), Request and Response.
+// Options (what package memosrt's Open takes), Request and Response (package
+// pipeline/request).
 // Package memosrt is the facade over it: it opens the stores, admits
 // calls and re-exports the types; a Pipeline is safe for concurrent use.
 // Lock order: a model's applyMu, then kvMu, then genMu.

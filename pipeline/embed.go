@@ -6,11 +6,8 @@ import (
 	"time"
 
 	"github.com/memosrt/memosrt/embed"
+	"github.com/memosrt/memosrt/pipeline/request"
 )
-
-// MaxEmbedInputs bounds the texts of one Embed call (HTTP 400 beyond; the
-// request body is bounded in bytes by the server, 413).
-const MaxEmbedInputs = 2048
 
 // embedChunk is how many texts the engine embeds per lock of its context.
 const embedChunk = 16
@@ -27,17 +24,6 @@ func (p *Pipeline) Embed(ctx context.Context, texts []string) ([][]float32, int,
 	return e.Vectors, e.Tokens, err
 }
 
-// Embedding is what EmbedWith returns.
-type Embedding struct {
-	Vectors [][]float32 // one per text: [len(texts)][dim]
-	Tokens  int         // the input's token count (0 from an Embedder or the upstream)
-	// LoadDuration is the time spent getting the loaded model (loading
-	// it, waiting for another request's load, or finding it loaded) when
-	// a model embedded, 1 ns with an Embedder or the upstream: always > 0,
-	// as Ollama's load_duration
-	LoadDuration time.Duration
-}
-
 // HasEmbedder reports whether Options.Embedder embeds (then the model
 // named in an embedding request does not matter).
 func (p *Pipeline) HasEmbedder() bool { return p.opts.Embedder != nil }
@@ -45,11 +31,11 @@ func (p *Pipeline) HasEmbedder() bool { return p.opts.Embedder != nil }
 // EmbedWith is Embed with model name ("" the primary) when no Embedder is
 // set; the model is loaded first if needed and stays keep after it (nil:
 // Options.KeepAlive), as Request.KeepAlive. It returns the vectors, the
-// token count and the load time (Embedding). Errors as Embed, and
+// token count and the load time (request.Embedding). Errors as Embed, and
 // ErrModelNotFound.
-func (p *Pipeline) EmbedWith(ctx context.Context, model string, keep *time.Duration, texts []string) (Embedding, error) {
-	if len(texts) > MaxEmbedInputs {
-		return Embedding{}, badField("input", "%d inputs, at most %d per request", len(texts), MaxEmbedInputs)
+func (p *Pipeline) EmbedWith(ctx context.Context, model string, keep *time.Duration, texts []string) (request.Embedding, error) {
+	if len(texts) > request.MaxEmbedInputs {
+		return request.Embedding{}, badField("input", "%d inputs, at most %d per request", len(texts), request.MaxEmbedInputs)
 	}
 	var vecs [][]float32
 	var err error
@@ -59,7 +45,7 @@ func (p *Pipeline) EmbedWith(ctx context.Context, model string, keep *time.Durat
 		var release func()
 		asked := time.Now()
 		if l, release, err = p.use(ctx, model, keep); err != nil {
-			return Embedding{}, err
+			return request.Embedding{}, err
 		}
 		defer release()
 		load = max(time.Since(asked), time.Nanosecond)
@@ -80,17 +66,17 @@ func (p *Pipeline) EmbedWith(ctx context.Context, model string, keep *time.Durat
 			}
 		}
 	default:
-		return Embedding{}, ErrNoModel
+		return request.Embedding{}, ErrNoModel
 	}
 	if err != nil {
-		return Embedding{}, err
+		return request.Embedding{}, err
 	}
 	if len(vecs) != len(texts) {
-		return Embedding{}, fmt.Errorf("%w: %d vectors for %d texts", embed.ErrShape, len(vecs), len(texts))
+		return request.Embedding{}, fmt.Errorf("%w: %d vectors for %d texts", embed.ErrShape, len(vecs), len(texts))
 	}
 	for i, v := range vecs {
 		if err := embed.Valid(v); err != nil {
-			return Embedding{}, fmt.Errorf("memosrt: input %d: %w", i, err)
+			return request.Embedding{}, fmt.Errorf("memosrt: input %d: %w", i, err)
 		}
 	}
 	if l != nil {
@@ -100,5 +86,5 @@ func (p *Pipeline) EmbedWith(ctx context.Context, model string, keep *time.Durat
 			}
 		}
 	}
-	return Embedding{Vectors: vecs, Tokens: n, LoadDuration: max(load, time.Nanosecond)}, nil
+	return request.Embedding{Vectors: vecs, Tokens: n, LoadDuration: max(load, time.Nanosecond)}, nil
 }

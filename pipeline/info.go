@@ -5,7 +5,7 @@ import (
 
 	"github.com/memosrt/memosrt/config"
 	"github.com/memosrt/memosrt/errkind"
-	"github.com/memosrt/memosrt/kvcache"
+	"github.com/memosrt/memosrt/pipeline/convpack"
 	"github.com/memosrt/memosrt/runtime"
 	"github.com/memosrt/memosrt/runtime/slots"
 	"github.com/memosrt/memosrt/upstream"
@@ -50,39 +50,12 @@ func (p *Pipeline) Model() ModelInfo {
 	return p.modelInfo(p.models.Models()[0])
 }
 
-// Stats are the serving gauges (HTTP /api/ps and /metrics).
-type Stats struct {
-	Backend       string `json:"backend"`
-	NCtx          int    `json:"n_ctx"`
-	Slots         int    `json:"slots"`
-	BusySlots     int    `json:"busy_slots"`
-	Queued        int    `json:"queued"` // requests waiting for a slot
-	ResidentPacks int    `json:"resident_packs"`
-	ResidentCells int    `json:"resident_cells"`
-	ResidentMax   int    `json:"resident_cells_budget"`
-	PendingWrites int    `json:"pending_writes"`
-	EngineActive  int    `json:"engine_active"` // requests in the engine's running batch
-	EngineQueued  int    `json:"engine_queued"` // requests waiting for the engine's admission
-	KVRAMBytes    int64  `json:"kv_ram_bytes"`
-	KVDiskBytes   int64  `json:"kv_disk_bytes"`
-	Packs         int    `json:"packs"`
-	ConvPacks     int    `json:"conv_packs"`        // conversation packs stored
-	ConvBytes     int64  `json:"conv_bytes"`        // their blob bytes (Options.ConvBytes bounds them)
-	ConvEvicted   int64  `json:"conv_evicted"`      // conversation packs deleted over the budget since Open
-	Fallbacks     int64  `json:"restore_fallbacks"` // stored packs that matched but were refused: the prompt was prefilled
-	DiskBytes     int64  `json:"disk_bytes"`        // the data directory's files (Badger LSM and value log), bytes
-	NoSpace       int64  `json:"no_space_refused"`  // writes refused since Open for want of disk space (ErrNoSpace)
-	// KVShared is the shared activation level (Options.KVShared): enabled,
-	// up, and its hit, miss, put and error counts since Open.
-	KVShared kvcache.SharedStats `json:"kv_shared"`
-}
-
 // Stats reports the gauges now; DiskBytes and NoSpace are the data
 // directory's.
 func (p *Pipeline) Stats() Stats {
 	st := Stats{Backend: p.info.Backend, PendingWrites: int(p.pending.Load()), ResidentMax: p.opts.ResidentCells}
 	st.KVRAMBytes, st.KVDiskBytes, st.Packs = p.kv.Stats()
-	conv, convBytes := p.convPacks()
+	conv, convBytes := convpack.List(p.kv)
 	st.ConvPacks, st.ConvBytes = len(conv), convBytes
 	st.ConvEvicted, st.Fallbacks = p.convEvicted.Load(), p.fallbacks.Load()
 	st.DiskBytes, st.NoSpace = p.db.DiskBytes(), p.db.Refused()

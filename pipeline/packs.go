@@ -9,33 +9,10 @@ import (
 
 	"github.com/memosrt/memosrt/conversation"
 	"github.com/memosrt/memosrt/kvcache"
+	"github.com/memosrt/memosrt/pipeline/status"
 	"github.com/memosrt/memosrt/scheduler"
 	"github.com/memosrt/memosrt/textmem"
 )
-
-// PackStatus is a cube's activation tier: its stored packs (tier and
-// conversation packs) and its resident pack.
-type PackStatus struct {
-	Cube     string          `json:"cube"`
-	Packs    []kvcache.Info  `json:"packs"`
-	Resident *ResidentStatus `json:"resident,omitempty"`
-	// Levels gives each pack's activation level by id:
-	// scheduler.LevelResident, LevelRAM (decompressed in the RAM LRU) or
-	// LevelDisk (only the compressed blob in Badger).
-	Levels        map[string]string `json:"levels"`
-	ResidentCells int               `json:"resident_cells"` // all resident packs, cells of n_ctx
-	NCtx          int               `json:"n_ctx"`
-	Memories      int               `json:"memories,omitempty"` // in the pack just warmed
-	WarmMs        float64           `json:"warm_ms,omitempty"`
-}
-
-// ResidentStatus is a pack held at the resident level.
-type ResidentStatus struct {
-	Seq     int       `json:"seq"`
-	Tokens  int       `json:"tokens"`
-	PackID  string    `json:"pack_id"`
-	Created time.Time `json:"created"`
-}
 
 // Packs reports cube's packs, oldest first, and its resident state.
 func (p *Pipeline) Packs(cube string) PackStatus {
@@ -44,7 +21,7 @@ func (p *Pipeline) Packs(cube string) PackStatus {
 		st.Packs = []kvcache.Info{}
 	}
 	slices.SortFunc(st.Packs, func(a, b kvcache.Info) int { return a.Created.Compare(b.Created) })
-	st.Levels = packLevels(st.Packs, "")
+	st.Levels = status.Levels(st.Packs, "")
 	l, done := p.hold()
 	defer done()
 	if l == nil {
@@ -53,7 +30,7 @@ func (p *Pipeline) Packs(cube string) PackStatus {
 	st.NCtx = l.eng.NCtx()
 	if r, ok := l.res.Get(cube); ok {
 		st.Resident = &ResidentStatus{Seq: r.Seq, Tokens: len(r.Toks), PackID: r.PackID, Created: r.Created}
-		st.Levels = packLevels(st.Packs, r.PackID)
+		st.Levels = status.Levels(st.Packs, r.PackID)
 	}
 	st.ResidentCells = l.res.Cells()
 	return st

@@ -6,13 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/memosrt/memosrt/kvcache"
 	"github.com/memosrt/memosrt/layout"
 	"github.com/memosrt/memosrt/lora"
+	"github.com/memosrt/memosrt/pipeline/convpack"
+	"github.com/memosrt/memosrt/pipeline/request"
 	"github.com/memosrt/memosrt/runtime"
 	"github.com/memosrt/memosrt/runtime/llama"
 	"github.com/memosrt/memosrt/runtime/slots"
@@ -35,7 +36,7 @@ func (p *Pipeline) Chat(ctx context.Context, req Request) (*Response, error) {
 	if len(req.Messages) == 0 {
 		return nil, badField("messages", "at least one message is required")
 	}
-	return p.closing(p.do(ctx, &req, true))
+	return p.closing(p.do(ctx, &req, true, false))
 }
 
 // Generate completes req.Prompt: with a cube, the prompt is a user turn
@@ -43,7 +44,7 @@ func (p *Pipeline) Chat(ctx context.Context, req Request) (*Response, error) {
 // Raw sends the prompt as is; Context continues an earlier exchange. The
 // state is not saved as a conversation pack. Errors as Chat.
 func (p *Pipeline) Generate(ctx context.Context, req Request) (*Response, error) {
-	return p.closing(p.do(ctx, &req, false))
+	return p.closing(p.do(ctx, &req, false, false))
 }
 
 // closing reports a request that Close cancelled (its timeout passed) as
@@ -71,29 +72,6 @@ type rendered struct {
 	text   string
 	toks   []int32
 	prompt layout.Prompt // with a cube: pack, retrieved memories
-}
-
-func promptField(req *Request) string {
-	if req.Messages != nil {
-		return "messages"
-	}
-	return "prompt"
-}
-
-// requestTurns returns the request's turns: the chat messages, or for a
-// completion an optional system turn and one user turn.
-func requestTurns(req *Request) []Message {
-	msgs := req.Messages
-	if msgs == nil {
-		if req.System != "" {
-			msgs = append(msgs, Message{Role: "system", Content: req.System})
-		}
-		msgs = append(msgs, Message{Role: "user", Content: req.Prompt})
-	}
-	if req.toolsOn() {
-		msgs = withTools(msgs, req.Tools)
-	}
-	return msgs
 }
 
 // dropMemories leaves memories out of a prompt that does not fit.
@@ -143,7 +121,7 @@ func (p *Pipeline) renderWith(ctx context.Context, l *loaded, req *Request, drop
 		r.text, r.toks = req.Prompt, toks
 		return r, err
 	}
-	in := layout.Input{Cube: req.Cube, Messages: requestTurns(req), NoRetrieve: drop >= dropRetrieved}
+	in := layout.Input{Cube: req.Cube, Messages: request.Turns(req), NoRetrieve: drop >= dropRetrieved}
 	if drop == dropAll {
 		in.Cube = ""
 	}
@@ -159,7 +137,7 @@ func (p *Pipeline) renderWith(ctx context.Context, l *loaded, req *Request, drop
 	}
 	pk, err := l.lay.Assemble(ctx, in)
 	if errors.Is(err, llama.ErrTemplate) {
-		return r, badField(promptField(req), "chat template: %v", err)
+		return r, badField(request.PromptField(req), "chat template: %v", err)
 	}
 	if err != nil {
 		return r, err
@@ -203,6 +181,10 @@ type turn struct {
 	req   *Request
 	chat  bool
 	start time.Time // for TTFT: Request.Start or the call
+	// background runs the request at background priority (an extraction
+	// job, GenerateBackground): it yields batch room to foreground
+	// requests, records nothing.
+	background bool
 
 	// validate
 	grammar string       // the tool-call grammar, "" for none
@@ -239,8 +221,8 @@ func (t *turn) onDone(f func()) { t.release = append(t.release, f) }
 // through its stages in order (validate, assemble, admit, KV source,
 // decode, persist, record); with Options.Upstream, validate and then the
 // upstream backend, which assembles the same prompt.
-func (p *Pipeline) do(ctx context.Context, req *Request, chat bool) (*Response, error) {
-	t := &turn{ctx: ctx, req: req, chat: chat, start: req.Start}
+func (p *Pipeline) do(ctx context.Context, req *Request, chat, background bool) (*Response, error) {
+	t := &turn{ctx: ctx, req: req, chat: chat, background: background, start: req.Start}
 	if t.start.IsZero() {
 		t.start = time.Now()
 	}
@@ -281,24 +263,24 @@ func (p *Pipeline) do(ctx context.Context, req *Request, chat bool) (*Response, 
 // for a completion.
 func (p *Pipeline) validate(t *turn) error {
 	req := t.req
-	if err := checkOptions(req); err != nil {
+	if err := request.CheckOptions(req); err != nil {
 		return err
 	}
 	if req.ID == "" {
-		req.ID = NewResponseID()
-	} else if err := checkResponseID(req.ID); err != nil {
+		req.ID = request.NewResponseID()
+	} else if err := request.CheckID(req.ID); err != nil {
 		return err
 	}
 	for i, m := range req.Messages {
-		if err := CheckRole(fmt.Sprintf("messages[%d].role", i), m.Role); err != nil {
+		if err := request.CheckRole(fmt.Sprintf("messages[%d].role", i), m.Role); err != nil {
 			return err
 		}
 	}
-	if _, err := ParseRecordMode("record", string(req.Record)); err != nil {
+	if _, err := request.ParseRecordMode("record", string(req.Record)); err != nil {
 		return err
 	}
 	var err error
-	if t.grammar, err = req.toolSpec().Grammar(); err != nil {
+	if t.grammar, err = request.ToolSpec(req).Grammar(); err != nil {
 		return err
 	}
 	t.gen = p.gen(req.Cube) // before the cube check: a delete after it is seen
@@ -308,7 +290,7 @@ func (p *Pipeline) validate(t *turn) error {
 	if t.readGens, err = p.checkReadCubes(t.ctx, req); err != nil {
 		return err
 	}
-	t.shared = sharedScope(req.ReadCubes, t.readGens)
+	t.shared = convpack.SharedScope(req.ReadCubes, t.readGens)
 	if !t.chat && req.Prompt == "" && len(req.Context) == 0 {
 		return badField("prompt", "empty prompt")
 	}
@@ -337,7 +319,7 @@ func (p *Pipeline) assemble(t *turn) error {
 		return err
 	}
 	out := &Response{ID: req.ID}
-	out.setMemories(r.prompt)
+	setMemories(out, r.prompt)
 	out.Usage.PromptTokens, out.Usage.LoadDuration = len(r.toks), loadTime
 	t.out = out
 	if req.RenderOnly {
@@ -354,7 +336,7 @@ func (p *Pipeline) assemble(t *turn) error {
 		if r, err = p.truncate(ctx, l, req, limit-minBudget); err != nil {
 			return err
 		}
-		out.setMemories(r.prompt)
+		setMemories(out, r.prompt)
 	}
 	if req.Cube != "" && len(r.toks) > limit-minBudget && len(r.prompt.Retrieved)+len(r.prompt.Preferences)+len(r.prompt.Pack) > 0 {
 		// the memories' token budgets are estimates: without retrieval,
@@ -367,15 +349,15 @@ func (p *Pipeline) assemble(t *turn) error {
 				break
 			}
 		}
-		out.setMemories(r.prompt)
+		setMemories(out, r.prompt)
 	}
 	toks := r.toks
 	out.Usage.PromptTokens = len(toks)
 	if len(toks) == 0 {
-		return badField(promptField(req), "empty prompt")
+		return badField(request.PromptField(req), "empty prompt")
 	}
 	if len(toks) >= limit {
-		return badField(promptField(req), "prompt is %d tokens, context is %d (num_ctx %d, loaded n_ctx %d)", len(toks), limit, req.NumCtx, l.eng.NCtx())
+		return badField(request.PromptField(req), "prompt is %d tokens, context is %d (num_ctx %d, loaded n_ctx %d)", len(toks), limit, req.NumCtx, l.eng.NCtx())
 	}
 	maxTok := req.NumPredict
 	switch {
@@ -419,11 +401,11 @@ func (p *Pipeline) admit(t *turn) error {
 	t.ad = ad
 	t.onDone(ad.release)
 	t.out.Adapters = ad.key
-	t.scope = scopeOf(req.Cube, t.gen, ad.key)
+	t.scope = convpack.SlotScope(req.Cube, t.gen, ad.key)
 	if t.shared != "" {
 		t.scope += "\x00" + t.shared // a slot holds state of every cube read
 	}
-	if req.background {
+	if t.background {
 		// background work takes an idle slot or none, and gives it up to
 		// the first foreground request that finds no free one
 		var cancel context.CancelCauseFunc
@@ -442,7 +424,7 @@ func (p *Pipeline) admit(t *turn) error {
 	got, err := l.pool.Admit(t.ctx, sl, len(toks)+min(t.maxTok, minBudget), len(toks)+t.maxTok, l.eng.NCtx(), l.res, l.clearSeq)
 	if err != nil {
 		if errors.Is(err, slots.ErrNoRoom) {
-			return badField(promptField(req), "%v (prompt %d tokens)", err, len(toks))
+			return badField(request.PromptField(req), "%v (prompt %d tokens)", err, len(toks))
 		}
 		return err
 	}
@@ -450,7 +432,7 @@ func (p *Pipeline) admit(t *turn) error {
 	t.slotN = l.pool.CachedAfterAdmit(sl, t.slotN) // 0 if emptied for the request first in line
 	// restore and generate ahead of background work; not while waiting for
 	// cells above: a tier job holding cells must be able to finish
-	if !req.background {
+	if !t.background {
 		t.onDone(l.eng.BeginForeground())
 	}
 	return nil
@@ -487,14 +469,14 @@ func (p *Pipeline) decode(t *turn) error {
 	req, l, sl, toks, out := t.req, t.l, t.sl, t.r.toks, t.out
 	onText := req.OnText
 	var calls *toolcall.Filter
-	if req.toolsOn() && onText != nil {
-		calls = toolcall.NewFilter(onText, req.ToolChoice == ToolRequired)
+	if request.ToolsOn(req) && onText != nil {
+		calls = toolcall.NewFilter(onText, req.ToolChoice == request.ToolRequired)
 		onText = calls.OnText
 	}
 	var res runtime.Result
 	gerr := runtime.Stream(t.ctx, onText, func(ctx context.Context, onText func(string) error) error {
 		var err error
-		res, err = l.eng.Generate(ctx, runtime.Request{Seq: sl.Seq, Tokens: toks, NPast: t.src.npast, Sampling: t.sp, Background: req.background,
+		res, err = l.eng.Generate(ctx, runtime.Request{Seq: sl.Seq, Tokens: toks, NPast: t.src.npast, Sampling: t.sp, Background: t.background,
 			MaxTokens: t.maxTok, Stop: req.Stop, OnText: onText, Start: t.start, Adapters: t.ad.refs})
 		return err
 	})
@@ -528,7 +510,7 @@ func (p *Pipeline) decode(t *turn) error {
 	if gerr != nil {
 		return gerr
 	}
-	if req.toolsOn() {
+	if request.ToolsOn(req) {
 		if tc, ok := toolcall.Parse(out.Text); ok {
 			out.ToolCalls, out.Text = tc, ""
 		} else if calls != nil && calls.Held() != "" {
@@ -558,9 +540,9 @@ func (p *Pipeline) record(t *turn) {
 	if t.req.Cube != "" && !t.req.NoUsage {
 		p.recordUse(t.req.Cube, t.r.prompt)
 	}
-	p.answered(t.ctx, t.req, t.cube, t.out)
+	p.answered(t.ctx, t.req, t.cube, t.out, t.background)
 	if t.chat {
-		p.chatDone(t.ctx, t.req, t.cube, t.out.Text)
+		p.chatDone(t.ctx, t.req, t.cube, t.out.Text, t.background)
 	}
 }
 
@@ -602,7 +584,7 @@ func (p *Pipeline) prepare(ctx context.Context, l *loaded, sl *slots.Slot, toks 
 		}
 	}
 	storedN := 0
-	if m := p.kv.Lookup(kvcache.ScopedKey(ad.cfgKey, cube), toks); m.ID != "" && p.packInScope(m.ID, cube) {
+	if m := p.kv.Lookup(kvcache.ScopedKey(ad.cfgKey, cube), toks); m.ID != "" && convpack.InScope(p.kv, m.ID, cube) {
 		storedN = min(m.Tokens, usable)
 	}
 	scope := cube
@@ -627,7 +609,7 @@ func (p *Pipeline) prepare(ctx context.Context, l *loaded, sl *slots.Slot, toks 
 		src := kvSource{npast: slotN}
 		if slotN > 0 {
 			src.source = SourceSlot
-			if continues(slotN, len(sl.Toks())) {
+			if convpack.Continues(slotN, len(sl.Toks())) {
 				src.prev = sl.ConvPack
 			}
 		} else {
@@ -652,7 +634,7 @@ func (p *Pipeline) prepare(ctx context.Context, l *loaded, sl *slots.Slot, toks 
 	}
 	if rs.Tokens > 0 {
 		src := kvSource{npast: rs.Tokens, source: SourceRestored, packID: rs.PackID, restore: rs.Duration}
-		if scope == cube && continues(rs.Tokens, rs.PackTotal) {
+		if scope == cube && convpack.Continues(rs.Tokens, rs.PackTotal) {
 			src.prev = rs.PackID
 		}
 		return src, nil
@@ -665,12 +647,6 @@ func (p *Pipeline) prepare(ctx context.Context, l *loaded, sl *slots.Slot, toks 
 	}
 	return kvSource{refused: rs.Refused, restore: rs.Duration}, nil
 }
-
-// continues reports whether a new state sharing n tokens with an old one
-// of total tokens continues that conversation (then the old conversation
-// pack is dropped once the new one is stored): at least 3/4 shared. A
-// branch from an early turn keeps the old pack.
-func continues(n, total int) bool { return total > 0 && 4*n >= 3*total }
 
 // persist saves sl's state as a conversation pack in the background (the
 // state is copied now, so the slot is free again at once) and then drops
@@ -727,7 +703,7 @@ func (l *loaded) forgetUnsaved(sl *slots.Slot) {
 func (p *Pipeline) convState(l *loaded, sl *slots.Slot, cs convSave) (func(), bool) {
 	cube, gen, prev, ad := cs.cube, cs.gen, cs.prev, cs.ad
 	toks := slices.Clone(sl.Toks())
-	snap, err := p.kv.Snapshot(l.eng, sl.Seq, kvcache.Header{AdapterKey: ad.key, Tokens: toks, Label: convLabel(cube), Scope: cube})
+	snap, err := p.kv.Snapshot(l.eng, sl.Seq, kvcache.Header{AdapterKey: ad.key, Tokens: toks, Label: convpack.Label(cube), Scope: cube})
 	if err != nil {
 		p.log.Warn("conversation state not saved", "seq", sl.Seq, "err", err)
 		return nil, false
@@ -741,7 +717,7 @@ func (p *Pipeline) convState(l *loaded, sl *slots.Slot, cs convSave) (func(), bo
 		if p.gen(cube) != gen {
 			return // the cube was deleted after the request began
 		}
-		if p.hasPack(id) {
+		if convpack.Has(p.kv, id) {
 			return // the same conversation state is stored already
 		}
 		info, err := snap.Store(context.Background())
@@ -749,101 +725,15 @@ func (p *Pipeline) convState(l *loaded, sl *slots.Slot, cs convSave) (func(), bo
 			p.log.Warn("conversation pack not stored", "cube", cube, "err", err)
 			return
 		}
-		if prev != "" && prev != info.ID && p.isConv(prev) {
+		if prev != "" && prev != info.ID && convpack.IsConv(p.kv, prev) {
 			if err := p.kv.Delete(prev); err != nil && !errors.Is(err, kvcache.ErrNotFound) {
 				p.log.Warn("old conversation pack not deleted", "pack", prev, "err", err)
 			}
 		}
 		p.log.Debug("conversation pack stored", "cube", cube, "pack", info.ID[:12], "n_tokens", info.NTokens,
 			"blob_bytes", info.BlobBytes, "ms", time.Since(start).Milliseconds())
-		p.trimConv(info.ID)
+		p.convEvicted.Add(convpack.Trim(p.kv, p.opts.ConvBytes, info.ID, p.log))
 	}, true
-}
-
-// trimConv deletes the oldest conversation packs, never keep, until they
-// fit Options.ConvBytes. Called with kvMu held.
-func (p *Pipeline) trimConv(keep string) {
-	conv, total := p.convPacks()
-	if total <= p.opts.ConvBytes {
-		return
-	}
-	slices.SortFunc(conv, func(a, b kvcache.Info) int { return a.Created.Compare(b.Created) })
-	for _, pk := range conv {
-		if total <= p.opts.ConvBytes {
-			break
-		}
-		if pk.ID == keep {
-			continue
-		}
-		if err := p.kv.Delete(pk.ID); err != nil && !errors.Is(err, kvcache.ErrNotFound) {
-			p.log.Warn("conversation pack over the budget not deleted", "pack", pk.ID, "err", err)
-			return
-		}
-		total -= pk.BlobBytes
-		p.convEvicted.Add(1)
-	}
-}
-
-// convPrefix starts the label of every conversation pack.
-const convPrefix = "conv:"
-
-// PackCube splits a pack's label (kvcache.Info.Label, as memosrt's
-// OS.AllPacks lists them) into its cube and its kind: "conv:<cube>" is a
-// "conversation" pack of cube ("" for chats without a cube),
-// "shared:<a>+<b>" a "shared" pack of the read cubes a and b (cube "a+b"),
-// any other
-// label is the cube of a "memories" pack (the activation tier's, made by a
-// warm or the scheduler); "chunk:<cube>:<memory id>" is a "chunk" of one
-// memory of cube (ChunkOf).
-func PackCube(label string) (cube, kind string) {
-	if c, _, ok := ChunkOf(label); ok {
-		return c, "chunk"
-	}
-	if c, ok := strings.CutPrefix(label, convPrefix); ok {
-		return c, "conversation"
-	}
-	if c, ok := strings.CutPrefix(label, sharedPrefix); ok {
-		return c, "shared" // "a+b": the read cubes whose packs it holds
-	}
-	return label, "memories"
-}
-
-// convLabel is the label of cube's conversation packs.
-func convLabel(cube string) string { return convPrefix + cube }
-
-// convPacks returns the stored conversation packs of all cubes, and the
-// shared packs (one budget, Options.ConvBytes), and their blob bytes.
-func (p *Pipeline) convPacks() ([]kvcache.Info, int64) {
-	var conv []kvcache.Info
-	var total int64
-	for _, pk := range p.kv.List("") {
-		if strings.HasPrefix(pk.Label, convPrefix) || strings.HasPrefix(pk.Label, sharedPrefix) {
-			conv = append(conv, pk)
-			total += pk.BlobBytes
-		}
-	}
-	return conv, total
-}
-
-// hasPack reports whether this node stores pack id (a pack found in the
-// shared level only does not count: the node stores its own copy).
-func (p *Pipeline) hasPack(id string) bool {
-	i, ok := p.kv.Info(id)
-	return ok && !i.Remote
-}
-
-// packInScope reports whether pack id belongs to cube: labelled cube or
-// "conv:"+cube. kvcache's lookup is not scoped; a pack of another cube is
-// treated as a miss (a shorter pack of this cube is then not found).
-func (p *Pipeline) packInScope(id, cube string) bool {
-	pk, ok := p.kv.Info(id)
-	return ok && (pk.Label == convLabel(cube) || cube != "" && pk.Label == cube)
-}
-
-// isConv reports whether pack id is a conversation pack.
-func (p *Pipeline) isConv(id string) bool {
-	pk, ok := p.kv.Info(id)
-	return ok && strings.HasPrefix(pk.Label, convPrefix)
 }
 
 // adapterSet is a request's leased LoRA adapters and the keys KV state is
@@ -882,17 +772,6 @@ func (p *Pipeline) adapters(ctx context.Context, l *loaded, cube string, specs [
 	return adapterSet{refs: ls.Refs, key: key, cfgKey: kvcache.ConfigKey(l.eng.KVConfig(), key), lease: ls}, nil
 }
 
-// scopeOf is the slot scope of a cube, at its deletion count gen, under an
-// adapter set: state computed with other adapters, or before the cube was
-// deleted, is not valid for this request. slots.Pool.Forget matches cube
-// and every scope starting with cube+"\x00".
-func scopeOf(cube string, gen uint64, adapterKey string) string {
-	if gen == 0 && adapterKey == "" {
-		return cube
-	}
-	return cube + "\x00" + strconv.FormatUint(gen, 10) + "\x00" + adapterKey
-}
-
 // recordUse counts a turn's memories towards their heat (MemoryOS): every
 // memory in the prompt is an interaction, every retrieved one also a
 // visit (preferences too), and each cube's pack a visit when the prompt
@@ -923,15 +802,15 @@ func (p *Pipeline) recordUse(cube string, pk layout.Prompt) {
 }
 
 // answered calls the OnResponse hook for a foreground answer in a cube.
-func (p *Pipeline) answered(ctx context.Context, req *Request, cube textmem.Cube, res *Response) {
-	if p.onResponse != nil && req.Cube != "" && !req.background {
+func (p *Pipeline) answered(ctx context.Context, req *Request, cube textmem.Cube, res *Response, background bool) {
+	if p.onResponse != nil && req.Cube != "" && !background {
 		p.onResponse(ctx, req, cube, res)
 	}
 }
 
 // chatDone calls the OnChat hook for an answered foreground chat turn.
-func (p *Pipeline) chatDone(ctx context.Context, req *Request, cube textmem.Cube, answer string) {
-	if p.onChat != nil && !req.background {
+func (p *Pipeline) chatDone(ctx context.Context, req *Request, cube textmem.Cube, answer string, background bool) {
+	if p.onChat != nil && !background {
 		p.onChat(ctx, req, cube, answer)
 	}
 }
@@ -942,8 +821,7 @@ func (p *Pipeline) chatDone(ctx context.Context, req *Request, cube textmem.Cube
 // none free, yields batch room to foreground requests and calls no
 // OnChat hook. Errors as Generate.
 func (p *Pipeline) GenerateBackground(ctx context.Context, req Request) (*Response, error) {
-	req.background = true
-	return p.do(ctx, &req, false)
+	return p.do(ctx, &req, false, true)
 }
 
 // ContextTokens is the primary's n_ctx while the tier scheduler uses it,

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/memosrt/memosrt/layout"
+	"github.com/memosrt/memosrt/pipeline/request"
 	"github.com/memosrt/memosrt/runtime/slots"
 	"github.com/memosrt/memosrt/upstream"
 )
@@ -45,7 +46,7 @@ func (p *Pipeline) upstreamTurn(t *turn) (*Response, error) {
 		return nil, badField("adapters", "the %s backend has no LoRA adapters", api)
 	}
 	out := &Response{ID: req.ID}
-	out.setMemories(layout.Prompt{})
+	setMemories(out, layout.Prompt{})
 	var used *layout.Prompt
 	ur := &upstream.Request{Chat: req.Messages != nil, Prompt: req.Prompt, System: req.System, Raw: req.Raw, Context: req.Context,
 		NumCtx: req.NumCtx, Stop: req.Stop, Format: req.Format, RenderOnly: req.RenderOnly, NumPredict: req.NumPredict,
@@ -57,7 +58,7 @@ func (p *Pipeline) upstreamTurn(t *turn) (*Response, error) {
 	ur.Tools, ur.ToolChoice, ur.ToolName, ur.MaxToolCalls = req.Tools, req.ToolChoice, req.ToolName, req.MaxToolCalls
 	turns := req.Messages
 	if turns == nil {
-		turns = requestTurns(&Request{System: req.System, Prompt: req.Prompt})
+		turns = request.Turns(&Request{System: req.System, Prompt: req.Prompt})
 	}
 	if req.Cube != "" && !req.Raw && len(req.Context) == 0 {
 		members, err := p.tiers.HotSet(ctx, req.Cube)
@@ -72,7 +73,7 @@ func (p *Pipeline) upstreamTurn(t *turn) (*Response, error) {
 		if err != nil {
 			return nil, err
 		}
-		out.setMemories(pr)
+		setMemories(out, pr)
 		ur.Messages = append(ur.Messages, layout.Message{Role: "system", Content: pr.System})
 		ur.Messages = append(ur.Messages, pr.Messages...)
 		if req.Messages == nil {
@@ -131,9 +132,9 @@ func (p *Pipeline) upstreamTurn(t *turn) (*Response, error) {
 	if used != nil && !req.NoUsage {
 		p.recordUse(req.Cube, *used)
 	}
-	p.answered(t.ctx, req, t.cube, out)
+	p.answered(t.ctx, req, t.cube, out, t.background)
 	if t.chat {
-		p.chatDone(t.ctx, req, t.cube, out.Text)
+		p.chatDone(t.ctx, req, t.cube, out.Text, t.background)
 	}
 	return out, nil
 }

@@ -248,7 +248,7 @@ func NewTiers(d Deps, opts TierOptions) (*Tiers, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	param := opts.Parametric.withDefaults(opts.Heat.withDefaults())
+	param := opts.Parametric.withDefaults(opts.Heat.WithDefaults())
 	if param.Enabled && (d.Registry == nil || param.Dir == "") {
 		return nil, errors.New("scheduler: the parametric tier needs an adapter registry and a directory")
 	}
@@ -256,7 +256,7 @@ func NewTiers(d Deps, opts TierOptions) (*Tiers, error) {
 	if err != nil {
 		return nil, fmt.Errorf("scheduler: %w", err)
 	}
-	t := &Tiers{mem: d.Mem, kv: d.KV, lay: d.Layout, eng: d.Engine, db: db, opts: opts, heat: opts.Heat.withDefaults(), log: log.With("component", "tiers"),
+	t := &Tiers{mem: d.Mem, kv: d.KV, lay: d.Layout, eng: d.Engine, db: db, opts: opts, heat: opts.Heat.WithDefaults(), log: log.With("component", "tiers"),
 		seq: seq, kick: make(chan struct{}, 1), resident: map[string]string{}, reg: d.Registry, param: param,
 		untrainable: map[string]bool{}}
 	t.setLiveKV(d.Engine)
@@ -453,16 +453,6 @@ func setJSON(txn *bg.Txn, key []byte, v any) error {
 		return err
 	}
 	return txn.Set(key, b)
-}
-
-// Use is one recorded use of a memory (or, with ID PackUse, of a cube's
-// pack): Visits retrieval hits and Interactions turns that used it.
-type Use struct {
-	Cube         string
-	ID           string
-	Visits       int
-	Interactions int
-	At           time.Time // when it was used; zero: now
 }
 
 // PackUse is the Use.ID that records a use of a cube's pack KV state (a

@@ -339,7 +339,7 @@ func TestAdapterRewrittenInPlace(t *testing.T) {
 	}
 }
 
-// Option ranges are checked once (memosrt's checkOptions) for every route,
+// Option ranges are checked once (pipeline/request's CheckOptions) for every route,
 // with the same message under the field name each route uses.
 func TestOptionRangesEverywhere(t *testing.T) {
 	e := newEnv(t, envConfig{nctx: 512})

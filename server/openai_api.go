@@ -160,7 +160,7 @@ func (s *Server) applyOpenAI(r *http.Request, o *oaiSampling, g *memosrt.Request
 		g.NumCtx = *o.NumCtx
 	}
 	// ranges (num_ctx, top_k, stop's count and length, ...) are checked
-	// by memosrt's checkOptions for every route alike
+	// by pipeline/request's CheckOptions for every route alike
 	stop, err := stringList("stop", o.Stop)
 	if err != nil {
 		return err

@@ -167,7 +167,7 @@ func parseOllamaOptions(m map[string]any) (sampling, error) {
 		case "num_predict":
 			s.NumPredict, err = integer(k, v)
 		case "num_ctx":
-			s.NumCtx, err = integer(k, v) // its range: memosrt's checkOptions, as every option's
+			s.NumCtx, err = integer(k, v) // its range: pipeline/request's CheckOptions, as every option's
 		case "repeat_last_n":
 			s.RepeatLastN, err = integer(k, v)
 			if err == nil && *s.RepeatLastN < -1 {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/memosrt/memosrt/internal/cli"
 	"github.com/memosrt/memosrt/internal/serveclient"
 	"os"
 	"path/filepath"
@@ -24,7 +25,7 @@ func newBackupCmd() *cobra.Command {
 			"directory is opened here. The file is checked whole before it takes its name; an existing\n" +
 			"file is never overwritten. A backup of an encrypted directory is encrypted under its key.\n" +
 			"Restore it with memosrt restore.",
-		Args: noArgs,
+		Args: cli.NoArgs,
 	}
 	fs := c.Flags()
 	fs.SortFlags = false
@@ -94,7 +95,7 @@ func backup(ctx context.Context, dir string, key []byte, out string) error {
 	}
 	fi, _ := os.Stat(out)
 	fmt.Fprintf(os.Stderr, "memosrt: backup of %s (%s) written to %s: %d records, %s%s\n",
-		dir, how, out, info.Records, bytesStr(fi.Size()), note)
+		dir, how, out, info.Records, cli.Bytes(fi.Size()), note)
 	return nil
 }
 
@@ -107,7 +108,7 @@ func newRestoreCmd() *cobra.Command {
 			"refused), and the directory takes its name only once it is complete. A backup of an\n" +
 			"encrypted directory needs its --encrypt-key-file; a key given for a plaintext backup\n" +
 			"encrypts the restored directory.",
-		Args: exactArgs(1, "one FILE argument"),
+		Args: cli.ExactArgs(1, "one FILE argument"),
 	}
 	fs := c.Flags()
 	fs.SortFlags = false
@@ -136,7 +137,7 @@ func newRestoreCmd() *cobra.Command {
 			enc = ", encrypted at rest"
 		}
 		fmt.Fprintf(os.Stderr, "memosrt: restored %s into %s%s: %d records (%s), backup made by memosrt %s at %s\n",
-			args[0], dir, enc, info.Records, bytesStr(info.Bytes), info.Version, info.Created.Format(time.RFC3339))
+			args[0], dir, enc, info.Records, cli.Bytes(info.Bytes), info.Version, info.Created.Format(time.RFC3339))
 		return nil
 	}
 	return c

@@ -5,43 +5,24 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/memosrt/memosrt/bench"
+	"github.com/memosrt/memosrt/internal/cli"
 	"github.com/memosrt/memosrt/runtime/llama"
 )
 
 func newBenchCmd() *cobra.Command {
-	return group("bench", "Benchmarks: TTFT with a restored KV prefix, retrieval recall on LoCoMo", newBenchTTFTCmd(), newBenchRecallCmd())
-}
-
-func parseInts(s string) ([]int, error) {
-	var out []int
-	for _, f := range strings.Split(s, ",") {
-		f = strings.TrimSpace(f)
-		if f == "" {
-			continue
-		}
-		n, err := strconv.Atoi(f)
-		if err != nil || n <= 0 {
-			return nil, fmt.Errorf("bad number %q in list %q", f, s)
-		}
-		out = append(out, n)
-	}
-	if len(out) == 0 {
-		return nil, fmt.Errorf("empty list %q", s)
-	}
-	return out, nil
+	return cli.Group("bench", "Benchmarks: TTFT with a restored KV prefix, retrieval recall on LoCoMo", newBenchTTFTCmd(), newBenchRecallCmd())
 }
 
 func newBenchTTFTCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "ttft",
 		Short: "Time to first token: cold prefill vs a restored KV prefix, per prefix length",
-		Args:  noArgs,
+		Args:  cli.NoArgs,
 	}
 	fs := c.Flags()
 	fs.SortFlags = false
@@ -63,7 +44,7 @@ func newBenchTTFTCmd() *cobra.Command {
 		if ext := strings.ToLower(filepath.Ext(*plot)); *plot != "" && ext != ".png" && ext != ".svg" {
 			return fmt.Errorf("--plot %s: want a .png or .svg file", *plot)
 		}
-		ns, err := parseInts(*prefix)
+		ns, err := cli.ParseInts(*prefix)
 		if err != nil {
 			return fmt.Errorf("--prefix: %w", err)
 		}
@@ -86,7 +67,7 @@ func newBenchTTFTCmd() *cobra.Command {
 		}
 		defer os.RemoveAll(dir)
 		o := bench.TTFTOptions{Prefixes: ns, Query: *query, QueryTok: *qtok, Reps: *reps, Dir: dir}
-		if isTerminal(os.Stderr) {
+		if cli.IsTerminal(os.Stderr) {
 			o.OnProgress = func(s string) { fmt.Fprintf(os.Stderr, "\r\033[K%s", s) }
 		}
 		rows, err := bench.TTFT(ctx, eng, o)

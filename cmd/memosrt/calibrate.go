@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/memosrt/memosrt/internal/cli"
 	"github.com/memosrt/memosrt/kvgate"
 	"github.com/memosrt/memosrt/runtime"
 )
@@ -25,7 +26,7 @@ a full prefill: top-1 next-token agreement and whole greedy paths, on
 samples of the model's own greedy text. Prints the table and the choices:
 the smallest fraction meeting the targets (else composition off) and the
 codec --kv-codec auto would store with (the smallest passing, else exact).`,
-		Args: noArgs,
+		Args: cli.NoArgs,
 	}
 	fs := c.Flags()
 	fs.SortFlags = false

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"github.com/memosrt/memosrt/internal/cli"
 	"github.com/memosrt/memosrt/internal/serveclient"
 	"os"
 
@@ -24,7 +25,7 @@ func newCheckCmd() *cobra.Command {
 			"Exit status 1 when damage is found. --repair deletes what is recomputed (damaged packs; the\n" +
 			"postings, doc records and statistics of a damaged cube, rebuilt from its texts) and lists the\n" +
 			"memories that cannot be saved. See docs/data-directory.md.",
-		Args: noArgs,
+		Args: cli.NoArgs,
 	}
 	sf := addStoreFlags(c.Flags())
 	repair := c.Flags().Bool("repair", false, "delete damaged packs and rebuild damaged indexes")

@@ -5,16 +5,17 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/memosrt/memosrt/internal/cli"
 	"github.com/memosrt/memosrt/runtime/llama"
 )
 
 func newDevicesCmd() *cobra.Command {
-	return &cobra.Command{Use: "devices", Short: "List the compute devices ggml found", Args: noArgs,
+	return &cobra.Command{Use: "devices", Short: "List the compute devices ggml found", Args: cli.NoArgs,
 		RunE: func(*cobra.Command, []string) error { return devices() }}
 }
 
 func newVersionCmd() *cobra.Command {
-	return &cobra.Command{Use: "version", Short: "Print the version and devices", Args: noArgs,
+	return &cobra.Command{Use: "version", Short: "Print the version and devices", Args: cli.NoArgs,
 		RunE: func(*cobra.Command, []string) error { return versionInfo() }}
 }
 
@@ -23,7 +24,7 @@ func devices() error {
 	for _, d := range llama.Devices() {
 		mem := ""
 		if d.TotalBytes > 0 {
-			mem = fmt.Sprintf("  %s free of %s", bytesStr(int64(d.FreeBytes)), bytesStr(int64(d.TotalBytes)))
+			mem = fmt.Sprintf("  %s free of %s", cli.Bytes(int64(d.FreeBytes)), cli.Bytes(int64(d.TotalBytes)))
 		}
 		fmt.Printf("%-6s %-10s %s%s\n", d.Kind, d.Name, d.Description, mem)
 	}

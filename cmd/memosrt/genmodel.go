@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/memosrt/memosrt/bench/gguf"
+	"github.com/memosrt/memosrt/internal/cli"
 )
 
 // defaultTokenizer is the GGUF whose tokenizer a generated model of spec
@@ -36,7 +37,7 @@ func defaultTokenizer(spec gguf.Spec) string {
 }
 
 func newGenModelCmd() *cobra.Command {
-	c := &cobra.Command{Use: "gen-model", Short: "Write a random-weight GGUF of a realistic shape (benchmarks)", Args: noArgs}
+	c := &cobra.Command{Use: "gen-model", Short: "Write a random-weight GGUF of a realistic shape (benchmarks)", Args: cli.NoArgs}
 	fs := c.Flags()
 	fs.SortFlags = false
 	var names []string
@@ -76,6 +77,6 @@ func genModel(ctx context.Context, names []string, preset, out, tok string, seed
 		return err
 	}
 	st, _ := os.Stat(out)
-	fmt.Printf("wrote %s: %s shape, %s in %.1fs\n", out, preset, bytesStr(st.Size()), time.Since(start).Seconds())
+	fmt.Printf("wrote %s: %s shape, %s in %.1fs\n", out, preset, cli.Bytes(st.Size()), time.Since(start).Seconds())
 	return nil
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/memosrt/memosrt"
 	"github.com/memosrt/memosrt/accesskey"
+	"github.com/memosrt/memosrt/internal/cli"
 	"github.com/memosrt/memosrt/internal/serveclient"
 )
 
@@ -41,12 +42,12 @@ func openKeys(ctx context.Context, sf storeFlags) (keyStore, error) {
 }
 
 func newKeysCmd() *cobra.Command {
-	return group("keys", "Access keys of `memosrt serve`: create, list, revoke, share a cube",
+	return cli.Group("keys", "Access keys of `memosrt serve`: create, list, revoke, share a cube",
 		keysCreateCmd(), keysLsCmd(), keysRevokeCmd(), keysShareCmd(), keysUnshareCmd())
 }
 
 func keysCreateCmd() *cobra.Command {
-	c := &cobra.Command{Use: "create", Short: "Create an access key and print its token (shown this once)", Args: noArgs}
+	c := &cobra.Command{Use: "create", Short: "Create an access key and print its token (shown this once)", Args: cli.NoArgs}
 	fs := c.Flags()
 	fs.SortFlags = false
 	sf := addStoreFlags(fs)
@@ -81,7 +82,7 @@ func keysCreateCmd() *cobra.Command {
 			return err
 		}
 		if *asJSON {
-			return printJSON(struct {
+			return cli.PrintJSON(struct {
 				memosrt.AccessKey
 				Token string `json:"token"`
 			}{k, tok})
@@ -94,7 +95,7 @@ func keysCreateCmd() *cobra.Command {
 }
 
 func keysLsCmd() *cobra.Command {
-	c := &cobra.Command{Use: "ls", Short: "List the access keys (never their tokens)", Args: noArgs}
+	c := &cobra.Command{Use: "ls", Short: "List the access keys (never their tokens)", Args: cli.NoArgs}
 	fs := c.Flags()
 	fs.SortFlags = false
 	sf := addStoreFlags(fs)
@@ -114,7 +115,7 @@ func keysLsCmd() *cobra.Command {
 			if keys == nil {
 				keys = []memosrt.AccessKey{}
 			}
-			return printJSON(keys)
+			return cli.PrintJSON(keys)
 		}
 		tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "ID\tNAME\tCUBES\tCREATED\tEXPIRES")
@@ -132,7 +133,7 @@ func keysLsCmd() *cobra.Command {
 
 func keysRevokeCmd() *cobra.Command {
 	c := &cobra.Command{Use: "revoke ID", Short: "Revoke an access key: its token is refused from the next request on",
-		Args: exactArgs(1, "one key ID argument (memosrt keys ls lists them)")}
+		Args: cli.ExactArgs(1, "one key ID argument (memosrt keys ls lists them)")}
 	fs := c.Flags()
 	fs.SortFlags = false
 	sf := addStoreFlags(fs)
@@ -150,7 +151,7 @@ func keysRevokeCmd() *cobra.Command {
 
 func keysShareCmd() *cobra.Command {
 	c := &cobra.Command{Use: "share ID", Short: "Share a cube with an access key: the key gets read (or --right write) on it",
-		Args: exactArgs(1, "one key ID argument (memosrt keys ls lists them)")}
+		Args: cli.ExactArgs(1, "one key ID argument (memosrt keys ls lists them)")}
 	fs := c.Flags()
 	fs.SortFlags = false
 	sf := addStoreFlags(fs)
@@ -182,7 +183,7 @@ func keysShareCmd() *cobra.Command {
 
 func keysUnshareCmd() *cobra.Command {
 	c := &cobra.Command{Use: "unshare ID", Short: "Take a cube from an access key (its last cube: revoke the key instead)",
-		Args: exactArgs(1, "one key ID argument (memosrt keys ls lists them)")}
+		Args: cli.ExactArgs(1, "one key ID argument (memosrt keys ls lists them)")}
 	fs := c.Flags()
 	fs.SortFlags = false
 	sf := addStoreFlags(fs)

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/memosrt/memosrt/internal/cli"
 	"github.com/memosrt/memosrt/internal/testmodels"
 )
 
@@ -87,7 +88,7 @@ func exitCode(err error) int {
 // hasPkgPrefix reports a package name leading an error segment ("textmem: ...").
 func hasPkgPrefix(line string) bool {
 	for _, seg := range strings.Split(strings.TrimPrefix(line, "memosrt: "), ": ") {
-		if isPkg(seg) {
+		if cli.IsPkg(seg) {
 			return true
 		}
 	}

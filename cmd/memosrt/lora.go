@@ -13,12 +13,13 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/memosrt/memosrt"
+	"github.com/memosrt/memosrt/internal/cli"
 	"github.com/memosrt/memosrt/internal/serveclient"
 	"github.com/memosrt/memosrt/lora"
 )
 
 func newLoraCmd() *cobra.Command {
-	return group("lora", "Parametric tier: LoRA adapters, global or per cube",
+	return cli.Group("lora", "Parametric tier: LoRA adapters, global or per cube",
 		newLoraAddCmd(), newLoraLsCmd(), newLoraRmCmd(), newLoraGenCmd())
 }
 
@@ -42,7 +43,7 @@ func newLoraAddCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "add NAME FILE.gguf",
 		Short: "Register a LoRA adapter (GGUF) under NAME, globally or for a cube",
-		Args:  exactArgs(2, "NAME and FILE.gguf"),
+		Args:  cli.ExactArgs(2, "NAME and FILE.gguf"),
 	}
 	fs := c.Flags()
 	fs.SortFlags = false
@@ -81,14 +82,14 @@ func newLoraAddCmd() *cobra.Command {
 		if *asJSON {
 			return json.NewEncoder(os.Stdout).Encode(rec)
 		}
-		fmt.Printf("added %s: rank %d, alpha %g, %d tensors adapted, %s\n", scope(rec), rec.Rank, rec.Alpha, len(rec.Targets), bytesStr(rec.Bytes))
+		fmt.Printf("added %s: rank %d, alpha %g, %d tensors adapted, %s\n", scope(rec), rec.Rank, rec.Alpha, len(rec.Targets), cli.Bytes(rec.Bytes))
 		return nil
 	}
 	return c
 }
 
 func newLoraLsCmd() *cobra.Command {
-	c := &cobra.Command{Use: "ls", Short: "List the registered LoRA adapters", Args: noArgs}
+	c := &cobra.Command{Use: "ls", Short: "List the registered LoRA adapters", Args: cli.NoArgs}
 	fs := c.Flags()
 	fs.SortFlags = false
 	sf := addStoreFlags(fs)
@@ -118,7 +119,7 @@ func newLoraLsCmd() *cobra.Command {
 			if c == "" {
 				c = "*"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%g\t%s\t%v\t%.12s\t%s\n", r.Name, c, r.Rank, r.Alpha, bytesStr(r.Bytes), r.Default, r.SHA256, r.Path)
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%g\t%s\t%v\t%.12s\t%s\n", r.Name, c, r.Rank, r.Alpha, cli.Bytes(r.Bytes), r.Default, r.SHA256, r.Path)
 		}
 		return tw.Flush()
 	}
@@ -126,7 +127,7 @@ func newLoraLsCmd() *cobra.Command {
 }
 
 func newLoraRmCmd() *cobra.Command {
-	c := &cobra.Command{Use: "rm NAME", Short: "Remove a registered LoRA adapter", Args: exactArgs(1, "one NAME argument")}
+	c := &cobra.Command{Use: "rm NAME", Short: "Remove a registered LoRA adapter", Args: cli.ExactArgs(1, "one NAME argument")}
 	fs := c.Flags()
 	fs.SortFlags = false
 	sf := addStoreFlags(fs)
@@ -151,7 +152,7 @@ func newLoraRmCmd() *cobra.Command {
 }
 
 func newLoraGenCmd() *cobra.Command {
-	c := &cobra.Command{Use: "gen", Short: "Write a random LoRA adapter for a model (tests)", Args: noArgs}
+	c := &cobra.Command{Use: "gen", Short: "Write a random LoRA adapter for a model (tests)", Args: cli.NoArgs}
 	fs := c.Flags()
 	fs.SortFlags = false
 	model := loraModelFlag(fs, "base model GGUF `PATH` (or Ollama model NAME[:TAG])")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/memosrt/memosrt/internal/cli"
 	"github.com/memosrt/memosrt/internal/serveclient"
 	"io"
 
@@ -24,7 +25,7 @@ func newMCPCmd() *cobra.Command {
 		Short: "Serve the memory tools over MCP on stdin/stdout",
 		Long: "Serve the MCP tools (memory add, search, list, delete; chat with --model) on stdin/stdout.\n" +
 			"Stdout carries the protocol only; logs go to stderr.",
-		Args: noArgs,
+		Args: cli.NoArgs,
 	}
 	fs := c.Flags()
 	fs.SortFlags = false

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/memosrt/memosrt"
 	"github.com/memosrt/memosrt/datadir"
+	"github.com/memosrt/memosrt/internal/cli"
 	"github.com/memosrt/memosrt/internal/serveclient"
 	"github.com/memosrt/memosrt/kvcache"
 	"github.com/memosrt/memosrt/scheduler"
@@ -150,11 +150,11 @@ func (f storeFlags) openOS(ctx context.Context, ef *engineFlags) (*memosrt.OS, e
 }
 
 func newMemCmd() *cobra.Command {
-	return group("mem", "Text-tier memories of a cube: add, list, search, remove",
-		memCmd("add TEXT", "Add a memory to a cube and print its id", exactArgs(1, "one TEXT argument"), memAdd),
-		memCmd("ls", "List a cube's memories", noArgs, memLs),
-		memCmd("search QUERY", "Search a cube's memories (lexical and dense)", exactArgs(1, "one QUERY argument"), memSearch),
-		memCmd("rm ID", "Remove a memory", exactArgs(1, "one ID argument"), memRm))
+	return cli.Group("mem", "Text-tier memories of a cube: add, list, search, remove",
+		memCmd("add TEXT", "Add a memory to a cube and print its id", cli.ExactArgs(1, "one TEXT argument"), memAdd),
+		memCmd("ls", "List a cube's memories", cli.NoArgs, memLs),
+		memCmd("search QUERY", "Search a cube's memories (lexical and dense)", cli.ExactArgs(1, "one QUERY argument"), memSearch),
+		memCmd("rm ID", "Remove a memory", cli.ExactArgs(1, "one ID argument"), memRm))
 }
 
 // memFlags are the flags of the mem commands; each command adds its own.
@@ -209,12 +209,6 @@ func memCmd(use, short string, args cobra.PositionalArgs, run func(ctx context.C
 	return c
 }
 
-func printJSON(v any) error {
-	enc := json.NewEncoder(os.Stdout)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
-}
-
 func memAdd(ctx context.Context, s dirBackend, f *memFlags, args []string) error {
 	m := textmem.Memory{Text: args[0], Kind: *f.kind, Source: "cli"}
 	if *f.tags != "" {
@@ -225,7 +219,7 @@ func memAdd(ctx context.Context, s dirBackend, f *memFlags, args []string) error
 		return err
 	}
 	if *f.asJSON {
-		return printJSON(got)
+		return cli.PrintJSON(got)
 	}
 	fmt.Println(got.ID)
 	return nil
@@ -240,12 +234,12 @@ func memLs(ctx context.Context, s dirBackend, f *memFlags, args []string) error 
 		if ms == nil {
 			ms = []textmem.Memory{}
 		}
-		return printJSON(ms)
+		return cli.PrintJSON(ms)
 	}
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tCREATED\tTEXT")
 	for _, m := range ms {
-		fmt.Fprintf(tw, "%s\t%s\t%s\n", m.ID, m.Created.Format("2006-01-02 15:04:05"), oneLine(m.Text, 80))
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", m.ID, m.Created.Format("2006-01-02 15:04:05"), cli.OneLine(m.Text, 80))
 	}
 	return tw.Flush()
 }
@@ -259,26 +253,18 @@ func memSearch(ctx context.Context, s dirBackend, f *memFlags, args []string) er
 		if hits == nil {
 			hits = []textmem.Hit{}
 		}
-		return printJSON(hits)
+		return cli.PrintJSON(hits)
 	}
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tSCORE\tTEXT")
 	for _, h := range hits {
-		fmt.Fprintf(tw, "%s\t%.3f\t%s\n", h.Memory.ID, h.Score, oneLine(h.Memory.Text, 80))
+		fmt.Fprintf(tw, "%s\t%.3f\t%s\n", h.Memory.ID, h.Score, cli.OneLine(h.Memory.Text, 80))
 	}
 	return tw.Flush()
 }
 
 func memRm(ctx context.Context, s dirBackend, f *memFlags, args []string) error {
 	return s.DeleteMemory(ctx, *f.cube, args[0])
-}
-
-func oneLine(s string, n int) string {
-	s = strings.Join(strings.Fields(s), " ")
-	if r := []rune(s); len(r) > n {
-		return string(r[:n-1]) + "…"
-	}
-	return s
 }
 
 var errEncryptionKey = datadir.ErrEncryptionKey

@@ -9,6 +9,7 @@ import (
 
 	"github.com/memosrt/memosrt"
 	"github.com/memosrt/memosrt/config"
+	"github.com/memosrt/memosrt/internal/cli"
 	"github.com/memosrt/memosrt/internal/ollamastore"
 	"github.com/memosrt/memosrt/runtime"
 	"github.com/spf13/cobra"
@@ -81,7 +82,7 @@ func (f *modelsFlags) apply(o *memosrt.Options) error {
 		}
 		// a tokenizer fixture or a truncated file is not listed as a model
 		if _, err := runtime.CheckModelFile(path); err != nil {
-			refused = append(refused, userMessage(err))
+			refused = append(refused, cli.UserMessage(err))
 			return
 		}
 		seen[name], seen[f] = true, true
@@ -107,7 +108,7 @@ func (f *modelsFlags) apply(o *memosrt.Options) error {
 			add(m.Name, m.Path)
 		}
 		for _, err := range skipped {
-			refused = append(refused, userMessage(err))
+			refused = append(refused, cli.UserMessage(err))
 		}
 	}
 	if len(refused) > 0 {

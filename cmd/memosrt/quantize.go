@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/memosrt/memosrt/internal/cli"
 	"github.com/memosrt/memosrt/runtime/llama"
 )
 
@@ -14,7 +15,7 @@ func newQuantizeCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "quantize IN.gguf OUT.gguf",
 		Short: "Write a model in another type (f16, q8_0, q4_0, q4_k_m, ...) with llama.cpp's quantizer",
-		Args:  exactArgs(2, "IN.gguf and OUT.gguf"),
+		Args:  cli.ExactArgs(2, "IN.gguf and OUT.gguf"),
 	}
 	fs := c.Flags()
 	fs.SortFlags = false
@@ -31,7 +32,7 @@ func newQuantizeCmd() *cobra.Command {
 		if res.Fallback {
 			how = fmt.Sprintf("ggml's row quantizer (llama.cpp refuses %s for rows that are not whole blocks; %d such weights kept in f16)", *typ, len(res.Kept))
 		}
-		fmt.Printf("wrote %s: %s, %s in %.1fs by %s\n", args[1], *typ, bytesStr(res.Bytes), time.Since(start).Seconds(), how)
+		fmt.Printf("wrote %s: %s, %s in %.1fs by %s\n", args[1], *typ, cli.Bytes(res.Bytes), time.Since(start).Seconds(), how)
 		return nil
 	}
 	return c

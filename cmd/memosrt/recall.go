@@ -11,13 +11,14 @@ import (
 	"github.com/memosrt/memosrt/bench/recall"
 	"github.com/memosrt/memosrt/embed"
 	"github.com/memosrt/memosrt/embed/llamaembed"
+	"github.com/memosrt/memosrt/internal/cli"
 )
 
 func newBenchRecallCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "recall",
 		Short: "Retrieval recall@k on LoCoMo (lexical, or dense + lexical fusion with an embedding model)",
-		Args:  noArgs,
+		Args:  cli.NoArgs,
 	}
 	fs := c.Flags()
 	fs.SortFlags = false
@@ -35,7 +36,7 @@ func newBenchRecallCmd() *cobra.Command {
 		if *file == "" {
 			return errors.New("--locomo FILE is required")
 		}
-		k, err := parseInts(*ks)
+		k, err := cli.ParseInts(*ks)
 		if err != nil {
 			return fmt.Errorf("--k: %w", err)
 		}

@@ -15,10 +15,11 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/memosrt/memosrt"
+	"github.com/memosrt/memosrt/internal/cli"
 	"github.com/memosrt/memosrt/internal/defaults"
 	"github.com/memosrt/memosrt/internal/ollamastore"
 	"github.com/memosrt/memosrt/kvcache"
-	"github.com/memosrt/memosrt/pipeline"
+	"github.com/memosrt/memosrt/pipeline/convpack"
 	"github.com/memosrt/memosrt/runtime"
 	"github.com/memosrt/memosrt/runtime/grammar"
 	"github.com/memosrt/memosrt/runtime/llama"
@@ -95,7 +96,7 @@ func (f engineFlags) engineOptions() (runtime.Options, string, error) {
 	llama.Init(libDir())
 	return runtime.Options{ModelPath: path, LibDir: libDir(), NGPULayers: llama.GPULayers(*f.ngl),
 		NCtx: *f.ctx, Threads: *f.threads, TypeK: *f.typeK, TypeV: *f.typeV,
-		FlashAttn: *f.fa, Mmap: *f.mmap, LoRA: true, Logger: logger(), Progress: progress("loading model")}, name, nil
+		FlashAttn: *f.fa, Mmap: *f.mmap, LoRA: true, Logger: logger(), Progress: cli.Progress("loading model")}, name, nil
 }
 
 // ollamaModels is Ollama's model store: $OLLAMA_MODELS, else
@@ -140,11 +141,11 @@ func (f engineFlags) apply(o *memosrt.Options) error {
 }
 
 func newKVCmd() *cobra.Command {
-	return group("kv", "Activation tier: warm a cube's pack, list packs", newKVWarmCmd(), newKVLsCmd())
+	return cli.Group("kv", "Activation tier: warm a cube's pack, list packs", newKVWarmCmd(), newKVLsCmd())
 }
 
 func newKVLsCmd() *cobra.Command {
-	c := &cobra.Command{Use: "ls", Short: "List the stored KV packs", Args: noArgs}
+	c := &cobra.Command{Use: "ls", Short: "List the stored KV packs", Args: cli.NoArgs}
 	fs := c.Flags()
 	fs.SortFlags = false
 	sf := addStoreFlags(fs)
@@ -163,7 +164,7 @@ func newKVLsCmd() *cobra.Command {
 			return err
 		}
 		if *cube != "" {
-			infos = slices.DeleteFunc(infos, func(i kvcache.Info) bool { c, _ := pipeline.PackCube(i.Label); return c != *cube })
+			infos = slices.DeleteFunc(infos, func(i kvcache.Info) bool { c, _ := convpack.PackCube(i.Label); return c != *cube })
 		}
 		if *asJSON {
 			if infos == nil {
@@ -174,11 +175,11 @@ func newKVLsCmd() *cobra.Command {
 		tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "PACK\tCUBE\tKIND\tTOKENS\tRAW\tSTORED\tRATIO\tCREATED")
 		for _, i := range infos {
-			c, kind := pipeline.PackCube(i.Label)
+			c, kind := convpack.PackCube(i.Label)
 			if c == "" {
 				c = "(no cube)"
 			}
-			fmt.Fprintf(tw, "%.12s\t%s\t%s\t%d\t%s\t%s\t%.2fx\t%s\n", i.ID, c, kind, i.NTokens, bytesStr(i.RawBytes), bytesStr(i.BlobBytes), i.Ratio(), i.Created.Format("2006-01-02 15:04:05"))
+			fmt.Fprintf(tw, "%.12s\t%s\t%s\t%d\t%s\t%s\t%.2fx\t%s\n", i.ID, c, kind, i.NTokens, cli.Bytes(i.RawBytes), cli.Bytes(i.BlobBytes), i.Ratio(), i.Created.Format("2006-01-02 15:04:05"))
 		}
 		return tw.Flush()
 	}
@@ -186,7 +187,7 @@ func newKVLsCmd() *cobra.Command {
 }
 
 func newKVWarmCmd() *cobra.Command {
-	c := &cobra.Command{Use: "warm", Short: "Prefill a cube's memories into its KV pack and store it (compressed)", Args: noArgs}
+	c := &cobra.Command{Use: "warm", Short: "Prefill a cube's memories into its KV pack and store it (compressed)", Args: cli.NoArgs}
 	fs := c.Flags()
 	fs.SortFlags = false
 	sf := addStoreFlags(fs)
@@ -207,11 +208,11 @@ func newKVWarmCmd() *cobra.Command {
 			return err
 		}
 		defer s.Close(context.WithoutCancel(ctx))
-		if isTerminal(os.Stderr) {
+		if cli.IsTerminal(os.Stderr) {
 			fmt.Fprintf(os.Stderr, "warming the pack of cube %s (prefill, then compress and store)...", *cube)
 		}
 		st, err := s.Warm(ctx, *cube, memosrt.WarmOptions{Resident: *resident})
-		if isTerminal(os.Stderr) {
+		if cli.IsTerminal(os.Stderr) {
 			fmt.Fprint(os.Stderr, "\r\033[K")
 		}
 		if err != nil {
@@ -227,22 +228,10 @@ func newKVWarmCmd() *cobra.Command {
 			return json.NewEncoder(os.Stdout).Encode(map[string]any{"pack": info, "memories": st.Memories, "ratio": info.Ratio()})
 		}
 		fmt.Printf("warmed cube %s: %d memories, %d tokens, %s state → %s stored (%.2fx), pack %.12s\n",
-			*cube, st.Memories, info.NTokens, bytesStr(info.RawBytes), bytesStr(info.BlobBytes), info.Ratio(), info.ID)
+			*cube, st.Memories, info.NTokens, cli.Bytes(info.RawBytes), cli.Bytes(info.BlobBytes), info.Ratio(), info.ID)
 		return nil
 	}
 	return c
-}
-
-func bytesStr(n int64) string {
-	switch {
-	case n >= 1<<30:
-		return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30))
-	case n >= 1<<20:
-		return fmt.Sprintf("%.2f MiB", float64(n)/(1<<20))
-	case n >= 1<<10:
-		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
-	}
-	return fmt.Sprintf("%d B", n)
 }
 
 // runJSON is the object `memosrt run --json` prints.
@@ -271,7 +260,7 @@ func newRunCmd() *cobra.Command {
 			"from the cube's pack when one is stored; without --cube it is plain inference and needs no --db.\n" +
 			"With a memosrt serve running on --db, the server serves the request: with the --model file when it\n" +
 			"serves that file, else with its own model.",
-		Args: exactArgs(1, "one PROMPT argument"),
+		Args: cli.ExactArgs(1, "one PROMPT argument"),
 	}
 	fs := c.Flags()
 	fs.SortFlags = false

@@ -16,6 +16,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/memosrt/memosrt/internal/cli"
 	"github.com/memosrt/memosrt/kvcache"
 	kvredis "github.com/memosrt/memosrt/kvcache/redis"
 	"github.com/memosrt/memosrt/kvgate"
@@ -41,7 +42,7 @@ func newServeCmd() *cobra.Command {
 		Long: "Serve the Ollama API (/api/chat, /api/generate, ...), the OpenAI API (/v1/chat/completions, ...),\n" +
 			"the memory API (/v1/cubes/...), MCP (/mcp) and the playground page (/ui) on --addr, with the tier\n" +
 			"scheduler running. CLI commands on the same --db go through the running server.",
-		Args: noArgs,
+		Args: cli.NoArgs,
 	}
 	fs := c.Flags()
 	fs.SortFlags = false

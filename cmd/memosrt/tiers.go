@@ -9,13 +9,15 @@ import (
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
+
+	"github.com/memosrt/memosrt/internal/cli"
 )
 
 func newTiersCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "tiers",
 		Short: "A cube's memory tiers, heat, pack, pending jobs and transitions",
-		Args:  noArgs,
+		Args:  cli.NoArgs,
 	}
 	fs := c.Flags()
 	fs.SortFlags = false
@@ -74,7 +76,7 @@ func tiers(ctx context.Context, sf storeFlags, ef engineFlags, cube string, limi
 		return enc.Encode(st)
 	}
 	fmt.Printf("cube %s: pack %d tokens, %s KV (%s stored), level %s; all packs %s of %s budget\n", st.Cube, st.PackTokens,
-		bytesStr(st.RawBytes), bytesStr(st.BlobBytes), orDash(st.PackLevel), bytesStr(st.KVBytes), bytesStr(st.KVBudget))
+		cli.Bytes(st.RawBytes), cli.Bytes(st.BlobBytes), orDash(st.PackLevel), cli.Bytes(st.KVBytes), cli.Bytes(st.KVBudget))
 	if g := st.KVGate; g != nil {
 		state := "not calibrated yet: exact"
 		switch {
@@ -93,7 +95,7 @@ func tiers(ctx context.Context, sf storeFlags, ef engineFlags, cube string, limi
 		}
 	}
 	if pm := st.Parametric; pm != nil && (pm.Adapter != "" || pm.Failure != "" || pm.Distilling) {
-		fmt.Printf("parametric: adapter %s (version %d, %d memories, %s, base %s)", orDash(pm.Adapter), pm.Version, pm.Members, bytesStr(pm.Bytes), orDash(pm.BaseType))
+		fmt.Printf("parametric: adapter %s (version %d, %d memories, %s, base %s)", orDash(pm.Adapter), pm.Version, pm.Members, cli.Bytes(pm.Bytes), orDash(pm.BaseType))
 		if ev := pm.Eval; ev != nil {
 			fmt.Printf(", memory NLL %.3f → %.3f (−%.0f%%), recalled %d/%d, generic top-1 %.1f%% KL %.4f",
 				ev.NLLBase, ev.NLLAdapter, 100*ev.NLLDrop(), ev.Recalled, ev.Memories, 100*ev.Top1, ev.KL)
@@ -116,7 +118,7 @@ func tiers(ctx context.Context, sf storeFlags, ef engineFlags, cube string, limi
 		if m.Chunk != "" {
 			tier += " +chunk"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%.3f\t%.2f\t%.2f\t%s\n", m.ID, tier, m.Heat, m.Usage.Visits, m.Usage.Interactions, oneLine(m.Text, 48))
+		fmt.Fprintf(tw, "%s\t%s\t%.3f\t%.2f\t%.2f\t%s\n", m.ID, tier, m.Heat, m.Usage.Visits, m.Usage.Interactions, cli.OneLine(m.Text, 48))
 	}
 	tw.Flush()
 	if len(st.Jobs) > 0 {

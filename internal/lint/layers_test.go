@@ -26,6 +26,8 @@ var layers = [][]string{
 	{"errkind"},
 	// leaves: no package of ours but errkind
 	{"internal/defaults", "internal/gate", "internal/atomicfile", "internal/half", "internal/safepath", "internal/sealed", "internal/stats",
+		// the heat score of package scheduler; the CLI's conventions
+		"scheduler/heat", "internal/cli",
 		"runtime/grammar", "embed", "datadir",
 		// test helpers: imported by _test.go files only (checked below)
 		"internal/testutil", "internal/testmodels", "internal/testfs", "internal/lint"},
@@ -46,8 +48,10 @@ var layers = [][]string{
 	// conversations write (recording, governed writes, extraction jobs);
 	// the upstream servers a text-only OS generates through
 	{"scheduler", "modelsched", "conversation", "upstream", "memchunk"},
-	// what an OS is opened with, read by every layer above
-	{"config"},
+	// what an OS is opened with, read by every layer above; what a
+	// request asks and answers; what the pipeline reports; the names and
+	// budget of conversation packs
+	{"config", "pipeline/request", "pipeline/status", "pipeline/convpack"},
 	// the request pipeline: the served models, the request stages, the
 	// conversation packs, the resident level
 	{"pipeline"},
@@ -116,7 +120,7 @@ var hooks = map[string]string{
 	"upstream.Request.OnText":              "streams the upstream's text to the caller",
 	"pipeline.Deps.OnChat":                 "records an answered chat turn (the facade's conversations)",
 	"pipeline.Deps.OnResponse":             "keeps an answer in its cube's response log (for feedback)",
-	"pipeline.Request.OnText":              "streams generated text to the caller",
+	"pipeline/request.Request.OnText":      "streams generated text to the caller",
 	"cubeops.Stores.Now":                   "clock (the facade's)",
 	"cubeops.Stores.AfterTextDelete":       "failpoint between a cube's text delete and the rest (tests)",
 }

@@ -1,8 +1,10 @@
-package pipeline
+package request
 
 import (
 	"fmt"
 	"math"
+
+	"github.com/memosrt/memosrt/errkind"
 )
 
 // Stop string limits, the same on every route (Ollama's options.stop,
@@ -17,7 +19,7 @@ const (
 	MaxStopBytes = 256
 )
 
-// checkOptions checks the per-request options' ranges, once for every
+// CheckOptions checks the per-request options' ranges, once for every
 // route, and returns a *FieldError naming the first one out of range
 // (field names as Ollama's options have them: "options.top_k"). Ranges:
 // num_ctx >= 0 (0: the loaded n_ctx); top_k >= 0 (0: off); temperature and
@@ -25,7 +27,7 @@ const (
 // at most MaxStops stop strings of at most MaxStopBytes bytes each.
 // num_predict and repeat_last_n are checked where the context is known
 // (the validate stage).
-func checkOptions(req *Request) error {
+func CheckOptions(req *Request) error {
 	sp := req.Sampling
 	in := func(field string, v float32, lo, hi float64) error {
 		f := float64(v)
@@ -62,4 +64,9 @@ func checkOptions(req *Request) error {
 		}
 	}
 	return nil
+}
+
+// badField is a *errkind.FieldError naming the request field at fault.
+func badField(field, format string, args ...any) error {
+	return &errkind.FieldError{Field: field, Msg: fmt.Sprintf(format, args...)}
 }

@@ -1,4 +1,4 @@
-package scheduler
+package heat
 
 import (
 	"cmp"
@@ -7,6 +7,21 @@ import (
 	"sync"
 	"time"
 )
+
+// Use is one recorded use of a memory (or, with ID scheduler.PackUse, of
+// a cube's pack): Visits retrieval hits and Interactions turns that used it.
+type Use struct {
+	Cube         string
+	ID           string
+	Visits       int
+	Interactions int
+	At           time.Time // when it was used; zero: now
+}
+
+// Recorder writes uses (scheduler.Tiers.RecordUse).
+type Recorder interface {
+	RecordUse(ctx context.Context, uses []Use) error
+}
 
 // UsageBuffer holds recorded uses until they are written (Flush), summed
 // per memory and stamped with the last use's time, so that a turn's uses
@@ -45,10 +60,10 @@ func (b *UsageBuffer) ResetSince() {
 	b.mu.Unlock()
 }
 
-// Flush writes the buffered uses with t.RecordUse in one transaction, by
-// cube and id. On failure they are kept for the next Flush and the error
+// Flush writes the buffered uses with t.RecordUse (in one transaction,
+// for scheduler.Tiers), by cube and id. On failure they are kept for the next Flush and the error
 // is returned.
-func (b *UsageBuffer) Flush(ctx context.Context, t *Tiers) error {
+func (b *UsageBuffer) Flush(ctx context.Context, t Recorder) error {
 	b.mu.Lock()
 	if len(b.uses) == 0 {
 		b.mu.Unlock()

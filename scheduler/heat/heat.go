@@ -1,4 +1,4 @@
-package scheduler
+package heat
 
 import (
 	"errors"
@@ -20,7 +20,7 @@ func (systemClock) Now() time.Time { return time.Now() }
 // SystemClock is the wall clock.
 func SystemClock() Clock { return systemClock{} }
 
-// HeatOptions are the weights and thresholds of the heat score
+// Options are the weights and thresholds of the heat score
 //
 //	H = α·N_visit + β·L_interaction + γ·R_recency,   R_recency = exp(−Δt/τ)
 //
@@ -29,7 +29,7 @@ func SystemClock() Clock { return systemClock{} }
 // that used the memory and Δt the time since the last access. MemoryOS uses
 // α = β = γ = 1, τ = 24 h and promotes at heat 5; those are the defaults.
 // Zero means the default for every field.
-type HeatOptions struct {
+type Options struct {
 	// Alpha weighs N_visit. Default 1.
 	Alpha float64
 	// Beta weighs L_interaction. Default 1.
@@ -53,13 +53,15 @@ type HeatOptions struct {
 	DemoteBelow float64
 }
 
-// DefaultHeatOptions returns MemoryOS's constants.
-func DefaultHeatOptions() HeatOptions {
-	return HeatOptions{Alpha: 1, Beta: 1, Gamma: 1, Tau: 24 * time.Hour, CountTau: 24 * time.Hour, PromoteAt: 5, DemoteBelow: 1}
+// DefaultOptions returns MemoryOS's constants.
+func DefaultOptions() Options {
+	return Options{Alpha: 1, Beta: 1, Gamma: 1, Tau: 24 * time.Hour, CountTau: 24 * time.Hour, PromoteAt: 5, DemoteBelow: 1}
 }
 
-func (o HeatOptions) withDefaults() HeatOptions {
-	d := DefaultHeatOptions()
+// WithDefaults returns o with every zero field set to its default
+// (CountTau defaults to Tau).
+func (o Options) WithDefaults() Options {
+	d := DefaultOptions()
 	if o.Alpha == 0 {
 		o.Alpha = d.Alpha
 	}
@@ -85,8 +87,8 @@ func (o HeatOptions) withDefaults() HeatOptions {
 }
 
 // Validate reports every invalid field at once (after defaults).
-func (o HeatOptions) Validate() error {
-	o = o.withDefaults()
+func (o Options) Validate() error {
+	o = o.WithDefaults()
 	var errs []error
 	if o.Alpha < 0 || o.Beta < 0 || o.Gamma < 0 {
 		errs = append(errs, fmt.Errorf("heat weights α %g β %g γ %g must be >= 0", o.Alpha, o.Beta, o.Gamma))
@@ -101,7 +103,7 @@ func (o HeatOptions) Validate() error {
 }
 
 // Usage is the persisted access record of one memory or pack. Counts are
-// stored as of At and decay from there (see HeatOptions.CountTau).
+// stored as of At and decay from there (see Options.CountTau).
 type Usage struct {
 	Visits       float64   `json:"v"`    // N_visit at At
 	Interactions float64   `json:"i"`    // L_interaction at At
@@ -110,7 +112,7 @@ type Usage struct {
 }
 
 // decay brings the counts to now.
-func (u Usage) decay(o HeatOptions, now time.Time) Usage {
+func (u Usage) decay(o Options, now time.Time) Usage {
 	if o.RawCounts || u.At.IsZero() || !now.After(u.At) {
 		if u.At.IsZero() {
 			u.At = now
@@ -127,7 +129,7 @@ func (u Usage) decay(o HeatOptions, now time.Time) Usage {
 // Use records visits retrieval hits and interactions turns that used the
 // memory at now. Negative counts (feedback that the memory misled) take
 // counts away, never below 0, and leave Last.
-func (u Usage) Use(o HeatOptions, now time.Time, visits, interactions int) Usage {
+func (u Usage) Use(o Options, now time.Time, visits, interactions int) Usage {
 	u = u.decay(o, now)
 	u.Visits = max(0, u.Visits+float64(visits))
 	u.Interactions = max(0, u.Interactions+float64(interactions))
@@ -138,7 +140,7 @@ func (u Usage) Use(o HeatOptions, now time.Time, visits, interactions int) Usage
 }
 
 // Heat returns H at now. A memory never accessed has heat 0.
-func (u Usage) Heat(o HeatOptions, now time.Time) float64 {
+func (u Usage) Heat(o Options, now time.Time) float64 {
 	if u.Last.IsZero() {
 		return 0
 	}
