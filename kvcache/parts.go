@@ -5,6 +5,7 @@ import (
 	"fmt"
 	goruntime "runtime"
 	"sync"
+	"time"
 
 	"github.com/cespare/xxhash/v2"
 	"golang.org/x/sync/errgroup"
@@ -54,6 +55,10 @@ type partsDecoder struct {
 	g        errgroup.Group // decode tasks of the current part
 	wg       sync.WaitGroup // checksum tasks of the current part
 	pre      error          // bad magic or version: reported before the checksum, as Decode does
+	// readDur is the time the blob checksum took over readBytes bytes
+	// of parts of at least 64 KiB (readRate), summed.
+	readDur   time.Duration
+	readBytes int
 }
 
 // newPartsDecoder starts decoding a blob of total bytes. expect, when not
@@ -93,7 +98,13 @@ func (p *partsDecoder) write(v []byte) error {
 		p.sum.Write(body) // not worth a goroutine
 	} else {
 		p.wg.Add(1)
-		go func() { defer p.wg.Done(); p.sum.Write(body) }()
+		go func() {
+			defer p.wg.Done()
+			start := time.Now()
+			p.sum.Write(body)
+			p.readDur += time.Since(start) // read after p.wg.Wait
+			p.readBytes += len(body)
+		}()
 	}
 	if p.err == nil && p.summed < p.final {
 		// the state completed by earlier parts, summed alongside this one
@@ -172,7 +183,7 @@ func (p *partsDecoder) parse() {
 	p.h, p.ready = h, true
 	switch h.Codec {
 	case CodecRaw:
-		p.state = make([]byte, h.RawBytes)
+		p.state = newState(int(h.RawBytes))
 	case CodecZstdShuffle2:
 		p.gather = make([]byte, 0, p.payLen)
 	}
@@ -223,7 +234,7 @@ func (p *partsDecoder) segPart(pv []byte, po int) {
 					return
 				}
 				p.offs = offs
-				p.state = make([]byte, p.h.RawBytes)
+				p.state = newState(int(p.h.RawBytes))
 			}
 		}
 	}
