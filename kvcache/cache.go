@@ -546,8 +546,8 @@ func (c *Cache) readState(rec *packRecord) (h Header, state []byte, err error) {
 			}
 		}
 		h, state, err = d.finish()
-		if err == nil && d.readBytes >= hugeMin {
-			c.reads.add(float64(d.readDur.Nanoseconds()) / float64(d.readBytes))
+		if err == nil && len(d.readNs) >= hugeMin/readBlock {
+			c.reads.add(median(d.readNs))
 		}
 		return err
 	})

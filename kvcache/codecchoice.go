@@ -2,6 +2,7 @@ package kvcache
 
 import (
 	"math"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -24,10 +25,13 @@ func sizeRule(state, payload []byte, _ string) bool {
 
 // readRate is the measured cost of reading a stored blob byte back from
 // Badger, in ns per byte on one core: an exponentially weighted mean over
-// the reads of packs of at least hugeMin bytes (the time the blob
-// checksum takes over each value Badger lends, which is where a value's
-// pages are first read from the page cache or the disk). Safe for
-// concurrent use.
+// the reads of packs of at least hugeMin bytes, each read's cost the
+// median over its 1 MiB blocks (readBlock) of the time the blob checksum
+// takes over the block, which is where the bytes Badger lends are first
+// read from the page cache or the disk. The median keeps a read on a
+// loaded machine, where the checksum goroutine is descheduled now and
+// then, from counting those pauses as a slow disk. Safe for concurrent
+// use.
 type readRate struct{ bits atomic.Uint64 } // math.Float64bits; 0: no read yet
 
 // add folds one read's ns per byte into the mean (weight 1/4).
@@ -49,6 +53,15 @@ func (r *readRate) add(ns float64) {
 
 // get returns the mean, 0 before any read.
 func (r *readRate) get() float64 { return math.Float64frombits(r.bits.Load()) }
+
+// median returns the median of v (not empty); v is sorted in place.
+func median(v []float64) float64 {
+	slices.Sort(v)
+	if n := len(v); n%2 == 0 {
+		return (v[n/2-1] + v[n/2]) / 2
+	}
+	return v[len(v)/2]
+}
 
 // codecCosts are the per-byte costs, ns on one core, that costRule
 // weighs for one state.

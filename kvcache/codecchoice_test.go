@@ -42,6 +42,12 @@ func TestReadRateMean(t *testing.T) {
 	if got := r.get(); got != 5 {
 		t.Fatalf("mean %v, want 5", got)
 	}
+	if m := median([]float64{9, 1, 1000, 2, 3}); m != 3 {
+		t.Fatalf("median %v, want 3", m)
+	}
+	if m := median([]float64{4, 1, 2, 1000}); m != 3 {
+		t.Fatalf("median %v, want 3", m)
+	}
 }
 
 // TestPutChoosesCodecByCost: a compressible state of several segments is
