@@ -569,7 +569,7 @@ func decodeSegments(d *zstd.Decoder, p []byte, rawBytes int) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := newState(rawBytes)
+	out := make([]byte, rawBytes)
 	var g errgroup.Group
 	g.SetLimit(goruntime.GOMAXPROCS(0))
 	for i := range n {

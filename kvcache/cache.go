@@ -546,7 +546,7 @@ func (c *Cache) readState(rec *packRecord) (h Header, state []byte, err error) {
 			}
 		}
 		h, state, err = d.finish()
-		if err == nil && len(d.readNs) >= hugeMin/readBlock {
+		if err == nil && len(d.readNs) >= costMin/readBlock {
 			c.reads.add(median(d.readNs))
 		}
 		return err

@@ -9,9 +9,10 @@ import (
 	"github.com/cespare/xxhash/v2"
 )
 
-// hugeMin: decoded states of at least this many bytes get huge pages
-// (newState), and Put chooses their codec by measured cost (costRule).
-const hugeMin = 4 << 20
+// costMin: Put chooses the codec of states of at least this many bytes
+// by measured cost (costRule), and reads of packs this large are timed
+// (readRate).
+const costMin = 4 << 20
 
 // rawRule decides, for a state and the compressed payload encode made
 // of it under codec, whether the blob stores the state raw instead.
@@ -25,7 +26,7 @@ func sizeRule(state, payload []byte, _ string) bool {
 
 // readRate is the measured cost of reading a stored blob byte back from
 // Badger, in ns per byte on one core: an exponentially weighted mean over
-// the reads of packs of at least hugeMin bytes, each read's cost the
+// the reads of packs of at least costMin bytes, each read's cost the
 // median over its 1 MiB blocks (readBlock) of the time the blob checksum
 // takes over the block, which is where the bytes Badger lends are first
 // read from the page cache or the disk. The median keeps a read on a
@@ -80,12 +81,12 @@ func (c codecCosts) rawCheaper(s, b int) bool {
 	return c.ReadNs*float64(s)+c.CopyNs*float64(s) <= c.ReadNs*float64(b)+c.DecodeNs*float64(s)
 }
 
-// costRule is Put's rawRule: a state under hugeMin keeps sizeRule (its
+// costRule is Put's rawRule: a state under costMin keeps sizeRule (its
 // restore is a few ms either way, too short to time); a larger one is
 // stored raw when rawCheaper says so, its costs measured now (measure)
 // on its first segment, read cost from the reads this cache has made.
 func (c *Cache) costRule(state, payload []byte, codec string) bool {
-	if len(state) < hugeMin || len(payload) >= len(state) {
+	if len(state) < costMin || len(payload) >= len(state) {
 		return sizeRule(state, payload, codec)
 	}
 	costs, ok := measure(state, payload, codec, c.reads.get())

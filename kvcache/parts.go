@@ -193,7 +193,7 @@ func (p *partsDecoder) parse() {
 	p.h, p.ready = h, true
 	switch h.Codec {
 	case CodecRaw:
-		p.state = newState(int(h.RawBytes))
+		p.state = make([]byte, h.RawBytes)
 	case CodecZstdShuffle2:
 		p.gather = make([]byte, 0, p.payLen)
 	}
@@ -244,7 +244,7 @@ func (p *partsDecoder) segPart(pv []byte, po int) {
 					return
 				}
 				p.offs = offs
-				p.state = newState(int(p.h.RawBytes))
+				p.state = make([]byte, p.h.RawBytes)
 			}
 		}
 	}
