@@ -5,8 +5,9 @@
 // A pack is the serialized state of one sequence holding tokens [0, n)
 // (llama_state_seq_get_data), wrapped in a versioned blob (see Encode): a
 // header that records what makes the state valid (model fingerprint, KV
-// layout, adapter set, tokens), a zstd payload of the byte-shuffled state,
-// and a checksum. Blobs persist in Badger (keys under "k/") and are cached
+// layout, adapter set, tokens), a zstd payload of the byte-shuffled state
+// (or the state itself, when Put measures that reading it raw costs less
+// than reading the compressed payload and decoding it), and a checksum. Blobs persist in Badger (keys under "k/") and are cached
 // decompressed in a RAM LRU bounded in bytes.
 //
 // Lookup finds the longest cached prefix of a request's tokens through a hash
