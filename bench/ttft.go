@@ -148,12 +148,14 @@ func TTFT(ctx context.Context, e *runtime.Engine, o TTFTOptions) ([]TTFTRow, err
 		}
 		row.StateBytes, row.BlobBytes, row.DiskFrom = int64(len(state)), int64(len(blob)), "blob"
 		if cache != nil {
-			if _, err := cache.Put(ctx, kvcache.Header{KV: e.KVConfig(), Tokens: prefix}, state); err != nil {
+			// the pack as stored (Put may store raw a state Encode compresses)
+			info, err := cache.Put(ctx, kvcache.Header{KV: e.KVConfig(), Tokens: prefix}, state)
+			if err != nil {
 				return rows, err
 			}
-			row.DiskFrom = "badger"
+			row.BlobBytes, row.DiskFrom = info.BlobBytes, "badger"
 		}
-		row.Compression = float64(len(state)) / float64(len(blob))
+		row.Compression = float64(len(state)) / float64(row.BlobBytes)
 		var warm, warmDisk, floor, restore []float64
 		for i := 0; i < o.Reps; i++ {
 			say("prefix %d: warm/floor %d/%d", n, i+1, o.Reps)

@@ -56,10 +56,13 @@ const (
 	// Payload: segment count (u32), segment size (u32), each frame's length
 	// (u64 each), the frames.
 	CodecZstdShuffle2Seg = "zstd+shuffle2/seg"
-	// CodecRaw is the state itself: chosen when zstd saves under
-	// rawBelowSaving of it, as on random-weight models' KV (about 1.05x),
-	// where decompressing would cost restore time for almost no bytes.
-	// Decode then returns the payload without a copy.
+	// CodecRaw is the state itself. Encode chooses it when zstd saves
+	// under rawBelowSaving of it, as on random-weight models' KV (about
+	// 1.05x), where decompressing would cost restore time for almost no
+	// bytes; Cache.Put chooses it for a state of at least 4 MiB when
+	// reading the state raw costs less than reading the compressed payload
+	// and decoding it, as measured on this machine (codecCosts). Decode
+	// then returns the payload without a copy.
 	CodecRaw = "raw"
 	// rawBelowSaving: a compressed payload must be at most this fraction
 	// of the state, or the state is stored raw.
@@ -241,14 +244,18 @@ func gather(x uint64) uint32 {
 }
 
 // Encode wraps state (llama_state_seq_get_data bytes) in a blob. Fields of h
-// derived from state (codec, sizes, hashes) are filled in.
+// derived from state (codec, sizes, hashes) are filled in. The state is
+// stored raw when zstd would save less than a tenth of it (a blob for
+// export or transfer, where its size counts; Cache.Put chooses by
+// restore cost instead).
 func Encode(h Header, state []byte) ([]byte, error) {
-	_, blob, err := encode(h, state)
+	_, blob, err := encode(h, state, sizeRule)
 	return blob, err
 }
 
-// encode is Encode that also returns the header as written.
-func encode(h Header, state []byte) (Header, []byte, error) {
+// encode is Encode that also returns the header as written; keepRaw
+// decides between the compressed payload and the state itself.
+func encode(h Header, state []byte, keepRaw rawRule) (Header, []byte, error) {
 	if int64(len(state)) > MaxRawBytes {
 		return h, nil, fmt.Errorf("%w: %d bytes", ErrTooLarge, len(state))
 	}
@@ -272,7 +279,7 @@ func encode(h Header, state []byte) (Header, []byte, error) {
 	} else {
 		h.Codec, payload = CodecZstdShuffle2, e.EncodeAll(shuffle2(state), nil)
 	}
-	if float64(len(payload)) > rawBelowSaving*float64(len(state)) {
+	if keepRaw(state, payload, h.Codec) {
 		h.Codec, payload = CodecRaw, state
 	}
 	h.RawBytes = int64(len(state))

@@ -122,6 +122,8 @@ type Cache struct {
 	closed   bool
 
 	damaged atomic.Int64 // packs deleted because their bytes failed (Damaged)
+	reads   readRate     // measured read cost of stored blobs (costRule)
+	keepRaw rawRule      // Put's choice of raw over compressed: costRule (benchmarks may set sizeRule)
 
 	shared    *sharedState // nil without Options.Shared
 	remoteIDs []string     // remote records in the order found (trimRemote)
@@ -147,6 +149,7 @@ func Open(db *datadir.DB, opts Options) (*Cache, error) {
 	}
 	c := &Cache{db: db, opts: opts, log: log, packs: map[string]*packRecord{},
 		chain: map[string][]string{}, lru: list.New(), ram: map[string]*list.Element{}, maxRemote: opts.SharedMaxRemote}
+	c.keepRaw = c.costRule
 	if opts.Shared != nil {
 		var err error
 		if c.shared, err = newSharedState(opts.Shared, opts.SharedKey, opts.SharedTimeout); err != nil {
@@ -342,7 +345,7 @@ func (c *Cache) Put(ctx context.Context, h Header, state []byte) (Info, error) {
 		h.Created = c.opts.Now().UTC()
 	}
 	h.Tokens = slices.Clone(h.Tokens) // the index keeps them
-	h, blob, err := encode(h, state)
+	h, blob, err := encode(h, state, c.keepRaw)
 	if err != nil {
 		return Info{}, err
 	}
@@ -543,6 +546,9 @@ func (c *Cache) readState(rec *packRecord) (h Header, state []byte, err error) {
 			}
 		}
 		h, state, err = d.finish()
+		if err == nil && len(d.readNs) >= costMin/readBlock {
+			c.reads.add(median(d.readNs))
+		}
 		return err
 	})
 	return h, state, err

@@ -5,13 +5,15 @@
 // A pack is the serialized state of one sequence holding tokens [0, n)
 // (llama_state_seq_get_data), wrapped in a versioned blob (see Encode): a
 // header that records what makes the state valid (model fingerprint, KV
-// layout, adapter set, tokens), a zstd payload of the byte-shuffled state,
-// and a checksum. Blobs persist in Badger (keys under "k/") and are cached
-// decompressed in a RAM LRU bounded in bytes. A lossy pack (Header.Lossy,
-// set by the caller where the calibration gate of package kvgate allows
-// it) is a format version 2 blob whose payload is Quantize's stream; it is
-// dequantized on decode, so the RAM LRU and every restore hold the f16
-// state. Exact packs stay format version 1.
+// layout, adapter set, tokens), a zstd payload of the byte-shuffled state
+// (or the state itself, when Put measures that reading it raw costs less
+// than reading the compressed payload and decoding it), and a checksum.
+// Blobs persist in Badger (keys under "k/") and are cached decompressed in
+// a RAM LRU bounded in bytes. A lossy pack (Header.Lossy, set by the caller
+// where the calibration gate of package kvgate allows it) is a format
+// version 2 blob whose payload is Quantize's stream; it is dequantized on
+// decode, so the RAM LRU and every restore hold the f16 state. Exact packs
+// stay format version 1.
 //
 // Lookup finds the longest cached prefix of a request's tokens through a hash
 // chain over 64-token blocks seeded with the KV config key, so packs are only

@@ -45,16 +45,29 @@ func benchState(b testing.TB) []byte {
 
 // BenchmarkStateFromBadger: a pack read back from Badger with the RAM
 // cache dropped (Cache.State: read, check, decompress), in MB/s of state.
+// Put chooses the codec by measured cost (costRule); with
+// MEMOSRT_BENCH_CODEC=size it keeps the fixed rule of Encode instead.
 // Set MEMOSRT_BENCH_STATE to a real state (the generated 1B shape's
 // random-weight KV compresses about 1.05x at 1,024 tokens, 1.2x at 4,096).
 func BenchmarkStateFromBadger(b *testing.B) {
 	st := benchState(b)
 	c := newBenchCache(b)
+	if os.Getenv("MEMOSRT_BENCH_CODEC") == "size" {
+		c.keepRaw = sizeRule // the fixed 10% rule (before the choice by measured cost)
+	}
 	info, err := c.Put(context.Background(), Header{Tokens: []int32{1, 2, 3}}, st)
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Logf("state %d bytes, blob %d bytes (%.3fx)", info.RawBytes, info.BlobBytes, info.Ratio())
+	blob, err := c.Blob(info.ID)
+	if err != nil {
+		b.Fatal(err)
+	}
+	h, _, err := DecodeHeader(blob)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("state %d bytes, blob %d bytes (%.3fx), codec %s", info.RawBytes, info.BlobBytes, info.Ratio(), h.Codec)
 	b.SetBytes(int64(len(st)))
 	b.ResetTimer()
 	for range b.N {
