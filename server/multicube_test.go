@@ -504,3 +504,86 @@ func TestAssistantCubeMCP(t *testing.T) {
 	failTool(t, cs, "add_messages", map[string]any{"cube": "alice", "assistant_cube": "alice",
 		"messages": []map[string]string{{"role": "user", "content": "I like tea."}}}, "not an assistant's")
 }
+
+// TestMultiCubeHeaderKey: with an access key, an X-Memosrt-Cube header
+// naming several cubes is checked name by name (write on the first, read
+// on the others) on every generate route and on /mcp, where the first is
+// the default cube and a chat naming no cube reads the others too.
+func TestMultiCubeHeaderKey(t *testing.T) {
+	e := newEnv(t, envConfig{opts: Options{Token: "admin"}})
+	admin := []string{"Authorization", "Bearer admin"}
+	for _, c := range [][2]string{{"carol", "Carol likes green tea."}, {"shop", shopMem}, {"bob", bobMem}} {
+		if code := do(t, "POST", e.url()+"/v1/cubes", map[string]any{"name": c[0]}, nil, admin...); code != http.StatusCreated {
+			t.Fatalf("create %s: %d", c[0], code)
+		}
+		if code := do(t, "POST", e.url()+"/v1/cubes/"+c[0]+"/memories", map[string]string{"text": c[1]}, nil, admin...); code != http.StatusCreated {
+			t.Fatalf("add to %s: %d", c[0], code)
+		}
+	}
+	k := makeKey(t, e, map[string]any{"cubes": []map[string]string{{"cube": "carol", "right": "write"}, {"cube": "shop", "right": "read"}}})
+	ro := makeKey(t, e, map[string]any{"cubes": []map[string]string{{"cube": "carol", "right": "read"}, {"cube": "shop", "right": "read"}}})
+	msgs := []map[string]string{{"role": "user", "content": "Where can I get some tea"}}
+	routes := []struct {
+		path string
+		body map[string]any
+	}{
+		{"/v1/generate", map[string]any{"messages": msgs, "num_predict": 2}},
+		{"/api/chat", map[string]any{"model": testModel, "messages": msgs, "stream": false, "options": map[string]any{"num_predict": 2}}},
+		{"/v1/chat/completions", map[string]any{"model": testModel, "messages": msgs, "max_tokens": 2}},
+	}
+	for _, r := range routes {
+		for _, c := range []struct {
+			token, header string
+			status        int
+		}{
+			{k.Token, "carol,shop", 200},
+			{k.Token, "carol, shop", 200},
+			{k.Token, "carol,bob", 403},
+			{ro.Token, "carol,shop", 403},
+		} {
+			status, raw := send(t, "POST", e.url()+r.path, r.body, "Authorization", "Bearer "+c.token, CubeHeader, c.header)
+			if status != c.status {
+				t.Fatalf("%s %q: %d %s, want %d", r.path, c.header, status, raw, c.status)
+			}
+			if status != 200 {
+				continue
+			}
+			var v struct {
+				CubeMemories map[string]int `json:"cube_memories"`
+				Usage        struct {
+					CubeMemories map[string]int `json:"cube_memories"`
+				}
+			}
+			if err := json.Unmarshal(raw, &v); err != nil {
+				t.Fatal(err)
+			}
+			got := v.CubeMemories
+			if got == nil {
+				got = v.Usage.CubeMemories
+			}
+			if !mapsEqual(got, map[string]int{"carol": 1, "shop": 1}) {
+				t.Fatalf("%s %q: cube_memories %v in %s", r.path, c.header, got, raw)
+			}
+		}
+	}
+	cs := mcpSession(t, e, "Authorization", "Bearer "+k.Token, CubeHeader, "carol,shop")
+	var out mcp.ChatOut
+	mustTool(t, cs, "chat", map[string]any{"message": "Where can I get some tea", "num_predict": 2}, &out)
+	if !mapsEqual(out.CubeMemories, map[string]int{"carol": 1, "shop": 1}) {
+		t.Fatalf("mcp chat: %+v", out)
+	}
+	var found mcp.SearchOut
+	mustTool(t, cs, "search_memory", map[string]any{"query": "tea"}, &found)
+	var hits []string
+	for _, h := range found.Hits {
+		hits = append(hits, h.Cube+": "+h.Text)
+	}
+	if !slices.Contains(hits, "carol: Carol likes green tea.") || !slices.Contains(hits, "shop: "+shopMem) {
+		t.Fatalf("mcp search hits %q", hits)
+	}
+	var added mcp.Memory
+	mustTool(t, cs, "add_memory", map[string]any{"text": "Carol lives in Paris."}, &added)
+	if got := cubeCounts(t, e, "carol", "shop"); got["shop"] != 1 {
+		t.Fatalf("add_memory wrote to shop: %v", got)
+	}
+}
