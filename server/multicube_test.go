@@ -587,3 +587,44 @@ func TestMultiCubeHeaderKey(t *testing.T) {
 		t.Fatalf("add_memory wrote to shop: %v", got)
 	}
 }
+
+// TestSharedPackRestart: the shared pack alice's three-cube chat stores
+// outlives a restart: bob's chat naming the same read cubes on the
+// restarted server restores the shared prefix (its exact token count).
+func TestSharedPackRestart(t *testing.T) {
+	dir := t.TempDir()
+	e := newEnv(t, envConfig{dir: dir})
+	threeCubes(t, e)
+	question := "Where can I get some tea"
+	var rendered string
+	err := ollamaClient(t, e.url()).Chat(context.Background(), &api.ChatRequest{Model: testModel, DebugRenderOnly: true,
+		Messages: []api.Message{{Role: "user", Content: question}},
+		Options:  map[string]any{"cubes": []string{"alice", "shop", "assistant-x"}}}, func(r api.ChatResponse) error {
+		if r.DebugInfo != nil {
+			rendered = r.DebugInfo.RenderedTemplate
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sharedN := sharedPrefixTokens(t, e, rendered)
+	chat := func(e *env, user string) memosrt.Usage {
+		t.Helper()
+		var out struct{ Usage memosrt.Usage }
+		body := map[string]any{"cubes": []string{user, "shop", "assistant-x"}, "messages": []map[string]string{{"role": "user", "content": question}}, "num_predict": 2}
+		if code := do(t, "POST", e.url()+"/v1/generate", body, &out); code != http.StatusOK {
+			t.Fatalf("%s's chat: %d", user, code)
+		}
+		testutil.WaitFor(t, "pack writes", func() bool { return e.os.Stats().PendingWrites == 0 })
+		return out.Usage
+	}
+	if u := chat(e, "alice"); u.CachedTokens != 0 {
+		t.Fatalf("alice's chat: %d cached", u.CachedTokens)
+	}
+	e.close(t)
+	e = newEnv(t, envConfig{dir: dir})
+	if u := chat(e, "bob"); u.CachedTokens != sharedN || sharedN == 0 {
+		t.Fatalf("bob's chat after a restart: %d cached, the shared prefix is %d tokens", u.CachedTokens, sharedN)
+	}
+}
