@@ -15,6 +15,12 @@ import (
 // (no correction, no rating) or a rating out of range.
 var ErrBadFeedback = errkind.New(errkind.Invalid, "memosrt: bad feedback")
 
+// ErrFeedbackConflict is returned by Feedback for feedback at odds with
+// what the cube holds now: a rating of an answer already rated, a
+// correction of a memory changed since the answer used it. Nothing is
+// written.
+var ErrFeedbackConflict = errkind.New(errkind.Conflict, "memosrt: feedback conflict")
+
 // Feedback is feedback on one answer in a cube: a correction in plain
 // words, a rating, or both.
 type Feedback struct {
@@ -77,14 +83,18 @@ type FeedbackResult struct {
 // UndoJob reverts. The used memories other than the corrected one get
 // the rating's heat change (Hooks.Rate): f.Rating or f.Stars, or -1 for a
 // correction without a rating (they misled the answer). Heat changes are
-// not undone.
+// not undone. An answer is rated once (its log record keeps Rated): a
+// later rating or stars is refused, and a later correction moves no heat.
 //
 // Errors: ErrBadFeedback (no correction and no rating, a rating out of
-// range, a correction of nothing but "no"); convmem.ErrNotFound for a
+// range, a correction of nothing but "no"); ErrFeedbackConflict for a
+// rating or stars of an answer already rated; convmem.ErrNotFound for a
 // response the cube's log does not hold (or no response at all when
 // f.ResponseID is ""); textmem's write errors (textmem.ErrTooLarge, ...);
 // storage errors.
 func (m *Manager) Feedback(ctx context.Context, cube string, f Feedback) (FeedbackResult, error) {
+	m.feedbackMu.Lock() // the record's Rated is read and written as one step
+	defer m.feedbackMu.Unlock()
 	delta, err := feedbackDelta(f)
 	if err != nil {
 		return FeedbackResult{}, err
@@ -103,6 +113,9 @@ func (m *Manager) Feedback(ctx context.Context, cube string, f Feedback) (Feedba
 	if err != nil {
 		return FeedbackResult{}, err
 	}
+	if rec.Rated && (f.Rating != 0 || f.Stars != 0) {
+		return FeedbackResult{}, fmt.Errorf("%w: response %s is already rated (an answer is rated once)", ErrFeedbackConflict, rec.ID)
+	}
 	res := FeedbackResult{ResponseID: rec.ID, Action: FeedbackRated, Rated: []string{}}
 	var used []textmem.Memory
 	for _, id := range rec.Used() {
@@ -116,7 +129,7 @@ func (m *Manager) Feedback(ctx context.Context, cube string, f Feedback) (Feedba
 		used = append(used, mem)
 	}
 	if text != "" {
-		if delta == 0 && f.Rating == 0 && f.Stars == 0 {
+		if delta == 0 && f.Rating == 0 && f.Stars == 0 && !rec.Rated {
 			delta = -1
 		}
 		if err := m.correct(ctx, cube, rec, text, used, &res); err != nil {
@@ -124,6 +137,13 @@ func (m *Manager) Feedback(ctx context.Context, cube string, f Feedback) (Feedba
 		}
 	} else {
 		res.Note = "no memory written"
+	}
+	if f.Rating != 0 || f.Stars != 0 || delta != 0 {
+		// the answer is rated now: the record says so before any heat moves
+		rec.Rated = true
+		if err := m.store.PutResponse(ctx, rec); err != nil {
+			return res, err
+		}
 	}
 	if delta != 0 {
 		for _, mem := range used {

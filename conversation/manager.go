@@ -138,6 +138,10 @@ type Manager struct {
 	turnMu sync.Mutex
 	dueMu  sync.Mutex
 	due    map[string]bool
+
+	// feedbackMu serialises Feedback: checking and setting a response
+	// record's Rated.
+	feedbackMu sync.Mutex
 }
 
 type jobRef struct{ cube, id string }

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"maps"
 	"net/http"
 	"slices"
 	"strings"
@@ -192,14 +193,28 @@ func TestFeedbackRating(t *testing.T) {
 			t.Fatalf("memory %s: usage %+v before, %+v after a rating of -1", id, b, a)
 		}
 	}
-	// five stars: one up again
-	if code := do(t, "POST", u+"/v1/cubes/c/feedback", map[string]any{"response_id": a.ID, "stars": 5}, &fb); code != http.StatusOK || fb.Heat != 1 {
+	// an answer is rated once: rating it again is a 409 that moves nothing
+	for i := 0; i < 3; i++ {
+		for _, body := range []map[string]any{{"response_id": a.ID, "rating": 1}, {"response_id": a.ID, "stars": 5}} {
+			if code, msg := errorOf(t, "POST", u+"/v1/cubes/c/feedback", body); code != http.StatusConflict ||
+				msg != "memosrt: feedback conflict: response "+a.ID+" is already rated (an answer is rated once)" {
+				t.Fatalf("rating again %v: %d %q", body, code, msg)
+			}
+		}
+	}
+	if again := usage(); !maps.Equal(again, after) {
+		t.Fatalf("usage after refused ratings %+v, want %+v", again, after)
+	}
+	// five stars on the next answer: one up
+	b := askDog(t, u)
+	mid := usage()
+	if code := do(t, "POST", u+"/v1/cubes/c/feedback", map[string]any{"response_id": b.ID, "stars": 5}, &fb); code != http.StatusOK || fb.Heat != 1 {
 		t.Fatalf("stars: %d %+v", code, fb)
 	}
 	again := usage()
-	for _, id := range used {
-		if again[id].Visits != before[id].Visits || again[id].Interactions != before[id].Interactions {
-			t.Fatalf("memory %s: usage %+v before, %+v after -1 then +1", id, before[id], again[id])
+	for _, id := range slices.Concat(b.RetrievedIDs, b.PackIDs) {
+		if again[id].Visits != mid[id].Visits+1 || again[id].Interactions != mid[id].Interactions+1 {
+			t.Fatalf("memory %s: usage %+v before, %+v after +1", id, mid[id], again[id])
 		}
 	}
 
