@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/memosrt/memosrt/convmem"
 	"github.com/memosrt/memosrt/errkind"
@@ -88,7 +90,9 @@ type FeedbackResult struct {
 //
 // Errors: ErrBadFeedback (no correction and no rating, a rating out of
 // range, a correction of nothing but "no"); ErrFeedbackConflict for a
-// rating or stars of an answer already rated; convmem.ErrNotFound for a
+// rating or stars of an answer already rated, or a correction whose
+// matched memory changed since the answer (its Updated after the
+// response's Time): nothing written; convmem.ErrNotFound for a
 // response the cube's log does not hold (or no response at all when
 // f.ResponseID is ""); textmem's write errors (textmem.ErrTooLarge, ...);
 // storage errors.
@@ -179,6 +183,13 @@ func (m *Manager) correct(ctx context.Context, cube string, rec convmem.Response
 	var jr convmem.JobResult
 	if i >= 0 {
 		old := stated[i]
+		if old.Updated.After(rec.Time) {
+			// the answer saw an older text: superseding the current one
+			// would lose an edit made since
+			return fmt.Errorf("%w: memory %s changed since response %s used it (now version %d, %q): nothing written",
+				ErrFeedbackConflict, old.ID, rec.ID, old.Version, old.Text)
+		}
+		text = capitalLike(text, old.Text)
 		cur, err := m.Patch(ctx, cube, old.ID, textmem.Patch{Text: &text, Source: &by}, convmem.Change{Op: convmem.OpSupersede, By: by,
 			Why: fmt.Sprintf("feedback on response %s corrects version %d: %q", rec.ID, old.Version, old.Text)})
 		if err != nil {
@@ -216,6 +227,18 @@ func (m *Manager) correct(ctx context.Context, cube string, rec convmem.Response
 	}
 	res.JobID = j.ID
 	return nil
+}
+
+// capitalLike returns text with its first letter upper-case when the
+// first letter of like is (a correction of "My dog is Max." written "no,
+// my dog is Rex" is stored "My dog is Rex"); else text as written.
+func capitalLike(text, like string) string {
+	l, _ := utf8.DecodeRuneInString(like)
+	r, n := utf8.DecodeRuneInString(text)
+	if !unicode.IsUpper(l) || !unicode.IsLower(r) {
+		return text
+	}
+	return string(unicode.ToUpper(r)) + text[n:]
 }
 
 // feedbackDelta is f's heat change (-1, 0 or +1), or ErrBadFeedback.

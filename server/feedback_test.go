@@ -119,9 +119,16 @@ func TestFeedbackCorrects(t *testing.T) {
 		t.Fatalf("rendered after undo %q", r)
 	}
 
-	// feedback again, on the cube's latest answer (no response id)
+	// the undo changed the memory after the answer used it: feedback on
+	// that answer again is a 409 that writes nothing
+	if code, msg := errorOf(t, "POST", u+"/v1/cubes/c/feedback", map[string]any{"correction": "Actually, my dog is Rex"}); code != http.StatusConflict ||
+		msg != "memosrt: feedback conflict: memory "+dog+" changed since response "+a.ID+` used it (now version 3, "my dog is Max"): nothing written` {
+		t.Fatalf("feedback on the old answer: %d %q", code, msg)
+	}
+	// feedback on a new answer, the cube's latest (no response id)
+	a2 := askDog(t, u)
 	if code := do(t, "POST", u+"/v1/cubes/c/feedback", map[string]any{"correction": "Actually, my dog is Rex"}, &fb); code != http.StatusOK ||
-		fb.Action != memosrt.FeedbackSuperseded || fb.MemoryID != dog || fb.Version != 4 || fb.PreviousVersion != 3 || fb.ResponseID != a.ID {
+		fb.Action != memosrt.FeedbackSuperseded || fb.MemoryID != dog || fb.Version != 4 || fb.PreviousVersion != 3 || fb.ResponseID != a2.ID {
 		t.Fatalf("feedback again: %d %+v", code, fb)
 	}
 	if r := renderedDog(t, u); !strings.Contains(r, "my dog is Rex") || strings.Contains(r, "Max") {
@@ -148,6 +155,64 @@ func TestFeedbackCorrects(t *testing.T) {
 	}
 	if code := do(t, "GET", u+"/v1/cubes/c/memories/"+fb.MemoryID, nil, nil); code != http.StatusNotFound {
 		t.Fatalf("added memory after undo: %d", code)
+	}
+}
+
+// Feedback on an answer whose memory was edited since writes nothing (a
+// 409 naming the memory); on a newer answer it supersedes the edit, stored
+// as written but capitalised like the memory; an undo after a later edit
+// of that memory is a 409 that leaves it and the job as they are.
+func TestFeedbackAfterEdit(t *testing.T) {
+	e := newEnv(t, envConfig{})
+	u := e.url()
+	dog := addPlayMemories(t, u, "c", nil, "My dog is Max.", "Tom flies a blue kite.")[0]
+	a := askDog(t, u)
+	if !slices.Contains(slices.Concat(a.RetrievedIDs, a.PackIDs), dog) {
+		t.Fatalf("used %q %q, want %s", a.RetrievedIDs, a.PackIDs, dog)
+	}
+	patch := func(text string, version int) {
+		t.Helper()
+		var m textmem.Memory
+		if code := do(t, "PATCH", u+"/v1/cubes/c/memories/"+dog, map[string]any{"text": text}, &m); code != http.StatusOK || m.Version != version {
+			t.Fatalf("patch %q: %d %+v", text, code, m)
+		}
+	}
+	memory := func() textmem.Memory {
+		t.Helper()
+		var m textmem.Memory
+		if code := do(t, "GET", u+"/v1/cubes/c/memories/"+dog, nil, &m); code != http.StatusOK {
+			t.Fatalf("get: %d", code)
+		}
+		return m
+	}
+	patch("My dog is Buddy and he is old.", 2)
+	if code, msg := errorOf(t, "POST", u+"/v1/cubes/c/feedback", map[string]any{"response_id": a.ID, "correction": "no, my dog is Rex"}); code != http.StatusConflict ||
+		msg != "memosrt: feedback conflict: memory "+dog+" changed since response "+a.ID+` used it (now version 2, "My dog is Buddy and he is old."): nothing written` {
+		t.Fatalf("feedback on the old answer: %d %q", code, msg)
+	}
+	if m := memory(); m.Text != "My dog is Buddy and he is old." || m.Version != 2 {
+		t.Fatalf("memory after the refused feedback %+v", m)
+	}
+	b := askDog(t, u)
+	var fb memosrt.FeedbackResult
+	if code := do(t, "POST", u+"/v1/cubes/c/feedback", map[string]any{"response_id": b.ID, "correction": "no, my dog is Rex"}, &fb); code != http.StatusOK ||
+		fb.Action != memosrt.FeedbackSuperseded || fb.MemoryID != dog || fb.Version != 3 || fb.PreviousText != "My dog is Buddy and he is old." {
+		t.Fatalf("feedback on the new answer: %d %+v", code, fb)
+	}
+	if m := memory(); m.Text != "My dog is Rex" || m.Version != 3 {
+		t.Fatalf("memory after feedback %+v", m)
+	}
+	patch("My dog is Rex and he is young.", 4)
+	if code, msg := errorOf(t, "POST", u+"/v1/cubes/c/jobs/"+fb.JobID+"/undo", nil); code != http.StatusConflict ||
+		msg != "memosrt: nothing undone: job "+fb.JobID+": memory "+dog+" changed since (version 4, the job left 3)" {
+		t.Fatalf("undo after an edit: %d %q", code, msg)
+	}
+	var job convmem.Job
+	if code := do(t, "GET", u+"/v1/cubes/c/jobs/"+fb.JobID, nil, &job); code != http.StatusOK || job.State != convmem.JobDone {
+		t.Fatalf("job after the refused undo: %d %+v", code, job)
+	}
+	if m := memory(); m.Text != "My dog is Rex and he is young." || m.Version != 4 {
+		t.Fatalf("memory after the refused undo %+v", m)
 	}
 }
 
