@@ -628,3 +628,36 @@ func TestSharedPackRestart(t *testing.T) {
 		t.Fatalf("bob's chat after a restart: %d cached, the shared prefix is %d tokens", u.CachedTokens, sharedN)
 	}
 }
+
+// TestReadCubePreferences: the "User preferences:" block holds the
+// preferences of the cube written to alone; a read cube's preference
+// memories are retrieved as any other memory (exact rendered prompt).
+func TestReadCubePreferences(t *testing.T) {
+	e := newEnv(t, envConfig{})
+	for _, c := range []struct{ cube, text string }{
+		{"alice", "Alice prefers short answers about tea."},
+		{"bob", "Bob prefers long answers about tea."},
+	} {
+		addCube(t, e, c.cube)
+		if code := do(t, "POST", e.url()+"/v1/cubes/"+c.cube+"/memories", map[string]string{"text": c.text, "kind": "preference"}, nil); code != http.StatusCreated {
+			t.Fatalf("add to %s: %d", c.cube, code)
+		}
+	}
+	question := "How should answers about tea be?"
+	var rendered string
+	err := ollamaClient(t, e.url()).Chat(context.Background(), &api.ChatRequest{Model: testModel, DebugRenderOnly: true,
+		Messages: []api.Message{{Role: "user", Content: question}},
+		Options:  map[string]any{"cubes": []string{"alice", "bob"}}}, func(r api.ChatResponse) error {
+		if r.DebugInfo != nil {
+			rendered = r.DebugInfo.RenderedTemplate
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "User preferences:\n- Alice prefers short answers about tea.\nAlso relevant:\n- Bob prefers long answers about tea.\n" + question
+	if !strings.HasSuffix(rendered, want) || strings.Count(rendered, "prefers") != 2 {
+		t.Fatalf("rendered\n%q, want it to end\n%q", rendered, want)
+	}
+}
