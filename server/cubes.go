@@ -17,7 +17,8 @@ import (
 // metadata.cubes, Ollama's options.cubes; field names it), whose first
 // must be opt when opt (the body's cube) is given too. A header and a list
 // naming different cubes are refused, except a header naming the list's
-// first cube alone (a client's default header). With one cube or none it is cube
+// first cube alone (a client's default header). A cube named twice counts
+// once (the first naming kept). With one cube or none it is cube
 // (s.cube). An access key needs write on the first cube and read on the
 // others (403 otherwise). Errors: *FieldError (400) for a bad name, more
 // than memosrt.MaxCubes cubes, or a conflict; the key's denial.
@@ -39,6 +40,7 @@ func (s *Server) cubes(r *http.Request, field, opt string, list []string) (strin
 	} else if len(list) > 0 && !slices.Equal(list, header) {
 		return "", nil, wire.BadField(field, "%q, but the %s header names %q (give one, or the same cubes in both)", strings.Join(list, ","), CubeHeader, strings.Join(header, ","))
 	}
+	names = distinct(names) // a cube named twice counts once
 	if len(names) > memosrt.MaxCubes {
 		return "", nil, wire.BadField(field, "%d cubes, at most %d", len(names), memosrt.MaxCubes)
 	}
@@ -55,6 +57,17 @@ func (s *Server) cubes(r *http.Request, field, opt string, list []string) (strin
 		}
 	}
 	return names[0], names[1:], nil
+}
+
+// distinct returns names without repeats, each where first named.
+func distinct(names []string) []string {
+	var out []string
+	for _, c := range names {
+		if !slices.Contains(out, c) {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // splitCubes splits a comma-separated list of cube names, spaces around

@@ -265,6 +265,8 @@ func TestMultiCubeRequests(t *testing.T) {
 		{"cube and cubes agree", map[string]any{"cube": "alice", "cubes": []string{"alice", "shop"}}, nil, 200, ""},
 		{"repeated", map[string]any{"cubes": []string{"alice", "shop", "shop", "alice"}}, nil, 200, ""},
 		{"too many", map[string]any{"cubes": nine}, nil, 400, "cubes: 9 cubes, at most 8"},
+		{"nine names, two cubes", map[string]any{"cubes": []string{"alice", "shop", "shop", "shop", "shop", "shop", "shop", "shop", "shop"}}, nil, 200, ""},
+		{"nine names in the header, two cubes", map[string]any{}, []string{CubeHeader, "alice,shop,shop,shop,shop,shop,shop,shop,shop"}, 200, ""},
 		{"bad name", map[string]any{"cubes": []string{"alice", "no/pe"}}, nil, 400, `cubes: "no/pe"`},
 		{"unknown", map[string]any{"cubes": []string{"alice", "nosuch"}}, nil, 404, "nosuch"},
 		{"first differs", map[string]any{"cube": "shop", "cubes": []string{"alice", "shop"}}, nil, 400, `cubes: the first cube is "alice", but cube names "shop"`},
@@ -286,8 +288,8 @@ func TestMultiCubeRequests(t *testing.T) {
 	for _, tr := range turns.Turns {
 		named = append(named, tr.AssistantCube)
 	}
-	// the five chats answered: the first read assistant-x, the others not
-	if !slices.Equal(named, []string{"assistant-x", "", "", "", ""}) {
+	// the seven chats answered: the first read assistant-x, the others not
+	if !slices.Equal(named, []string{"assistant-x", "", "", "", "", "", ""}) {
 		t.Fatalf("assistant cubes of alice's turns %q", named)
 	}
 	three := map[string]any{"cubes": []string{"alice", "shop", "assistant-x"}}

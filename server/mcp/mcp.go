@@ -264,7 +264,7 @@ type SearchOut struct {
 // Errors: empty query, k outside [0, 100], an unknown or forbidden cube.
 func (t *tools) searchMemory(ctx context.Context, c call, in searchIn) (*sdk.CallToolResult, SearchOut, error) {
 	out := SearchOut{Hits: []Hit{}}
-	in.Cubes = c.defaultCubes(in.Cube, in.Cubes)
+	in.Cubes = distinct(c.defaultCubes(in.Cube, in.Cubes))
 	cubes := in.Cubes
 	var err error
 	if len(cubes) == 0 {
@@ -572,6 +572,7 @@ func (t *tools) resolveCubes(ctx context.Context, c call, arg string, cubes []st
 	if arg != "" && arg != cubes[0] {
 		return "", nil, wire.BadField("cubes", "the first cube is %q, but cube names %q", cubes[0], arg)
 	}
+	cubes = distinct(cubes)
 	if len(cubes) > memosrt.MaxCubes {
 		return "", nil, wire.BadField("cubes", "%d cubes, at most %d", len(cubes), memosrt.MaxCubes)
 	}
@@ -585,6 +586,18 @@ func (t *tools) resolveCubes(ctx context.Context, c call, arg string, cubes []st
 		}
 	}
 	return cubes[0], cubes[1:], nil
+}
+
+// distinct returns names without repeats, each where first named: a cube
+// named twice counts once.
+func distinct(names []string) []string {
+	var out []string
+	for _, c := range names {
+		if !slices.Contains(out, c) {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // ChatRequest is the request the chat tool hands to OS.Chat: one user
