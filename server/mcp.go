@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"net/http"
+	"slices"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -38,6 +39,9 @@ func (s *Server) mcpHandler() http.Handler {
 			}
 		}
 		cubes := splitCubes(h.Get(CubeHeader))
+		if i := slices.Index(cubes, ""); i >= 0 {
+			return nil, nil, wire.BadField(CubeHeader, "cube %d of %q is empty (names joined by commas)", i+1, h.Get(CubeHeader))
+		}
 		if k != nil && len(cubes) == 0 {
 			if c := wire.DefaultCube(wire.ContextWithKey(ctx, *k)); c != "" {
 				cubes = []string{c}

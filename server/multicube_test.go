@@ -663,3 +663,58 @@ func TestReadCubePreferences(t *testing.T) {
 		t.Fatalf("rendered\n%q, want it to end\n%q", rendered, want)
 	}
 }
+
+// TestCubeListErrors: an empty name in a cube list is a 400 naming the
+// field on every API (header, native body, OpenAI metadata as a string or
+// an array, Ollama options, MCP), and an error about the header's cubes
+// names the header.
+func TestCubeListErrors(t *testing.T) {
+	e := newEnv(t, envConfig{})
+	addCube(t, e, "alice", aliceMem)
+	addCube(t, e, "shop", shopMem)
+	msgs := []map[string]string{{"role": "user", "content": "Hello"}}
+	nine := "alice,shop,c3,c4,c5,c6,c7,c8,c9"
+	for _, c := range []struct {
+		name, path string
+		body       map[string]any
+		hdr        []string
+		param, msg string
+	}{
+		{"native", "/v1/generate", map[string]any{"cubes": []string{"alice", ""}, "messages": msgs}, nil, "cubes", "cubes: cube 2 is empty"},
+		{"native, one empty name", "/v1/generate", map[string]any{"cubes": []string{""}, "messages": msgs}, nil, "cubes", "cubes: cube 1 is empty"},
+		{"header", "/v1/generate", map[string]any{"messages": msgs}, []string{CubeHeader, "alice,,shop"}, CubeHeader,
+			`X-Memosrt-Cube: cube 2 of "alice,,shop" is empty (names joined by commas)`},
+		{"header, trailing comma", "/v1/chat/completions", map[string]any{"model": testModel, "messages": msgs}, []string{CubeHeader, "alice,"}, CubeHeader,
+			`X-Memosrt-Cube: cube 2 of "alice," is empty (names joined by commas)`},
+		{"header, nine cubes", "/v1/chat/completions", map[string]any{"model": testModel, "messages": msgs}, []string{CubeHeader, nine}, CubeHeader,
+			"X-Memosrt-Cube: 9 cubes, at most 8"},
+		{"openai string", "/v1/chat/completions", map[string]any{"model": testModel, "messages": msgs, "metadata": map[string]string{"cubes": "alice,,shop"}}, nil,
+			"metadata.cubes", "metadata.cubes: cube 2 is empty"},
+		{"openai empty string", "/v1/chat/completions", map[string]any{"model": testModel, "messages": msgs, "metadata": map[string]string{"cubes": ""}}, nil,
+			"metadata.cubes", "metadata.cubes: cube 1 is empty"},
+		{"ollama", "/api/chat", map[string]any{"model": testModel, "messages": msgs, "stream": false, "options": map[string]any{"cubes": []string{"", "shop"}}}, nil,
+			"options.cubes", "options.cubes: cube 1 is empty"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			status, raw := send(t, "POST", e.url()+c.path, c.body, c.hdr...)
+			var o oaiError
+			var ol struct{ Error string }
+			json.Unmarshal(raw, &o)
+			json.Unmarshal(raw, &ol)
+			msg := o.Error.Message
+			if strings.HasPrefix(c.path, "/api/") {
+				msg = ol.Error
+			} else if o.Error.Param == nil || *o.Error.Param != c.param {
+				t.Errorf("param %v, want %q", o.Error.Param, c.param)
+			}
+			if status != http.StatusBadRequest || msg != c.msg {
+				t.Fatalf("%d %s, want 400 %q", status, raw, c.msg)
+			}
+		})
+	}
+	cs := mcpSession(t, e)
+	failTool(t, cs, "chat", map[string]any{"cubes": []string{"alice", ""}, "message": "Hello"}, "cubes: cube 2 is empty")
+	failTool(t, cs, "search_memory", map[string]any{"cubes": []string{""}, "query": "tea"}, "cubes: cube 1 is empty")
+	bad := mcpSession(t, e, CubeHeader, "alice,")
+	failTool(t, bad, "chat", map[string]any{"message": "Hello"}, `X-Memosrt-Cube: cube 2 of "alice," is empty`)
+}

@@ -241,6 +241,9 @@ func (s *Server) wrap(next http.Handler) http.Handler {
 				// are Server.guard's and Server.cubes': write on a list's
 				// first)
 				for _, c := range splitCubes(r.Header.Get(CubeHeader)) {
+					if c == "" {
+						continue // an empty name: the route's 400
+					}
 					if err := s.os.KeyAllows(r.Context(), *k, c, memosrt.KeyRead); err != nil {
 						s.writeError(w, r, err)
 						return

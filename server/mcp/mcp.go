@@ -264,9 +264,12 @@ type SearchOut struct {
 // Errors: empty query, k outside [0, 100], an unknown or forbidden cube.
 func (t *tools) searchMemory(ctx context.Context, c call, in searchIn) (*sdk.CallToolResult, SearchOut, error) {
 	out := SearchOut{Hits: []Hit{}}
+	var err error
+	if i := slices.Index(in.Cubes, ""); i >= 0 {
+		return nil, out, wire.BadField("cubes", "cube %d is empty", i+1)
+	}
 	in.Cubes = distinct(c.defaultCubes(in.Cube, in.Cubes))
 	cubes := in.Cubes
-	var err error
 	if len(cubes) == 0 {
 		var cube string
 		cube, err = t.resolve(ctx, c, in.Cube, memosrt.KeyRead, true)
@@ -559,6 +562,9 @@ func (t *tools) chat(ctx context.Context, c call, in chatIn) (*sdk.CallToolResul
 // needs write on the first and read on the others. Without cubes, resolve
 // of arg with read (the single-cube chat).
 func (t *tools) resolveCubes(ctx context.Context, c call, arg string, cubes []string) (string, []string, error) {
+	if i := slices.Index(cubes, ""); i >= 0 {
+		return "", nil, wire.BadField("cubes", "cube %d is empty", i+1)
+	}
 	if len(cubes) <= 1 {
 		if len(cubes) == 1 {
 			if arg != "" && arg != cubes[0] {
