@@ -23,6 +23,25 @@ var ErrBadFeedback = errkind.New(errkind.Invalid, "memosrt: bad feedback")
 // written.
 var ErrFeedbackConflict = errkind.New(errkind.Conflict, "memosrt: feedback conflict")
 
+// fieldError is an error of Feedback about one field of its Feedback
+// (correction, rating, stars): its text is err's, its status err's, and
+// errors.As finds an *errkind.FieldError naming the field (a server's
+// "param").
+type fieldError struct {
+	field string
+	err   error
+}
+
+func (e *fieldError) Error() string { return e.err.Error() }
+func (e *fieldError) Unwrap() []error {
+	return []error{e.err, &errkind.FieldError{Field: e.field, Msg: e.err.Error()}}
+}
+
+// badFeedback returns ErrBadFeedback about field, format saying why.
+func badFeedback(field, format string, args ...any) error {
+	return &fieldError{field: field, err: fmt.Errorf("%w: "+format, append([]any{ErrBadFeedback}, args...)...)}
+}
+
 // Feedback is feedback on one answer in a cube: a correction in plain
 // words, a rating, or both.
 type Feedback struct {
@@ -105,7 +124,7 @@ func (m *Manager) Feedback(ctx context.Context, cube string, f Feedback) (Feedba
 	}
 	text := convmem.CorrectionText(f.Correction)
 	if f.Correction != "" && text == "" {
-		return FeedbackResult{}, fmt.Errorf("%w: correction %q states nothing after its leading words", ErrBadFeedback, f.Correction)
+		return FeedbackResult{}, badFeedback("correction", "correction %q states nothing after its leading words", f.Correction)
 	}
 	rec, err := m.store.Response(ctx, cube, f.ResponseID)
 	if errors.Is(err, convmem.ErrNotFound) {
@@ -192,6 +211,9 @@ func (m *Manager) correct(ctx context.Context, cube string, rec convmem.Response
 		text = capitalLike(text, old.Text)
 		cur, err := m.Patch(ctx, cube, old.ID, textmem.Patch{Text: &text, Source: &by}, convmem.Change{Op: convmem.OpSupersede, By: by,
 			Why: fmt.Sprintf("feedback on response %s corrects version %d: %q", rec.ID, old.Version, old.Text)})
+		if errors.Is(err, textmem.ErrTooLarge) {
+			err = &fieldError{field: "correction", err: err}
+		}
 		if err != nil {
 			return err
 		}
@@ -203,6 +225,9 @@ func (m *Manager) correct(ctx context.Context, cube string, rec convmem.Response
 	} else {
 		got, r, err := m.Remember(ctx, cube, textmem.Memory{Text: text, Kind: convmem.Classify(text), Source: by}, by,
 			"feedback on response "+rec.ID+": no memory it used matched the correction")
+		if errors.Is(err, textmem.ErrTooLarge) {
+			err = &fieldError{field: "correction", err: err}
+		}
 		if err != nil {
 			return err
 		}
@@ -245,13 +270,13 @@ func capitalLike(text, like string) string {
 func feedbackDelta(f Feedback) (int, error) {
 	switch {
 	case f.Rating != 0 && f.Stars != 0:
-		return 0, fmt.Errorf("%w: rating %d and stars %d: give one", ErrBadFeedback, f.Rating, f.Stars)
+		return 0, badFeedback("stars", "rating %d and stars %d: give one", f.Rating, f.Stars)
 	case !slices.Contains([]int{-1, 0, 1}, f.Rating):
-		return 0, fmt.Errorf("%w: rating %d: want -1 or 1", ErrBadFeedback, f.Rating)
+		return 0, badFeedback("rating", "rating %d: want -1 or 1", f.Rating)
 	case f.Stars < 0 || f.Stars > 5:
-		return 0, fmt.Errorf("%w: stars %d: want 1 to 5", ErrBadFeedback, f.Stars)
+		return 0, badFeedback("stars", "stars %d: want 1 to 5", f.Stars)
 	case f.Rating == 0 && f.Stars == 0 && f.Correction == "":
-		return 0, fmt.Errorf("%w: give a correction, a rating or stars", ErrBadFeedback)
+		return 0, badFeedback("correction", "give a correction, a rating or stars")
 	case f.Stars != 0:
 		return []int{-1, -1, 0, 1, 1}[f.Stars-1], nil
 	}

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"maps"
 	"net/http"
 	"slices"
@@ -284,20 +285,31 @@ func TestFeedbackRating(t *testing.T) {
 	}
 
 	for _, c := range []struct {
-		body map[string]any
-		code int
-		msg  string
+		body       map[string]any
+		code       int
+		param, msg string
 	}{
-		{map[string]any{}, http.StatusBadRequest, "memosrt: bad feedback: give a correction, a rating or stars"},
-		{map[string]any{"rating": 2}, http.StatusBadRequest, "memosrt: bad feedback: rating 2: want -1 or 1"},
-		{map[string]any{"stars": 6}, http.StatusBadRequest, "memosrt: bad feedback: stars 6: want 1 to 5"},
-		{map[string]any{"rating": 1, "stars": 4}, http.StatusBadRequest, "memosrt: bad feedback: rating 1 and stars 4: give one"},
-		{map[string]any{"correction": "no!"}, http.StatusBadRequest, `memosrt: bad feedback: correction "no!" states nothing after its leading words`},
-		{map[string]any{"response_id": "resp_nope", "rating": 1}, http.StatusNotFound,
+		{map[string]any{}, http.StatusBadRequest, "correction", "memosrt: bad feedback: give a correction, a rating or stars"},
+		{map[string]any{"rating": 2}, http.StatusBadRequest, "rating", "memosrt: bad feedback: rating 2: want -1 or 1"},
+		{map[string]any{"rating": 0}, http.StatusBadRequest, "rating", "rating: 0: want -1 or 1 (leave rating out for none)"},
+		{map[string]any{"stars": 6}, http.StatusBadRequest, "stars", "memosrt: bad feedback: stars 6: want 1 to 5"},
+		{map[string]any{"stars": 0}, http.StatusBadRequest, "stars", "stars: 0: want 1 to 5 (leave stars out for none)"},
+		{map[string]any{"rating": 1, "stars": 4}, http.StatusBadRequest, "stars", "memosrt: bad feedback: rating 1 and stars 4: give one"},
+		{map[string]any{"correction": "no!"}, http.StatusBadRequest, "correction", `memosrt: bad feedback: correction "no!" states nothing after its leading words`},
+		{map[string]any{"response_id": b.ID, "correction": "no, " + strings.Repeat("tea ", 20000)}, http.StatusRequestEntityTooLarge, "correction",
+			"textmem: text too large: 79999 bytes, limit 65536"},
+		{map[string]any{"response_id": "resp_nope", "rating": 1}, http.StatusNotFound, "",
 			`convmem: not found: response "resp_nope" in cube "c" (the log keeps the last 256)`},
 	} {
-		if code, msg := errorOf(t, "POST", u+"/v1/cubes/c/feedback", c.body); code != c.code || msg != c.msg {
-			t.Errorf("%v: %d %q, want %d %q", c.body, code, msg, c.code, c.msg)
+		status, raw := send(t, "POST", u+"/v1/cubes/c/feedback", c.body)
+		var o oaiError
+		json.Unmarshal(raw, &o)
+		param := ""
+		if o.Error.Param != nil {
+			param = *o.Error.Param
+		}
+		if status != c.code || o.Error.Message != c.msg || param != c.param {
+			t.Errorf("%.80v: %d %q param %q, want %d %q param %q", c.body, status, o.Error.Message, param, c.code, c.msg, c.param)
 		}
 	}
 	if code, _ := errorOf(t, "POST", u+"/v1/cubes/nope/feedback", map[string]any{"rating": 1}); code != http.StatusNotFound {
