@@ -86,10 +86,10 @@ type FeedbackResult struct {
 	// JobID is the feedback's job (a done convmem.Job, By "feedback"):
 	// UndoJob on it reverts the memory write; "" when nothing was written.
 	JobID string `json:"job_id,omitempty"`
-	// Heat is the change of visits and interactions counted towards each
-	// memory of Rated: -1, +1 or 0.
-	Heat  int      `json:"heat"`
-	Rated []string `json:"rated_memory_ids"`
+	// HeatDelta is the change of visits and interactions counted towards
+	// each memory of Rated: -1, +1 or 0 (a change, not a heat).
+	HeatDelta int      `json:"heat_delta"`
+	Rated     []string `json:"rated_memory_ids"`
 	// Note says what was done, in words.
 	Note string `json:"note"`
 }
@@ -176,7 +176,7 @@ func (m *Manager) Feedback(ctx context.Context, cube string, f Feedback) (Feedba
 		}
 		if len(res.Rated) > 0 && m.hooks.Rate != nil {
 			m.hooks.Rate(cube, res.Rated, delta)
-			res.Heat = delta
+			res.HeatDelta = delta
 		} else {
 			res.Rated = []string{}
 		}

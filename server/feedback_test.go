@@ -244,12 +244,16 @@ func TestFeedbackRating(t *testing.T) {
 	}
 	before := usage()
 	var fb memosrt.FeedbackResult
-	if code := do(t, "POST", u+"/v1/cubes/c/feedback", map[string]any{"response_id": a.ID, "rating": -1}, &fb); code != http.StatusOK {
-		t.Fatalf("rating: %d", code)
+	code, raw := send(t, "POST", u+"/v1/cubes/c/feedback", map[string]any{"response_id": a.ID, "rating": -1})
+	if code != http.StatusOK || !strings.Contains(string(raw), `"heat_delta":-1,`) || strings.Contains(string(raw), `"heat"`) {
+		t.Fatalf("rating: %d %s", code, raw)
+	}
+	if err := json.Unmarshal(raw, &fb); err != nil {
+		t.Fatal(err)
 	}
 	slices.Sort(used)
 	rated := slices.Sorted(slices.Values(fb.Rated))
-	if fb.Action != memosrt.FeedbackRated || fb.Heat != -1 || fb.JobID != "" || fb.MemoryID != "" || !slices.Equal(rated, used) {
+	if fb.Action != memosrt.FeedbackRated || fb.HeatDelta != -1 || fb.JobID != "" || fb.MemoryID != "" || !slices.Equal(rated, used) {
 		t.Fatalf("rating result %+v, want rated %q", fb, used)
 	}
 	after := usage()
@@ -274,7 +278,7 @@ func TestFeedbackRating(t *testing.T) {
 	// five stars on the next answer: one up
 	b := askDog(t, u)
 	mid := usage()
-	if code := do(t, "POST", u+"/v1/cubes/c/feedback", map[string]any{"response_id": b.ID, "stars": 5}, &fb); code != http.StatusOK || fb.Heat != 1 {
+	if code := do(t, "POST", u+"/v1/cubes/c/feedback", map[string]any{"response_id": b.ID, "stars": 5}, &fb); code != http.StatusOK || fb.HeatDelta != 1 {
 		t.Fatalf("stars: %d %+v", code, fb)
 	}
 	again := usage()
