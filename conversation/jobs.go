@@ -332,6 +332,10 @@ func (m *Manager) UndoJob(ctx context.Context, cube, id string) (convmem.Job, er
 		return j, fmt.Errorf("%w: job %s: %s", ErrUndoChanged, j.ID, strings.Join(changed, "; "))
 	}
 	by := "undo:" + j.ID
+	why := "undo of extraction job " + j.ID
+	if j.By == "feedback" {
+		why = "undo of feedback job " + j.ID
+	}
 	for i := len(j.Results) - 1; i >= 0; i-- {
 		r := j.Results[i]
 		if r.Op == convmem.OpSame {
@@ -352,12 +356,12 @@ func (m *Manager) UndoJob(ctx context.Context, cube, id string) (convmem.Job, er
 		}
 		switch r.Op {
 		case convmem.OpAdd:
-			if err := m.Delete(ctx, cube, r.MemoryID, by, "undo of extraction job "+j.ID); err != nil {
+			if err := m.Delete(ctx, cube, r.MemoryID, by, why); err != nil {
 				return j, err
 			}
 		case convmem.OpSupersede:
 			if _, err := m.Patch(ctx, cube, r.MemoryID, textmem.Patch{Text: &r.PrevText, Kind: &r.PrevKind, Source: &r.PrevSource},
-				convmem.Change{Op: "undo", By: by, Why: "undo of extraction job " + j.ID}); err != nil {
+				convmem.Change{Op: "undo", By: by, Why: why}); err != nil {
 				return j, err
 			}
 		}

@@ -116,6 +116,10 @@ func TestFeedbackCorrects(t *testing.T) {
 	if do(t, "GET", u+"/v1/cubes/c/memories/"+dog, nil, &m); m.Text != "my dog is Max" || m.Version != 3 {
 		t.Fatalf("memory after undo %+v", m)
 	}
+	do(t, "GET", u+"/v1/cubes/c/memories/"+dog+"/log", nil, &changes)
+	if last := changes.Changes[len(changes.Changes)-1]; last.Op != "undo" || last.By != "undo:"+fb.JobID || last.Why != "undo of feedback job "+fb.JobID {
+		t.Fatalf("change log's undo entry %+v", last)
+	}
 	if r := renderedDog(t, u); !strings.Contains(r, "my dog is Max") || strings.Contains(r, "Rex") {
 		t.Fatalf("rendered after undo %q", r)
 	}
