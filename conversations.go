@@ -30,6 +30,11 @@ const SourceShortTerm = conversation.SourceShortTerm
 // ErrJobState is returned by UndoJob for a job that is not done.
 var ErrJobState = conversation.ErrJobState
 
+// ErrUndoChanged is returned by UndoJob when every memory the job wrote
+// changed since: nothing is undone, the job stays done
+// (conversation.ErrUndoChanged).
+var ErrUndoChanged = conversation.ErrUndoChanged
+
 // startConversations opens the conversation memory and starts its job
 // runner, which resumes the jobs a previous run left queued or running.
 func (o *OS) startConversations(ctx context.Context) error {
@@ -179,7 +184,8 @@ func (o *OS) Jobs(ctx context.Context, cube string) ([]convmem.Job, error) {
 // memories it superseded get their previous text back as a new version,
 // each only while it is still at the version the job left (a memory
 // changed since is kept, and listed in the job's Dropped); the job's state
-// becomes undone. Errors: convmem.ErrNotFound, ErrJobState.
+// becomes undone. Errors: convmem.ErrNotFound, ErrJobState,
+// ErrUndoChanged (every memory the job wrote changed since: nothing undone).
 func (o *OS) UndoJob(ctx context.Context, cube, id string) (convmem.Job, error) {
 	return gate.Call(o.g, ctx, func(ctx context.Context) (convmem.Job, error) { return o.conv.UndoJob(ctx, cube, id) })
 }

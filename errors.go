@@ -81,7 +81,7 @@ const (
 	KindInternal     = errkind.Internal     // a bug, an I/O error, damaged data; a nil error. HTTP 500
 	KindInvalid      = errkind.Invalid      // a bad field, name, query, prompt or archive (*FieldError). HTTP 400
 	KindNotFound     = errkind.NotFound     // ErrUnknownCube, ErrModelNotFound, a memory, pack, adapter or job. HTTP 404
-	KindConflict     = errkind.Conflict     // ErrCubeExists, ErrJobState. HTTP 409
+	KindConflict     = errkind.Conflict     // ErrCubeExists, ErrJobState, ErrUndoChanged, ErrFeedbackConflict. HTTP 409
 	KindBusy         = errkind.Busy         // ErrBusy: retry after a while. HTTP 429
 	KindUnavailable  = errkind.Unavailable  // ErrClosed, ErrNoModel, a store unreachable, no cache room. HTTP 503
 	KindNoSpace      = errkind.NoSpace      // ErrNoSpace, the activation tier's KV budget. HTTP 507

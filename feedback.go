@@ -31,6 +31,11 @@ const (
 // and no rating, or a rating out of range.
 var ErrBadFeedback = conversation.ErrBadFeedback
 
+// ErrFeedbackConflict is returned by Feedback for a rating of an answer
+// already rated, or a correction of a memory changed since the answer
+// used it (conversation.ErrFeedbackConflict): nothing is written.
+var ErrFeedbackConflict = conversation.ErrFeedbackConflict
+
 // recordResponse keeps an answer in its cube's response log
 // (pipeline.Deps.OnResponse), so that feedback can name it: its id and the
 // memories its prompt carried; the user's message too unless the cube
@@ -65,7 +70,9 @@ func (o *OS) recordResponse(ctx context.Context, req *Request, cube Cube, res *R
 // reverts. A rating (or a correction without one: -1) moves the heat of
 // the other memories the answer used. See conversation.Manager.Feedback.
 // Errors: ErrBadFeedback (no correction and no rating, a rating out of
-// range, an empty cube name), ErrUnknownCube, convmem.ErrNotFound for a
+// range, an empty cube name), ErrFeedbackConflict (a second rating of an
+// answer; a correction of a memory changed since the answer used it),
+// ErrUnknownCube, convmem.ErrNotFound for a
 // response the cube's log does not hold; textmem's write errors, storage
 // errors.
 func (o *OS) Feedback(ctx context.Context, cube string, f Feedback) (FeedbackResult, error) {

@@ -26,8 +26,11 @@
 // package never imports the facade.
 //
 // A Manager is safe for concurrent use. Its locks are never nested and
-// none is held across a hook call: turnMu serialises Materialize (every
-// cube), dueMu guards the cubes whose background turn write is due, jobMu
-// guards the sessions whose consolidation job is queued. Writes to one
+// none is held across a hook call, but feedbackMu: turnMu serialises
+// Materialize (every cube), dueMu guards the cubes whose background turn
+// write is due, jobMu guards the sessions whose consolidation job is
+// queued. feedbackMu serialises Feedback (an answer is rated once); it is
+// taken first and held across Feedback's writes (which may take the
+// others) and its Rate hook call; nothing Feedback calls calls Feedback. Writes to one
 // cube's records are serialised by the text tier's transactions.
 package conversation

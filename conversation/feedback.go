@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/memosrt/memosrt/convmem"
 	"github.com/memosrt/memosrt/errkind"
@@ -14,6 +16,31 @@ import (
 // ErrBadFeedback is returned by Feedback for feedback that says nothing
 // (no correction, no rating) or a rating out of range.
 var ErrBadFeedback = errkind.New(errkind.Invalid, "memosrt: bad feedback")
+
+// ErrFeedbackConflict is returned by Feedback for feedback at odds with
+// what the cube holds now: a rating of an answer already rated, a
+// correction of a memory changed since the answer used it. Nothing is
+// written.
+var ErrFeedbackConflict = errkind.New(errkind.Conflict, "memosrt: feedback conflict")
+
+// fieldError is an error of Feedback about one field of its Feedback
+// (correction, rating, stars): its text is err's, its status err's, and
+// errors.As finds an *errkind.FieldError naming the field (a server's
+// "param").
+type fieldError struct {
+	field string
+	err   error
+}
+
+func (e *fieldError) Error() string { return e.err.Error() }
+func (e *fieldError) Unwrap() []error {
+	return []error{e.err, &errkind.FieldError{Field: e.field, Msg: e.err.Error()}}
+}
+
+// badFeedback returns ErrBadFeedback about field, format saying why.
+func badFeedback(field, format string, args ...any) error {
+	return &fieldError{field: field, err: fmt.Errorf("%w: "+format, append([]any{ErrBadFeedback}, args...)...)}
+}
 
 // Feedback is feedback on one answer in a cube: a correction in plain
 // words, a rating, or both.
@@ -59,10 +86,10 @@ type FeedbackResult struct {
 	// JobID is the feedback's job (a done convmem.Job, By "feedback"):
 	// UndoJob on it reverts the memory write; "" when nothing was written.
 	JobID string `json:"job_id,omitempty"`
-	// Heat is the change of visits and interactions counted towards each
-	// memory of Rated: -1, +1 or 0.
-	Heat  int      `json:"heat"`
-	Rated []string `json:"rated_memory_ids"`
+	// HeatDelta is the change of visits and interactions counted towards
+	// each memory of Rated: -1, +1 or 0 (a change, not a heat).
+	HeatDelta int      `json:"heat_delta"`
+	Rated     []string `json:"rated_memory_ids"`
 	// Note says what was done, in words.
 	Note string `json:"note"`
 }
@@ -77,21 +104,27 @@ type FeedbackResult struct {
 // UndoJob reverts. The used memories other than the corrected one get
 // the rating's heat change (Hooks.Rate): f.Rating or f.Stars, or -1 for a
 // correction without a rating (they misled the answer). Heat changes are
-// not undone.
+// not undone. An answer is rated once (its log record keeps Rated): a
+// later rating or stars is refused, and a later correction moves no heat.
 //
 // Errors: ErrBadFeedback (no correction and no rating, a rating out of
-// range, a correction of nothing but "no"); convmem.ErrNotFound for a
+// range, a correction of nothing but "no"); ErrFeedbackConflict for a
+// rating or stars of an answer already rated, or a correction whose
+// matched memory changed since the answer (its Updated after the
+// response's Time): nothing written; convmem.ErrNotFound for a
 // response the cube's log does not hold (or no response at all when
 // f.ResponseID is ""); textmem's write errors (textmem.ErrTooLarge, ...);
 // storage errors.
 func (m *Manager) Feedback(ctx context.Context, cube string, f Feedback) (FeedbackResult, error) {
+	m.feedbackMu.Lock() // the record's Rated is read and written as one step
+	defer m.feedbackMu.Unlock()
 	delta, err := feedbackDelta(f)
 	if err != nil {
 		return FeedbackResult{}, err
 	}
 	text := convmem.CorrectionText(f.Correction)
 	if f.Correction != "" && text == "" {
-		return FeedbackResult{}, fmt.Errorf("%w: correction %q states nothing after its leading words", ErrBadFeedback, f.Correction)
+		return FeedbackResult{}, badFeedback("correction", "correction %q states nothing after its leading words", f.Correction)
 	}
 	rec, err := m.store.Response(ctx, cube, f.ResponseID)
 	if errors.Is(err, convmem.ErrNotFound) {
@@ -102,6 +135,9 @@ func (m *Manager) Feedback(ctx context.Context, cube string, f Feedback) (Feedba
 	}
 	if err != nil {
 		return FeedbackResult{}, err
+	}
+	if rec.Rated && (f.Rating != 0 || f.Stars != 0) {
+		return FeedbackResult{}, fmt.Errorf("%w: response %s is already rated (an answer is rated once)", ErrFeedbackConflict, rec.ID)
 	}
 	res := FeedbackResult{ResponseID: rec.ID, Action: FeedbackRated, Rated: []string{}}
 	var used []textmem.Memory
@@ -116,7 +152,7 @@ func (m *Manager) Feedback(ctx context.Context, cube string, f Feedback) (Feedba
 		used = append(used, mem)
 	}
 	if text != "" {
-		if delta == 0 && f.Rating == 0 && f.Stars == 0 {
+		if delta == 0 && f.Rating == 0 && f.Stars == 0 && !rec.Rated {
 			delta = -1
 		}
 		if err := m.correct(ctx, cube, rec, text, used, &res); err != nil {
@@ -124,6 +160,13 @@ func (m *Manager) Feedback(ctx context.Context, cube string, f Feedback) (Feedba
 		}
 	} else {
 		res.Note = "no memory written"
+	}
+	if f.Rating != 0 || f.Stars != 0 || delta != 0 {
+		// the answer is rated now: the record says so before any heat moves
+		rec.Rated = true
+		if err := m.store.PutResponse(ctx, rec); err != nil {
+			return res, err
+		}
 	}
 	if delta != 0 {
 		for _, mem := range used {
@@ -133,7 +176,7 @@ func (m *Manager) Feedback(ctx context.Context, cube string, f Feedback) (Feedba
 		}
 		if len(res.Rated) > 0 && m.hooks.Rate != nil {
 			m.hooks.Rate(cube, res.Rated, delta)
-			res.Heat = delta
+			res.HeatDelta = delta
 		} else {
 			res.Rated = []string{}
 		}
@@ -159,8 +202,18 @@ func (m *Manager) correct(ctx context.Context, cube string, rec convmem.Response
 	var jr convmem.JobResult
 	if i >= 0 {
 		old := stated[i]
+		if old.Updated.After(rec.Time) {
+			// the answer saw an older text: superseding the current one
+			// would lose an edit made since
+			return fmt.Errorf("%w: memory %s changed since response %s used it (now version %d, %q): nothing written",
+				ErrFeedbackConflict, old.ID, rec.ID, old.Version, old.Text)
+		}
+		text = capitalLike(text, old.Text)
 		cur, err := m.Patch(ctx, cube, old.ID, textmem.Patch{Text: &text, Source: &by}, convmem.Change{Op: convmem.OpSupersede, By: by,
 			Why: fmt.Sprintf("feedback on response %s corrects version %d: %q", rec.ID, old.Version, old.Text)})
+		if errors.Is(err, textmem.ErrTooLarge) {
+			err = &fieldError{field: "correction", err: err}
+		}
 		if err != nil {
 			return err
 		}
@@ -172,6 +225,9 @@ func (m *Manager) correct(ctx context.Context, cube string, rec convmem.Response
 	} else {
 		got, r, err := m.Remember(ctx, cube, textmem.Memory{Text: text, Kind: convmem.Classify(text), Source: by}, by,
 			"feedback on response "+rec.ID+": no memory it used matched the correction")
+		if errors.Is(err, textmem.ErrTooLarge) {
+			err = &fieldError{field: "correction", err: err}
+		}
 		if err != nil {
 			return err
 		}
@@ -198,17 +254,29 @@ func (m *Manager) correct(ctx context.Context, cube string, rec convmem.Response
 	return nil
 }
 
+// capitalLike returns text with its first letter upper-case when the
+// first letter of like is (a correction of "My dog is Max." written "no,
+// my dog is Rex" is stored "My dog is Rex"); else text as written.
+func capitalLike(text, like string) string {
+	l, _ := utf8.DecodeRuneInString(like)
+	r, n := utf8.DecodeRuneInString(text)
+	if !unicode.IsUpper(l) || !unicode.IsLower(r) {
+		return text
+	}
+	return string(unicode.ToUpper(r)) + text[n:]
+}
+
 // feedbackDelta is f's heat change (-1, 0 or +1), or ErrBadFeedback.
 func feedbackDelta(f Feedback) (int, error) {
 	switch {
 	case f.Rating != 0 && f.Stars != 0:
-		return 0, fmt.Errorf("%w: rating %d and stars %d: give one", ErrBadFeedback, f.Rating, f.Stars)
+		return 0, badFeedback("stars", "rating %d and stars %d: give one", f.Rating, f.Stars)
 	case !slices.Contains([]int{-1, 0, 1}, f.Rating):
-		return 0, fmt.Errorf("%w: rating %d: want -1 or 1", ErrBadFeedback, f.Rating)
+		return 0, badFeedback("rating", "rating %d: want -1 or 1", f.Rating)
 	case f.Stars < 0 || f.Stars > 5:
-		return 0, fmt.Errorf("%w: stars %d: want 1 to 5", ErrBadFeedback, f.Stars)
+		return 0, badFeedback("stars", "stars %d: want 1 to 5", f.Stars)
 	case f.Rating == 0 && f.Stars == 0 && f.Correction == "":
-		return 0, fmt.Errorf("%w: give a correction, a rating or stars", ErrBadFeedback)
+		return 0, badFeedback("correction", "give a correction, a rating or stars")
 	case f.Stars != 0:
 		return []int{-1, -1, 0, 1, 1}[f.Stars-1], nil
 	}

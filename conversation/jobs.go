@@ -300,8 +300,9 @@ func (m *Manager) AddTurns(ctx context.Context, cube string, turns []convmem.Tur
 // memories it superseded get their previous text back as a new version,
 // each only while it is still at the version the job left (a memory
 // changed since is kept, and listed in the job's Dropped); the job's state
-// becomes undone. Errors: convmem.ErrNotFound, ErrJobState, storage
-// errors.
+// becomes undone. Errors: convmem.ErrNotFound, ErrJobState,
+// ErrUndoChanged when every memory the job wrote changed since (nothing
+// undone, the job left done), storage errors.
 func (m *Manager) UndoJob(ctx context.Context, cube, id string) (convmem.Job, error) {
 	j, err := m.store.Job(ctx, cube, id)
 	if err != nil {
@@ -310,7 +311,31 @@ func (m *Manager) UndoJob(ctx context.Context, cube, id string) (convmem.Job, er
 	if j.State != convmem.JobDone {
 		return j, fmt.Errorf("%w: job %s is %s", ErrJobState, id, j.State)
 	}
+	// a job whose every write was changed since has nothing to undo:
+	// refused before anything is written
+	var changed []string
+	writes := 0
+	for _, r := range j.Results {
+		if r.Op == convmem.OpSame {
+			continue
+		}
+		writes++
+		cur, err := m.mem.Get(ctx, cmp.Or(r.Cube, cube), r.MemoryID)
+		if err != nil && !errors.Is(err, textmem.ErrNotFound) {
+			return j, err
+		}
+		if err == nil && cur.Version != r.Version {
+			changed = append(changed, fmt.Sprintf("memory %s changed since (version %d, the job left %d)", cur.ID, cur.Version, r.Version))
+		}
+	}
+	if writes > 0 && len(changed) == writes {
+		return j, fmt.Errorf("%w: job %s: %s", ErrUndoChanged, j.ID, strings.Join(changed, "; "))
+	}
 	by := "undo:" + j.ID
+	why := "undo of extraction job " + j.ID
+	if j.By == "feedback" {
+		why = "undo of feedback job " + j.ID
+	}
 	for i := len(j.Results) - 1; i >= 0; i-- {
 		r := j.Results[i]
 		if r.Op == convmem.OpSame {
@@ -331,12 +356,12 @@ func (m *Manager) UndoJob(ctx context.Context, cube, id string) (convmem.Job, er
 		}
 		switch r.Op {
 		case convmem.OpAdd:
-			if err := m.Delete(ctx, cube, r.MemoryID, by, "undo of extraction job "+j.ID); err != nil {
+			if err := m.Delete(ctx, cube, r.MemoryID, by, why); err != nil {
 				return j, err
 			}
 		case convmem.OpSupersede:
 			if _, err := m.Patch(ctx, cube, r.MemoryID, textmem.Patch{Text: &r.PrevText, Kind: &r.PrevKind, Source: &r.PrevSource},
-				convmem.Change{Op: "undo", By: by, Why: "undo of extraction job " + j.ID}); err != nil {
+				convmem.Change{Op: "undo", By: by, Why: why}); err != nil {
 				return j, err
 			}
 		}

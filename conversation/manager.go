@@ -23,6 +23,9 @@ const SourceShortTerm = "short-term"
 var (
 	// ErrJobState is returned by UndoJob for a job that is not done.
 	ErrJobState = errkind.New(errkind.Conflict, "memosrt: the job is not done")
+	// ErrUndoChanged is returned by UndoJob when every memory the job
+	// wrote changed since: nothing is undone and the job stays done.
+	ErrUndoChanged = errkind.New(errkind.Conflict, "memosrt: nothing undone")
 	// ErrRetryLater, wrapped in an error of Hooks.Generate, says the
 	// generation did not run now (no slot idle for background work, or a
 	// foreground request took it): the job is queued again a second later.
@@ -138,6 +141,10 @@ type Manager struct {
 	turnMu sync.Mutex
 	dueMu  sync.Mutex
 	due    map[string]bool
+
+	// feedbackMu serialises Feedback: checking and setting a response
+	// record's Rated.
+	feedbackMu sync.Mutex
 }
 
 type jobRef struct{ cube, id string }

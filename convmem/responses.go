@@ -37,6 +37,9 @@ type ResponseRecord struct {
 	RetrievedIDs  []string  `json:"retrieved_memory_ids"`
 	PreferenceIDs []string  `json:"preference_memory_ids,omitempty"`
 	Time          time.Time `json:"time"`
+	// Rated is set once feedback rated the answer (a rating, stars, or a
+	// correction's implied -1): an answer is rated once.
+	Rated bool `json:"rated,omitempty"`
 }
 
 // Used returns every memory id r's prompt carried, without repeats:

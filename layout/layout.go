@@ -53,8 +53,11 @@ type Options struct {
 	// the pack retrieval may add before a user turn, in their own "User
 	// preferences:" block ahead of the other retrieved memories, searched
 	// among the preferences alone; the other retrieved memories are then
-	// never preferences. Default 3; negative: no such block (preferences
-	// are retrieved as any memory).
+	// never preferences. Preferences are the user's: with several cubes
+	// the block takes them from the cube written to (Input.Cube) alone,
+	// and a read cube's preference memories are retrieved as any memory.
+	// Default 3; negative: no such block (preferences are retrieved as any
+	// memory).
 	PreferenceK int
 	// MaxPreferenceTokens bounds the preference blocks of one prompt, tokens,
 	// apart from MaxRetrievedTokens. Default n_ctx/16 with an engine, 1024
@@ -314,8 +317,8 @@ func PreferencesText(mems []textmem.Memory) string {
 	return b.String()
 }
 
-// preferences returns up to PreferenceK preference memories of cube
-// (KindPreference) matching query (the default query, dense fusion
+// preferences returns up to PreferenceK preference memories of the first
+// of cubes, the one written to (KindPreference) matching query (the default query, dense fusion
 // included, without neighbour expansion), best first, that are not yet shown and
 // fit what is left of *budget (tokens), marking them shown and taking
 // their tokens from *budget. The hot preferences are in the pack already
@@ -327,7 +330,10 @@ func (l *Layout) preferences(ctx context.Context, cubes []string, query string, 
 	}
 	q := textmem.DefaultQuery(query, l.opts.PreferenceK+len(shown))
 	q.Kinds, q.NotSources, q.Neighbors = []string{KindPreference}, l.opts.HideSources, 0
-	hits, err := l.search(ctx, cubes, q)
+	// preferences are the user's: searched in the cube written to alone
+	// (the first); a read cube's preference memories are retrieved as any
+	// other memory
+	hits, err := l.search(ctx, cubes[:1], q, false)
 	if err != nil {
 		return nil, err
 	}
@@ -398,7 +404,7 @@ func (l *Layout) retrieve(ctx context.Context, cubes []string, pack []textmem.Me
 		if l.opts.PreferenceK > 0 {
 			q.NotKinds = []string{KindPreference} // their own block
 		}
-		hits, err := l.search(ctx, cubes, q)
+		hits, err := l.search(ctx, cubes, q, true)
 		if err != nil {
 			return nil, nil, nil, nil, err
 		}
@@ -483,15 +489,22 @@ func (l *Layout) packOf(in Input) ([]textmem.Memory, int, error) {
 // first cube's hit), ordered as one search orders them (Query.LastKinds
 // last, then by Score, higher first; equal scores keep the cubes' order).
 // BM25 scores of different cubes are comparable in scale (the same k1, b
-// and query terms; each cube's own document statistics).
-func (l *Layout) search(ctx context.Context, cubes []string, q textmem.Query) ([]textmem.Hit, error) {
+// and query terms; each cube's own document statistics). With ownKinds,
+// q.NotKinds leaves out memories of the first cube alone (the user's own
+// preferences, which have their own block); the read cubes' memories of
+// those kinds are found as any other.
+func (l *Layout) search(ctx context.Context, cubes []string, q textmem.Query, ownKinds bool) ([]textmem.Hit, error) {
 	if len(cubes) == 1 {
 		return l.mem.SearchWith(ctx, cubes[0], q)
 	}
 	var all []textmem.Hit
 	seen := map[string]bool{}
-	for _, c := range cubes {
-		hits, err := l.mem.SearchWith(ctx, c, q)
+	for i, c := range cubes {
+		cq := q
+		if ownKinds && i > 0 {
+			cq.NotKinds = nil
+		}
+		hits, err := l.mem.SearchWith(ctx, c, cq)
 		if err != nil {
 			return nil, err
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"time"
 
@@ -172,7 +173,11 @@ func (p *Pipeline) applyResident(ctx context.Context, l *loaded) error {
 			continue
 		}
 		if err := p.makeResident(ctx, l, cube, pk.PackID); err != nil {
-			p.log.Warn("pack not made resident", "cube", cube, "pack", pk.PackID, "err", err)
+			lvl := slog.LevelWarn
+			if errors.Is(err, slots.ErrNoRoom) {
+				lvl = slog.LevelDebug // requests hold the cells now (load): a later tick tries again
+			}
+			p.log.Log(ctx, lvl, "pack not made resident", "cube", cube, "pack", pk.PackID, "err", err)
 			continue
 		}
 		if err := p.tiers.SetResident(ctx, cube, pk.PackID, true, reason[cube]); err != nil {

@@ -278,7 +278,8 @@ func NewTiers(d Deps, opts TierOptions) (*Tiers, error) {
 // removeOrphans deletes the tier packs (labelled with their cube, not
 // "conv:") that no committed pack state refers to: a job or warm that
 // stored its pack and was cut short before its commit leaves one, and
-// nothing would ever find or delete it. Conversation packs are left alone.
+// nothing would ever find or delete it. Conversation packs, memory chunks
+// and shared packs are left alone.
 //
 // Kept are, besides each cube's committed pack, the packs pending jobs
 // store when they run again: for each pending job, the one whose id is
@@ -315,9 +316,11 @@ func (t *Tiers) removeOrphans() error {
 		}
 	}
 	for _, p := range t.kv.List("") {
-		// conversation packs and memory chunks ("chunk:") are the
-		// pipeline's, not tier packs
-		if p.Label == "" || strings.HasPrefix(p.Label, "conv:") || strings.HasPrefix(p.Label, "chunk:") || keep[p.ID] {
+		// conversation packs, memory chunks ("chunk:") and the shared
+		// packs of several-cube requests ("shared:", deleted with any of
+		// their cubes) are the pipeline's, not tier packs
+		if p.Label == "" || strings.HasPrefix(p.Label, "conv:") || strings.HasPrefix(p.Label, "chunk:") ||
+			strings.HasPrefix(p.Label, "shared:") || keep[p.ID] {
 			continue
 		}
 		st, err := t.packState(p.Label)

@@ -17,12 +17,20 @@ import (
 // metadata.cubes, Ollama's options.cubes; field names it), whose first
 // must be opt when opt (the body's cube) is given too. A header and a list
 // naming different cubes are refused, except a header naming the list's
-// first cube alone (a client's default header). With one cube or none it is cube
+// first cube alone (a client's default header). A cube named twice counts
+// once (the first naming kept). With one cube or none it is cube
 // (s.cube). An access key needs write on the first cube and read on the
 // others (403 otherwise). Errors: *FieldError (400) for a bad name, more
-// than memosrt.MaxCubes cubes, or a conflict; the key's denial.
+// than memosrt.MaxCubes cubes, an empty name (in the header: naming the
+// header), or a conflict; the key's denial.
 func (s *Server) cubes(r *http.Request, field, opt string, list []string) (string, []string, error) {
 	header := splitCubes(r.Header.Get(CubeHeader))
+	if i := slices.Index(header, ""); i >= 0 {
+		return "", nil, wire.BadField(CubeHeader, "cube %d of %q is empty (names joined by commas)", i+1, r.Header.Get(CubeHeader))
+	}
+	if i := slices.Index(list, ""); i >= 0 {
+		return "", nil, wire.BadField(field, "cube %d is empty", i+1)
+	}
 	if opt != "" && len(list) > 0 && list[0] != opt {
 		return "", nil, wire.BadField(field, "the first cube is %q, but cube names %q (the first cube is the one written to)", list[0], opt)
 	}
@@ -33,18 +41,19 @@ func (s *Server) cubes(r *http.Request, field, opt string, list []string) (strin
 		c, err := s.cube(r, opt)
 		return c, nil, err
 	}
-	names := header
+	names, from := header, CubeHeader // from: what errors about names name
 	if len(names) == 0 || len(names) == 1 && len(list) > 1 && list[0] == names[0] {
-		names = list // the header names the first cube alone: the list goes on
+		names, from = list, field // the header names the first cube alone: the list goes on
 	} else if len(list) > 0 && !slices.Equal(list, header) {
 		return "", nil, wire.BadField(field, "%q, but the %s header names %q (give one, or the same cubes in both)", strings.Join(list, ","), CubeHeader, strings.Join(header, ","))
 	}
+	names = distinct(names) // a cube named twice counts once
 	if len(names) > memosrt.MaxCubes {
-		return "", nil, wire.BadField(field, "%d cubes, at most %d", len(names), memosrt.MaxCubes)
+		return "", nil, wire.BadField(from, "%d cubes, at most %d", len(names), memosrt.MaxCubes)
 	}
 	for i, c := range names {
 		if !textmem.ValidCube(c) {
-			return "", nil, wire.BadField(field, "%q: %v", c, textmem.ErrBadCube)
+			return "", nil, wire.BadField(from, "%q: %v", c, textmem.ErrBadCube)
 		}
 		need := memosrt.KeyRead
 		if i == 0 {
@@ -57,22 +66,39 @@ func (s *Server) cubes(r *http.Request, field, opt string, list []string) (strin
 	return names[0], names[1:], nil
 }
 
-// splitCubes splits a comma-separated list of cube names, spaces around
-// each trimmed, empty names left out.
-func splitCubes(v string) []string {
+// distinct returns names without repeats, each where first named.
+func distinct(names []string) []string {
 	var out []string
-	for _, c := range strings.Split(v, ",") {
-		if c = strings.TrimSpace(c); c != "" {
+	for _, c := range names {
+		if !slices.Contains(out, c) {
 			out = append(out, c)
 		}
 	}
 	return out
 }
 
+// splitCubes splits a comma-separated list of cube names, spaces around
+// each trimmed; an empty name stays, as "" (the callers refuse it); a
+// blank v is no names.
+func splitCubes(v string) []string {
+	if strings.TrimSpace(v) == "" {
+		return nil
+	}
+	out := strings.Split(v, ",")
+	for i, c := range out {
+		out[i] = strings.TrimSpace(c)
+	}
+	return out
+}
+
 // cubeListOf reads a cubes field that is an array of names or one string
-// of names joined by commas (OpenAI's metadata values are strings).
+// of names joined by commas (OpenAI's metadata values are strings); an
+// empty string is one empty name.
 func cubeListOf(field string, v any) ([]string, error) {
 	if s, ok := v.(string); ok {
+		if strings.TrimSpace(s) == "" {
+			return []string{""}, nil
+		}
 		return splitCubes(s), nil
 	}
 	return stringList(field, v)

@@ -2,6 +2,8 @@ package server
 
 import (
 	"context"
+	"encoding/json"
+	"maps"
 	"net/http"
 	"slices"
 	"strings"
@@ -114,13 +116,24 @@ func TestFeedbackCorrects(t *testing.T) {
 	if do(t, "GET", u+"/v1/cubes/c/memories/"+dog, nil, &m); m.Text != "my dog is Max" || m.Version != 3 {
 		t.Fatalf("memory after undo %+v", m)
 	}
+	do(t, "GET", u+"/v1/cubes/c/memories/"+dog+"/log", nil, &changes)
+	if last := changes.Changes[len(changes.Changes)-1]; last.Op != "undo" || last.By != "undo:"+fb.JobID || last.Why != "undo of feedback job "+fb.JobID {
+		t.Fatalf("change log's undo entry %+v", last)
+	}
 	if r := renderedDog(t, u); !strings.Contains(r, "my dog is Max") || strings.Contains(r, "Rex") {
 		t.Fatalf("rendered after undo %q", r)
 	}
 
-	// feedback again, on the cube's latest answer (no response id)
+	// the undo changed the memory after the answer used it: feedback on
+	// that answer again is a 409 that writes nothing
+	if code, msg := errorOf(t, "POST", u+"/v1/cubes/c/feedback", map[string]any{"correction": "Actually, my dog is Rex"}); code != http.StatusConflict ||
+		msg != "memosrt: feedback conflict: memory "+dog+" changed since response "+a.ID+` used it (now version 3, "my dog is Max"): nothing written` {
+		t.Fatalf("feedback on the old answer: %d %q", code, msg)
+	}
+	// feedback on a new answer, the cube's latest (no response id)
+	a2 := askDog(t, u)
 	if code := do(t, "POST", u+"/v1/cubes/c/feedback", map[string]any{"correction": "Actually, my dog is Rex"}, &fb); code != http.StatusOK ||
-		fb.Action != memosrt.FeedbackSuperseded || fb.MemoryID != dog || fb.Version != 4 || fb.PreviousVersion != 3 || fb.ResponseID != a.ID {
+		fb.Action != memosrt.FeedbackSuperseded || fb.MemoryID != dog || fb.Version != 4 || fb.PreviousVersion != 3 || fb.ResponseID != a2.ID {
 		t.Fatalf("feedback again: %d %+v", code, fb)
 	}
 	if r := renderedDog(t, u); !strings.Contains(r, "my dog is Rex") || strings.Contains(r, "Max") {
@@ -147,6 +160,64 @@ func TestFeedbackCorrects(t *testing.T) {
 	}
 	if code := do(t, "GET", u+"/v1/cubes/c/memories/"+fb.MemoryID, nil, nil); code != http.StatusNotFound {
 		t.Fatalf("added memory after undo: %d", code)
+	}
+}
+
+// Feedback on an answer whose memory was edited since writes nothing (a
+// 409 naming the memory); on a newer answer it supersedes the edit, stored
+// as written but capitalised like the memory; an undo after a later edit
+// of that memory is a 409 that leaves it and the job as they are.
+func TestFeedbackAfterEdit(t *testing.T) {
+	e := newEnv(t, envConfig{})
+	u := e.url()
+	dog := addPlayMemories(t, u, "c", nil, "My dog is Max.", "Tom flies a blue kite.")[0]
+	a := askDog(t, u)
+	if !slices.Contains(slices.Concat(a.RetrievedIDs, a.PackIDs), dog) {
+		t.Fatalf("used %q %q, want %s", a.RetrievedIDs, a.PackIDs, dog)
+	}
+	patch := func(text string, version int) {
+		t.Helper()
+		var m textmem.Memory
+		if code := do(t, "PATCH", u+"/v1/cubes/c/memories/"+dog, map[string]any{"text": text}, &m); code != http.StatusOK || m.Version != version {
+			t.Fatalf("patch %q: %d %+v", text, code, m)
+		}
+	}
+	memory := func() textmem.Memory {
+		t.Helper()
+		var m textmem.Memory
+		if code := do(t, "GET", u+"/v1/cubes/c/memories/"+dog, nil, &m); code != http.StatusOK {
+			t.Fatalf("get: %d", code)
+		}
+		return m
+	}
+	patch("My dog is Buddy and he is old.", 2)
+	if code, msg := errorOf(t, "POST", u+"/v1/cubes/c/feedback", map[string]any{"response_id": a.ID, "correction": "no, my dog is Rex"}); code != http.StatusConflict ||
+		msg != "memosrt: feedback conflict: memory "+dog+" changed since response "+a.ID+` used it (now version 2, "My dog is Buddy and he is old."): nothing written` {
+		t.Fatalf("feedback on the old answer: %d %q", code, msg)
+	}
+	if m := memory(); m.Text != "My dog is Buddy and he is old." || m.Version != 2 {
+		t.Fatalf("memory after the refused feedback %+v", m)
+	}
+	b := askDog(t, u)
+	var fb memosrt.FeedbackResult
+	if code := do(t, "POST", u+"/v1/cubes/c/feedback", map[string]any{"response_id": b.ID, "correction": "no, my dog is Rex"}, &fb); code != http.StatusOK ||
+		fb.Action != memosrt.FeedbackSuperseded || fb.MemoryID != dog || fb.Version != 3 || fb.PreviousText != "My dog is Buddy and he is old." {
+		t.Fatalf("feedback on the new answer: %d %+v", code, fb)
+	}
+	if m := memory(); m.Text != "My dog is Rex" || m.Version != 3 {
+		t.Fatalf("memory after feedback %+v", m)
+	}
+	patch("My dog is Rex and he is young.", 4)
+	if code, msg := errorOf(t, "POST", u+"/v1/cubes/c/jobs/"+fb.JobID+"/undo", nil); code != http.StatusConflict ||
+		msg != "memosrt: nothing undone: job "+fb.JobID+": memory "+dog+" changed since (version 4, the job left 3)" {
+		t.Fatalf("undo after an edit: %d %q", code, msg)
+	}
+	var job convmem.Job
+	if code := do(t, "GET", u+"/v1/cubes/c/jobs/"+fb.JobID, nil, &job); code != http.StatusOK || job.State != convmem.JobDone {
+		t.Fatalf("job after the refused undo: %d %+v", code, job)
+	}
+	if m := memory(); m.Text != "My dog is Rex and he is young." || m.Version != 4 {
+		t.Fatalf("memory after the refused undo %+v", m)
 	}
 }
 
@@ -177,12 +248,16 @@ func TestFeedbackRating(t *testing.T) {
 	}
 	before := usage()
 	var fb memosrt.FeedbackResult
-	if code := do(t, "POST", u+"/v1/cubes/c/feedback", map[string]any{"response_id": a.ID, "rating": -1}, &fb); code != http.StatusOK {
-		t.Fatalf("rating: %d", code)
+	code, raw := send(t, "POST", u+"/v1/cubes/c/feedback", map[string]any{"response_id": a.ID, "rating": -1})
+	if code != http.StatusOK || !strings.Contains(string(raw), `"heat_delta":-1,`) || strings.Contains(string(raw), `"heat"`) {
+		t.Fatalf("rating: %d %s", code, raw)
+	}
+	if err := json.Unmarshal(raw, &fb); err != nil {
+		t.Fatal(err)
 	}
 	slices.Sort(used)
 	rated := slices.Sorted(slices.Values(fb.Rated))
-	if fb.Action != memosrt.FeedbackRated || fb.Heat != -1 || fb.JobID != "" || fb.MemoryID != "" || !slices.Equal(rated, used) {
+	if fb.Action != memosrt.FeedbackRated || fb.HeatDelta != -1 || fb.JobID != "" || fb.MemoryID != "" || !slices.Equal(rated, used) {
 		t.Fatalf("rating result %+v, want rated %q", fb, used)
 	}
 	after := usage()
@@ -192,32 +267,57 @@ func TestFeedbackRating(t *testing.T) {
 			t.Fatalf("memory %s: usage %+v before, %+v after a rating of -1", id, b, a)
 		}
 	}
-	// five stars: one up again
-	if code := do(t, "POST", u+"/v1/cubes/c/feedback", map[string]any{"response_id": a.ID, "stars": 5}, &fb); code != http.StatusOK || fb.Heat != 1 {
+	// an answer is rated once: rating it again is a 409 that moves nothing
+	for i := 0; i < 3; i++ {
+		for _, body := range []map[string]any{{"response_id": a.ID, "rating": 1}, {"response_id": a.ID, "stars": 5}} {
+			if code, msg := errorOf(t, "POST", u+"/v1/cubes/c/feedback", body); code != http.StatusConflict ||
+				msg != "memosrt: feedback conflict: response "+a.ID+" is already rated (an answer is rated once)" {
+				t.Fatalf("rating again %v: %d %q", body, code, msg)
+			}
+		}
+	}
+	if again := usage(); !maps.Equal(again, after) {
+		t.Fatalf("usage after refused ratings %+v, want %+v", again, after)
+	}
+	// five stars on the next answer: one up
+	b := askDog(t, u)
+	mid := usage()
+	if code := do(t, "POST", u+"/v1/cubes/c/feedback", map[string]any{"response_id": b.ID, "stars": 5}, &fb); code != http.StatusOK || fb.HeatDelta != 1 {
 		t.Fatalf("stars: %d %+v", code, fb)
 	}
 	again := usage()
-	for _, id := range used {
-		if again[id].Visits != before[id].Visits || again[id].Interactions != before[id].Interactions {
-			t.Fatalf("memory %s: usage %+v before, %+v after -1 then +1", id, before[id], again[id])
+	for _, id := range slices.Concat(b.RetrievedIDs, b.PackIDs) {
+		if again[id].Visits != mid[id].Visits+1 || again[id].Interactions != mid[id].Interactions+1 {
+			t.Fatalf("memory %s: usage %+v before, %+v after +1", id, mid[id], again[id])
 		}
 	}
 
 	for _, c := range []struct {
-		body map[string]any
-		code int
-		msg  string
+		body       map[string]any
+		code       int
+		param, msg string
 	}{
-		{map[string]any{}, http.StatusBadRequest, "memosrt: bad feedback: give a correction, a rating or stars"},
-		{map[string]any{"rating": 2}, http.StatusBadRequest, "memosrt: bad feedback: rating 2: want -1 or 1"},
-		{map[string]any{"stars": 6}, http.StatusBadRequest, "memosrt: bad feedback: stars 6: want 1 to 5"},
-		{map[string]any{"rating": 1, "stars": 4}, http.StatusBadRequest, "memosrt: bad feedback: rating 1 and stars 4: give one"},
-		{map[string]any{"correction": "no!"}, http.StatusBadRequest, `memosrt: bad feedback: correction "no!" states nothing after its leading words`},
-		{map[string]any{"response_id": "resp_nope", "rating": 1}, http.StatusNotFound,
+		{map[string]any{}, http.StatusBadRequest, "correction", "memosrt: bad feedback: give a correction, a rating or stars"},
+		{map[string]any{"rating": 2}, http.StatusBadRequest, "rating", "memosrt: bad feedback: rating 2: want -1 or 1"},
+		{map[string]any{"rating": 0}, http.StatusBadRequest, "rating", "rating: 0: want -1 or 1 (leave rating out for none)"},
+		{map[string]any{"stars": 6}, http.StatusBadRequest, "stars", "memosrt: bad feedback: stars 6: want 1 to 5"},
+		{map[string]any{"stars": 0}, http.StatusBadRequest, "stars", "stars: 0: want 1 to 5 (leave stars out for none)"},
+		{map[string]any{"rating": 1, "stars": 4}, http.StatusBadRequest, "stars", "memosrt: bad feedback: rating 1 and stars 4: give one"},
+		{map[string]any{"correction": "no!"}, http.StatusBadRequest, "correction", `memosrt: bad feedback: correction "no!" states nothing after its leading words`},
+		{map[string]any{"response_id": b.ID, "correction": "no, " + strings.Repeat("tea ", 20000)}, http.StatusRequestEntityTooLarge, "correction",
+			"textmem: text too large: 79999 bytes, limit 65536"},
+		{map[string]any{"response_id": "resp_nope", "rating": 1}, http.StatusNotFound, "",
 			`convmem: not found: response "resp_nope" in cube "c" (the log keeps the last 256)`},
 	} {
-		if code, msg := errorOf(t, "POST", u+"/v1/cubes/c/feedback", c.body); code != c.code || msg != c.msg {
-			t.Errorf("%v: %d %q, want %d %q", c.body, code, msg, c.code, c.msg)
+		status, raw := send(t, "POST", u+"/v1/cubes/c/feedback", c.body)
+		var o oaiError
+		json.Unmarshal(raw, &o)
+		param := ""
+		if o.Error.Param != nil {
+			param = *o.Error.Param
+		}
+		if status != c.code || o.Error.Message != c.msg || param != c.param {
+			t.Errorf("%.80v: %d %q param %q, want %d %q param %q", c.body, status, o.Error.Message, param, c.code, c.msg, c.param)
 		}
 	}
 	if code, _ := errorOf(t, "POST", u+"/v1/cubes/nope/feedback", map[string]any{"rating": 1}); code != http.StatusNotFound {

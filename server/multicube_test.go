@@ -265,6 +265,8 @@ func TestMultiCubeRequests(t *testing.T) {
 		{"cube and cubes agree", map[string]any{"cube": "alice", "cubes": []string{"alice", "shop"}}, nil, 200, ""},
 		{"repeated", map[string]any{"cubes": []string{"alice", "shop", "shop", "alice"}}, nil, 200, ""},
 		{"too many", map[string]any{"cubes": nine}, nil, 400, "cubes: 9 cubes, at most 8"},
+		{"nine names, two cubes", map[string]any{"cubes": []string{"alice", "shop", "shop", "shop", "shop", "shop", "shop", "shop", "shop"}}, nil, 200, ""},
+		{"nine names in the header, two cubes", map[string]any{}, []string{CubeHeader, "alice,shop,shop,shop,shop,shop,shop,shop,shop"}, 200, ""},
 		{"bad name", map[string]any{"cubes": []string{"alice", "no/pe"}}, nil, 400, `cubes: "no/pe"`},
 		{"unknown", map[string]any{"cubes": []string{"alice", "nosuch"}}, nil, 404, "nosuch"},
 		{"first differs", map[string]any{"cube": "shop", "cubes": []string{"alice", "shop"}}, nil, 400, `cubes: the first cube is "alice", but cube names "shop"`},
@@ -286,8 +288,8 @@ func TestMultiCubeRequests(t *testing.T) {
 	for _, tr := range turns.Turns {
 		named = append(named, tr.AssistantCube)
 	}
-	// the five chats answered: the first read assistant-x, the others not
-	if !slices.Equal(named, []string{"assistant-x", "", "", "", ""}) {
+	// the seven chats answered: the first read assistant-x, the others not
+	if !slices.Equal(named, []string{"assistant-x", "", "", "", "", "", ""}) {
 		t.Fatalf("assistant cubes of alice's turns %q", named)
 	}
 	three := map[string]any{"cubes": []string{"alice", "shop", "assistant-x"}}
@@ -503,4 +505,216 @@ func TestAssistantCubeMCP(t *testing.T) {
 	}
 	failTool(t, cs, "add_messages", map[string]any{"cube": "alice", "assistant_cube": "alice",
 		"messages": []map[string]string{{"role": "user", "content": "I like tea."}}}, "not an assistant's")
+}
+
+// TestMultiCubeHeaderKey: with an access key, an X-Memosrt-Cube header
+// naming several cubes is checked name by name (write on the first, read
+// on the others) on every generate route and on /mcp, where the first is
+// the default cube and a chat naming no cube reads the others too.
+func TestMultiCubeHeaderKey(t *testing.T) {
+	e := newEnv(t, envConfig{opts: Options{Token: "admin"}})
+	admin := []string{"Authorization", "Bearer admin"}
+	for _, c := range [][2]string{{"carol", "Carol likes green tea."}, {"shop", shopMem}, {"bob", bobMem}} {
+		if code := do(t, "POST", e.url()+"/v1/cubes", map[string]any{"name": c[0]}, nil, admin...); code != http.StatusCreated {
+			t.Fatalf("create %s: %d", c[0], code)
+		}
+		if code := do(t, "POST", e.url()+"/v1/cubes/"+c[0]+"/memories", map[string]string{"text": c[1]}, nil, admin...); code != http.StatusCreated {
+			t.Fatalf("add to %s: %d", c[0], code)
+		}
+	}
+	k := makeKey(t, e, map[string]any{"cubes": []map[string]string{{"cube": "carol", "right": "write"}, {"cube": "shop", "right": "read"}}})
+	ro := makeKey(t, e, map[string]any{"cubes": []map[string]string{{"cube": "carol", "right": "read"}, {"cube": "shop", "right": "read"}}})
+	msgs := []map[string]string{{"role": "user", "content": "Where can I get some tea"}}
+	routes := []struct {
+		path string
+		body map[string]any
+	}{
+		{"/v1/generate", map[string]any{"messages": msgs, "num_predict": 2}},
+		{"/api/chat", map[string]any{"model": testModel, "messages": msgs, "stream": false, "options": map[string]any{"num_predict": 2}}},
+		{"/v1/chat/completions", map[string]any{"model": testModel, "messages": msgs, "max_tokens": 2}},
+	}
+	for _, r := range routes {
+		for _, c := range []struct {
+			token, header string
+			status        int
+		}{
+			{k.Token, "carol,shop", 200},
+			{k.Token, "carol, shop", 200},
+			{k.Token, "carol,bob", 403},
+			{ro.Token, "carol,shop", 403},
+		} {
+			status, raw := send(t, "POST", e.url()+r.path, r.body, "Authorization", "Bearer "+c.token, CubeHeader, c.header)
+			if status != c.status {
+				t.Fatalf("%s %q: %d %s, want %d", r.path, c.header, status, raw, c.status)
+			}
+			if status != 200 {
+				continue
+			}
+			var v struct {
+				CubeMemories map[string]int `json:"cube_memories"`
+				Usage        struct {
+					CubeMemories map[string]int `json:"cube_memories"`
+				}
+			}
+			if err := json.Unmarshal(raw, &v); err != nil {
+				t.Fatal(err)
+			}
+			got := v.CubeMemories
+			if got == nil {
+				got = v.Usage.CubeMemories
+			}
+			if !mapsEqual(got, map[string]int{"carol": 1, "shop": 1}) {
+				t.Fatalf("%s %q: cube_memories %v in %s", r.path, c.header, got, raw)
+			}
+		}
+	}
+	cs := mcpSession(t, e, "Authorization", "Bearer "+k.Token, CubeHeader, "carol,shop")
+	var out mcp.ChatOut
+	mustTool(t, cs, "chat", map[string]any{"message": "Where can I get some tea", "num_predict": 2}, &out)
+	if !mapsEqual(out.CubeMemories, map[string]int{"carol": 1, "shop": 1}) {
+		t.Fatalf("mcp chat: %+v", out)
+	}
+	var found mcp.SearchOut
+	mustTool(t, cs, "search_memory", map[string]any{"query": "tea"}, &found)
+	var hits []string
+	for _, h := range found.Hits {
+		hits = append(hits, h.Cube+": "+h.Text)
+	}
+	if !slices.Contains(hits, "carol: Carol likes green tea.") || !slices.Contains(hits, "shop: "+shopMem) {
+		t.Fatalf("mcp search hits %q", hits)
+	}
+	var added mcp.Memory
+	mustTool(t, cs, "add_memory", map[string]any{"text": "Carol lives in Paris."}, &added)
+	if got := cubeCounts(t, e, "carol", "shop"); got["shop"] != 1 {
+		t.Fatalf("add_memory wrote to shop: %v", got)
+	}
+}
+
+// TestSharedPackRestart: the shared pack alice's three-cube chat stores
+// outlives a restart: bob's chat naming the same read cubes on the
+// restarted server restores the shared prefix (its exact token count).
+func TestSharedPackRestart(t *testing.T) {
+	dir := t.TempDir()
+	e := newEnv(t, envConfig{dir: dir})
+	threeCubes(t, e)
+	question := "Where can I get some tea"
+	var rendered string
+	err := ollamaClient(t, e.url()).Chat(context.Background(), &api.ChatRequest{Model: testModel, DebugRenderOnly: true,
+		Messages: []api.Message{{Role: "user", Content: question}},
+		Options:  map[string]any{"cubes": []string{"alice", "shop", "assistant-x"}}}, func(r api.ChatResponse) error {
+		if r.DebugInfo != nil {
+			rendered = r.DebugInfo.RenderedTemplate
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sharedN := sharedPrefixTokens(t, e, rendered)
+	chat := func(e *env, user string) memosrt.Usage {
+		t.Helper()
+		var out struct{ Usage memosrt.Usage }
+		body := map[string]any{"cubes": []string{user, "shop", "assistant-x"}, "messages": []map[string]string{{"role": "user", "content": question}}, "num_predict": 2}
+		if code := do(t, "POST", e.url()+"/v1/generate", body, &out); code != http.StatusOK {
+			t.Fatalf("%s's chat: %d", user, code)
+		}
+		testutil.WaitFor(t, "pack writes", func() bool { return e.os.Stats().PendingWrites == 0 })
+		return out.Usage
+	}
+	if u := chat(e, "alice"); u.CachedTokens != 0 {
+		t.Fatalf("alice's chat: %d cached", u.CachedTokens)
+	}
+	e.close(t)
+	e = newEnv(t, envConfig{dir: dir})
+	if u := chat(e, "bob"); u.CachedTokens != sharedN || sharedN == 0 {
+		t.Fatalf("bob's chat after a restart: %d cached, the shared prefix is %d tokens", u.CachedTokens, sharedN)
+	}
+}
+
+// TestReadCubePreferences: the "User preferences:" block holds the
+// preferences of the cube written to alone; a read cube's preference
+// memories are retrieved as any other memory (exact rendered prompt).
+func TestReadCubePreferences(t *testing.T) {
+	e := newEnv(t, envConfig{})
+	for _, c := range []struct{ cube, text string }{
+		{"alice", "Alice prefers short answers about tea."},
+		{"bob", "Bob prefers long answers about tea."},
+	} {
+		addCube(t, e, c.cube)
+		if code := do(t, "POST", e.url()+"/v1/cubes/"+c.cube+"/memories", map[string]string{"text": c.text, "kind": "preference"}, nil); code != http.StatusCreated {
+			t.Fatalf("add to %s: %d", c.cube, code)
+		}
+	}
+	question := "How should answers about tea be?"
+	var rendered string
+	err := ollamaClient(t, e.url()).Chat(context.Background(), &api.ChatRequest{Model: testModel, DebugRenderOnly: true,
+		Messages: []api.Message{{Role: "user", Content: question}},
+		Options:  map[string]any{"cubes": []string{"alice", "bob"}}}, func(r api.ChatResponse) error {
+		if r.DebugInfo != nil {
+			rendered = r.DebugInfo.RenderedTemplate
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "User preferences:\n- Alice prefers short answers about tea.\nAlso relevant:\n- Bob prefers long answers about tea.\n" + question
+	if !strings.HasSuffix(rendered, want) || strings.Count(rendered, "prefers") != 2 {
+		t.Fatalf("rendered\n%q, want it to end\n%q", rendered, want)
+	}
+}
+
+// TestCubeListErrors: an empty name in a cube list is a 400 naming the
+// field on every API (header, native body, OpenAI metadata as a string or
+// an array, Ollama options, MCP), and an error about the header's cubes
+// names the header.
+func TestCubeListErrors(t *testing.T) {
+	e := newEnv(t, envConfig{})
+	addCube(t, e, "alice", aliceMem)
+	addCube(t, e, "shop", shopMem)
+	msgs := []map[string]string{{"role": "user", "content": "Hello"}}
+	nine := "alice,shop,c3,c4,c5,c6,c7,c8,c9"
+	for _, c := range []struct {
+		name, path string
+		body       map[string]any
+		hdr        []string
+		param, msg string
+	}{
+		{"native", "/v1/generate", map[string]any{"cubes": []string{"alice", ""}, "messages": msgs}, nil, "cubes", "cubes: cube 2 is empty"},
+		{"native, one empty name", "/v1/generate", map[string]any{"cubes": []string{""}, "messages": msgs}, nil, "cubes", "cubes: cube 1 is empty"},
+		{"header", "/v1/generate", map[string]any{"messages": msgs}, []string{CubeHeader, "alice,,shop"}, CubeHeader,
+			`X-Memosrt-Cube: cube 2 of "alice,,shop" is empty (names joined by commas)`},
+		{"header, trailing comma", "/v1/chat/completions", map[string]any{"model": testModel, "messages": msgs}, []string{CubeHeader, "alice,"}, CubeHeader,
+			`X-Memosrt-Cube: cube 2 of "alice," is empty (names joined by commas)`},
+		{"header, nine cubes", "/v1/chat/completions", map[string]any{"model": testModel, "messages": msgs}, []string{CubeHeader, nine}, CubeHeader,
+			"X-Memosrt-Cube: 9 cubes, at most 8"},
+		{"openai string", "/v1/chat/completions", map[string]any{"model": testModel, "messages": msgs, "metadata": map[string]string{"cubes": "alice,,shop"}}, nil,
+			"metadata.cubes", "metadata.cubes: cube 2 is empty"},
+		{"openai empty string", "/v1/chat/completions", map[string]any{"model": testModel, "messages": msgs, "metadata": map[string]string{"cubes": ""}}, nil,
+			"metadata.cubes", "metadata.cubes: cube 1 is empty"},
+		{"ollama", "/api/chat", map[string]any{"model": testModel, "messages": msgs, "stream": false, "options": map[string]any{"cubes": []string{"", "shop"}}}, nil,
+			"options.cubes", "options.cubes: cube 1 is empty"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			status, raw := send(t, "POST", e.url()+c.path, c.body, c.hdr...)
+			var o oaiError
+			var ol struct{ Error string }
+			json.Unmarshal(raw, &o)
+			json.Unmarshal(raw, &ol)
+			msg := o.Error.Message
+			if strings.HasPrefix(c.path, "/api/") {
+				msg = ol.Error
+			} else if o.Error.Param == nil || *o.Error.Param != c.param {
+				t.Errorf("param %v, want %q", o.Error.Param, c.param)
+			}
+			if status != http.StatusBadRequest || msg != c.msg {
+				t.Fatalf("%d %s, want 400 %q", status, raw, c.msg)
+			}
+		})
+	}
+	cs := mcpSession(t, e)
+	failTool(t, cs, "chat", map[string]any{"cubes": []string{"alice", ""}, "message": "Hello"}, "cubes: cube 2 is empty")
+	failTool(t, cs, "search_memory", map[string]any{"cubes": []string{""}, "query": "tea"}, "cubes: cube 1 is empty")
+	bad := mcpSession(t, e, CubeHeader, "alice,")
+	failTool(t, bad, "chat", map[string]any{"message": "Hello"}, `X-Memosrt-Cube: cube 2 of "alice," is empty`)
 }

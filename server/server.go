@@ -236,9 +236,14 @@ func (s *Server) wrap(next http.Handler) http.Handler {
 			}
 			if k != nil {
 				r = wire.WithKey(r, *k)
-				// a cube named in the header is one the key may read, on
-				// every route (the routes' own needs are Server.guard's)
-				if c := r.Header.Get(CubeHeader); c != "" {
+				// each cube the header names (a list: splitCubes) is one
+				// the key may read, on every route (the routes' own needs
+				// are Server.guard's and Server.cubes': write on a list's
+				// first)
+				for _, c := range splitCubes(r.Header.Get(CubeHeader)) {
+					if c == "" {
+						continue // an empty name: the route's 400
+					}
 					if err := s.os.KeyAllows(r.Context(), *k, c, memosrt.KeyRead); err != nil {
 						s.writeError(w, r, err)
 						return

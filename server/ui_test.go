@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/memosrt/memosrt"
 	"github.com/memosrt/memosrt/textmem"
 )
 
@@ -300,7 +301,7 @@ document.addEventListener("securitypolicyviolation", (e) => window.cspViolations
 	if wantTexts := append(slices.Clone(lilyMemories), edited); !slices.Equal(ans.Texts, wantTexts) {
 		t.Errorf("the answer lists %q, want %q", ans.Texts, wantTexts)
 	}
-	if !strings.HasPrefix(ans.Composed, "composed none") || !strings.Contains(ans.Meta, "TTFT ") || !strings.Contains(ans.Meta, " cached") {
+	if ans.Composed != "composed none: no memory chunk was composed into this turn" || !strings.Contains(ans.Meta, "TTFT ") || !strings.Contains(ans.Meta, " cached") {
 		t.Errorf("the answer's facts: composed %q, meta %q", ans.Composed, ans.Meta)
 	}
 	var marks []string
@@ -403,5 +404,37 @@ document.addEventListener("securitypolicyviolation", (e) => window.cspViolations
 	b.waitFor("the refused tick", `document.querySelector("#actions li[data-action=tick][data-state=error]")?.textContent`, &refused)
 	if !strings.Contains(refused, "Tick failed: ") || !strings.Contains(refused, "needs the admin token") {
 		t.Errorf("a key's tick: %q", refused)
+	}
+}
+
+// TestPlaygroundComposed: with serve --compose and the cube's memory
+// chunks made, a playground chat turn lists how many prompt tokens were
+// placed from memory chunks, the number the server counted.
+func TestPlaygroundComposed(t *testing.T) {
+	bin := chromium(t)
+	e := newEnv(t, envConfig{mo: memosrt.Options{Compose: 0.15}, nseq: 1})
+	u := e.url()
+	addPlayMemories(t, u, "lily", nil, lilyMemories...)
+	if code := do(t, "POST", u+"/v1/cubes/lily/chunks", map[string]any{}, nil); code != http.StatusOK {
+		t.Fatalf("chunks: %d", code)
+	}
+	b := startBrowser(t, bin, 1280, 1280)
+	b.navigate(u + "/ui?cube=lily")
+	b.waitFor("the cube's memories", `document.querySelectorAll("#memories tbody tr[data-id]").length === 3`, nil)
+	b.eval(`document.getElementById("chat-max").value = "2"; document.getElementById("chat-input").focus()`, nil)
+	b.typeText("What does Max like to do?")
+	b.press("Enter")
+	var composed string
+	b.waitFor("the answer", `(() => {
+  const a = document.querySelector("#chat-log li.msg.assistant[data-done]");
+  return a && (a.querySelector("li[data-composed]") || a.querySelector("li[data-none=composed]"))?.textContent;
+})()`, &composed)
+	_, raw := send(t, "GET", u+"/metrics", nil)
+	m := regexp.MustCompile(`memosrt_prompt_tokens_total\{kind="composed"\} (\d+)`).FindStringSubmatch(string(raw))
+	if m == nil || m[1] == "0" {
+		t.Fatalf("metrics: no composed tokens:\n%s", grepLines(string(raw), "compos"))
+	}
+	if want := regexp.MustCompile(`^composed ` + m[1] + ` prompt tokens placed from memory chunks, \d+ of them recomputed$`); !want.MatchString(composed) {
+		t.Fatalf("the answer's composed line %q, want %s", composed, want)
 	}
 }

@@ -12,7 +12,8 @@
 // the message), never a protocol error.
 //
 // Main types: Options (the default cube, the version, the logger), Caller
-// (an HTTP call's access: its access key and the default cube), and
+// (an HTTP call's access: its access key and its cubes, the first the
+// default), and
 // the tools' structured results (Memory, SearchOut, ListOut, DeleteOut,
 // ProfileOut, ChatOut, MessagesOut).
 //

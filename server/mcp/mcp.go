@@ -74,9 +74,11 @@ func New(o *memosrt.OS, opts Options) *sdk.Server {
 
 // Caller returns the access of one tool call from h, the headers of the
 // HTTP request that carried it (nil when the transport has none): its
-// access key (nil: every cube) and the call's default cube ("" for none).
-// An error fails the call with a tool error.
-type Caller func(ctx context.Context, h http.Header) (key *memosrt.AccessKey, cube string, err error)
+// access key (nil: every cube) and the call's cubes (none: no default):
+// the first is the default cube, the others the cubes a chat or
+// search_memory call naming neither cube nor cubes reads too (as a cubes
+// argument would). An error fails the call with a tool error.
+type Caller func(ctx context.Context, h http.Header) (key *memosrt.AccessKey, cubes []string, err error)
 
 // tools holds what every tool handler needs.
 type tools struct {
@@ -136,8 +138,13 @@ func addTool[In, Out any](t *tools, s *sdk.Server, tool *sdk.Tool, h func(contex
 				hdr = req.Extra.Header
 			}
 			var k *memosrt.AccessKey
-			if k, c.cube, err = t.caller(ctx, hdr); err != nil {
+			var cubes []string
+			if k, cubes, err = t.caller(ctx, hdr); err != nil {
 				return nil, out, err
+			}
+			c.cube = ""
+			if len(cubes) > 0 {
+				c.cube, c.reads = cubes[0], cubes[1:]
 			}
 			if k != nil {
 				ctx = wire.ContextWithKey(ctx, *k)
@@ -150,7 +157,18 @@ func addTool[In, Out any](t *tools, s *sdk.Server, tool *sdk.Tool, h func(contex
 // call is what a tool call was made with; its access key, if any, is in
 // its ctx (wire.KeyOf).
 type call struct {
-	cube string // the default cube; "" none
+	cube  string   // the default cube; "" none
+	reads []string // the cubes read with cube by default (Caller)
+}
+
+// defaultCubes returns the cubes of a chat or search_memory call naming
+// neither cube nor cubes: the default cube and the connection's read
+// cubes; nil when the connection names no read cube.
+func (c call) defaultCubes(arg string, cubes []string) []string {
+	if arg != "" || len(cubes) > 0 || len(c.reads) == 0 {
+		return cubes
+	}
+	return append([]string{c.cube}, c.reads...)
 }
 
 // resolve returns the cube of a call given arg (the tool's cube argument):
@@ -246,8 +264,12 @@ type SearchOut struct {
 // Errors: empty query, k outside [0, 100], an unknown or forbidden cube.
 func (t *tools) searchMemory(ctx context.Context, c call, in searchIn) (*sdk.CallToolResult, SearchOut, error) {
 	out := SearchOut{Hits: []Hit{}}
-	cubes := in.Cubes
 	var err error
+	if i := slices.Index(in.Cubes, ""); i >= 0 {
+		return nil, out, wire.BadField("cubes", "cube %d is empty", i+1)
+	}
+	in.Cubes = distinct(c.defaultCubes(in.Cube, in.Cubes))
+	cubes := in.Cubes
 	if len(cubes) == 0 {
 		var cube string
 		cube, err = t.resolve(ctx, c, in.Cube, memosrt.KeyRead, true)
@@ -497,7 +519,7 @@ type ChatOut struct {
 // memosrt.ErrNoModel (`memosrt mcp` without --model), memosrt.ErrBusy,
 // num_predict below -2.
 func (t *tools) chat(ctx context.Context, c call, in chatIn) (*sdk.CallToolResult, ChatOut, error) {
-	cube, reads, err := t.resolveCubes(ctx, c, in.Cube, in.Cubes)
+	cube, reads, err := t.resolveCubes(ctx, c, in.Cube, c.defaultCubes(in.Cube, in.Cubes))
 	if err == nil && strings.TrimSpace(in.Message) == "" {
 		err = wire.BadField("message", "empty message")
 	}
@@ -540,6 +562,9 @@ func (t *tools) chat(ctx context.Context, c call, in chatIn) (*sdk.CallToolResul
 // needs write on the first and read on the others. Without cubes, resolve
 // of arg with read (the single-cube chat).
 func (t *tools) resolveCubes(ctx context.Context, c call, arg string, cubes []string) (string, []string, error) {
+	if i := slices.Index(cubes, ""); i >= 0 {
+		return "", nil, wire.BadField("cubes", "cube %d is empty", i+1)
+	}
 	if len(cubes) <= 1 {
 		if len(cubes) == 1 {
 			if arg != "" && arg != cubes[0] {
@@ -553,6 +578,7 @@ func (t *tools) resolveCubes(ctx context.Context, c call, arg string, cubes []st
 	if arg != "" && arg != cubes[0] {
 		return "", nil, wire.BadField("cubes", "the first cube is %q, but cube names %q", cubes[0], arg)
 	}
+	cubes = distinct(cubes)
 	if len(cubes) > memosrt.MaxCubes {
 		return "", nil, wire.BadField("cubes", "%d cubes, at most %d", len(cubes), memosrt.MaxCubes)
 	}
@@ -566,6 +592,18 @@ func (t *tools) resolveCubes(ctx context.Context, c call, arg string, cubes []st
 		}
 	}
 	return cubes[0], cubes[1:], nil
+}
+
+// distinct returns names without repeats, each where first named: a cube
+// named twice counts once.
+func distinct(names []string) []string {
+	var out []string
+	for _, c := range names {
+		if !slices.Contains(out, c) {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // ChatRequest is the request the chat tool hands to OS.Chat: one user

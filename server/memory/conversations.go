@@ -158,14 +158,36 @@ func listed[T any](key string, list func(ctx context.Context, cube string) ([]T,
 
 // handleFeedback answers POST /v1/cubes/{cube}/feedback (OS.Feedback):
 // the body is a memosrt.Feedback ({"response_id", "correction",
-// "rating", "stars"}); 200 with the memosrt.FeedbackResult; 400 for
-// feedback that says nothing or a rating out of range, 404 for an unknown
-// cube or response.
+// "rating", "stars"}); 200 with the memosrt.FeedbackResult; 400 naming
+// the field for feedback that says nothing or a rating out of range (0
+// given included), 404 for an unknown cube or response, 409 for a
+// conflict (memosrt.ErrFeedbackConflict), 413 naming correction for one
+// too large to store.
 func (a *API) handleFeedback(w http.ResponseWriter, r *http.Request) {
-	var f memosrt.Feedback
+	// Rating and Stars as pointers: a rating of 0 given is refused, where
+	// memosrt.Feedback's 0 means none
+	var in struct {
+		memosrt.Feedback
+		Rating *int `json:"rating"`
+		Stars  *int `json:"stars"`
+	}
 	rec, err := a.pathCube(r)
 	if err == nil {
-		err = wire.DecodeStrict(r, &f)
+		err = wire.DecodeStrict(r, &in)
+	}
+	switch {
+	case err != nil:
+	case in.Rating != nil && *in.Rating == 0:
+		err = wire.BadField("rating", "0: want -1 or 1 (leave rating out for none)")
+	case in.Stars != nil && *in.Stars == 0:
+		err = wire.BadField("stars", "0: want 1 to 5 (leave stars out for none)")
+	}
+	f := in.Feedback
+	if in.Rating != nil {
+		f.Rating = *in.Rating
+	}
+	if in.Stars != nil {
+		f.Stars = *in.Stars
 	}
 	if err != nil {
 		a.writeError(w, r, err)

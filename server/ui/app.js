@@ -351,7 +351,10 @@ function answerFacts(res) {
     ...(pack.length ? pack.map((id) => item("pack", id)) : [none("pack", "none")]),
     ...(got.length ? got.map((id) => item("retrieved", id)) : [none("retrieved", "none")]),
     ...prefs.map((id) => item("preference", id)),
-    none("composed", "none: per-memory KV chunks are not composed into requests"));
+    u.composed_tokens
+      ? el("li", { "data-composed": String(u.composed_tokens) }, badge("composed"),
+        el("span", { text: ` ${u.composed_tokens} prompt tokens placed from memory chunks, ${u.recomputed_tokens || 0} of them recomputed` }))
+      : none("composed", "none: no memory chunk was composed into this turn"));
   return [facts, used];
 }
 
