@@ -290,27 +290,20 @@ func (l *Layout) systemText(mems []textmem.Memory) string {
 
 // RetrievedText is the block put before the last user turn for memories
 // retrieval found outside the pack ("" for none).
-func RetrievedText(mems []textmem.Memory) string {
-	if len(mems) == 0 {
-		return ""
-	}
-	var b strings.Builder
-	b.WriteString(retrievedHeader)
-	for _, m := range mems {
-		b.WriteString(bullet(m))
-	}
-	return b.String()
-}
+func RetrievedText(mems []textmem.Memory) string { return block(retrievedHeader, mems) }
 
 // PreferencesText is the block put before a user turn, ahead of the
 // retrieved memories, for the preference memories retrieval found outside
 // the pack ("" for none).
-func PreferencesText(mems []textmem.Memory) string {
+func PreferencesText(mems []textmem.Memory) string { return block(preferencesHeader, mems) }
+
+// block is header and a bullet line a memory ("" for no memories).
+func block(header string, mems []textmem.Memory) string {
 	if len(mems) == 0 {
 		return ""
 	}
 	var b strings.Builder
-	b.WriteString(preferencesHeader)
+	b.WriteString(header)
 	for _, m := range mems {
 		b.WriteString(bullet(m))
 	}

@@ -47,7 +47,7 @@ func (s *Server) cubes(r *http.Request, field, opt string, list []string) (strin
 	} else if len(list) > 0 && !slices.Equal(list, header) {
 		return "", nil, wire.BadField(field, "%q, but the %s header names %q (give one, or the same cubes in both)", strings.Join(list, ","), CubeHeader, strings.Join(header, ","))
 	}
-	names = distinct(names) // a cube named twice counts once
+	names = wire.Distinct(names) // a cube named twice counts once
 	if len(names) > memosrt.MaxCubes {
 		return "", nil, wire.BadField(from, "%d cubes, at most %d", len(names), memosrt.MaxCubes)
 	}
@@ -64,17 +64,6 @@ func (s *Server) cubes(r *http.Request, field, opt string, list []string) (strin
 		}
 	}
 	return names[0], names[1:], nil
-}
-
-// distinct returns names without repeats, each where first named.
-func distinct(names []string) []string {
-	var out []string
-	for _, c := range names {
-		if !slices.Contains(out, c) {
-			out = append(out, c)
-		}
-	}
-	return out
 }
 
 // splitCubes splits a comma-separated list of cube names, spaces around

@@ -268,7 +268,7 @@ func (t *tools) searchMemory(ctx context.Context, c call, in searchIn) (*sdk.Cal
 	if i := slices.Index(in.Cubes, ""); i >= 0 {
 		return nil, out, wire.BadField("cubes", "cube %d is empty", i+1)
 	}
-	in.Cubes = distinct(c.defaultCubes(in.Cube, in.Cubes))
+	in.Cubes = wire.Distinct(c.defaultCubes(in.Cube, in.Cubes))
 	cubes := in.Cubes
 	if len(cubes) == 0 {
 		var cube string
@@ -578,7 +578,7 @@ func (t *tools) resolveCubes(ctx context.Context, c call, arg string, cubes []st
 	if arg != "" && arg != cubes[0] {
 		return "", nil, wire.BadField("cubes", "the first cube is %q, but cube names %q", cubes[0], arg)
 	}
-	cubes = distinct(cubes)
+	cubes = wire.Distinct(cubes)
 	if len(cubes) > memosrt.MaxCubes {
 		return "", nil, wire.BadField("cubes", "%d cubes, at most %d", len(cubes), memosrt.MaxCubes)
 	}
@@ -592,18 +592,6 @@ func (t *tools) resolveCubes(ctx context.Context, c call, arg string, cubes []st
 		}
 	}
 	return cubes[0], cubes[1:], nil
-}
-
-// distinct returns names without repeats, each where first named: a cube
-// named twice counts once.
-func distinct(names []string) []string {
-	var out []string
-	for _, c := range names {
-		if !slices.Contains(out, c) {
-			out = append(out, c)
-		}
-	}
-	return out
 }
 
 // ChatRequest is the request the chat tool hands to OS.Chat: one user

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
 
 	"github.com/memosrt/memosrt"
 )
@@ -102,4 +103,16 @@ func ReadOnly(ctx context.Context, cube string) bool {
 	}
 	g, ok := k.Grant(cube)
 	return ok && !g.Right.Allows(memosrt.KeyWrite)
+}
+
+// Distinct returns names without repeats, each where first named: a cube
+// named twice in a request's list counts once.
+func Distinct(names []string) []string {
+	var out []string
+	for _, c := range names {
+		if !slices.Contains(out, c) {
+			out = append(out, c)
+		}
+	}
+	return out
 }
