@@ -24,7 +24,12 @@ type TTFTOptions struct {
 	// from-disk row then stores the pack through kvcache (as the OS does)
 	// and restores it with the RAM cache dropped (read from Badger, decode,
 	// restore); without it, the blob is decoded from memory.
-	Dir        string
+	Dir string
+	// Lossy, when set, stores the pack (in Badger, or the in-memory blob)
+	// with that KV quantization (a format version 2 blob, dequantized on
+	// restore: kvcache.Header.Lossy); the RAM row still restores the exact
+	// state. nil: exact.
+	Lossy      *kvcache.LossyParams
 	OnProgress func(string)
 }
 
@@ -142,14 +147,14 @@ func TTFT(ctx context.Context, e *runtime.Engine, o TTFTOptions) ([]TTFTRow, err
 		if err != nil {
 			return rows, err
 		}
-		blob, err := kvcache.Encode(kvcache.Header{KV: e.KVConfig(), Tokens: prefix}, state)
+		blob, err := kvcache.Encode(kvcache.Header{KV: e.KVConfig(), Tokens: prefix, Lossy: o.Lossy}, state)
 		if err != nil {
 			return rows, err
 		}
 		row.StateBytes, row.BlobBytes, row.DiskFrom = int64(len(state)), int64(len(blob)), "blob"
 		if cache != nil {
 			// the pack as stored (Put may store raw a state Encode compresses)
-			info, err := cache.Put(ctx, kvcache.Header{KV: e.KVConfig(), Tokens: prefix}, state)
+			info, err := cache.Put(ctx, kvcache.Header{KV: e.KVConfig(), Tokens: prefix, Lossy: o.Lossy}, state)
 			if err != nil {
 				return rows, err
 			}

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/memosrt/memosrt/internal/testmodels"
+	"github.com/memosrt/memosrt/kvcache"
 	"github.com/memosrt/memosrt/runtime"
 )
 
@@ -37,6 +38,24 @@ func TestTTFTRuns(t *testing.T) {
 	}
 	if e.SeqLen(0) != 0 || e.SeqLen(1) != 0 {
 		t.Fatal("sequences not cleared")
+	}
+}
+
+// With TTFTOptions.Lossy the pack goes to Badger quantized (a version 2
+// blob: 4 bits a value plus a minimum and a step per group, so more than
+// 2x and under 4x smaller than the f16 state) and the from-Badger row
+// restores it, dequantized, at every prefix length (TTFT fails otherwise).
+func TestTTFTLossy(t *testing.T) {
+	e := loadEngine(t, testmodels.Stories(t), 1024)
+	q4 := kvcache.DefaultLossy
+	rows, err := TTFT(context.Background(), e, TTFTOptions{Prefixes: []int{64, 256}, Reps: 1, Dir: t.TempDir(), Lossy: &q4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rows {
+		if r.DiskFrom != "badger" || r.WarmDiskMs <= 0 || r.Compression <= 2 || r.Compression >= 4 {
+			t.Fatalf("row %+v", r)
+		}
 	}
 }
 

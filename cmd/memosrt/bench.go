@@ -11,6 +11,8 @@ import (
 
 	"github.com/memosrt/memosrt/bench"
 	"github.com/memosrt/memosrt/internal/cli"
+	"github.com/memosrt/memosrt/kvcache"
+	"github.com/memosrt/memosrt/kvgate"
 	"github.com/memosrt/memosrt/runtime/llama"
 )
 
@@ -32,6 +34,7 @@ func newBenchTTFTCmd() *cobra.Command {
 	reps := fs.Int("reps", 5, "warm/floor repetitions `N` (median reported)")
 	asJSON := fs.Bool("json", false, "print a JSON array")
 	plot := fs.String("plot", "", "after the table (or JSON), draw TTFT against prefix length into `FILE.png` (or .svg)")
+	codec := fs.String("kv-codec", "exact", "store the pack from Badger's row with `CODEC`: exact, q8 or q4 (lossy KV quantization, a format version 2 blob; the RAM row stays exact)")
 	ef := addEngineFlags(fs)
 	c.RunE = func(cmd *cobra.Command, args []string) error {
 		ctx := cmd.Context()
@@ -43,6 +46,12 @@ func newBenchTTFTCmd() *cobra.Command {
 		}
 		if ext := strings.ToLower(filepath.Ext(*plot)); *plot != "" && ext != ".png" && ext != ".svg" {
 			return fmt.Errorf("--plot %s: want a .png or .svg file", *plot)
+		}
+		var lossy *kvcache.LossyParams
+		if p, ok := kvgate.Params(*codec); ok {
+			lossy = &p
+		} else if *codec != kvgate.CodecExact {
+			return fmt.Errorf("--kv-codec %q: want exact, q8 or q4", *codec)
 		}
 		ns, err := cli.ParseInts(*prefix)
 		if err != nil {
@@ -66,7 +75,7 @@ func newBenchTTFTCmd() *cobra.Command {
 			return err
 		}
 		defer os.RemoveAll(dir)
-		o := bench.TTFTOptions{Prefixes: ns, Query: *query, QueryTok: *qtok, Reps: *reps, Dir: dir}
+		o := bench.TTFTOptions{Prefixes: ns, Query: *query, QueryTok: *qtok, Reps: *reps, Dir: dir, Lossy: lossy}
 		if cli.IsTerminal(os.Stderr) {
 			o.OnProgress = func(s string) { fmt.Fprintf(os.Stderr, "\r\033[K%s", s) }
 		}
