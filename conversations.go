@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 
 	"github.com/memosrt/memosrt/conversation"
 	"github.com/memosrt/memosrt/convmem"
@@ -194,29 +193,14 @@ func (o *OS) UndoJob(ctx context.Context, cube, id string) (convmem.Job, error) 
 // user's preferences and knowledge, written by consolidated sessions. Its
 // Preferences also list every other memory of the cube of Kind
 // "preference" (an app's add, an extraction from added messages, a
-// feedback's correction), oldest first after the consolidated ones: the
-// preferences are their own kind, as retrieval's own block of them.
+// feedback's correction), oldest first after the consolidated ones
+// (conversation.Manager.Profile).
 func (o *OS) Profile(ctx context.Context, cube string) (convmem.Profile, error) {
 	return gate.Call(o.g, ctx, func(ctx context.Context) (convmem.Profile, error) {
 		if err := o.p.CheckCube(ctx, cube); err != nil {
 			return convmem.Profile{}, err
 		}
-		p, err := o.conv.Store().Profile(ctx, cube)
-		if err != nil {
-			return p, err
-		}
-		mems, err := o.mem.List(ctx, cube)
-		if err != nil {
-			return p, err
-		}
-		for _, m := range mems {
-			if m.Kind != convmem.TypePreference || slices.ContainsFunc(p.Preferences, func(it convmem.ProfileItem) bool { return it.MemoryID == m.ID }) {
-				continue
-			}
-			p.Preferences = append(p.Preferences, convmem.ProfileItem{MemoryID: m.ID, Text: m.Text, Type: convmem.TypePreference,
-				Confidence: m.Confidence, Updated: m.Updated})
-		}
-		return p, nil
+		return o.conv.Profile(ctx, cube)
 	})
 }
 

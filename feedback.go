@@ -1,12 +1,14 @@
 package memosrt
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 
 	"github.com/memosrt/memosrt/conversation"
 	"github.com/memosrt/memosrt/convmem"
 	"github.com/memosrt/memosrt/internal/gate"
+	"github.com/memosrt/memosrt/layout"
 )
 
 type (
@@ -50,11 +52,8 @@ func (o *OS) recordResponse(ctx context.Context, req *Request, cube Cube, res *R
 		PackIDs: res.PackMemoryIDs, RetrievedIDs: res.RetrievedIDs, PreferenceIDs: res.PreferenceIDs, Time: o.opts.Clock.Now().UTC()}
 	if !o.opts.NoRecord && !cube.NoRecord {
 		r.User = req.Prompt
-		for i := len(req.Messages) - 1; r.Chat && i >= 0; i-- {
-			if req.Messages[i].Role == "user" {
-				r.User = req.Messages[i].Content
-				break
-			}
+		if r.Chat {
+			r.User = cmp.Or(layout.Query(req.Messages), req.Prompt)
 		}
 	}
 	if err := o.conv.Store().PutResponse(context.WithoutCancel(ctx), r); err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -207,6 +208,30 @@ func (m *Manager) Close() {
 
 // Store returns the conversation records.
 func (m *Manager) Store() *convmem.Store { return m.store }
+
+// Profile returns cube's long-term profile (convmem.Store.Profile) with
+// every other memory of the cube of Kind "preference" appended to its
+// Preferences, oldest first: preferences are their own kind, whoever
+// wrote them (an app's add, an extraction, a feedback's correction), as
+// retrieval gives them their own block. Errors: the stores'.
+func (m *Manager) Profile(ctx context.Context, cube string) (convmem.Profile, error) {
+	p, err := m.store.Profile(ctx, cube)
+	if err != nil {
+		return p, err
+	}
+	mems, err := m.mem.List(ctx, cube)
+	if err != nil {
+		return p, err
+	}
+	for _, mem := range mems {
+		if mem.Kind != convmem.TypePreference || slices.ContainsFunc(p.Preferences, func(it convmem.ProfileItem) bool { return it.MemoryID == mem.ID }) {
+			continue
+		}
+		p.Preferences = append(p.Preferences, convmem.ProfileItem{MemoryID: mem.ID, Text: mem.Text, Type: convmem.TypePreference,
+			Confidence: mem.Confidence, Updated: mem.Updated})
+	}
+	return p, nil
+}
 
 // kick calls Hooks.Kick when set.
 func (m *Manager) kick() {
