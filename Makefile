@@ -40,10 +40,10 @@ build: links
 vet: links
 	$(GO) vet ./...
 
-# With the LoCoMo file beside the repo, bench/recall also checks issue 5's bar.
+# With the LoCoMo file beside the repo, bench/recall also checks its recall bar.
 LOCOMO ?= $(abspath ../shared/data/locomo-dev.json)
 # The text tier's Store tests run a second and third time over PostgreSQL
-# (plain and sealed records; issue 16), where initdb and postgres exist.
+# (plain and sealed records), where initdb and postgres exist.
 test: links vet
 	MEMOSRT_LOCOMO=$(if $(wildcard $(LOCOMO)),$(LOCOMO)) $(GO) test $(TESTFLAGS) ./...
 	MEMOSRT_TEST_TEXT_STORE=postgres $(GO) test -count=1 $(TESTFLAGS) ./textmem/
@@ -62,7 +62,7 @@ bench-decode: links
 	GO=$(GO) ./bench/runproc.sh
 
 # Warm TTFT of a node restoring a 1024-token pack from the shared Redis vs
-# from its own Badger, cold and floor beside them (issue 16; needs
+# from its own Badger, cold and floor beside them (needs
 # redis-server). The generated 1B shape when models/1b.gguf is made.
 bench-shared: links
 	MEMOSRT_BENCH_MODEL=$(if $(wildcard models/1b.gguf),$(CURDIR)/models/1b.gguf,) \
@@ -88,7 +88,7 @@ recall-sessions: links
 bench-contention: links
 	GO=$(GO) ./bench/contention.sh
 
-# memosrt against llama.cpp release b7347 as a user installs it (issue 32):
+# memosrt against llama.cpp release b7347 as a user installs it:
 # bench/peer/peer.sh builds llama-bench and llama-server with CMake under
 # .cache/peer/ (apt cmake and npm node-llama-cpp when missing; about 10 min
 # on 2 cores, once), then runs both alternately on the 1B shape and
@@ -98,7 +98,7 @@ bench-contention: links
 bench-peer: build models/1b.gguf
 	./bench/peer/peer.sh
 
-# Issue-2 TTFT benchmark: generated 1B shape, 1024-token pack, 16-token query, 2 threads.
+# The TTFT benchmark: generated 1B shape, 1024-token pack, 16-token query, 2 threads.
 models/1b.gguf: | build
 	./bin/memosrt gen-model --preset 1b --out $@ --tokenizer ../shared/models/llama-2-tiny-random.gguf
 bench-ttft: build models/1b.gguf
@@ -133,7 +133,7 @@ example: links
 clean:
 	rm -rf bin third_party
 
-# ---- GPU backend module (issue 7) -------------------------------------------
+# ---- GPU backend module ----------------------------------------------------
 # `make cuda` builds the ggml CUDA backend as loadable modules into lib/memosrt/:
 # libggml-cuda.so and the libggml-base.so.0 it links (RUNPATH $ORIGIN, so it is
 # found beside it). bin/memosrt loads them at start through
@@ -202,7 +202,7 @@ cuda-src:
 	chmod -R u+w .cache/ollama-src && \
 	echo "make cuda-src: copied $$dir sources to .cache/ollama-src ($$(du -sh .cache/ollama-src | cut -f1))"
 
-# ---- Hardening (issue 6) ----------------------------------------------------
+# ---- Hardening ----------------------------------------------------------
 # `make race`: go test -race over every package whose tests link none of our
 # cgo code (computed: runtime/llama and its importers are left out, they are
 # slow under the race detector). About 15 s.
@@ -286,7 +286,7 @@ demo-arm64: arm64
 	cmp -s $$out/restored.response $$out/nocache.response || { echo "demo-arm64: FAIL: restored and --no-cache responses differ:" >&2; diff $$out/restored.response $$out/nocache.response >&2; exit 1; }; \
 	echo "demo-arm64: OK: restored run (cached_tokens $$cached) and --no-cache run give byte-identical responses ($$(wc -c < $$out/restored.response) bytes of JSON string)"
 
-# Issue-12 soak: a real `memosrt serve` on stories260K under 16 concurrent
+# The soak: a real `memosrt serve` on stories260K under 16 concurrent
 # clients for SOAK (SOAK_KILL=1 or SOAK >= 10m: a SIGKILL and restart every
 # minute). SOAK_DUMP=FILE writes the server's goroutine dump (SIGQUIT) at
 # the first unanswered request.
