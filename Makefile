@@ -69,14 +69,14 @@ bench-shared: links
 		$(GO) test -run '^$$' -bench SharedTTFT -benchtime 1x -timeout 30m ./bench/
 	$(GO) test -run '^$$' -bench TextStore -benchtime 200x ./textmem/
 
-# Issue 17: what recording a chat turn adds to a chat request on
+# What recording a chat turn adds to a chat request on
 # stories260K (RecordTurn vs RecordNone, alternated; p50s and the p50 of the
 # paired differences, ms).
 .PHONY: bench-conv
 bench-conv: links
 	$(GO) test -run '^$$' -bench TurnRecording -benchtime 400x .
 
-# Issue 17's bar on LoCoMo dev: every turn fed through the chat API and
+# The sessions recall bar on LoCoMo dev: every turn fed through the chat API and
 # recorded, short-term queues bounded, every turn placed once, and recall@10
 # of OS.Search (sessions + memories) >= the flat store's (tens of minutes).
 .PHONY: recall-sessions
