@@ -12,7 +12,9 @@ import (
 // Backup writes an online, consistent snapshot of the data directory's
 // database to w while requests go on: every memory, cube, key, pack and
 // tier record committed before the call is in it (datadir.DB.Backup; the
-// file format is described there). version is the memosrt version
+// file format is described there), and each cube delete or import is in
+// it whole or not at all: the snapshot is taken once those in progress
+// have ended. version is the memosrt version
 // recorded in the file's header. The snapshot holds the activation
 // tier's packs too (they are records of the same database). It does not
 // hold what lives outside the database: the parametric tier's adapter

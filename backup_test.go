@@ -7,9 +7,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+
+	bg "github.com/dgraph-io/badger/v4"
 
 	"github.com/memosrt/memosrt/datadir"
 	"github.com/memosrt/memosrt/textmem"
@@ -139,5 +142,81 @@ func TestBackupRestoreServes(t *testing.T) {
 	closed.Close(ctx)
 	if _, err := closed.Backup(ctx, &buf, "test"); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Backup after Close: %v", err)
+	}
+}
+
+// TestBackupDuringCubeDelete calls Backup in the middle of DeleteCube (its
+// failpoint between the text delete and the rest: packs, tier state,
+// record): the backup waits for the delete, so the restored copy has no
+// trace of the deleted cube (no record, no text-tier record, no packs)
+// and the other cube whole, never the record of a cube without its
+// memories.
+func TestBackupDuringCubeDelete(t *testing.T) {
+	ctx := context.Background()
+	src := openOS(t, testOptions(t, t.TempDir()))
+	addMemories(t, src, "a", "Lily has a dog named Max.", "Max likes to run in the park.")
+	keep := addMemories(t, src, "b", "Tom has a red kite.")
+	if _, err := src.Warm(ctx, "a", WarmOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	done := make(chan error, 1)
+	src.afterTextDelete = func(cube string) {
+		called := make(chan struct{})
+		go func() {
+			close(called)
+			_, err := src.Backup(ctx, &buf, "test")
+			done <- err
+		}()
+		<-called
+	}
+	if err := src.DeleteCube(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "os.backup")
+	if err := os.WriteFile(file, buf.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "restored")
+	if _, err := datadir.RestoreBackup(ctx, file, datadir.Options{Dir: dir}); err != nil {
+		t.Fatal(err)
+	}
+	dst := openOS(t, testOptions(t, dir))
+	cubes, err := dst.Cubes(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cubes) != 1 || cubes[0].Name != "b" {
+		t.Fatalf("restored cubes %+v, want b alone", cubes)
+	}
+	var left []string // records of cube a (text tier, record)
+	err = dst.DB().Badger().View(func(txn *bg.Txn) error {
+		it := txn.NewIterator(bg.IteratorOptions{})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			if k := string(it.Item().Key()); strings.HasPrefix(k, "t/a/") || k == "srv/cube/a" {
+				left = append(left, k)
+			}
+		}
+		return nil
+	})
+	if err != nil || len(left) != 0 {
+		t.Fatalf("restored copy holds %d records of deleted cube a (%v): %.3q", len(left), err, left)
+	}
+	ms, err := dst.Memories(ctx, "b")
+	if err != nil || len(ms) != 1 || ms[0].ID != keep[0].ID || ms[0].Text != keep[0].Text {
+		t.Fatalf("restored cube b: %+v, %v", ms, err)
+	}
+	packs, err := dst.AllPacks(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range packs {
+		if p.Label == "a" || p.Label == "conv:a" {
+			t.Errorf("restored pack %.12s of deleted cube a", p.ID)
+		}
 	}
 }

@@ -40,10 +40,15 @@ func (o *OS) Cubes(ctx context.Context) ([]Cube, error) {
 // DeleteCube removes a cube and everything derived from it: memories and
 // their vectors, packs (the cube's and its conversation packs), tier state
 // (usage, pack state, jobs, transitions), resident state, idle sequences'
-// reuse, and the record. Errors: ErrUnknownCube, storage errors (repeat the
-// call: a delete cut short leaves part of the cube).
+// reuse, and the record. The delete commits in several transactions; a
+// Backup holds it whole or not at all (datadir.DB.HoldBackup). Errors:
+// ErrUnknownCube, storage errors (repeat the call: a delete cut short
+// leaves part of the cube).
 func (o *OS) DeleteCube(ctx context.Context, cube string) error {
-	return gate.Do(o.g, ctx, func(ctx context.Context) error { return cubeops.Delete(ctx, o.stores(), cube) })
+	return gate.Do(o.g, ctx, func(ctx context.Context) error {
+		defer o.db.HoldBackup()()
+		return cubeops.Delete(ctx, o.stores(), cube)
+	})
 }
 
 // TextStoreKey is the key to open Options.TextStore with when the data
@@ -61,6 +66,7 @@ func TextStoreKey(encryptionKey []byte) []byte {
 // another.
 func (o *OS) cubeDeletedElsewhere(cube string) {
 	o.background(func() {
+		defer o.db.HoldBackup()()
 		if err := cubeops.Drop(o.g.Base(), o.stores(), cube); err != nil {
 			o.log.Warn("dropping a cube deleted on another node", "cube", cube, "err", err)
 		}
@@ -69,7 +75,12 @@ func (o *OS) cubeDeletedElsewhere(cube string) {
 
 // resyncCubes runs cubeops.Resync in the background (at Open with a
 // shared text store, and on textmem.Options.OnResync).
-func (o *OS) resyncCubes() { o.background(func() { cubeops.Resync(o.g.Base(), o.stores()) }) }
+func (o *OS) resyncCubes() {
+	o.background(func() {
+		defer o.db.HoldBackup()()
+		cubeops.Resync(o.g.Base(), o.stores())
+	})
+}
 
 // background runs f on its own goroutine as in-flight work of the OS
 // (Close waits for it); not before Open has finished, nor after Close.

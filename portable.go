@@ -39,8 +39,14 @@ func (o *OS) ExportCube(ctx context.Context, cube string, w io.Writer) error {
 // ImportCube reads a cube archive (ExportCube's) from r into a new cube
 // (cubeops.Import): memories with their ids, times and versions, pack
 // blobs, and, with a model loaded, the activation tier membership. A
-// failed import leaves no part of the cube behind. Errors: ErrBadArchive,
-// ErrCubeExists, *FieldError for a bad name, ErrClosed, storage errors.
+// failed import leaves no part of the cube behind. The import commits in
+// several transactions; a Backup holds it whole or not at all, and one
+// begun while it reads r waits for it to end (datadir.DB.HoldBackup).
+// Errors: ErrBadArchive, ErrCubeExists, *FieldError for a bad name,
+// ErrClosed, storage errors.
 func (o *OS) ImportCube(ctx context.Context, r io.Reader, opts ImportOptions) (ImportResult, error) {
-	return gate.Call(o.g, ctx, func(ctx context.Context) (ImportResult, error) { return cubeops.Import(ctx, o.stores(), r, opts) })
+	return gate.Call(o.g, ctx, func(ctx context.Context) (ImportResult, error) {
+		defer o.db.HoldBackup()()
+		return cubeops.Import(ctx, o.stores(), r, opts)
+	})
 }

@@ -44,7 +44,10 @@ import (
 // The records are the live keys of one read transaction (the latest value
 // of each; deleted and expired keys are not in it), so a backup is a
 // consistent snapshot taken while writes go on: every commit that returned
-// before Backup began is in it, none that began after it is. Badger's own
+// before Backup began is in it, none that began after it is. The
+// transaction begins while no operation held by DB.HoldBackup is in
+// progress, so an operation made of several commits (a cube delete) is in
+// it whole or not at all. Badger's own
 // DB.Backup streams from several transactions at once, one per goroutine,
 // whose snapshots differ under writes; it is not used.
 
@@ -138,16 +141,25 @@ func frameNonce(i uint64) []byte {
 // Backup writes a consistent snapshot of the database to w in the backup
 // file format (see the comment at the top of backup.go) and returns what
 // it wrote. Writes to the database go on meanwhile; every commit that
-// returned before Backup was called is in the snapshot. When the database
+// returned before Backup was called is in the snapshot. The snapshot is
+// taken once the operations held by HoldBackup when Backup is called have
+// ended (their releases), so that each such operation is in it whole or
+// not at all; those begun meanwhile wait for the snapshot. When the database
 // was opened with an EncryptionKey, the file is encrypted under a key
 // derived from it (RestoreBackup needs the same key); otherwise it is plaintext.
-// ctx is checked between frames (about 1 MiB each). Errors: ErrClosed,
+// ctx is checked while waiting for held operations and between frames
+// (about 1 MiB each). Errors: ErrClosed,
 // ctx's error, w's error, a Badger read error (wrapped); on an error the
 // file has no valid end and RestoreBackup refuses it.
 func (d *DB) Backup(ctx context.Context, w io.Writer, opts BackupOptions) (BackupInfo, error) {
 	if d.db == nil || d.db.IsClosed() {
 		return BackupInfo{}, ErrClosed
 	}
+	var txn *bg.Txn
+	if err := d.holds.snapshot(ctx, func() { txn = d.db.NewTransaction(false) }); err != nil {
+		return BackupInfo{}, fmt.Errorf("badger: backup: %w", err)
+	}
+	defer txn.Discard()
 	h := backupHeader{Version: opts.Version, Created: time.Now().UTC().Round(0)}
 	var aead cipher.AEAD
 	var sum hash.Hash = sha256.New()
@@ -209,8 +221,6 @@ func (d *DB) Backup(ctx context.Context, w io.Writer, opts BackupOptions) (Backu
 		return nil
 	}
 
-	txn := d.db.NewTransaction(false)
-	defer txn.Discard()
 	it := txn.NewIterator(bg.IteratorOptions{})
 	defer it.Close()
 	for it.Rewind(); it.Valid(); it.Next() {

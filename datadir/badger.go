@@ -110,6 +110,7 @@ type DB struct {
 	refused   atomic.Int64  // writes Room refused since Open
 	tableDmg  []TableDamage // found by Open (TableDamage); read-only after Open
 	key       []byte        // Options.EncryptionKey; Backup encrypts under it
+	holds     holdGate      // Backup's snapshot against HoldBackup's operations
 
 	// reclaimMu serialises Reclaim and guards lastFull: the value log's
 	// allocated bytes after the last pass that flushed the memtable

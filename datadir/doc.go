@@ -32,5 +32,10 @@
 // ScanValueLog checks value-log files without opening them (memosrt
 // check).
 //
+// Backup writes one snapshot of the database while writes go on, taken
+// between the operations that commit in several transactions and mark
+// themselves with HoldBackup (a cube delete), so that a backup holds each
+// of them whole or not at all.
+//
 // A *DB is safe for concurrent use, as Badger's own DB is.
 package datadir

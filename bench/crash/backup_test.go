@@ -24,18 +24,21 @@ import (
 
 // history is one worker's acknowledged states, in order: states[i] is its
 // cube's memories (id → text) after its i-th write, created[i] whether the
-// cube existed then; index 0 is before the first write.
+// cube existed then, ops[i] the write's kind; index 0 is before the first
+// write.
 type history struct {
 	mu      sync.Mutex
 	states  []map[string]string
 	created []bool
+	ops     []string
 }
 
-func (h *history) add(w *worker) {
+func (h *history) add(w *worker, o *op) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.states = append(h.states, maps.Clone(w.mem))
 	h.created = append(h.created, w.created)
+	h.ops = append(h.ops, opNames[o.kind])
 }
 
 func (h *history) len() int {
@@ -55,7 +58,7 @@ func runLoad(t *testing.T, w *worker, c *client, h *history, stop *atomic.Bool) 
 			return
 		}
 		if o.kind != opChat {
-			h.add(w)
+			h.add(w, &o)
 		}
 	}
 }
@@ -165,7 +168,7 @@ func backupUnderLoad(t *testing.T, seed uint64, keyFile string) {
 	for i := range ws {
 		ws[i] = &worker{id: i, cube: fmt.Sprintf("backup%d", i), mem: map[string]string{},
 			rng: rand.New(rand.NewPCG(seed, uint64(i)))}
-		hs[i] = &history{states: []map[string]string{{}}, created: []bool{false}}
+		hs[i] = &history{states: []map[string]string{{}}, created: []bool{false}, ops: []string{""}}
 		wg.Go(func() { runLoad(t, ws[i], c, hs[i], &stop) })
 	}
 	// some history first, so that the backup has something to be wrong about
@@ -233,8 +236,13 @@ func backupUnderLoad(t *testing.T, seed uint64, keyFile string) {
 			}
 		}
 		if at < 0 {
-			t.Errorf("restored cube %s (%d memories, created %v) is none of its client's states from write %d (of %d) on; acknowledged before the backup: %d memories %v",
-				w.cube, len(mem), created, before[i]-1, len(h.states)-1, len(h.states[before[i]-1]), h.created[before[i]-1])
+			t.Errorf("restored cube %s (%d memories, created %v) is none of its client's states from write %d (of %d) on; acknowledged before the backup: %d memories (created %v); the writes after it: %v",
+				w.cube, len(mem), created, before[i]-1, len(h.states)-1, len(h.states[before[i]-1]), h.created[before[i]-1], h.ops[before[i]:])
+			if d := os.Getenv("BK_DEBUG"); d != "" { // DEBUG
+				b, _ := os.ReadFile(file)
+				os.WriteFile(d+".backup", b, 0o600)
+				t.Logf("DEBUG states %v\nbefore-1: %v\nrestored server:\n%s\nserver:\n%s", h.states[before[i]-1], before[i]-1, rp.stderr.String(), p.stderr.String())
+			}
 			continue
 		}
 		t.Logf("cube %s: the copy is the state after write %d (%d acknowledged before the backup, %d in all): %d memories",
