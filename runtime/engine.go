@@ -39,7 +39,15 @@ type Options struct {
 	NBatch int
 	// NUBatch is the physical micro-batch in tokens. Default 512.
 	NUBatch int
-	// NSeqMax is the number of sequences. Default 1.
+	// NSeqMax is the number of sequences. Default 1. With more than one the
+	// sequences share one unified KV cache of NCtx cells (llama.cpp's
+	// kv_unified), as CopySeq and composition need. With one the context is
+	// created with kv_unified false: the cache is the same single stream
+	// (a sequence's saved state is byte-for-byte the same layout either
+	// way, so packs move between the two), but llama_decode then validates
+	// each batch for 1 sequence instead of LLAMA_MAX_SEQ (256): its pairwise
+	// sequence check in llama_batch_allocr::init is 1 iteration, not 65,536
+	// (about 1 M instructions per decode call; docs/benchmarks.md).
 	NSeqMax int
 	// Threads for prefill and decode. Default: number of CPUs, with the
 	// decode count lowered to 1 while that measures faster (CPU
@@ -234,7 +242,7 @@ func Load(ctx context.Context, opts Options) (*Engine, error) {
 	c, err := llama.NewContext(m, llama.ContextParams{
 		NCtx: nctx, NBatch: opts.NBatch, NUBatch: opts.NUBatch, NSeqMax: opts.NSeqMax,
 		Threads: opts.Threads, TypeK: kvTypes[opts.TypeK], TypeV: kvTypes[opts.TypeV],
-		FlashAttn: faModes[opts.FlashAttn], KVUnified: true, Tap: opts.BlendProbe,
+		FlashAttn: faModes[opts.FlashAttn], KVUnified: opts.NSeqMax > 1, Tap: opts.BlendProbe,
 	})
 	if err != nil {
 		m.Close()
