@@ -55,7 +55,12 @@ type Options struct {
 	Threads int
 	// TypeK, TypeV are the KV cache types: "f16" (default), "q8_0", "q4_0", "f32".
 	TypeK, TypeV string
-	// FlashAttn is "auto" (default), "on" or "off".
+	// FlashAttn is "auto" (default), "on" or "off". "auto" is off when the
+	// model runs on the CPU alone (NGPULayers 0) with attention heads
+	// narrower than FlashAttnMinHead, a V cache of f16 or f32 (a quantized
+	// V cache needs flash attention) and a KQ buffer of at most 64 MiB
+	// (NCtx x NUBatch x n_head x 4 bytes); otherwise llama.cpp's auto,
+	// which turns it on where the device supports it (the CPU always).
 	FlashAttn string
 	// Mmap maps the GGUF file (llama.cpp's use_mmap) instead of reading the
 	// weights into memory. Mapping loads faster and shares pages between
@@ -239,10 +244,20 @@ func Load(ctx context.Context, opts Options) (*Engine, error) {
 		nctx = shape.NCtxTrain
 		opts.NCtx = nctx
 	}
+	fa := faModes[opts.FlashAttn]
+	if opts.FlashAttn == "auto" && opts.NGPULayers == 0 && (opts.TypeV == "f16" || opts.TypeV == "f32") {
+		// without flash attention a prefill holds the KQ scores of a whole
+		// micro-batch: n_ctx x n_ubatch x n_head float32
+		kq := int64(nctx) * int64(opts.NUBatch) * int64(shape.NHead) * 4
+		if hd := headSize(m, shape); hd > 0 && hd < FlashAttnMinHead && kq <= flashAttnOffMaxKQ {
+			log.Info("flash attention auto: off (narrow heads on the CPU)", "head_size", hd, "kq_bytes", kq)
+			fa = llama.FlashAttnDisabled
+		}
+	}
 	c, err := llama.NewContext(m, llama.ContextParams{
 		NCtx: nctx, NBatch: opts.NBatch, NUBatch: opts.NUBatch, NSeqMax: opts.NSeqMax,
 		Threads: opts.Threads, TypeK: kvTypes[opts.TypeK], TypeV: kvTypes[opts.TypeV],
-		FlashAttn: faModes[opts.FlashAttn], KVUnified: opts.NSeqMax > 1, Tap: opts.BlendProbe,
+		FlashAttn: fa, KVUnified: opts.NSeqMax > 1, Tap: opts.BlendProbe,
 	})
 	if err != nil {
 		m.Close()
@@ -275,6 +290,40 @@ func Load(ctx context.Context, opts Options) (*Engine, error) {
 		"n_ctx", c.NCtx(), "n_seq_max", c.NSeqMax(), "type_k", opts.TypeK, "type_v", opts.TypeV,
 		"v_trans", e.kv.VTrans, "load_ms", time.Since(start).Milliseconds())
 	return e, nil
+}
+
+// FlashAttnMinHead is the narrowest attention head (elements per head,
+// n_embd_head_k) for which FlashAttn "auto" keeps flash attention on when
+// the model runs on the CPU. ggml's CPU flash-attention kernel pays per KV
+// cell and head (an expf and f16 conversions of the running softmax) about
+// as much as a narrow head's dot products themselves: with heads of 8
+// (stories260K) it costs 55% more instructions per decoded token than the
+// plain KQ/softmax/KQV path, with heads of 64 (the 1B shape) 3% fewer
+// (callgrind, docs/benchmarks.md). Timings, side by side, in
+// docs/benchmarks.md (What llama-bench runs that memosrt does not).
+const FlashAttnMinHead = 32
+
+// flashAttnOffMaxKQ bounds the KQ buffer that FlashAttn "auto" may turn
+// flash attention off for (n_ctx x n_ubatch x n_head x 4 bytes): 32 MiB for
+// stories260K at its 2,048 cells, where a 1,921-token prefill's peak RSS
+// went from 57 to 93 MB with flash attention off (docs/benchmarks.md).
+const flashAttnOffMaxKQ = 64 << 20
+
+// headSize returns the model's K head width in elements:
+// <arch>.attention.key_length when the GGUF has it, else n_embd / n_head;
+// 0 when unknown.
+func headSize(m *llama.Model, shape llama.Shape) int {
+	arch, _ := m.Meta("general.architecture")
+	if v, ok := m.Meta(arch + ".attention.key_length"); ok {
+		var n int
+		if _, err := fmt.Sscan(v, &n); err == nil && n > 0 {
+			return n
+		}
+	}
+	if shape.NHead > 0 {
+		return shape.NEmbd / shape.NHead
+	}
+	return 0
 }
 
 // probe decodes one token into sequence 0 and parses its serialized state to

@@ -75,3 +75,34 @@ func TestSingleSeqStateMatchesUnified(t *testing.T) {
 		t.Fatalf("restored in unified: cached %d (want %d)\n%q\nwant %q", warm.CachedTokens, len(prefix), warm.Text, cold.Text)
 	}
 }
+
+// FlashAttn "auto" turns flash attention off on the CPU for stories260K's
+// 8-wide heads (V stored transposed), unless the KQ buffer would pass
+// 64 MiB; "on" and "off" are taken as given. (A quantized V cache, which
+// keeps it on, cannot be made for this model: its V rows are 8 elements
+// wide, q8_0 blocks 32.)
+func TestFlashAttnAuto(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		o     Options
+		trans bool
+	}{
+		{"auto", Options{NCtx: 512}, true},
+		{"on", Options{NCtx: 512, FlashAttn: "on"}, false},
+		{"off", Options{NCtx: 512, FlashAttn: "off"}, true},
+		{"auto f32 V", Options{NCtx: 512, TypeK: "f32", TypeV: "f32"}, true},
+		// 2,048 cells x 2,048-token micro-batches x 8 heads x 4 B = 128 MiB
+		{"auto large KQ", Options{NCtx: 2048, NBatch: 2048, NUBatch: 2048}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := openStories(t, tc.o)
+			if got := e.KVConfig().VTrans; got != tc.trans {
+				t.Fatalf("v_trans %v, want %v", got, tc.trans)
+			}
+			toks, _ := e.Tokenize("Once upon a time", true)
+			if r := greedy(t, e, 0, toks, 0, 8); r.EvalTokens != 8 {
+				t.Fatalf("%d tokens", r.EvalTokens)
+			}
+		})
+	}
+}
