@@ -57,8 +57,9 @@ type Options struct {
 	TypeK, TypeV string
 	// FlashAttn is "auto" (default), "on" or "off". "auto" is off when the
 	// model runs on the CPU alone (NGPULayers 0) with attention heads
-	// narrower than FlashAttnMinHead, a V cache of f16 or f32 (a quantized
-	// V cache needs flash attention) and a KQ buffer of at most 64 MiB
+	// narrower than FlashAttnMinHead, a K and V cache of f16 or f32 (a
+	// quantized V cache needs flash attention; llama.cpp quantizes K for
+	// narrow heads only with it) and a KQ buffer of at most 64 MiB
 	// (NCtx x NUBatch x n_head x 4 bytes); otherwise llama.cpp's auto,
 	// which turns it on where the device supports it (the CPU always).
 	FlashAttn string
@@ -245,7 +246,8 @@ func Load(ctx context.Context, opts Options) (*Engine, error) {
 		opts.NCtx = nctx
 	}
 	fa := faModes[opts.FlashAttn]
-	if opts.FlashAttn == "auto" && opts.NGPULayers == 0 && (opts.TypeV == "f16" || opts.TypeV == "f32") {
+	plain := func(t string) bool { return t == "f16" || t == "f32" }
+	if opts.FlashAttn == "auto" && opts.NGPULayers == 0 && plain(opts.TypeK) && plain(opts.TypeV) {
 		// without flash attention a prefill holds the KQ scores of a whole
 		// micro-batch: n_ctx x n_ubatch x n_head float32
 		kq := int64(nctx) * int64(opts.NUBatch) * int64(shape.NHead) * 4

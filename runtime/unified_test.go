@@ -78,9 +78,9 @@ func TestSingleSeqStateMatchesUnified(t *testing.T) {
 
 // FlashAttn "auto" turns flash attention off on the CPU for stories260K's
 // 8-wide heads (V stored transposed), unless the KQ buffer would pass
-// 64 MiB; "on" and "off" are taken as given. (A quantized V cache, which
-// keeps it on, cannot be made for this model: its V rows are 8 elements
-// wide, q8_0 blocks 32.)
+// 64 MiB; "on" and "off" are taken as given. (Quantized K or V caches,
+// which keep llama.cpp's auto, cannot be made for this model: its heads
+// are 8 elements wide, q8_0 blocks 32.)
 func TestFlashAttnAuto(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
@@ -90,7 +90,7 @@ func TestFlashAttnAuto(t *testing.T) {
 		{"auto", Options{NCtx: 512}, true},
 		{"on", Options{NCtx: 512, FlashAttn: "on"}, false},
 		{"off", Options{NCtx: 512, FlashAttn: "off"}, true},
-		{"auto f32 V", Options{NCtx: 512, TypeK: "f32", TypeV: "f32"}, true},
+		{"auto f32 KV", Options{NCtx: 512, TypeK: "f32", TypeV: "f32"}, true},
 		// 2,048 cells x 2,048-token micro-batches x 8 heads x 4 B = 128 MiB
 		{"auto large KQ", Options{NCtx: 2048, NBatch: 2048, NUBatch: 2048}, false},
 	} {
