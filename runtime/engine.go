@@ -39,15 +39,10 @@ type Options struct {
 	NBatch int
 	// NUBatch is the physical micro-batch in tokens. Default 512.
 	NUBatch int
-	// NSeqMax is the number of sequences. Default 1. With more than one the
-	// sequences share one unified KV cache of NCtx cells (llama.cpp's
-	// kv_unified), as CopySeq and composition need. With one the context is
-	// created with kv_unified false: the cache is the same single stream
-	// (a sequence's saved state is byte-for-byte the same layout either
-	// way, so packs move between the two), but llama_decode then validates
-	// each batch for 1 sequence instead of LLAMA_MAX_SEQ (256): its pairwise
-	// sequence check in llama_batch_allocr::init is 1 iteration, not 65,536
-	// (about 1 M instructions per decode call; docs/benchmarks.md).
+	// NSeqMax is the number of sequences. Default 1. Several share one
+	// unified KV cache (kv_unified, as CopySeq needs); one is created
+	// without: the same single stream and state layout, but llama_decode
+	// then checks 1 sequence pair, not 256² (docs/benchmarks.md).
 	NSeqMax int
 	// Threads for prefill and decode. Default: number of CPUs, with the
 	// decode count lowered to 1 while that measures faster (CPU
@@ -55,13 +50,10 @@ type Options struct {
 	Threads int
 	// TypeK, TypeV are the KV cache types: "f16" (default), "q8_0", "q4_0", "f32".
 	TypeK, TypeV string
-	// FlashAttn is "auto" (default), "on" or "off". "auto" is off when the
-	// model runs on the CPU alone (NGPULayers 0) with attention heads
-	// narrower than FlashAttnMinHead, a K and V cache of f16 or f32 (a
-	// quantized V cache needs flash attention; llama.cpp quantizes K for
-	// narrow heads only with it) and a KQ buffer of at most 64 MiB
-	// (NCtx x NUBatch x n_head x 4 bytes); otherwise llama.cpp's auto,
-	// which turns it on where the device supports it (the CPU always).
+	// FlashAttn is "auto" (default), "on" or "off". "auto" is off on the
+	// CPU alone (NGPULayers 0) for heads narrower than FlashAttnMinHead with
+	// f16/f32 K and V and a KQ buffer (NCtx x NUBatch x n_head x 4 B) of at
+	// most 64 MiB; else llama.cpp's auto (on where supported: the CPU).
 	FlashAttn string
 	// Mmap maps the GGUF file (llama.cpp's use_mmap) instead of reading the
 	// weights into memory. Mapping loads faster and shares pages between
@@ -248,10 +240,9 @@ func Load(ctx context.Context, opts Options) (*Engine, error) {
 	fa := faModes[opts.FlashAttn]
 	plain := func(t string) bool { return t == "f16" || t == "f32" }
 	if opts.FlashAttn == "auto" && opts.NGPULayers == 0 && plain(opts.TypeK) && plain(opts.TypeV) {
-		// without flash attention a prefill holds the KQ scores of a whole
-		// micro-batch: n_ctx x n_ubatch x n_head float32
+		// without it a prefill holds a micro-batch's KQ scores
 		kq := int64(nctx) * int64(opts.NUBatch) * int64(shape.NHead) * 4
-		if hd := headSize(m, shape); hd > 0 && hd < FlashAttnMinHead && kq <= flashAttnOffMaxKQ {
+		if hd := m.HeadSize(); hd > 0 && hd < FlashAttnMinHead && kq <= flashAttnOffMaxKQ {
 			log.Info("flash attention auto: off (narrow heads on the CPU)", "head_size", hd, "kq_bytes", kq)
 			fa = llama.FlashAttnDisabled
 		}
@@ -294,39 +285,17 @@ func Load(ctx context.Context, opts Options) (*Engine, error) {
 	return e, nil
 }
 
-// FlashAttnMinHead is the narrowest attention head (elements per head,
-// n_embd_head_k) for which FlashAttn "auto" keeps flash attention on when
-// the model runs on the CPU. ggml's CPU flash-attention kernel pays per KV
-// cell and head (an expf and f16 conversions of the running softmax) about
-// as much as a narrow head's dot products themselves: with heads of 8
-// (stories260K) it costs 55% more instructions per decoded token than the
-// plain KQ/softmax/KQV path, with heads of 64 (the 1B shape) 3% fewer
-// (callgrind, docs/benchmarks.md). Timings, side by side, in
-// docs/benchmarks.md (What llama-bench runs that memosrt does not).
+// FlashAttnMinHead is the narrowest head (elements, n_embd_head_k) for
+// which FlashAttn "auto" keeps flash attention on the CPU: ggml's CPU
+// kernel pays per cell and head about as much as a narrow head's dot
+// products (CPU per token with it off: 0.30x at heads of 8, 0.81x at 16,
+// 1.09x at 64; docs/benchmarks.md, Two defaults changed).
 const FlashAttnMinHead = 32
 
-// flashAttnOffMaxKQ bounds the KQ buffer that FlashAttn "auto" may turn
-// flash attention off for (n_ctx x n_ubatch x n_head x 4 bytes): 32 MiB for
-// stories260K at its 2,048 cells, where a 1,921-token prefill's peak RSS
-// went from 57 to 93 MB with flash attention off (docs/benchmarks.md).
+// flashAttnOffMaxKQ bounds the KQ buffer (n_ctx x n_ubatch x n_head x 4
+// bytes) for which "auto" turns flash attention off: stories260K's is 32
+// MiB (a 1,921-token prefill peaked at 93 MB RSS off, 57 MB on).
 const flashAttnOffMaxKQ = 64 << 20
-
-// headSize returns the model's K head width in elements:
-// <arch>.attention.key_length when the GGUF has it, else n_embd / n_head;
-// 0 when unknown.
-func headSize(m *llama.Model, shape llama.Shape) int {
-	arch, _ := m.Meta("general.architecture")
-	if v, ok := m.Meta(arch + ".attention.key_length"); ok {
-		var n int
-		if _, err := fmt.Sscan(v, &n); err == nil && n > 0 {
-			return n
-		}
-	}
-	if shape.NHead > 0 {
-		return shape.NEmbd / shape.NHead
-	}
-	return 0
-}
 
 // probe decodes one token into sequence 0 and parses its serialized state to
 // learn the live KV layout (types, row sizes, V transposition as resolved by
