@@ -163,6 +163,19 @@ type Options struct {
 	// NoScheduler turns the background loop off: no periodic ticks, no
 	// resident level changes; Tick still runs on demand. Default false.
 	NoScheduler bool
+	// OneSequence loads each model with a single sequence, the request
+	// slot's: for a process that serves one request at a time and computes
+	// no packs itself (`memosrt run`). Restoring a stored pack into the
+	// slot, conversation packs and LoRA work as with more sequences; tier
+	// jobs, which need a sequence of their own, do not run: Warm and
+	// imports that compute a pack fail with ErrBadOptions and Tick leaves
+	// its jobs pending. With one sequence the engine's KV cache is not
+	// unified (runtime.Options.NSeqMax), which saves llama.cpp's check of
+	// 256 x 256 sequence pairs in every llama_decode. Requires
+	// NoScheduler; Parallel 0 or 1 (taken as 1), ResidentSeqs 0 or
+	// negative (none), and composition off (Compose 0, ComposeRatio nil,
+	// ComposeAuto false). Default false.
+	OneSequence bool
 
 	// Embedder answers Embed and gives memories vectors for dense
 	// retrieval, fused with BM25 in every search (textmem.DefaultQuery's
@@ -245,6 +258,10 @@ func (o *Options) ensureDefaults() {
 	if !slices.Contains(o.Layout.LastKinds, conversation.KindTurn) {
 		o.Layout.LastKinds = append(slices.Clone(o.Layout.LastKinds), conversation.KindTurn)
 	}
+	if o.OneSequence {
+		// one request sequence, no resident ones (Validate refuses more)
+		d.Parallel, d.ResidentSeqs = 1, -1
+	}
 	if o.Parallel == 0 {
 		o.Parallel = d.Parallel
 	}
@@ -253,7 +270,8 @@ func (o *Options) ensureDefaults() {
 	}
 	if o.ResidentSeqs == 0 {
 		o.ResidentSeqs = d.ResidentSeqs
-	} else if o.ResidentSeqs < 0 {
+	}
+	if o.ResidentSeqs < 0 {
 		o.ResidentSeqs = 0
 	}
 	if o.TickAfterUses == 0 {
@@ -331,6 +349,20 @@ func (o Options) Validate() error {
 	}
 	if o.Compose < 0 || o.Compose > 1 {
 		errs = append(errs, fmt.Errorf("Compose %g not in [0, 1]", o.Compose))
+	}
+	if o.OneSequence {
+		if o.Parallel > 1 {
+			errs = append(errs, fmt.Errorf("OneSequence with Parallel %d: one sequence serves one request at a time", o.Parallel))
+		}
+		if o.ResidentSeqs > 0 {
+			errs = append(errs, fmt.Errorf("OneSequence with ResidentSeqs %d: resident packs need sequences of their own", o.ResidentSeqs))
+		}
+		if o.Compose > 0 || o.ComposeRatio != nil || o.ComposeAuto {
+			errs = append(errs, errors.New("OneSequence with composition: it needs scratch sequences"))
+		}
+		if !o.NoScheduler {
+			errs = append(errs, errors.New("OneSequence without NoScheduler: the background loop's tier jobs need a sequence of their own"))
+		}
 	}
 	if o.ChunkAfterUses < 0 {
 		errs = append(errs, fmt.Errorf("ChunkAfterUses %d < 0", o.ChunkAfterUses))

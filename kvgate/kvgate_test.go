@@ -36,11 +36,13 @@ func TestCalibrateTable(t *testing.T) {
 			t.Fatalf("compose row %+v", r)
 		}
 	}
-	if r := d.Compose[0]; r.Top1 != 345.0/372 || r.Greedy != 3.0/12 || r.Recomputed != 0 {
+	// flash attention off (FlashAttn auto with stories260K's 8-wide heads
+	// on the CPU): with it on, shift only gave 345/372 and q8 372/372
+	if r := d.Compose[0]; r.Top1 != 344.0/372 || r.Greedy != 3.0/12 || r.Recomputed != 0 {
 		t.Fatalf("shift only: %+v", r)
 	}
 	want := []Row{{Setting: CodecExact, Top1: 1, Greedy: 1, Pass: true}, {Setting: CodecQ4, Top1: 357.0 / 372, Greedy: 6.0 / 12},
-		{Setting: CodecQ8, Top1: 1, Greedy: 1, Pass: true}}
+		{Setting: CodecQ8, Top1: 371.0 / 372, Greedy: 1, Pass: true}}
 	for i, w := range want {
 		g := d.Codecs[i]
 		if g.Setting != w.Setting || g.Top1 != w.Top1 || g.Greedy != w.Greedy || g.Pass != w.Pass || g.Ratio <= 0 {

@@ -43,6 +43,9 @@ type loaded struct {
 	resSlot *slots.Slot // reserves the cells of a pack being made resident
 	seqs    []int       // taken from the engine's pool at load, returned at unload
 	nres    int         // resident sequences (primary only)
+	// noJobSeq: the engine has no sequence for tier jobs
+	// (config.Options.OneSequence); reserveJob refuses them
+	noJobSeq bool
 
 	// applyMu serialises resident level changes (applyResident, Warm).
 	applyMu sync.Mutex
@@ -303,6 +306,9 @@ func (p *Pipeline) loadModel(ctx context.Context, m *model) (*loaded, error) {
 		nres = opts.ResidentSeqs
 	}
 	lo.NSeqMax = opts.Parallel + nres + 1
+	if opts.OneSequence {
+		lo.NSeqMax = opts.Parallel // 1 (config.Options.Validate): no tier-job sequence
+	}
 	composing := opts.Compose > 0 || opts.ComposeRatio != nil || opts.ComposeAuto
 	if composing {
 		lo.NSeqMax += memchunk.Scratch
@@ -316,7 +322,7 @@ func (p *Pipeline) loadModel(ctx context.Context, m *model) (*loaded, error) {
 	// on, see runtime.Options.LoRA): always allowed
 	lo.LoRA = true
 	start := time.Now()
-	l := &loaded{p: p, nres: nres, unsaved: map[*slots.Slot]convSave{}}
+	l := &loaded{p: p, nres: nres, noJobSeq: opts.OneSequence, unsaved: map[*slots.Slot]convSave{}}
 	var err error
 	if l.eng, err = runtime.Load(ctx, lo); err != nil {
 		return nil, err

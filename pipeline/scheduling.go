@@ -244,6 +244,13 @@ func (p *Pipeline) reserveJob(ctx context.Context, cells int, wait bool) (func()
 	if l == nil {
 		return nil, fmt.Errorf("%w: the model is not loaded", scheduler.ErrDeferred)
 	}
+	if l.noJobSeq {
+		err := fmt.Errorf("%w: the model is loaded with one sequence (OneSequence), a request's: a tier job needs one of its own", ErrBadOptions)
+		if !wait {
+			err = fmt.Errorf("%w: %w", scheduler.ErrDeferred, err) // pending, for a process that has one
+		}
+		return nil, err
+	}
 	if !wait {
 		release, err := l.pool.ReserveNow(l.jobSlot, cells, l.eng.NCtx(), l.res, l.clearSeq)
 		if err != nil {

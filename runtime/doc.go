@@ -7,7 +7,7 @@
 //
 // The C binding lives in the subpackage runtime/llama, the only package that
 // imports "C". An Engine owns one model and one llama context with NSeqMax
-// sequences sharing one unified KV cache of NCtx cells.
+// sequences in one KV cache of NCtx cells (unified when NSeqMax > 1).
 //
 // Concurrency: an Engine is safe for concurrent use. Generate queues a
 // request for the batch goroutine, which runs every request's prefill and

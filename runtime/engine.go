@@ -39,7 +39,10 @@ type Options struct {
 	NBatch int
 	// NUBatch is the physical micro-batch in tokens. Default 512.
 	NUBatch int
-	// NSeqMax is the number of sequences. Default 1.
+	// NSeqMax is the number of sequences. Default 1. Several share one
+	// unified KV cache (kv_unified, as CopySeq needs); one is created
+	// without: the same single stream and state layout, but llama_decode
+	// then checks 1 sequence pair, not 256² (docs/benchmarks.md).
 	NSeqMax int
 	// Threads for prefill and decode. Default: number of CPUs, with the
 	// decode count lowered to 1 while that measures faster (CPU
@@ -47,7 +50,10 @@ type Options struct {
 	Threads int
 	// TypeK, TypeV are the KV cache types: "f16" (default), "q8_0", "q4_0", "f32".
 	TypeK, TypeV string
-	// FlashAttn is "auto" (default), "on" or "off".
+	// FlashAttn is "auto" (default), "on" or "off". "auto" is off on the
+	// CPU alone (NGPULayers 0) for heads narrower than FlashAttnMinHead with
+	// f16/f32 K and V and a KQ buffer (NCtx x NUBatch x n_head x 4 B) of at
+	// most 64 MiB; else llama.cpp's auto (on where supported: the CPU).
 	FlashAttn string
 	// Mmap maps the GGUF file (llama.cpp's use_mmap) instead of reading the
 	// weights into memory. Mapping loads faster and shares pages between
@@ -231,10 +237,20 @@ func Load(ctx context.Context, opts Options) (*Engine, error) {
 		nctx = shape.NCtxTrain
 		opts.NCtx = nctx
 	}
+	fa := faModes[opts.FlashAttn]
+	plain := func(t string) bool { return t == "f16" || t == "f32" }
+	if opts.FlashAttn == "auto" && opts.NGPULayers == 0 && plain(opts.TypeK) && plain(opts.TypeV) {
+		// without it a prefill holds a micro-batch's KQ scores
+		kq := int64(nctx) * int64(opts.NUBatch) * int64(shape.NHead) * 4
+		if hd := m.HeadSize(); hd > 0 && hd < FlashAttnMinHead && kq <= flashAttnOffMaxKQ {
+			log.Info("flash attention auto: off (narrow heads on the CPU)", "head_size", hd, "kq_bytes", kq)
+			fa = llama.FlashAttnDisabled
+		}
+	}
 	c, err := llama.NewContext(m, llama.ContextParams{
 		NCtx: nctx, NBatch: opts.NBatch, NUBatch: opts.NUBatch, NSeqMax: opts.NSeqMax,
 		Threads: opts.Threads, TypeK: kvTypes[opts.TypeK], TypeV: kvTypes[opts.TypeV],
-		FlashAttn: faModes[opts.FlashAttn], KVUnified: true, Tap: opts.BlendProbe,
+		FlashAttn: fa, KVUnified: opts.NSeqMax > 1, Tap: opts.BlendProbe,
 	})
 	if err != nil {
 		m.Close()
@@ -268,6 +284,18 @@ func Load(ctx context.Context, opts Options) (*Engine, error) {
 		"v_trans", e.kv.VTrans, "load_ms", time.Since(start).Milliseconds())
 	return e, nil
 }
+
+// FlashAttnMinHead is the narrowest head (elements, n_embd_head_k) for
+// which FlashAttn "auto" keeps flash attention on the CPU: ggml's CPU
+// kernel pays per cell and head about as much as a narrow head's dot
+// products (CPU per token with it off: 0.30x at heads of 8, 0.81x at 16,
+// 1.09x at 64; docs/benchmarks.md, Two defaults changed).
+const FlashAttnMinHead = 32
+
+// flashAttnOffMaxKQ bounds the KQ buffer (n_ctx x n_ubatch x n_head x 4
+// bytes) for which "auto" turns flash attention off: stories260K's is 32
+// MiB (a 1,921-token prefill peaked at 93 MB RSS off, 57 MB on).
+const flashAttnOffMaxKQ = 64 << 20
 
 // probe decodes one token into sequence 0 and parses its serialized state to
 // learn the live KV layout (types, row sizes, V transposition as resolved by

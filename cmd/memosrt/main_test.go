@@ -78,12 +78,13 @@ func TestWarmThenRunAcrossProcesses(t *testing.T) {
 	if warm.EvalTokens != 40 || warm.TTFTms <= 0 || warm.EvalMs <= 0 {
 		t.Fatalf("stats: %+v", warm)
 	}
-	// pinned resident: the next process makes it resident at open and
-	// shares its cells in; the output is still the cold one
+	// pinned resident: run loads one sequence (no resident level: a
+	// resident pack is a server's), so the pack is restored into the
+	// request's sequence; the output is still the cold one
 	must(t, "kv", "warm", "--db", db, "--model", model, "--cube", "lily", "--resident")
 	res := runJSONOut(t, "run", "--db", db, "--model", model, "--cube", "lily", "--num-predict", "40", "--json", "Once upon a time")
-	if res.CacheSource != "resident" || res.Response != cold.Response {
-		t.Fatalf("resident: source %q, %q; cold %q", res.CacheSource, res.Response, cold.Response)
+	if res.CacheSource != "restored" || res.CachedTokens != warm.CachedTokens || res.Response != cold.Response {
+		t.Fatalf("resident: source %q, cached %d (want %d), %q; cold %q", res.CacheSource, res.CachedTokens, warm.CachedTokens, res.Response, cold.Response)
 	}
 	// rm one memory: the pack changes, the old one is no longer a prefix
 	id := strings.Fields(strings.Split(ls, "\n")[1])[0]

@@ -45,6 +45,9 @@ type storeFlags struct {
 	// background: the command runs until stopped (mcp), so the OS's
 	// background loop runs (ticks, promotions, resident packs) as in serve.
 	background bool
+	// oneSeq: the command serves one request and computes no pack (run),
+	// so its model loads with one sequence (memosrt.Options.OneSequence)
+	oneSeq bool
 }
 
 func addStoreFlags(fs *pflag.FlagSet) storeFlags {
@@ -89,7 +92,8 @@ func (f storeFlags) options() (memosrt.Options, error) {
 	if err != nil {
 		return memosrt.Options{}, err
 	}
-	return memosrt.Options{Dir: *f.db, EncryptionKey: key, Logger: logger(), NoScheduler: !f.background}, nil
+	return memosrt.Options{Dir: *f.db, EncryptionKey: key, Logger: logger(), NoScheduler: !f.background,
+		OneSequence: f.oneSeq && !f.background}, nil
 }
 
 // open returns the server running on the directory, else the OS opened

@@ -265,6 +265,7 @@ func newRunCmd() *cobra.Command {
 	fs := c.Flags()
 	fs.SortFlags = false
 	sf := addStoreFlags(fs)
+	sf.oneSeq = true // one request, no tier jobs: no unified KV cache (docs/benchmarks.md)
 	cube := addCubeFlag(fs, "memory cube `NAME` whose memories the prompt carries (default: none, plain inference)")
 	temp := fs.Float64("temperature", defaults.CLI.Temperature, "sampling temperature `T` (0: greedy)")
 	seed := fs.Uint("seed", 0, "sampling seed `N`")

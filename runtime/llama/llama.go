@@ -490,6 +490,23 @@ func (m *Model) Attention() Attention {
 	return a
 }
 
+// HeadSize returns the K head width in elements: the GGUF's
+// <arch>.attention.key_length when present, else n_embd / n_head; 0 when
+// unknown (or after Close).
+func (m *Model) HeadSize() int {
+	arch, _ := m.Meta("general.architecture")
+	if v, ok := m.Meta(arch + ".attention.key_length"); ok {
+		var n int
+		if _, err := fmt.Sscan(v, &n); err == nil && n > 0 {
+			return n
+		}
+	}
+	if sh := m.Shape(); sh.NHead > 0 {
+		return sh.NEmbd / sh.NHead
+	}
+	return 0
+}
+
 // Meta returns the GGUF metadata value for key, and whether it exists.
 func (m *Model) Meta(key string) (string, bool) {
 	m.mu.RLock()
