@@ -67,12 +67,13 @@ const (
 	// the 4+8+16+32 MiB a memtable flush takes (a 4 KiB block taking a
 	// large value is allocated three times: 3 x 18.4 MiB); the rest
 	// (indexes, requests in flight), measured at 21 MiB
-	zstdWindows = 2 * 16 << 20
-	arenas      = 3 * 21810342
-	builders    = 8 * (4 + 8 + 16 + 32) << 20
-	heapRest    = 32 << 20
-	heapBase    = zstdWindows + arenas + builders + heapRest
-	heapBound   = ramDefault + heapBase
+	zstdWindows  = 2 * 16 << 20
+	arenas       = 3 * 21810342
+	flushBuilder = (4 + 8 + 16 + 32) << 20
+	builders     = 8 * flushBuilder
+	heapRest     = 32 << 20
+	heapBase     = zstdWindows + arenas + builders + heapRest
+	heapBound    = ramDefault + heapBase
 	// rssBase: the model, its KV cache and the C heap (stories260K)
 	rssBase  = 128 << 20
 	rssBound = 2*heapBound + diskBound + rssBase

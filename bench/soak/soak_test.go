@@ -813,7 +813,12 @@ func TestSoak(t *testing.T) {
 	if lm == 0 {
 		t.Errorf("no go_gc_heap_live_bytes in /metrics")
 	}
-	if !long && (gl > 1.2*gm+8 || ll > 1.2*lm) {
+	// The live heap moves in steps of up to one table builder's buffers
+	// (60 MiB: heapBase), which Badger pools and drops again when it
+	// builds no table for 2 s: an 8-minute run read 85 to 290 MiB, its
+	// thirds' medians 155.1 -> 192.2 MiB with its peaks at 277.2 and
+	// 289.4 MiB.
+	if !long && (gl > 1.2*gm+8 || ll > 1.2*lm+flushBuilder) {
 		t.Errorf("not steady: goroutines %.0f -> %.0f, heap live %.1f -> %.1f MiB", gm, gl, lm/(1<<20), ll/(1<<20))
 	}
 	// Bounds (docs/data-directory.md, "Disk and memory bounds"). Disk: the
