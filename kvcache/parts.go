@@ -29,32 +29,33 @@ import (
 // CodecZstdShuffle2 (states of one segment at most) is gathered and
 // decoded at the end. Not safe for concurrent use.
 type partsDecoder struct {
-	total    int            // blob length, bytes
-	off      int            // blob bytes consumed
-	expect   *Header        // when set, the header must agree (the pack record)
-	err      error          // first error; later parts are only summed
-	sum      *xxhash.Digest // of blob[0, total-8)
-	tail     []byte         // blob[total-8, total): the checksum written
-	head     []byte         // blob[0, 10+hl+8) gathered until parsed
-	ready    bool           // header parsed
-	h        Header         //
-	payOff   int            // payload offset in the blob
-	payLen   int            // payload length
-	state    []byte         // the decoded state (RawBytes)
-	rawSum   *xxhash.Digest // of state[0, summed)
-	summed   int            // state bytes summed
-	final    int            // state bytes final (copied or decoded): [summed, final) is summed next
-	gather   []byte         // CodecZstdShuffle2: the payload
-	table    []byte         // CodecZstdShuffle2Seg: the table gathered (8 + 8n bytes)
-	n, seg   int            // segment count and size
-	offs     []int          // payload offsets of the frames and the end
-	next     int            // first frame not yet decoded
-	frame    []byte         // bytes of frame next gathered across parts
-	frameBuf *[]byte        // frame's pooled buffer
-	scr      []*[]byte      // pooled buffers lent to straddling frames of this part
-	g        errgroup.Group // decode tasks of the current part
-	wg       sync.WaitGroup // checksum tasks of the current part
-	pre      error          // bad magic or version: reported before the checksum, as Decode does
+	total    int                // blob length, bytes
+	off      int                // blob bytes consumed
+	expect   *Header            // when set, the header must agree (the pack record)
+	err      error              // first error; later parts are only summed
+	sum      *xxhash.Digest     // of blob[0, total-8)
+	tail     []byte             // blob[total-8, total): the checksum written
+	head     []byte             // blob[0, 10+hl+8) gathered until parsed
+	ready    bool               // header parsed
+	h        Header             //
+	payOff   int                // payload offset in the blob
+	payLen   int                // payload length
+	state    []byte             // the decoded state (RawBytes)
+	rawSum   *xxhash.Digest     // of state[0, summed)
+	summed   int                // state bytes summed
+	final    int                // state bytes final (copied or decoded): [summed, final) is summed next
+	gather   []byte             // CodecZstdShuffle2: the payload
+	table    []byte             // CodecZstdShuffle2Seg: the table gathered (8 + 8n bytes)
+	n, seg   int                // segment count and size
+	offs     []int              // payload offsets of the frames and the end
+	next     int                // first frame not yet decoded
+	frame    []byte             // bytes of frame next gathered across parts
+	frameBuf *[]byte            // frame's pooled buffer
+	scr      []*[]byte          // pooled buffers lent to straddling frames of this part
+	g        errgroup.Group     // decode tasks of the current part
+	wg       sync.WaitGroup     // checksum tasks of the current part
+	pre      error              // bad magic or version: reported before the checksum, as Decode does
+	alloc    func(n int) []byte // the buffers of the state and of a lossy pack's dequantized state (n bytes, each written in full before use)
 	// readNs holds, per readBlock of the parts of at least 64 KiB, the
 	// time the blob checksum took over it, ns per byte (readRate: their
 	// median is the read cost).
@@ -72,7 +73,7 @@ const readBlock = 1 << 20
 // and identity, so one damaged header cannot make a read allocate up to
 // MaxRawBytes before the blob checksum fails.
 func newPartsDecoder(total int, expect *Header) *partsDecoder {
-	p := &partsDecoder{total: total, expect: expect, sum: xxhash.New(), rawSum: xxhash.New()}
+	p := &partsDecoder{total: total, expect: expect, sum: xxhash.New(), rawSum: xxhash.New(), alloc: func(n int) []byte { return make([]byte, n) }}
 	if total < 4+2+4+8+8 {
 		p.err = fmt.Errorf("%w: bad magic or %d bytes", ErrCorrupt, total)
 	}
@@ -193,7 +194,7 @@ func (p *partsDecoder) parse() {
 	p.h, p.ready = h, true
 	switch h.Codec {
 	case CodecRaw:
-		p.state = make([]byte, h.RawBytes)
+		p.state = p.alloc(int(h.RawBytes))
 	case CodecZstdShuffle2:
 		p.gather = make([]byte, 0, p.payLen)
 	}
@@ -244,7 +245,7 @@ func (p *partsDecoder) segPart(pv []byte, po int) {
 					return
 				}
 				p.offs = offs
-				p.state = make([]byte, p.h.RawBytes)
+				p.state = p.alloc(int(p.h.RawBytes))
 			}
 		}
 	}
@@ -305,7 +306,8 @@ func (p *partsDecoder) finish() (Header, []byte, error) {
 		if int64(len(raw)) != h.RawBytes {
 			return h, nil, fmt.Errorf("%w: %d raw bytes, header says %d", ErrCorrupt, len(raw), h.RawBytes)
 		}
-		p.state = unshuffle2(raw)
+		p.state = p.alloc(len(raw))
+		unshuffle2Into(p.state, raw)
 		p.final = len(p.state)
 	case CodecZstdShuffle2Seg:
 		if p.next != p.n {
@@ -319,7 +321,7 @@ func (p *partsDecoder) finish() (Header, []byte, error) {
 	if p.rawSum.Sum64() != h.RawXXHash {
 		return h, nil, fmt.Errorf("%w: raw state checksum", ErrCorrupt)
 	}
-	return dequantize(h, p.state)
+	return dequantizeWith(h, p.state, p.alloc)
 }
 
 // decodeParts decodes a blob of total bytes given as parts (tests).
