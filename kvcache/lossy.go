@@ -356,8 +356,17 @@ func decodeRegion(data, src []byte, r region, g, bits int) (used int, ok bool) {
 			o := first(line, i0)
 			switch bits {
 			case 8:
+				// halfBits inlined (a call per value costs more than the
+				// conversion): the same bits
 				for _, b := range codes {
-					binary.LittleEndian.PutUint16(data[o:], halfBits(lo+float32(b)*step))
+					f := lo + float32(b)*step
+					u := math.Float32bits(f)
+					a := u & 0x7fffffff
+					h := uint16(u>>16)&0x8000 | uint16((a-0x38000000+0xfff+((a>>13)&1))>>13)
+					if a-0x38800000 >= 0x477ff000-0x38800000 {
+						h = half.Bits(f)
+					}
+					binary.LittleEndian.PutUint16(data[o:], h)
 					o += d
 				}
 			case 4:
