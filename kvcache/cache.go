@@ -533,6 +533,7 @@ func (c *Cache) Blob(id string) ([]byte, error) {
 func (c *Cache) readState(rec *packRecord, alloc func(n int) []byte) (h Header, state []byte, err error) {
 	err = c.db.View(func(txn *bg.Txn) error {
 		d := newPartsDecoder(int(rec.BlobBytes), &rec.Header)
+		defer d.wait() // on every return: the state may go back to stateBufs
 		if alloc != nil {
 			d.alloc = alloc
 		}

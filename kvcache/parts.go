@@ -16,8 +16,8 @@ import (
 // Badger lends it) without joining them first: the payload is copied
 // (CodecRaw) or its zstd segments decoded (CodecZstdShuffle2Seg) from each
 // part straight into the state, on every core, while the blob checksum
-// runs over the part and the state checksum over what earlier parts
-// completed. Against Decode this saves a copy of the blob (and the memory
+// runs over the part, and the state checksum over what the part completed
+// while Badger reads the next part. Against Decode this saves a copy of the blob (and the memory
 // to hold it) and the serial phases (copy, blob checksum, state checksum)
 // one after the other.
 //
@@ -53,7 +53,8 @@ type partsDecoder struct {
 	frameBuf *[]byte            // frame's pooled buffer
 	scr      []*[]byte          // pooled buffers lent to straddling frames of this part
 	g        errgroup.Group     // decode tasks of the current part
-	wg       sync.WaitGroup     // checksum tasks of the current part
+	wg       sync.WaitGroup     // blob checksum task of the current part
+	sumWG    sync.WaitGroup     // the state checksum task, which outlives a part's write
 	pre      error              // bad magic or version: reported before the checksum, as Decode does
 	alloc    func(n int) []byte // the buffers of the state and of a lossy pack's dequantized state (n bytes, each written in full before use)
 	// readNs holds, per readBlock of the parts of at least 64 KiB, the
@@ -117,13 +118,6 @@ func (p *partsDecoder) write(v []byte) error {
 			}
 		}()
 	}
-	if p.err == nil && p.summed < p.final {
-		// the state completed by earlier parts, summed alongside this one
-		s := p.state[p.summed:p.final]
-		p.summed = p.final
-		p.wg.Add(1)
-		go func() { defer p.wg.Done(); p.rawSum.Write(s) }()
-	}
 	if p.err == nil && !p.ready {
 		p.readHead(body)
 	}
@@ -141,8 +135,22 @@ func (p *partsDecoder) write(v []byte) error {
 		putScratch(b)
 	}
 	p.scr = p.scr[:0]
+	if p.err == nil && p.summed < p.final {
+		// the state this part completed is summed while Badger reads (and
+		// checks) the next part, one range after the other
+		s := p.state[p.summed:p.final]
+		p.summed = p.final
+		p.sumWG.Wait()
+		p.sumWG.Add(1)
+		go func() { defer p.sumWG.Done(); p.rawSum.Write(s) }()
+	}
 	return nil
 }
+
+// wait waits for the state checksum of the parts written so far; after
+// it the state is no longer read. finish calls it; a reader that stops
+// before finish calls it before the state's buffer is reused.
+func (p *partsDecoder) wait() { p.sumWG.Wait() }
 
 // readHead gathers and parses magic, version, header and payload length
 // from body, the part's bytes before the checksum.
@@ -280,6 +288,7 @@ func (p *partsDecoder) segPart(pv []byte, po int) {
 // finish checks the blob checksum, then whatever else failed, and returns
 // the header and state.
 func (p *partsDecoder) finish() (Header, []byte, error) {
+	p.wait()
 	if p.off != p.total {
 		return p.h, nil, fmt.Errorf("%w: %d of %d bytes", ErrCorrupt, p.off, p.total)
 	}
@@ -327,6 +336,7 @@ func (p *partsDecoder) finish() (Header, []byte, error) {
 // decodeParts decodes a blob of total bytes given as parts (tests).
 func decodeParts(parts [][]byte, total int, expect *Header) (Header, []byte, error) {
 	p := newPartsDecoder(total, expect)
+	defer p.wait()
 	for _, v := range parts {
 		if err := p.write(v); err != nil {
 			return Header{}, nil, err
