@@ -34,7 +34,9 @@ const (
 
 // Options configure a Cache. Zero means the default given.
 type Options struct {
-	// RAMBytes bounds the decompressed states kept in RAM (LRU). Default 1 GiB.
+	// RAMBytes bounds the decompressed states kept in RAM (LRU), bytes,
+	// and, apart from them, the state buffers Restore keeps for its next
+	// read from Badger (stateBufs). Default 1 GiB.
 	RAMBytes int64
 	// Logger receives warnings about refused or dropped packs; nil discards.
 	Logger *slog.Logger
