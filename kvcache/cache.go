@@ -209,7 +209,8 @@ func Open(db *datadir.DB, opts Options) (*Cache, error) {
 	return c, nil
 }
 
-// Close drops the RAM cache and the restore buffers. The Badger DB is owned by the caller. Idempotent.
+// Close drops the RAM cache and the restore buffers. The Badger DB is
+// owned by the caller. Idempotent.
 func (c *Cache) Close() error {
 	if c.shared != nil {
 		c.shared.cancel()

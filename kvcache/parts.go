@@ -17,9 +17,9 @@ import (
 // (CodecRaw) or its zstd segments decoded (CodecZstdShuffle2Seg) from each
 // part straight into the state, on every core, while the blob checksum
 // runs over the part, and the state checksum over what the part completed
-// while Badger reads the next part. Against Decode this saves a copy of the blob (and the memory
-// to hold it) and the serial phases (copy, blob checksum, state checksum)
-// one after the other.
+// while Badger reads the next part. Against Decode this saves a copy of
+// the blob (and the memory to hold it) and the serial phases (copy, blob
+// checksum, state checksum) one after the other.
 //
 // It accepts exactly the blobs Decode accepts, with the same states, and
 // refuses the rest with ErrCorrupt or ErrVersion (FuzzDecode,
@@ -29,38 +29,40 @@ import (
 // CodecZstdShuffle2 (states of one segment at most) is gathered and
 // decoded at the end. Not safe for concurrent use.
 type partsDecoder struct {
-	total    int                // blob length, bytes
-	off      int                // blob bytes consumed
-	expect   *Header            // when set, the header must agree (the pack record)
-	err      error              // first error; later parts are only summed
-	sum      *xxhash.Digest     // of blob[0, total-8)
-	tail     []byte             // blob[total-8, total): the checksum written
-	head     []byte             // blob[0, 10+hl+8) gathered until parsed
-	ready    bool               // header parsed
-	h        Header             //
-	payOff   int                // payload offset in the blob
-	payLen   int                // payload length
-	state    []byte             // the decoded state (RawBytes)
-	rawSum   *xxhash.Digest     // of state[0, summed)
-	summed   int                // state bytes summed
-	final    int                // state bytes final (copied or decoded): [summed, final) is summed next
-	gather   []byte             // CodecZstdShuffle2: the payload
-	table    []byte             // CodecZstdShuffle2Seg: the table gathered (8 + 8n bytes)
-	n, seg   int                // segment count and size
-	offs     []int              // payload offsets of the frames and the end
-	next     int                // first frame not yet decoded
-	frame    []byte             // bytes of frame next gathered across parts
-	frameBuf *[]byte            // frame's pooled buffer
-	scr      []*[]byte          // pooled buffers lent to straddling frames of this part
-	g        errgroup.Group     // decode tasks of the current part
-	wg       sync.WaitGroup     // blob checksum task of the current part
-	sumWG    sync.WaitGroup     // the state checksum task, which outlives a part's write
-	pre      error              // bad magic or version: reported before the checksum, as Decode does
-	alloc    func(n int) []byte // the buffers of the state and of a lossy pack's dequantized state (n bytes, each written in full before use)
+	total    int            // blob length, bytes
+	off      int            // blob bytes consumed
+	expect   *Header        // when set, the header must agree (the pack record)
+	err      error          // first error; later parts are only summed
+	sum      *xxhash.Digest // of blob[0, total-8)
+	tail     []byte         // blob[total-8, total): the checksum written
+	head     []byte         // blob[0, 10+hl+8) gathered until parsed
+	ready    bool           // header parsed
+	h        Header         //
+	payOff   int            // payload offset in the blob
+	payLen   int            // payload length
+	state    []byte         // the decoded state (RawBytes)
+	rawSum   *xxhash.Digest // of state[0, summed)
+	summed   int            // state bytes summed
+	final    int            // state bytes final (copied or decoded): [summed, final) is summed next
+	gather   []byte         // CodecZstdShuffle2: the payload
+	table    []byte         // CodecZstdShuffle2Seg: the table gathered (8 + 8n bytes)
+	n, seg   int            // segment count and size
+	offs     []int          // payload offsets of the frames and the end
+	next     int            // first frame not yet decoded
+	frame    []byte         // bytes of frame next gathered across parts
+	frameBuf *[]byte        // frame's pooled buffer
+	scr      []*[]byte      // pooled buffers lent to straddling frames of this part
+	g        errgroup.Group // decode tasks of the current part
+	wg       sync.WaitGroup // blob checksum task of the current part
+	sumWG    sync.WaitGroup // the state checksum task, which outlives a part's write
+	pre      error          // bad magic or version: reported before the checksum, as Decode does
 	// readNs holds, per readBlock of the parts of at least 64 KiB, the
 	// time the blob checksum took over it, ns per byte (readRate: their
 	// median is the read cost).
 	readNs []float64
+	// alloc gives the buffers of the state and of a lossy pack's
+	// dequantized state (n bytes, each written in full before use).
+	alloc func(n int) []byte
 }
 
 // readBlock is the block of a part that one read-cost sample times: small
