@@ -426,15 +426,21 @@ func Decode(blob []byte) (Header, []byte, error) {
 // exact pack, else Dequantize(raw), which must be h.StateBytes long.
 // Errors wrap ErrCorrupt.
 func dequantize(h Header, raw []byte) (Header, []byte, error) {
+	return dequantizeWith(h, raw, func(n int) []byte { return make([]byte, n) })
+}
+
+// dequantizeWith is dequantize with the dequantized state in alloc(n).
+func dequantizeWith(h Header, raw []byte, alloc func(n int) []byte) (Header, []byte, error) {
 	if h.Lossy == nil {
 		return h, raw, nil
 	}
-	state, err := Dequantize(raw)
+	if int64(len(raw)) < 12 || int64(binary.LittleEndian.Uint64(raw[4:])) != h.StateBytes {
+		// checked before dequantizeTo allocates the state
+		return h, nil, fmt.Errorf("%w: lossy state length does not match the header's %d bytes", ErrCorrupt, h.StateBytes)
+	}
+	state, err := dequantizeTo(raw, alloc)
 	if err != nil {
 		return h, nil, err
-	}
-	if int64(len(state)) != h.StateBytes {
-		return h, nil, fmt.Errorf("%w: lossy state of %d bytes, header says %d", ErrCorrupt, len(state), h.StateBytes)
 	}
 	return h, state, nil
 }

@@ -34,7 +34,9 @@ const (
 
 // Options configure a Cache. Zero means the default given.
 type Options struct {
-	// RAMBytes bounds the decompressed states kept in RAM (LRU). Default 1 GiB.
+	// RAMBytes bounds the decompressed states kept in RAM (LRU), bytes,
+	// and, apart from them, the state buffers Restore keeps for its next
+	// read from Badger (stateBufs). Default 1 GiB.
 	RAMBytes int64
 	// Logger receives warnings about refused or dropped packs; nil discards.
 	Logger *slog.Logger
@@ -121,6 +123,8 @@ type Cache struct {
 	ramBytes int64
 	closed   bool
 
+	bufs stateBufs // restores' state buffers, kept for the next restore from Badger
+
 	damaged atomic.Int64 // packs deleted because their bytes failed (Damaged)
 	reads   readRate     // measured read cost of stored blobs (costRule)
 	keepRaw rawRule      // Put's choice of raw over compressed: costRule (benchmarks may set sizeRule)
@@ -148,7 +152,8 @@ func Open(db *datadir.DB, opts Options) (*Cache, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	c := &Cache{db: db, opts: opts, log: log, packs: map[string]*packRecord{},
-		chain: map[string][]string{}, lru: list.New(), ram: map[string]*list.Element{}, maxRemote: opts.SharedMaxRemote}
+		chain: map[string][]string{}, lru: list.New(), ram: map[string]*list.Element{}, maxRemote: opts.SharedMaxRemote,
+		bufs: stateBufs{limit: opts.RAMBytes}}
 	c.keepRaw = c.costRule
 	if opts.Shared != nil {
 		var err error
@@ -204,7 +209,8 @@ func Open(db *datadir.DB, opts Options) (*Cache, error) {
 	return c, nil
 }
 
-// Close drops the RAM cache. The Badger DB is owned by the caller. Idempotent.
+// Close drops the RAM cache and the restore buffers. The Badger DB is
+// owned by the caller. Idempotent.
 func (c *Cache) Close() error {
 	if c.shared != nil {
 		c.shared.cancel()
@@ -215,6 +221,7 @@ func (c *Cache) Close() error {
 	c.lru.Init()
 	c.ram = map[string]*list.Element{}
 	c.ramBytes = 0
+	c.bufs.drop()
 	return nil
 }
 
@@ -524,10 +531,15 @@ func (c *Cache) Blob(id string) ([]byte, error) {
 
 // readState reads a pack's blob from Badger and decodes it chunk by chunk
 // as Badger lends each value (partsDecoder): no copy of the blob is made.
+// alloc, when not nil, gives the buffers of the state (partsDecoder.alloc).
 // Errors wrap ErrCorrupt or ErrVersion for bad bytes, else are I/O.
-func (c *Cache) readState(rec *packRecord) (h Header, state []byte, err error) {
+func (c *Cache) readState(rec *packRecord, alloc func(n int) []byte) (h Header, state []byte, err error) {
 	err = c.db.View(func(txn *bg.Txn) error {
 		d := newPartsDecoder(int(rec.BlobBytes), &rec.Header)
+		defer d.wait() // on every return: the state may go back to stateBufs
+		if alloc != nil {
+			d.alloc = alloc
+		}
 		for i := 0; i < rec.Chunks; i++ {
 			item, err := txn.Get(chunkKey(rec.ID, i))
 			if errors.Is(err, bg.ErrKeyNotFound) {
@@ -578,12 +590,11 @@ func (c *Cache) State(id string) (h Header, state []byte, fromRAM bool, err erro
 		if h, state, err = Decode(blob); err != nil {
 			return h, nil, false, err
 		}
-	} else if h, state, err = c.readState(rec); err != nil {
+	} else if h, state, err = c.readState(rec, nil); err != nil {
 		return h, nil, false, err
 	}
-	if h.TokensHash != rec.Header.TokensHash || h.KV != rec.Header.KV || h.AdapterKey != rec.Header.AdapterKey || h.Scope != rec.Header.Scope ||
-		!lossyEq(h.Lossy, rec.Header.Lossy) {
-		return h, nil, false, fmt.Errorf("%w: blob header does not match its pack record", ErrCorrupt)
+	if err := matchRecord(h, rec); err != nil {
+		return h, nil, false, err
 	}
 	c.mu.Lock()
 	if c.packs[id] != nil {
@@ -593,13 +604,65 @@ func (c *Cache) State(id string) (h Header, state []byte, fromRAM bool, err erro
 	return h, state, false, nil
 }
 
+// matchRecord checks that h, a blob's header, is the one of its pack
+// record rec. Errors wrap ErrCorrupt.
+func matchRecord(h Header, rec *packRecord) error {
+	if h.TokensHash != rec.Header.TokensHash || h.KV != rec.Header.KV || h.AdapterKey != rec.Header.AdapterKey || h.Scope != rec.Header.Scope ||
+		!lossyEq(h.Lossy, rec.Header.Lossy) {
+		return fmt.Errorf("%w: blob header does not match its pack record", ErrCorrupt)
+	}
+	return nil
+}
+
+// restoreState is State for Restore: a state in RAM is returned as State
+// returns it; one read from Badger is decoded into buffers the cache keeps
+// for reuse (stateBufs), which release gives back once the state has been
+// restored, and is not cached in RAM (a fresh copy would cost its page
+// faults on the request path; the page cache keeps the blob). A remote
+// pack goes through State. release is never nil.
+func (c *Cache) restoreState(id string) (h Header, state []byte, fromRAM bool, release func(), err error) {
+	release = func() {}
+	c.mu.Lock()
+	rec := c.packs[id]
+	if rec == nil {
+		c.mu.Unlock()
+		return h, nil, false, release, ErrNotFound
+	}
+	_, inRAM := c.ram[id]
+	c.mu.Unlock()
+	if inRAM || rec.remote {
+		h, state, fromRAM, err = c.State(id)
+		return h, state, fromRAM, release, err
+	}
+	var held [][]byte
+	alloc := func(n int) []byte {
+		b := c.bufs.take(n)
+		held = append(held, b)
+		return b
+	}
+	release = func() {
+		for _, b := range held {
+			c.bufs.give(b)
+		}
+		held = nil
+	}
+	if h, state, err = c.readState(rec, alloc); err == nil {
+		err = matchRecord(h, rec)
+	}
+	if err != nil {
+		return h, nil, false, release, err
+	}
+	return h, state, false, release, nil
+}
+
 // Damaged returns how many packs were deleted since Open because their
 // stored bytes failed (ErrCorrupt: a checksum, framing, or a chunk that
 // does not read back), by Restore or by Check with repair. Each was
 // logged at level Warn with its id.
 func (c *Cache) Damaged() int64 { return c.damaged.Load() }
 
-// DropRAM evicts every decompressed state from RAM (tests, memory pressure).
+// DropRAM evicts every decompressed state from RAM (tests, memory
+// pressure). The buffers restores decode into, which hold no pack, stay.
 func (c *Cache) DropRAM() {
 	c.mu.Lock()
 	defer c.mu.Unlock()

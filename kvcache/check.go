@@ -57,7 +57,7 @@ func (c *Cache) Check(ctx context.Context, drop bool) ([]PackDamage, error) {
 		if err := ctx.Err(); err != nil {
 			return out, err
 		}
-		h, _, err := c.readState(rec)
+		h, _, err := c.readState(rec, nil)
 		if err == nil && (h.TokensHash != rec.Header.TokensHash || h.KV != rec.Header.KV) {
 			err = fmt.Errorf("%w: blob header does not match its pack record", ErrCorrupt)
 		}

@@ -9,7 +9,11 @@
 // (or the state itself, when Put measures that reading it raw costs less
 // than reading the compressed payload and decoding it), and a checksum.
 // Blobs persist in Badger (keys under "k/") and are cached decompressed in
-// a RAM LRU bounded in bytes. A lossy pack (Header.Lossy, set by the caller
+// a RAM LRU bounded in bytes. Restore decodes a pack that is not in RAM
+// straight from the Badger values into state buffers the cache keeps for
+// the next such restore (at most two, together at most Options.RAMBytes)
+// and does not cache it in RAM: a fresh buffer would cost its page faults
+// on the request path, and the page cache holds the blob. A lossy pack (Header.Lossy, set by the caller
 // where the calibration gate of package kvgate allows it) is a format
 // version 2 blob whose payload is Quantize's stream; it is dequantized on
 // decode, so the RAM LRU and every restore hold the f16 state. Exact packs

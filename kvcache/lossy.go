@@ -4,6 +4,9 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	goruntime "runtime"
+
+	"golang.org/x/sync/errgroup"
 
 	"github.com/memosrt/memosrt/internal/half"
 	"github.com/memosrt/memosrt/runtime"
@@ -207,6 +210,14 @@ func packCodes(q, codes []byte, bits int) []byte {
 // V values are min + code × step, everything else as it was. Errors wrap
 // ErrCorrupt for a stream that does not describe a state.
 func Dequantize(q []byte) ([]byte, error) {
+	return dequantizeTo(q, func(n int) []byte { return make([]byte, n) })
+}
+
+// dequantizeTo is Dequantize into alloc(n), a buffer of the state's n
+// bytes (its contents undefined: every byte is written), asked for only
+// once the stream's sizes check out. The regions (one per layer's K or V
+// block) decode on every core at once.
+func dequantizeTo(q []byte, alloc func(n int) []byte) ([]byte, error) {
 	bad := func(what string) ([]byte, error) { return nil, fmt.Errorf("%w: lossy stream: %s", ErrCorrupt, what) }
 	if len(q) < 16 {
 		return bad("short header")
@@ -236,38 +247,74 @@ func Dequantize(q []byte) ([]byte, error) {
 		at = r.off + 2*r.rows*r.cols
 		rs[i] = r
 	}
-	state := make([]byte, size)
-	at = 0
-	for _, r := range rs { // the bytes between regions
-		n := r.off - at
-		if len(q)-p < n {
-			return bad("truncated")
-		}
-		copy(state[at:], q[p:p+n])
-		p += n
-		at = r.off + 2*r.rows*r.cols
-	}
-	if n := int(size) - at; len(q)-p < n {
-		return bad("truncated")
-	} else {
-		copy(state[at:], q[p:p+n])
-		p += n
-	}
+	// the bytes between regions, then each region's codes: check that the
+	// stream holds exactly them before writing anything
+	plain := int(size)
 	for _, r := range rs {
+		plain -= 2 * r.rows * r.cols
+	}
+	if len(q)-p < plain {
+		return bad("truncated")
+	}
+	src := make([]int, len(rs)+1) // stream offset of each region's codes, and the end
+	src[0] = p + plain
+	for i, r := range rs {
 		g := kg
 		if r.axis == 1 {
 			g = vg
 		}
-		n, ok := decodeRegion(state[r.off:r.off+2*r.rows*r.cols], q[p:], r, g, bits)
-		if !ok {
+		n, ok := regionCodeBytes(r, g, bits)
+		if !ok || n > len(q)-src[i] {
 			return bad("truncated codes")
 		}
-		p += n
+		src[i+1] = src[i] + n
 	}
-	if p != len(q) {
+	if src[len(rs)] != len(q) {
 		return bad("trailing bytes")
 	}
+	state := alloc(int(size))
+	at = 0
+	for _, r := range rs {
+		n := r.off - at
+		copy(state[at:], q[p:p+n])
+		p += n
+		at = r.off + 2*r.rows*r.cols
+	}
+	copy(state[at:], q[p:p+int(size)-at])
+	var g errgroup.Group
+	g.SetLimit(goruntime.GOMAXPROCS(0))
+	for i, r := range rs {
+		gs := kg
+		if r.axis == 1 {
+			gs = vg
+		}
+		g.Go(func() error {
+			decodeRegion(state[r.off:r.off+2*r.rows*r.cols], q[src[i]:src[i+1]], r, gs, bits)
+			return nil
+		})
+	}
+	g.Wait()
 	return state, nil
+}
+
+// regionCodeBytes is the length of region r's codes in a stream of bits
+// per value and groups of g: per line (column for axis 0, row for axis
+// 1) and group, an f16 minimum and step and the packed codes. ok is false
+// when the length does not fit an int.
+func regionCodeBytes(r region, g, bits int) (int, bool) {
+	per := 8 / bits
+	lines, along := r.cols, r.rows
+	if r.axis == 1 {
+		lines, along = r.rows, r.cols
+	}
+	lineBytes := 0
+	for i0 := 0; i0 < along; i0 += g {
+		lineBytes += 4 + (min(g, along-i0)+per-1)/per
+	}
+	if lineBytes > 0 && lines > MaxRawBytes/lineBytes {
+		return 0, false
+	}
+	return lines * lineBytes, true
 }
 
 // decodeRegion writes region r's values into data (2×rows×cols bytes)
@@ -309,8 +356,17 @@ func decodeRegion(data, src []byte, r region, g, bits int) (used int, ok bool) {
 			o := first(line, i0)
 			switch bits {
 			case 8:
+				// halfBits inlined (a call per value costs more than the
+				// conversion): the same bits
 				for _, b := range codes {
-					binary.LittleEndian.PutUint16(data[o:], halfBits(lo+float32(b)*step))
+					f := lo + float32(b)*step
+					u := math.Float32bits(f)
+					a := u & 0x7fffffff
+					h := uint16(u>>16)&0x8000 | uint16((a-0x38000000+0xfff+((a>>13)&1))>>13)
+					if a-0x38800000 >= 0x477ff000-0x38800000 {
+						h = half.Bits(f)
+					}
+					binary.LittleEndian.PutUint16(data[o:], h)
 					o += d
 				}
 			case 4:

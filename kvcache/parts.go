@@ -16,10 +16,10 @@ import (
 // Badger lends it) without joining them first: the payload is copied
 // (CodecRaw) or its zstd segments decoded (CodecZstdShuffle2Seg) from each
 // part straight into the state, on every core, while the blob checksum
-// runs over the part and the state checksum over what earlier parts
-// completed. Against Decode this saves a copy of the blob (and the memory
-// to hold it) and the serial phases (copy, blob checksum, state checksum)
-// one after the other.
+// runs over the part, and the state checksum over what the part completed
+// while Badger reads the next part. Against Decode this saves a copy of
+// the blob (and the memory to hold it) and the serial phases (copy, blob
+// checksum, state checksum) one after the other.
 //
 // It accepts exactly the blobs Decode accepts, with the same states, and
 // refuses the rest with ErrCorrupt or ErrVersion (FuzzDecode,
@@ -53,12 +53,16 @@ type partsDecoder struct {
 	frameBuf *[]byte        // frame's pooled buffer
 	scr      []*[]byte      // pooled buffers lent to straddling frames of this part
 	g        errgroup.Group // decode tasks of the current part
-	wg       sync.WaitGroup // checksum tasks of the current part
+	wg       sync.WaitGroup // blob checksum task of the current part
+	sumWG    sync.WaitGroup // the state checksum task, which outlives a part's write
 	pre      error          // bad magic or version: reported before the checksum, as Decode does
 	// readNs holds, per readBlock of the parts of at least 64 KiB, the
 	// time the blob checksum took over it, ns per byte (readRate: their
 	// median is the read cost).
 	readNs []float64
+	// alloc gives the buffers of the state and of a lossy pack's
+	// dequantized state (n bytes, each written in full before use).
+	alloc func(n int) []byte
 }
 
 // readBlock is the block of a part that one read-cost sample times: small
@@ -72,7 +76,7 @@ const readBlock = 1 << 20
 // and identity, so one damaged header cannot make a read allocate up to
 // MaxRawBytes before the blob checksum fails.
 func newPartsDecoder(total int, expect *Header) *partsDecoder {
-	p := &partsDecoder{total: total, expect: expect, sum: xxhash.New(), rawSum: xxhash.New()}
+	p := &partsDecoder{total: total, expect: expect, sum: xxhash.New(), rawSum: xxhash.New(), alloc: func(n int) []byte { return make([]byte, n) }}
 	if total < 4+2+4+8+8 {
 		p.err = fmt.Errorf("%w: bad magic or %d bytes", ErrCorrupt, total)
 	}
@@ -116,13 +120,6 @@ func (p *partsDecoder) write(v []byte) error {
 			}
 		}()
 	}
-	if p.err == nil && p.summed < p.final {
-		// the state completed by earlier parts, summed alongside this one
-		s := p.state[p.summed:p.final]
-		p.summed = p.final
-		p.wg.Add(1)
-		go func() { defer p.wg.Done(); p.rawSum.Write(s) }()
-	}
 	if p.err == nil && !p.ready {
 		p.readHead(body)
 	}
@@ -140,8 +137,22 @@ func (p *partsDecoder) write(v []byte) error {
 		putScratch(b)
 	}
 	p.scr = p.scr[:0]
+	if p.err == nil && p.summed < p.final {
+		// the state this part completed is summed while Badger reads (and
+		// checks) the next part, one range after the other
+		s := p.state[p.summed:p.final]
+		p.summed = p.final
+		p.sumWG.Wait()
+		p.sumWG.Add(1)
+		go func() { defer p.sumWG.Done(); p.rawSum.Write(s) }()
+	}
 	return nil
 }
+
+// wait waits for the state checksum of the parts written so far; after
+// it the state is no longer read. finish calls it; a reader that stops
+// before finish calls it before the state's buffer is reused.
+func (p *partsDecoder) wait() { p.sumWG.Wait() }
 
 // readHead gathers and parses magic, version, header and payload length
 // from body, the part's bytes before the checksum.
@@ -193,7 +204,7 @@ func (p *partsDecoder) parse() {
 	p.h, p.ready = h, true
 	switch h.Codec {
 	case CodecRaw:
-		p.state = make([]byte, h.RawBytes)
+		p.state = p.alloc(int(h.RawBytes))
 	case CodecZstdShuffle2:
 		p.gather = make([]byte, 0, p.payLen)
 	}
@@ -244,7 +255,7 @@ func (p *partsDecoder) segPart(pv []byte, po int) {
 					return
 				}
 				p.offs = offs
-				p.state = make([]byte, p.h.RawBytes)
+				p.state = p.alloc(int(p.h.RawBytes))
 			}
 		}
 	}
@@ -279,6 +290,7 @@ func (p *partsDecoder) segPart(pv []byte, po int) {
 // finish checks the blob checksum, then whatever else failed, and returns
 // the header and state.
 func (p *partsDecoder) finish() (Header, []byte, error) {
+	p.wait()
 	if p.off != p.total {
 		return p.h, nil, fmt.Errorf("%w: %d of %d bytes", ErrCorrupt, p.off, p.total)
 	}
@@ -305,7 +317,8 @@ func (p *partsDecoder) finish() (Header, []byte, error) {
 		if int64(len(raw)) != h.RawBytes {
 			return h, nil, fmt.Errorf("%w: %d raw bytes, header says %d", ErrCorrupt, len(raw), h.RawBytes)
 		}
-		p.state = unshuffle2(raw)
+		p.state = p.alloc(len(raw))
+		unshuffle2Into(p.state, raw)
 		p.final = len(p.state)
 	case CodecZstdShuffle2Seg:
 		if p.next != p.n {
@@ -319,12 +332,13 @@ func (p *partsDecoder) finish() (Header, []byte, error) {
 	if p.rawSum.Sum64() != h.RawXXHash {
 		return h, nil, fmt.Errorf("%w: raw state checksum", ErrCorrupt)
 	}
-	return dequantize(h, p.state)
+	return dequantizeWith(h, p.state, p.alloc)
 }
 
 // decodeParts decodes a blob of total bytes given as parts (tests).
 func decodeParts(parts [][]byte, total int, expect *Header) (Header, []byte, error) {
 	p := newPartsDecoder(total, expect)
+	defer p.wait()
 	for _, v := range parts {
 		if err := p.write(v); err != nil {
 			return Header{}, nil, err

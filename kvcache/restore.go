@@ -49,7 +49,8 @@ func (c *Cache) Restore(ctx context.Context, eng *runtime.Engine, seq int, toks 
 		r.Duration = time.Since(start)
 		return r, err
 	}
-	h, state, fromRAM, err := c.State(m.ID)
+	h, state, fromRAM, release, err := c.restoreState(m.ID)
+	defer release() // after RestoreSeq: llama.cpp has copied the state
 	if errors.Is(err, ErrNotFound) {
 		// deleted meanwhile, or a shared pack whose blob was evicted: a miss
 		err := eng.ClearSeq(seq)
