@@ -289,8 +289,7 @@ demo-arm64: arm64
 # The soak: a real `memosrt serve` on stories260K under 16 concurrent
 # clients for SOAK (SOAK_KILL=1 or SOAK >= 10m: a SIGKILL and restart every
 # minute). SOAK_DUMP=FILE writes the server's goroutine dump (SIGQUIT) at
-# the first unanswered request; SOAK_PPROF=DIR saves a heap profile every
-# 30 s and one after a GC at each new peak of the live heap.
+# the first unanswered request.
 SOAK ?= 3m
 soak: links
 	SOAK=$(SOAK) $(GO) test -count=1 -v -timeout 60m -run TestSoak ./bench/soak

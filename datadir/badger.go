@@ -118,21 +118,9 @@ type DB struct {
 	lastFull  int64
 }
 
-// blockCacheBytes is the size of Badger's block cache, bytes: decrypted
-// LSM table blocks of an encrypted directory, on the Go heap (blocks of
-// an unencrypted one, stored uncompressed, are read in place from the
-// mapped table file and cost the heap nothing).
+// blockCacheBytes is the size of Badger's block cache (decompressed LSM
+// table blocks, on the Go heap), bytes.
 const blockCacheBytes = 32 << 20
-
-// numMemtables is how many full memtables may wait for their flush
-// (Badger's NumMemtables; its default 5). Badger allocates each memtable's
-// arena whole on the Go heap (the memtable size, its largest transaction
-// of 15% and that transaction's skiplist nodes: arenaSize in
-// github.com/dgraph-io/badger/v4 db.go, 20.8 MiB for 16 MiB), and holds the
-// one written, the ones waiting and the one being flushed: with 1, at most
-// three arenas (62.4 MiB for the 16 MiB memtable) and three memtable logs
-// on disk; writes wait for the flush beyond that.
-const numMemtables = 1
 
 // Open opens (creating if needed) the database in opts.Dir. The memtable
 // is 16 MiB, less on a filesystem under 512 MiB (1/32 of its size rounded
@@ -189,15 +177,6 @@ func Open(opts Options) (*DB, error) {
 		WithMemTableSize(memSize).
 		WithValueThreshold(valueThreshold(memSize)).
 		WithNumCompactors(2).
-		WithNumMemtables(numMemtables).
-		// packs are zstd-compressed before they are stored (kvcache) and
-		// memories are short: Snappy over the tables gained little disk
-		// and cost the heap most: the table a memtable flush builds kept
-		// both block copies in buffers doubling from 4 MiB (124 MiB for a
-		// 16 MiB memtable of packs, a heap profile of make soak). Tables
-		// written before keep their Snappy blocks (the manifest records
-		// each table's compression).
-		WithCompression(options.None).
 		// a flushed memtable is compacted at once (Badger: at 5 tables),
 		// so that the deletes it holds are counted for the value-log GC
 		WithNumLevelZeroTables(1).

@@ -187,19 +187,11 @@ func (d *DB) VerifyTables() ([]TableDamage, error) {
 	if d.dir == "" || len(d.db.Opts().EncryptionKey) > 0 {
 		return nil, nil
 	}
-	comp, err := tableCompression(d.dir, d.db.Opts())
-	if err != nil {
-		return nil, fmt.Errorf("badger: verify tables: %w", err)
-	}
 	var out []TableDamage
 	for _, ti := range d.db.Tables() {
 		name := fmt.Sprintf("%06d.sst", ti.ID)
 		td := TableDamage{File: name, Level: ti.Level, From: y.ParseKey(ti.Left), Through: y.ParseKey(ti.Right), Want: int(ti.KeyCount)}
-		c, ok := comp[ti.ID]
-		if !ok {
-			c = d.db.Opts().Compression // written since the manifest was read
-		}
-		n, last, err := readTable(filepath.Join(d.dir, name), c)
+		n, last, err := readTable(filepath.Join(d.dir, name))
 		if errors.Is(err, errEncrypted) {
 			continue
 		}
@@ -242,32 +234,10 @@ func (d *DB) checkTables(log *slog.Logger) bool {
 
 var errEncrypted = errors.New("badger: encrypted table")
 
-// tableCompression maps each table the manifest in dir lists (read as the
-// DB opened with opt reads it) to the compression its blocks were written
-// with (Snappy before Open turned
-// compression off, none since). Errors are I/O errors and a manifest
-// Badger's own replay refuses.
-func tableCompression(dir string, opt bg.Options) (map[uint64]options.CompressionType, error) {
-	f, err := os.Open(filepath.Join(dir, bg.ManifestFilename))
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	m, _, err := bg.ReplayManifestFile(f, opt.ExternalMagicVersion, opt)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", bg.ManifestFilename, err)
-	}
-	out := make(map[uint64]options.CompressionType, len(m.Tables))
-	for id, tm := range m.Tables {
-		out[id] = tm.Compression
-	}
-	return out, nil
-}
-
 // readTable opens the SST at path read-only and iterates its keys,
 // returning how many read back, the last one (without version) and the
 // error that stopped the open, if any.
-func readTable(path string, comp options.CompressionType) (n int, last []byte, err error) {
+func readTable(path string) (n int, last []byte, err error) {
 	defer func() {
 		// Badger's table code indexes damaged bytes without bounds
 		// checks (flatbuffers offsets of a damaged index): a damaged
@@ -282,7 +252,7 @@ func readTable(path string, comp options.CompressionType) (n int, last []byte, e
 	}
 	t, err := table.OpenTable(mf, table.Options{
 		ChkMode:     options.OnBlockRead,
-		Compression: comp,
+		Compression: options.Snappy, // bg.DefaultOptions, as Open uses
 		BlockSize:   4 << 10,
 	})
 	if err != nil {

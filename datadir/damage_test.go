@@ -10,7 +10,6 @@ import (
 	"testing"
 
 	bg "github.com/dgraph-io/badger/v4"
-	"github.com/dgraph-io/badger/v4/options"
 )
 
 // newestVlogWith returns the path of the newest value-log file of dir
@@ -199,93 +198,4 @@ func TestVerifyTables(t *testing.T) {
 		t.Fatalf("VerifyTables = %+v, want %s: 2000 keys, fewer read back, damage after a key of carol's through t/carol/m/1999", td, filepath.Base(ssts[0]))
 	}
 	t.Logf("%s: %d of %d keys read back, damage in (%s, %s]", td[0].File, td[0].Keys, td[0].Want, td[0].After, td[0].Through)
-}
-
-// A directory whose tables were written with Snappy (Badger's default,
-// which Open used before it turned compression off) opens and verifies
-// intact, its keys read back, and tables of both kinds verify side by
-// side; the new table's blocks are stored as written (its text is in the
-// file), the old one's are not.
-func TestVerifyTablesSnappy(t *testing.T) {
-	dir := t.TempDir()
-	old, err := bg.Open(bg.DefaultOptions(dir).WithCompression(options.Snappy).WithLogger(nil).WithSyncWrites(false))
-	if err != nil {
-		t.Fatal(err)
-	}
-	set := func(db *bg.DB, who string) {
-		t.Helper()
-		if err := db.Update(func(tx *bg.Txn) error {
-			for i := range 500 {
-				if err := tx.Set(fmt.Appendf(nil, "t/%s/m/%04d", who, i), fmt.Appendf(nil, "%s's memory number %d: %s", who, i, bytes.Repeat([]byte(who), 8))); err != nil {
-					return err
-				}
-			}
-			return nil
-		}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	set(old, "carol")
-	if err := old.Close(); err != nil { // flushes the memtable to a Snappy SST
-		t.Fatal(err)
-	}
-	d, err := Open(Options{Dir: dir, NoSync: true, NoCompactOnOpen: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	set(d.Badger(), "alice")
-	if err := d.Close(); err != nil { // a second SST, uncompressed
-		t.Fatal(err)
-	}
-	if d, err = Open(Options{Dir: dir, ReadOnly: true}); err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
-	comp, err := tableCompression(dir, d.Badger().Opts())
-	if err != nil {
-		t.Fatal(err)
-	}
-	var kinds []options.CompressionType
-	for _, ti := range d.Badger().Tables() {
-		kinds = append(kinds, comp[ti.ID])
-	}
-	slices.Sort(kinds)
-	if !slices.Equal(kinds, []options.CompressionType{options.None, options.Snappy}) {
-		t.Fatalf("tables' compression %v, want one None and one Snappy", kinds)
-	}
-	if td, err := d.VerifyTables(); err != nil || len(td) != 0 {
-		t.Fatalf("VerifyTables: %+v, %v; want both tables intact", td, err)
-	}
-	for _, k := range []string{"t/carol/m/0499", "t/alice/m/0000"} {
-		if err := d.Badger().View(func(tx *bg.Txn) error {
-			it, err := tx.Get([]byte(k))
-			if err != nil {
-				return err
-			}
-			v, err := it.ValueCopy(nil)
-			if err == nil && !bytes.HasPrefix(v, []byte(k[2:7])) {
-				err = fmt.Errorf("value %q", v)
-			}
-			return err
-		}); err != nil {
-			t.Fatalf("%s: %v", k, err)
-		}
-	}
-	ssts, _ := filepath.Glob(filepath.Join(dir, "*.sst"))
-	plain := 0
-	for _, p := range ssts {
-		data, err := os.ReadFile(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if bytes.Contains(data, bytes.Repeat([]byte("alice"), 8)) {
-			plain++
-		}
-		if bytes.Contains(data, bytes.Repeat([]byte("carol"), 8)) {
-			t.Errorf("%s holds carol's values uncompressed", filepath.Base(p))
-		}
-	}
-	if plain != 1 {
-		t.Errorf("%d SSTs hold alice's values as written, want 1", plain)
-	}
 }

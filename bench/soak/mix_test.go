@@ -48,32 +48,16 @@ const (
 	convDefault = 256 << 20
 	kvDefault   = 256 << 20
 	ramDefault  = 128 << 20
-	// memtableMiB is the memtable datadir.Open picks on a filesystem of
-	// 512 MiB or more
-	memtableMiB = 16
-	// badgerSlack: three memtable logs (3 x 16 MiB: the one written, one
-	// waiting and one being flushed, NumMemtables 1), three value-log files
+	// badgerSlack: two memtable logs (2 x 16 MiB), three value-log files
 	// (3 x 64 MiB: the one written, one being rewritten, one not yet
 	// reclaimed), level 0 (a 16 MiB memtable flush and the 16 MiB of filler
 	// Reclaim writes to flush one) and the rest of the LSM tree (10 MiB)
-	badgerSlack = (3*memtableMiB + 3*64 + 2*memtableMiB + 10) << 20
+	badgerSlack = (2*16 + 3*64 + 2*16 + 10) << 20
 	diskBound   = convDefault + kvDefault + badgerSlack
-	// heapBase, the live heap besides the RAM level: the pack codec's zstd
-	// encoders (2 x 16 MiB windows); Badger's memtable arenas (three: the
-	// one written, one waiting, one being flushed, NumMemtables 1), each
-	// the memtable, its largest transaction (15%) and that transaction's
-	// skiplist nodes (arenaSize in badger db.go); Badger's table builders,
-	// whose buffers it pools (eight) without shrinking them, each up to
-	// the 4+8+16+32 MiB a memtable flush takes (a 4 KiB block taking a
-	// large value is allocated three times: 3 x 18.4 MiB); the rest
-	// (indexes, requests in flight), measured at 21 MiB
-	zstdWindows  = 2 * 16 << 20
-	arenas       = 3 * 21810342
-	flushBuilder = (4 + 8 + 16 + 32) << 20
-	builders     = 8 * flushBuilder
-	heapRest     = 32 << 20
-	heapBase     = zstdWindows + arenas + builders + heapRest
-	heapBound    = ramDefault + heapBase
+	// heapBase: zstd encoders (2 x 16 MiB windows), Badger's block cache
+	// (32 MiB) and up to two 16 MiB memtables, the indexes and buffers
+	heapBase  = 128 << 20
+	heapBound = ramDefault + heapBase
 	// rssBase: the model, its KV cache and the C heap (stories260K)
 	rssBase  = 128 << 20
 	rssBound = 2*heapBound + diskBound + rssBase
@@ -231,7 +215,7 @@ func TestMix(t *testing.T) {
 		fmt.Printf("mix t=%4.0fs requests %6.0f disk %7.1f MiB (packs %6.1f) rss %7.1f MiB heap live %6.1f MiB (RAM level %6.1f) goroutines %3.0f conv evicted %5.0f\n",
 			g.at.Seconds(), g.requests, g.disk/(1<<20), g.packs/(1<<20), g.rss/(1<<20), g.heap/(1<<20), g.ram/(1<<20), g.goroutn, g.conv)
 		if pprofDir != "" {
-			saveProfile(pprofBase+"/debug/pprof/heap", filepath.Join(pprofDir, fmt.Sprintf("heap-%04.0f.pb.gz", g.at.Seconds())))
+			saveProfile(pprofBase, filepath.Join(pprofDir, fmt.Sprintf("heap-%04.0f.pb.gz", g.at.Seconds())))
 		}
 	}
 	read()
@@ -309,10 +293,10 @@ func post(url string, body any) int {
 	return resp.StatusCode
 }
 
-// saveProfile writes the profile at url (serve --pprof-addr, e.g.
-// /debug/pprof/heap) to file; nothing when the server does not serve one.
-func saveProfile(url, file string) {
-	resp, err := http.Get(url)
+// saveProfile writes the server's heap profile (serve --debug-pprof) to
+// file; nothing when the server does not serve one.
+func saveProfile(base, file string) {
+	resp, err := http.Get(base + "/debug/pprof/heap")
 	if err != nil {
 		return
 	}
