@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# memosrt against the llama.cpp a user would install (issue 32): a release
+# memosrt against the llama.cpp a user would install: a release
 # of llama.cpp built with CMake from nothing, then both run alternately,
 # A B A B, on the same models, threads and token counts.
 #
