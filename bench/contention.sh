@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Decode under CPU contention (issue 12): memosrt's engine against
+# Decode under CPU contention: memosrt's engine against
 # llama.cpp's own decode loop built from the same sources, once with ggml's
 # threadpool (memosrt's build) and once with OpenMP (llama-bench's default),
 # side by side under the same busy processes, default threads everywhere.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Per-token cost of the `memosrt run` process (issue 12): the CLI as a user
+# Per-token cost of the `memosrt run` process: the CLI as a user
 # runs it, against llama.cpp's raw decode loop built from the same sources
 # (BenchmarkDecodeBatch, 1 sequence, no sampling), each a fresh process,
 # alternated A B A B on a quiet machine, default threads on both sides.
