@@ -356,14 +356,10 @@ func decodeRegion(data, src []byte, r region, g, bits int) (used int, ok bool) {
 			o := first(line, i0)
 			switch bits {
 			case 8:
-				// halfBits inlined (a call per value costs more than the
-				// conversion): the same bits
 				for _, b := range codes {
 					f := lo + float32(b)*step
-					u := math.Float32bits(f)
-					a := u & 0x7fffffff
-					h := uint16(u>>16)&0x8000 | uint16((a-0x38000000+0xfff+((a>>13)&1))>>13)
-					if a-0x38800000 >= 0x477ff000-0x38800000 {
+					h, ok := halfNormal(f) // inlined: a call to halfBits per value costs more than the conversion
+					if !ok {
 						h = half.Bits(f)
 					}
 					binary.LittleEndian.PutUint16(data[o:], h)
@@ -400,30 +396,37 @@ func decodeRegion(data, src []byte, r region, g, bits int) (used int, ok bool) {
 	return p, true
 }
 
-// halfTable sets tab[k] to the f16 bits of lo + k×step, halfBits inlined.
+// halfTable sets tab[k] to the f16 bits of lo + k×step (halfNormal
+// inlined).
 func halfTable(tab []uint16, lo, step float32) {
 	for k := range tab {
 		f := lo + float32(k)*step
-		b := math.Float32bits(f)
-		a := b & 0x7fffffff
-		if a-0x38800000 < 0x477ff000-0x38800000 {
-			tab[k] = uint16(b>>16)&0x8000 | uint16((a-0x38000000+0xfff+((a>>13)&1))>>13)
-			continue
+		h, ok := halfNormal(f)
+		if !ok {
+			h = half.Bits(f)
 		}
-		tab[k] = half.Bits(f)
+		tab[k] = h
 	}
 }
 
-// halfBits is half.Bits with a branch-free path for the normal halves
-// (|f| in [2^-14, 65520)): the exponent is rebiased and the mantissa
-// rounded to nearest even by adding 0xfff plus the kept mantissa's lowest
-// bit before the shift (a carry correctly bumps the exponent). Equal to
-// half.Bits for every float32 (TestHalfBits).
-func halfBits(f float32) uint16 {
+// halfNormal is the branch-free path of halfBits, small enough to inline
+// (halfBits, with its call to half.Bits, is not): for f whose half is
+// normal (|f| in [2^-14, 65520)), ok is true and h the half's bits: the
+// exponent is rebiased and the mantissa rounded to nearest even by adding
+// 0xfff plus the kept mantissa's lowest bit before the shift (a carry
+// correctly bumps the exponent). For any other f, ok is false and h
+// meaningless.
+func halfNormal(f float32) (h uint16, ok bool) {
 	b := math.Float32bits(f)
 	a := b & 0x7fffffff
-	if a-0x38800000 < 0x477ff000-0x38800000 {
-		return uint16(b>>16)&0x8000 | uint16((a-0x38000000+0xfff+((a>>13)&1))>>13)
+	return uint16(b>>16)&0x8000 | uint16((a-0x38000000+0xfff+((a>>13)&1))>>13), a-0x38800000 < 0x477ff000-0x38800000
+}
+
+// halfBits is half.Bits with halfNormal's branch-free path for the normal
+// halves. Equal to half.Bits for every float32 (TestHalfBits).
+func halfBits(f float32) uint16 {
+	if h, ok := halfNormal(f); ok {
+		return h
 	}
 	return half.Bits(f)
 }
