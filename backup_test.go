@@ -77,15 +77,7 @@ func TestBackupRestoreServes(t *testing.T) {
 	if err != nil || t.Failed() {
 		t.Fatal(err)
 	}
-	file := filepath.Join(t.TempDir(), "os.backup")
-	if err := os.WriteFile(file, buf.Bytes(), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	dir := filepath.Join(t.TempDir(), "restored")
-	if _, err := datadir.RestoreBackup(ctx, file, datadir.Options{Dir: dir}); err != nil {
-		t.Fatal(err)
-	}
-	dst := openOS(t, testOptions(t, dir))
+	dst := restoredOS(t, buf.Bytes())
 
 	got := map[string]string{}
 	for _, cube := range []string{"a", "b", "c"} {
@@ -176,15 +168,7 @@ func TestBackupDuringCubeDelete(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	file := filepath.Join(t.TempDir(), "os.backup")
-	if err := os.WriteFile(file, buf.Bytes(), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	dir := filepath.Join(t.TempDir(), "restored")
-	if _, err := datadir.RestoreBackup(ctx, file, datadir.Options{Dir: dir}); err != nil {
-		t.Fatal(err)
-	}
-	dst := openOS(t, testOptions(t, dir))
+	dst := restoredOS(t, buf.Bytes())
 	cubes, err := dst.Cubes(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -219,4 +203,19 @@ func TestBackupDuringCubeDelete(t *testing.T) {
 			t.Errorf("restored pack %.12s of deleted cube a", p.ID)
 		}
 	}
+}
+
+// restoredOS restores backup (a Backup file's bytes) into a new data
+// directory and opens an OS on it.
+func restoredOS(t *testing.T, backup []byte) *OS {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "os.backup")
+	if err := os.WriteFile(file, backup, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "restored")
+	if _, err := datadir.RestoreBackup(context.Background(), file, datadir.Options{Dir: dir}); err != nil {
+		t.Fatal(err)
+	}
+	return openOS(t, testOptions(t, dir))
 }
