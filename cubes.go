@@ -45,10 +45,7 @@ func (o *OS) Cubes(ctx context.Context) ([]Cube, error) {
 // ErrUnknownCube, storage errors (repeat the call: a delete cut short
 // leaves part of the cube).
 func (o *OS) DeleteCube(ctx context.Context, cube string) error {
-	return gate.Do(o.g, ctx, func(ctx context.Context) error {
-		defer o.db.HoldBackup()()
-		return cubeops.Delete(ctx, o.stores(), cube)
-	})
+	return gate.Do(o.g, ctx, func(ctx context.Context) error { return cubeops.Delete(ctx, o.stores(), cube) })
 }
 
 // TextStoreKey is the key to open Options.TextStore with when the data
@@ -66,7 +63,6 @@ func TextStoreKey(encryptionKey []byte) []byte {
 // another.
 func (o *OS) cubeDeletedElsewhere(cube string) {
 	o.background(func() {
-		defer o.db.HoldBackup()()
 		if err := cubeops.Drop(o.g.Base(), o.stores(), cube); err != nil {
 			o.log.Warn("dropping a cube deleted on another node", "cube", cube, "err", err)
 		}
@@ -76,10 +72,7 @@ func (o *OS) cubeDeletedElsewhere(cube string) {
 // resyncCubes runs cubeops.Resync in the background (at Open with a
 // shared text store, and on textmem.Options.OnResync).
 func (o *OS) resyncCubes() {
-	o.background(func() {
-		defer o.db.HoldBackup()()
-		cubeops.Resync(o.g.Base(), o.stores())
-	})
+	o.background(func() { cubeops.Resync(o.g.Base(), o.stores()) })
 }
 
 // background runs f on its own goroutine as in-flight work of the OS

@@ -23,7 +23,8 @@ type (
 // stores are what the OS lends package cubeops.
 func (o *OS) stores() cubeops.Stores {
 	return cubeops.Stores{Mem: o.mem, Cubes: o.cubes, KV: o.kv, Pipeline: o.p, Keys: o.keys, Shared: o.opts.TextStore != nil,
-		Log: o.log, Key: o.opts.EncryptionKey, Now: o.opts.Clock.Now, AfterTextDelete: o.afterTextDelete}
+		Log: o.log, Key: o.opts.EncryptionKey, Now: o.opts.Clock.Now, AfterTextDelete: o.afterTextDelete,
+		DB: o.db}
 }
 
 // ExportCube writes cube as one archive to w: its record, memories in
@@ -45,8 +46,5 @@ func (o *OS) ExportCube(ctx context.Context, cube string, w io.Writer) error {
 // Errors: ErrBadArchive, ErrCubeExists, *FieldError for a bad name,
 // ErrClosed, storage errors.
 func (o *OS) ImportCube(ctx context.Context, r io.Reader, opts ImportOptions) (ImportResult, error) {
-	return gate.Call(o.g, ctx, func(ctx context.Context) (ImportResult, error) {
-		defer o.db.HoldBackup()()
-		return cubeops.Import(ctx, o.stores(), r, opts)
-	})
+	return gate.Call(o.g, ctx, func(ctx context.Context) (ImportResult, error) { return cubeops.Import(ctx, o.stores(), r, opts) })
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/memosrt/memosrt/accesskey"
 	"github.com/memosrt/memosrt/cubearchive"
+	"github.com/memosrt/memosrt/datadir"
 	"github.com/memosrt/memosrt/errkind"
 	"github.com/memosrt/memosrt/kvcache"
 	"github.com/memosrt/memosrt/pipeline"
@@ -36,6 +37,21 @@ type Stores struct {
 	// AfterTextDelete is a hook, a failpoint for tests: it runs in Delete
 	// between the text delete and the rest. nil: none.
 	AfterTextDelete func(cube string)
+	// DB is the data directory: Delete, Drop, Resync and Import, which
+	// commit in several transactions, hold its backups' snapshot off for
+	// their whole run (datadir.DB.HoldBackup), so that a backup holds each
+	// whole or not at all. nil: no hold.
+	DB *datadir.DB
+}
+
+// hold begins o.DB's backup hold and returns its release (a no-op
+// without one). Holds do not nest: an operation here that holds calls
+// only unheld ones (Import deletes through deleteCube, not Delete).
+func (o Stores) hold() (release func()) {
+	if o.DB == nil {
+		return func() {}
+	}
+	return o.DB.HoldBackup()
 }
 
 // Export writes cube as one archive (package cubearchive's layout) to
@@ -104,6 +120,7 @@ type Options struct {
 // cubearchive.ErrBad (wrapping r's error when reading failed), textmem.ErrCubeExists,
 // *FieldError for a bad name, storage errors.
 func Import(ctx context.Context, o Stores, r io.Reader, opts Options) (Result, error) {
+	defer o.hold()()
 	var res Result
 	ar, err := cubearchive.NewReader(r, o.Key)
 	if errors.Is(err, cubearchive.ErrNeedKey) {
@@ -127,7 +144,7 @@ func Import(ctx context.Context, o Stores, r io.Reader, opts Options) (Result, e
 		if !opts.Replace {
 			return res, fmt.Errorf("%w: %q (import with Options.Replace, or under another name with Options.Cube)", textmem.ErrCubeExists, cube)
 		}
-		if err := Delete(ctx, o, cube); err != nil {
+		if err := deleteCube(ctx, o, cube); err != nil {
 			return res, err
 		}
 	}
@@ -143,7 +160,7 @@ func Import(ctx context.Context, o Stores, r io.Reader, opts Options) (Result, e
 		// never leave half a cube: delete it, or, when it is gone already
 		// (deleted on another node meanwhile), the memories stored here
 		bg := context.WithoutCancel(ctx)
-		if err := Delete(bg, o, cube); errors.Is(err, textmem.ErrUnknownCube) {
+		if err := deleteCube(bg, o, cube); errors.Is(err, textmem.ErrUnknownCube) {
 			for id := range imported {
 				_ = o.Mem.Delete(bg, cube, id)
 			}

@@ -15,6 +15,12 @@ import (
 // record. Errors: textmem.ErrUnknownCube, storage errors (repeat the call:
 // a delete cut short leaves part of the cube).
 func Delete(ctx context.Context, o Stores, cube string) error {
+	defer o.hold()()
+	return deleteCube(ctx, o, cube)
+}
+
+// deleteCube is Delete without its hold (Import, which holds, calls it).
+func deleteCube(ctx context.Context, o Stores, cube string) error {
 	if _, err := o.Cubes.Get(ctx, cube); err != nil {
 		return err
 	}
@@ -41,6 +47,7 @@ func Delete(ctx context.Context, o Stores, cube string) error {
 // it, and the access keys' grants on it, but for those on a cube made
 // again under the name since (the shared store has its record now).
 func Drop(ctx context.Context, o Stores, cube string) error {
+	defer o.hold()()
 	var keep time.Time
 	rec, err := o.Cubes.Get(ctx, cube)
 	switch {
@@ -67,6 +74,7 @@ func drop(ctx context.Context, o Stores, cube string, keep time.Time) error {
 // cube made again under the same name since. A store that does not
 // answer leaves the state as it is; failures are logged.
 func Resync(ctx context.Context, o Stores) {
+	defer o.hold()()
 	names, err := o.Keys.Cubes(ctx)
 	if err != nil {
 		o.Log.Warn("resync of cubes: access keys", "err", err)
