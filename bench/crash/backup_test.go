@@ -238,11 +238,6 @@ func backupUnderLoad(t *testing.T, seed uint64, keyFile string) {
 		if at < 0 {
 			t.Errorf("restored cube %s (%d memories, created %v) is none of its client's states from write %d (of %d) on; acknowledged before the backup: %d memories (created %v); the writes after it: %v",
 				w.cube, len(mem), created, before[i]-1, len(h.states)-1, len(h.states[before[i]-1]), h.created[before[i]-1], h.ops[before[i]:])
-			if d := os.Getenv("BK_DEBUG"); d != "" { // DEBUG
-				b, _ := os.ReadFile(file)
-				os.WriteFile(d+".backup", b, 0o600)
-				t.Logf("DEBUG states %v\nbefore-1: %v\nrestored server:\n%s\nserver:\n%s", h.states[before[i]-1], before[i]-1, rp.stderr.String(), p.stderr.String())
-			}
 			continue
 		}
 		t.Logf("cube %s: the copy is the state after write %d (%d acknowledged before the backup, %d in all): %d memories",
