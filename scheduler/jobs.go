@@ -32,7 +32,7 @@ type Job struct {
 	Kind    string    `json:"kind"`
 	Cube    string    `json:"cube"`
 	Memory  string    `json:"memory"`
-	Reason  string    `json:"reason"` // "heat", "cold", "budget", "deleted", "changed"
+	Reason  string    `json:"reason"` // "heat", "cold", "budget", "deleted", "changed", "missing"
 	Heat    float64   `json:"heat"`   // when planned
 	Created time.Time `json:"created"`
 }
@@ -224,8 +224,9 @@ func (t *Tiers) Tick(ctx context.Context) (TickReport, error) {
 // member deleted from the text tier is demoted ("deleted"), an unpinned
 // member below DemoteBelow is demoted ("cold"), a memory of the text tier
 // at or above PromoteAt is promoted ("heat"), and a pack whose members'
-// text changed is recomputed ("changed"). Usage records of memories that
-// no longer exist are dropped.
+// text changed is recomputed ("changed"), as is a pack the state names but
+// the KV cache no longer stores ("missing": deleted as damaged). Usage
+// records of memories that no longer exist are dropped.
 func (t *Tiers) plan(ctx context.Context) ([]Job, error) {
 	cubes, err := t.cubes(ctx)
 	if err != nil {
@@ -309,6 +310,10 @@ func (t *Tiers) plan(ctx context.Context) ([]Job, error) {
 			}
 			if kvcache.PackID(key, p.PackTokens) != st.PackID {
 				jobs = append(jobs, Job{Kind: JobRefresh, Cube: cube, Reason: "changed", Heat: usage[packUse].Heat(t.heat, now), Created: now})
+			} else if _, ok := t.kv.Info(st.PackID); !ok {
+				// named but not stored (deleted as damaged by a restore or a
+				// repair): packs are recomputable, so compute it again
+				jobs = append(jobs, Job{Kind: JobRefresh, Cube: cube, Reason: "missing", Heat: usage[packUse].Heat(t.heat, now), Created: now})
 			}
 		}
 	}
@@ -668,15 +673,21 @@ func (t *Tiers) computePack(ctx context.Context, cube string, toks []int32, wait
 }
 
 // finish commits a job: the new pack state (nil: unchanged), its transition
-// (nil: none) and the job's removal, in one transaction; the replaced pack
-// is marked for deletion in it and deleted after. A non-nil cause is logged.
+// (nil: none) and the job's removal, in one transaction (commitNaming: the
+// pack next names is stored at the commit); the replaced pack is marked for
+// deletion in it and deleted after. A non-nil cause is logged. A pack
+// deleted since it was computed leaves the job pending (ErrDeferred).
 func (t *Tiers) finish(j Job, next *packState, tr *Transition, old *packState, cause ...error) error {
 	for _, c := range cause {
 		if c != nil {
 			t.log.Info("job dropped", "job", j.Seq, "kind", j.Kind, "cube", j.Cube, "memory", j.Memory, "err", c)
 		}
 	}
-	err := t.db.Update(func(txn *bg.Txn) error {
+	id := ""
+	if next != nil {
+		id = next.PackID
+	}
+	err := t.commitNaming(id, func(txn *bg.Txn) error {
 		if next != nil {
 			if err := writePack(txn, j.Cube, next, old); err != nil {
 				return err
@@ -689,6 +700,10 @@ func (t *Tiers) finish(j Job, next *packState, tr *Transition, old *packState, c
 		}
 		return txn.Delete(jobKey(j.Seq))
 	})
+	if errors.Is(err, errPackGone) {
+		// stays pending: the next tick computes the pack again
+		return fmt.Errorf("%w: job %d: %w", ErrDeferred, j.Seq, err)
+	}
 	if err != nil {
 		return fmt.Errorf("scheduler: commit job %d: %w", j.Seq, err)
 	}
@@ -789,48 +804,61 @@ func (t *Tiers) Promote(ctx context.Context, cube string, ids []string, reason s
 			next.Pinned = append(next.Pinned, m.ID)
 		}
 	}
-	info, decoded, err := t.computePack(ctx, cube, p.PackTokens, true)
-	if err != nil {
-		return out, err
-	}
-	others, err := t.kvBytes(cube)
-	if err != nil {
-		return out, err
-	}
-	if others+info.RawBytes > t.opts.KVBytes {
-		if info.ID != st.PackID {
-			t.kv.Delete(info.ID)
-		}
-		return out, fmt.Errorf("%w: cube %s's pack of %d tokens needs %d bytes, %d of %d are taken",
-			ErrKVBudget, cube, info.NTokens, info.RawBytes, others, t.opts.KVBytes)
-	}
-	next.PackID, next.Tokens, next.RawBytes, next.BlobBytes = info.ID, info.NTokens, info.RawBytes, info.BlobBytes
-	usage, err := t.usages(ctx, cube)
-	if err != nil {
-		return out, err
-	}
+	// computed (or found stored) and committed under gcMu once it is seen
+	// stored; a collection that deleted the pack in between (it was garbage
+	// a moment ago) makes the first try find it gone, and the second
+	// computes it again
+	var info kvcache.Info
 	var trs []*Transition
-	for _, id := range next.Members {
-		if slices.Contains(st.Members, id) {
-			continue
+	for try := 0; ; try++ {
+		var decoded int
+		info, decoded, err = t.computePack(ctx, cube, p.PackTokens, true)
+		if err != nil {
+			return out, err
 		}
-		trs = append(trs, &Transition{Cube: cube, Memory: id, Pack: info.ID, From: TierText, To: TierActivation, Reason: reason,
-			Heat: usage[id].Heat(t.heat, now), Time: now, Tokens: info.NTokens, Decoded: decoded})
-		decoded = 0 // counted once, on the first transition
-	}
-	err = t.db.Update(func(txn *bg.Txn) error {
-		if err := writePack(txn, cube, next, &st); err != nil {
-			return err
+		others, err := t.kvBytes(cube)
+		if err != nil {
+			return out, err
 		}
-		for _, tr := range trs {
-			if err := t.addTransition(txn, tr); err != nil {
+		if others+info.RawBytes > t.opts.KVBytes {
+			if info.ID != st.PackID {
+				t.kv.Delete(info.ID)
+			}
+			return out, fmt.Errorf("%w: cube %s's pack of %d tokens needs %d bytes, %d of %d are taken",
+				ErrKVBudget, cube, info.NTokens, info.RawBytes, others, t.opts.KVBytes)
+		}
+		next.PackID, next.Tokens, next.RawBytes, next.BlobBytes = info.ID, info.NTokens, info.RawBytes, info.BlobBytes
+		usage, err := t.usages(ctx, cube)
+		if err != nil {
+			return out, err
+		}
+		trs = trs[:0]
+		for _, id := range next.Members {
+			if slices.Contains(st.Members, id) {
+				continue
+			}
+			trs = append(trs, &Transition{Cube: cube, Memory: id, Pack: info.ID, From: TierText, To: TierActivation, Reason: reason,
+				Heat: usage[id].Heat(t.heat, now), Time: now, Tokens: info.NTokens, Decoded: decoded})
+			decoded = 0 // counted once, on the first transition
+		}
+		err = t.commitNaming(info.ID, func(txn *bg.Txn) error {
+			if err := writePack(txn, cube, next, &st); err != nil {
 				return err
 			}
+			for _, tr := range trs {
+				if err := t.addTransition(txn, tr); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if errors.Is(err, errPackGone) && try == 0 {
+			continue
 		}
-		return nil
-	})
-	if err != nil {
-		return out, fmt.Errorf("scheduler: commit promotion of %s: %w", cube, err)
+		if err != nil {
+			return out, fmt.Errorf("scheduler: commit promotion of %s: %w", cube, err)
+		}
+		break
 	}
 	out = Promoted{Pack: info, Members: len(next.Members), Promoted: len(trs)}
 	if len(trs) > 0 {

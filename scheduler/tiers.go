@@ -184,6 +184,16 @@ type Tiers struct {
 
 	// jobMu serializes job execution (one pack rebuild at a time).
 	jobMu sync.Mutex
+	// gcMu orders the deletion of garbage packs against the commits that
+	// name a pack: collectGarbage reads the marks and the committed pack
+	// states and deletes under it, and commitNaming checks that the pack
+	// it names is stored and commits under it. So at every commit point
+	// (what a Backup's snapshot or a crash keeps) every committed pack
+	// state names a stored pack, but for one deleted as damaged (a
+	// restore's proof, a repair), which the next Tick computes again.
+	// Lock order: jobMu, then gcMu, then the kvcache's and Badger's own;
+	// DeleteCube takes gcMu without jobMu.
+	gcMu sync.Mutex
 	// runMu guards running (the job or Promote holding jobMu, nil if
 	// none) and deleting (cubes being deleted: no job of theirs starts).
 	// DeleteCube takes only runMu: it cancels a running job of its cube
@@ -197,6 +207,10 @@ type Tiers struct {
 	untrainable map[string]bool
 	deleting    map[string]int
 	promoting   int // Promotes waiting for or holding jobMu: no Tick job starts
+
+	// gcHook, if set, is called by collectGarbage before it reads the
+	// marks: a test seam (nil in production).
+	gcHook func()
 
 	// mu guards closed, cancel and resident.
 	mu       sync.Mutex
@@ -610,11 +624,15 @@ type MemoryTier struct {
 
 // CubeTiers is the tier state of a cube (GET /v1/cubes/{cube}/tiers).
 type CubeTiers struct {
-	Cube        string       `json:"cube"`
-	Memories    []MemoryTier `json:"memories"` // hottest first
-	PackID      string       `json:"pack_id,omitempty"`
-	PackTokens  int          `json:"pack_tokens"`
-	PackLevel   string       `json:"pack_level,omitempty"` // LevelResident, LevelRAM or LevelDisk
+	Cube       string       `json:"cube"`
+	Memories   []MemoryTier `json:"memories"` // hottest first
+	PackID     string       `json:"pack_id,omitempty"`
+	PackTokens int          `json:"pack_tokens"`
+	// PackLevel is LevelResident, LevelRAM or LevelDisk; "" without a pack,
+	// or when the pack PackID names is not stored (deleted as damaged, by a
+	// restore or `memosrt check --repair`): the cube is not warm, requests
+	// prefill, and the next Tick computes the pack again.
+	PackLevel   string       `json:"pack_level,omitempty"`
 	RawBytes    int64        `json:"raw_bytes"`
 	BlobBytes   int64        `json:"blob_bytes"`
 	PackHeat    float64      `json:"pack_heat"`
@@ -671,15 +689,13 @@ func (t *Tiers) State(ctx context.Context, cube string, limit int) (CubeTiers, e
 	out.PackID, out.PackTokens, out.RawBytes, out.BlobBytes = st.PackID, st.Tokens, st.RawBytes, st.BlobBytes
 	out.PackHeat = usage[packUse].Heat(t.heat, now)
 	adapterKey := ""
-	if st.PackID != "" {
+	if i, ok := t.kv.Info(st.PackID); st.PackID != "" && ok {
+		// a pack named but not stored (deleted as damaged) is at no level:
+		// not warm until the next Tick computes it again
 		out.PackLevel = LevelDisk
-		for _, i := range t.kv.List(cube) {
-			if i.ID == st.PackID {
-				out.PackCodec, adapterKey = i.KVCodec, i.AdapterKey
-				if i.InRAM {
-					out.PackLevel = LevelRAM
-				}
-			}
+		out.PackCodec, adapterKey = i.KVCodec, i.AdapterKey
+		if i.InRAM {
+			out.PackLevel = LevelRAM
 		}
 		t.mu.Lock()
 		if t.resident[cube] == st.PackID {
@@ -814,7 +830,9 @@ func (t *Tiers) Activate(ctx context.Context, cube string) error {
 			return nil
 		}
 	}
-	if _, _, _, err := t.kv.State(st.PackID); err != nil {
+	if _, _, _, err := t.kv.State(st.PackID); errors.Is(err, kvcache.ErrNotFound) {
+		return nil // named but not stored: the next Tick computes it again
+	} else if err != nil {
 		return err
 	}
 	u, err := t.usages(ctx, cube)
@@ -972,8 +990,40 @@ func (t *Tiers) livePacks() (map[string]bool, error) {
 	return live, err
 }
 
-// collectGarbage deletes the packs recorded under s/g/.
+// errPackGone: the pack a commit would name is no longer stored (a
+// collection deleted it after it was computed or found).
+var errPackGone = errors.New("scheduler: pack deleted before its commit")
+
+// commitNaming runs update, a transaction whose pack state names pack id
+// ("" for none), under gcMu once id is found stored; errPackGone if it is
+// not. A pack a job or Promote found stored may have been garbage (a state
+// named it a moment ago) that a collection was deleting: checked and
+// committed under gcMu, the commit either comes first, and the collection
+// then sees the pack named and keeps it, or comes after the deletion and
+// is refused.
+func (t *Tiers) commitNaming(id string, update func(txn *bg.Txn) error) error {
+	t.gcMu.Lock()
+	defer t.gcMu.Unlock()
+	if id != "" {
+		if _, ok := t.kv.Info(id); !ok {
+			return fmt.Errorf("%w: %.12s", errPackGone, id)
+		}
+	}
+	return t.db.Update(update)
+}
+
+// collectGarbage deletes the packs recorded under s/g/ that no committed
+// pack state names, and their marks. The marks and the states are read
+// under gcMu, with the deletions: a collection never acts on a view older
+// than a commit that names a pack again (commitNaming). Each pack goes
+// header first (see kvcache.Cache.Delete), while no state names it, so no
+// commit point has a state naming a pack not wholly stored.
 func (t *Tiers) collectGarbage(ctx context.Context) error {
+	if t.gcHook != nil {
+		t.gcHook()
+	}
+	t.gcMu.Lock()
+	defer t.gcMu.Unlock()
 	var ids []string
 	err := t.db.View(func(txn *bg.Txn) error {
 		it := txn.NewIterator(bg.IteratorOptions{Prefix: []byte(keyGarb)})
@@ -985,6 +1035,9 @@ func (t *Tiers) collectGarbage(ctx context.Context) error {
 	})
 	if err != nil {
 		return fmt.Errorf("scheduler: %w", err)
+	}
+	if len(ids) == 0 {
+		return nil
 	}
 	live, err := t.livePacks()
 	if err != nil {
@@ -1050,7 +1103,9 @@ type PackHeat struct {
 }
 
 // HotPacks returns every cube's committed pack with its heat (the heat of
-// PackUse), hottest first; pinned resident packs first of all.
+// PackUse), hottest first; pinned resident packs first of all. A pack a
+// state names but the KV cache no longer stores (deleted as damaged) is
+// left out until the next Tick computes it again.
 func (t *Tiers) HotPacks(ctx context.Context) ([]PackHeat, error) {
 	cubes, err := t.cubes(ctx)
 	if err != nil {
@@ -1063,8 +1118,8 @@ func (t *Tiers) HotPacks(ctx context.Context) ([]PackHeat, error) {
 		if err != nil {
 			return nil, err
 		}
-		if st.PackID == "" {
-			continue
+		if _, ok := t.kv.Info(st.PackID); st.PackID == "" || !ok {
+			continue // not warm: no pack, or one named but not stored
 		}
 		u, err := t.usages(ctx, c)
 		if err != nil {
