@@ -8,6 +8,7 @@ import (
 	"github.com/memosrt/memosrt/conversation"
 	"github.com/memosrt/memosrt/convmem"
 	"github.com/memosrt/memosrt/internal/gate"
+	"github.com/memosrt/memosrt/pipeline/record"
 	"github.com/memosrt/memosrt/runtime/slots"
 	"github.com/memosrt/memosrt/scheduler"
 )
@@ -35,7 +36,8 @@ var ErrJobState = conversation.ErrJobState
 var ErrUndoChanged = conversation.ErrUndoChanged
 
 // startConversations opens the conversation memory and starts its job
-// runner, which resumes the jobs a previous run left queued or running.
+// runner, which resumes the jobs a previous run left queued or running,
+// and makes the Recorder of what answers leave in it (o.rec).
 func (o *OS) startConversations(ctx context.Context) error {
 	co := o.opts.Conversations
 	co.Now = o.opts.Clock.Now
@@ -58,7 +60,11 @@ func (o *OS) startConversations(ctx context.Context) error {
 	var err error
 	o.conv, err = conversation.Open(ctx, o.mem, conversation.Options{Store: co, Logger: o.log, Base: o.g.Base(),
 		NoExtract: o.opts.NoExtract, Hooks: h})
-	return err
+	if err != nil {
+		return err
+	}
+	o.rec = record.New(o.conv, o.cubes, record.Options{NoRecord: o.opts.NoRecord, Clock: o.opts.Clock, Logger: o.log})
+	return nil
 }
 
 // stopConversations stops the job runner: a running extraction stays
@@ -88,35 +94,6 @@ func (o *OS) extractionText(ctx context.Context, g conversation.Generation) (*co
 		return nil, err
 	}
 	return &conversation.Generated{Text: res.Text, Cut: res.DoneReason == "length", Tokens: res.Usage.EvalTokens}, err
-}
-
-// recordChat records an answered chat turn (pipeline.Deps.OnChat): the
-// last message if it is the user's, and the answer unless req.Record is
-// RecordUser; nothing without a cube, with RecordNone, with
-// Options.NoRecord or in a NoRecord cube (its record as the request found
-// it). A failure is logged, never the request's.
-func (o *OS) recordChat(ctx context.Context, req *Request, cube Cube, answer string) {
-	if req.Cube == "" || req.Record == RecordNone || o.opts.NoRecord || cube.NoRecord {
-		return
-	}
-	if err := o.conv.RecordChat(context.WithoutCancel(ctx), req.Cube, req.Messages, answer, req.Record == RecordUser, o.chatAssistant(ctx, req)); err != nil {
-		o.log.Warn("turn not recorded", "cube", req.Cube, "err", err)
-	}
-}
-
-// chatAssistant returns the first of a chat's read cubes whose record
-// marks it an assistant's (Cube.Assistant), "" none (or a record not
-// read, or req.NoAssistantWrite).
-func (o *OS) chatAssistant(ctx context.Context, req *Request) string {
-	if req.NoAssistantWrite {
-		return ""
-	}
-	for _, c := range req.ReadCubes {
-		if rec, err := o.cubes.Get(ctx, c); err == nil && rec.Assistant {
-			return c
-		}
-	}
-	return ""
 }
 
 // MaxMessages bounds the messages of one AddMessages call: the turns are

@@ -1,14 +1,12 @@
 package memosrt
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 
 	"github.com/memosrt/memosrt/conversation"
 	"github.com/memosrt/memosrt/convmem"
 	"github.com/memosrt/memosrt/internal/gate"
-	"github.com/memosrt/memosrt/layout"
 )
 
 type (
@@ -37,29 +35,6 @@ var ErrBadFeedback = conversation.ErrBadFeedback
 // already rated, or a correction of a memory changed since the answer
 // used it (conversation.ErrFeedbackConflict): nothing is written.
 var ErrFeedbackConflict = conversation.ErrFeedbackConflict
-
-// recordResponse keeps an answer in its cube's response log
-// (pipeline.Deps.OnResponse), so that feedback can name it: its id and the
-// memories its prompt carried; the user's message too unless the cube
-// records no turns (Options.NoRecord, a NoRecord cube). A request with
-// RecordNone leaves nothing, the log entry included (a read-only key's
-// chat). A failure is logged, never the request's.
-func (o *OS) recordResponse(ctx context.Context, req *Request, cube Cube, res *Response) {
-	if req.Record == RecordNone {
-		return
-	}
-	r := ResponseRecord{ID: res.ID, Cube: req.Cube, Model: req.Model, Chat: req.Messages != nil,
-		PackIDs: res.PackMemoryIDs, RetrievedIDs: res.RetrievedIDs, PreferenceIDs: res.PreferenceIDs, Time: o.opts.Clock.Now().UTC()}
-	if !o.opts.NoRecord && !cube.NoRecord {
-		r.User = req.Prompt
-		if r.Chat {
-			r.User = cmp.Or(layout.Query(req.Messages), req.Prompt)
-		}
-	}
-	if err := o.conv.Store().PutResponse(context.WithoutCancel(ctx), r); err != nil {
-		o.log.Warn("response not logged", "cube", req.Cube, "id", res.ID, "err", err)
-	}
-}
 
 // Feedback applies f to an answer in cube (f.ResponseID, or the cube's
 // latest): a correction supersedes the memory of that answer it

@@ -15,6 +15,7 @@ import (
 	"github.com/memosrt/memosrt/kvcache"
 	"github.com/memosrt/memosrt/lora"
 	"github.com/memosrt/memosrt/pipeline"
+	"github.com/memosrt/memosrt/pipeline/record"
 	"github.com/memosrt/memosrt/textmem"
 )
 
@@ -40,6 +41,7 @@ type OS struct {
 	p     *pipeline.Pipeline
 
 	conv       *conversation.Manager              // turns, sessions, profiles, jobs, change logs
+	rec        *record.Recorder                   // what answers leave in conv: set with it, before any request
 	jobStarted func(context.Context, convmem.Job) // tests: runs when an extraction job is marked running
 
 	g *gate.Gate // admits calls until Close; its Base is cancelled when Close gives up waiting
@@ -108,7 +110,8 @@ func Open(ctx context.Context, opts Options) (*OS, error) {
 	}
 	o.guard = accesskey.NewGuard(o.keys, o.cubes, now, o.log)
 	if o.p, err = pipeline.New(ctx, o.g.Base(), opts, pipeline.Deps{DB: o.db, Mem: o.mem, KV: o.kv, Reg: o.reg, Cubes: o.cubes,
-		OnChat: o.recordChat, OnResponse: o.recordResponse}); err != nil {
+		OnChat:     func(ctx context.Context, req *Request, c Cube, answer string) { o.rec.Chat(ctx, req, c, answer) },
+		OnResponse: func(ctx context.Context, req *Request, c Cube, res *Response) { o.rec.Response(ctx, req, c, res) }}); err != nil {
 		return nil, err
 	}
 	if err := o.startConversations(ctx); err != nil {

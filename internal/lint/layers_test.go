@@ -53,8 +53,9 @@ var layers = [][]string{
 	// budget of conversation packs
 	{"config", "pipeline/request", "pipeline/status", "pipeline/convpack"},
 	// the request pipeline: the served models, the request stages, the
-	// conversation packs, the resident level
-	{"pipeline"},
+	// conversation packs, the resident level; what an answer leaves in the
+	// conversation memory
+	{"pipeline", "pipeline/record"},
 	// what touches every tier of a cube: delete, resync, export, import
 	{"cubeops"},
 	// the facade an app embeds
