@@ -423,10 +423,27 @@ func (s *Store) load(ctx context.Context, cube string, ix *cubeIndex) error {
 	return nil
 }
 
+// rebuildMark is the analyzer name cube statistics hold while a rebuild
+// runs: no Analyzer's, so that a Store of any Analyzer that loads the cube
+// in a state the rebuild left before its last write rebuilds it again.
+const rebuildMark = "(rebuild unfinished)"
+
 // rebuild rewrites the postings, doc records and stats of cube from its
-// stored texts with the current Analyzer. The caller holds the cube's
-// writeMu.
+// stored texts with the current Analyzer, in several commits: first the
+// statistics take rebuildMark, then the postings and doc records are
+// deleted and written again, and the statistics naming the Analyzer come
+// last. So a backup's snapshot or a crash in between leaves a cube that
+// the next load rebuilds from its texts (which the rebuild does not
+// touch), whichever Analyzer that Store has; without the mark, one with
+// the old Analyzer would load the half-deleted index as it is. The
+// caller holds the cube's writeMu.
 func (s *Store) rebuild(ctx context.Context, cube string) error {
+	err := s.be.Update(ctx, cube, func(txn Txn) error {
+		return txn.Set(statsKey(), cubeStats{analyzer: rebuildMark}.encode())
+	})
+	if err != nil {
+		return fmt.Errorf("textmem: rebuild cube %s: %w", cube, err)
+	}
 	for _, ns := range []byte{nsPost, nsDoc} {
 		if err := s.be.DeletePrefix(ctx, cube, nsPrefix(ns)); err != nil {
 			return fmt.Errorf("textmem: rebuild cube %s: %w", cube, err)
@@ -434,7 +451,7 @@ func (s *Store) rebuild(ctx context.Context, cube string) error {
 	}
 	var st cubeStats
 	st.analyzer = s.opts.Analyzer.Name()
-	err := s.be.Bulk(ctx, cube, func(put func(k, v []byte) error) error {
+	err = s.be.Bulk(ctx, cube, func(put func(k, v []byte) error) error {
 		err := s.scanReadable(ctx, cube, func(m Memory) error {
 			tf, dl := termFreqs(s.opts.Analyzer, m.Text)
 			if err := put(nsKey(nsDoc, m.ID), metaOf(m, dl).encode()); err != nil {
