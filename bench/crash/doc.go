@@ -28,8 +28,10 @@
 // restore` into a new directory and serves it: each cube holds exactly a
 // state its client reached at or after its last write acknowledged before
 // the backup began (one consistent snapshot, nothing acknowledged lost),
-// no tier state names a missing pack, and the raw checks above pass on
-// the copy. It also restores an offline backup of the killed directory to
+// no tier state names a missing pack (read from the restored directory
+// before it is served, and through the served API, where a state that
+// moved on between two reads, by a tier job of the restored server, is
+// read again), and the raw checks above pass on the copy. It also restores an offline backup of the killed directory to
 // exactly its last state, and sees a truncated file and a non-empty target
 // refused with nothing left behind; plain and encrypted.
 //
