@@ -20,6 +20,13 @@ type TTFTOptions struct {
 	QueryTok int    // query length, tokens (default 16)
 	Reps     int    // repetitions of the warm and floor runs; median reported (default 5)
 	ColdReps int    // repetitions of the cold run (default 1)
+	// WarmUp runs one untimed prefill of each prefix + query (then clears
+	// the sequence) before the timed cold runs, as llama-bench runs a
+	// warm-up before its timed runs: the cold figure is then a prefill's
+	// own cost, without what the process's first prefill pays once
+	// (first touch of the compute buffers). Default false: the cold
+	// figure is the process's first prefill of that length.
+	WarmUp bool
 	// Dir, when set, is a scratch directory for a Badger database: the
 	// from-disk row then stores the pack through kvcache (as the OS does)
 	// and restores it with the RAM cache dropped (read from Badger, decode,
@@ -35,19 +42,20 @@ type TTFTOptions struct {
 
 // TTFTRow is one prefix length's result. Times in milliseconds.
 type TTFTRow struct {
-	Prefix      int     `json:"prefix"`            // tokens restored/held
-	Query       int     `json:"query"`             // tokens decoded after the prefix
-	ColdMs      float64 `json:"cold_ttft_ms"`      // prefill of prefix+query, first token sampled
-	WarmMs      float64 `json:"warm_ttft_ms"`      // restore the prefix state from RAM + decode query
-	WarmDiskMs  float64 `json:"warm_disk_ttft_ms"` // restore from Badger (Dir set) or the blob in memory, + decode query
-	DiskFrom    string  `json:"warm_disk_from"`    // "badger" or "blob"
-	FloorMs     float64 `json:"floor_ms"`          // query decoded on a sequence already holding the prefix
-	RestoreMs   float64 `json:"restore_ms"`        // the restore alone (RAM)
-	ColdOverW   float64 `json:"cold_over_warm"`
-	WarmOverF   float64 `json:"warm_over_floor"`
-	StateBytes  int64   `json:"state_bytes"`
-	BlobBytes   int64   `json:"blob_bytes"`
-	Compression float64 `json:"compression_ratio"`
+	Prefix      int       `json:"prefix"`            // tokens restored/held
+	Query       int       `json:"query"`             // tokens decoded after the prefix
+	ColdMs      float64   `json:"cold_ttft_ms"`      // prefill of prefix+query, first token sampled
+	ColdEachMs  []float64 `json:"cold_each_ms"`      // each cold run in order (ColdReps of them; ColdMs is their median)
+	WarmMs      float64   `json:"warm_ttft_ms"`      // restore the prefix state from RAM + decode query
+	WarmDiskMs  float64   `json:"warm_disk_ttft_ms"` // restore from Badger (Dir set) or the blob in memory, + decode query
+	DiskFrom    string    `json:"warm_disk_from"`    // "badger" or "blob"
+	FloorMs     float64   `json:"floor_ms"`          // query decoded on a sequence already holding the prefix
+	RestoreMs   float64   `json:"restore_ms"`        // the restore alone (RAM)
+	ColdOverW   float64   `json:"cold_over_warm"`
+	WarmOverF   float64   `json:"warm_over_floor"`
+	StateBytes  int64     `json:"state_bytes"`
+	BlobBytes   int64     `json:"blob_bytes"`
+	Compression float64   `json:"compression_ratio"`
 }
 
 const benchText = "The history of the city begins with a small settlement on the river, where traders met to exchange grain, salt and cloth. Over the centuries the market grew into a town, the town into a city, and the city into the capital of a region known for its bridges, its libraries and its long winters. "
@@ -123,6 +131,15 @@ func TTFT(ctx context.Context, e *runtime.Engine, o TTFTOptions) ([]TTFTRow, err
 			return r.TTFT, err
 		}
 		row := TTFTRow{Prefix: n, Query: len(query)}
+		if o.WarmUp {
+			say("prefix %d: warm-up prefill", n)
+			if err := e.ClearSeq(0); err != nil {
+				return rows, err
+			}
+			if _, err := gen(0, 0, time.Time{}); err != nil {
+				return rows, err
+			}
+		}
 		var cold []float64
 		for i := 0; i < o.ColdReps; i++ {
 			say("prefix %d: cold prefill %d/%d", n, i+1, o.ColdReps)
@@ -135,6 +152,7 @@ func TTFT(ctx context.Context, e *runtime.Engine, o TTFTOptions) ([]TTFTRow, err
 			}
 			cold = append(cold, ms(d))
 		}
+		row.ColdEachMs = append([]float64(nil), cold...)
 		row.ColdMs = stats.Median(cold)
 		// the pack: the cold sequence cut back to the prefix
 		// (llama_memory_seq_rm), as the floor below is: one prefill per

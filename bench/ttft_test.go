@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"os"
+	"sort"
 	"testing"
 
 	"github.com/memosrt/memosrt/internal/testmodels"
@@ -79,5 +80,25 @@ func BenchmarkTTFT(b *testing.B) {
 		b.ReportMetric(r.FloorMs, "floor_ms")
 		b.ReportMetric(r.ColdOverW, "cold/warm")
 		b.ReportMetric(r.WarmOverF, "warm/floor")
+	}
+}
+
+// TestTTFTColdReps: each cold run is reported in order and ColdMs is
+// their median; a warm-up prefill adds no cold run.
+func TestTTFTColdReps(t *testing.T) {
+	e := loadEngine(t, testmodels.Stories(t), 512)
+	for _, warm := range []bool{false, true} {
+		rows, err := TTFT(context.Background(), e, TTFTOptions{Prefixes: []int{64}, Reps: 1, ColdReps: 3, WarmUp: warm})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rows) != 1 || len(rows[0].ColdEachMs) != 3 {
+			t.Fatalf("warm-up %v: rows %+v, want one row with 3 cold runs", warm, rows)
+		}
+		each := append([]float64(nil), rows[0].ColdEachMs...)
+		sort.Float64s(each)
+		if rows[0].ColdMs != each[1] {
+			t.Fatalf("warm-up %v: cold %v ms, want the median of %v", warm, rows[0].ColdMs, rows[0].ColdEachMs)
+		}
 	}
 }

@@ -162,6 +162,8 @@ func TestMCPRoundTrip(t *testing.T) {
 	}
 	failTool(t, cs, "feedback", map[string]any{"cube": "lily", "response_id": "resp_nope", "rating": 1}, "not found")
 	failTool(t, cs, "feedback", map[string]any{"cube": "lily"}, "give a correction, a rating or stars")
+	failTool(t, cs, "feedback", map[string]any{"cube": "lily", "response_id": reply.ID, "rating": 0}, "rating: 0: want -1 or 1")
+	failTool(t, cs, "feedback", map[string]any{"cube": "lily", "response_id": reply.ID, "stars": 0}, "stars: 0: want 1 to 5")
 
 	var del mcp.DeleteOut
 	mustTool(t, cs, "delete_memory", map[string]any{"cube": "lily", "id": dog.ID}, &del)

@@ -5,8 +5,11 @@
 #
 #   make bench-peer           # builds bin/memosrt, models/1b.gguf, the peer, then the table
 #   PAIRS=5 make bench-peer   # more pairs (default 3)
-#   ROWS="decode-1b decode-stories prefill-1b" (default; add warm-1024 warm-4096
-#                              for warm TTFT from a stored state vs llama-server's slot restore)
+#   ROWS="decode-1b decode-stories prefill-1b" (default); more rows:
+#                              prefill-1b-first (each process's first prefill),
+#                              warm-1024 warm-4096 (warm TTFT from a stored state vs
+#                              llama-server's slot restore), read-1b mmap-1b (weights
+#                              read / mapped on both sides)
 #   bench/peer/peer.sh build  # only build the peer (and decodeloop, below)
 #
 # The peer: llama.cpp release b7347, whose git bundle ships inside the npm
@@ -24,15 +27,22 @@
 #                      the first token (which comes with the prompt)
 #                   B  llama-bench -t T -p 0 -n 64 -r 1 (a warm-up run, then one
 #                      timed run of 64 single-token decodes, no sampling)
+#   read-1b         decode-1b with the peer reading its weights too (-mmp 0;
+#                   memosrt reads them by default)
+#   mmap-1b         decode-1b with both mapping their weights (memosrt run
+#                   --mmap; llama-bench -mmp 1, its default)
 #   decode-stories  stories260K, 256 tokens, the same pair of commands with
 #                   --num-predict 256 / -n 256. memosrt run samples each token
 #                   (greedy over the vocabulary, the CLI's default), detokenizes
 #                   it and builds the response; llama-bench samples nothing
 #   prefill-1b      1B shape, 512 tokens from an empty context:
-#                   A  memosrt bench ttft --prefix 496 --query-tokens 16 --reps 1
+#                   A  memosrt bench ttft --prefix 496 --query-tokens 16 --reps 1 --warmup
 #                      rate 512 / cold_ttft_ms (one prefill of 496 + 16 tokens,
-#                      first token sampled)
-#                   B  llama-bench -t T -p 512 -n 0 -r 1
+#                      first token sampled, after an untimed warm-up prefill)
+#                   B  llama-bench -t T -p 512 -n 0 -r 1 (a warm-up run, then
+#                      the timed one)
+#   prefill-1b-first the same, each process's first prefill: memosrt without
+#                   --warmup, llama-bench --no-warmup
 #   warm-N          warm TTFT (ms, lower is better; the ratio is peer / memosrt so
 #                   that > 1 is memosrt faster), N-token prefix + 16-token query:
 #                   A  memosrt bench ttft --prefix N --reps 1: warm_disk_ttft_ms,
@@ -155,8 +165,10 @@ quiet_gate() {
 num() { sed -n "s/.*\"$1\": *\\([0-9.eE+-]*\\).*/\\1/p" "$2" | head -1; }
 
 # memosrt run: decode tokens/s after the first token
-a_decode() { # model tokens
-	"$MEMOSRT" run --model "$1" --threads "$THREADS" --num-predict "$2" --no-cache --json "$PROMPT" >"$OUT/a.json" 2>"$OUT/a.err" || return 1
+a_decode() { # model tokens [memosrt run flags...]
+	local m=$1 n=$2
+	shift 2
+	"$MEMOSRT" run --model "$m" --threads "$THREADS" --num-predict "$n" --no-cache --json "$@" "$PROMPT" >"$OUT/a.json" 2>"$OUT/a.err" || return 1
 	awk -v n="$(num eval_tokens "$OUT/a.json")" -v ms="$(num eval_ms "$OUT/a.json")" \
 		'BEGIN { if (n < 2 || ms <= 0) exit 1; printf "%.2f", (n - 1) / (ms / 1000) }'
 }
@@ -168,8 +180,8 @@ b_bench() { # model args...
 	printf '%.2f' "$(num avg_ts "$OUT/b.json")"
 }
 
-a_prefill() {
-	"$MEMOSRT" bench ttft --model "$MODEL_1B" --threads "$THREADS" --prefix 496 --query-tokens 16 --reps 1 --json >"$OUT/a.json" 2>"$OUT/a.err" || return 1
+a_prefill() { # [bench ttft flags...]
+	"$MEMOSRT" bench ttft --model "$MODEL_1B" --threads "$THREADS" --prefix 496 --query-tokens 16 --reps 1 --json "$@" >"$OUT/a.json" 2>"$OUT/a.err" || return 1
 	awk -v ms="$(num cold_ttft_ms "$OUT/a.json")" 'BEGIN { if (ms <= 0) exit 1; printf "%.2f", 512 / (ms / 1000) }'
 }
 
@@ -261,14 +273,25 @@ main() {
 			[ -f "$MODEL_1B" ] || die "no $MODEL_1B (make models/1b.gguf)"
 			row "$r" "decode, 1B shape F16, 64 tokens" "llama-bench -t $THREADS -p 0 -n 64 -r 1" tok/s 1 \
 				"a_decode $MODEL_1B 64" "b_bench $MODEL_1B -p 0 -n 64" ;;
+		read-1b)
+			[ -f "$MODEL_1B" ] || die "no $MODEL_1B (make models/1b.gguf)"
+			row "$r" "decode, 1B shape F16, 64 tokens, weights read on both sides" "llama-bench -t $THREADS -p 0 -n 64 -r 1 -mmp 0" tok/s 1 \
+				"a_decode $MODEL_1B 64" "b_bench $MODEL_1B -p 0 -n 64 -mmp 0" ;;
+		mmap-1b)
+			[ -f "$MODEL_1B" ] || die "no $MODEL_1B (make models/1b.gguf)"
+			row "$r" "decode, 1B shape F16, 64 tokens, weights mapped on both sides (memosrt run --mmap)" "llama-bench -t $THREADS -p 0 -n 64 -r 1 -mmp 1" tok/s 1 \
+				"a_decode $MODEL_1B 64 --mmap" "b_bench $MODEL_1B -p 0 -n 64 -mmp 1" ;;
 		decode-stories)
 			[ -f "$MODEL_STORIES" ] || die "no $MODEL_STORIES"
 			row "$r" "decode, stories260K, 256 tokens (memosrt run samples greedily, llama-bench does not sample)" \
 				"llama-bench -t $THREADS -p 0 -n 256 -r 1" tok/s 1 \
 				"a_decode $MODEL_STORIES 256" "b_bench $MODEL_STORIES -p 0 -n 256" ;;
 		prefill-1b)
-			row "$r" "prefill, 1B shape, 512 tokens" "llama-bench -t $THREADS -p 512 -n 0 -r 1" tok/s 1 \
-				a_prefill "b_bench $MODEL_1B -p 512 -n 0" ;;
+			row "$r" "prefill, 1B shape, 512 tokens, after a warm-up prefill on both sides" "llama-bench -t $THREADS -p 512 -n 0 -r 1" tok/s 1 \
+				"a_prefill --warmup" "b_bench $MODEL_1B -p 512 -n 0" ;;
+		prefill-1b-first)
+			row "$r" "prefill, 1B shape, 512 tokens, each process's first prefill" "llama-bench -t $THREADS -p 512 -n 0 -r 1 --no-warmup" tok/s 1 \
+				a_prefill "b_bench $MODEL_1B -p 512 -n 0 --no-warmup" ;;
 		warm-*)
 			local n=${r#warm-}
 			need_curl

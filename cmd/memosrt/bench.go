@@ -32,13 +32,15 @@ func newBenchTTFTCmd() *cobra.Command {
 	query := fs.String("query", "", "query `TEXT` (cut to --query-tokens)")
 	qtok := fs.Int("query-tokens", 16, "query length, `TOKENS`")
 	reps := fs.Int("reps", 5, "warm/floor repetitions `N` (median reported)")
+	coldReps := fs.Int("cold-reps", 1, "cold prefill repetitions `N` (median reported; each in the JSON's cold_each_ms)")
+	warmUp := fs.Bool("warmup", false, "run one untimed prefill of each prefix before the timed cold runs (as llama-bench does; default: the cold figure is the process's first prefill)")
 	asJSON := fs.Bool("json", false, "print a JSON array")
 	plot := fs.String("plot", "", "after the table (or JSON), draw TTFT against prefix length into `FILE.png` (or .svg)")
 	codec := fs.String("kv-codec", "exact", "store the pack from Badger's row with `CODEC`: exact, q8 or q4 (lossy KV quantization, a format version 2 blob; the RAM row stays exact)")
 	ef := addEngineFlags(fs)
 	c.RunE = func(cmd *cobra.Command, args []string) error {
 		ctx := cmd.Context()
-		if err := checkFlags(cmd, check{"query-tokens", *qtok >= 1, "1 or more"}, check{"reps", *reps >= 1, "1 or more"}); err != nil {
+		if err := checkFlags(cmd, check{"query-tokens", *qtok >= 1, "1 or more"}, check{"reps", *reps >= 1, "1 or more"}, check{"cold-reps", *coldReps >= 1, "1 or more"}); err != nil {
 			return err
 		}
 		if err := ef.check(cmd); err != nil {
@@ -75,7 +77,7 @@ func newBenchTTFTCmd() *cobra.Command {
 			return err
 		}
 		defer os.RemoveAll(dir)
-		o := bench.TTFTOptions{Prefixes: ns, Query: *query, QueryTok: *qtok, Reps: *reps, Dir: dir, Lossy: lossy}
+		o := bench.TTFTOptions{Prefixes: ns, Query: *query, QueryTok: *qtok, Reps: *reps, ColdReps: *coldReps, WarmUp: *warmUp, Dir: dir, Lossy: lossy}
 		if cli.IsTerminal(os.Stderr) {
 			o.OnProgress = func(s string) { fmt.Fprintf(os.Stderr, "\r\033[K%s", s) }
 		}

@@ -686,20 +686,34 @@ type feedbackIn struct {
 	Cube       string `json:"cube,omitempty" jsonschema:"memory cube (default: the connection's cube)"`
 	ResponseID string `json:"response_id,omitempty" jsonschema:"id of the answer (chat's id); empty: the cube's latest answer"`
 	Correction string `json:"correction,omitempty" jsonschema:"what is true instead, in plain words; a leading no or actually is dropped"`
-	Rating     int    `json:"rating,omitempty" jsonschema:"-1 a bad answer, 1 a good one"`
-	Stars      int    `json:"stars,omitempty" jsonschema:"1 to 5 instead of rating: 1-2 bad, 3 neutral, 4-5 good"`
+	Rating     *int   `json:"rating,omitempty" jsonschema:"-1 a bad answer, 1 a good one"`
+	Stars      *int   `json:"stars,omitempty" jsonschema:"1 to 5 instead of rating: 1-2 bad, 3 neutral, 4-5 good"`
 }
 
 // feedback runs OS.Feedback; its result's text content is its Note.
-// Errors: feedback with neither correction nor rating, a rating out of
-// range, an unknown response, an unknown or forbidden cube (it needs the
-// write right).
+// Errors: feedback with neither correction nor rating, a rating or stars
+// out of range (0 given included, as on the REST route: memosrt.Feedback's
+// 0 means none), an unknown response, an unknown or forbidden cube (it
+// needs the write right).
 func (t *tools) feedback(ctx context.Context, c call, in feedbackIn) (*sdk.CallToolResult, memosrt.FeedbackResult, error) {
 	cube, err := t.resolve(ctx, c, in.Cube, memosrt.KeyWrite, true)
 	if err != nil {
 		return nil, memosrt.FeedbackResult{}, err
 	}
-	res, err := t.os.Feedback(ctx, cube, memosrt.Feedback{ResponseID: in.ResponseID, Correction: in.Correction, Rating: in.Rating, Stars: in.Stars})
+	f := memosrt.Feedback{ResponseID: in.ResponseID, Correction: in.Correction}
+	if in.Rating != nil {
+		if *in.Rating == 0 {
+			return nil, memosrt.FeedbackResult{}, wire.BadField("rating", "0: want -1 or 1 (leave rating out for none)")
+		}
+		f.Rating = *in.Rating
+	}
+	if in.Stars != nil {
+		if *in.Stars == 0 {
+			return nil, memosrt.FeedbackResult{}, wire.BadField("stars", "0: want 1 to 5 (leave stars out for none)")
+		}
+		f.Stars = *in.Stars
+	}
+	res, err := t.os.Feedback(ctx, cube, f)
 	if err != nil {
 		return nil, memosrt.FeedbackResult{}, err
 	}
