@@ -215,7 +215,7 @@ func TestMix(t *testing.T) {
 		fmt.Printf("mix t=%4.0fs requests %6.0f disk %7.1f MiB (packs %6.1f) rss %7.1f MiB heap live %6.1f MiB (RAM level %6.1f) goroutines %3.0f conv evicted %5.0f\n",
 			g.at.Seconds(), g.requests, g.disk/(1<<20), g.packs/(1<<20), g.rss/(1<<20), g.heap/(1<<20), g.ram/(1<<20), g.goroutn, g.conv)
 		if pprofDir != "" {
-			saveProfile(pprofBase, filepath.Join(pprofDir, fmt.Sprintf("heap-%04.0f.pb.gz", g.at.Seconds())))
+			saveProfile(pprofBase+"/debug/pprof/heap", filepath.Join(pprofDir, fmt.Sprintf("heap-%04.0f.pb.gz", g.at.Seconds())))
 		}
 	}
 	read()
@@ -293,10 +293,10 @@ func post(url string, body any) int {
 	return resp.StatusCode
 }
 
-// saveProfile writes the server's heap profile (serve --debug-pprof) to
-// file; nothing when the server does not serve one.
-func saveProfile(base, file string) {
-	resp, err := http.Get(base + "/debug/pprof/heap")
+// saveProfile writes the heap profile at url (serve --pprof-addr's
+// /debug/pprof/heap) to file; nothing when the server does not serve one.
+func saveProfile(url, file string) {
+	resp, err := http.Get(url)
 	if err != nil {
 		return
 	}
