@@ -54,8 +54,9 @@ const (
 	// Reclaim writes to flush one) and the rest of the LSM tree (10 MiB)
 	badgerSlack = (2*16 + 3*64 + 2*16 + 10) << 20
 	diskBound   = convDefault + kvDefault + badgerSlack
-	// heapBase: zstd encoders (2 x 16 MiB windows), Badger's block cache
-	// (32 MiB) and up to two 16 MiB memtables, the indexes and buffers
+	// heapBase: zstd encoders (2 x 8 MiB of history), Badger's block cache
+	// (32 MiB), up to two 16 MiB memtables, Badger's table builders, the
+	// indexes and buffers
 	heapBase  = 128 << 20
 	heapBound = ramDefault + heapBase
 	// rssBase: the model, its KV cache and the C heap (stories260K)
