@@ -75,10 +75,11 @@ type Options struct {
 	NoVerify bool
 }
 
-// MaxValueThreshold is the largest value threshold, bytes: Badger's
+// MaxValueThreshold is Badger's largest value threshold, bytes: its
 // maximum and default (maxValueThreshold in github.com/dgraph-io/badger/v4
-// options.go, 1 MiB). A value of this size or more goes to the value log
-// whatever the memtable size. See DB.ValueThreshold.
+// options.go, 1 MiB); Open sets at most lsmValueMax. A value of this size
+// or more goes to the value log whatever the memtable size. See
+// DB.ValueThreshold.
 const MaxValueThreshold = 1 << 20
 
 // maxBatch is the most bytes one Badger transaction holds for a memtable
