@@ -75,10 +75,11 @@ type Options struct {
 	NoVerify bool
 }
 
-// MaxValueThreshold is the largest value threshold, bytes: Badger's
+// MaxValueThreshold is Badger's largest value threshold, bytes: its
 // maximum and default (maxValueThreshold in github.com/dgraph-io/badger/v4
-// options.go, 1 MiB). A value of this size or more goes to the value log
-// whatever the memtable size. See DB.ValueThreshold.
+// options.go, 1 MiB); Open sets at most lsmValueMax. A value of this size
+// or more goes to the value log whatever the memtable size. See
+// DB.ValueThreshold.
 const MaxValueThreshold = 1 << 20
 
 // maxBatch is the most bytes one Badger transaction holds for a memtable
@@ -86,17 +87,27 @@ const MaxValueThreshold = 1 << 20
 // db.go checkAndSetOptions).
 func maxBatch(memSize int64) int64 { return memSize * 15 / 100 }
 
+// lsmValueMax is the largest value threshold Open sets, bytes: 128 KiB,
+// twice textmem's default MaxTextBytes (64 KiB), so that a memory record
+// stays in the LSM tree while KV pack chunks of that size and more go to
+// the value log. With the threshold at Badger's maximum (1 MiB) the packs
+// of a small model lived in the LSM tree, and the table a flush of the
+// 16 MiB memtable builds held 124 MiB of heap (Badger's table builder
+// keeps every block, and with Snappy its compressed copy, in buffers
+// doubling from 4 MiB, and pools up to eight builders' buffers): make
+// soak's live heap peaked over its 256 MiB bound (docs/benchmarks.md).
+const lsmValueMax = 128 << 10
+
 // valueThreshold is the value threshold Open sets for a memtable of
 // memSize bytes: half of Badger's largest transaction (maxBatch), at most
-// MaxValueThreshold. That is 1 MiB for the default 16 MiB memtable, 614
-// KiB for 8 MiB, 307 KiB for 4 MiB, 154 KiB for 2 MiB and 77 KiB for 1
-// MiB. Badger counts a value under the threshold whole in its
+// lsmValueMax. That is 128 KiB for a memtable of 2 MiB or more and 77 KiB
+// for 1 MiB. Badger counts a value under the threshold whole in its
 // transaction's size (a larger one as a 12-byte pointer) and refuses a
 // transaction of maxBatch bytes or more (ErrTxnTooBig; txn.go checkSize),
 // so at maxBatch, the most its option check allows, a value just under
 // the threshold could never be written; at half, it commits beside half a
 // transaction of other entries.
-func valueThreshold(memSize int64) int64 { return min(MaxValueThreshold, maxBatch(memSize)/2) }
+func valueThreshold(memSize int64) int64 { return min(lsmValueMax, maxBatch(memSize)/2) }
 
 // DB is a memosrt data directory: one Badger database.
 type DB struct {
@@ -468,14 +479,15 @@ func (d *DB) DiskBytes() int64 {
 }
 
 // ValueThreshold is the smallest value, in bytes, that Badger keeps in the
-// value log rather than in the LSM tree: MaxValueThreshold (1 MiB), less
-// for a memtable under 16 MiB (half of Badger's largest transaction, 15%
-// of the memtable; a filesystem under 512 MiB). Values under it stay in
+// value log rather than in the LSM tree: 128 KiB, less for a memtable
+// under 2 MiB (half of Badger's largest transaction, 15% of the memtable:
+// 77 KiB for 1 MiB, a filesystem under 64 MiB). Values under it stay in
 // the LSM tree and its write-ahead log, each block of which is
 // checksummed. A memory record (a text of at most textmem's default
-// MaxTextBytes, 64 KiB, as JSON) is under it, except that one over 77 KiB
-// under a 1 MiB memtable (a filesystem under 64 MiB) goes to the value log
-// with the KV pack chunks. Badger truncates the newest value-log file at
+// MaxTextBytes, 64 KiB, as JSON) is under it, except that one over 128
+// KiB (a text near the limit with many characters JSON escapes), or over
+// 77 KiB under a 1 MiB memtable, goes to the value log with the KV pack
+// chunks. Badger truncates the newest value-log file at
 // its first damaged entry when it opens, dropping every value after it:
 // packs, which are recomputed, and such large memory records, which then
 // read back as damaged (a value past the file's end), never as another

@@ -270,19 +270,19 @@ func markedValue(mark string, n int64) []byte {
 }
 
 // The value threshold follows the memtable: half of Badger's largest
-// transaction (15% of the memtable), at most 1 MiB. A value one byte
-// under it commits in one transaction beside another entry and stays out
-// of the value log; a value of the threshold's size goes to the value
+// transaction (15% of the memtable), at most 128 KiB (lsmValueMax). A
+// value one byte under it commits in one transaction beside another entry
+// and stays out of the value log; a value of the threshold's size goes to the value
 // log; both read back. (At the largest transaction, the most Badger's
 // option check allows, the first write fails with ErrTxnTooBig.) Under
 // 1 MiB the memtable is refused.
 func TestValueThreshold(t *testing.T) {
 	for _, c := range []struct{ mem, want int64 }{
 		{1 << 20, 78643},
-		{2 << 20, 157286},
-		{4 << 20, 314572},
-		{8 << 20, 629145},
-		{16 << 20, 1 << 20},
+		{2 << 20, 128 << 10},
+		{4 << 20, 128 << 10},
+		{8 << 20, 128 << 10},
+		{16 << 20, 128 << 10},
 	} {
 		t.Run(fmt.Sprintf("memtable_%dMiB", c.mem>>20), func(t *testing.T) {
 			dir := t.TempDir()

@@ -169,9 +169,16 @@ var (
 	dec     *zstd.Decoder
 )
 
+// codecs returns the package's zstd encoder and decoder. The encoder's
+// window is segBytes: every input it compresses is at most one segment
+// (encode), so no match is farther back and the frames are those of the
+// level's 8 MiB default window, byte for byte (TestEncoderWindow), while
+// each of its two pooled encoders keeps 8 MiB of history on the heap
+// instead of 16.
 func codecs() (*zstd.Encoder, *zstd.Decoder) {
 	encOnce.Do(func() {
-		enc, _ = zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedDefault), zstd.WithEncoderConcurrency(2))
+		enc, _ = zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedDefault), zstd.WithEncoderConcurrency(2),
+			zstd.WithWindowSize(segBytes))
 		// DecodeAll writes at most cap(dst) bytes (Decode passes RawBytes):
 		// a hostile frame content size cannot make it allocate more.
 		dec, _ = zstd.NewReader(nil, zstd.WithDecoderConcurrency(0), zstd.WithDecoderMaxMemory(MaxRawBytes),

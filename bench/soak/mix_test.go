@@ -54,8 +54,9 @@ const (
 	// Reclaim writes to flush one) and the rest of the LSM tree (10 MiB)
 	badgerSlack = (2*16 + 3*64 + 2*16 + 10) << 20
 	diskBound   = convDefault + kvDefault + badgerSlack
-	// heapBase: zstd encoders (2 x 16 MiB windows), Badger's block cache
-	// (32 MiB) and up to two 16 MiB memtables, the indexes and buffers
+	// heapBase: zstd encoders (2 x 8 MiB of history), Badger's block cache
+	// (32 MiB), up to two 16 MiB memtables, Badger's table builders, the
+	// indexes and buffers
 	heapBase  = 128 << 20
 	heapBound = ramDefault + heapBase
 	// rssBase: the model, its KV cache and the C heap (stories260K)
@@ -215,7 +216,7 @@ func TestMix(t *testing.T) {
 		fmt.Printf("mix t=%4.0fs requests %6.0f disk %7.1f MiB (packs %6.1f) rss %7.1f MiB heap live %6.1f MiB (RAM level %6.1f) goroutines %3.0f conv evicted %5.0f\n",
 			g.at.Seconds(), g.requests, g.disk/(1<<20), g.packs/(1<<20), g.rss/(1<<20), g.heap/(1<<20), g.ram/(1<<20), g.goroutn, g.conv)
 		if pprofDir != "" {
-			saveProfile(pprofBase, filepath.Join(pprofDir, fmt.Sprintf("heap-%04.0f.pb.gz", g.at.Seconds())))
+			saveProfile(pprofBase+"/debug/pprof/heap", filepath.Join(pprofDir, fmt.Sprintf("heap-%04.0f.pb.gz", g.at.Seconds())))
 		}
 	}
 	read()
@@ -293,10 +294,10 @@ func post(url string, body any) int {
 	return resp.StatusCode
 }
 
-// saveProfile writes the server's heap profile (serve --debug-pprof) to
-// file; nothing when the server does not serve one.
-func saveProfile(base, file string) {
-	resp, err := http.Get(base + "/debug/pprof/heap")
+// saveProfile writes the heap profile at url (serve --pprof-addr's
+// /debug/pprof/heap) to file; nothing when the server does not serve one.
+func saveProfile(url, file string) {
+	resp, err := http.Get(url)
 	if err != nil {
 		return
 	}
