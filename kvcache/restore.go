@@ -141,7 +141,7 @@ type WarmOptions struct {
 	// the caller sets it only where the calibration gate (package kvgate)
 	// allows that codec for the model. Nil: exact.
 	Lossy *LossyParams
-	// Compose, when set, is a KV source after the restore: given seq
+	// Compose, when set, is a hook, a KV source after the restore: given seq
 	// holding toks[:npast] (an exact state: Compute restores only exact
 	// prefixes), it may place more of toks by composing KV chunks
 	// (runtime.Engine.ComposeSeq) and returns what it did (nil: nothing)

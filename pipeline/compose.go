@@ -235,6 +235,12 @@ func (p *Pipeline) composePack(ctx context.Context, cube string, mems []textmem.
 	if !ok {
 		return nil, npast, nil
 	}
+	return p.composePackAt(ctx, l, r, cube, mems, toks, seq, npast)
+}
+
+// composePackAt is composePack on l at the recompute fraction r (0: shift
+// only), whatever the gate says.
+func (p *Pipeline) composePackAt(ctx context.Context, l *loaded, r float64, cube string, mems []textmem.Memory, toks []int32, seq, npast int) (*kvcache.Composition, int, error) {
 	spans, err := memberSpans(l.lay, mems, toks)
 	if err != nil || spans == nil {
 		return nil, npast, err

@@ -9,6 +9,7 @@ import (
 
 	"github.com/memosrt/memosrt/kvcache"
 	"github.com/memosrt/memosrt/kvgate"
+	"github.com/memosrt/memosrt/layout"
 	"github.com/memosrt/memosrt/textmem"
 )
 
@@ -35,6 +36,25 @@ func packCube(t *testing.T, p *Pipeline) []string {
 	return ids
 }
 
+// lineTokens returns the tokens of the bullet lines of cube c's memories
+// ids (layout.Layout.LineTokens), summed.
+func lineTokens(t *testing.T, p *Pipeline, lay *layout.Layout, ids ...string) int {
+	t.Helper()
+	n := 0
+	for _, id := range ids {
+		m, err := p.mem.Get(context.Background(), "c", id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		toks, err := lay.LineTokens(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n += len(toks)
+	}
+	return n
+}
+
 // tierPack returns cube c's tier pack as listed (the one labelled c).
 func tierPack(t *testing.T, p *Pipeline) kvcache.Info {
 	t.Helper()
@@ -56,7 +76,8 @@ func tierPack(t *testing.T, p *Pipeline) kvcache.Info {
 // refused composition. The composed pack records its composed and
 // recomputed tokens, a turn restoring it reports them as composed_tokens
 // and recomputed_tokens, and its first generated token is the cold
-// prefill's; the exact pack's turn equals the cold one byte for byte.
+// prefill's; the exact pack's turn equals the cold one byte for byte. A
+// second change rebuilds the composed pack from its exact part only.
 func TestComposePack(t *testing.T) {
 	ctx := context.Background()
 	turn := []Message{{Role: "user", Content: "Who has a blue hat?"}}
@@ -117,18 +138,7 @@ func TestComposePack(t *testing.T) {
 				// the deleted first member's tokens in common with the
 				// second's) and composes the members whose lines start
 				// after it: the last three, whole
-				want := 0
-				for _, id := range ids[2:] {
-					m, err := p.mem.Get(ctx, "c", id)
-					if err != nil {
-						t.Fatal(err)
-					}
-					toks, err := lay.LineTokens(m)
-					if err != nil {
-						t.Fatal(err)
-					}
-					want += len(toks)
-				}
+				want := lineTokens(t, p, lay, ids[2:]...)
 				budget := int(math.Round(tc.ratio * float64(c.Tokens)))
 				if c.Tokens != want || c.First+c.Tokens != pk.NTokens || c.Ratio != tc.ratio ||
 					c.Recomputed <= 0 || c.Recomputed > budget {
@@ -163,6 +173,27 @@ func TestComposePack(t *testing.T) {
 			}
 			if warm.Text != cold.Text || cold.Usage.CachedTokens != 0 {
 				t.Fatalf("%d tokens after the pack: %q, cold %q (cached %d)", n, warm.Text, cold.Text, cold.Usage.CachedTokens)
+			}
+			if c == nil {
+				return
+			}
+			t.Logf("composed pack of %d tokens: %+v; the turn over it: cached %d, composed %d, recomputed %d", pk.NTokens, *c, u.CachedTokens, u.ComposedTokens, u.RecomputedTokens)
+			// a second change (the last member deleted): the rebuild
+			// takes of the composed pack only its exact part as prefix
+			// and composes the two members left after it again
+			if err := p.mem.Delete(ctx, "c", ids[4]); err != nil {
+				t.Fatal(err)
+			}
+			if rep, err := p.Tick(ctx, false); err != nil || rep.Done != 1 {
+				t.Fatalf("second tick: %+v, %v; want one job done", rep, err)
+			}
+			pk2 := tierPack(t, p)
+			c2 := pk2.Composed
+			if want := lineTokens(t, p, lay, ids[2:4]...); c2 == nil || c2.First != c.First || c2.Tokens != want || c2.First+c2.Tokens != pk2.NTokens {
+				t.Fatalf("second rebuild: composition %+v of a pack of %d tokens; want [%d, +%d) composed", c2, pk2.NTokens, c.First, want)
+			}
+			if n := p.Stats().ComposedPacks; n != 2 {
+				t.Fatalf("stats: %d composed packs, want 2", n)
 			}
 		})
 	}
