@@ -28,7 +28,8 @@ import (
 // shape), else stories260K; $MEMOSRT_BENCH_REPS reps (3),
 // $MEMOSRT_BENCH_THREADS threads (2), $MEMOSRT_BENCH_WORDS words per
 // memory (58: about 100 tokens of the llama vocabulary; 20 on
-// stories260K), as BenchmarkComposeTurn.
+// stories260K), as BenchmarkComposeTurn; $MEMOSRT_BENCH_JOBCHUNK tokens
+// per background request (16; 0: each prefill in one request).
 //
 //	F="-O3 -march=native -mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
 //	CGO_CFLAGS="$F" CGO_CXXFLAGS="$F" MEMOSRT_BENCH_MODEL=/path/1b.gguf go test -run '^$' -bench ComposePack -benchtime 1x -timeout 30m ./pipeline/
@@ -47,7 +48,11 @@ func BenchmarkComposePack(b *testing.B) {
 		return def
 	}
 	reps, threads, words := env("MEMOSRT_BENCH_REPS", 3), env("MEMOSRT_BENCH_THREADS", 2), env("MEMOSRT_BENCH_WORDS", defWords)
-	const ratio, jobChunk = 0.15, 16
+	const ratio = 0.15
+	jobChunk := env("MEMOSRT_BENCH_JOBCHUNK", 16)
+	if os.Getenv("MEMOSRT_BENCH_JOBCHUNK") == "0" {
+		jobChunk = 0 // one request per prefill, as a foreground computation
+	}
 	ctx := context.Background()
 	opts := Options{Dir: b.TempDir(), Model: path, NoSync: true, NoScheduler: true, Compose: ratio,
 		Engine: runtime.Options{NCtx: 4096, Threads: threads}, Parallel: 1, ResidentSeqs: -1, MinPersistTokens: 1}.WithDefaults()
@@ -107,7 +112,7 @@ func BenchmarkComposePack(b *testing.B) {
 	}
 	for range b.N {
 		build(false) // warm-up: first graphs, pages of the weights
-		fmt.Printf("pack of %d tokens, member lines %v tokens; %d threads\n", len(pk.PackTokens), lines, threads)
+		fmt.Printf("pack of %d tokens, member lines %v tokens; %d threads; background requests of %d tokens (0: one)\n", len(pk.PackTokens), lines, threads, jobChunk)
 		fmt.Printf("%-4s %12s %12s %7s | %8s %10s\n", "rep", "A prefill", "B compose", "B/A", "composed", "recomputed")
 		var a, c []float64
 		for i := range reps {
