@@ -97,6 +97,20 @@ type Header struct {
 	Lossy *LossyParams `json:"lossy,omitempty"`
 	// StateBytes, with Lossy, is the length of the dequantized state.
 	StateBytes int64 `json:"state_bytes,omitempty"`
+	// Composed, when set, says the state was composed from memory chunks
+	// (WarmOptions.Compose) rather than prefilled: approximate in
+	// [First, First+Tokens), exact before. Nil: a prefill's state.
+	Composed *Composition `json:"composed,omitempty"`
+}
+
+// Composition is how a pack's state was composed from KV chunks of its
+// members (runtime.Engine.ComposeSeq) instead of prefilled. Counts are
+// tokens.
+type Composition struct {
+	First      int     `json:"first"`      // positions [0, First) are a prefill's, exact
+	Tokens     int     `json:"tokens"`     // chunk tokens placed at [First, First+Tokens)
+	Recomputed int     `json:"recomputed"` // of them, decoded again (the probe's choice)
+	Ratio      float64 `json:"ratio"`      // recompute fraction asked (0: shift only)
 }
 
 // KVCodec names the pack's KV codec: "exact", or "q8", "q4", "q2" for a

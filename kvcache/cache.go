@@ -88,6 +88,9 @@ type Info struct {
 	AdapterKey string    `json:"adapter_key,omitempty"`
 	Remote     bool      `json:"remote,omitempty"` // stored by another node: the blob is in the shared level only
 	KVCodec    string    `json:"kv_codec"`         // "exact", or the lossy codec ("q8", "q4", "q2": Header.KVCodec)
+	// Composed, when set, says the pack was composed from its members'
+	// chunks rather than prefilled (Header.Composed): approximate.
+	Composed *Composition `json:"composed,omitempty"`
 }
 
 // Ratio returns RawBytes/BlobBytes, the compression ratio.
@@ -679,7 +682,7 @@ func (c *Cache) info(rec *packRecord) Info {
 	}
 	return Info{ID: rec.ID, Label: rec.Header.Label, NTokens: rec.Header.NTokens, RawBytes: raw,
 		BlobBytes: rec.BlobBytes, InRAM: inRAM, Created: rec.Header.Created, AdapterKey: rec.Header.AdapterKey,
-		Remote: rec.remote, KVCodec: rec.Header.KVCodec()}
+		Remote: rec.remote, KVCodec: rec.Header.KVCodec(), Composed: rec.Header.Composed}
 }
 
 // List returns every pack this node stores, optionally only those with the

@@ -18,6 +18,10 @@ type Restored struct {
 	Duration  time.Duration `json:"-"`
 	Refused   error         `json:"-"` // non-nil when a pack matched but was refused (and dropped)
 	PackTotal int           `json:"pack_tokens"`
+	// Composed is the restored pack's Header.Composed: nil for a
+	// prefill's state (or with RestoreOptions.ExactOnly, which restores
+	// only a composed pack's exact part).
+	Composed *Composition `json:"composed,omitempty"`
 }
 
 // Restore finds the longest cached prefix of toks for the engine's live KV
@@ -32,6 +36,10 @@ type Restored struct {
 type RestoreOptions struct {
 	AdapterKey string // runtime.AdapterKey of the request's adapters ("" = none)
 	Scope      string // isolation domain, the cube ("" = unscoped packs only)
+	// ExactOnly restores of a composed pack (Header.Composed) only its
+	// exact part, the positions before its composed tokens: the caller
+	// builds an exact state on it.
+	ExactOnly bool
 }
 
 func (c *Cache) Restore(ctx context.Context, eng *runtime.Engine, seq int, toks []int32, o RestoreOptions) (Restored, error) {
@@ -59,6 +67,13 @@ func (c *Cache) Restore(ctx context.Context, eng *runtime.Engine, seq int, toks 
 	}
 	if err == nil {
 		err = h.Check(live, adapterKey)
+	}
+	if err == nil && o.ExactOnly && h.Composed != nil && h.Composed.First < usable {
+		if usable = h.Composed.First; usable <= 0 {
+			err := eng.ClearSeq(seq)
+			r.Duration = time.Since(start)
+			return r, err
+		}
 	}
 	if err == nil && h.NTokens > usable {
 		// restore only the cells used: no transient use of the rest
@@ -95,6 +110,9 @@ func (c *Cache) Restore(ctx context.Context, eng *runtime.Engine, seq int, toks 
 		return r, nil
 	}
 	r = Restored{PackID: m.ID, Tokens: usable, FromRAM: fromRAM, Duration: time.Since(start), PackTotal: h.NTokens}
+	if h.Composed != nil && usable > h.Composed.First {
+		r.Composed = h.Composed
+	}
 	return r, nil
 }
 
@@ -123,6 +141,15 @@ type WarmOptions struct {
 	// the caller sets it only where the calibration gate (package kvgate)
 	// allows that codec for the model. Nil: exact.
 	Lossy *LossyParams
+	// Compose, when set, is a hook, a KV source after the restore: given seq
+	// holding toks[:npast] (an exact state: Compute restores only exact
+	// prefixes), it may place more of toks by composing KV chunks
+	// (runtime.Engine.ComposeSeq) and returns what it did (nil: nothing)
+	// and the tokens seq holds now; Compute prefills the rest and stores
+	// the pack with Header.Composed set. The caller sets it only where
+	// the calibration gate (package kvgate) allows composition for the
+	// model. An error fails the Compute. Nil: a prefill.
+	Compose func(ctx context.Context, seq, npast int) (c *Composition, held int, err error)
 }
 
 // Warm is Compute without the count of decoded tokens.
@@ -134,9 +161,11 @@ func (c *Cache) Warm(ctx context.Context, eng *runtime.Engine, seq int, toks []i
 // Compute makes the pack of toks, the one "KV source → prefill → save →
 // store" routine of the activation tier: the longest stored prefix of toks
 // (toks itself included) is restored into seq, which is emptied first; the
-// rest is prefilled under o.Adapters; the state is saved and stored as a
-// pack (Put), labelled and scoped by o. seq holds toks afterwards.
-// decoded is the tokens prefilled (0 when the whole pack was stored).
+// rest is composed (o.Compose) and prefilled under o.Adapters; the state
+// is saved and stored as a pack (Put), labelled and scoped by o. seq holds
+// toks afterwards. A composed pack lends only its exact part as prefix.
+// decoded is the tokens decoded: those prefilled and those a composition
+// recomputed (0 when the whole pack was stored).
 // Errors: no tokens, the engine's (ctx's, ErrClosed, ErrSeqBusy while
 // another request uses seq), Put's.
 func (c *Cache) Compute(ctx context.Context, eng *runtime.Engine, seq int, toks []int32, o WarmOptions) (info Info, decoded int, err error) {
@@ -145,8 +174,9 @@ func (c *Cache) Compute(ctx context.Context, eng *runtime.Engine, seq int, toks 
 	}
 	adapterKey := runtime.AdapterKey(o.Adapters)
 	// the extra token lets Restore take all of toks (it keeps at least one
-	// token of a request for the decode)
-	rs, err := c.Restore(ctx, eng, seq, append(slices.Clone(toks), 0), RestoreOptions{AdapterKey: adapterKey, Scope: o.Scope})
+	// token of a request for the decode); a composed pack lends only its
+	// exact part, so a prefill never builds on composed cells
+	rs, err := c.Restore(ctx, eng, seq, append(slices.Clone(toks), 0), RestoreOptions{AdapterKey: adapterKey, Scope: o.Scope, ExactOnly: true})
 	if err != nil {
 		return Info{}, 0, err
 	}
@@ -163,15 +193,32 @@ func (c *Cache) Compute(ctx context.Context, eng *runtime.Engine, seq int, toks 
 		}
 		// deleted meanwhile: its state is stored again below
 	}
-	if err := prefillChunks(ctx, eng, seq, toks, rs.Tokens, o); err != nil {
+	npast := rs.Tokens
+	var comp *Composition
+	if o.Compose != nil && npast < len(toks) {
+		if comp, npast, err = o.Compose(ctx, seq, npast); err != nil {
+			return Info{}, 0, err
+		}
+		if npast < rs.Tokens || npast > len(toks) {
+			return Info{}, 0, fmt.Errorf("kvcache: warm: composition left %d tokens of %d (restored %d)", npast, len(toks), rs.Tokens)
+		}
+		if comp != nil && comp.Tokens == 0 {
+			comp = nil
+		}
+	}
+	if err := prefillChunks(ctx, eng, seq, toks, npast, o); err != nil {
 		return Info{}, 0, err
 	}
-	snap, err := c.Snapshot(eng, seq, Header{AdapterKey: adapterKey, Tokens: toks, Label: o.Label, Scope: o.Scope, Lossy: o.Lossy})
+	snap, err := c.Snapshot(eng, seq, Header{AdapterKey: adapterKey, Tokens: toks, Label: o.Label, Scope: o.Scope, Lossy: o.Lossy, Composed: comp})
 	if err != nil {
 		return Info{}, 0, err
 	}
 	info, err = snap.Store(ctx)
-	return info, len(toks) - rs.Tokens, err
+	decoded = len(toks) - npast
+	if comp != nil {
+		decoded += comp.Recomputed
+	}
+	return info, decoded, err
 }
 
 // Snapshot is a sequence's KV state copied out of the engine, to be stored

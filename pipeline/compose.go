@@ -9,6 +9,7 @@ import (
 
 	"github.com/memosrt/memosrt/conversation"
 	"github.com/memosrt/memosrt/kvcache"
+	"github.com/memosrt/memosrt/layout"
 	"github.com/memosrt/memosrt/memchunk"
 	"github.com/memosrt/memosrt/runtime/slots"
 	"github.com/memosrt/memosrt/textmem"
@@ -156,7 +157,13 @@ func (p *Pipeline) compose(t *turn) {
 	if !ok {
 		return
 	}
+	prev := src.composed // a composed pack's cells before the block
 	src.composed = &composed{reused: src.npast, Composed: c}
+	if prev != nil {
+		src.composed.reused, src.composed.Exact = prev.reused, prev.Exact
+		src.composed.Tokens += prev.Tokens
+		src.composed.Recomputed += prev.Recomputed
+	}
 	src.npast = c.Exact + c.Tokens
 	if err != nil {
 		p.log.Warn("composition failed: the turn prefills its memories", "cube", t.req.Cube, "err", err)
@@ -192,4 +199,127 @@ func (p *Pipeline) storeChunkAny(ctx context.Context) func(kvcache.Header, []byt
 		cube, _, _ := memchunk.Of(h.Label)
 		return p.storeChunk(ctx, cube)(h, state)
 	}
+}
+
+// packComposed is what a turn reusing n tokens of a composed pack (pc:
+// its kvcache.Composition; nil for a prefill's) holds of it: the composed
+// tokens among the n, reported as composed_tokens with the pack's
+// recomputed ones, the rest as cached; after the turn the slot keeps only
+// the exact part before them, as after a composed turn. Nil when the n
+// tokens end before the composed ones.
+func packComposed(pc *kvcache.Composition, n int) *composed {
+	if pc == nil || n <= pc.First {
+		return nil
+	}
+	within := min(n, pc.First+pc.Tokens) - pc.First
+	return &composed{reused: n - within, Composed: memchunk.Composed{Exact: pc.First, Tokens: within, Recomputed: pc.Recomputed}}
+}
+
+// composePack is TierOptions.Compose, set with Options.ComposeAuto: a
+// background tier job's pack of toks (members mems, pack order; the job's
+// sequence seq holds toks[:npast] exactly) composes the leading run of
+// its members after npast that have chunks (memchunk.Composer.Plan and
+// Compose, as a turn's KV source does) at the gate's fraction, once the
+// gate has decided that the model may compose. It returns nil and npast,
+// the job then prefilling as before, when the gate has not decided or
+// refused, the members' lines are not found token for token in toks
+// (the pack's text tokenized across a line boundary), the first member
+// after npast has no chunk, the scratch sequences or the probe's cells
+// are busy, or the composition failed (logged; seq holds its exact part).
+func (p *Pipeline) composePack(ctx context.Context, cube string, mems []textmem.Memory, toks []int32, seq, npast int) (*kvcache.Composition, int, error) {
+	l := p.jobL.Load()
+	if l == nil || l.chunks == nil || l.gateKey == "" {
+		return nil, npast, nil
+	}
+	r, ok := p.gate.ComposeRatio(l.gateKey)
+	if !ok {
+		return nil, npast, nil
+	}
+	return p.composePackAt(ctx, l, r, cube, mems, toks, seq, npast)
+}
+
+// composePackAt is composePack on l at the recompute fraction r (0: shift
+// only), whatever the gate says.
+func (p *Pipeline) composePackAt(ctx context.Context, l *loaded, r float64, cube string, mems []textmem.Memory, toks []int32, seq, npast int) (*kvcache.Composition, int, error) {
+	spans, err := memberSpans(l.lay, mems, toks)
+	if err != nil || spans == nil {
+		return nil, npast, err
+	}
+	var ids, cubes []string
+	var after []layout.Span
+	for i, sp := range spans {
+		if sp.Start >= npast {
+			after = append(after, sp)
+			ids, cubes = append(ids, mems[i].ID), append(cubes, cube)
+		}
+	}
+	// the extra token: Plan keeps a prompt's last token for the decode, a
+	// pack needs no logits
+	plan, ok := l.chunks.Plan(cubes, append(slices.Clone(toks), 0), npast, after, ids)
+	if !ok {
+		return nil, npast, nil
+	}
+	if plan.Ratio = r; r == 0 {
+		plan.Ratio = -1
+	}
+	c, ok, err := l.chunks.Compose(ctx, seq, toks, npast, plan, true, l.reserveChunk)
+	if !ok {
+		return nil, npast, nil
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, 0, ctx.Err()
+		}
+		p.log.Warn("pack composition failed: the job prefills its members", "cube", cube, "err", err)
+		return nil, c.Exact, nil
+	}
+	held := c.Exact + c.Tokens
+	if c.Recomputed == 0 && held == len(toks) {
+		// shifted K cells are rotated at the next decode (ComposeSeq):
+		// leave the last token to the job's prefill, which runs one,
+		// before the state is saved
+		if err := l.eng.TruncateSeq(seq, held-1); err != nil {
+			return nil, 0, err
+		}
+		held--
+		if c.Tokens--; c.Tokens == 0 {
+			return nil, held, nil
+		}
+	}
+	p.composedPacks.Add(1)
+	p.log.Debug("pack composed", "cube", cube, "memories", len(plan.IDs), "composed_tokens", c.Tokens, "recomputed_tokens", c.Recomputed)
+	return &kvcache.Composition{First: c.Exact, Tokens: c.Tokens, Recomputed: c.Recomputed, Ratio: r}, held, nil
+}
+
+// memberSpans returns where each of mems' bullet lines (layout.Layout.LineTokens)
+// sits in a pack's tokens toks: the lines' concatenation found once,
+// last occurrence, as the pack text holds them one after another; nil
+// when it is not there (the pack's text was tokenized across a line
+// boundary: its members cannot be composed). Errors: the tokenizer's.
+func memberSpans(lay *layout.Layout, mems []textmem.Memory, toks []int32) ([]layout.Span, error) {
+	var all []int32
+	ends := make([]int, len(mems))
+	for i, m := range mems {
+		t, err := lay.LineTokens(m)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, t...)
+		ends[i] = len(all)
+	}
+	if len(all) == 0 {
+		return nil, nil
+	}
+	for at := len(toks) - len(all); at >= 0; at-- {
+		if slices.Equal(toks[at:at+len(all)], all) {
+			spans := make([]layout.Span, len(mems))
+			start := at
+			for i, e := range ends {
+				spans[i] = layout.Span{Start: start, End: at + e}
+				start = at + e
+			}
+			return spans, nil
+		}
+	}
+	return nil, nil
 }

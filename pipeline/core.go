@@ -80,6 +80,9 @@ type Pipeline struct {
 
 	// chunkUses counts retrievals towards memory chunks
 	chunkUses memchunk.Counter
+	// composedPacks counts tier packs composed from their members'
+	// chunks (composePack) since Open
+	composedPacks atomic.Int64
 }
 
 // Deps are the stores a Pipeline works over, opened and closed by its
@@ -167,6 +170,9 @@ func New(ctx, base context.Context, opts Options, deps Deps) (*Pipeline, error) 
 		to.Reserve = p.reserveJob
 		to.Adapters = p.tierAdapters
 		to.Gate = p.gate
+		if opts.ComposeAuto {
+			to.Compose = p.composePack
+		}
 	}
 	if p.tiers, err = scheduler.NewTiers(sd, to); err != nil {
 		return nil, err

@@ -60,6 +60,7 @@ func (p *Pipeline) Stats() Stats {
 	st.ConvEvicted, st.Fallbacks = p.convEvicted.Load(), p.fallbacks.Load()
 	st.DiskBytes, st.NoSpace = p.db.DiskBytes(), p.db.Refused()
 	st.KVShared = p.kv.SharedStats()
+	st.ComposedPacks = p.composedPacks.Load()
 	if p.up != nil {
 		st.Slots, st.BusySlots, st.Queued = p.up.pool.Size(), p.up.pool.Busy(), p.up.pool.Queued()
 	}

@@ -602,7 +602,11 @@ func (p *Pipeline) prepare(ctx context.Context, l *loaded, sl *slots.Slot, toks 
 		if err != nil {
 			return kvSource{}, err
 		}
-		return kvSource{npast: rpN, source: SourceResident, packID: rp.PackID}, nil
+		src := kvSource{npast: rpN, source: SourceResident, packID: rp.PackID}
+		if info, ok := p.kv.Info(rp.PackID); ok {
+			src.composed = packComposed(info.Composed, rpN)
+		}
+		return src, nil
 	}
 	switch {
 	case slotN >= rpN && slotN >= storedN:
@@ -633,7 +637,7 @@ func (p *Pipeline) prepare(ctx context.Context, l *loaded, sl *slots.Slot, toks 
 		return kvSource{}, err
 	}
 	if rs.Tokens > 0 {
-		src := kvSource{npast: rs.Tokens, source: SourceRestored, packID: rs.PackID, restore: rs.Duration}
+		src := kvSource{npast: rs.Tokens, source: SourceRestored, packID: rs.PackID, restore: rs.Duration, composed: packComposed(rs.Composed, rs.Tokens)}
 		if scope == cube && convpack.Continues(rs.Tokens, rs.PackTotal) {
 			src.prev = rs.PackID
 		}

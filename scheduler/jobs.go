@@ -458,7 +458,7 @@ func (t *Tiers) runJob(ctx context.Context, j Job) error {
 	if j.Kind == JobPromote && !slices.Contains(next.Members, j.Memory) {
 		return fmt.Errorf("%w: memory %s does not fit the pack's %d tokens", ErrKVBudget, j.Memory, t.lay.Options().MaxPackTokens)
 	}
-	info, decoded, err := t.computePack(ctx, cube, p.PackTokens, false)
+	info, decoded, err := t.computePack(ctx, cube, p.PackTokens, p.Pack, false)
 	if err != nil {
 		return err
 	}
@@ -629,9 +629,10 @@ func (t *Tiers) makeRoom(ctx context.Context, j Job, need int64) error {
 // the longest cached prefix is restored into a pool sequence and only the
 // rest is decoded, in cells reserved through TierOptions.Reserve. With wait
 // (a caller waits: Promote) it waits for the cells and decodes at
-// foreground priority; without (tick jobs), at background priority.
-// decoded is the tokens computed.
-func (t *Tiers) computePack(ctx context.Context, cube string, toks []int32, wait bool) (kvcache.Info, int, error) {
+// foreground priority; without (tick jobs), at background priority, and
+// the members mems (pack order) may be composed from their KV chunks
+// (TierOptions.Compose). decoded is the tokens computed.
+func (t *Tiers) computePack(ctx context.Context, cube string, toks []int32, mems []textmem.Memory, wait bool) (kvcache.Info, int, error) {
 	eng, kv := t.eng, t.kv
 	ad, err := t.adapterSet(ctx, cube)
 	if err != nil {
@@ -668,8 +669,13 @@ func (t *Tiers) computePack(ctx context.Context, cube string, toks []int32, wait
 	// with wait a caller waits for it (Promote: a user's warm): foreground,
 	// as any request's prefill; queued behind background chunks it would
 	// hold the pack writes and cube deletes serialised after it
-	return kv.Compute(ctx, eng, seq, toks, kvcache.WarmOptions{Adapters: ad.Refs, Label: cube, Scope: cube,
-		Background: !wait, Chunk: t.opts.JobChunk, Lossy: lossy})
+	wo := kvcache.WarmOptions{Adapters: ad.Refs, Label: cube, Scope: cube, Background: !wait, Chunk: t.opts.JobChunk, Lossy: lossy}
+	if f := t.opts.Compose; f != nil && !wait && ad.Key == "" && len(mems) > 0 {
+		wo.Compose = func(ctx context.Context, seq, npast int) (*kvcache.Composition, int, error) {
+			return f(ctx, cube, mems, toks, seq, npast)
+		}
+	}
+	return kv.Compute(ctx, eng, seq, toks, wo)
 }
 
 // finish commits a job: the new pack state (nil: unchanged), its transition
@@ -812,7 +818,7 @@ func (t *Tiers) Promote(ctx context.Context, cube string, ids []string, reason s
 	var trs []*Transition
 	for try := 0; ; try++ {
 		var decoded int
-		info, decoded, err = t.computePack(ctx, cube, p.PackTokens, true)
+		info, decoded, err = t.computePack(ctx, cube, p.PackTokens, nil, true)
 		if err != nil {
 			return out, err
 		}

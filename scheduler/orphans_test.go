@@ -59,7 +59,7 @@ func TestRestartKeepsPendingJobPackOnly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := tr.computePack(ctx, "c", p.PackTokens, true); err != nil {
+	if _, _, err := tr.computePack(ctx, "c", p.PackTokens, nil, true); err != nil {
 		t.Fatal(err)
 	}
 	ids := func(kv *kvcache.Cache) []string {

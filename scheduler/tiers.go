@@ -112,6 +112,16 @@ type TierOptions struct {
 	// calibration in the background and is stored exact. The caller owns
 	// it. Nil: every pack exact.
 	Gate *kvgate.Gate
+	// Compose, if set, is a hook the pipeline sets where the calibration
+	// gate allows composition: a background job (Tick) computing cube's
+	// pack of toks, whose members are mems in pack order, calls it with
+	// the job's sequence seq holding toks[:npast], an exact state; it may
+	// compose members' KV chunks into seq (kvcache.WarmOptions.Compose)
+	// and returns what it placed (nil: nothing) and the tokens seq holds
+	// now; the job prefills the rest and stores the pack with
+	// kvcache.Header.Composed set. Never called for a pack under adapters
+	// nor by Promote (a user's warm prefills). Nil: jobs prefill.
+	Compose func(ctx context.Context, cube string, mems []textmem.Memory, toks []int32, seq, npast int) (*kvcache.Composition, int, error)
 }
 
 // AdapterSet is a leased adapter set (TierOptions.Adapters): Refs as a
@@ -644,6 +654,10 @@ type CubeTiers struct {
 	Parametric *Parametric `json:"parametric,omitempty"`
 	// PackCodec is the pack's KV codec: "exact", "q8" or "q4".
 	PackCodec string `json:"pack_codec,omitempty"`
+	// PackComposed, when set, says the pack was composed from its
+	// members' KV chunks by a background job (TierOptions.Compose), not
+	// prefilled: approximate (kvcache.Info.Composed).
+	PackComposed *kvcache.Composition `json:"pack_composed,omitempty"`
 	// KVGate is the calibration gate's view of the model key the cube's
 	// packs are computed under (its pack's adapter set; none without a
 	// pack); nil without TierOptions.Gate or an engine.
@@ -693,7 +707,7 @@ func (t *Tiers) State(ctx context.Context, cube string, limit int) (CubeTiers, e
 		// a pack named but not stored (deleted as damaged) is at no level:
 		// not warm until the next Tick computes it again
 		out.PackLevel = LevelDisk
-		out.PackCodec, adapterKey = i.KVCodec, i.AdapterKey
+		out.PackCodec, out.PackComposed, adapterKey = i.KVCodec, i.Composed, i.AdapterKey
 		if i.InRAM {
 			out.PackLevel = LevelRAM
 		}

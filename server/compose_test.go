@@ -72,4 +72,9 @@ func TestComposeRoutes(t *testing.T) {
 		!strings.Contains(m, `memosrt_prompt_tokens_total{kind="composed"}`) {
 		t.Fatalf("metrics lack composed turns:\n%s", grepLines(m, "compos"))
 	}
+	// packs are composed only under --compose auto, once the gate passed
+	// a fraction (pipeline.TestComposePack)
+	if !strings.Contains(m, "memosrt_composed_packs_total 0\n") {
+		t.Fatalf("metrics: composed packs not 0 under --compose on:\n%s", grepLines(m, "compos"))
+	}
 }

@@ -179,6 +179,9 @@ func newKVLsCmd() *cobra.Command {
 			if c == "" {
 				c = "(no cube)"
 			}
+			if i.Composed != nil {
+				kind += " (composed)" // from its members' chunks: approximate
+			}
 			fmt.Fprintf(tw, "%.12s\t%s\t%s\t%d\t%s\t%s\t%.2fx\t%s\n", i.ID, c, kind, i.NTokens, cli.Bytes(i.RawBytes), cli.Bytes(i.BlobBytes), i.Ratio(), i.Created.Format("2006-01-02 15:04:05"))
 		}
 		return tw.Flush()

@@ -77,6 +77,10 @@ func tiers(ctx context.Context, sf storeFlags, ef engineFlags, cube string, limi
 	}
 	fmt.Printf("cube %s: pack %d tokens, %s KV (%s stored), level %s; all packs %s of %s budget\n", st.Cube, st.PackTokens,
 		cli.Bytes(st.RawBytes), cli.Bytes(st.BlobBytes), orDash(st.PackLevel), cli.Bytes(st.KVBytes), cli.Bytes(st.KVBudget))
+	if c := st.PackComposed; c != nil {
+		fmt.Printf("pack composed from its members' chunks (approximate): %d tokens at [%d, %d), %d recomputed (fraction %.2f)\n",
+			c.Tokens, c.First, c.First+c.Tokens, c.Recomputed, c.Ratio)
+	}
 	if g := st.KVGate; g != nil {
 		state := "not calibrated yet: exact"
 		switch {

@@ -30,6 +30,9 @@ type Stats struct {
 	Fallbacks     int64  `json:"restore_fallbacks"` // stored packs that matched but were refused: the prompt was prefilled
 	DiskBytes     int64  `json:"disk_bytes"`        // the data directory's files (Badger LSM and value log), bytes
 	NoSpace       int64  `json:"no_space_refused"`  // writes refused since Open for want of disk space (ErrNoSpace)
+	// ComposedPacks counts the tier packs a background job composed from
+	// their members' chunks since Open (kvcache.Info.Composed).
+	ComposedPacks int64 `json:"composed_packs"`
 	// KVShared is the shared activation level (Options.KVShared): enabled,
 	// up, and its hit, miss, put and error counts since Open.
 	KVShared kvcache.SharedStats `json:"kv_shared"`

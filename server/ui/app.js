@@ -154,6 +154,11 @@ function renderCube(tiers, packs, adapters) {
       el("span", { text: "Tier pack " }), el("code", { text: short(tiers.pack_id) }),
       el("span", { text: ` · ${tiers.pack_tokens} tokens · ${bytes(tiers.raw_bytes)} KV (${bytes(tiers.blob_bytes)} stored) · heat ${tiers.pack_heat.toFixed(2)} · ` }),
       badge(tiers.pack_level || "disk"));
+    const pc = tiers.pack_composed;
+    if (pc) {
+      sum.append(el("div", {}, badge("composed"),
+        el("span", { text: ` from its members' chunks (approximate): ${pc.tokens} tokens, ${pc.recomputed} recomputed (fraction ${pc.ratio.toFixed(2)})` })));
+    }
   } else {
     sum.replaceChildren(el("span", { class: "muted", text: "No tier pack." }));
   }
