@@ -17,7 +17,8 @@ import (
 // (CodecRaw) or its zstd segments decoded (CodecZstdShuffle2Seg) from each
 // part straight into the state, on every core, while the blob checksum
 // runs over the part, and the state checksum over what the part completed
-// while Badger reads the next part. Against Decode this saves a copy of
+// while Badger reads the next part (for CodecRaw read against its pack
+// record, the blob checksum stands for the state checksum: parse). Against Decode this saves a copy of
 // the blob (and the memory to hold it) and the serial phases (copy, blob
 // checksum, state checksum) one after the other.
 //
@@ -29,33 +30,36 @@ import (
 // CodecZstdShuffle2 (states of one segment at most) is gathered and
 // decoded at the end. Not safe for concurrent use.
 type partsDecoder struct {
-	total    int            // blob length, bytes
-	off      int            // blob bytes consumed
-	expect   *Header        // when set, the header must agree (the pack record)
-	err      error          // first error; later parts are only summed
-	sum      *xxhash.Digest // of blob[0, total-8)
-	tail     []byte         // blob[total-8, total): the checksum written
-	head     []byte         // blob[0, 10+hl+8) gathered until parsed
-	ready    bool           // header parsed
-	h        Header         //
-	payOff   int            // payload offset in the blob
-	payLen   int            // payload length
-	state    []byte         // the decoded state (RawBytes)
-	rawSum   *xxhash.Digest // of state[0, summed)
-	summed   int            // state bytes summed
-	final    int            // state bytes final (copied or decoded): [summed, final) is summed next
-	gather   []byte         // CodecZstdShuffle2: the payload
-	table    []byte         // CodecZstdShuffle2Seg: the table gathered (8 + 8n bytes)
-	n, seg   int            // segment count and size
-	offs     []int          // payload offsets of the frames and the end
-	next     int            // first frame not yet decoded
-	frame    []byte         // bytes of frame next gathered across parts
-	frameBuf *[]byte        // frame's pooled buffer
-	scr      []*[]byte      // pooled buffers lent to straddling frames of this part
-	g        errgroup.Group // decode tasks of the current part
-	wg       sync.WaitGroup // blob checksum task of the current part
-	sumWG    sync.WaitGroup // the state checksum task, which outlives a part's write
-	pre      error          // bad magic or version: reported before the checksum, as Decode does
+	total  int            // blob length, bytes
+	off    int            // blob bytes consumed
+	expect *Header        // when set, the header must agree (the pack record)
+	err    error          // first error; later parts are only summed
+	sum    *xxhash.Digest // of blob[0, total-8)
+	tail   []byte         // blob[total-8, total): the checksum written
+	head   []byte         // blob[0, 10+hl+8) gathered until parsed
+	ready  bool           // header parsed
+	h      Header         //
+	payOff int            // payload offset in the blob
+	payLen int            // payload length
+	state  []byte         // the decoded state (RawBytes)
+	rawSum *xxhash.Digest // of state[0, summed)
+	// rawByBlob: the state checksum is implied by the blob checksum and
+	// is not computed (see parse)
+	rawByBlob bool
+	summed    int            // state bytes summed
+	final     int            // state bytes final (copied or decoded): [summed, final) is summed next
+	gather    []byte         // CodecZstdShuffle2: the payload
+	table     []byte         // CodecZstdShuffle2Seg: the table gathered (8 + 8n bytes)
+	n, seg    int            // segment count and size
+	offs      []int          // payload offsets of the frames and the end
+	next      int            // first frame not yet decoded
+	frame     []byte         // bytes of frame next gathered across parts
+	frameBuf  *[]byte        // frame's pooled buffer
+	scr       []*[]byte      // pooled buffers lent to straddling frames of this part
+	g         errgroup.Group // decode tasks of the current part
+	wg        sync.WaitGroup // blob checksum task of the current part
+	sumWG     sync.WaitGroup // the state checksum task, which outlives a part's write
+	pre       error          // bad magic or version: reported before the checksum, as Decode does
 	// readNs holds, per readBlock of the parts of at least 64 KiB, the
 	// time the blob checksum took over it, ns per byte (readRate: their
 	// median is the read cost).
@@ -137,7 +141,7 @@ func (p *partsDecoder) write(v []byte) error {
 		putScratch(b)
 	}
 	p.scr = p.scr[:0]
-	if p.err == nil && p.summed < p.final {
+	if p.err == nil && p.summed < p.final && !p.rawByBlob {
 		// the state this part completed is summed while Badger reads (and
 		// checks) the next part, one range after the other
 		s := p.state[p.summed:p.final]
@@ -204,6 +208,16 @@ func (p *partsDecoder) parse() {
 	p.h, p.ready = h, true
 	switch h.Codec {
 	case CodecRaw:
+		// The state is the payload, copied, and the payload is covered by
+		// the blob checksum. When the blob is read for its pack record
+		// (expect), the header's RawXXHash equals the record's, which Put
+		// computed over the very bytes it wrote as this payload (encode):
+		// a payload that passes the blob checksum therefore has that
+		// RawXXHash, and summing the state again would re-verify bytes
+		// already verified (8 ms of CPU per 128 MiB read). Without a record
+		// (Decode's callers: shared and imported blobs, whose header may
+		// come from elsewhere) the state is summed as Decode sums it.
+		p.rawByBlob = p.expect != nil
 		p.state = p.alloc(int(h.RawBytes))
 	case CodecZstdShuffle2:
 		p.gather = make([]byte, 0, p.payLen)
@@ -327,6 +341,9 @@ func (p *partsDecoder) finish() (Header, []byte, error) {
 	}
 	if p.state == nil {
 		p.state = []byte{}
+	}
+	if p.rawByBlob {
+		return dequantizeWith(h, p.state, p.alloc)
 	}
 	p.rawSum.Write(p.state[p.summed:])
 	if p.rawSum.Sum64() != h.RawXXHash {

@@ -2,11 +2,14 @@ package kvcache
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"testing"
 
 	"github.com/cespare/xxhash/v2"
+	bg "github.com/dgraph-io/badger/v4"
 
+	"github.com/memosrt/memosrt/internal/testenv"
 	"github.com/memosrt/memosrt/runtime"
 )
 
@@ -107,6 +110,69 @@ func TestDecodeParts(t *testing.T) {
 			}
 			if _, _, err := decodeParts([][]byte{blob}, len(blob)+1, nil); !errors.Is(err, ErrCorrupt) {
 				t.Fatalf("short: %v", err)
+			}
+		})
+	}
+}
+
+// TestRawPackReadAgainstRecord: a pack stored raw and read back from
+// Badger for its record (restoreState) is not summed a second time over
+// its state (partsDecoder.rawByBlob), so its blob checksum alone must
+// catch a damaged payload. The damage is written through Badger, so
+// Badger's own CRC-32C of the value is valid and only the blob checksum
+// can refuse it.
+func TestRawPackReadAgainstRecord(t *testing.T) {
+	state := make([]byte, 3<<20+5)
+	for i := range state {
+		state[i] = byte(i*7 + i>>9)
+	}
+	cases := []struct {
+		name   string
+		damage func(blob []byte) []byte
+		want   error // nil: the state restores byte for byte
+	}{
+		{"intact", func(b []byte) []byte { return b }, nil},
+		{"payload-bit", func(b []byte) []byte { b[len(b)/2] ^= 0x10; return b }, ErrCorrupt},
+		{"payload-last-byte", func(b []byte) []byte { b[len(b)-9] ^= 0x01; return b }, ErrCorrupt},
+		{"checksum", func(b []byte) []byte { b[len(b)-1] ^= 0x80; return b }, ErrCorrupt},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := Open(testenv.DB(t, t.TempDir()), Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			c.keepRaw = func([]byte, []byte, string) bool { return true }
+			info, err := c.Put(context.Background(), Header{Tokens: []int32{1, 2, 3}}, state)
+			if err != nil {
+				t.Fatal(err)
+			}
+			blob, err := c.Blob(info.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if h, _, err := DecodeHeader(blob); err != nil || h.Codec != CodecRaw {
+				t.Fatalf("stored codec %q (%v), want %q", h.Codec, err, CodecRaw)
+			}
+			bad := tc.damage(bytes.Clone(blob))
+			if err := c.db.Badger().Update(func(txn *bg.Txn) error { return txn.Set(chunkKey(info.ID, 0), bad) }); err != nil {
+				t.Fatal(err)
+			}
+			c.DropRAM()
+			_, got, fromRAM, release, err := c.restoreState(info.ID)
+			defer release()
+			if fromRAM {
+				t.Fatal("read from RAM, want Badger")
+			}
+			if tc.want != nil {
+				if !errors.Is(err, tc.want) {
+					t.Fatalf("err %v, want %v", err, tc.want)
+				}
+				return
+			}
+			if err != nil || !bytes.Equal(got, state) {
+				t.Fatalf("err %v; state equal %v", err, bytes.Equal(got, state))
 			}
 		})
 	}
