@@ -9,7 +9,9 @@
 #                              prefill-1b-first (each process's first prefill),
 #                              warm-1024 warm-4096 (warm TTFT from a stored state vs
 #                              llama-server's slot restore), read-1b mmap-1b (weights
-#                              read / mapped on both sides)
+#                              read / mapped on both sides), contended-stories
+#                              contended-1b (decode beside BUSY=3 busy loops: memosrt
+#                              without --threads, its engine picks them; no quiet gate)
 #   bench/peer/peer.sh build  # only build the peer (and decodeloop, below)
 #
 # The peer: llama.cpp release b7347, whose git bundle ships inside the npm
@@ -164,6 +166,29 @@ quiet_gate() {
 
 num() { sed -n "s/.*\"$1\": *\\([0-9.eE+-]*\\).*/\\1/p" "$2" | head -1; }
 
+# contended-* rows: BUSY busy loops (yes) run beside both sides
+BUSY=${BUSY:-3}
+BUSY_PIDS=()
+start_busy() {
+	local i
+	for i in $(seq "$BUSY"); do
+		yes >/dev/null &
+		BUSY_PIDS+=($!)
+	done
+}
+stop_busy() {
+	local p
+	for p in "${BUSY_PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+	BUSY_PIDS=()
+}
+
+# memosrt run without --threads: the engine picks its decode threads
+a_decode_auto() { # model tokens
+	"$MEMOSRT" run --model "$1" --num-predict "$2" --no-cache --json "$PROMPT" >"$OUT/a.json" 2>"$OUT/a.err" || return 1
+	awk -v n="$(num eval_tokens "$OUT/a.json")" -v ms="$(num eval_ms "$OUT/a.json")" \
+		'BEGIN { if (n < 2 || ms <= 0) exit 1; printf "%.2f", (n - 1) / (ms / 1000) }'
+}
+
 # memosrt run: decode tokens/s after the first token
 a_decode() { # model tokens [memosrt run flags...]
 	local m=$1 n=$2
@@ -199,7 +224,7 @@ stop_server() {
 	wait "$SERVER_PID" 2>/dev/null || true
 	SERVER_PID=
 }
-trap stop_server EXIT
+trap 'stop_server; stop_busy' EXIT
 
 post() { curl -sS --max-time 900 -H 'Content-Type: application/json' "http://127.0.0.1:$PORT$1" -d "$2"; }
 
@@ -249,7 +274,7 @@ row() { # name what peer-cmd unit higher-is-better a-fn b-fn
 	local name=$1 what=$2 peercmd=$3 unit=$4 higher=$5 afn=$6 bfn=$7 i a b r
 	local as=() bs=() rs=()
 	for i in $(seq "$PAIRS"); do
-		quiet_gate
+		[ ${#BUSY_PIDS[@]} -gt 0 ] || quiet_gate
 		local l=$(load1)
 		a=$($afn) || die "$name pair $i: memosrt gave no figure ($OUT/a.json, $OUT/a.err)"
 		b=$($bfn) || die "$name pair $i: peer gave no figure ($OUT/b.json, $OUT/b.err)"
@@ -292,6 +317,20 @@ main() {
 		prefill-1b-first)
 			row "$r" "prefill, 1B shape, 512 tokens, each process's first prefill" "llama-bench -t $THREADS -p 512 -n 0 -r 1 --no-warmup" tok/s 1 \
 				a_prefill "b_bench $MODEL_1B -p 512 -n 0 --no-warmup" ;;
+		contended-stories)
+			[ -f "$MODEL_STORIES" ] || die "no $MODEL_STORIES"
+			start_busy
+			row "$r" "decode, stories260K, 256 tokens, $BUSY busy processes beside it (memosrt picks its threads, the peer runs $THREADS)" \
+				"llama-bench -t $THREADS -p 0 -n 256 -r 1" tok/s 1 \
+				"a_decode_auto $MODEL_STORIES 256" "b_bench $MODEL_STORIES -p 0 -n 256"
+			stop_busy ;;
+		contended-1b)
+			[ -f "$MODEL_1B" ] || die "no $MODEL_1B (make models/1b.gguf)"
+			start_busy
+			row "$r" "decode, 1B shape F16, 64 tokens, $BUSY busy processes beside it (memosrt picks its threads, the peer runs $THREADS)" \
+				"llama-bench -t $THREADS -p 0 -n 64 -r 1" tok/s 1 \
+				"a_decode_auto $MODEL_1B 64" "b_bench $MODEL_1B -p 0 -n 64"
+			stop_busy ;;
 		warm-*)
 			local n=${r#warm-}
 			need_curl
