@@ -249,14 +249,17 @@ func (p *PostgresServer) ping() error {
 	return c.Ping(ctx)
 }
 
-// Kill stops the server with SIGKILL (a crash) and waits for the
-// postmaster to exit; its backends exit by themselves.
+// Kill stops the server and its backends with SIGKILL (a crash) and
+// waits for the postmaster to exit.
 func (p *PostgresServer) Kill() {
 	if p.cmd == nil {
 		return
 	}
 	p.Resume() // a paused server's backends would stay stopped
-	p.cmd.Process.Signal(syscall.SIGKILL)
+	// the postmaster and every backend it forked: a backend outlives a
+	// killed postmaster until it next checks for it, and could still
+	// commit a write sent on its open connection after Kill returned
+	p.signalAll(syscall.SIGKILL)
 	select {
 	case <-p.exited:
 	case <-time.After(10 * time.Second):
