@@ -182,20 +182,21 @@ stop_busy() {
 	BUSY_PIDS=()
 }
 
-# memosrt run without --threads: the engine picks its decode threads
-a_decode_auto() { # model tokens
-	"$MEMOSRT" run --model "$1" --num-predict "$2" --no-cache --json "$PROMPT" >"$OUT/a.json" 2>"$OUT/a.err" || return 1
+# memosrt run without --threads (the engine picks its decode threads):
+# decode tokens/s after the first token
+a_decode_auto() { # model tokens [memosrt run flags...]
+	local m=$1 n=$2
+	shift 2
+	"$MEMOSRT" run --model "$m" --num-predict "$n" --no-cache --json "$@" "$PROMPT" >"$OUT/a.json" 2>"$OUT/a.err" || return 1
 	awk -v n="$(num eval_tokens "$OUT/a.json")" -v ms="$(num eval_ms "$OUT/a.json")" \
 		'BEGIN { if (n < 2 || ms <= 0) exit 1; printf "%.2f", (n - 1) / (ms / 1000) }'
 }
 
-# memosrt run: decode tokens/s after the first token
+# memosrt run at THREADS threads: decode tokens/s after the first token
 a_decode() { # model tokens [memosrt run flags...]
 	local m=$1 n=$2
 	shift 2
-	"$MEMOSRT" run --model "$m" --threads "$THREADS" --num-predict "$n" --no-cache --json "$@" "$PROMPT" >"$OUT/a.json" 2>"$OUT/a.err" || return 1
-	awk -v n="$(num eval_tokens "$OUT/a.json")" -v ms="$(num eval_ms "$OUT/a.json")" \
-		'BEGIN { if (n < 2 || ms <= 0) exit 1; printf "%.2f", (n - 1) / (ms / 1000) }'
+	a_decode_auto "$m" "$n" --threads "$THREADS" "$@"
 }
 
 b_bench() { # model args...
