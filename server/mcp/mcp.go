@@ -700,18 +700,9 @@ func (t *tools) feedback(ctx context.Context, c call, in feedbackIn) (*sdk.CallT
 	if err != nil {
 		return nil, memosrt.FeedbackResult{}, err
 	}
-	f := memosrt.Feedback{ResponseID: in.ResponseID, Correction: in.Correction}
-	if in.Rating != nil {
-		if *in.Rating == 0 {
-			return nil, memosrt.FeedbackResult{}, wire.BadField("rating", "0: want -1 or 1 (leave rating out for none)")
-		}
-		f.Rating = *in.Rating
-	}
-	if in.Stars != nil {
-		if *in.Stars == 0 {
-			return nil, memosrt.FeedbackResult{}, wire.BadField("stars", "0: want 1 to 5 (leave stars out for none)")
-		}
-		f.Stars = *in.Stars
+	f, err := wire.Feedback(memosrt.Feedback{ResponseID: in.ResponseID, Correction: in.Correction}, in.Rating, in.Stars)
+	if err != nil {
+		return nil, memosrt.FeedbackResult{}, err
 	}
 	res, err := t.os.Feedback(ctx, cube, f)
 	if err != nil {

@@ -175,19 +175,9 @@ func (a *API) handleFeedback(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		err = wire.DecodeStrict(r, &in)
 	}
-	switch {
-	case err != nil:
-	case in.Rating != nil && *in.Rating == 0:
-		err = wire.BadField("rating", "0: want -1 or 1 (leave rating out for none)")
-	case in.Stars != nil && *in.Stars == 0:
-		err = wire.BadField("stars", "0: want 1 to 5 (leave stars out for none)")
-	}
-	f := in.Feedback
-	if in.Rating != nil {
-		f.Rating = *in.Rating
-	}
-	if in.Stars != nil {
-		f.Stars = *in.Stars
+	var f memosrt.Feedback
+	if err == nil {
+		f, err = wire.Feedback(in.Feedback, in.Rating, in.Stars)
 	}
 	if err != nil {
 		a.writeError(w, r, err)

@@ -89,3 +89,23 @@ func decodeRaw(raw []byte, v any, strict bool) error {
 func BadField(field, format string, args ...any) error {
 	return &memosrt.FieldError{Field: field, Msg: fmt.Sprintf(format, args...)}
 }
+
+// Feedback sets f's Rating and Stars from a request's optional fields
+// (nil: none). A rating or stars of 0 given is a *memosrt.FieldError
+// naming the field, since memosrt.Feedback's 0 means none; ranges beyond
+// that are OS.Feedback's to check.
+func Feedback(f memosrt.Feedback, rating, stars *int) (memosrt.Feedback, error) {
+	if rating != nil {
+		if *rating == 0 {
+			return f, BadField("rating", "0: want -1 or 1 (leave rating out for none)")
+		}
+		f.Rating = *rating
+	}
+	if stars != nil {
+		if *stars == 0 {
+			return f, BadField("stars", "0: want 1 to 5 (leave stars out for none)")
+		}
+		f.Stars = *stars
+	}
+	return f, nil
+}
