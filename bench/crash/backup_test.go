@@ -3,7 +3,6 @@ package crash
 import (
 	"bytes"
 	"context"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -146,16 +145,7 @@ func tierPackStored(t *testing.T, c *client, cube string) {
 // backup's snapshot holds them.
 func snapshotTierPacks(t *testing.T, dir, keyFile string, ws []*worker) {
 	t.Helper()
-	var key []byte
-	if keyFile != "" {
-		b, err := os.ReadFile(keyFile)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if key, err = hex.DecodeString(strings.TrimSpace(string(b))); err != nil {
-			t.Fatal(err)
-		}
-	}
+	key := readKeyFile(t, keyFile)
 	db, err := datadir.Open(datadir.Options{Dir: dir, EncryptionKey: key})
 	if err != nil {
 		t.Fatal(err)

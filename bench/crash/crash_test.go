@@ -817,22 +817,31 @@ func (w *worker) reconcilePacks(t testing.TB, cycle int, c *client, st *stats) {
 	w.pack, w.packSure = tiers.PackID, sure
 }
 
+// readKeyFile is the encryption key in keyFile (hex, as serve's
+// --encrypt-key-file takes it); nil for "".
+func readKeyFile(t *testing.T, keyFile string) []byte {
+	t.Helper()
+	if keyFile == "" {
+		return nil
+	}
+	b, err := os.ReadFile(keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := hex.DecodeString(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return key
+}
+
 // rawCheck opens the directory in this process (recovering it) and checks
 // the activation tier's index against its blobs and the text tier's records
 // against its index.
 func rawCheck(t *testing.T, cycle int, dir, keyFile string, ws []*worker, st *stats) {
 	t.Helper()
 	st.rawChecks++
-	var key []byte
-	if keyFile != "" {
-		b, err := os.ReadFile(keyFile)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if key, err = hex.DecodeString(strings.TrimSpace(string(b))); err != nil {
-			t.Fatal(err)
-		}
-	}
+	key := readKeyFile(t, keyFile)
 	db, err := datadir.Open(datadir.Options{Dir: dir, EncryptionKey: key})
 	if err != nil {
 		t.Fatalf("cycle %d: reopen after kill: %v", cycle, err)
