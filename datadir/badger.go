@@ -137,7 +137,8 @@ const blockCacheBytes = 32 << 20
 // is 16 MiB, less on a filesystem under 512 MiB (1/32 of its size rounded
 // down to a power of two, at least 1 MiB), so that Room's reserve fits a
 // small disk. When the filesystem lacks the space that opening writes
-// (the tables flushed from the memtable logs of the last run, plus 1 MiB),
+// (the tables flushed from the memtable logs of the last run, the output
+// of the compaction Badger starts at open, plus 1 MiB: openNeed),
 // Open returns an error wrapping ErrNoSpace and touches nothing: opening
 // would otherwise die by SIGBUS in Badger's mapped files.
 func Open(opts Options) (*DB, error) {
@@ -160,7 +161,7 @@ func Open(opts Options) (*DB, error) {
 		free, tot, ok := diskSpace(opts.Dir)
 		if ok {
 			total = tot
-			need, err := openNeed(opts.Dir)
+			need, err := openNeed(opts.Dir, opts.ReadOnly)
 			if err != nil {
 				return nil, fmt.Errorf("badger: %w", err)
 			}

@@ -175,14 +175,23 @@ func (d *DB) Refused() int64 { return d.refused.Load() }
 
 // openNeed is the free space, bytes, that Open needs: the tables that
 // flushing the memtable logs left by the last run writes (at most their
-// size), plus spaceMargin for the headers of the new memtable and
-// value-log files Badger creates at open and the first small records.
-func openNeed(dir string) (int64, error) {
+// size); the output of the compaction Badger starts as soon as it opens
+// (level 0 holds a table after every Close, and memosrt compacts at one
+// table: NumLevelZeroTables), written before its inputs are deleted, at
+// most the tables' size plus the flushed ones; plus spaceMargin for the
+// headers of the new memtable and value-log files Badger creates at open
+// and the first small records. It is never more than Room's need for a
+// write, so a directory that took its last write opens again. Read-only,
+// Badger runs no compaction: the memtable logs and spaceMargin.
+func openNeed(dir string, readOnly bool) (int64, error) {
 	f, err := readDirFiles(dir)
 	if err != nil {
 		return 0, err
 	}
-	return f.memBytes + spaceMargin, nil
+	if readOnly {
+		return f.memBytes + spaceMargin, nil
+	}
+	return 2*f.memBytes + f.sstBytes + spaceMargin, nil
 }
 
 // noSpace is ErrNoSpace for a write ("in") or for Open ("to open").

@@ -209,6 +209,98 @@ func TestOpenFullDisk(t *testing.T) {
 	checkAll(t, d, n)
 }
 
+// Opening a directory whose tables do not fit in the free space again is
+// refused with ErrNoSpace, not let in to die by SIGBUS: Badger compacts
+// the level-0 table that the last Close flushed as soon as it opens,
+// writing a new table of up to every table's size through a mapped file
+// before it deletes the old ones. Here the memtable logs and 2 MiB fit
+// (what flushing them needs), the tables do not. Run in a child process,
+// as TestOpenFullDisk.
+func TestOpenTablesDoNotFit(t *testing.T) {
+	if dir := os.Getenv("MEMOSRT_TEST_OPEN_TABLES_DIR"); dir != "" {
+		d, err := Open(Options{Dir: dir})
+		if err != nil {
+			fmt.Println("open:", err)
+			os.Exit(3)
+		}
+		fmt.Println("opened")
+		d.Close()
+		os.Exit(0)
+	}
+	mnt := testfs.Tmpfs(t, "20m")
+	dir := filepath.Join(mnt, "db")
+	d, err := Open(Options{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close() // idempotent; the first handle, should a check fail
+	// 6 MiB of 1 KiB values, under the value threshold: in the tables;
+	// slices of one incompressible stream, so that the tables keep 6 MiB
+	const n = 6 << 10
+	vals := markedValue("", n<<10)
+	val := func(i int) []byte { return vals[i<<10 : (i+1)<<10] }
+	for i := range n {
+		if err := d.Badger().Update(func(tx *bg.Txn) error {
+			return tx.Set(fmt.Appendf(nil, "k%07d", i), val(i))
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	f, err := readDirFiles(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.sstBytes < 4<<20 {
+		t.Fatalf("tables hold %d bytes, want at least 4 MiB for the test to mean something", f.sstBytes)
+	}
+	free, _, _ := diskSpace(mnt)
+	leave := f.memBytes + spaceMargin + 2<<20 // what flushing needs, and 2 MiB more
+	filler := filepath.Join(mnt, "filler")
+	if w := testfs.Fill(t, filler, free-leave); w != free-leave {
+		t.Fatalf("filled %d bytes of %d", w, free-leave)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestOpenTablesDoNotFit$")
+	cmd.Env = append(os.Environ(), "MEMOSRT_TEST_OPEN_TABLES_DIR="+dir)
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 3 {
+		t.Fatalf("child: %v (want exit status 3), output:\n%s", err, out)
+	}
+	want := "open: badger: not enough free disk space to open " + dir + ": "
+	if !strings.HasPrefix(string(out), want) {
+		t.Fatalf("child said %q, want it to begin %q", out, want)
+	}
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	if d, err = Open(Options{Dir: dir}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	err = d.Badger().View(func(tx *bg.Txn) error {
+		for i := range n {
+			it, err := tx.Get(fmt.Appendf(nil, "k%07d", i))
+			if err != nil {
+				return fmt.Errorf("k%07d: %w", i, err)
+			}
+			v, err := it.ValueCopy(nil)
+			if err != nil {
+				return err
+			}
+			if !bytes.Equal(v, val(i)) {
+				return fmt.Errorf("k%07d: value differs", i)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
 // BenchmarkRoom is the cost of the free-space check that precedes every
 // commit (Room: readdir, a stat per file, statfs) beside a commit of one
 // 100-byte value without and with fsync, on a directory of 64 MiB in 4 MiB
