@@ -271,6 +271,7 @@ func TestKeepAliveEverywhere(t *testing.T) {
 	}{
 		{"/v1/chat/completions", map[string]any{"model": testModel, "messages": msgs, "keep_alive": "bogus"}},
 		{"/v1/completions", map[string]any{"model": testModel, "prompt": "Hi", "keep_alive": "bogus"}},
+		{"/v1/embeddings", map[string]any{"model": testModel, "input": "Hi", "keep_alive": "bogus"}},
 		{"/api/chat", map[string]any{"model": testModel, "messages": msgs, "keep_alive": "bogus"}},
 		{"/api/generate", map[string]any{"model": testModel, "prompt": "Hi", "keep_alive": "bogus"}},
 		{"/api/embed", map[string]any{"model": testModel, "input": "Hi", "keep_alive": "bogus"}},
@@ -283,6 +284,15 @@ func TestKeepAliveEverywhere(t *testing.T) {
 	}
 	if got := expires(t); got < 3*time.Hour-time.Minute {
 		t.Fatalf("refused requests changed the expiry: %v", got)
+	}
+	// /v1/embeddings embeds with the chat model when no embedder is set,
+	// and keeps it loaded as asked (expires reads this e's /api/ps)
+	e = newEnv(t, envConfig{nctx: 512, noEmbed: true})
+	if code := do(t, "POST", e.url()+"/v1/embeddings", map[string]any{"model": testModel, "input": "Hi", "keep_alive": "5h"}, nil); code != 200 {
+		t.Fatalf("/v1/embeddings: %d", code)
+	}
+	if got := expires(t); got < 5*time.Hour-time.Minute || got > 5*time.Hour+time.Minute {
+		t.Fatalf("/v1/embeddings with keep_alive 5h: expires in %v", got)
 	}
 }
 

@@ -399,6 +399,9 @@ type oaiEmbeddingRequest struct {
 	Input          any    `json:"input"`
 	EncodingFormat string `json:"encoding_format"`
 	Dimensions     int    `json:"dimensions"`
+	// KeepAlive is memosrt's extension, as on the chat and completion
+	// routes: how long the model stays loaded after this request.
+	KeepAlive *keepAliveField `json:"keep_alive"`
 }
 
 func (s *Server) handleOpenAIEmbeddings(w http.ResponseWriter, r *http.Request) {
@@ -428,7 +431,7 @@ func (s *Server) handleOpenAIEmbeddings(w http.ResponseWriter, r *http.Request) 
 	}
 	if err == nil {
 		var emb memosrt.Embedding
-		emb, err = s.os.EmbedWith(r.Context(), model, nil, in)
+		emb, err = s.os.EmbedWith(r.Context(), model, keepAlive(req.KeepAlive), in)
 		vecs, n = emb.Vectors, emb.Tokens
 	}
 	if err == nil {
