@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -120,8 +121,11 @@ type DB struct {
 	log       *slog.Logger
 	refused   atomic.Int64  // writes Room refused since Open
 	tableDmg  []TableDamage // found by Open (TableDamage); read-only after Open
-	key       []byte        // Options.EncryptionKey; Backup encrypts under it
-	holds     holdGate      // Backup's snapshot against HoldBackup's operations
+	// noCompact is set by Open when a table is damaged: Badger runs no
+	// compaction, and Reclaim none either; read-only after Open
+	noCompact bool
+	key       []byte   // Options.EncryptionKey; Backup encrypts under it
+	holds     holdGate // Backup's snapshot against HoldBackup's operations
 
 	// reclaimMu serialises Reclaim and guards lastFull: the value log's
 	// allocated bytes after the last pass that flushed the memtable
@@ -170,6 +174,21 @@ func Open(opts Options) (*DB, error) {
 			}
 		}
 	}
+	// a damaged table must not meet a compaction (scanTables): then Badger
+	// runs none while this handle is open
+	var pre map[string]tableRead
+	compactors := 2
+	if !opts.InMemory && !opts.ReadOnly && len(opts.EncryptionKey) == 0 {
+		var err error
+		if pre, err = scanTables(opts.Dir); err != nil {
+			return nil, err
+		}
+		for _, r := range pre {
+			if r.damaged() {
+				compactors = 0
+			}
+		}
+	}
 	memSize, vlogSize := fileSizes(total)
 	if opts.ValueLogFileSize != 0 {
 		vlogSize = opts.ValueLogFileSize
@@ -188,7 +207,7 @@ func Open(opts Options) (*DB, error) {
 		WithNumVersionsToKeep(1).
 		WithMemTableSize(memSize).
 		WithValueThreshold(valueThreshold(memSize)).
-		WithNumCompactors(2).
+		WithNumCompactors(compactors).
 		// a flushed memtable is compacted at once (Badger: at 5 tables),
 		// so that the deletes it holds are counted for the value-log GC
 		WithNumLevelZeroTables(1).
@@ -200,6 +219,10 @@ func Open(opts Options) (*DB, error) {
 		WithChecksumVerificationMode(options.OnBlockRead)
 	if opts.NoVerify {
 		bo = bo.WithChecksumVerificationMode(options.NoVerification)
+	}
+	if compactors == 0 {
+		// level 0 only grows now: never stall writes on it (Badger: 15)
+		bo = bo.WithNumLevelZeroTablesStall(math.MaxInt32)
 	}
 	if opts.InMemory {
 		// no value log in memory: every value stays in the LSM tree, whose
@@ -226,7 +249,11 @@ func Open(opts Options) (*DB, error) {
 		d.dir = opts.Dir
 		// before reclaim: its compaction would drop a damaged block's
 		// keys for good, without a word (Badger's reads skip the block)
-		if d.checkTables(opts.Logger) && !opts.NoCompactOnOpen && !opts.ReadOnly {
+		d.noCompact = compactors == 0
+		if d.noCompact && opts.Logger != nil {
+			opts.Logger.Error("damaged table: compactions are off while this directory is open, so that none drops the keys after a damaged block; stop memosrt, run memosrt check, restore from a backup", "dir", opts.Dir)
+		}
+		if d.checkTables(opts.Logger, pre) && !d.noCompact && !opts.NoCompactOnOpen && !opts.ReadOnly {
 			if err := d.reclaim(); err != nil {
 				db.Close()
 				return nil, fmt.Errorf("badger: reclaim %s: %w", opts.Dir, err)
@@ -318,7 +345,7 @@ func (d *DB) Reclaim() (int, error) {
 	d.reclaimMu.Lock()
 	defer d.reclaimMu.Unlock()
 	n, err := d.GC()
-	if err != nil || n > 0 || d.vlogBytes() < d.lastFull+d.vlogSize {
+	if err != nil || n > 0 || d.noCompact || d.vlogBytes() < d.lastFull+d.vlogSize {
 		return n, err
 	}
 	// the filler records and their deletes (at most two memtables),

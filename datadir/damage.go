@@ -183,7 +183,12 @@ type TableDamage struct {
 // the count its index holds. Tables of an encrypted directory are not
 // checked (their data keys stay inside Badger). Errors are I/O errors.
 // A table that panics Badger's reader is reported as damaged.
-func (d *DB) VerifyTables() ([]TableDamage, error) {
+func (d *DB) VerifyTables() ([]TableDamage, error) { return d.verifyTables(nil) }
+
+// verifyTables is VerifyTables, taking the reads of the tables that pre
+// holds (scanTables before Badger opened: the files are the same) instead
+// of reading them again.
+func (d *DB) verifyTables(pre map[string]tableRead) ([]TableDamage, error) {
 	if d.dir == "" || len(d.db.Opts().EncryptionKey) > 0 {
 		return nil, nil
 	}
@@ -191,7 +196,11 @@ func (d *DB) VerifyTables() ([]TableDamage, error) {
 	for _, ti := range d.db.Tables() {
 		name := fmt.Sprintf("%06d.sst", ti.ID)
 		td := TableDamage{File: name, Level: ti.Level, From: y.ParseKey(ti.Left), Through: y.ParseKey(ti.Right), Want: int(ti.KeyCount)}
-		n, last, err := readTable(filepath.Join(d.dir, name))
+		r, ok := pre[name]
+		if !ok {
+			r = readTable(filepath.Join(d.dir, name))
+		}
+		n, last, err := r.n, r.last, r.err
 		if errors.Is(err, errEncrypted) {
 			continue
 		}
@@ -214,8 +223,8 @@ func (d *DB) TableDamage() []TableDamage { return d.tableDmg }
 
 // checkTables runs VerifyTables for Open and reports whether every table
 // verified.
-func (d *DB) checkTables(log *slog.Logger) bool {
-	dmg, err := d.VerifyTables()
+func (d *DB) checkTables(log *slog.Logger, pre map[string]tableRead) bool {
+	dmg, err := d.verifyTables(pre)
 	if err != nil {
 		if log != nil {
 			log.Error("badger: verify tables", "dir", d.dir, "err", err)
@@ -234,21 +243,38 @@ func (d *DB) checkTables(log *slog.Logger) bool {
 
 var errEncrypted = errors.New("badger: encrypted table")
 
-// readTable opens the SST at path read-only and iterates its keys,
-// returning how many read back, the last one (without version) and the
-// error that stopped the open, if any.
-func readTable(path string) (n int, last []byte, err error) {
+// tableRead is what readTable found in one SST: the keys that read back
+// in order (n), the last of them (without version), the count the table's
+// index holds (want; 0 when the table did not open) and the error that
+// stopped the open, if any.
+type tableRead struct {
+	n, want int
+	last    []byte
+	err     error
+}
+
+// damaged reports whether the table's keys do not all read back (an
+// encrypted table, which cannot be read here, is not).
+func (r tableRead) damaged() bool {
+	if errors.Is(r.err, errEncrypted) {
+		return false
+	}
+	return r.err != nil || r.n != r.want
+}
+
+// readTable opens the SST at path read-only and iterates its keys.
+func readTable(path string) (r tableRead) {
 	defer func() {
 		// Badger's table code indexes damaged bytes without bounds
 		// checks (flatbuffers offsets of a damaged index): a damaged
 		// table, not a programmer error
-		if r := recover(); r != nil {
-			err = fmt.Errorf("%w: %s: %v", ErrDamaged, filepath.Base(path), r)
+		if p := recover(); p != nil {
+			r.err = fmt.Errorf("%w: %s: %v", ErrDamaged, filepath.Base(path), p)
 		}
 	}()
 	mf, err := z.OpenMmapFile(path, os.O_RDONLY, 0)
 	if err != nil && !errors.Is(err, z.NewFile) {
-		return 0, nil, err
+		return tableRead{err: err}
 	}
 	t, err := table.OpenTable(mf, table.Options{
 		ChkMode:     options.OnBlockRead,
@@ -257,19 +283,42 @@ func readTable(path string) (n int, last []byte, err error) {
 	})
 	if err != nil {
 		if strings.Contains(err.Error(), "encrypt") {
-			return 0, nil, errEncrypted
+			return tableRead{err: errEncrypted}
 		}
-		return 0, nil, fmt.Errorf("%w: %w", ErrDamaged, err)
+		return tableRead{err: fmt.Errorf("%w: %w", ErrDamaged, err)}
 	}
 	defer t.MmapFile.Close(-1) // never t.DecrRef to 0: that deletes the file
 	if t.KeyID() != 0 {
-		return 0, nil, errEncrypted
+		return tableRead{err: errEncrypted}
 	}
+	r.want = int(t.KeyCount())
 	it := t.NewIterator(0)
 	defer it.Close()
 	for it.Rewind(); it.Valid(); it.Next() {
-		n++
-		last = append(last[:0], y.ParseKey(it.Key())...)
+		r.n++
+		r.last = append(r.last[:0], y.ParseKey(it.Key())...)
 	}
-	return n, last, nil
+	return r
+}
+
+// scanTables reads every SST file in dir (readTable) before Badger opens
+// it, by file name. Open runs it so that, when a table is damaged, it can
+// open Badger without compactions: Badger compacts a level-0 table as soon
+// as it opens, and a compaction reads a damaged table only up to its
+// damaged block and drops the keys after it, for good and without an
+// error. Errors are the directory's read errors; a table that does not
+// read is in the map with its error.
+func scanTables(dir string) (map[string]tableRead, error) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("badger: %w", err)
+	}
+	out := make(map[string]tableRead)
+	for _, e := range ents {
+		if filepath.Ext(e.Name()) != ".sst" || !e.Type().IsRegular() {
+			continue
+		}
+		out[e.Name()] = readTable(filepath.Join(dir, e.Name()))
+	}
+	return out, nil
 }

@@ -199,3 +199,79 @@ func TestVerifyTables(t *testing.T) {
 	}
 	t.Logf("%s: %d of %d keys read back, damage in (%s, %s]", td[0].File, td[0].Keys, td[0].Want, td[0].After, td[0].Through)
 }
+
+// A directory with 16 damaged bytes in an SST opens to write without
+// losing the keys after the damaged block: Badger compacts a level-0
+// table as soon as it opens, and Reclaim compacts every table, and either
+// would read the table only up to its damaged block and drop the rest for
+// good (after which VerifyTables finds nothing). Open sees the damage
+// first and runs no compaction: after writes, a Reclaim that would
+// compact and a Close, the damaged table is still there, byte for byte,
+// and VerifyTables still names it.
+func TestOpenDamagedTableKeepsKeys(t *testing.T) {
+	dir := t.TempDir()
+	d, err := Open(Options{Dir: dir, NoSync: true, NoCompactOnOpen: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Badger().Update(func(tx *bg.Txn) error {
+		for i := range 2000 { // about 60 blocks of 4 KiB
+			cube := []string{"alice", "bob", "carol"}[i%3]
+			if err := tx.Set(fmt.Appendf(nil, "t/%s/m/%04d", cube, i), fmt.Appendf(nil, "memory number %d, unique %x", i, i*7919)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Close(); err != nil { // flushes the memtable to a level-0 SST
+		t.Fatal(err)
+	}
+	ssts, _ := filepath.Glob(filepath.Join(dir, "*.sst"))
+	if len(ssts) != 1 {
+		t.Fatalf("%d SSTs, want 1", len(ssts))
+	}
+	fi, err := os.Stat(ssts[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	flip(t, ssts[0], int(fi.Size()/3), 16) // a block a third in: the table still opens
+	damaged, err := os.ReadFile(ssts[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err = Open(Options{Dir: dir, NoSync: true, ValueLogFileSize: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close() // idempotent; should a check fail
+	td := d.TableDamage()
+	if len(td) != 1 || td[0].File != filepath.Base(ssts[0]) || td[0].Keys >= 2000 {
+		t.Fatalf("TableDamage = %+v, want %s with fewer than 2000 keys", td, filepath.Base(ssts[0]))
+	}
+	// grow the value log by a file: Reclaim then flushes and compacts
+	big := bytes.Repeat([]byte("v"), int(d.threshold))
+	for i := range 12 {
+		if err := d.Badger().Update(func(tx *bg.Txn) error { return tx.Set(fmt.Appendf(nil, "big/%d", i), big) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := d.Reclaim(); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(ssts[0]); err != nil || !bytes.Equal(b, damaged) {
+		t.Fatalf("the damaged table after opening to write: %d bytes, %v; want it as it was (%d bytes)", len(b), err, len(damaged))
+	}
+	if d, err = Open(Options{Dir: dir, ReadOnly: true}); err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	again, err := d.VerifyTables()
+	if err != nil || len(again) != 1 || again[0].File != td[0].File || again[0].Keys != td[0].Keys {
+		t.Fatalf("VerifyTables = %+v, %v; want %s with %d keys read back, as before", again, err, td[0].File, td[0].Keys)
+	}
+}
