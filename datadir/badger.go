@@ -232,6 +232,11 @@ func Open(opts Options) (*DB, error) {
 	if len(opts.EncryptionKey) > 0 {
 		bo = bo.WithEncryptionKey(opts.EncryptionKey).WithIndexCacheSize(16 << 20)
 	}
+	if !opts.InMemory {
+		if err := checkManifest(opts.Dir, bo); err != nil {
+			return nil, err
+		}
+	}
 	db, err := bg.Open(bo)
 	if errors.Is(err, bg.ErrEncryptionKeyMismatch) {
 		state := "it is encrypted and no key was given"

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 
 	bg "github.com/dgraph-io/badger/v4"
@@ -321,4 +322,75 @@ func scanTables(dir string) (map[string]tableRead, error) {
 		out[e.Name()] = readTable(filepath.Join(dir, e.Name()))
 	}
 	return out, nil
+}
+
+// checkManifest refuses, before Badger opens dir, a MANIFEST that no
+// longer lists tables holding the only copy of their keys: one that is
+// missing while the directory holds tables, or one whose last record is
+// cut (damage, or a power loss in the middle of its append) while tables
+// it does not list are in the directory. Opened to write, Badger would
+// create a new MANIFEST or cut the record off and delete every table the
+// MANIFEST does not list, without an error. Tables not listed beside a
+// MANIFEST that reads to its end are left by a crash between writing a
+// table and recording it (their keys are in the memtable log or in the
+// tables they were compacted from), and Badger's to delete. Returns an
+// error wrapping ErrDamaged that names the tables, or nil; a MANIFEST
+// that does not read at all is left to Badger's own error.
+func checkManifest(dir string, bo bg.Options) error {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		return fmt.Errorf("badger: %w", err)
+	}
+	var ssts []string
+	ids := map[string]uint64{}
+	for _, e := range ents {
+		name := e.Name()
+		if filepath.Ext(name) != ".sst" {
+			continue
+		}
+		id, err := strconv.ParseUint(strings.TrimSuffix(name, ".sst"), 10, 64)
+		if err != nil {
+			continue // not one of Badger's (NNNNNN.sst)
+		}
+		ssts = append(ssts, name)
+		ids[name] = id
+	}
+	if len(ssts) == 0 {
+		return nil
+	}
+	slices.Sort(ssts)
+	refuse := func(what string, tables []string) error {
+		return fmt.Errorf("%w: the MANIFEST of %s %s and does not list %d tables of the directory (%s): opening would delete them; "+
+			"restore from a backup, or move those tables out of the directory to open it without them",
+			ErrDamaged, dir, what, len(tables), strings.Join(tables, ", "))
+	}
+	f, err := os.Open(filepath.Join(dir, bg.ManifestFilename))
+	if errors.Is(err, os.ErrNotExist) {
+		return refuse("is missing", ssts)
+	}
+	if err != nil {
+		return fmt.Errorf("badger: %w", err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("badger: %w", err)
+	}
+	m, end, err := bg.ReplayManifestFile(f, bo.ExternalMagicVersion, bo)
+	if err != nil || end == fi.Size() {
+		return nil
+	}
+	var unlisted []string
+	for _, name := range ssts {
+		if _, ok := m.Tables[ids[name]]; !ok {
+			unlisted = append(unlisted, name)
+		}
+	}
+	if len(unlisted) == 0 {
+		return nil
+	}
+	return refuse(fmt.Sprintf("ends in a cut record (byte %d of %d)", end, fi.Size()), unlisted)
 }

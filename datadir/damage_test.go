@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	bg "github.com/dgraph-io/badger/v4"
@@ -274,4 +275,96 @@ func TestOpenDamagedTableKeepsKeys(t *testing.T) {
 	if err != nil || len(again) != 1 || again[0].File != td[0].File || again[0].Keys != td[0].Keys {
 		t.Fatalf("VerifyTables = %+v, %v; want %s with %d keys read back, as before", again, err, td[0].File, td[0].Keys)
 	}
+}
+
+// A MANIFEST cut short (its last record torn) or missing no longer lists
+// tables that hold the directory's only copy of their keys, and Badger,
+// opened to write, deletes every table its MANIFEST does not list: Open
+// refuses such a directory with ErrDamaged naming the tables, writable or
+// read-only (memosrt check), and deletes nothing. A table left beside an
+// intact MANIFEST (a crash between writing a table and recording it) is
+// Badger's to delete, and the directory opens.
+func TestOpenManifestDamage(t *testing.T) {
+	setup := func(t *testing.T) (dir, sst string) {
+		t.Helper()
+		dir = t.TempDir()
+		d, err := Open(Options{Dir: dir, NoSync: true, NoCompactOnOpen: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Badger().Update(func(tx *bg.Txn) error {
+			for i := range 100 {
+				if err := tx.Set(fmt.Appendf(nil, "t/alice/m/%04d", i), []byte("memory")); err != nil {
+					return err
+				}
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Close(); err != nil { // flushes the memtable to an SST
+			t.Fatal(err)
+		}
+		ssts, _ := filepath.Glob(filepath.Join(dir, "*.sst"))
+		if len(ssts) != 1 {
+			t.Fatalf("%d SSTs, want 1", len(ssts))
+		}
+		return dir, ssts[0]
+	}
+	for _, c := range []struct {
+		name   string
+		damage func(t *testing.T, manifest string)
+		want   string
+	}{
+		{"cut", func(t *testing.T, m string) {
+			fi, err := os.Stat(m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Truncate(m, fi.Size()-10); err != nil {
+				t.Fatal(err)
+			}
+		}, "ends in a cut record"},
+		{"missing", func(t *testing.T, m string) {
+			if err := os.Remove(m); err != nil {
+				t.Fatal(err)
+			}
+		}, "is missing"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir, sst := setup(t)
+			c.damage(t, filepath.Join(dir, bg.ManifestFilename))
+			for _, ro := range []bool{false, true} {
+				d, err := Open(Options{Dir: dir, ReadOnly: ro})
+				if err == nil {
+					d.Close()
+				}
+				if !errors.Is(err, ErrDamaged) || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), filepath.Base(sst)) {
+					t.Fatalf("Open (read-only %v): %v; want ErrDamaged saying %q and naming %s", ro, err, c.want, filepath.Base(sst))
+				}
+			}
+			if _, err := os.Stat(sst); err != nil {
+				t.Fatalf("the table after the refused opens: %v", err)
+			}
+		})
+	}
+	t.Run("leftover table", func(t *testing.T) {
+		dir, sst := setup(t)
+		b, err := os.ReadFile(sst)
+		if err != nil {
+			t.Fatal(err)
+		}
+		left := filepath.Join(dir, "000099.sst")
+		if err := os.WriteFile(left, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		d, err := Open(Options{Dir: dir})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer d.Close()
+		if _, err := os.Stat(left); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("the leftover table after Open: %v, want it deleted", err)
+		}
+	})
 }
