@@ -175,16 +175,17 @@ func Open(opts Options) (*DB, error) {
 		}
 	}
 	// a damaged table must not meet a compaction (scanTables): then Badger
-	// runs none while this handle is open
+	// runs none while this handle is open; one that does not open at all
+	// is refused (checkManifest)
 	var pre map[string]tableRead
 	compactors := 2
-	if !opts.InMemory && !opts.ReadOnly && len(opts.EncryptionKey) == 0 {
+	if !opts.InMemory && len(opts.EncryptionKey) == 0 {
 		var err error
-		if pre, err = scanTables(opts.Dir); err != nil {
+		if pre, err = scanTables(opts.Dir); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return nil, err
 		}
 		for _, r := range pre {
-			if r.damaged() {
+			if r.damaged() && !opts.ReadOnly {
 				compactors = 0
 			}
 		}
@@ -233,7 +234,7 @@ func Open(opts Options) (*DB, error) {
 		bo = bo.WithEncryptionKey(opts.EncryptionKey).WithIndexCacheSize(16 << 20)
 	}
 	if !opts.InMemory {
-		if err := checkManifest(opts.Dir, bo); err != nil {
+		if err := checkManifest(opts.Dir, bo, pre); err != nil {
 			return nil, err
 		}
 	}

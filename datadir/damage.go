@@ -270,7 +270,7 @@ func readTable(path string) (r tableRead) {
 		// checks (flatbuffers offsets of a damaged index): a damaged
 		// table, not a programmer error
 		if p := recover(); p != nil {
-			r.err = fmt.Errorf("%w: %s: %v", ErrDamaged, filepath.Base(path), p)
+			r.err = fmt.Errorf("%w: %s: %s", ErrDamaged, filepath.Base(path), strings.Join(strings.Fields(fmt.Sprint(p)), " "))
 		}
 	}()
 	mf, err := z.OpenMmapFile(path, os.O_RDONLY, 0)
@@ -336,7 +336,11 @@ func scanTables(dir string) (map[string]tableRead, error) {
 // tables they were compacted from), and Badger's to delete. Returns an
 // error wrapping ErrDamaged that names the tables, or nil; a MANIFEST
 // that does not read at all is left to Badger's own error.
-func checkManifest(dir string, bo bg.Options) error {
+//
+// It also refuses a table the MANIFEST lists that does not open (pre, the
+// reads of scanTables: a table cut short or with a damaged index), which
+// Badger's open would meet in a goroutine of its own and panic on.
+func checkManifest(dir string, bo bg.Options, pre map[string]tableRead) error {
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
@@ -380,7 +384,20 @@ func checkManifest(dir string, bo bg.Options) error {
 		return fmt.Errorf("badger: %w", err)
 	}
 	m, end, err := bg.ReplayManifestFile(f, bo.ExternalMagicVersion, bo)
-	if err != nil || end == fi.Size() {
+	if err != nil {
+		return nil
+	}
+	for _, name := range ssts {
+		if r, ok := pre[name]; ok && r.want == 0 && r.err != nil && !errors.Is(r.err, errEncrypted) {
+			// an encrypted table (KeyID) does not open without its key:
+			// Badger's own open says which key is wrong
+			if tm, listed := m.Tables[ids[name]]; listed && tm.KeyID == 0 {
+				why := strings.TrimPrefix(r.err.Error(), ErrDamaged.Error()+": ")
+				return fmt.Errorf("%w: table %s does not open (%s): restore %s from a backup", ErrDamaged, name, why, dir)
+			}
+		}
+	}
+	if end == fi.Size() {
 		return nil
 	}
 	var unlisted []string
