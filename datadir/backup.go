@@ -479,9 +479,10 @@ func VerifyBackup(ctx context.Context, path string, key []byte) (BackupInfo, err
 // directory behind. opts.EncryptionKey decrypts an encrypted backup and
 // encrypts the new directory at rest (a plaintext backup restored with a
 // key makes an encrypted directory). Other fields of opts apply to the
-// database opened for loading. Errors: ErrNotEmpty, ErrBackupDamaged,
-// ErrBackupFormat, ErrBackupKey, ctx's error, I/O and Badger errors
-// (wrapped).
+// database opened for loading. Loading asks Room as every write does: on
+// a filesystem without room for the records and Badger's reserve it stops
+// with ErrNoSpace. Errors: ErrNotEmpty, ErrBackupDamaged, ErrBackupFormat,
+// ErrBackupKey, ErrNoSpace, ctx's error, I/O and Badger errors (wrapped).
 func RestoreBackup(ctx context.Context, path string, opts Options) (BackupInfo, error) {
 	if opts.Dir == "" || opts.InMemory {
 		return BackupInfo{}, errors.New("badger: restore: Options.Dir is empty")
@@ -520,7 +521,19 @@ func RestoreBackup(ctx context.Context, path string, opts Options) (BackupInfo, 
 		return info, err
 	}
 	wb := db.db.NewWriteBatch()
+	// Room before every restoreRoomEvery bytes (and the first record):
+	// Badger writes through mapped files, and a restore onto a disk too
+	// small for it would otherwise end by SIGBUS, leaving tmp behind
+	var unchecked int64
 	_, err = readBackup(ctx, f, opts.EncryptionKey, func(r backupRecord) error {
+		n := int64(len(r.key) + len(r.value))
+		if unchecked == 0 || unchecked+n >= restoreRoomEvery {
+			if err := db.Room(unchecked + n); err != nil {
+				return err
+			}
+			unchecked = 0
+		}
+		unchecked += n
 		e := bg.NewEntry(append([]byte(nil), r.key...), append([]byte(nil), r.value...)).WithMeta(r.userMeta)
 		e.ExpiresAt = r.expiresAt
 		return wb.SetEntry(e)
@@ -549,6 +562,10 @@ func RestoreBackup(ctx context.Context, path string, opts Options) (BackupInfo, 
 	}
 	return info, nil
 }
+
+// restoreRoomEvery is how many bytes of records RestoreBackup loads
+// between two Room checks; spaceMargin covers them.
+const restoreRoomEvery = 256 << 10
 
 // checkEmptyTarget returns nil when dir does not exist or is an empty
 // directory, ErrNotEmpty (or the stat error) otherwise.

@@ -16,6 +16,7 @@ import (
 
 	bg "github.com/dgraph-io/badger/v4"
 
+	"github.com/memosrt/memosrt/internal/testfs"
 	"github.com/memosrt/memosrt/internal/testutil"
 )
 
@@ -486,5 +487,40 @@ func BenchmarkRestore(b *testing.B) {
 		if _, err := RestoreBackup(context.Background(), path, Options{Dir: filepath.Join(b.TempDir(), fmt.Sprint(i))}); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// Restoring onto a filesystem too small for the backup stops with
+// ErrNoSpace, not SIGBUS in Badger's mapped files, and leaves neither the
+// target nor its temporary directory; the same file restores where there
+// is room.
+func TestRestoreFullDisk(t *testing.T) {
+	src := openTest(t, Options{Dir: t.TempDir(), NoSync: true})
+	// 8 MiB in 4 KiB values, slices of one incompressible stream
+	vals := markedValue("", 8<<20)
+	wb := src.Badger().NewWriteBatch()
+	for i := range 2048 {
+		if err := wb.Set(fmt.Appendf(nil, "k%04d", i), vals[i<<12:(i+1)<<12]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := wb.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	path, _ := backupFile(t, src)
+	mnt := testfs.Tmpfs(t, "10m")
+	dst := filepath.Join(mnt, "restored")
+	if _, err := RestoreBackup(context.Background(), path, Options{Dir: dst, NoSync: true}); !errors.Is(err, ErrNoSpace) {
+		t.Fatalf("restore onto 10 MiB: %v, want ErrNoSpace", err)
+	}
+	if ents, err := os.ReadDir(mnt); err != nil || len(ents) != 0 {
+		t.Fatalf("after the refused restore the filesystem holds %v (%v), want nothing", ents, err)
+	}
+	dst = filepath.Join(t.TempDir(), "restored")
+	if _, err := RestoreBackup(context.Background(), path, Options{Dir: dst, NoSync: true}); err != nil {
+		t.Fatal(err)
+	}
+	if got := contents(t, openTest(t, Options{Dir: dst, NoSync: true})); len(got) != 2048 || !bytes.Equal(got["k2047"], vals[2047<<12:]) {
+		t.Fatalf("restored %d keys, k2047 %d bytes", len(got), len(got["k2047"]))
 	}
 }
