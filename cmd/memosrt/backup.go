@@ -68,7 +68,15 @@ func backup(ctx context.Context, dir string, key []byte, out string) error {
 		if !fi.IsDir() {
 			return fmt.Errorf("data directory %s: not a directory", dir)
 		}
-		db, err := datadir.Open(datadir.Options{Dir: dir, EncryptionKey: key, NoCompactOnOpen: true, Logger: logger()})
+		opts := datadir.Options{Dir: dir, EncryptionKey: key, NoCompactOnOpen: true, Logger: logger()}
+		db, err := datadir.Open(opts)
+		if errors.Is(err, datadir.ErrNoSpace) {
+			// too full to open to write (the store compacts at open): a
+			// read-only open writes nothing and reads the same records,
+			// the last run's memtable logs replayed in memory
+			opts.ReadOnly = true
+			db, err = datadir.Open(opts)
+		}
 		if errors.Is(err, errEncryptionKey) {
 			return fmt.Errorf("%w (--encrypt-key-file)", err)
 		}
