@@ -19,6 +19,9 @@ import (
 // packs holding its memories (a pack write still to come skips itself), the sequences pooled for it and
 // its resident pack. Errors: storage errors (repeat the call).
 func (p *Pipeline) DropCube(ctx context.Context, cube string) error {
+	// before the tiers' delete cancels a Promote of the cube: its Warm
+	// sees the cube gone (and again below, for pack writes under kvMu)
+	p.bumpGen(cube)
 	if err := p.tiers.DeleteCube(ctx, cube); err != nil {
 		return err
 	}

@@ -68,6 +68,15 @@ func (p *Pipeline) Warm(ctx context.Context, cube string, wo WarmOptions) (PackS
 	if wo.Resident && l.nres == 0 {
 		return PackStatus{}, badField("resident", "no resident sequences (start with ResidentSeqs > 0, serve --resident N)")
 	}
+	// a delete of the cube meanwhile (DropCube) cancels its Promote or
+	// refuses it: the cube is gone, not the request given up
+	// (ErrUnknownCube, not ctx's error or a 500)
+	gone := func(err error) error {
+		if p.gen(cube) != gen {
+			return fmt.Errorf("%w: %s (deleted while warming)", textmem.ErrUnknownCube, cube)
+		}
+		return err
+	}
 	start := time.Now()
 	mems, err := p.mem.List(ctx, cube)
 	if err != nil {
@@ -95,7 +104,7 @@ func (p *Pipeline) Warm(ctx context.Context, cube string, wo WarmOptions) (PackS
 		return PackStatus{}, fmt.Errorf("%w: %w", ErrBusy, err)
 	}
 	if err != nil {
-		return PackStatus{}, err
+		return PackStatus{}, gone(err)
 	}
 	if p.gen(cube) != gen {
 		// deleted while its pack was computed: leave nothing behind

@@ -16,6 +16,7 @@ import (
 	bg "github.com/dgraph-io/badger/v4"
 
 	"github.com/memosrt/memosrt/datadir"
+	"github.com/memosrt/memosrt/errkind"
 	"github.com/memosrt/memosrt/kvcache"
 	"github.com/memosrt/memosrt/kvgate"
 	"github.com/memosrt/memosrt/layout"
@@ -930,8 +931,9 @@ type runningJob struct {
 	preempted bool // cancelled by a Promote: the job is deferred, not failed
 }
 
-// errCubeDeleted: the cube is being deleted, its job or Promote does not run.
-var errCubeDeleted = errors.New("scheduler: cube deleted")
+// errCubeDeleted: the cube is being deleted, its job or Promote does not
+// run; the cube is gone (HTTP 404), as textmem.ErrUnknownCube.
+var errCubeDeleted = errkind.New(errkind.NotFound, "scheduler: cube deleted")
 
 // begin registers a job or Promote of cube, with jobMu held, and returns
 // its context (cancelled by DeleteCube of the cube) and the end to defer;
