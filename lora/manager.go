@@ -220,7 +220,9 @@ func (m *Manager) Acquire(ctx context.Context, cube string, specs []Spec) (*Leas
 }
 
 // verify checks, for each held entry, that its file is still the one
-// loaded: a file whose stat (inode, size, modification time) differs from
+// loaded: a file whose stat (inode, size, modification and change time:
+// a rewrite in place that puts the old modification time back, as cp -p
+// does, still moves the change time) differs from
 // the one taken when it last matched is hashed again, and a hash other
 // than the registered SHA-256, or a file gone, is ErrChanged: the entries
 // are given back and the adapter is not lent with weights that no longer
@@ -237,7 +239,7 @@ func (m *Manager) verify(ents []*entry) error {
 		statAt := time.Now()
 		now, err := os.Stat(e.rec.Path)
 		if err == nil && was != nil && os.SameFile(was, now) && was.Size() == now.Size() && was.ModTime().Equal(now.ModTime()) &&
-			at.Sub(was.ModTime()) > racyWindow {
+			changeTime(was) == changeTime(now) && at.Sub(was.ModTime()) > racyWindow {
 			continue
 		}
 		if err == nil {

@@ -347,6 +347,24 @@ func TestAdapterRewrittenInPlace(t *testing.T) {
 	if code, out := chat(); code != 200 || out["adapters"] != "persona@"+rec.SHA256[:12]+":1" {
 		t.Fatalf("put back: %d %v", code, out)
 	}
+	// rewritten in place with its old times put back (cp -p over it,
+	// touch -r): inode, size and modification time as they were; the
+	// change time (ctime), which no one can set, tells
+	if err := os.Chtimes(path, hourAgo, hourAgo); err != nil {
+		t.Fatal(err)
+	}
+	if code, out := chat(); code != 200 {
+		t.Fatalf("put back, times restored: %d %v", code, out)
+	}
+	if err := os.WriteFile(path, newer, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(path, hourAgo, hourAgo); err != nil {
+		t.Fatal(err)
+	}
+	if code, out := chat(); code != 400 || !strings.HasPrefix(errMessage(out), "lora: adapter file changed since it was registered: ") {
+		t.Fatalf("rewritten keeping its times: %d %v", code, out)
+	}
 }
 
 // Option ranges are checked once (pipeline/request's CheckOptions) for every route,

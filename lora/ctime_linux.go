@@ -1,0 +1,20 @@
+//go:build linux
+
+// On Linux the stat field is Ctim, on macOS Ctimespec (ctime_darwin.go).
+
+package lora
+
+import (
+	"os"
+	"syscall"
+)
+
+// changeTime is fi's status change time (ctime) in Unix nanoseconds: a
+// write or a chmod sets it to now, and nothing can set it back (touch and
+// cp -p restore the modification time only); 0 where the stat has none.
+func changeTime(fi os.FileInfo) int64 {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return int64(st.Ctim.Sec)*1e9 + int64(st.Ctim.Nsec)
+	}
+	return 0
+}
