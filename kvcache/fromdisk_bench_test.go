@@ -182,7 +182,13 @@ func BenchmarkRestoreLossyFromBadger(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Logf("state %d bytes, blob %d bytes (%.3fx), codec %s, %s", info.RawBytes, info.BlobBytes, info.Ratio(), h.Codec, info.KVCodec)
+	q, _, err := Quantize(st, *h.Lossy)
+	if err != nil {
+		b.Fatal(err)
+	}
+	e, _ := codecs()
+	b.Logf("state %d bytes, blob %d bytes (%.3fx), codec %s, %s; the quantized stream %d bytes, under %s %d bytes (%.3fx)", info.RawBytes, info.BlobBytes,
+		info.Ratio(), h.Codec, info.KVCodec, len(q), CodecZstdShuffle2Seg, len(encodeSegments(e, q, segBytes)), float64(len(q))/float64(len(encodeSegments(e, q, segBytes))))
 	b.SetBytes(int64(len(st)))
 	cpu0 := processCPU()
 	b.ResetTimer()
