@@ -19,10 +19,10 @@ import (
 	"github.com/memosrt/memosrt/runtime"
 )
 
-// Blob layout, format versions 1 and 2 (all integers little-endian):
+// Blob layout, format versions 1 to 3 (all integers little-endian):
 //
 //	[0,4)    magic "MKVB"
-//	[4,6)    format version (uint16): 1 exact, 2 lossy
+//	[4,6)    format version (uint16): 1 exact, 2 lossy, 3 composed
 //	[6,10)   header length H (uint32)
 //	[10,10+H) header, JSON (Header)
 //	next 8   payload length P (uint64)
@@ -35,17 +35,31 @@ import (
 // (Header.StateBytes); the payload, under Codec as in version 1, is the
 // quantized stream of Quantize (RawBytes and RawXXHash describe that
 // stream), and decoding dequantizes it (Dequantize) to an f16 state of
-// the live KV type. An exact pack is still written as version 1, byte for
-// byte as before, so a build that reads version 1 only still reads every
-// exact pack and refuses a lossy one with ErrVersion (its version check),
-// never a state it would misread.
+// the live KV type. Version 3 is a composed pack (Header.Composed: KV
+// placed from memory chunks, approximate after Composition.First), exact
+// or lossy as its header's Lossy says, its payload as in version 1 or 2.
+// Each version is written only for what needs it: an exact prefill's pack
+// is still version 1, byte for byte as before, and a lossy one version 2,
+// so a build that reads fewer versions still reads every pack it can
+// understand and refuses the others with ErrVersion (its version check),
+// never a state it would misread (a build reading 1 and 2 only would
+// otherwise restore a composed pack as an exact one). Versions 1 and 2
+// with a Composed header, as the builds that added composition before
+// version 3 wrote them, are read as composed packs.
 const (
 	magic = "MKVB"
-	// FormatVersion is the newest blob format this build writes and reads
-	// (lossy packs); it reads FormatVersionExact too.
-	FormatVersion = 2
-	// FormatVersionExact is the format of exact packs (no Header.Lossy).
+	// FormatVersion is the newest blob format this build writes and
+	// reads; it reads every version from FormatVersionExact on.
+	FormatVersion = FormatVersionComposed
+	// FormatVersionExact is the format of exact packs (no Header.Lossy,
+	// no Header.Composed).
 	FormatVersionExact = 1
+	// FormatVersionLossy is the format of lossy packs (Header.Lossy, no
+	// Header.Composed).
+	FormatVersionLossy = 2
+	// FormatVersionComposed is the format of composed packs
+	// (Header.Composed), exact or lossy.
+	FormatVersionComposed = 3
 	// CodecZstdShuffle2 is zstd over the state split into its even and odd
 	// bytes (a byte shuffle of 16-bit words, as Blosc's shuffle filter does):
 	// the high bytes of f16 values are far more regular than the low bytes.
@@ -124,16 +138,22 @@ func (h Header) KVCodec() string {
 
 // version is the blob format h is written in.
 func (h Header) version() uint16 {
-	if h.Lossy != nil {
-		return FormatVersion
+	switch {
+	case h.Composed != nil:
+		return FormatVersionComposed
+	case h.Lossy != nil:
+		return FormatVersionLossy
 	}
 	return FormatVersionExact
 }
 
+// readVersions are the blob format versions this build reads.
+var readVersions = []uint16{FormatVersionExact, FormatVersionLossy, FormatVersionComposed}
+
 // checkVersion refuses a blob format version v that a build reading the
 // versions in reads cannot read, with ErrVersion. This build passes
-// FormatVersionExact and FormatVersion; a version 1 build's check was
-// this one with 1 alone.
+// readVersions; a version 1 build's check was this one with 1 alone, a
+// version 2 build's with 1 and 2.
 func checkVersion(v uint16, reads ...uint16) error {
 	for _, r := range reads {
 		if v == r {
@@ -341,7 +361,7 @@ func DecodeHeader(blob []byte) (Header, []byte, error) {
 		return h, nil, fmt.Errorf("%w: bad magic or %d bytes", ErrCorrupt, len(blob))
 	}
 	v := binary.LittleEndian.Uint16(blob[4:])
-	if err := checkVersion(v, FormatVersionExact, FormatVersion); err != nil {
+	if err := checkVersion(v, readVersions...); err != nil {
 		return h, nil, err
 	}
 	body := blob[:len(blob)-8]
@@ -367,8 +387,14 @@ func parseHeader(v uint16, hj []byte, pl uint64, have int) (Header, error) {
 	if err := json.Unmarshal(hj, &h); err != nil {
 		return h, fmt.Errorf("%w: header: %v", ErrCorrupt, err)
 	}
-	if (v == FormatVersion) != (h.Lossy != nil) {
+	if v != FormatVersionComposed && (v == FormatVersionLossy) != (h.Lossy != nil) {
 		return h, fmt.Errorf("%w: format version %d with lossy codec %q", ErrCorrupt, v, h.KVCodec())
+	}
+	if v == FormatVersionComposed && h.Composed == nil {
+		return h, fmt.Errorf("%w: format version %d without a composition", ErrCorrupt, v)
+	}
+	if c := h.Composed; c != nil && (c.First < 0 || c.Tokens < 0 || c.Recomputed < 0) {
+		return h, fmt.Errorf("%w: composition %+v of a %d-token pack", ErrCorrupt, *c, len(h.Tokens))
 	}
 	if h.Lossy != nil {
 		if err := h.Lossy.check(); err != nil {

@@ -16,8 +16,10 @@
 // on the request path, and the page cache holds the blob. A lossy pack (Header.Lossy, set by the caller
 // where the calibration gate of package kvgate allows it) is a format
 // version 2 blob whose payload is Quantize's stream; it is dequantized on
-// decode, so the RAM LRU and every restore hold the f16 state. Exact packs
-// stay format version 1.
+// decode, so the RAM LRU and every restore hold the f16 state. A composed
+// pack (Header.Composed) is a format version 3 blob, which builds that read
+// versions 1 and 2 only refuse instead of restoring it as exact. Exact
+// packs stay format version 1.
 //
 // Lookup finds the longest cached prefix of a request's tokens through a hash
 // chain over 64-token blocks seeded with the KV config key, so packs are only

@@ -2,6 +2,7 @@ package kvcache
 
 import (
 	"context"
+	"encoding/binary"
 	"math/rand/v2"
 	"os"
 	"strconv"
@@ -125,4 +126,80 @@ func newBenchCache(b *testing.B) *Cache {
 	}
 	b.Cleanup(func() { c.Close() })
 	return c
+}
+
+// seqState1B returns a llama_state_seq_get_data state of the 1B shape
+// (16 layers, 8 KV heads of 64, f16 K and V, V not transposed: flash
+// attention on, as llama.cpp's auto sets it on the CPU) holding n cells,
+// its values drawn from N(0, 1): 32 KiB a token, 128 MiB at 4,096.
+func seqState1B(n int) []byte {
+	const layers, row = 16, 512 * 2
+	r := rand.New(rand.NewPCG(3, 4))
+	st := binary.LittleEndian.AppendUint32(nil, 1) // n_stream
+	st = binary.LittleEndian.AppendUint32(st, uint32(n))
+	for i := range n {
+		st = binary.LittleEndian.AppendUint32(st, uint32(i)) // pos
+		st = binary.LittleEndian.AppendUint32(st, 1)         // n_seq_id
+		st = binary.LittleEndian.AppendUint32(st, 0)         // seq id
+	}
+	st = binary.LittleEndian.AppendUint32(st, 0) // v_trans
+	st = binary.LittleEndian.AppendUint32(st, layers)
+	for range 2 * layers { // K blocks, then V blocks
+		st = binary.LittleEndian.AppendUint32(st, ggmlF16)
+		st = binary.LittleEndian.AppendUint64(st, row)
+		for range n * row / 2 {
+			st = binary.LittleEndian.AppendUint16(st, half.Bits(float32(r.NormFloat64())))
+		}
+	}
+	return st
+}
+
+// BenchmarkRestoreLossyFromBadger is BenchmarkRestoreStateFromBadger for a
+// q8 pack (Put chooses its payload's codec by measured cost, as the
+// store does): a state of the 1B shape of MEMOSRT_BENCH_TOKENS tokens
+// (default 4,096: 128 MiB), or the state in the file MEMOSRT_BENCH_STATE.
+func BenchmarkRestoreLossyFromBadger(b *testing.B) {
+	var st []byte
+	if os.Getenv("MEMOSRT_BENCH_STATE") != "" {
+		st = benchState(b)
+	} else {
+		n := 4096
+		if v, err := strconv.Atoi(os.Getenv("MEMOSRT_BENCH_TOKENS")); err == nil && v > 0 {
+			n = v
+		}
+		st = seqState1B(n)
+	}
+	c := newBenchCache(b)
+	info, err := c.Put(context.Background(), Header{Tokens: []int32{1, 2, 3}, Lossy: &LossyParams{Bits: 8, KeyGroup: 128, ValGroup: 64}}, st)
+	if err != nil {
+		b.Fatal(err)
+	}
+	blob, err := c.Blob(info.ID)
+	if err != nil {
+		b.Fatal(err)
+	}
+	h, _, err := DecodeHeader(blob)
+	if err != nil {
+		b.Fatal(err)
+	}
+	q, _, err := Quantize(st, *h.Lossy)
+	if err != nil {
+		b.Fatal(err)
+	}
+	e, _ := codecs()
+	b.Logf("state %d bytes, blob %d bytes (%.3fx), codec %s, %s; the quantized stream %d bytes, under %s %d bytes (%.3fx)", info.RawBytes, info.BlobBytes,
+		info.Ratio(), h.Codec, info.KVCodec, len(q), CodecZstdShuffle2Seg, len(encodeSegments(e, q, segBytes)), float64(len(q))/float64(len(encodeSegments(e, q, segBytes))))
+	b.SetBytes(int64(len(st)))
+	cpu0 := processCPU()
+	b.ResetTimer()
+	for range b.N {
+		c.DropRAM()
+		_, got, _, release, err := c.restoreState(info.ID)
+		if err != nil || len(got) != len(st) {
+			b.Fatal(len(got), err)
+		}
+		release()
+	}
+	b.StopTimer()
+	reportCPU(b, cpu0)
 }

@@ -97,7 +97,10 @@ func FuzzDecodeFramed(f *testing.F) {
 	f.Fuzz(func(t *testing.T, hj, payload []byte) {
 		v := uint16(FormatVersionExact)
 		if bytes.Contains(hj, []byte(`"lossy"`)) {
-			v = FormatVersion // a lossy header in the lossy format
+			v = FormatVersionLossy // a lossy header in the lossy format
+		}
+		if bytes.Contains(hj, []byte(`"composed"`)) {
+			v = FormatVersionComposed
 		}
 		blob := frameBlob(hj, payload, v)
 		checkParts(t, blob, 1, 7, len(blob)/2+1)

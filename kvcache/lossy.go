@@ -10,6 +10,7 @@ import (
 
 	"github.com/memosrt/memosrt/internal/half"
 	"github.com/memosrt/memosrt/runtime"
+	"github.com/memosrt/memosrt/runtime/llama"
 )
 
 // Lossy KV quantization, after KIVI (Liu et al., "KIVI: A Tuning-Free
@@ -319,16 +320,27 @@ func regionCodeBytes(r region, g, bits int) (int, bool) {
 
 // decodeRegion writes region r's values into data (2×rows×cols bytes)
 // from src, which starts at the region's first group, and returns the
-// bytes of src it used; ok false when src is too short. A group's 2^bits
-// values are converted to f16 once, into a table (bits 2 and 4), or per
-// value with halfBits (bits 8, where a table would cost 256 conversions
-// for at most 255 values); a 4-bit row group's two values per byte go out
-// in one 32-bit store. Stores go down a column for keys (a stride of one
-// row): writing row by row instead, with every column's table of a block
-// built first, measured slower even with halfBits (363–501 MB/s of CPU
-// time on one core against 685–755 for the column loop with half.Bits,
-// BenchmarkDequantize on a shared 2-core machine).
+// bytes of src it used; ok false when src is too short. 8-bit codes go to
+// llama.U8ToF16, one C call a region (AVX2 and F16C, 8 values at a time,
+// byte for byte what package half's conversion gives): converting each
+// value in Go cost 876 (K) and 966 (V) MB/s of state on one core. For bits
+// 2 and 4 a group's 2^bits values are converted to f16 once, into a table;
+// a 4-bit row group's two values per byte go out in one 32-bit store.
+// Stores go down a column for keys (a stride of one row): writing row by
+// row instead, with every column's table of a block built first,
+// measured slower (363–501 MB/s of CPU time on one core against 685–755
+// for the column loop with half.Bits, BenchmarkDequantize on a shared
+// 2-core machine).
 func decodeRegion(data, src []byte, r region, g, bits int) (used int, ok bool) {
+	if bits == 8 {
+		lineStep, elemStep := 1, r.cols // axis 0: a column's values a row apart
+		lines, along := r.cols, r.rows
+		if r.axis == 1 {
+			lineStep, elemStep, lines, along = r.cols, 1, r.rows, r.cols
+		}
+		n, err := llama.U8ToF16(data, src, lines, along, g, lineStep, elemStep)
+		return n, err == nil
+	}
 	per := 8 / bits
 	mask := byte(1)<<bits - 1
 	lines, along := r.cols, r.rows // axis 0: groups down each column
@@ -355,16 +367,6 @@ func decodeRegion(data, src []byte, r region, g, bits int) (used int, ok bool) {
 			p += 4 + len(codes)
 			o := first(line, i0)
 			switch bits {
-			case 8:
-				for _, b := range codes {
-					f := lo + float32(b)*step
-					h, ok := halfNormal(f) // inlined: a call to halfBits per value costs more than the conversion
-					if !ok {
-						h = half.Bits(f)
-					}
-					binary.LittleEndian.PutUint16(data[o:], h)
-					o += d
-				}
 			case 4:
 				halfTable(tab[:16], lo, step)
 				if d == 2 { // a row's values: both of a byte's in one store

@@ -51,7 +51,7 @@ func TestLossyPackFormat(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if v := binary.LittleEndian.Uint16(blob[4:]); v != FormatVersion {
+		if v := binary.LittleEndian.Uint16(blob[4:]); v != FormatVersionLossy {
 			t.Fatalf("lossy pack written as version %d", v)
 		}
 		h, state, err := Decode(blob)
@@ -72,7 +72,7 @@ func TestLossyPackFormat(t *testing.T) {
 			lie := h
 			lie.StateBytes = sb
 			hj, _ := json.Marshal(lie)
-			if _, _, err := Decode(frameBlob(hj, payload, FormatVersion)); !errors.Is(err, ErrCorrupt) {
+			if _, _, err := Decode(frameBlob(hj, payload, FormatVersionLossy)); !errors.Is(err, ErrCorrupt) {
 				t.Fatalf("state bytes %d: %v", sb, err)
 			}
 		}

@@ -174,7 +174,7 @@ func (p *partsDecoder) readHead(body []byte) {
 				p.fail(p.pre)
 				return
 			}
-			if err := checkVersion(binary.LittleEndian.Uint16(p.head[4:]), FormatVersionExact, FormatVersion); err != nil {
+			if err := checkVersion(binary.LittleEndian.Uint16(p.head[4:]), readVersions...); err != nil {
 				p.pre = err
 				p.fail(p.pre)
 				return
