@@ -11,7 +11,8 @@
 #                              llama-server's slot restore), read-1b mmap-1b (weights
 #                              read / mapped on both sides), contended-stories
 #                              contended-1b (decode beside BUSY=3 busy loops: memosrt
-#                              without --threads, its engine picks them; no quiet gate)
+#                              without --threads, its engine picks them; no quiet gate),
+#                              depth-4096 (16 tokens over 4,096 cached ones)
 #   bench/peer/peer.sh build  # only build the peer (and decodeloop, below)
 #
 # The peer: llama.cpp release b7347, whose git bundle ships inside the npm
@@ -45,6 +46,13 @@
 #                      the timed one)
 #   prefill-1b-first the same, each process's first prefill: memosrt without
 #                   --warmup, llama-bench --no-warmup
+#   depth-N         a 16-token prefill over N cached tokens (tokens/s):
+#                   A  memosrt bench ttft --prefix N --query-tokens 16 --reps 1:
+#                      rate 16 / floor_ms (the query decoded on a sequence that
+#                      already holds the N-token prefix: no restore)
+#                   B  llama-bench -t T -p 16 -n 0 -d N -fa 1 -mmp 0 -r 1 (the
+#                      depth prefilled once, untimed; flash attention on and
+#                      weights read, as memosrt's defaults for the 1B shape)
 #   warm-N          warm TTFT (ms, lower is better; the ratio is peer / memosrt so
 #                   that > 1 is memosrt faster), N-token prefix + 16-token query:
 #                   A  memosrt bench ttft --prefix N --reps 1: warm_disk_ttft_ms,
@@ -211,6 +219,11 @@ a_prefill() { # [bench ttft flags...]
 	awk -v ms="$(num cold_ttft_ms "$OUT/a.json")" 'BEGIN { if (ms <= 0) exit 1; printf "%.2f", 512 / (ms / 1000) }'
 }
 
+a_depth() { # depth
+	"$MEMOSRT" bench ttft --model "$MODEL_1B" --threads "$THREADS" --prefix "$1" --query-tokens 16 --reps 1 --json >"$OUT/a.json" 2>"$OUT/a.err" || return 1
+	awk -v ms="$(num floor_ms "$OUT/a.json")" 'BEGIN { if (ms <= 0) exit 1; printf "%.2f", 16 / (ms / 1000) }'
+}
+
 a_warm() { # prefix
 	"$MEMOSRT" bench ttft --model "$MODEL_1B" --threads "$THREADS" --prefix "$1" --query-tokens 16 --reps 1 --json >"$OUT/a.json" 2>"$OUT/a.err" || return 1
 	printf '%.1f' "$(num warm_disk_ttft_ms "$OUT/a.json")"
@@ -332,6 +345,10 @@ main() {
 				"llama-bench -t $THREADS -p 0 -n 64 -r 1" tok/s 1 \
 				"a_decode_auto $MODEL_1B 64" "b_bench $MODEL_1B -p 0 -n 64"
 			stop_busy ;;
+		depth-*)
+			local n=${r#depth-}
+			row "$r" "prefill, 1B shape, 16 tokens over $n cached tokens" "llama-bench -t $THREADS -p 16 -n 0 -d $n -fa 1 -mmp 0 -r 1" tok/s 1 \
+				"a_depth $n" "b_bench $MODEL_1B -p 16 -n 0 -d $n -fa 1 -mmp 0" ;;
 		warm-*)
 			local n=${r#warm-}
 			need_curl
