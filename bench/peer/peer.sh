@@ -304,6 +304,7 @@ row() { # name what peer-cmd unit higher-is-better a-fn b-fn
 	local name=$1 what=$2 peercmd=$3 unit=$4 higher=$5 afn=$6 bfn=$7 i a b r
 	local as=() bs=() rs=()
 	what+=$PEER_TAG
+	[ -z "$PEER_TAG" ] || name+=-omp
 	for i in $(seq "$PAIRS"); do
 		[ ${#BUSY_PIDS[@]} -gt 0 ] || quiet_gate
 		local l=$(load1)
