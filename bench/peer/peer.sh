@@ -12,8 +12,13 @@
 #                              read / mapped on both sides), contended-stories
 #                              contended-1b (decode beside BUSY=3 busy loops: memosrt
 #                              without --threads, its engine picks them; no quiet gate),
-#                              depth-4096 (16 tokens over 4,096 cached ones)
-#   bench/peer/peer.sh build  # only build the peer (and decodeloop, below)
+#                              depth-4096 (16 tokens over 4,096 cached ones),
+#                              and each llama-bench row (decode-*, prefill-*, read-1b,
+#                              mmap-1b, contended-*, depth-*) with -omp appended, e.g.
+#                              decode-stories-omp: the same pair against the peer's
+#                              OpenMP build (below)
+#   bench/peer/peer.sh build  # only build the peer (and decodeloop, below; the
+#                              OpenMP peer too when ROWS names an -omp row)
 #
 # The peer: llama.cpp release b7347, whose git bundle ships inside the npm
 # package node-llama-cpp@3.14.5 (package/llama/gitRelease.bundle). cmake comes
@@ -21,7 +26,11 @@
 # Release with -DGGML_NATIVE=ON (-march=native), -DGGML_OPENMP=OFF (ggml's
 # threadpool, as memosrt; docs/benchmarks.md, Build choices) and no CURL,
 # under .cache/peer/ (git-ignored): a second run rebuilds nothing. Nothing of
-# llama.cpp enters the repository.
+# llama.cpp enters the repository. The -omp rows also build llama-bench
+# alone with -DGGML_OPENMP=ON (llama.cpp's default where libgomp is found, as
+# a user who builds or installs it gets), from the same source, under
+# .cache/peer/build-omp (PEER_OMP_BUILD); it must link libgomp, else the
+# script stops.
 #
 # Rows (tokens/s, higher is better; ratio = memosrt / peer, pair by pair):
 #   decode-1b       generated 1B shape (F16), 64 tokens:
@@ -77,8 +86,10 @@ NPM_PKG=node-llama-cpp@3.14.5
 CACHE=${PEER_CACHE:-$ROOT/.cache/peer}
 SRC=$CACHE/llama.cpp
 BUILD=$CACHE/build
+OMP_BUILD=${PEER_OMP_BUILD:-$CACHE/build-omp}
 CMAKE_FLAGS=(-DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DGGML_OPENMP=OFF -DLLAMA_CURL=OFF
 	-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=ON)
+OMP_CMAKE_FLAGS=("${CMAKE_FLAGS[@]/-DGGML_OPENMP=OFF/-DGGML_OPENMP=ON}")
 JOBS=${JOBS:-$(nproc)}
 
 PAIRS=${PAIRS:-3}
@@ -147,6 +158,24 @@ build_peer() {
 	echo "$want" >"$stamp"
 }
 
+# the OpenMP peer of the -omp rows: llama-bench only
+build_peer_omp() {
+	local stamp=$OMP_BUILD/.memosrt-peer-stamp want
+	want="$PEER_VERSION ${OMP_CMAKE_FLAGS[*]} $(uname -m) $(grep -m1 'model name' /proc/cpuinfo 2>/dev/null || true)"
+	if ! [ -x "$OMP_BUILD/bin/llama-bench" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+		need_cmake
+		fetch_source
+		say "building llama-bench $PEER_VERSION with OpenMP in $OMP_BUILD (about 20 minutes on 2 cores)"
+		cmake -S "$SRC" -B "$OMP_BUILD" "${OMP_CMAKE_FLAGS[@]}" >"$CACHE/cmake-omp-configure.log" 2>&1 ||
+			die "cmake configure failed: $CACHE/cmake-omp-configure.log"
+		cmake --build "$OMP_BUILD" --target llama-bench -j "$JOBS" >"$CACHE/cmake-omp-build.log" 2>&1 ||
+			die "cmake build failed: $CACHE/cmake-omp-build.log"
+		echo "$want" >"$stamp"
+	fi
+	ldd "$OMP_BUILD/bin/llama-bench" | grep -q libgomp ||
+		die "$OMP_BUILD/bin/llama-bench does not link libgomp (OpenMP not found: apt-get install -y libgomp1, gcc's -fopenmp)"
+}
+
 # decodeloop (bench/peer/decodeloop.c): the bare decode loop against the
 # peer's libllama, for instruction counts per context parameter.
 build_decodeloop() {
@@ -210,7 +239,7 @@ a_decode() { # model tokens [memosrt run flags...]
 b_bench() { # model args...
 	local m=$1
 	shift
-	"$BUILD/bin/llama-bench" -m "$m" -t "$THREADS" -r 1 -o json "$@" >"$OUT/b.json" 2>"$OUT/b.err" || return 1
+	"$PEER_BENCH" -m "$m" -t "$THREADS" -r 1 -o json "$@" >"$OUT/b.json" 2>"$OUT/b.err" || return 1
 	printf '%.2f' "$(num avg_ts "$OUT/b.json")"
 }
 
@@ -287,6 +316,8 @@ TABLE=()
 row() { # name what peer-cmd unit higher-is-better a-fn b-fn
 	local name=$1 what=$2 peercmd=$3 unit=$4 higher=$5 afn=$6 bfn=$7 i a b r
 	local as=() bs=() rs=()
+	what+=$PEER_TAG
+	[ -z "$PEER_TAG" ] || name+=-omp
 	for i in $(seq "$PAIRS"); do
 		[ ${#BUSY_PIDS[@]} -gt 0 ] || quiet_gate
 		local l=$(load1)
@@ -302,11 +333,20 @@ row() { # name what peer-cmd unit higher-is-better a-fn b-fn
 main() {
 	build_peer
 	build_decodeloop
+	case " $ROWS " in *-omp\ *) build_peer_omp ;; esac
 	[ "${1:-}" = build ] && return
 	[ -x "$MEMOSRT" ] || die "no $MEMOSRT (make build)"
 	mkdir -p "$OUT"
 	say "$(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'); $THREADS threads; $PAIRS pairs; quiet gate: load1 <= $LOAD_MAX (waits up to ${LOAD_WAIT}s)"
+	local r omp=
 	for r in $ROWS; do
+		PEER_BENCH=$BUILD/bin/llama-bench PEER_TAG=
+		case $r in
+		decode-*-omp | prefill-*-omp | read-1b-omp | mmap-1b-omp | contended-*-omp | depth-*-omp)
+			omp=1 PEER_BENCH=$OMP_BUILD/bin/llama-bench PEER_TAG=" [peer: llama-bench built with OpenMP]"
+			r=${r%-omp} ;;
+		*-omp) die "row $r: only the llama-bench rows have an OpenMP peer" ;;
+		esac
 		case $r in
 		decode-1b)
 			[ -f "$MODEL_1B" ] || die "no $MODEL_1B (make models/1b.gguf)"
@@ -360,7 +400,7 @@ main() {
 		esac
 	done
 	echo
-	echo "memosrt $(git rev-parse --short HEAD 2>/dev/null || echo '?') vs llama.cpp $PEER_VERSION ($BUILD), $THREADS threads, $(nproc) CPUs, median of $PAIRS pairs (range)"
+	echo "memosrt $(git rev-parse --short HEAD 2>/dev/null || echo '?') vs llama.cpp $PEER_VERSION ($BUILD${omp:+; OpenMP: $OMP_BUILD}), $THREADS threads, $(nproc) CPUs, median of $PAIRS pairs (range)"
 	echo
 	echo "| figure | memosrt | llama.cpp $PEER_VERSION | unit | memosrt / peer | peer command |"
 	echo "|---|---:|---:|---|---:|---|"
