@@ -10,6 +10,7 @@ import (
 	"github.com/memosrt/memosrt/accesskey"
 	"github.com/memosrt/memosrt/conversation"
 	"github.com/memosrt/memosrt/convmem"
+	"github.com/memosrt/memosrt/cubeops"
 	"github.com/memosrt/memosrt/datadir"
 	"github.com/memosrt/memosrt/internal/gate"
 	"github.com/memosrt/memosrt/kvcache"
@@ -30,6 +31,7 @@ type OS struct {
 	ready atomic.Bool // Open has finished
 
 	afterTextDelete func(cube string) // tests: runs between a cube's text delete and the rest of it
+	deleting        cubeops.Deleting  // cubes whose delete runs (cubeops.Warm)
 
 	db    *datadir.DB
 	keys  *accesskey.Store // serve's access keys, in the text store

@@ -24,7 +24,7 @@ type (
 func (o *OS) stores() cubeops.Stores {
 	return cubeops.Stores{Mem: o.mem, Cubes: o.cubes, KV: o.kv, Pipeline: o.p, Keys: o.keys, Shared: o.opts.TextStore != nil,
 		Log: o.log, Key: o.opts.EncryptionKey, Now: o.opts.Clock.Now, AfterTextDelete: o.afterTextDelete,
-		DB: o.db}
+		DB: o.db, Deleting: &o.deleting}
 }
 
 // ExportCube writes cube as one archive to w: its record, memories in

@@ -3,6 +3,7 @@ package memosrt
 import (
 	"context"
 
+	"github.com/memosrt/memosrt/cubeops"
 	"github.com/memosrt/memosrt/internal/gate"
 	"github.com/memosrt/memosrt/kvcache"
 	"github.com/memosrt/memosrt/pipeline"
@@ -43,7 +44,7 @@ func (o *OS) AllPacks(ctx context.Context) ([]kvcache.Info, error) {
 // *FieldError for a cube without memories or Resident without resident
 // sequences, scheduler.ErrKVBudget, ErrNoModel, ErrClosed.
 func (o *OS) Warm(ctx context.Context, cube string, wo WarmOptions) (PackStatus, error) {
-	return gate.Call(o.g, ctx, func(ctx context.Context) (PackStatus, error) { return o.p.Warm(ctx, cube, wo) })
+	return gate.Call(o.g, ctx, func(ctx context.Context) (PackStatus, error) { return cubeops.Warm(ctx, o.stores(), cube, wo) })
 }
 
 // ChunkResult reports MakeChunks.

@@ -42,6 +42,9 @@ type Stores struct {
 	// their whole run (datadir.DB.HoldBackup), so that a backup holds each
 	// whole or not at all. nil: no hold.
 	DB *datadir.DB
+	// Deleting is the set of cubes being deleted, the OS's own, shared by
+	// the Stores it lends (Warm reads it). nil: none tracked.
+	Deleting *Deleting
 }
 
 // hold begins o.DB's backup hold and returns its release (a no-op

@@ -21,6 +21,8 @@ func Delete(ctx context.Context, o Stores, cube string) error {
 
 // deleteCube is Delete without its hold (Import, which holds, calls it).
 func deleteCube(ctx context.Context, o Stores, cube string) error {
+	// marked before the memories go, until the record has gone too (Warm)
+	defer o.Deleting.begin(cube)()
 	if _, err := o.Cubes.Get(ctx, cube); err != nil {
 		return err
 	}

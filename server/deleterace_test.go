@@ -2,16 +2,16 @@ package server
 
 import (
 	"fmt"
-	"strings"
 	"sync"
 	"testing"
 )
 
 // A cube deleted while its pack is being warmed: the warm answers 200
 // (it finished first) or 404 (the cube is gone), never a 500 or a 499 (a
-// client that gave up) for what the delete did; or, when it lists the
-// cube between the delete of its memories and the rest, the 400 of a
-// cube without memories.
+// client that gave up) for what the delete did, nor the 400 of a cube
+// without memories when it lists the cube between the delete of its
+// memories and the rest (memosrt.TestWarmInCubeDeleteWindow hits that
+// window every time).
 func TestWarmWhileCubeDeleted(t *testing.T) {
 	e := newEnv(t, envConfig{nctx: 512})
 	bad := map[string]int{}
@@ -35,7 +35,7 @@ func TestWarmWhileCubeDeleted(t *testing.T) {
 		if del != 204 {
 			t.Fatalf("delete %s: %d", cube, del)
 		}
-		if warm != 200 && warm != 404 && (warm != 400 || !strings.Contains(errMessage(out), "has no memories to warm")) {
+		if warm != 200 && warm != 404 {
 			bad[fmt.Sprintf("%d %s", warm, errMessage(out))]++
 		}
 	}
