@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"hash/crc32"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 
@@ -79,6 +81,19 @@ type VlogDamage struct {
 	// Rest is true when the damage left the entry's length unreadable:
 	// the rest of the file from Offset could not be checked.
 	Rest bool
+	// Cut, on the first damage of the newest value-log file only, are the
+	// entries after it that read back: an open to write cuts that file at
+	// its first damaged entry (valueLog.open in github.com/dgraph-io/badger/v4
+	// value.go), and they go with it. Nil otherwise, and when Rest leaves
+	// the entries after it unreadable (their keys cannot be known).
+	Cut []VlogEntry
+}
+
+// VlogEntry is one value-log entry whose checksum holds.
+type VlogEntry struct {
+	File   string
+	Offset int64
+	Key    []byte // as stored (with Badger's version); nil when the file is encrypted
 }
 
 // vlogHeaderSize is the size of a value-log file's header: an 8-byte
@@ -104,12 +119,14 @@ func ScanValueLog(dir string) ([]VlogDamage, error) {
 		if err != nil {
 			return nil, fmt.Errorf("badger: scan value log: %w", err)
 		}
-		out = append(out, scanVlog(filepath.Base(path), data)...)
+		out = append(out, scanVlog(filepath.Base(path), data, path == names[len(names)-1])...)
 	}
 	return out, nil
 }
 
-func scanVlog(name string, data []byte) []VlogDamage {
+// scanVlog checks one value-log file; newest: it is the newest, and its
+// first damage gets the entries after it (VlogDamage.Cut).
+func scanVlog(name string, data []byte, newest bool) []VlogDamage {
 	if len(data) < vlogHeaderSize {
 		return nil
 	}
@@ -140,12 +157,14 @@ func scanVlog(name string, data []byte) []VlogDamage {
 		}
 		body := rest[:total-crc32.Size]
 		want := binary.BigEndian.Uint32(rest[total-crc32.Size : total])
+		var key []byte
+		if !encrypted {
+			key = slices.Clone(body[hlen : uint64(hlen)+klen])
+		}
 		if crc32.Checksum(body, y.CastagnoliCrcTable) != want {
-			d := VlogDamage{File: name, Offset: int64(off)}
-			if !encrypted {
-				d.Key = slices.Clone(body[hlen : uint64(hlen)+klen])
-			}
-			out = append(out, d)
+			out = append(out, VlogDamage{File: name, Offset: int64(off), Key: key})
+		} else if newest && len(out) > 0 {
+			out[0].Cut = append(out[0].Cut, VlogEntry{File: name, Offset: int64(off), Key: key})
 		}
 		off += int(total)
 	}
@@ -173,6 +192,14 @@ type TableDamage struct {
 	From, After, Through []byte
 	Keys, Want           int   // keys read back, keys the table's index counts
 	Err                  error // why the table stopped reading, when known
+	// Block is the index of the first damaged block (the one reading
+	// stopped at), -1 when not known (the table does not open). The
+	// table's index keeps each block's first key apart from the block, so
+	// the damaged block's keys are known to lie in [BlockFrom, BlockNext),
+	// or [BlockFrom, Through] when BlockNext is nil (the last block), even
+	// when it is the first block. Keys without Badger's version suffix.
+	Block                int
+	BlockFrom, BlockNext []byte
 }
 
 // VerifyTables reads every key of every SST the database references,
@@ -209,6 +236,7 @@ func (d *DB) verifyTables(pre map[string]tableRead) ([]TableDamage, error) {
 			return nil, fmt.Errorf("badger: verify tables: %w", err)
 		}
 		td.Keys, td.After, td.Err = n, last, err
+		td.Block, td.BlockFrom, td.BlockNext = r.block, r.blockFrom, r.blockNext
 		if err != nil || n != td.Want {
 			out = append(out, td)
 		}
@@ -252,6 +280,11 @@ type tableRead struct {
 	n, want int
 	last    []byte
 	err     error
+	// block is the first damaged block, -1 when unknown; blockFrom and
+	// blockNext its first key and the next block's (nil: none), from the
+	// table's index (TableDamage.Block)
+	block                int
+	blockFrom, blockNext []byte
 }
 
 // damaged reports whether the table's keys do not all read back (an
@@ -271,11 +304,12 @@ func readTable(path string) (r tableRead) {
 		// table, not a programmer error
 		if p := recover(); p != nil {
 			r.err = fmt.Errorf("%w: %s: %s", ErrDamaged, filepath.Base(path), strings.Join(strings.Fields(fmt.Sprint(p)), " "))
+			r.block, r.blockFrom, r.blockNext = -1, nil, nil
 		}
 	}()
 	mf, err := z.OpenMmapFile(path, os.O_RDONLY, 0)
 	if err != nil && !errors.Is(err, z.NewFile) {
-		return tableRead{err: err}
+		return tableRead{err: err, block: -1}
 	}
 	t, err := table.OpenTable(mf, table.Options{
 		ChkMode:     options.OnBlockRead,
@@ -284,22 +318,51 @@ func readTable(path string) (r tableRead) {
 	})
 	if err != nil {
 		if strings.Contains(err.Error(), "encrypt") {
-			return tableRead{err: errEncrypted}
+			return tableRead{err: errEncrypted, block: -1}
 		}
-		return tableRead{err: fmt.Errorf("%w: %w", ErrDamaged, err)}
+		return tableRead{err: fmt.Errorf("%w: %w", ErrDamaged, err), block: -1}
 	}
 	defer t.MmapFile.Close(-1) // never t.DecrRef to 0: that deletes the file
 	if t.KeyID() != 0 {
-		return tableRead{err: errEncrypted}
+		return tableRead{err: errEncrypted, block: -1}
 	}
 	r.want = int(t.KeyCount())
 	it := t.NewIterator(0)
 	defer it.Close()
+	var lastFull []byte // with its version
 	for it.Rewind(); it.Valid(); it.Next() {
 		r.n++
-		r.last = append(r.last[:0], y.ParseKey(it.Key())...)
+		lastFull = append(lastFull[:0], it.Key()...)
+	}
+	if r.n > 0 {
+		r.last = slices.Clone(y.ParseKey(lastFull))
+	}
+	r.block = -1
+	if r.n != r.want {
+		r.block, r.blockFrom, r.blockNext = damagedBlock(t, lastFull)
 	}
 	return r
+}
+
+// damagedBlock finds the block that reading t stopped at, the one after
+// the block of lastFull (the last key read, with its version; nil: none
+// read, the first block), from the first keys of t's blocks that its
+// index holds. Returns its index, its first key and the next block's
+// (nil for the last block), without versions; -1 when past the last.
+func damagedBlock(t *table.Table, lastFull []byte) (int, []byte, []byte) {
+	bases := t.KeySplits(math.MaxInt32, nil) // every block's first key: n ≥ the blocks
+	i := 0
+	if lastFull != nil {
+		i = sort.Search(len(bases), func(j int) bool { return y.CompareKeys([]byte(bases[j]), lastFull) > 0 })
+	}
+	if i >= len(bases) {
+		return -1, nil, nil
+	}
+	var next []byte
+	if i+1 < len(bases) {
+		next = slices.Clone(y.ParseKey([]byte(bases[i+1])))
+	}
+	return i, slices.Clone(y.ParseKey([]byte(bases[i]))), next
 }
 
 // scanTables reads every SST file in dir (readTable) before Badger opens

@@ -198,7 +198,13 @@ func TestVerifyTables(t *testing.T) {
 		!bytes.HasPrefix(td[0].After, []byte("t/carol/m/")) || string(td[0].Through) != "t/carol/m/1999" {
 		t.Fatalf("VerifyTables = %+v, want %s: 2000 keys, fewer read back, damage after a key of carol's through t/carol/m/1999", td, filepath.Base(ssts[0]))
 	}
-	t.Logf("%s: %d of %d keys read back, damage in (%s, %s]", td[0].File, td[0].Keys, td[0].Want, td[0].After, td[0].Through)
+	// the damaged block starts right after the last key read back, and
+	// the next block's first key (from the index) lies beyond it
+	if td[0].Block <= 0 || bytes.Compare(td[0].BlockFrom, td[0].After) <= 0 || !bytes.HasPrefix(td[0].BlockFrom, []byte("t/carol/m/")) ||
+		bytes.Compare(td[0].BlockNext, td[0].BlockFrom) <= 0 || bytes.Compare(td[0].BlockNext, td[0].Through) > 0 {
+		t.Fatalf("damaged block %d: [%q, %q), after %q: want a block after the first, starting past the last key read", td[0].Block, td[0].BlockFrom, td[0].BlockNext, td[0].After)
+	}
+	t.Logf("%s: %d of %d keys read back, damage in (%s, %s], block %d [%s, %s)", td[0].File, td[0].Keys, td[0].Want, td[0].After, td[0].Through, td[0].Block, td[0].BlockFrom, td[0].BlockNext)
 }
 
 // A directory with 16 damaged bytes in an SST opens to write without
