@@ -17,7 +17,9 @@
 // commit it makes. Room refuses with ErrNoSpace unless the free space
 // covers the commit plus what Badger may write after it without another
 // check (its formula is on DB.need). Open refuses a disk too full to open,
-// and GC and Reclaim skip their rewrites without room. Small commits that
+// and GC and Reclaim skip their rewrites without room. A file written
+// beside the directory on its filesystem (a backup) keeps out of that
+// reserve through GuardWrites (Reserve). Small commits that
 // skip Room (sequence leases, scheduler state, pack deletes) share the
 // reserve's 1 MiB margin.
 //

@@ -14,3 +14,13 @@ func diskSpace(dir string) (free, total int64, ok bool) {
 	}
 	return int64(st.Bavail) * int64(st.Bsize), int64(st.Blocks) * int64(st.Bsize), true
 }
+
+// sameFS reports whether paths a and b lie on one filesystem (one st_dev);
+// ok false when either cannot be stat'ed.
+func sameFS(a, b string) (same, ok bool) {
+	var sa, sb syscall.Stat_t
+	if syscall.Stat(a, &sa) != nil || syscall.Stat(b, &sb) != nil {
+		return false, false
+	}
+	return sa.Dev == sb.Dev, true
+}

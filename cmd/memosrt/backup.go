@@ -53,13 +53,21 @@ func newBackupCmd() *cobra.Command {
 // backup writes the backup of dir to out: through the server running on
 // dir, else from dir opened here. The file is written beside out and
 // renamed to it once verified (datadir.VerifyBackup; an encrypted backup
-// is verified only when key is given).
+// is verified only when key is given). On dir's own filesystem the file
+// may not cut into the store's free-space reserve (datadir.GuardWrites):
+// the backup stops with ErrNoSpace and the partial file is removed.
 func backup(ctx context.Context, dir string, key []byte, out string) error {
 	how := "offline"
 	err := atomicfile.Write(out, 0o600, func(f *os.File) error {
+		// on the directory's own filesystem the file must leave the
+		// store's free-space reserve alone
+		w, err := datadir.GuardWrites(dir, out, f)
+		if err != nil {
+			return err
+		}
 		if r, ok := serveclient.Find(dir); ok {
 			how = "online, through the memosrt serve at " + r.URL()
-			return r.Backup(ctx, f)
+			return r.Backup(ctx, w)
 		}
 		fi, err := os.Stat(dir)
 		if err != nil {
@@ -86,7 +94,7 @@ func backup(ctx context.Context, dir string, key []byte, out string) error {
 		if err != nil {
 			return err
 		}
-		_, err = db.Backup(ctx, f, datadir.BackupOptions{Version: version})
+		_, err = db.Backup(ctx, w, datadir.BackupOptions{Version: version})
 		return errors.Join(err, db.Close())
 	})
 	if err != nil {
