@@ -218,7 +218,11 @@ func Run(ctx context.Context, w io.Writer, dir string, o Options) error {
 				continue
 			}
 			cutBy[what] = true
-			add(cube, "value log %s at byte %d: %s follows the damaged entry at byte %d: %s", e.File, e.Offset, what, d.Offset, when)
+			rel := "follows the damaged entry"
+			if e.Offset < d.Offset {
+				rel = "is of the transaction of the damaged entry"
+			}
+			add(cube, "value log %s at byte %d: %s %s at byte %d: %s", e.File, e.Offset, what, rel, d.Offset, when)
 		}
 		if keyless > 0 {
 			add("?", "value log %s: %d entries follow the damaged entry at byte %d (encrypted: their records cannot be named): %s",

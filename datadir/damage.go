@@ -82,10 +82,13 @@ type VlogDamage struct {
 	// the rest of the file from Offset could not be checked.
 	Rest bool
 	// Cut, on the first damage of the newest value-log file only, are the
-	// entries after it that read back: an open to write cuts that file at
-	// its first damaged entry (valueLog.open in github.com/dgraph-io/badger/v4
-	// value.go), and they go with it. Nil otherwise, and when Rest leaves
-	// the entries after it unreadable (their keys cannot be known).
+	// entries that read back but go with it: an open to write cuts that
+	// file at the end of the last complete transaction before its first
+	// damaged entry (valueLog.open in github.com/dgraph-io/badger/v4
+	// value.go, logFile.iterate in memtable.go), so the entries of the
+	// damaged entry's own transaction before it, and every entry after
+	// it. Entries past a Rest damage cannot be read, nor named. Nil on
+	// other damage.
 	Cut []VlogEntry
 }
 
@@ -132,6 +135,18 @@ func scanVlog(name string, data []byte, newest bool) []VlogDamage {
 	}
 	encrypted := binary.BigEndian.Uint64(data[:8]) != 0
 	var out []VlogDamage
+	// pending are the intact entries of the transaction being read (meta
+	// bitTxn) since the last complete one: an open cuts the file at the
+	// end of the last complete transaction, so they go with a damaged
+	// entry that follows them in the same transaction
+	var pending []VlogEntry
+	damage := func(off int, key []byte, rest bool) {
+		d := VlogDamage{File: name, Offset: int64(off), Key: key, Rest: rest}
+		if newest && len(out) == 0 {
+			d.Cut = pending
+		}
+		out = append(out, d)
+	}
 	off := vlogHeaderSize
 	for off < len(data) {
 		rest := data[off:]
@@ -140,20 +155,24 @@ func scanVlog(name string, data []byte, newest bool) []VlogDamage {
 		}
 		klen, n1 := binary.Uvarint(rest[2:])
 		if n1 <= 0 {
-			return append(out, VlogDamage{File: name, Offset: int64(off), Rest: true})
+			damage(off, nil, true)
+			return out
 		}
 		vlen, n2 := binary.Uvarint(rest[2+n1:])
 		if n2 <= 0 {
-			return append(out, VlogDamage{File: name, Offset: int64(off), Rest: true})
+			damage(off, nil, true)
+			return out
 		}
 		_, n3 := binary.Uvarint(rest[2+n1+n2:])
 		if n3 <= 0 {
-			return append(out, VlogDamage{File: name, Offset: int64(off), Rest: true})
+			damage(off, nil, true)
+			return out
 		}
 		hlen := 2 + n1 + n2 + n3
 		total := uint64(hlen) + klen + vlen + crc32.Size
 		if klen > 1<<16 || total > uint64(len(rest)) {
-			return append(out, VlogDamage{File: name, Offset: int64(off), Rest: true})
+			damage(off, nil, true)
+			return out
 		}
 		body := rest[:total-crc32.Size]
 		want := binary.BigEndian.Uint32(rest[total-crc32.Size : total])
@@ -161,15 +180,25 @@ func scanVlog(name string, data []byte, newest bool) []VlogDamage {
 		if !encrypted {
 			key = slices.Clone(body[hlen : uint64(hlen)+klen])
 		}
-		if crc32.Checksum(body, y.CastagnoliCrcTable) != want {
-			out = append(out, VlogDamage{File: name, Offset: int64(off), Key: key})
-		} else if newest && len(out) > 0 {
-			out[0].Cut = append(out[0].Cut, VlogEntry{File: name, Offset: int64(off), Key: key})
+		e := VlogEntry{File: name, Offset: int64(off), Key: key}
+		switch {
+		case crc32.Checksum(body, y.CastagnoliCrcTable) != want:
+			damage(off, key, false)
+		case newest && len(out) > 0:
+			out[0].Cut = append(out[0].Cut, e)
+		case rest[0]&bitTxn != 0:
+			pending = append(pending, e)
+		default: // the end of a transaction, or an entry outside one
+			pending = nil
 		}
 		off += int(total)
 	}
 	return out
 }
+
+// bitTxn marks a value-log entry that is part of a transaction, ended by
+// an entry marked bitFinTxn (value.go in github.com/dgraph-io/badger/v4).
+const bitTxn = 1 << 6
 
 func allZero(b []byte) bool {
 	for _, c := range b {

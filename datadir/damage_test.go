@@ -2,8 +2,10 @@ package datadir
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"os"
 	"path/filepath"
 	"slices"
@@ -11,6 +13,7 @@ import (
 	"testing"
 
 	bg "github.com/dgraph-io/badger/v4"
+	"github.com/dgraph-io/badger/v4/y"
 )
 
 // newestVlogWith returns the path of the newest value-log file of dir
@@ -395,4 +398,49 @@ func TestOpenManifestDamage(t *testing.T) {
 			t.Fatalf("the leftover table after Open: %v, want it deleted", err)
 		}
 	})
+}
+
+// vlogEntry encodes one value-log entry as Badger writes it (meta, user
+// meta, uvarint key length, value length, expiry, key, value, CRC-32C).
+func vlogEntry(meta byte, key, value string) []byte {
+	b := []byte{meta, 0}
+	b = binary.AppendUvarint(b, uint64(len(key)))
+	b = binary.AppendUvarint(b, uint64(len(value)))
+	b = binary.AppendUvarint(b, 0)
+	b = append(append(b, key...), value...)
+	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b, y.CastagnoliCrcTable))
+}
+
+// scanVlog names, for the first damage of the newest file, the intact
+// entries an open to write cuts with it: those of its own transaction
+// before it and every one after it, but not a complete transaction or an
+// entry outside one before it; an older file's damage cuts nothing.
+func TestScanVlogCut(t *testing.T) {
+	data := make([]byte, vlogHeaderSize)
+	var offs []int64
+	for _, e := range []struct {
+		meta       byte
+		key, value string
+	}{
+		{0, "a", "plain"}, {bitTxn, "b", "in txn 1"}, {1 << 7, "!badger!txn", "1"},
+		{bitTxn, "c", "in txn 2"}, {bitTxn, "d", "damaged"}, {1 << 7, "!badger!txn", "2"}, {0, "e", "after"},
+	} {
+		offs = append(offs, int64(len(data)))
+		data = append(data, vlogEntry(e.meta, e.key+"\x00\x00\x00\x00\x00\x00\x00\x01", e.value)...)
+	}
+	data[offs[5]-6] ^= 0xff // a byte of d's value
+	got := scanVlog("000003.vlog", data, true)
+	if len(got) != 1 || got[0].Offset != offs[4] || string(got[0].Key[:1]) != "d" {
+		t.Fatalf("damage %+v, want one at byte %d (key d)", got, offs[4])
+	}
+	var cut []int64
+	for _, e := range got[0].Cut {
+		cut = append(cut, e.Offset)
+	}
+	if want := []int64{offs[3], offs[5], offs[6]}; !slices.Equal(cut, want) {
+		t.Fatalf("cut entries at %v, want %v (c, the end of its transaction, e)", cut, want)
+	}
+	if old := scanVlog("000002.vlog", data, false); len(old) != 1 || old[0].Cut != nil {
+		t.Fatalf("damage in an older file: %+v, want one, cutting nothing", old)
+	}
 }
