@@ -220,7 +220,7 @@ func Run(ctx context.Context, w io.Writer, dir string, o Options) error {
 			cutBy[what] = true
 			rel := "follows the damaged entry"
 			if e.Offset < d.Offset {
-				rel = "is of the transaction of the damaged entry"
+				rel = "belongs to the transaction of the damaged entry"
 			}
 			add(cube, "value log %s at byte %d: %s %s at byte %d: %s", e.File, e.Offset, what, rel, d.Offset, when)
 		}
