@@ -61,8 +61,9 @@ type Options struct {
 	ValueLogFileSize int64
 	// MemTableSize is the size of Badger's memtable, bytes; its log file
 	// takes up to twice that on disk. It sets the largest transaction
-	// (15%) and the value threshold (see DB.ValueThreshold). Default 16
-	// MiB, less on a filesystem under 512 MiB (see Open); at least 1 MiB.
+	// (15%), the value threshold (see DB.ValueThreshold) and the heap a
+	// flush takes (several times it; see defaultMemTableSize). Default 4
+	// MiB, less on a filesystem under 128 MiB (see Open); at least 1 MiB.
 	MemTableSize int64
 	// NoCompactOnOpen skips Open's reclaiming pass (see Open).
 	NoCompactOnOpen bool
@@ -97,6 +98,8 @@ func maxBatch(memSize int64) int64 { return memSize * 15 / 100 }
 // keeps every block, and with Snappy its compressed copy, in buffers
 // doubling from 4 MiB, and pools up to eight builders' buffers): make
 // soak's live heap peaked over its 256 MiB bound (docs/benchmarks.md).
+// Packs of 64 to 128 KiB are under it and fill the memtable's flushes:
+// defaultMemTableSize bounds the heap of those.
 const lsmValueMax = 128 << 10
 
 // valueThreshold is the value threshold Open sets for a memtable of
@@ -138,7 +141,7 @@ type DB struct {
 const blockCacheBytes = 32 << 20
 
 // Open opens (creating if needed) the database in opts.Dir. The memtable
-// is 16 MiB, less on a filesystem under 512 MiB (1/32 of its size rounded
+// is 4 MiB, less on a filesystem under 128 MiB (1/32 of its size rounded
 // down to a power of two, at least 1 MiB), so that Room's reserve fits a
 // small disk. When the filesystem lacks the space that opening writes
 // (the tables flushed from the memtable logs of the last run, the output
