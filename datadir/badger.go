@@ -134,6 +134,9 @@ type DB struct {
 	// allocated bytes after the last pass that flushed the memtable
 	reclaimMu sync.Mutex
 	lastFull  int64
+	// lastPass is the value log's allocated bytes when the last Reclaim
+	// pass (or Open) ended, bytes (ReclaimDue)
+	lastPass atomic.Int64
 }
 
 // blockCacheBytes is the size of Badger's block cache (decompressed LSM
@@ -253,7 +256,7 @@ func Open(opts Options) (*DB, error) {
 		return nil, fmt.Errorf("badger: open %s: %w", opts.Dir, err)
 	}
 	d := &DB{db: db, vlogSize: vlogSize, memSize: memSize, threshold: db.Opts().ValueThreshold, log: opts.Logger, key: opts.EncryptionKey}
-	defer func() { d.lastFull = d.vlogBytes() }()
+	defer func() { d.lastFull = d.vlogBytes(); d.lastPass.Store(d.lastFull) }()
 	if !opts.InMemory {
 		d.dir = opts.Dir
 		// before reclaim: its compaction would drop a damaged block's
@@ -353,6 +356,7 @@ func (d *DB) GC() (int, error) {
 func (d *DB) Reclaim() (int, error) {
 	d.reclaimMu.Lock()
 	defer d.reclaimMu.Unlock()
+	defer func() { d.lastPass.Store(d.vlogBytes()) }()
 	n, err := d.GC()
 	if err != nil || n > 0 || d.noCompact || d.vlogBytes() < d.lastFull+d.vlogSize {
 		return n, err
@@ -375,6 +379,21 @@ func (d *DB) Reclaim() (int, error) {
 	n, err = d.GC()
 	d.lastFull = d.vlogBytes()
 	return n, err
+}
+
+// ReclaimDue reports whether the value log has grown by a file
+// (ValueLogFileSize) since the last Reclaim pass ended (or Open), so that
+// a caller runs Reclaim at the pace of the writes, not only on a timer:
+// when every write replaces or evicts a value (packs under a full
+// budget), the stale bytes a timer lets pile up are the write rate times
+// its period (4.5 MiB/s for a minute is 270 MiB), while a pass per file
+// written leaves about one file's worth. Cheap: one readdir and a stat
+// per file, no lock. False in memory and on a nil DB.
+func (d *DB) ReclaimDue() bool {
+	if d == nil || d.dir == "" {
+		return false
+	}
+	return d.vlogBytes() >= d.lastPass.Load()+d.vlogSize
 }
 
 // fillerKey prefixes the records flushMemtable writes and deletes.
