@@ -221,9 +221,34 @@ func Open(opts Options) (*DB, error) {
 		// Badger's default block cache is 256 MiB of heap; the LSM tree
 		// of a data directory is small (keys, memories, pack headers)
 		WithBlockCacheSize(blockCacheBytes).
+		// How tables are built, which bounds the heap Badger keeps for
+		// building them. Badger builds every table (a memtable flush, each
+		// output of a compaction) in an arena (ristretto's z.Allocator) of
+		// twice the table's size and keeps up to eight arenas pooled between
+		// builds (z.NewAllocatorPool(8), badger's db.go), each at the
+		// largest size it reached. With its defaults an arena outgrows its
+		// initial size: a value larger than the 4 KiB block is copied into a
+		// block grown to fit it, and the block is copied once more at twice
+		// that size when its offsets are appended (builder.go allocate,
+		// finishBlock), then Snappy compresses each block into another copy;
+		// and tables double in size per level (TableSizeMultiplier 2), so
+		// the arenas of a deeper tree double too. Packs of 64 to 128 KiB
+		// under the value threshold (a small model's) live in the LSM tree,
+		// and the pooled arenas held 196 to 220 MiB in TestCompactionHeap
+		// and grew from 43 to 175 MiB over `make soak-mix`
+		// (docs/benchmarks.md). So: blocks that every value under the
+		// threshold fits without a copy (blockSize); no Snappy (packs are
+		// zstd-compressed already; memory texts are small beside them); and
+		// every table the memtable's size (BaseTableSize,
+		// TableSizeMultiplier 1). TestCompactionHeap then holds 40 to 52
+		// MiB.
+		WithCompression(options.None).
+		WithBlockSize(blockSize).
 		WithReadOnly(opts.ReadOnly).
 		WithVerifyValueChecksum(!opts.NoVerify).
 		WithChecksumVerificationMode(options.OnBlockRead)
+	bo.TableSizeMultiplier = 1 // no setter in Badger
+	bo.BaseTableSize = memSize
 	if opts.NoVerify {
 		bo = bo.WithChecksumVerificationMode(options.NoVerification)
 	}
@@ -612,3 +637,10 @@ func (a slogAdapter) Warningf(f string, v ...any) {
 }
 func (slogAdapter) Infof(string, ...any)  {}
 func (slogAdapter) Debugf(string, ...any) {}
+
+// blockSize is the LSM tables' block size, bytes (Badger: 4 KiB):
+// lsmValueMax and 4 KiB for the entry's key and the block's offsets, so
+// that every value under the value threshold fits an empty block's buffer
+// (see Open's table options). A block is also what one damaged byte in a
+// table costs (VerifyTables): up to this many bytes of small records.
+const blockSize = lsmValueMax + 4<<10
