@@ -158,7 +158,9 @@ type Options struct {
 	// GCInterval is the period of the background loop's value-log GC
 	// (datadir.DB.Reclaim: files at least half stale are rewritten, after a
 	// flush and compaction when the value log grew by a file since the
-	// last such pass); Open also reclaims once (datadir.Open). Default 1 min.
+	// last such pass); the loop also runs it as soon as the value log has
+	// grown by a file since the last pass (datadir.DB.ReclaimDue), and
+	// Open reclaims once (datadir.Open). Default 1 min.
 	GCInterval time.Duration
 	// NoScheduler turns the background loop off: no periodic ticks, no
 	// resident level changes; Tick still runs on demand. Default false.

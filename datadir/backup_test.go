@@ -260,18 +260,18 @@ func written(vs [][]byte, v []byte) bool {
 	return false
 }
 
-// fill writes n keys, every third one to the value log.
+// fill writes n keys, every third one to the value log, in batches under
+// Badger's transaction limit (15% of the memtable).
 func fill(t *testing.T, db *DB, n int) {
 	t.Helper()
-	err := db.Badger().Update(func(txn *bg.Txn) error {
-		for i := range n {
-			if err := txn.Set(fmt.Appendf(nil, "k%04d", i), value(0, i)); err != nil {
-				return err
-			}
+	wb := db.Badger().NewWriteBatch()
+	for i := range n {
+		if err := wb.Set(fmt.Appendf(nil, "k%04d", i), value(0, i)); err != nil {
+			wb.Cancel()
+			t.Fatal(err)
 		}
-		return nil
-	})
-	if err != nil {
+	}
+	if err := wb.Flush(); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -61,8 +61,9 @@ type Options struct {
 	ValueLogFileSize int64
 	// MemTableSize is the size of Badger's memtable, bytes; its log file
 	// takes up to twice that on disk. It sets the largest transaction
-	// (15%) and the value threshold (see DB.ValueThreshold). Default 16
-	// MiB, less on a filesystem under 512 MiB (see Open); at least 1 MiB.
+	// (15%), the value threshold (see DB.ValueThreshold) and the heap a
+	// flush takes (several times it; see defaultMemTableSize). Default 4
+	// MiB, less on a filesystem under 128 MiB (see Open); at least 1 MiB.
 	MemTableSize int64
 	// NoCompactOnOpen skips Open's reclaiming pass (see Open).
 	NoCompactOnOpen bool
@@ -97,6 +98,8 @@ func maxBatch(memSize int64) int64 { return memSize * 15 / 100 }
 // keeps every block, and with Snappy its compressed copy, in buffers
 // doubling from 4 MiB, and pools up to eight builders' buffers): make
 // soak's live heap peaked over its 256 MiB bound (docs/benchmarks.md).
+// Packs of 64 to 128 KiB are under it and fill the memtable's flushes:
+// defaultMemTableSize bounds the heap of those.
 const lsmValueMax = 128 << 10
 
 // valueThreshold is the value threshold Open sets for a memtable of
@@ -131,6 +134,9 @@ type DB struct {
 	// allocated bytes after the last pass that flushed the memtable
 	reclaimMu sync.Mutex
 	lastFull  int64
+	// lastPass is the value log's allocated bytes when the last Reclaim
+	// pass (or Open) ended, bytes (ReclaimDue)
+	lastPass atomic.Int64
 }
 
 // blockCacheBytes is the size of Badger's block cache (decompressed LSM
@@ -138,7 +144,7 @@ type DB struct {
 const blockCacheBytes = 32 << 20
 
 // Open opens (creating if needed) the database in opts.Dir. The memtable
-// is 16 MiB, less on a filesystem under 512 MiB (1/32 of its size rounded
+// is 4 MiB, less on a filesystem under 128 MiB (1/32 of its size rounded
 // down to a power of two, at least 1 MiB), so that Room's reserve fits a
 // small disk. When the filesystem lacks the space that opening writes
 // (the tables flushed from the memtable logs of the last run, the output
@@ -215,9 +221,34 @@ func Open(opts Options) (*DB, error) {
 		// Badger's default block cache is 256 MiB of heap; the LSM tree
 		// of a data directory is small (keys, memories, pack headers)
 		WithBlockCacheSize(blockCacheBytes).
+		// How tables are built, which bounds the heap Badger keeps for
+		// building them. Badger builds every table (a memtable flush, each
+		// output of a compaction) in an arena (ristretto's z.Allocator) of
+		// twice the table's size and keeps up to eight arenas pooled between
+		// builds (z.NewAllocatorPool(8), badger's db.go), each at the
+		// largest size it reached. With its defaults an arena outgrows its
+		// initial size: a value larger than the 4 KiB block is copied into a
+		// block grown to fit it, and the block is copied once more at twice
+		// that size when its offsets are appended (builder.go allocate,
+		// finishBlock), then Snappy compresses each block into another copy;
+		// and tables double in size per level (TableSizeMultiplier 2), so
+		// the arenas of a deeper tree double too. Packs of 64 to 128 KiB
+		// under the value threshold (a small model's) live in the LSM tree,
+		// and the pooled arenas held 196 to 220 MiB in TestCompactionHeap
+		// and grew from 43 to 175 MiB over `make soak-mix`
+		// (docs/benchmarks.md). So: blocks that every value under the
+		// threshold fits without a copy (blockSize); no Snappy (packs are
+		// zstd-compressed already; memory texts are small beside them); and
+		// every table the memtable's size (BaseTableSize,
+		// TableSizeMultiplier 1). TestCompactionHeap then holds 40 to 52
+		// MiB.
+		WithCompression(options.None).
+		WithBlockSize(blockSize).
 		WithReadOnly(opts.ReadOnly).
 		WithVerifyValueChecksum(!opts.NoVerify).
 		WithChecksumVerificationMode(options.OnBlockRead)
+	bo.TableSizeMultiplier = 1 // no setter in Badger
+	bo.BaseTableSize = memSize
 	if opts.NoVerify {
 		bo = bo.WithChecksumVerificationMode(options.NoVerification)
 	}
@@ -250,7 +281,7 @@ func Open(opts Options) (*DB, error) {
 		return nil, fmt.Errorf("badger: open %s: %w", opts.Dir, err)
 	}
 	d := &DB{db: db, vlogSize: vlogSize, memSize: memSize, threshold: db.Opts().ValueThreshold, log: opts.Logger, key: opts.EncryptionKey}
-	defer func() { d.lastFull = d.vlogBytes() }()
+	defer func() { d.lastFull = d.vlogBytes(); d.lastPass.Store(d.lastFull) }()
 	if !opts.InMemory {
 		d.dir = opts.Dir
 		// before reclaim: its compaction would drop a damaged block's
@@ -350,6 +381,7 @@ func (d *DB) GC() (int, error) {
 func (d *DB) Reclaim() (int, error) {
 	d.reclaimMu.Lock()
 	defer d.reclaimMu.Unlock()
+	defer func() { d.lastPass.Store(d.vlogBytes()) }()
 	n, err := d.GC()
 	if err != nil || n > 0 || d.noCompact || d.vlogBytes() < d.lastFull+d.vlogSize {
 		return n, err
@@ -372,6 +404,21 @@ func (d *DB) Reclaim() (int, error) {
 	n, err = d.GC()
 	d.lastFull = d.vlogBytes()
 	return n, err
+}
+
+// ReclaimDue reports whether the value log has grown by a file
+// (ValueLogFileSize) since the last Reclaim pass ended (or Open), so that
+// a caller runs Reclaim at the pace of the writes, not only on a timer:
+// when every write replaces or evicts a value (packs under a full
+// budget), the stale bytes a timer lets pile up are the write rate times
+// its period (4.5 MiB/s for a minute is 270 MiB), while a pass per file
+// written leaves about one file's worth. Cheap: one readdir and a stat
+// per file, no lock. False in memory and on a nil DB.
+func (d *DB) ReclaimDue() bool {
+	if d == nil || d.dir == "" {
+		return false
+	}
+	return d.vlogBytes() >= d.lastPass.Load()+d.vlogSize
 }
 
 // fillerKey prefixes the records flushMemtable writes and deletes.
@@ -590,3 +637,10 @@ func (a slogAdapter) Warningf(f string, v ...any) {
 }
 func (slogAdapter) Infof(string, ...any)  {}
 func (slogAdapter) Debugf(string, ...any) {}
+
+// blockSize is the LSM tables' block size, bytes (Badger: 4 KiB):
+// lsmValueMax and 4 KiB for the entry's key and the block's offsets, so
+// that every value under the value threshold fits an empty block's buffer
+// (see Open's table options). A block is also what one damaged byte in a
+// table costs (VerifyTables): up to this many bytes of small records.
+const blockSize = lsmValueMax + 4<<10

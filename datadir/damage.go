@@ -250,12 +250,16 @@ func (d *DB) verifyTables(pre map[string]tableRead) ([]TableDamage, error) {
 		return nil, nil
 	}
 	var out []TableDamage
+	var comps map[uint64]options.CompressionType
 	for _, ti := range d.db.Tables() {
 		name := fmt.Sprintf("%06d.sst", ti.ID)
 		td := TableDamage{File: name, Level: ti.Level, From: y.ParseKey(ti.Left), Through: y.ParseKey(ti.Right), Want: int(ti.KeyCount)}
 		r, ok := pre[name]
 		if !ok {
-			r = readTable(filepath.Join(d.dir, name))
+			if comps == nil {
+				comps = tableCompressions(d.dir)
+			}
+			r = readTable(filepath.Join(d.dir, name), comps)
 		}
 		n, last, err := r.n, r.last, r.err
 		if errors.Is(err, errEncrypted) {
@@ -325,8 +329,46 @@ func (r tableRead) damaged() bool {
 	return r.err != nil || r.n != r.want
 }
 
-// readTable opens the SST at path read-only and iterates its keys.
-func readTable(path string) (r tableRead) {
+// readTable opens the SST at path read-only and iterates its keys, with
+// the block compression the MANIFEST records for it (comps, by table ID;
+// Open writes tables without compression, directories written before
+// that hold Snappy tables). A table comps does not list is read without
+// compression and, if that fails, with Snappy.
+func readTable(path string, comps map[uint64]options.CompressionType) tableRead {
+	id, err := strconv.ParseUint(strings.TrimSuffix(filepath.Base(path), ".sst"), 10, 64)
+	if c, ok := comps[id]; ok && err == nil {
+		return readTableAs(path, c)
+	}
+	r := readTableAs(path, options.None)
+	if r.damaged() {
+		if rs := readTableAs(path, options.Snappy); !rs.damaged() {
+			return rs
+		}
+	}
+	return r
+}
+
+// tableCompressions is the block compression of each table the MANIFEST
+// of dir lists, by table ID; nil when it does not read.
+func tableCompressions(dir string) map[uint64]options.CompressionType {
+	f, err := os.Open(filepath.Join(dir, bg.ManifestFilename))
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	m, _, err := bg.ReplayManifestFile(f, 0, bg.DefaultOptions(dir))
+	if err != nil {
+		return nil
+	}
+	out := make(map[uint64]options.CompressionType, len(m.Tables))
+	for id, tm := range m.Tables {
+		out[id] = tm.Compression
+	}
+	return out
+}
+
+// readTableAs is readTable with the block compression c.
+func readTableAs(path string, c options.CompressionType) (r tableRead) {
 	defer func() {
 		// Badger's table code indexes damaged bytes without bounds
 		// checks (flatbuffers offsets of a damaged index): a damaged
@@ -342,8 +384,8 @@ func readTable(path string) (r tableRead) {
 	}
 	t, err := table.OpenTable(mf, table.Options{
 		ChkMode:     options.OnBlockRead,
-		Compression: options.Snappy, // bg.DefaultOptions, as Open uses
-		BlockSize:   4 << 10,
+		Compression: c,
+		BlockSize:   blockSize,
 	})
 	if err != nil {
 		if strings.Contains(err.Error(), "encrypt") {
@@ -407,11 +449,12 @@ func scanTables(dir string) (map[string]tableRead, error) {
 		return nil, fmt.Errorf("badger: %w", err)
 	}
 	out := make(map[string]tableRead)
+	comps := tableCompressions(dir)
 	for _, e := range ents {
 		if filepath.Ext(e.Name()) != ".sst" || !e.Type().IsRegular() {
 			continue
 		}
-		out[e.Name()] = readTable(filepath.Join(dir, e.Name()))
+		out[e.Name()] = readTable(filepath.Join(dir, e.Name()), comps)
 	}
 	return out, nil
 }

@@ -160,15 +160,17 @@ func TestVerifyTables(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := d.Badger().Update(func(tx *bg.Txn) error {
-		for i := range 2000 { // about 60 blocks of 4 KiB
-			if err := tx.Set(fmt.Appendf(nil, "t/carol/m/%04d", i), fmt.Appendf(nil, "carol's memory number %d, unique %x", i, i*7919)); err != nil {
-				return err
+	for b := range 4 { // about 6 blocks (blockSize); a transaction holds at most 614 KiB
+		if err := d.Badger().Update(func(tx *bg.Txn) error {
+			for i := b * 2500; i < (b+1)*2500; i++ {
+				if err := tx.Set(fmt.Appendf(nil, "t/carol/m/%05d", i), fmt.Appendf(nil, "carol's memory number %d, unique %x", i, i*7919)); err != nil {
+					return err
+				}
 			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
 		}
-		return nil
-	}); err != nil {
-		t.Fatal(err)
 	}
 	if err := d.Close(); err != nil { // flushes the memtable to an SST
 		t.Fatal(err)
@@ -197,9 +199,9 @@ func TestVerifyTables(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(td) != 1 || td[0].File != filepath.Base(ssts[0]) || td[0].Want != 2000 || td[0].Keys >= 2000 ||
-		!bytes.HasPrefix(td[0].After, []byte("t/carol/m/")) || string(td[0].Through) != "t/carol/m/1999" {
-		t.Fatalf("VerifyTables = %+v, want %s: 2000 keys, fewer read back, damage after a key of carol's through t/carol/m/1999", td, filepath.Base(ssts[0]))
+	if len(td) != 1 || td[0].File != filepath.Base(ssts[0]) || td[0].Want != 10000 || td[0].Keys >= 10000 ||
+		!bytes.HasPrefix(td[0].After, []byte("t/carol/m/")) || string(td[0].Through) != "t/carol/m/09999" {
+		t.Fatalf("VerifyTables = %+v, want %s: 10000 keys, fewer read back, damage after a key of carol's through t/carol/m/09999", td, filepath.Base(ssts[0]))
 	}
 	// the damaged block starts right after the last key read back, and
 	// the next block's first key (from the index) lies beyond it
@@ -224,16 +226,18 @@ func TestOpenDamagedTableKeepsKeys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := d.Badger().Update(func(tx *bg.Txn) error {
-		for i := range 2000 { // about 60 blocks of 4 KiB
-			cube := []string{"alice", "bob", "carol"}[i%3]
-			if err := tx.Set(fmt.Appendf(nil, "t/%s/m/%04d", cube, i), fmt.Appendf(nil, "memory number %d, unique %x", i, i*7919)); err != nil {
-				return err
+	for b := range 4 { // about 6 blocks (blockSize); a transaction holds at most 614 KiB
+		if err := d.Badger().Update(func(tx *bg.Txn) error {
+			for i := b * 2500; i < (b+1)*2500; i++ {
+				cube := []string{"alice", "bob", "carol"}[i%3]
+				if err := tx.Set(fmt.Appendf(nil, "t/%s/m/%05d", cube, i), fmt.Appendf(nil, "memory number %d, unique %x", i, i*7919)); err != nil {
+					return err
+				}
 			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
 		}
-		return nil
-	}); err != nil {
-		t.Fatal(err)
 	}
 	if err := d.Close(); err != nil { // flushes the memtable to a level-0 SST
 		t.Fatal(err)
@@ -257,8 +261,8 @@ func TestOpenDamagedTableKeepsKeys(t *testing.T) {
 	}
 	defer d.Close() // idempotent; should a check fail
 	td := d.TableDamage()
-	if len(td) != 1 || td[0].File != filepath.Base(ssts[0]) || td[0].Keys >= 2000 {
-		t.Fatalf("TableDamage = %+v, want %s with fewer than 2000 keys", td, filepath.Base(ssts[0]))
+	if len(td) != 1 || td[0].File != filepath.Base(ssts[0]) || td[0].Keys >= 10000 {
+		t.Fatalf("TableDamage = %+v, want %s with fewer than 10000 keys", td, filepath.Base(ssts[0]))
 	}
 	// grow the value log by a file: Reclaim then flushes and compacts
 	big := bytes.Repeat([]byte("v"), int(d.threshold))

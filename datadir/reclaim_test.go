@@ -198,3 +198,74 @@ func checkKept(t *testing.T, d *DB, val []byte) {
 		t.Fatal(err)
 	}
 }
+
+// Reclaim run whenever ReclaimDue keeps the value log near its live
+// values under churn: 8 live values of 256 KiB (2 MiB) overwritten 96
+// times (24 MiB written, all but the last 2 MiB stale) in 1 MiB value-log
+// files keep at most 6 MiB of value log, where no pass leaves the 24 MiB;
+// every live value reads back byte for byte.
+func TestReclaimDue(t *testing.T) {
+	churn := func(reclaim bool) (vlog, most int64, d *DB) {
+		d, err := Open(Options{Dir: t.TempDir(), NoSync: true, ValueLogFileSize: 1 << 20, MemTableSize: 1 << 20})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { d.Close() })
+		if d.ReclaimDue() {
+			t.Fatal("ReclaimDue right after Open")
+		}
+		for i := range 96 {
+			if err := d.Update(func(tx *bg.Txn) error { return tx.Set(fmt.Appendf(nil, "k%d", i%8), dueValue(i)) }); err != nil {
+				t.Fatal(err)
+			}
+			if reclaim && d.ReclaimDue() {
+				if _, err := d.Reclaim(); err != nil {
+					t.Fatal(err)
+				}
+				if d.ReclaimDue() {
+					t.Fatalf("ReclaimDue right after Reclaim (write %d)", i)
+				}
+			}
+			most = max(most, d.vlogBytes())
+		}
+		return d.vlogBytes(), most, d
+	}
+	left, _, _ := churn(false)
+	kept, most, d := churn(true)
+	t.Logf("value log after 24 MiB of overwrites of 2 MiB: %.1f MiB with no pass, %.1f MiB (at most %.1f) with a pass whenever due",
+		float64(left)/(1<<20), float64(kept)/(1<<20), float64(most)/(1<<20))
+	if left < 20<<20 {
+		t.Errorf("no pass: %.1f MiB of value log, want >= 20 (the churn is not in the value log)", float64(left)/(1<<20))
+	}
+	if most > 6<<20 {
+		t.Errorf("a pass whenever due: value log up to %.1f MiB, want <= 6 MiB", float64(most)/(1<<20))
+	}
+	err := d.View(func(tx *bg.Txn) error {
+		for k := range 8 {
+			it, err := tx.Get(fmt.Appendf(nil, "k%d", k))
+			if err != nil {
+				return err
+			}
+			if err := it.Value(func(v []byte) error {
+				if !bytes.Equal(v, dueValue(88+k)) {
+					return fmt.Errorf("k%d: %d bytes, not the last value written", k, len(v))
+				}
+				return nil
+			}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// dueValue is the i-th value TestReclaimDue writes: 256 KiB (over the
+// value threshold: in the value log), marked with i.
+func dueValue(i int) []byte {
+	v := bytes.Repeat([]byte{byte(i)}, 256<<10)
+	copy(v, fmt.Sprintf("value %d;", i))
+	return v
+}

@@ -72,11 +72,17 @@ func (p *Pipeline) Tick(ctx context.Context, load bool) (scheduler.TickReport, e
 	return rep, err
 }
 
+// reclaimCheck is how often Run asks whether the value log has grown by a
+// file since the last value-log GC pass (datadir.DB.ReclaimDue).
+const reclaimCheck = 5 * time.Second
+
 // Run is the background loop of an OS until ctx ends: it writes recorded
 // usage every Options.UsageFlush, runs sweep (the expired memories'
 // delete; nil: none) and a Tick without load every Tiers.Interval
-// (default 10 s) and soon after a Kick, and the value-log GC every
-// GCInterval. Jobs decode at background priority
+// (default 10 s) and soon after a Kick, and the value-log GC
+// (datadir.DB.Reclaim) every GCInterval and as soon as the value log has
+// grown by a file since the last pass (datadir.DB.ReclaimDue, checked
+// every reclaimCheck). Jobs decode at background priority
 // (runtime.Request.Background): foreground requests go first and a job
 // yields between small batches. Failures are logged; the loop goes on.
 func (p *Pipeline) Run(ctx context.Context, sweep func(context.Context) error) {
@@ -90,16 +96,26 @@ func (p *Pipeline) Run(ctx context.Context, sweep func(context.Context) error) {
 	defer flush.Stop()
 	gc := time.NewTicker(p.opts.GCInterval)
 	defer gc.Stop()
+	grown := time.NewTicker(reclaimCheck)
+	defer grown.Stop()
+	reclaim := func() {
+		start := time.Now()
+		if n, err := p.db.Reclaim(); err != nil {
+			p.log.Warn("value-log GC failed", "err", err)
+		} else if ms := time.Since(start).Milliseconds(); n > 0 || ms >= 1000 {
+			p.log.Info("value-log GC", "files_rewritten", n, "ms", ms)
+		}
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-gc.C:
-			start := time.Now()
-			if n, err := p.db.Reclaim(); err != nil {
-				p.log.Warn("value-log GC failed", "err", err)
-			} else if ms := time.Since(start).Milliseconds(); n > 0 || ms >= 1000 {
-				p.log.Info("value-log GC", "files_rewritten", n, "ms", ms)
+			reclaim()
+			continue
+		case <-grown.C:
+			if p.db.ReclaimDue() {
+				reclaim()
 			}
 			continue
 		case <-flush.C:

@@ -63,7 +63,7 @@ func newServeCmd() *cobra.Command {
 	ramBudget := fs.Int64("ram-budget", 0, "`BYTES` of decompressed pack states kept in RAM for fast restores, least recently used dropped beyond it (default 128 MiB)")
 	tickEvery := fs.Duration("tick-interval", 10*time.Second, "`PERIOD` of the tier scheduler's ticks (heat, promotions, demotions, resident packs)")
 	kvBudget := fs.Int64("kv-budget", 0, "`BYTES` of KV state all packs of the activation tier may hold (default 256 MiB)")
-	gcEvery := fs.Duration("gc-interval", time.Minute, "`PERIOD` of the value-log GC that gives back the space of deleted and replaced packs while serving (also reclaimed at every start)")
+	gcEvery := fs.Duration("gc-interval", time.Minute, "`PERIOD` of the value-log GC that gives back the space of deleted and replaced packs while serving (also run when the value log has grown by a file, and at every start)")
 	shutdownTimeout := fs.Duration("shutdown-timeout", 10*time.Second, "on SIGTERM/SIGINT: how long (`DURATION`) running requests may finish before they are cancelled")
 	bodyTimeout := fs.Duration("body-timeout", time.Minute, "how long (`DURATION`) a client has to send a request body (imports: an hour); a body not in by then is answered 408 and its connection closed")
 	parametric := fs.Bool("parametric", false, "distill memories that stay hot into each cube's LoRA adapter, attached to its requests by default (the parametric tier; training takes CPU minutes per cube)")
