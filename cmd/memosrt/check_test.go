@@ -42,7 +42,7 @@ func flipAt(t *testing.T, dir, glob string, needle []byte, off, n int) string {
 	return ""
 }
 
-// memosrt check over a data directory with two cubes (206 and 4
+// memosrt check over a data directory with two cubes (806 and 4
 // memories) and a pack: clean,
 // it exits 0 and lists each cube's memories. Then one bit in a memory's
 // text in its SST (cube alice) and 8 bytes of a pack's payload in the
@@ -63,15 +63,19 @@ func TestCheckCommand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i, w := range []string{"lighthouse", "orchard", "QUARRY", "harbour", "meadow", "glacier"} {
-		if _, err := mem.Add(ctx, "alice", textmem.Memory{Text: fmt.Sprintf("alice keeps the %s ledger number %d", w, i)}); err != nil {
+	words := strings.Fields("amber basil cedar delta ember fjord garnet hazel indigo juniper kestrel lilac maple nectar onyx pepper quartz russet sable thistle umber violet willow xenon yarrow zinnia")
+	// memory IDs follow the time of the Add, so the notes' records come
+	// first in the SST: more than a block (datadir's 132 KiB), so that the
+	// block QUARRY's record is in holds neither the first keys (the pack's
+	// records) nor bob's
+	for i := range 800 {
+		text := fmt.Sprintf("alice filed note %d about %s and %s near the %s", i, words[i%26], words[(i*7)%26], words[(i*11)%26])
+		if _, err := mem.Add(ctx, "alice", textmem.Memory{Text: text}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	words := strings.Fields("amber basil cedar delta ember fjord garnet hazel indigo juniper kestrel lilac maple nectar onyx pepper quartz russet sable thistle umber violet willow xenon yarrow zinnia")
-	for i := range 200 { // enough for an SST of many 4 KiB blocks
-		text := fmt.Sprintf("alice filed note %d about %s and %s near the %s", i, words[i%26], words[(i*7)%26], words[(i*11)%26])
-		if _, err := mem.Add(ctx, "alice", textmem.Memory{Text: text}); err != nil {
+	for i, w := range []string{"lighthouse", "orchard", "QUARRY", "harbour", "meadow", "glacier"} {
+		if _, err := mem.Add(ctx, "alice", textmem.Memory{Text: fmt.Sprintf("alice keeps the %s ledger number %d", w, i)}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -111,7 +115,7 @@ func TestCheckCommand(t *testing.T) {
 	}
 
 	out := must(t, "check", "--db", dir)
-	for _, want := range []string{"cube alice: ok (206 memories)", "cube bob: ok (4 memories)", "no damage found"} {
+	for _, want := range []string{"cube alice: ok (806 memories)", "cube bob: ok (4 memories)", "no damage found"} {
 		if !strings.Contains(out, want) {
 			t.Fatalf("check of an intact directory lacks %q:\n%s", want, out)
 		}
@@ -230,7 +234,7 @@ func TestCheckFirstSSTBlock(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i := range 60 {
+	for i := range 1000 { // more than a block (datadir's 132 KiB): bob's keys are not in the first
 		if _, err := mem.Add(ctx, "alice", textmem.Memory{Text: fmt.Sprintf("alice files note %d about the harbour ledger", i)}); err != nil {
 			t.Fatal(err)
 		}
@@ -258,7 +262,7 @@ func TestCheckFirstSSTBlock(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i := 64; i < 80; i++ { // inside the first block (blocks are 4 KiB)
+	for i := 64; i < 80; i++ { // inside the first block
 		data[i] ^= 0xff
 	}
 	if err := os.WriteFile(ssts[0], data, 0o644); err != nil {
