@@ -89,23 +89,22 @@ const MaxValueThreshold = 1 << 20
 // db.go checkAndSetOptions).
 func maxBatch(memSize int64) int64 { return memSize * 15 / 100 }
 
-// lsmValueMax is the largest value threshold Open sets, bytes: 128 KiB,
-// twice textmem's default MaxTextBytes (64 KiB), so that a memory record
-// stays in the LSM tree while KV pack chunks of that size and more go to
-// the value log. With the threshold at Badger's maximum (1 MiB) the packs
-// of a small model lived in the LSM tree, and the table a flush of the
-// 16 MiB memtable builds held 124 MiB of heap (Badger's table builder
-// keeps every block, and with Snappy its compressed copy, in buffers
-// doubling from 4 MiB, and pools up to eight builders' buffers): make
-// soak's live heap peaked over its 256 MiB bound (docs/benchmarks.md).
-// Packs of 64 to 128 KiB are under it and fill the memtable's flushes:
-// defaultMemTableSize bounds the heap of those.
-const lsmValueMax = 128 << 10
+// lsmValueMax is the largest value threshold Open sets, bytes: 32 KiB,
+// half textmem's default MaxTextBytes (64 KiB). A memory record of a text
+// under about 31 KiB stays in the LSM tree, out of reach of damage to a KV
+// pack chunk in the newest value-log file (see ValueThreshold), and every
+// KV pack chunk of 32 KiB or more goes to the value log. At 128 KiB the
+// 64 to 128 KiB packs of a small model lived in the LSM tree, where a
+// replaced or evicted pack is given back only when a compaction reaches
+// its table, and every compaction rewrote them: `make soak-mix` at 12
+// requests a second kept 428 MiB beside 256 MiB of packs, still growing,
+// and Badger's table builders' arenas took 80 MiB (docs/benchmarks.md).
+const lsmValueMax = 32 << 10
 
 // valueThreshold is the value threshold Open sets for a memtable of
 // memSize bytes: half of Badger's largest transaction (maxBatch), at most
-// lsmValueMax. That is 128 KiB for a memtable of 2 MiB or more and 77 KiB
-// for 1 MiB. Badger counts a value under the threshold whole in its
+// lsmValueMax: 32 KiB for every memtable size Open picks (1 MiB gives
+// 77 KiB before the cap). Badger counts a value under the threshold whole in its
 // transaction's size (a larger one as a 12-byte pointer) and refuses a
 // transaction of maxBatch bytes or more (ErrTxnTooBig; txn.go checkSize),
 // so at maxBatch, the most its option check allows, a value just under
@@ -560,19 +559,16 @@ func (d *DB) DiskBytes() int64 {
 }
 
 // ValueThreshold is the smallest value, in bytes, that Badger keeps in the
-// value log rather than in the LSM tree: 128 KiB, less for a memtable
-// under 2 MiB (half of Badger's largest transaction, 15% of the memtable:
-// 77 KiB for 1 MiB, a filesystem under 64 MiB). Values under it stay in
-// the LSM tree and its write-ahead log, each block of which is
-// checksummed. A memory record (a text of at most textmem's default
-// MaxTextBytes, 64 KiB, as JSON) is under it, except that one over 128
-// KiB (a text near the limit with many characters JSON escapes), or over
-// 77 KiB under a 1 MiB memtable, goes to the value log with the KV pack
-// chunks. Badger truncates the newest value-log file at
-// its first damaged entry when it opens, dropping every value after it:
-// packs, which are recomputed, and such large memory records, which then
-// read back as damaged (a value past the file's end), never as another
-// text. In memory (Options.InMemory) every value stays in the LSM tree.
+// value log rather than in the LSM tree: 32 KiB (lsmValueMax). Values
+// under it stay in the LSM tree and its write-ahead log, each block of
+// which is checksummed. A memory record (a text of at most textmem's
+// default MaxTextBytes, 64 KiB, as JSON) of a text under about 31 KiB is
+// under it; a longer one goes to the value log with the KV pack chunks.
+// Badger truncates the newest value-log file at its first damaged entry
+// when it opens, dropping every value after it: packs, which are
+// recomputed, and such large memory records, which then read back as
+// damaged (a value past the file's end), never as another text; memosrt
+// check names them before that open. In memory (Options.InMemory) every value stays in the LSM tree.
 func (d *DB) ValueThreshold() int64 { return d.threshold }
 
 // Update runs fn in a read-write transaction (Badger's DB.Update) once

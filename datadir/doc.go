@@ -23,7 +23,7 @@
 // skip Room (sequence leases, scheduler state, pack deletes) share the
 // reserve's 1 MiB margin.
 //
-// Values of DB.ValueThreshold (128 KiB; less for a memtable under 2 MiB)
+// Values of DB.ValueThreshold (32 KiB)
 // or more go to the value log, smaller ones stay in the LSM tree, so that
 // damage in the value log costs KV pack chunks, and memory records only
 // where they are larger than the threshold. Reads verify Badger's value

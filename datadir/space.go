@@ -36,21 +36,19 @@ const (
 	// under 1 MiB (db.go checkAndSetOptions).
 	minFileSize = 1 << 20
 	// defaultMemTableSize and defaultValueLogFileSize are the sizes on a
-	// filesystem of at least 128 MiB and 1 GiB, bytes. The memtable's
-	// size bounds the heap of its flush: Badger builds the flushed table
-	// in memory, in buffers doubling from 4 MiB that it pools after use,
-	// and a value of more than a block (4 KiB) costs about four times its
-	// size there (the block is reallocated to fit it, then doubled, then
-	// compressed into a copy). A memtable of 16 MiB holding packs of 64 to
-	// 128 KiB (under the value threshold) left 165 MiB of heap pooled after
-	// its flush and its compaction, 4 MiB leaves 28 MiB (TestFlushHeap).
-	defaultMemTableSize     = 4 << 20
+	// filesystem of at least 256 MiB and 1 GiB, bytes. The memtable sets
+	// the largest transaction (15%: 1.2 MiB, 13,107 entries), which must
+	// hold a memory of textmem's MaxTextBytes (64 KiB) with an index entry
+	// per distinct term (10,948 in TestLargeText; 4 MiB fits 6,553), and
+	// the heap of table builds: Badger pools up to eight arenas of twice
+	// the memtable (TestCompactionHeap).
+	defaultMemTableSize     = 8 << 20
 	defaultValueLogFileSize = 64 << 20
 )
 
 // fileSizes picks the memtable and value-log file sizes for a filesystem
 // of total bytes: 1/32 and 1/16 of it rounded down to a power of two,
-// within [1 MiB, 4 MiB] and [1 MiB, 64 MiB]. On a small filesystem the
+// within [1 MiB, 8 MiB] and [1 MiB, 64 MiB]. On a small filesystem the
 // default sizes alone would exceed the reserve that Room keeps free (two
 // 64 MiB value-log files do not fit 20 MiB), so every write would be
 // refused. total 0 (unknown) gives the defaults.

@@ -20,13 +20,13 @@ func TestFileSizes(t *testing.T) {
 	for _, c := range []struct {
 		total, mem, vlog int64
 	}{
-		{0, 4 << 20, 64 << 20},
+		{0, 8 << 20, 64 << 20},
 		{20 << 20, 1 << 20, 1 << 20},
 		{32 << 20, 1 << 20, 2 << 20},
 		{64 << 20, 2 << 20, 4 << 20},
-		{256 << 20, 4 << 20, 16 << 20},
-		{1 << 30, 4 << 20, 64 << 20},
-		{1 << 40, 4 << 20, 64 << 20},
+		{256 << 20, 8 << 20, 16 << 20},
+		{1 << 30, 8 << 20, 64 << 20},
+		{1 << 40, 8 << 20, 64 << 20},
 	} {
 		mem, vlog := fileSizes(c.total)
 		if mem != c.mem || vlog != c.vlog {
@@ -363,7 +363,7 @@ func markedValue(mark string, n int64) []byte {
 }
 
 // The value threshold follows the memtable: half of Badger's largest
-// transaction (15% of the memtable), at most 128 KiB (lsmValueMax). A
+// transaction (15% of the memtable), at most 32 KiB (lsmValueMax). A
 // value one byte under it commits in one transaction beside another entry
 // and stays out of the value log; a value of the threshold's size goes to the value
 // log; both read back. (At the largest transaction, the most Badger's
@@ -371,11 +371,10 @@ func markedValue(mark string, n int64) []byte {
 // 1 MiB the memtable is refused.
 func TestValueThreshold(t *testing.T) {
 	for _, c := range []struct{ mem, want int64 }{
-		{1 << 20, 78643},
-		{2 << 20, 128 << 10},
-		{4 << 20, 128 << 10},
-		{8 << 20, 128 << 10},
-		{16 << 20, 128 << 10},
+		{1 << 20, 32 << 10},
+		{2 << 20, 32 << 10},
+		{8 << 20, 32 << 10},
+		{16 << 20, 32 << 10},
 	} {
 		t.Run(fmt.Sprintf("memtable_%dMiB", c.mem>>20), func(t *testing.T) {
 			dir := t.TempDir()

@@ -80,6 +80,12 @@ func TestDamagedMemoryNotServed(t *testing.T) {
 				m := mustAdd(t, s, "bob", Memory{Text: fmt.Sprintf("bob mends the %s every spring %d", w, i)})
 				want[m.ID], cubeOf[m.ID] = m.Text, "bob"
 			}
+			// a cube whose keys sort after alice's and bob's, of more than
+			// a block (datadir's 132 KiB): the damaged block is not the
+			// table's last, which Badger reads to open it
+			for i := range 1000 {
+				mustAdd(t, s, "zed", Memory{Text: fmt.Sprintf("zed files note %d about the harbour ledger", i)})
+			}
 			s.Close()
 			if err := db.Close(); err != nil { // flushes the memtable to an SST
 				t.Fatal(err)

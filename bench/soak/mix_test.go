@@ -48,11 +48,11 @@ const (
 	convDefault = 256 << 20
 	kvDefault   = 256 << 20
 	ramDefault  = 128 << 20
-	// badgerSlack: two memtable logs (2 x 4 MiB), three value-log files
+	// badgerSlack: two memtable logs (2 x 8 MiB), three value-log files
 	// (3 x 64 MiB: the one written, one being rewritten, one not yet
-	// reclaimed), level 0 (a 4 MiB memtable flush and the 4 MiB of filler
+	// reclaimed), level 0 (an 8 MiB memtable flush and the 8 MiB of filler
 	// Reclaim writes to flush one) and the rest of the LSM tree (10 MiB)
-	badgerSlack = (2*4 + 3*64 + 2*4 + 10) << 20
+	badgerSlack = (2*8 + 3*64 + 2*8 + 10) << 20
 	diskBound   = convDefault + kvDefault + badgerSlack
 	// heapBase: zstd encoders (2 x 8 MiB of history), Badger's block cache
 	// (32 MiB), up to two 4 MiB memtables, Badger's table builders, the
