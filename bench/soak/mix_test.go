@@ -55,7 +55,7 @@ const (
 	badgerSlack = (2*8 + 3*64 + 2*8 + 10) << 20
 	diskBound   = convDefault + kvDefault + badgerSlack
 	// heapBase: zstd encoders (2 x 8 MiB of history), Badger's block cache
-	// (32 MiB), up to two 4 MiB memtables, Badger's table builders, the
+	// (32 MiB), up to two 8 MiB memtables, Badger's table builders, the
 	// indexes and buffers
 	heapBase  = 128 << 20
 	heapBound = ramDefault + heapBase
