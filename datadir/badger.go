@@ -136,6 +136,9 @@ type DB struct {
 	// lastPass is the value log's allocated bytes when the last Reclaim
 	// pass (or Open) ended, bytes (ReclaimDue)
 	lastPass atomic.Int64
+	// txs counts View's and Write's transactions, so that GC can make a
+	// moment without iterators (txGate)
+	txs txGate
 }
 
 // blockCacheBytes is the size of Badger's block cache (decompressed LSM
@@ -336,7 +339,10 @@ func (d *DB) reclaim() error {
 // GC rewrites value-log files of which at least half is stale (deleted or
 // overwritten values, as the discard statistics of past compactions
 // count them) until none is left, and returns how many it rewrote. Safe
-// while serving: writes go on. Badger's RunValueLogGC.
+// while serving: writes go on. Badger's RunValueLogGC. Badger deletes a
+// rewritten file once no iterator is open, so after a rewrite GC holds new
+// View and Write transactions back until none runs, for at most drainWait
+// (txGate).
 //
 // A rewrite writes up to a value-log file's worth through Badger's mapped
 // files, so each one waits for Room: when the disk is short, GC stops and
@@ -356,6 +362,9 @@ func (d *DB) GC() (int, error) {
 		case err == nil:
 			n++
 		case errors.Is(err, bg.ErrNoRewrite), errors.Is(err, bg.ErrRejected):
+			if n > 0 && !d.txs.drain() && d.log != nil {
+				d.log.Debug("badger: rewritten value-log files wait for the iterators open", "dir", d.dir)
+			}
 			return n, nil
 		default:
 			return n, err
@@ -587,11 +596,17 @@ func (d *DB) Write(n int64, fn func(*bg.Txn) error) error {
 	if err := d.Room(n); err != nil {
 		return err
 	}
+	d.txs.enter()
+	defer d.txs.leave()
 	return d.db.Update(fn)
 }
 
 // View runs fn in a read-only transaction (Badger's DB.View).
-func (d *DB) View(fn func(*bg.Txn) error) error { return d.db.View(fn) }
+func (d *DB) View(fn func(*bg.Txn) error) error {
+	d.txs.enter()
+	defer d.txs.leave()
+	return d.db.View(fn)
+}
 
 // Badger returns the underlying Badger handle, for reads and for writers
 // that ask Room themselves (see Update).
