@@ -274,7 +274,8 @@ func TestCheckFirstSSTBlock(t *testing.T) {
 	if strings.Contains(out, "not of a cube:") {
 		t.Errorf("check puts damage under no cube:\n%s", out)
 	}
-	line := "SST " + sst + " (level 0): 0 of "
+	// level 0, or below if Close's flush was compacted before it returned
+	line := "SST " + sst + " (level "
 	if !strings.Contains(sections["alice"], line) || !strings.Contains(sections["alice"], "its damaged block 0 holds keys from \"k/b/") {
 		t.Errorf("cube alice lacks the SST's first block:\n%s", out)
 	}
