@@ -133,6 +133,9 @@ type Manager struct {
 	queue chan jobRef
 	stop  context.CancelFunc
 	done  chan struct{}
+	// bg counts the background writes run without Hooks.Go; Close waits
+	// for them (the store under them is closed after Close).
+	bg sync.WaitGroup
 	// jobMu guards queued: sessions with a consolidation job not yet run.
 	jobMu  sync.Mutex
 	queued map[jobRef]bool
@@ -200,10 +203,12 @@ func Open(ctx context.Context, mem *textmem.Store, opts Options) (*Manager, erro
 // Close stops the job runner: a running job's generation is cancelled and
 // the job stays running in the store, to be resumed at the next Open. The
 // records stay readable (they live in the text tier's backend, which the
-// caller closes). Idempotent.
+// caller closes). It waits for the background turn-memory writes run
+// without Hooks.Go, so that none runs on a closed store. Idempotent.
 func (m *Manager) Close() {
 	m.stop()
 	<-m.done
+	m.bg.Wait()
 }
 
 // Store returns the conversation records.
@@ -240,11 +245,15 @@ func (m *Manager) kick() {
 	}
 }
 
-// background runs f through Hooks.Go, or in a goroutine.
+// background runs f through Hooks.Go, or in a goroutine Close waits for.
 func (m *Manager) background(f func()) {
 	if m.hooks.Go != nil {
 		m.hooks.Go(f)
 		return
 	}
-	go f()
+	m.bg.Add(1)
+	go func() {
+		defer m.bg.Done()
+		f()
+	}()
 }

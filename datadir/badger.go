@@ -596,14 +596,18 @@ func (d *DB) Write(n int64, fn func(*bg.Txn) error) error {
 	if err := d.Room(n); err != nil {
 		return err
 	}
-	d.txs.enter()
+	if err := d.txs.enter(); err != nil {
+		return err
+	}
 	defer d.txs.leave()
 	return d.db.Update(fn)
 }
 
 // View runs fn in a read-only transaction (Badger's DB.View).
 func (d *DB) View(fn func(*bg.Txn) error) error {
-	d.txs.enter()
+	if err := d.txs.enter(); err != nil {
+		return err
+	}
 	defer d.txs.leave()
 	return d.db.View(fn)
 }
@@ -612,7 +616,9 @@ func (d *DB) View(fn func(*bg.Txn) error) error {
 // that ask Room themselves (see Update).
 func (d *DB) Badger() *bg.DB { return d.db }
 
-// Close flushes and closes the database. Idempotent.
+// Close flushes and closes the database. Idempotent. It first waits for
+// the transactions View and Write run to end; those called after it
+// return ErrClosed.
 //
 // Closing flushes the memtable into a new table, written through a mapped
 // file: on a filesystem without the room for it (MemTableSize and
@@ -625,6 +631,7 @@ func (d *DB) Close() error {
 	if d.db == nil || d.db.IsClosed() {
 		return nil
 	}
+	d.txs.shut() // View and Write return ErrClosed from here on
 	if d.dir != "" && !d.db.Opts().ReadOnly {
 		if free, _, ok := diskSpace(d.dir); ok && free < d.memSize+spaceMargin {
 			d.warn("closed without flushing the memtable: its log is replayed at the next open", noSpace("in", d.dir, free, d.memSize+spaceMargin))

@@ -2,6 +2,7 @@ package datadir
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"sync"
@@ -332,4 +333,60 @@ func TestReclaimDeletesUnderReaders(t *testing.T) {
 	// that can outlast the drain
 	testutil.WaitFor(t, "at most 3 value-log files with the readers running", func() bool { return vlogs() <= 3 })
 	t.Logf("value-log files: %d before Reclaim, %d after (%d rewritten)", before, vlogs(), n)
+}
+
+// Close waits for a running View, whose iterator opened after Close began
+// then reads every key (Badger panics on an iterator opened on a closed
+// database), and a View or Update after Close returns ErrClosed and runs
+// nothing.
+func TestCloseWaitsForTransactions(t *testing.T) {
+	d, err := Open(Options{Dir: t.TempDir(), NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10 {
+		if err := d.Update(func(tx *bg.Txn) error { return tx.Set(fmt.Appendf(nil, "k/%d", i), []byte("v")) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	started, closing := make(chan struct{}), make(chan struct{})
+	keys := make(chan int, 1)
+	go func() {
+		err := d.View(func(tx *bg.Txn) error {
+			close(started)
+			<-closing
+			time.Sleep(20 * time.Millisecond) // Close is waiting by now, or about to
+			it := tx.NewIterator(bg.DefaultIteratorOptions)
+			defer it.Close()
+			n := 0
+			for it.Rewind(); it.Valid(); it.Next() {
+				n++
+			}
+			keys <- n
+			return nil
+		})
+		if err != nil {
+			t.Error(err)
+		}
+	}()
+	<-started
+	close(closing)
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case n := <-keys:
+		if n != 10 {
+			t.Fatalf("the View read %d keys, want 10", n)
+		}
+	default:
+		t.Fatal("Close returned before the running View ended")
+	}
+	ran := false
+	if err := d.View(func(*bg.Txn) error { ran = true; return nil }); !errors.Is(err, ErrClosed) || ran {
+		t.Fatalf("View after Close: %v, ran %v", err, ran)
+	}
+	if err := d.Update(func(*bg.Txn) error { ran = true; return nil }); !errors.Is(err, ErrClosed) || ran {
+		t.Fatalf("Update after Close: %v, ran %v", err, ran)
+	}
 }

@@ -21,19 +21,43 @@ type txGate struct {
 	draining bool          // new transactions wait for resume; guarded by mu
 	resume   chan struct{} // closed when draining ends; guarded by mu
 	idle     chan struct{} // closed when inflight reaches 0 while draining; guarded by mu
+	closed   bool          // Close began: enter refuses; guarded by mu
+	zero     *sync.Cond    // signalled when inflight reaches 0; on mu, made by shut
 }
 
 // enter counts a transaction in, first waiting while a drain runs (at
-// most drainWait).
-func (g *txGate) enter() {
+// most drainWait). After shut it counts nothing and returns ErrClosed: Badger panics when a transaction opens an iterator
+// on a database closed under it (iterator.go), so no transaction starts
+// once Close has begun.
+func (g *txGate) enter() error {
 	g.mu.Lock()
-	for g.draining {
+	for g.draining && !g.closed {
 		ch := g.resume
 		g.mu.Unlock()
 		<-ch
 		g.mu.Lock()
 	}
+	if g.closed {
+		g.mu.Unlock()
+		return ErrClosed
+	}
 	g.inflight++
+	g.mu.Unlock()
+	return nil
+}
+
+// shut refuses new transactions and waits until the running ones end.
+// A transaction that never ends (one calling Close inside its fn) would
+// make it wait for ever: none does.
+func (g *txGate) shut() {
+	g.mu.Lock()
+	g.closed = true
+	if g.zero == nil {
+		g.zero = sync.NewCond(&g.mu)
+	}
+	for g.inflight > 0 {
+		g.zero.Wait()
+	}
 	g.mu.Unlock()
 }
 
@@ -44,6 +68,9 @@ func (g *txGate) leave() {
 	if g.inflight == 0 && g.idle != nil {
 		close(g.idle)
 		g.idle = nil
+	}
+	if g.inflight == 0 && g.zero != nil {
+		g.zero.Broadcast()
 	}
 	g.mu.Unlock()
 }
