@@ -81,6 +81,34 @@ func dirBytes(dir string) int64 {
 	return n
 }
 
+// dirKinds is the allocated bytes of dir's files by kind, for the mix
+// line: "sst", "vlog", "mem" (memtable logs) and "other", with each kind's
+// file count.
+func dirKinds(dir string) string {
+	bytes, files := map[string]int64{}, map[string]int{}
+	filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return nil
+		}
+		k := strings.TrimPrefix(filepath.Ext(path), ".")
+		if k != "sst" && k != "vlog" && k != "mem" {
+			k = "other"
+		}
+		if fi, err := d.Info(); err == nil {
+			if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+				bytes[k] += st.Blocks * 512
+				files[k]++
+			}
+		}
+		return nil
+	})
+	var b strings.Builder
+	for _, k := range []string{"sst", "vlog", "mem", "other"} {
+		fmt.Fprintf(&b, " %s %d/%.1f", k, files[k], float64(bytes[k])/(1<<20))
+	}
+	return b.String()
+}
+
 // rssBytes is pid's resident set size, bytes (VmRSS in /proc/pid/status).
 func rssBytes(pid int) int64 {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
@@ -213,8 +241,8 @@ func TestMix(t *testing.T) {
 			requests: float64(n), conv: m["memosrt_conv_packs_evicted_total"], goroutn: m["go_goroutines"],
 			packs: m[`memosrt_kv_bytes{where="disk"}`], ram: m[`memosrt_kv_bytes{where="ram"}`]}
 		gs = append(gs, g)
-		fmt.Printf("mix t=%4.0fs requests %6.0f disk %7.1f MiB (packs %6.1f) rss %7.1f MiB heap live %6.1f MiB (RAM level %6.1f) goroutines %3.0f conv evicted %5.0f\n",
-			g.at.Seconds(), g.requests, g.disk/(1<<20), g.packs/(1<<20), g.rss/(1<<20), g.heap/(1<<20), g.ram/(1<<20), g.goroutn, g.conv)
+		fmt.Printf("mix t=%4.0fs requests %6.0f disk %7.1f MiB (packs %6.1f) rss %7.1f MiB heap live %6.1f MiB (RAM level %6.1f) goroutines %3.0f conv evicted %5.0f; files/MiB%s\n",
+			g.at.Seconds(), g.requests, g.disk/(1<<20), g.packs/(1<<20), g.rss/(1<<20), g.heap/(1<<20), g.ram/(1<<20), g.goroutn, g.conv, dirKinds(db))
 		if pprofDir != "" {
 			saveProfile(pprofBase+"/debug/pprof/heap", filepath.Join(pprofDir, fmt.Sprintf("heap-%04.0f.pb.gz", g.at.Seconds())))
 		}
