@@ -34,21 +34,21 @@ func fullDiskText(i int) string {
 	return b.String()
 }
 
-// A data directory on a 40 MiB tmpfs, filled through the API with memory
+// A data directory on a 20 MiB tmpfs, filled through the API with memory
 // adds and pack warms: the writes that meet the full disk answer 507 with
 // a message naming the directory and the free space, the server stays up
 // and answers reads (get, list, search) and generation (with and without
-// the cube) with 200; once a 16 MiB filler file is removed the next add
+// the cube) with 200; once a 7 MiB filler file is removed the next add
 // and warm succeed; after a restart every acknowledged memory is there,
 // byte for byte.
 func TestFullDisk(t *testing.T) {
-	mnt := testfs.Tmpfs(t, "40m") // the reserve starts near 10 MiB (an 8 MiB memtable and its log)
+	mnt := testfs.Tmpfs(t, "20m")
 	dir := filepath.Join(mnt, "data")
 	filler := filepath.Join(mnt, "filler")
-	// 16 MiB: when filling stops, free space may be up to ~10 MiB under
-	// the reserve (a memtable flush takes space, starts a fresh memtable
-	// log and adds a table to the compaction reserve at once)
-	if w := testfs.Fill(t, filler, 16<<20); w != 16<<20 {
+	// 7 MiB: when filling stops, free space may be up to ~4.4 MiB under
+	// the reserve (a memtable flush takes space and adds a table to the
+	// compaction reserve at once)
+	if w := testfs.Fill(t, filler, 7<<20); w != 7<<20 {
 		t.Fatalf("filler: %d bytes", w)
 	}
 	e := newEnv(t, envConfig{dir: dir})
@@ -156,7 +156,7 @@ func TestFullDisk(t *testing.T) {
 	}
 	addMsg, warmMsg := fill()
 	t.Logf("%d memories and %d warms acknowledged; then %q and %q", len(acked), warms, addMsg, warmMsg)
-	if len(acked) < 200+spares || warms < 5 {
+	if len(acked) < 100+spares || warms < 2 { // 210–260 and 4–6 seen (uncompressed tables; the reserve counts them twice)
 		t.Fatalf("%d memories and %d warms acknowledged", len(acked), warms)
 	}
 	checkMsgs(addMsg, warmMsg)
@@ -201,10 +201,10 @@ func TestFullDisk(t *testing.T) {
 		t.Fatal(err)
 	}
 	if code, m := addTo(cubeOf(i), fullDiskText(i)); code != http.StatusCreated {
-		t.Fatalf("add after 16 MiB freed: %d %s", code, m)
+		t.Fatalf("add after 7 MiB freed: %d %s", code, m)
 	}
 	if code, m := warm(cubeOf(i)); code != http.StatusOK {
-		t.Fatalf("warm after 16 MiB freed: %d %s", code, m)
+		t.Fatalf("warm after 7 MiB freed: %d %s", code, m)
 	}
 
 	// a restart finds every acknowledged memory
