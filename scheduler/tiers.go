@@ -213,6 +213,10 @@ type Tiers struct {
 	running *runningJob
 	// distilling is the running distillation (JobDistill), nil if none.
 	distilling *runningJob
+	// refusedMu guards refused: the promotions refused for the KV budget
+	// (ErrKVBudget) and what they were refused against (promoteRefused).
+	refusedMu sync.Mutex
+	refused   map[string]refusal
 	// untrainable holds the model files whose weights the parametric tier
 	// found untrainable (lora.ErrNotTrainable), logged once each.
 	untrainable map[string]bool
