@@ -36,21 +36,24 @@ const (
 	// under 1 MiB (db.go checkAndSetOptions).
 	minFileSize = 1 << 20
 	// defaultMemTableSize and defaultValueLogFileSize are the sizes on a
-	// filesystem of at least 256 MiB and 1 GiB, bytes. The memtable sets
+	// filesystem of at least 256 MiB and 512 MiB, bytes. The memtable sets
 	// the largest transaction (15%: 1.2 MiB, 13,107 entries), which must
 	// hold a memory of textmem's MaxTextBytes (64 KiB) with an index entry
 	// per distinct term (10,948 in TestLargeText; 4 MiB fits 6,553), and
 	// the heap of table builds: Badger pools up to eight arenas of twice
-	// the memtable (TestCompactionHeap).
+	// the memtable (TestCompactionHeap). The value-log file is the unit
+	// GC rewrites: the value log holds up to three files beyond its live
+	// values and their stale share (one written, one rewritten, one not
+	// yet reclaimed), so a smaller file is less slack and more passes.
 	defaultMemTableSize     = 8 << 20
-	defaultValueLogFileSize = 64 << 20
+	defaultValueLogFileSize = 32 << 20
 )
 
 // fileSizes picks the memtable and value-log file sizes for a filesystem
 // of total bytes: 1/32 and 1/16 of it rounded down to a power of two,
-// within [1 MiB, 8 MiB] and [1 MiB, 64 MiB]. On a small filesystem the
+// within [1 MiB, 8 MiB] and [1 MiB, 32 MiB]. On a small filesystem the
 // default sizes alone would exceed the reserve that Room keeps free (two
-// 64 MiB value-log files do not fit 20 MiB), so every write would be
+// 32 MiB value-log files do not fit 20 MiB), so every write would be
 // refused. total 0 (unknown) gives the defaults.
 func fileSizes(total int64) (mem, vlog int64) {
 	if total <= 0 {
