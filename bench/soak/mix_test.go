@@ -48,15 +48,16 @@ const (
 	convDefault = 256 << 20
 	kvDefault   = 256 << 20
 	ramDefault  = 128 << 20
-	// badgerSlack: two memtable logs (2 x 8 MiB), three value-log files
-	// (3 x 32 MiB: the one written, one being rewritten, one not yet
-	// reclaimed), level 0 (an 8 MiB memtable flush and the 8 MiB of filler
-	// Reclaim writes to flush one) and the rest of the LSM tree (10 MiB):
-	// 138 MiB
-	badgerSlack = (2*8 + 3*32 + 2*8 + 10) << 20
+	// badgerSlack: two memtable logs (2 x 8 MiB), four value-log files
+	// (4 x 32 MiB: the one written; the values made stale since the last
+	// GC pass, which starts once the log has grown by a file, checked
+	// every 5 s; the one a pass is rewriting; the one its rewrites fill),
+	// level 0 (an 8 MiB memtable flush and the 8 MiB of filler Reclaim
+	// writes to flush one) and the rest of the LSM tree (10 MiB): 170 MiB
+	badgerSlack = (2*8 + 4*32 + 2*8 + 10) << 20
 	// diskBound: the packs' budgets and their stale third (datadir's GC
 	// keeps a value-log file until a quarter of it is stale, so a file
-	// holds at most a third of its live bytes again) and the slack: 821 MiB
+	// holds at most a third of its live bytes again) and the slack: 853 MiB
 	diskBound = (convDefault+kvDefault)*4/3 + badgerSlack
 	// heapBase: zstd encoders (2 x 8 MiB of history), Badger's block cache
 	// (32 MiB), up to two 8 MiB memtables, Badger's table builders, the
