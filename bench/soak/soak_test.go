@@ -833,6 +833,24 @@ func TestSoak(t *testing.T) {
 	// files, which follow the requests in flight from one sample to the
 	// next, the medians, within 5% or 8.
 	w := min(10*time.Minute, dur/3)
+	// each minute's lowest, median and highest disk reading (every 2 s):
+	// the value log reclaims a file at a time, so the peaks swing by a
+	// file (32 MiB) while the level holds; this shows which
+	if long {
+		var b strings.Builder
+		for m := time.Duration(0); m < dur; m += time.Minute {
+			var v []float64
+			for _, sm := range samples {
+				if sm.at >= m && sm.at < m+time.Minute {
+					v = append(v, sm.disk/(1<<20))
+				}
+			}
+			if len(v) > 0 {
+				fmt.Fprintf(&b, " %d:%.0f/%.0f/%.0f", int(m/time.Minute), slices.Min(v), median(v), slices.Max(v))
+			}
+		}
+		t.Logf("disk by minute (min/median/max MiB):%s", b.String())
+	}
 	for _, k := range []struct {
 		name   string
 		get    func(sample) float64
