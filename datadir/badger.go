@@ -306,10 +306,9 @@ func Open(opts Options) (*DB, error) {
 // (Badger's RunValueLogGC discardRatio; its docs suggest 0.5). A file is
 // kept until a quarter of it is stale, so the value log holds at most 4/3
 // of its live values (plus the files being written and rewritten), where
-// 0.5 allowed twice: `make soak-mix` measured the directory 416–651 MiB
-// beside 256 MiB of packs at 0.5, 348–572 MiB at 0.25 (docs/benchmarks.md).
-// The price is the rewrite: up to three bytes copied per stale byte given
-// back, where 0.5 copies at most one.
+// 0.5 allowed twice (`make soak-mix`: docs/benchmarks.md). The price is
+// the rewrite: up to three bytes copied per stale byte given back, where
+// 0.5 copies at most one.
 const gcRatio = 0.25
 
 // sentinelKey is written and dropped by reclaim: DropPrefix of a present
@@ -367,9 +366,11 @@ func (d *DB) GC() (int, error) {
 		switch {
 		case err == nil:
 			n++
-			// after each file, not once at the end: a pass rewrites up
-			// to nine files under `make soak-mix`, and the rewritten
-			// ones waiting together put 17 value-log files on disk
+			// after each file, not once at the end of a pass (up to
+			// twelve files under `make soak-mix`), so that each
+			// rewritten file goes as soon as no iterator is open; the
+			// mix's peaks of 15–17 value-log files were the same either
+			// way (docs/benchmarks.md)
 			if !d.txs.drain() && d.log != nil {
 				d.log.Debug("badger: a rewritten value-log file waits for the iterators open", "dir", d.dir)
 			}

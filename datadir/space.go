@@ -42,9 +42,9 @@ const (
 	// per distinct term (10,948 in TestLargeText; 4 MiB fits 6,553), and
 	// the heap of table builds: Badger pools up to eight arenas of twice
 	// the memtable (TestCompactionHeap). The value-log file is the unit
-	// GC rewrites: the value log holds up to three files beyond its live
-	// values and their stale share (one written, one rewritten, one not
-	// yet reclaimed), so a smaller file is less slack and more passes.
+	// GC rewrites: the value log holds up to four files beyond its live
+	// values and their stale share (docs/data-directory.md, "Disk and
+	// memory bounds"), so a smaller file is less slack and more passes.
 	defaultMemTableSize     = 8 << 20
 	defaultValueLogFileSize = 32 << 20
 )

@@ -26,9 +26,9 @@ type txGate struct {
 }
 
 // enter counts a transaction in, first waiting while a drain runs (at
-// most drainWait). After shut it counts nothing and returns ErrClosed: Badger panics when a transaction opens an iterator
-// on a database closed under it (iterator.go), so no transaction starts
-// once Close has begun.
+// most drainWait). After shut it counts nothing and returns ErrClosed:
+// Badger panics when a transaction opens an iterator on a database closed
+// under it (iterator.go), so no transaction starts once Close has begun.
 func (g *txGate) enter() error {
 	g.mu.Lock()
 	for g.draining && !g.closed {

@@ -365,9 +365,8 @@ type refusal struct {
 // noteRefusal records j's promotion as refused for the KV budget against
 // the packs as they are now, and reports whether it is news (not refused
 // against the same packs before), which the caller logs. Without it every
-// Tick planned, computed and refused the same promotions again: `make
-// soak-mix` logged 73,789 refusals in 12 minutes, about 100 a second,
-// each with a pack layout and a job record written and deleted.
+// Tick planned, laid out and refused the same promotions again, each with
+// a job record written and deleted (`make soak-mix`: docs/benchmarks.md).
 func (t *Tiers) noteRefusal(j Job) bool {
 	st, err := t.packState(j.Cube)
 	if err != nil {

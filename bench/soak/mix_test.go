@@ -41,8 +41,8 @@ const (
 // Bounds the mix checks (documented in docs/data-directory.md, "Disk and
 // memory bounds"): the data directory holds at most the conversation-pack
 // budget (serve's default 256 MiB) and the activation tier's KV budget (256
-// MiB), each with a third of it stale, and Badger's slack; the live heap at most the RAM level's budget
-// (128 MiB) and a base; RSS at most twice the live heap (GOGC=100), the
+// MiB), each with a third of it stale, and Badger's slack; the live heap
+// at most the RAM level's budget (128 MiB) and a base; RSS at most twice the live heap (GOGC=100), the
 // value-log files Badger maps and the model with its KV cache.
 const (
 	convDefault = 256 << 20
@@ -69,27 +69,11 @@ const (
 	rssBound = 2*heapBound + diskBound + rssBase
 )
 
-// dirBytes is the allocated size of the files under dir, bytes (du).
-func dirBytes(dir string) int64 {
-	var n int64
-	filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
-		if err != nil || !d.Type().IsRegular() {
-			return nil
-		}
-		if fi, err := d.Info(); err == nil {
-			if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-				n += st.Blocks * 512
-			}
-		}
-		return nil
-	})
-	return n
-}
-
-// dirKinds is the allocated bytes of dir's files by kind, for the mix
-// line: "sst", "vlog", "mem" (memtable logs) and "other", with each kind's
-// file count.
-func dirKinds(dir string) string {
+// dirUsage walks dir once and returns the allocated size of its files,
+// bytes (du), and the same broken down by kind for the mix line: "sst",
+// "vlog", "mem" (memtable logs) and "other", each as files/MiB.
+func dirUsage(dir string) (int64, string) {
+	var total int64
 	bytes, files := map[string]int64{}, map[string]int{}
 	filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
 		if err != nil || !d.Type().IsRegular() {
@@ -101,6 +85,7 @@ func dirKinds(dir string) string {
 		}
 		if fi, err := d.Info(); err == nil {
 			if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+				total += st.Blocks * 512
 				bytes[k] += st.Blocks * 512
 				files[k]++
 			}
@@ -111,7 +96,7 @@ func dirKinds(dir string) string {
 	for _, k := range []string{"sst", "vlog", "mem", "other"} {
 		fmt.Fprintf(&b, " %s %d/%.1f", k, files[k], float64(bytes[k])/(1<<20))
 	}
-	return b.String()
+	return total, b.String()
 }
 
 // rssBytes is pid's resident set size, bytes (VmRSS in /proc/pid/status).
@@ -242,12 +227,13 @@ func TestMix(t *testing.T) {
 			n += v
 		}
 		tl.mu.Unlock()
-		g := gauge{at: time.Since(start), disk: float64(dirBytes(db)), rss: float64(rssBytes(pid)), heap: m["go_gc_heap_live_bytes"],
+		disk, kinds := dirUsage(db)
+		g := gauge{at: time.Since(start), disk: float64(disk), rss: float64(rssBytes(pid)), heap: m["go_gc_heap_live_bytes"],
 			requests: float64(n), conv: m["memosrt_conv_packs_evicted_total"], goroutn: m["go_goroutines"],
 			packs: m[`memosrt_kv_bytes{where="disk"}`], ram: m[`memosrt_kv_bytes{where="ram"}`]}
 		gs = append(gs, g)
 		fmt.Printf("mix t=%4.0fs requests %6.0f disk %7.1f MiB (packs %6.1f) rss %7.1f MiB heap live %6.1f MiB (RAM level %6.1f) goroutines %3.0f conv evicted %5.0f; files/MiB%s\n",
-			g.at.Seconds(), g.requests, g.disk/(1<<20), g.packs/(1<<20), g.rss/(1<<20), g.heap/(1<<20), g.ram/(1<<20), g.goroutn, g.conv, dirKinds(db))
+			g.at.Seconds(), g.requests, g.disk/(1<<20), g.packs/(1<<20), g.rss/(1<<20), g.heap/(1<<20), g.ram/(1<<20), g.goroutn, g.conv, kinds)
 		if pprofDir != "" {
 			saveProfile(pprofBase+"/debug/pprof/heap", filepath.Join(pprofDir, fmt.Sprintf("heap-%04.0f.pb.gz", g.at.Seconds())))
 		}

@@ -819,8 +819,8 @@ func TestSoak(t *testing.T) {
 	}
 	// Bounds (docs/data-directory.md, "Disk and memory bounds"). Disk: the
 	// budgets with their stale third, plus Badger's slack (diskBound,
-	// badgerSlack: its options in datadir.Open). Live heap: the RAM level's budget (serve's default)
-	// plus the base; RSS: twice that (GOGC=100), the value-log files Badger
+	// badgerSlack: its options in datadir.Open). Live heap: the RAM
+	// level's budget (serve's default) plus the base; RSS: twice that (GOGC=100), the value-log files Badger
 	// maps (at most the disk bound) and the model with its KV cache. A CI
 	// run at half this machine's request rate reached 211.6 MiB of disk.
 	diskMax := float64((convMiB+kvMiB)<<20*4/3 + badgerSlack)
