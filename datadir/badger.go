@@ -341,8 +341,8 @@ func (d *DB) reclaim() error {
 	return err
 }
 
-// GC rewrites value-log files of which at least half is stale (deleted or
-// overwritten values, as the discard statistics of past compactions
+// GC rewrites value-log files of which at least gcRatio is stale (deleted
+// or overwritten values, as the discard statistics of past compactions
 // count them) until none is left, and returns how many it rewrote. Safe
 // while serving: writes go on. Badger's RunValueLogGC. Badger deletes a
 // rewritten file once no iterator is open, so after a rewrite GC holds new

@@ -99,6 +99,16 @@ func dirUsage(dir string) (int64, string) {
 	return total, b.String()
 }
 
+// keepDir copies the data directory db to SOAK_KEEP (a directory that
+// must not exist) when that is set, for diagnosis after the run.
+func keepDir(t *testing.T, db string) {
+	if dst := os.Getenv("SOAK_KEEP"); dst != "" {
+		if err := os.CopyFS(dst, os.DirFS(db)); err != nil {
+			t.Logf("SOAK_KEEP: %v", err)
+		}
+	}
+}
+
 // rssBytes is pid's resident set size, bytes (VmRSS in /proc/pid/status).
 func rssBytes(pid int) int64 {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
@@ -214,6 +224,7 @@ func TestMix(t *testing.T) {
 		disk, rss, heap float64
 		requests, conv  float64
 		packs, ram      float64 // packs' stored bytes, states in RAM
+		mems            float64 // memories stored (memoryCount)
 		goroutn         float64
 	}
 	var gs []gauge
@@ -230,10 +241,10 @@ func TestMix(t *testing.T) {
 		disk, kinds := dirUsage(db)
 		g := gauge{at: time.Since(start), disk: float64(disk), rss: float64(rssBytes(pid)), heap: m["go_gc_heap_live_bytes"],
 			requests: float64(n), conv: m["memosrt_conv_packs_evicted_total"], goroutn: m["go_goroutines"],
-			packs: m[`memosrt_kv_bytes{where="disk"}`], ram: m[`memosrt_kv_bytes{where="ram"}`]}
+			packs: m[`memosrt_kv_bytes{where="disk"}`], ram: m[`memosrt_kv_bytes{where="ram"}`], mems: float64(memoryCount(srv.base()))}
 		gs = append(gs, g)
-		fmt.Printf("mix t=%4.0fs requests %6.0f disk %7.1f MiB (packs %6.1f) rss %7.1f MiB heap live %6.1f MiB (RAM level %6.1f) goroutines %3.0f conv evicted %5.0f; files/MiB%s\n",
-			g.at.Seconds(), g.requests, g.disk/(1<<20), g.packs/(1<<20), g.rss/(1<<20), g.heap/(1<<20), g.ram/(1<<20), g.goroutn, g.conv, kinds)
+		fmt.Printf("mix t=%4.0fs requests %6.0f memories %5.0f disk %7.1f MiB (packs %6.1f) rss %7.1f MiB heap live %6.1f MiB (RAM level %6.1f) goroutines %3.0f conv evicted %5.0f; files/MiB%s\n",
+			g.at.Seconds(), g.requests, g.mems, g.disk/(1<<20), g.packs/(1<<20), g.rss/(1<<20), g.heap/(1<<20), g.ram/(1<<20), g.goroutn, g.conv, kinds)
 		if pprofDir != "" {
 			saveProfile(pprofBase+"/debug/pprof/heap", filepath.Join(pprofDir, fmt.Sprintf("heap-%04.0f.pb.gz", g.at.Seconds())))
 		}
@@ -252,6 +263,13 @@ func TestMix(t *testing.T) {
 	wg.Wait()
 	read()
 	stopErr := srv.stop()
+	keepDir(t, db)
+	textBytes, endMems := textTierBytes(t, db)
+	perMem := 0.0
+	if endMems > 0 {
+		perMem = float64(textBytes) / float64(endMems)
+	}
+	t.Logf("memories at the end: %d stored, text tier %.1f MiB, %.0f bytes per memory", endMems, float64(textBytes)/(1<<20), perMem)
 	if f := os.Getenv("SOAK_SERVER_LOG"); f != "" {
 		srv.logMu.Lock()
 		os.WriteFile(f, srv.log.Bytes(), 0o644) // the server's log, for diagnosis
@@ -271,15 +289,19 @@ func TestMix(t *testing.T) {
 	}
 	// levelling off: the last quarter's growth (its last sample against
 	// the maximum before it) under 5%, and every sample under its bound;
-	// the slack (disk beyond the packs' stored bytes, heap beyond the RAM
-	// level) under its bound at every sample, also while the budgets fill
+	// the slack (disk beyond the packs' stored bytes and the memories,
+	// heap beyond the RAM level) under its bound at every sample, also
+	// while the budgets fill. The memories (the mix adds them and records
+	// every chat turn as one, and deletes none) are their count at the
+	// sample times the text tier's bytes per memory at the end
+	// (textdata_test.go).
 	q := gs[len(gs)*3/4]
 	for _, k := range []struct {
 		name  string
 		get   func(gauge) float64
 		bound float64
 	}{{"disk", func(g gauge) float64 { return g.disk }, diskBound},
-		{"disk beyond packs and their stale third", func(g gauge) float64 { return g.disk - g.packs*4/3 }, badgerSlack},
+		{"disk beyond packs and their stale third, and the memories", func(g gauge) float64 { return g.disk - g.packs*4/3 - perMem*g.mems }, badgerSlack},
 		{"rss", func(g gauge) float64 { return g.rss }, rssBound},
 		{"heap live", func(g gauge) float64 { return g.heap }, heapBound},
 		{"heap beyond the RAM level", func(g gauge) float64 { return g.heap - g.ram }, heapBase}} {
