@@ -37,12 +37,18 @@ func TestCalibrateTable(t *testing.T) {
 		}
 	}
 	// flash attention off (FlashAttn auto with stories260K's 8-wide heads
-	// on the CPU): with it on, shift only gave 345/372 and q8 372/372
-	if r := d.Compose[0]; r.Top1 != 344.0/372 || r.Greedy != 3.0/12 || r.Recomputed != 0 {
+	// on the CPU): with it on, shift only gave 345/372 and q8 372/372 (AVX-512).
+	// The counts are ggml's float sums: its AVX2 kernels agree on one
+	// position more for shift only and q8 and one less for q4.
+	shift, q4, q8 := 344.0, 357.0, 371.0
+	if !testenv.AVX512() {
+		shift, q4, q8 = 345, 356, 372
+	}
+	if r := d.Compose[0]; r.Top1 != shift/372 || r.Greedy != 3.0/12 || r.Recomputed != 0 {
 		t.Fatalf("shift only: %+v", r)
 	}
-	want := []Row{{Setting: CodecExact, Top1: 1, Greedy: 1, Pass: true}, {Setting: CodecQ4, Top1: 357.0 / 372, Greedy: 6.0 / 12},
-		{Setting: CodecQ8, Top1: 371.0 / 372, Greedy: 1, Pass: true}}
+	want := []Row{{Setting: CodecExact, Top1: 1, Greedy: 1, Pass: true}, {Setting: CodecQ4, Top1: q4 / 372, Greedy: 6.0 / 12},
+		{Setting: CodecQ8, Top1: q8 / 372, Greedy: 1, Pass: true}}
 	for i, w := range want {
 		g := d.Codecs[i]
 		if g.Setting != w.Setting || g.Top1 != w.Top1 || g.Greedy != w.Greedy || g.Pass != w.Pass || g.Ratio <= 0 {

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/memosrt/memosrt/internal/testenv"
 	"github.com/memosrt/memosrt/internal/testmodels"
 )
 
@@ -13,7 +14,11 @@ import (
 func TestCalibrateCommand(t *testing.T) {
 	model := testmodels.Stories(t)
 	out := must(t, "calibrate", "--model", model, "--threads", "1")
-	for _, want := range []string{"q4         -           -   96.0%   50.0%", "kv codec: q8 stored (size ratio 1.67x); auto chooses q8"} {
+	q4 := "q4         -           -   96.0%   50.0%"
+	if !testenv.AVX512() {
+		q4 = "q4         -           -   95.7%   50.0%" // ggml's AVX2 float sums: one position less (kvgate.TestCalibrateTable)
+	}
+	for _, want := range []string{q4, "kv codec: q8 stored (size ratio 1.67x); auto chooses q8"} {
 		if !strings.Contains(out, want) {
 			t.Fatalf("missing %q in:\n%s", want, out)
 		}
