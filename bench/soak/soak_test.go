@@ -919,8 +919,12 @@ func TestSoak(t *testing.T) {
 		if k.mib {
 			unit, div = " MiB", 1<<20
 		}
-		t.Logf("%s: median %.1f%s in the %s before the last, %.1f%s in the last (max %.1f -> %.1f%s), peak %.1f%s (bound %.0f%s)",
-			k.name, before/div, unit, w, last/div, unit, maxBefore/div, maxLast/div, unit, peak/div, unit, k.bound/div, unit)
+		bound := "no bound"
+		if k.bound > 0 {
+			bound = fmt.Sprintf("bound %.0f%s", k.bound/div, unit)
+		}
+		t.Logf("%s: median %.1f%s in the %s before the last, %.1f%s in the last (max %.1f -> %.1f%s), peak %.1f%s (%s)",
+			k.name, before/div, unit, w, last/div, unit, maxBefore/div, maxLast/div, unit, peak/div, unit, bound)
 		// the raw disk grows with the memories: judged beyond them
 		if long && k.name != "disk" && last > max(1.05*before, before+k.slack) {
 			t.Errorf("%s still growing: median %.1f%s in the last %s, %.1f%s before", k.name, last/div, unit, w, before/div, unit)
