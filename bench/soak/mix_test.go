@@ -264,12 +264,9 @@ func TestMix(t *testing.T) {
 	read()
 	stopErr := srv.stop()
 	keepDir(t, db)
-	textBytes, endMems := textTierBytes(t, db)
-	perMem := 0.0
-	if endMems > 0 {
-		perMem = float64(textBytes) / float64(endMems)
-	}
-	t.Logf("memories at the end: %d stored, text tier %.1f MiB, %.0f bytes per memory", endMems, float64(textBytes)/(1<<20), perMem)
+	text := textTierBytes(t, db)
+	perMem := text.perMemory()
+	t.Logf("memories at the end: %d stored, text tier %.1f MiB, %.0f bytes per memory", text.memories, float64(text.bytes)/(1<<20), perMem)
 	if f := os.Getenv("SOAK_SERVER_LOG"); f != "" {
 		srv.logMu.Lock()
 		os.WriteFile(f, srv.log.Bytes(), 0o644) // the server's log, for diagnosis

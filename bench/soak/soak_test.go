@@ -748,7 +748,7 @@ func TestSoak(t *testing.T) {
 	}
 	stopErr := srv.stop()
 	keepDir(t, db)
-	textBytes, endMems := textTierBytes(t, db)
+	text := textTierBytes(t, db)
 	if f := os.Getenv("SOAK_SERVER_LOG"); f != "" {
 		srv.logMu.Lock()
 		os.WriteFile(f, srv.log.Bytes(), 0o644) // every server's log, restarts included, for diagnosis
@@ -846,16 +846,13 @@ func TestSoak(t *testing.T) {
 	diskMax := float64((convMiB+kvMiB)<<20*4/3 + badgerSlack)
 	soakHeap := float64(heapBound)
 	soakRSS := 2*soakHeap + diskMax + rssBase
-	perMem := 0.0
-	if endMems > 0 {
-		perMem = float64(textBytes) / float64(endMems)
-	}
+	perMem := text.perMemory()
 	var endCount float64
 	if len(samples) > 0 {
 		endCount = samples[len(samples)-1].mems
 	}
 	t.Logf("memories at the end: %d stored (%.0f counted at the last sample), text tier %.1f MiB, %.0f bytes per memory",
-		endMems, endCount, float64(textBytes)/(1<<20), perMem)
+		text.memories, endCount, float64(text.bytes)/(1<<20), perMem)
 	// Levelling off (the long mode: one data directory across restarts):
 	// the median of the last 10 minutes (the last third of a shorter run)
 	// at most 5% over the median of the 10 minutes before them; for

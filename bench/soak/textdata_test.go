@@ -42,17 +42,31 @@ func memoryCount(base string) int {
 	return n
 }
 
+// textTier is what textTierBytes found in a data directory.
+type textTier struct {
+	bytes    int64 // keys and values under "t/"
+	memories int   // memory records among them
+}
+
+// perMemory is the text tier's bytes per memory record, 0 without any.
+func (x textTier) perMemory() float64 {
+	if x.memories == 0 {
+		return 0
+	}
+	return float64(x.bytes) / float64(x.memories)
+}
+
 // textTierBytes opens the data directory db read-only (no server may have
 // it open) and returns the bytes of the keys and values stored under the
 // text tier's prefix "t/" (memories, their versions, index postings,
 // vectors, and the conversation records of package convmem), and how many
 // memory records ("t/<cube>/m/<id>") are among them.
-func textTierBytes(t *testing.T, db string) (int64, int) {
+func textTierBytes(t *testing.T, db string) textTier {
 	t.Helper()
 	d, err := datadir.Open(datadir.Options{Dir: db, ReadOnly: true})
 	if err != nil {
 		t.Errorf("text tier bytes: %v", err)
-		return 0, 0
+		return textTier{}
 	}
 	defer d.Close()
 	var n int64
@@ -73,5 +87,5 @@ func textTierBytes(t *testing.T, db string) (int64, int) {
 	if err != nil {
 		t.Errorf("text tier bytes: %v", err)
 	}
-	return n, mems
+	return textTier{bytes: n, memories: mems}
 }
