@@ -112,6 +112,12 @@ func newMetrics(s *Server) *metrics {
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "memosrt_damaged_total", ConstLabels: prometheus.Labels{"tier": "kv"},
 			Help: "Damage met: text records that failed their checksum or did not read back (tier=text, each logged and not served), KV packs deleted because their bytes failed (tier=kv)."},
 			func() float64 { return float64(s.os.KVCache().Damaged()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "memosrt_text_index_bytes",
+			Help: "Estimated heap of the text tier's in-memory indexes (cubes used since the server started), bytes: grows with the memories they hold."},
+			func() float64 { return float64(s.os.TextStore().IndexStats().Bytes) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "memosrt_text_index_memories",
+			Help: "Memories in the text tier's in-memory indexes (cubes used since the server started)."},
+			func() float64 { return float64(s.os.TextStore().IndexStats().Memories) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "memosrt_damaged_tables",
 			Help: "SSTs of the data directory whose keys did not all read back when it was opened (logged; run memosrt check)."},
 			func() float64 {

@@ -155,3 +155,63 @@ func BenchmarkScale(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkIndexHeap builds one cube's in-memory index of MEMOSRT_BENCH_N
+// synthetic memories (default 20000; the same corpus as BenchmarkScale,
+// with their ids, kinds and sources) without a Backend, and reports the
+// live heap it holds (live-MiB: heap allocated after a GC, before and
+// after, as /metrics' go_gc_heap_live_bytes counts it) beside
+// IndexStats' estimate of it (est-MiB), and both per memory. Run with
+//
+//	go test ./textmem -run '^$' -bench IndexHeap -benchtime 1x
+func BenchmarkIndexHeap(b *testing.B) {
+	n := 20000
+	if v := os.Getenv("MEMOSRT_BENCH_N"); v != "" {
+		var err error
+		if n, err = strconv.Atoi(v); err != nil {
+			b.Fatal(err)
+		}
+	}
+	type input struct {
+		id    string
+		meta  docMeta
+		terms map[string]int
+	}
+	c := newSynthCorpus(42)
+	in := make([]input, n)
+	for i := range in {
+		m := c.memory(i)
+		tf, length := termFreqs(EnglishAnalyzer{}, m.Text)
+		in[i] = input{formatID(uint64(1e18)+uint64(i), uint32(i)), docMeta{length: uint32(length), kind: m.Kind, source: m.Source}, tf}
+	}
+	for range b.N {
+		live0 := heapLive()
+		ix := newCubeIndex(nil)
+		for _, d := range in {
+			// copies, as a load from the Backend makes them
+			meta := d.meta
+			meta.kind, meta.source = strings.Clone(meta.kind), strings.Clone(meta.source)
+			k := ix.addDoc(strings.Clone(d.id), meta)
+			for t, tf := range d.terms {
+				ix.addPosting(strings.Clone(t), k, tf)
+			}
+		}
+		live := float64(heapLive() - live0)
+		est := float64(ix.heapBytes())
+		runtime.KeepAlive(in)
+		runtime.KeepAlive(ix)
+		b.ReportMetric(live/(1<<20), "live-MiB")
+		b.ReportMetric(est/(1<<20), "est-MiB")
+		b.ReportMetric(live/float64(n), "live-B/memory")
+		b.ReportMetric(est/float64(n), "est-B/memory")
+	}
+}
+
+// heapLive is the heap allocated after two GCs, bytes.
+func heapLive() uint64 {
+	runtime.GC()
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
+}

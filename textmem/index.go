@@ -4,6 +4,7 @@ import (
 	"math"
 	"sort"
 	"sync"
+	"unsafe"
 )
 
 // cubeIndex is the in-memory image of one cube's persisted index records
@@ -152,6 +153,8 @@ func (ix *cubeIndex) removeDoc(id string, terms map[string]int) {
 	d.live = false
 	ix.live--
 	ix.totalLen -= int64(d.meta.length)
+	// the slot stays (doc numbers key postings and vectors); its strings go
+	d.id, d.meta = "", docMeta{}
 	delete(ix.byID, id)
 	if ix.vec != nil {
 		ix.vec.Remove(n)
@@ -365,3 +368,47 @@ func (ix *cubeIndex) neighbor(n uint32, dir int) (uint32, bool) {
 	}
 	return 0, false
 }
+
+// Sizes for heapBytes, in bytes. A Go map (Go 1.24's Swiss tables,
+// src/internal/runtime/maps/table.go) stores each entry in a slot of its
+// key and element with one control byte, in groups of 8 slots, at most 7/8
+// full and half that after it doubles: mapSlot is a slot at the midpoint
+// load, 3/4 (×4/3).
+const (
+	stringHeader = int64(unsafe.Sizeof(""))
+	docEntrySize = int64(unsafe.Sizeof(docEntry{}))
+	postingSize  = int64(unsafe.Sizeof(posting{}))
+	mapSlot      = (stringHeader + 8 + 1) * 4 / 3 // string key, 8-byte element (uint32 padded, or a pointer)
+)
+
+// heapBytes estimates the heap ix holds, in bytes: its slices at their
+// capacity, its maps at mapSlot an entry, the bytes of every string it
+// keeps (a memory's id, kind, source and tags; each term; see strBytes) and its
+// vectors (when the VectorIndex reports them, see heapSizer). It takes
+// mu (read); O(docs + terms).
+func (ix *cubeIndex) heapBytes() int64 {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	n := int64(cap(ix.docs))*docEntrySize + int64(cap(ix.lens))*4 + int64(len(ix.byID))*mapSlot
+	for i := range ix.docs {
+		d := &ix.docs[i]
+		n += strBytes(d.id) + strBytes(d.meta.kind) + strBytes(d.meta.source) + int64(cap(d.meta.tags))*stringHeader
+		for _, t := range d.meta.tags {
+			n += strBytes(t)
+		}
+	}
+	for t, p := range ix.terms {
+		n += mapSlot + strBytes(t) + postingSize + int64(cap(p.docs))*4 + int64(cap(p.tfs))*2
+	}
+	if hs, ok := ix.vec.(heapSizer); ok {
+		n += hs.HeapBytes()
+	}
+	return n
+}
+
+// strBytes is the heap a string's bytes take: its length rounded up to 8,
+// Go's smallest size class (src/runtime/sizeclasses.go).
+func strBytes(s string) int64 { return (int64(len(s)) + 7) &^ 7 }
+
+// heapSizer is a VectorIndex that reports the heap it holds, in bytes.
+type heapSizer interface{ HeapBytes() int64 }

@@ -80,6 +80,44 @@ func OpenBackend(be Backend, opts Options) (*Store, error) {
 // Error with the cube and what was lost.
 func (s *Store) Damaged() int64 { return s.damaged.Load() }
 
+// IndexStats describes the in-memory indexes a Store holds: one for each
+// cube used since it opened (or since the cube was deleted).
+type IndexStats struct {
+	Cubes    int   // cubes whose index is loaded
+	Memories int   // live memories in those indexes
+	Bytes    int64 // estimated heap of those indexes, bytes (see below)
+}
+
+// IndexStats sums the loaded indexes. Bytes is an estimate from the
+// indexes' lengths (cubeIndex.heapBytes: slices at capacity, maps at a
+// slot of their key and element an entry at 3/4 load, every kept string's
+// bytes, FlatIndex vectors), not a heap measurement; it grows with the
+// memories, their distinct terms and, until the cube is next loaded, one
+// slot per deleted memory. It reads every loaded index (O(memories + terms),
+// each under its read lock): for a metric scraped every few seconds, not a
+// request path. Zero after Close.
+func (s *Store) IndexStats() IndexStats {
+	s.mu.Lock()
+	ixs := make([]*cubeIndex, 0, len(s.cubes))
+	for _, ix := range s.cubes {
+		ixs = append(ixs, ix)
+	}
+	s.mu.Unlock()
+	var st IndexStats
+	for _, ix := range ixs {
+		ix.mu.RLock()
+		loaded, live := ix.loaded, ix.live
+		ix.mu.RUnlock()
+		if !loaded {
+			continue
+		}
+		st.Cubes++
+		st.Memories += live
+		st.Bytes += ix.heapBytes()
+	}
+	return st
+}
+
 // noteDamage logs and counts err when it wraps ErrDamaged, and returns it.
 func (s *Store) noteDamage(cube string, err error) error {
 	if errors.Is(err, ErrDamaged) {

@@ -84,6 +84,12 @@ func (f *FlatIndex) Remove(slot uint32) {
 // Len implements VectorIndex.
 func (f *FlatIndex) Len() int { return len(f.slots) }
 
+// HeapBytes estimates the heap f holds, in bytes: its vectors and slot
+// list at their capacity and its slot map at a slot an entry (see mapSlot).
+func (f *FlatIndex) HeapBytes() int64 {
+	return int64(cap(f.data))*4 + int64(cap(f.slots))*4 + int64(len(f.row))*(8+8+1)*4/3 // uint32 key padded to 8, int element: see mapSlot
+}
+
 // Search implements VectorIndex.
 func (f *FlatIndex) Search(q []float32, k int, keep func(uint32) bool) []VectorHit {
 	if len(q) != f.dim || k <= 0 {
