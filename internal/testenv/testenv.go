@@ -93,3 +93,14 @@ func (e *Env) Add(t testing.TB, cube string, texts ...string) []textmem.Memory {
 func AVX512() bool {
 	return strings.Contains(llama.SystemInfo(), "AVX512 = 1")
 }
+
+// SkipUnderRace skips a test in a -race build (make race): for a test
+// that checks numbers (a calibration table, output equality over long
+// prefills) with no concurrency of its own, which the race detector slows
+// several times over and which `make test` runs. why says what it checks.
+func SkipUnderRace(t testing.TB, why string) {
+	t.Helper()
+	if Race {
+		t.Skipf("under -race: %s (no concurrency to check; make test runs it)", why)
+	}
+}
