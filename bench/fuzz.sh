@@ -5,7 +5,7 @@
 # input is kept under <package>/testdata/fuzz/<target>/ (commit it as a
 # regression seed once fixed).
 #
-#   FUZZTIME=60s bench/fuzz.sh            # what CI runs (make fuzz)
+#   FUZZTIME=30s bench/fuzz.sh            # what CI runs (make fuzz)
 #   FUZZTIME=10s bench/fuzz.sh ./kvcache  # the targets of some packages
 #
 # Run it from the repository root with the Makefile's CGO flags exported

@@ -20,6 +20,7 @@ func engine(t *testing.T) *runtime.Engine {
 // every fraction up to 0.40, q4 fails (357/372, 6/12), q8 and exact
 // pass with every token equal.
 func TestCalibrateTable(t *testing.T) {
+	testenv.SkipUnderRace(t, "the calibration table's counts")
 	eng := engine(t)
 	d, err := Calibrate(context.Background(), eng, Options{Compose: true, Codecs: true})
 	if err != nil {

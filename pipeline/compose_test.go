@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/memosrt/memosrt/bench/gguf"
+	"github.com/memosrt/memosrt/internal/testenv"
 	"github.com/memosrt/memosrt/internal/testmodels"
 	"github.com/memosrt/memosrt/kvgate"
 	"github.com/memosrt/memosrt/memchunk"
@@ -332,6 +333,11 @@ func TestComposeAuto(t *testing.T) {
 		{"default", kvgate.Targets{}, false}, // stories260K meets 99% / 90% at no fraction
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			if !tc.compose {
+				// "loose" runs the same background calibration beside
+				// the turns; this one only calibrates every fraction
+				testenv.SkipUnderRace(t, "a full calibration refusing every fraction")
+			}
 			opts := testOptions(t)
 			opts.ComposeAuto, opts.KVGate = true, tc.targets
 			p := newTest(t, opts)

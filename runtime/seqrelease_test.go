@@ -7,6 +7,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/memosrt/memosrt/internal/testenv"
 	"github.com/memosrt/memosrt/internal/testmodels"
 	"github.com/memosrt/memosrt/runtime"
 )
@@ -42,8 +43,12 @@ func TestSeqFreeWhenGenerateReturns(t *testing.T) {
 		_, err := eng.Generate(ctx, runtime.Request{Seq: seq, Tokens: toks[:min(len(toks), npast+seqFreeChunk)], NPast: npast, PrefillOnly: true, Background: true})
 		return err
 	}
-	t.Run("foreground", func(t *testing.T) { seqFree(t, eng, toks, foreground, false, 100) })
-	t.Run("background", func(t *testing.T) { seqFree(t, eng, toks, background, true, 100) })
+	rounds := 100
+	if testenv.Race {
+		rounds = 40 // the detector slows each round several times over
+	}
+	t.Run("foreground", func(t *testing.T) { seqFree(t, eng, toks, foreground, false, rounds) })
+	t.Run("background", func(t *testing.T) { seqFree(t, eng, toks, background, true, rounds) })
 }
 
 // seqFreeChunk is the prefill chunk in tokens (the tier jobs' JobChunk is 16).
