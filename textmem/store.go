@@ -81,7 +81,7 @@ func OpenBackend(be Backend, opts Options) (*Store, error) {
 func (s *Store) Damaged() int64 { return s.damaged.Load() }
 
 // IndexStats describes the in-memory indexes a Store holds: one for each
-// cube used since it opened (or since the cube was deleted).
+// cube used since it opened (a deleted cube's stays, empty).
 type IndexStats struct {
 	Cubes    int   // cubes whose index is loaded
 	Memories int   // live memories in those indexes
@@ -91,7 +91,8 @@ type IndexStats struct {
 // IndexStats sums the loaded indexes. Bytes is an estimate from the
 // indexes' lengths (cubeIndex.heapBytes: slices at capacity, maps at a
 // slot of their key and element an entry at 3/4 load, every kept string's
-// bytes, FlatIndex vectors), not a heap measurement; it grows with the
+// bytes, FlatIndex vectors), not a heap measurement (BenchmarkIndexHeap
+// sets the two side by side); it grows with the
 // memories, their distinct terms and, until the cube is next loaded, one
 // slot per deleted memory. It reads every loaded index (O(memories + terms),
 // each under its read lock): for a metric scraped every few seconds, not a
