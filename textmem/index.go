@@ -4,7 +4,7 @@ import (
 	"math"
 	"sort"
 	"sync"
-	"unsafe"
+	"unsafe" // unsafe: Sizeof only, for the index's heap estimate (heapBytes)
 )
 
 // cubeIndex is the in-memory image of one cube's persisted index records
