@@ -59,13 +59,29 @@ func percentile(d []time.Duration, p float64) time.Duration {
 	return s[min(len(s)-1, int(p*float64(len(s))))]
 }
 
-func heapInUse() uint64 {
+// benchN is MEMOSRT_BENCH_N, or def when it is unset.
+func benchN(b *testing.B, def int) int {
+	v := os.Getenv("MEMOSRT_BENCH_N")
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return n
+}
+
+// heapStats is the runtime's memory statistics after two GCs.
+func heapStats() runtime.MemStats {
 	runtime.GC()
 	runtime.GC()
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
-	return m.HeapInuse
+	return m
 }
+
+func heapInUse() uint64 { return heapStats().HeapInuse }
 
 // BenchmarkScale fills one cube with MEMOSRT_BENCH_N memories (default
 // 100000) through Add, then runs 2000 Searches (DefaultQuery, k=10), and
@@ -78,13 +94,7 @@ func heapInUse() uint64 {
 //
 // b.N is ignored past 1: the measurement is one fill.
 func BenchmarkScale(b *testing.B) {
-	n := 100000
-	if v := os.Getenv("MEMOSRT_BENCH_N"); v != "" {
-		var err error
-		if n, err = strconv.Atoi(v); err != nil {
-			b.Fatal(err)
-		}
-	}
+	n := benchN(b, 100000)
 	ctx := context.Background()
 	for range b.N {
 		heap0 := heapInUse()
@@ -165,13 +175,7 @@ func BenchmarkScale(b *testing.B) {
 //
 //	go test ./textmem -run '^$' -bench IndexHeap -benchtime 1x
 func BenchmarkIndexHeap(b *testing.B) {
-	n := 20000
-	if v := os.Getenv("MEMOSRT_BENCH_N"); v != "" {
-		var err error
-		if n, err = strconv.Atoi(v); err != nil {
-			b.Fatal(err)
-		}
-	}
+	n := benchN(b, 20000)
 	type input struct {
 		id    string
 		meta  docMeta
@@ -208,10 +212,4 @@ func BenchmarkIndexHeap(b *testing.B) {
 }
 
 // heapLive is the heap allocated after two GCs, bytes.
-func heapLive() uint64 {
-	runtime.GC()
-	runtime.GC()
-	var m runtime.MemStats
-	runtime.ReadMemStats(&m)
-	return m.HeapAlloc
-}
+func heapLive() uint64 { return heapStats().HeapAlloc }
