@@ -5,6 +5,7 @@ import (
 	"regexp"
 
 	"github.com/memosrt/memosrt/kvcache"
+	"github.com/memosrt/memosrt/textmem"
 
 	"github.com/memosrt/memosrt"
 
@@ -112,12 +113,7 @@ func newMetrics(s *Server) *metrics {
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "memosrt_damaged_total", ConstLabels: prometheus.Labels{"tier": "kv"},
 			Help: "Damage met: text records that failed their checksum or did not read back (tier=text, each logged and not served), KV packs deleted because their bytes failed (tier=kv)."},
 			func() float64 { return float64(s.os.KVCache().Damaged()) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "memosrt_text_index_bytes",
-			Help: "Estimated heap of the text tier's in-memory indexes (cubes used since the server started), bytes: grows with the memories they hold."},
-			func() float64 { return float64(s.os.TextStore().IndexStats().Bytes) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "memosrt_text_index_memories",
-			Help: "Memories in the text tier's in-memory indexes (cubes used since the server started)."},
-			func() float64 { return float64(s.os.TextStore().IndexStats().Memories) }),
+		newTextIndexCollector(s.os.TextStore().IndexStats),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "memosrt_damaged_tables",
 			Help: "SSTs of the data directory whose keys did not all read back when it was opened (logged; run memosrt check)."},
 			func() float64 {
@@ -192,4 +188,29 @@ func (m *metrics) observe(res *memosrt.Response) {
 	if u.EvalTokens > 1 && u.EvalDuration > 0 {
 		m.decodeRate.Observe(float64(u.EvalTokens) / u.EvalDuration.Seconds())
 	}
+}
+
+// textIndexCollector reports the text tier's in-memory indexes from one
+// textmem.Store.IndexStats call a scrape (it reads every loaded index).
+type textIndexCollector struct {
+	stats       func() textmem.IndexStats
+	bytes, mems *prometheus.Desc
+}
+
+func newTextIndexCollector(stats func() textmem.IndexStats) *textIndexCollector {
+	return &textIndexCollector{stats: stats,
+		bytes: prometheus.NewDesc("memosrt_text_index_bytes",
+			"Estimated heap of the text tier's in-memory indexes (cubes used since the server started), bytes: grows with the memories they hold.", nil, nil),
+		mems: prometheus.NewDesc("memosrt_text_index_memories",
+			"Memories in the text tier's in-memory indexes (cubes used since the server started).", nil, nil)}
+}
+
+// Describe implements prometheus.Collector.
+func (c *textIndexCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.bytes; ch <- c.mems }
+
+// Collect implements prometheus.Collector.
+func (c *textIndexCollector) Collect(ch chan<- prometheus.Metric) {
+	st := c.stats()
+	ch <- prometheus.MustNewConstMetric(c.bytes, prometheus.GaugeValue, float64(st.Bytes))
+	ch <- prometheus.MustNewConstMetric(c.mems, prometheus.GaugeValue, float64(st.Memories))
 }

@@ -384,11 +384,9 @@ const (
 // heapBytes estimates the heap ix holds, in bytes: its slices at their
 // capacity, its maps at mapSlot an entry, the bytes of every string it
 // keeps (a memory's id, kind, source and tags; each term; see strBytes) and its
-// vectors (when the VectorIndex reports them, see heapSizer). It takes
-// mu (read); O(docs + terms).
+// vectors (when the VectorIndex reports them, see heapSizer). The caller
+// holds mu (read) or owns ix; O(docs + terms).
 func (ix *cubeIndex) heapBytes() int64 {
-	ix.mu.RLock()
-	defer ix.mu.RUnlock()
 	n := int64(cap(ix.docs))*docEntrySize + int64(cap(ix.lens))*4 + int64(len(ix.byID))*mapSlot
 	for i := range ix.docs {
 		d := &ix.docs[i]

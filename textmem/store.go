@@ -107,14 +107,12 @@ func (s *Store) IndexStats() IndexStats {
 	var st IndexStats
 	for _, ix := range ixs {
 		ix.mu.RLock()
-		loaded, live := ix.loaded, ix.live
-		ix.mu.RUnlock()
-		if !loaded {
-			continue
+		if ix.loaded {
+			st.Cubes++
+			st.Memories += ix.live
+			st.Bytes += ix.heapBytes()
 		}
-		st.Cubes++
-		st.Memories += live
-		st.Bytes += ix.heapBytes()
+		ix.mu.RUnlock()
 	}
 	return st
 }
