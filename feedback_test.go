@@ -33,6 +33,7 @@ func TestFeedbackRecomputesPack(t *testing.T) {
 	if err != nil || fb.Action != FeedbackSuperseded || fb.MemoryID != mems[0].ID || fb.Match != "subject" {
 		t.Fatalf("feedback %+v, %v", fb, err)
 	}
+	o.p.WaitWrites() // the chat's conversation pack is stored in the background
 	if _, err := o.Tick(ctx); err != nil {
 		t.Fatal(err)
 	}

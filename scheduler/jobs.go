@@ -528,6 +528,12 @@ func (t *Tiers) runJob(ctx context.Context, j Job) error {
 		next.Members = append(next.Members, m.ID)
 	}
 	if j.Kind == JobPromote && !slices.Contains(next.Members, j.Memory) {
+		// refused for good against this pack: the job goes (Tick notes
+		// the refusal, so plan leaves the memory unplanned while the pack
+		// stays as it is)
+		if err := t.finish(j, nil, nil, nil); err != nil {
+			return err
+		}
 		return fmt.Errorf("%w: memory %s does not fit the pack's %d tokens", ErrKVBudget, j.Memory, t.lay.Options().MaxPackTokens)
 	}
 	info, decoded, err := t.computePack(ctx, cube, p.PackTokens, p.Pack, false)

@@ -85,3 +85,67 @@ func waitPromoting(t *testing.T, tr *Tiers, want int) {
 		}
 	}
 }
+
+// A promotion refused because its memory does not fit the pack's
+// MaxPackTokens leaves no pending job behind: before, the job stayed in
+// s/j/ and every Tick laid it out and refused it again, so a cube whose
+// pack was full kept one job record for each hot memory outside it
+// (thousands in a 10-minute `make soak`).
+func TestRefusedPromotionLeavesNoJob(t *testing.T) {
+	e := testenv.NewEnv(t)
+	ctx := context.Background()
+	kv, err := kvcache.Open(e.DB, kvcache.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kv.Close()
+	texts := []string{"Lily has a dog named Max.", "Max likes to run in the park with Lily every day.", "Tom has a red kite."}
+	mems := e.Add(t, "c", texts...)
+	// room for the preamble and the first memory only
+	probe := layout.New(e.Eng, e.Mem, layout.Options{})
+	one, err := probe.Pack(ctx, "c", mems[:1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	lay := layout.New(e.Eng, e.Mem, layout.Options{MaxPackTokens: len(one.PackTokens) + 2})
+	tr, err := NewTiers(Deps{DB: e.DB, Mem: e.Mem, KV: kv, Layout: lay, Engine: e.Eng}, TierOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	var ids []string
+	for _, m := range mems {
+		ids = append(ids, m.ID)
+	}
+	for range 6 { // heat 6 each, over PromoteAt (5)
+		if err := tr.RecordInteractions(ctx, "c", ids...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for tick := range 3 {
+		rep, err := tr.Tick(ctx)
+		if err != nil {
+			t.Fatalf("tick %d: %v", tick, err)
+		}
+		jobs, err := tr.Jobs(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(jobs) != 0 {
+			t.Fatalf("tick %d (%+v): %d jobs pending, want 0: %+v", tick, rep, len(jobs), jobs)
+		}
+	}
+	st, err := tr.State(ctx, "c", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var in []string
+	for _, m := range st.Memories {
+		if m.Tier == TierActivation {
+			in = append(in, m.ID)
+		}
+	}
+	if len(in) != 1 || in[0] != mems[0].ID {
+		t.Fatalf("activation tier %v, want [%s]", in, mems[0].ID)
+	}
+}
