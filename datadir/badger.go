@@ -590,6 +590,11 @@ func (d *DB) DiskBytes() int64 {
 // check names them before that open. In memory (Options.InMemory) every value stays in the LSM tree.
 func (d *DB) ValueThreshold() int64 { return d.threshold }
 
+// ValueLogFileSize is the size of one value-log file, bytes (see
+// Options.ValueLogFileSize and Open): the largest value Badger takes, so a
+// larger value must be stored in parts of at most this size.
+func (d *DB) ValueLogFileSize() int64 { return d.vlogSize }
+
 // Update runs fn in a read-write transaction (Badger's DB.Update) once
 // Room(0) allows a write: on a disk too full to take one it runs nothing
 // and returns Room's error, wrapping ErrNoSpace. Every write of the owner

@@ -23,7 +23,10 @@ import (
 // BlockTokens is the block size of the prefix hash chain, in tokens.
 const BlockTokens = 64
 
-// chunkBytes is the size of the Badger values a blob is split into.
+// chunkBytes is the largest Badger value a blob is split into, bytes;
+// smaller when the data directory's value-log files are (a value must fit
+// one: datadir.DB.ValueLogFileSize). A reader concatenates the chunks
+// whatever their size.
 const chunkBytes = 32 << 20
 
 // Badger keys: headers are the commit point of a pack; chunks are written first.
@@ -367,7 +370,11 @@ func (c *Cache) Put(ctx context.Context, h Header, state []byte) (Info, error) {
 	}
 	cfg := ScopedKey(ConfigKey(h.KV, h.AdapterKey), h.Scope)
 	rec := &packRecord{ID: PackID(cfg, h.Tokens), ConfigKey: cfg, Header: h, BlobBytes: int64(len(blob))}
-	rec.Chunks = (len(blob) + chunkBytes - 1) / chunkBytes
+	chunk := chunkBytes
+	if v := c.db.ValueLogFileSize(); v > 0 && v < int64(chunk) {
+		chunk = int(v)
+	}
+	rec.Chunks = (len(blob) + chunk - 1) / chunk
 	c.writeMu.Lock()
 	defer c.writeMu.Unlock()
 	c.mu.Lock()
@@ -385,7 +392,7 @@ func (c *Cache) Put(ctx context.Context, h Header, state []byte) (Info, error) {
 			c.deleteChunks(rec.ID)
 			return Info{}, err
 		}
-		part := blob[i*chunkBytes : min(len(blob), (i+1)*chunkBytes)]
+		part := blob[i*chunk : min(len(blob), (i+1)*chunk)]
 		if err := c.db.Write(int64(len(part)), func(txn *bg.Txn) error { return txn.Set(chunkKey(rec.ID, i), part) }); err != nil {
 			c.deleteChunks(rec.ID)
 			return Info{}, fmt.Errorf("kvcache: write chunk: %w", err)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"math/rand/v2"
 	"testing"
 
 	bg "github.com/dgraph-io/badger/v4"
@@ -531,5 +532,59 @@ func TestBlobSegments(t *testing.T) {
 		if _, _, err := Decode(blob[:n]); !errors.Is(err, ErrCorrupt) {
 			t.Fatalf("truncated to %d: %v", n, err)
 		}
+	}
+}
+
+// A pack larger than the data directory's value-log file (small on a small
+// filesystem: see datadir.Options.ValueLogFileSize) is stored in chunks
+// that fit one, and reads back byte for byte after a reopen. Before, its
+// chunks were 32 MiB whatever the file size, and Badger refused a chunk
+// larger than a file ("Value with size ... exceeded").
+func TestPackLargerThanValueLogFile(t *testing.T) {
+	dir := t.TempDir()
+	open := func() *datadir.DB {
+		db, err := datadir.Open(datadir.Options{Dir: dir, NoSync: true, ValueLogFileSize: 1 << 20})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return db
+	}
+	db := open()
+	c, err := Open(db, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	state := make([]byte, 3<<20+12345)
+	r := rand.New(rand.NewPCG(1, 2)) // incompressible: the blob is as large
+	for i := range state {
+		state[i] = byte(r.Uint32())
+	}
+	info, err := c.Put(context.Background(), Header{Tokens: []int32{1, 2, 3}, Label: "big"}, state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.BlobBytes <= 3<<20 {
+		t.Fatalf("blob of %d bytes, want more than 3 MiB", info.BlobBytes)
+	}
+	blob1, err := c.Blob(info.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	db.Close()
+	db = open()
+	defer db.Close()
+	c, err = Open(db, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	blob2, err := c.Blob(info.ID)
+	if err != nil || !bytes.Equal(blob1, blob2) {
+		t.Fatalf("blob after reopen: equal %v, %v", bytes.Equal(blob1, blob2), err)
+	}
+	_, got, err := Decode(blob2)
+	if err != nil || !bytes.Equal(got, state) {
+		t.Fatalf("state after reopen: equal %v, %v", bytes.Equal(got, state), err)
 	}
 }
