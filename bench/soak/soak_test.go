@@ -957,8 +957,12 @@ func TestSoak(t *testing.T) {
 			bound = fmt.Sprintf("bound %.0f%s", k.bound/div, unit)
 		}
 		from, to := trend(tl, vl)
-		t.Logf("%s: trend over the last %s %.1f -> %.1f%s (%+.1f%%); median %.1f%s in the %s before, %.1f%s in it (max %.1f -> %.1f%s), peak %.1f%s (%s)",
-			k.name, w, from/div, to/div, unit, 100*(to-from)/from, before/div, unit, w, last/div, unit, maxBefore/div, maxLast/div, unit, peak/div, unit, bound)
+		pct := "n/a" // fewer than two samples, or a line from zero
+		if from != 0 {
+			pct = fmt.Sprintf("%+.1f%%", 100*(to-from)/from)
+		}
+		t.Logf("%s: trend over the last %s %.1f -> %.1f%s (%s); median %.1f%s in the %s before, %.1f%s in it (max %.1f -> %.1f%s), peak %.1f%s (%s)",
+			k.name, w, from/div, to/div, unit, pct, before/div, unit, w, last/div, unit, maxBefore/div, maxLast/div, unit, peak/div, unit, bound)
 		if long && !k.raw && to > max(1.05*from, from+k.slack) {
 			t.Errorf("%s still growing: %.1f -> %.1f%s over the last %s (least-squares line)", k.name, from/div, to/div, unit, w)
 		}
