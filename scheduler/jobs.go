@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -40,6 +41,21 @@ type Job struct {
 // errRequeued is returned by runJob for a promotion that planned demotions
 // to make room and was queued again behind them.
 var errRequeued = errors.New("scheduler: job requeued")
+
+// errPackTokens is wrapped (with ErrKVBudget) by runJob for a promotion
+// whose memory does not fit its cube's pack's MaxPackTokens: refused
+// against that pack alone, whatever the other packs' bytes.
+var errPackTokens = errors.New("does not fit the pack's tokens")
+
+// maxPendingPromotions bounds the promotions pending for one cube: plan
+// enqueues the hottest memories first and no more while this many wait.
+// A pack takes one memory a job, and background jobs wait while requests
+// hold the KV cells (ErrDeferred), so under steady traffic the queue
+// drained more slowly than heat filled it: one record per hot memory
+// (5,490 of them after `make soak SOAK=30m`, docs/benchmarks.md). Plan
+// reads the heat again every Tick, so a memory left out is planned later
+// if it is still hot.
+const maxPendingPromotions = 8
 
 func jobKey(seq uint64) []byte { return fmt.Appendf(nil, "%s%016x", keyJob, seq) }
 
@@ -99,7 +115,9 @@ func (t *Tiers) runPending(ctx context.Context, j Job) error {
 	return err
 }
 
-// enqueue persists jobs whose (kind, cube, memory) is not pending yet.
+// enqueue persists jobs whose (kind, cube, memory) is not pending yet, in
+// order, leaving out promotions of a cube with maxPendingPromotions
+// pending.
 // On a disk too full for the write it enqueues nothing and returns an
 // error wrapping datadir.ErrNoSpace.
 func (t *Tiers) enqueue(ctx context.Context, jobs []Job) (int, error) {
@@ -107,11 +125,23 @@ func (t *Tiers) enqueue(ctx context.Context, jobs []Job) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	promotions := map[string]int{} // pending promotions by cube
+	for _, p := range pending {
+		if p.Kind == JobPromote {
+			promotions[p.Cube]++
+		}
+	}
 	n := 0
 	err = t.db.Update(func(txn *bg.Txn) error {
 		for _, j := range jobs {
 			if slices.ContainsFunc(pending, func(p Job) bool { return p.Cube == j.Cube && p.Memory == j.Memory && p.Kind == j.Kind }) {
 				continue
+			}
+			if j.Kind == JobPromote {
+				if promotions[j.Cube] >= maxPendingPromotions {
+					continue
+				}
+				promotions[j.Cube]++
 			}
 			s, err := t.seq.Next()
 			if err != nil {
@@ -205,7 +235,7 @@ func (t *Tiers) Tick(ctx context.Context) (TickReport, error) {
 			case errors.Is(err, ErrDeferred):
 				rep.Deferred++
 			case errors.Is(err, ErrKVBudget):
-				if t.noteRefusal(j) {
+				if t.noteRefusal(j, errors.Is(err, errPackTokens)) {
 					t.log.Info("promotion refused", "cube", j.Cube, "memory", j.Memory, "err", err)
 				}
 				rep.Done++
@@ -291,6 +321,7 @@ func (t *Tiers) plan(ctx context.Context) ([]Job, error) {
 			}
 		}
 		slices.Sort(ids)
+		var promote []Job
 		for _, id := range ids {
 			ok, err := exists(id)
 			if err != nil {
@@ -301,9 +332,12 @@ func (t *Tiers) plan(ctx context.Context) ([]Job, error) {
 				continue
 			}
 			if h := usage[id].Heat(t.heat, now); h >= t.heat.PromoteAt && !t.promoteRefused(cube, id, st.PackID, kvTotal, now) {
-				jobs = append(jobs, Job{Kind: JobPromote, Cube: cube, Memory: id, Reason: "heat", Heat: h, Created: now})
+				promote = append(promote, Job{Kind: JobPromote, Cube: cube, Memory: id, Reason: "heat", Heat: h, Created: now})
 			}
 		}
+		// hottest first (ties by id): enqueue takes the first few
+		slices.SortStableFunc(promote, func(a, b Job) int { return cmp.Compare(b.Heat, a.Heat) })
+		jobs = append(jobs, promote...)
 		if !demoted && st.PackID != "" && t.lay != nil {
 			mems, err := t.loadMembers(ctx, cube, st.Members)
 			if err != nil {
@@ -360,14 +394,18 @@ type refusal struct {
 	kvTotal int64
 	budget  int64
 	at      time.Time
+	// tokens: refused for the pack's tokens (errPackTokens), which the
+	// other packs' bytes and the budget do not change
+	tokens bool
 }
 
 // noteRefusal records j's promotion as refused for the KV budget against
-// the packs as they are now, and reports whether it is news (not refused
-// against the same packs before), which the caller logs. Without it every
+// the packs as they are now (tokens: for its cube's pack's tokens, against
+// that pack alone), and reports whether it is news (not refused against
+// the same packs before), which the caller logs. Without it every
 // Tick planned, laid out and refused the same promotions again, each with
 // a job record written and deleted (`make soak-mix`: docs/benchmarks.md).
-func (t *Tiers) noteRefusal(j Job) bool {
+func (t *Tiers) noteRefusal(j Job, tokens bool) bool {
 	st, err := t.packState(j.Cube)
 	if err != nil {
 		return true
@@ -376,7 +414,7 @@ func (t *Tiers) noteRefusal(j Job) bool {
 	if err != nil {
 		return true
 	}
-	r := refusal{packID: st.PackID, kvTotal: total, budget: t.opts.KVBytes, at: t.opts.Clock.Now()}
+	r := refusal{packID: st.PackID, kvTotal: total, budget: t.opts.KVBytes, at: t.opts.Clock.Now(), tokens: tokens}
 	key := j.Cube + "\x00" + j.Memory
 	t.refusedMu.Lock()
 	defer t.refusedMu.Unlock()
@@ -385,17 +423,17 @@ func (t *Tiers) noteRefusal(j Job) bool {
 	}
 	old, seen := t.refused[key]
 	t.refused[key] = r
-	return !seen || old.packID != r.packID || old.kvTotal != r.kvTotal || old.budget != r.budget
+	return !seen || old.packID != r.packID || old.tokens != r.tokens || !r.tokens && (old.kvTotal != r.kvTotal || old.budget != r.budget)
 }
 
 // promoteRefused reports whether memory id of cube was refused promotion
-// against the same pack, committed bytes and budget within refusalHold
-// of now.
+// within refusalHold of now against the same pack of its cube and, unless
+// refused for that pack's tokens, the same committed bytes and budget.
 func (t *Tiers) promoteRefused(cube, id, packID string, kvTotal int64, now time.Time) bool {
 	t.refusedMu.Lock()
 	defer t.refusedMu.Unlock()
 	r, ok := t.refused[cube+"\x00"+id]
-	return ok && now.Sub(r.at) < refusalHold && r.packID == packID && r.kvTotal == kvTotal && r.budget == t.opts.KVBytes
+	return ok && now.Sub(r.at) < refusalHold && r.packID == packID && (r.tokens || r.kvTotal == kvTotal && r.budget == t.opts.KVBytes)
 }
 
 // pruneRefusals drops the refusals older than refusalHold (plan calls it
@@ -534,7 +572,7 @@ func (t *Tiers) runJob(ctx context.Context, j Job) error {
 		if err := t.finish(j, nil, nil, nil); err != nil {
 			return err
 		}
-		return fmt.Errorf("%w: memory %s does not fit the pack's %d tokens", ErrKVBudget, j.Memory, t.lay.Options().MaxPackTokens)
+		return fmt.Errorf("%w: memory %s %w (%d)", ErrKVBudget, j.Memory, errPackTokens, t.lay.Options().MaxPackTokens)
 	}
 	info, decoded, err := t.computePack(ctx, cube, p.PackTokens, p.Pack, false)
 	if err != nil {

@@ -3,6 +3,8 @@ package scheduler
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -122,6 +124,7 @@ func TestRefusedPromotionLeavesNoJob(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	other := e.Add(t, "e", "Tom has a red kite.")
 	for tick := range 3 {
 		rep, err := tr.Tick(ctx)
 		if err != nil {
@@ -133,6 +136,17 @@ func TestRefusedPromotionLeavesNoJob(t *testing.T) {
 		}
 		if len(jobs) != 0 {
 			t.Fatalf("tick %d (%+v): %d jobs pending, want 0: %+v", tick, rep, len(jobs), jobs)
+		}
+		// refused for the pack's tokens: not planned again within a
+		// minute while that pack stays, though another cube's pack
+		// changes the committed bytes
+		if tick > 0 && rep.Planned != 0 {
+			t.Fatalf("tick %d: %+v, want nothing planned", tick, rep)
+		}
+		if tick == 0 {
+			if _, err := tr.Promote(ctx, "e", []string{other[0].ID}, "warm", true, false); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 	st, err := tr.State(ctx, "c", 0)
@@ -147,5 +161,72 @@ func TestRefusedPromotionLeavesNoJob(t *testing.T) {
 	}
 	if len(in) != 1 || in[0] != mems[0].ID {
 		t.Fatalf("activation tier %v, want [%s]", in, mems[0].ID)
+	}
+}
+
+// While background jobs cannot get KV cells (requests hold them: Reserve
+// defers), at most maxPendingPromotions promotions wait for a cube, the
+// hottest; the rest are planned again at a later Tick. Before, every hot
+// memory kept a job record until its job ran.
+func TestPendingPromotionsBounded(t *testing.T) {
+	e := testenv.NewEnv(t)
+	ctx := context.Background()
+	kv, err := kvcache.Open(e.DB, kvcache.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kv.Close()
+	lay := layout.New(e.Eng, e.Mem, layout.Options{})
+	busy := func(context.Context, int, bool) (func(), error) {
+		return nil, fmt.Errorf("%w: cells busy", ErrDeferred)
+	}
+	tr, err := NewTiers(Deps{DB: e.DB, Mem: e.Mem, KV: kv, Layout: lay, Engine: e.Eng}, TierOptions{Reserve: busy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	var texts []string
+	for i := range 3 * maxPendingPromotions {
+		texts = append(texts, fmt.Sprintf("Memory number %d is about a red kite.", i))
+	}
+	mems := e.Add(t, "c", texts...)
+	d := e.Add(t, "d", "Tom has a red kite.") // another cube's promotions are counted apart
+	// memory i used 6+i times: all over PromoteAt (5), the last the hottest
+	for i, m := range mems {
+		if err := tr.RecordUse(ctx, Uses("c", []string{m.ID}, 0, 6+i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tr.RecordUse(ctx, Uses("d", []string{d[0].ID}, 0, 6)); err != nil {
+		t.Fatal(err)
+	}
+	for tick := range 2 {
+		rep, err := tr.Tick(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		jobs, err := tr.Jobs(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		nd := 0
+		for _, j := range jobs {
+			switch {
+			case j.Kind != JobPromote:
+				t.Fatalf("tick %d: job %+v", tick, j)
+			case j.Cube == "d":
+				nd++
+			default:
+				got = append(got, j.Memory)
+			}
+		}
+		var want []string
+		for i := len(mems) - 1; i >= len(mems)-maxPendingPromotions; i-- {
+			want = append(want, mems[i].ID)
+		}
+		if !slices.Equal(got, want) || nd != 1 || rep.Deferred != maxPendingPromotions+1 {
+			t.Fatalf("tick %d (%+v): cube c's pending promotions %v, want the %d hottest %v; cube d's %d, want 1", tick, rep, got, maxPendingPromotions, want, nd)
+		}
 	}
 }
