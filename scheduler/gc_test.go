@@ -14,13 +14,20 @@ import (
 func gcEnv(t *testing.T) (*testenv.Env, *kvcache.Cache, *Tiers) {
 	t.Helper()
 	e := testenv.NewEnv(t)
+	kv, tr := tiersOn(t, e, layout.Options{}, TierOptions{})
+	return e, kv, tr
+}
+
+// tiersOn opens a KV cache and a tier scheduler over e's engine, text
+// store and data directory, closed at the end of the test.
+func tiersOn(t *testing.T, e *testenv.Env, lo layout.Options, to TierOptions) (*kvcache.Cache, *Tiers) {
+	t.Helper()
 	kv, err := kvcache.Open(e.DB, kvcache.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { kv.Close() })
-	lay := layout.New(e.Eng, e.Mem, layout.Options{})
-	tr, err := NewTiers(Deps{DB: e.DB, Mem: e.Mem, KV: kv, Layout: lay, Engine: e.Eng}, TierOptions{})
+	tr, err := NewTiers(Deps{DB: e.DB, Mem: e.Mem, KV: kv, Layout: layout.New(e.Eng, e.Mem, lo), Engine: e.Eng}, to)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -29,7 +36,7 @@ func gcEnv(t *testing.T) (*testenv.Env, *kvcache.Cache, *Tiers) {
 			t.Error(err)
 		}
 	})
-	return e, kv, tr
+	return kv, tr
 }
 
 // A garbage collection that read the pack marks before a cube's pack

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/memosrt/memosrt/internal/testenv"
-	"github.com/memosrt/memosrt/kvcache"
 	"github.com/memosrt/memosrt/layout"
 )
 
@@ -19,18 +18,7 @@ import (
 func TestPromoteQueueBound(t *testing.T) {
 	e := testenv.NewEnv(t)
 	ctx := context.Background()
-	db := e.DB
-	kv, err := kvcache.Open(db, kvcache.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer kv.Close()
-	lay := layout.New(e.Eng, e.Mem, layout.Options{})
-	tr, err := NewTiers(Deps{DB: db, Mem: e.Mem, KV: kv, Layout: lay, Engine: e.Eng}, TierOptions{MaxPromoteQueue: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tr.Close()
+	_, tr := tiersOn(t, e, layout.Options{}, TierOptions{MaxPromoteQueue: 2})
 	cubes := []string{"a", "b", "c"}
 	ids := map[string][]string{}
 	for _, c := range cubes {
@@ -96,11 +84,6 @@ func waitPromoting(t *testing.T, tr *Tiers, want int) {
 func TestRefusedPromotionLeavesNoJob(t *testing.T) {
 	e := testenv.NewEnv(t)
 	ctx := context.Background()
-	kv, err := kvcache.Open(e.DB, kvcache.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer kv.Close()
 	texts := []string{"Lily has a dog named Max.", "Max likes to run in the park with Lily every day.", "Tom has a red kite."}
 	mems := e.Add(t, "c", texts...)
 	// room for the preamble and the first memory only
@@ -109,12 +92,7 @@ func TestRefusedPromotionLeavesNoJob(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lay := layout.New(e.Eng, e.Mem, layout.Options{MaxPackTokens: len(one.PackTokens) + 2})
-	tr, err := NewTiers(Deps{DB: e.DB, Mem: e.Mem, KV: kv, Layout: lay, Engine: e.Eng}, TierOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tr.Close()
+	_, tr := tiersOn(t, e, layout.Options{MaxPackTokens: len(one.PackTokens) + 2}, TierOptions{})
 	var ids []string
 	for _, m := range mems {
 		ids = append(ids, m.ID)
@@ -171,20 +149,10 @@ func TestRefusedPromotionLeavesNoJob(t *testing.T) {
 func TestPendingPromotionsBounded(t *testing.T) {
 	e := testenv.NewEnv(t)
 	ctx := context.Background()
-	kv, err := kvcache.Open(e.DB, kvcache.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer kv.Close()
-	lay := layout.New(e.Eng, e.Mem, layout.Options{})
 	busy := func(context.Context, int, bool) (func(), error) {
 		return nil, fmt.Errorf("%w: cells busy", ErrDeferred)
 	}
-	tr, err := NewTiers(Deps{DB: e.DB, Mem: e.Mem, KV: kv, Layout: lay, Engine: e.Eng}, TierOptions{Reserve: busy})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tr.Close()
+	_, tr := tiersOn(t, e, layout.Options{}, TierOptions{Reserve: busy})
 	var texts []string
 	for i := range 3 * maxPendingPromotions {
 		texts = append(texts, fmt.Sprintf("Memory number %d is about a red kite.", i))
