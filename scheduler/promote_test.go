@@ -168,6 +168,10 @@ func TestPendingPromotionsBounded(t *testing.T) {
 	if err := tr.RecordUse(ctx, Uses("d", []string{d[0].ID}, 0, 6)); err != nil {
 		t.Fatal(err)
 	}
+	var want []string // the hottest, hottest first
+	for i := len(mems) - 1; i >= len(mems)-maxPendingPromotions; i-- {
+		want = append(want, mems[i].ID)
+	}
 	for tick := range 2 {
 		rep, err := tr.Tick(ctx)
 		if err != nil {
@@ -188,10 +192,6 @@ func TestPendingPromotionsBounded(t *testing.T) {
 			default:
 				got = append(got, j.Memory)
 			}
-		}
-		var want []string
-		for i := len(mems) - 1; i >= len(mems)-maxPendingPromotions; i-- {
-			want = append(want, mems[i].ID)
 		}
 		if !slices.Equal(got, want) || nd != 1 || rep.Deferred != maxPendingPromotions+1 {
 			t.Fatalf("tick %d (%+v): cube c's pending promotions %v, want the %d hottest %v; cube d's %d, want 1", tick, rep, got, maxPendingPromotions, want, nd)
