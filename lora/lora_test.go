@@ -568,3 +568,62 @@ func TestManagerFileRewritten(t *testing.T) {
 		t.Fatalf("%d loads, want 1", loads)
 	}
 }
+
+// A cube's default adapter retired while a request leases it (its record
+// removed, then its file, between Acquire's reading of the defaults and
+// its lease: what the parametric tier's retirement does under traffic)
+// gives a lease without it, not an error; a file gone under a record
+// still registered stays ErrChanged. Both with the adapter loaded before
+// and not.
+func TestManagerDefaultRetiredWhileLeasing(t *testing.T) {
+	ctx := context.Background()
+	model, path := loadModel(t)
+	for _, loaded := range []bool{true, false} {
+		dir := t.TempDir()
+		reg, _ := NewRegistry(openDB(t), RegistryOptions{})
+		p := randomAdapter(t, dir, "distilled", 1)
+		if _, err := reg.Add(ctx, AddRequest{Name: "distilled", Cube: "lily", Path: p, Default: true}); err != nil {
+			t.Fatal(err)
+		}
+		m, err := NewManager(model, path, reg, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if loaded {
+			l, err := m.Acquire(ctx, "lily", nil)
+			if err != nil || len(l.Refs) != 1 {
+				t.Fatalf("before: %v, %+v", err, l)
+			}
+			l.Release()
+		}
+		calls := 0
+		m.afterResolve = func() {
+			if calls++; calls == 1 {
+				if err := reg.Remove(ctx, "lily", "distilled"); err != nil {
+					t.Error(err)
+				}
+				if err := os.Remove(p); err != nil {
+					t.Error(err)
+				}
+			}
+		}
+		l, err := m.Acquire(ctx, "lily", nil)
+		if err != nil || len(l.Refs) != 0 {
+			t.Fatalf("loaded before %v: %v, %+v; want a lease without the retired adapter", loaded, err, l)
+		}
+		l.Release()
+		if calls != 2 {
+			t.Fatalf("loaded before %v: resolved %d times, want 2", loaded, calls)
+		}
+		// the file gone, the record kept: an error, not a retry's silence
+		p2 := randomAdapter(t, dir, "kept", 2)
+		if _, err := reg.Add(ctx, AddRequest{Name: "kept", Cube: "lily", Path: p2, Default: true}); err != nil {
+			t.Fatal(err)
+		}
+		m.afterResolve = func() { os.Remove(p2) }
+		if _, err := m.Acquire(ctx, "lily", nil); !errors.Is(err, ErrChanged) && !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("loaded before %v: file removed, record kept: %v, want an error", loaded, err)
+		}
+		m.Close()
+	}
+}

@@ -101,6 +101,10 @@ type Manager struct {
 	loaded map[string]*entry // by Record.RefName
 	bytes  int64             // sum of rec.Bytes over loaded (loading included)
 	closed bool
+
+	// afterResolve, when set (tests), runs in Acquire between resolving
+	// the records and leasing them
+	afterResolve func()
 }
 
 // NewManager returns a Manager for model, whose GGUF file is at modelPath
@@ -172,32 +176,67 @@ func (m *Manager) release(ents []*entry) {
 // never sees a refused file. Errors wrap ErrNotFound, ErrBadName,
 // ErrBadAdapter, ErrChanged, ErrBudget or ErrClosed.
 func (m *Manager) Acquire(ctx context.Context, cube string, specs []Spec) (*Lease, error) {
+	// A record read just before the registry drops or replaces it (the
+	// parametric tier retires an adapter: record removed, then its file)
+	// fails to load or verify; when the registry no longer resolves the
+	// same records, the lease is taken again on what it resolves now, so
+	// a request racing a retirement runs without the retired adapter
+	// rather than failing. A file changed under a record still registered
+	// stays an error.
+	for try := 0; ; try++ {
+		recs, scales, err := m.resolve(ctx, cube, specs)
+		if err != nil {
+			return nil, err
+		}
+		if m.afterResolve != nil {
+			m.afterResolve()
+		}
+		l, err := m.lease(ctx, recs, scales)
+		if err == nil || try == 2 || errors.Is(err, ErrClosed) || ctx.Err() != nil {
+			return l, err
+		}
+		now, _, rerr := m.resolve(ctx, cube, specs)
+		if rerr == nil && slices.EqualFunc(now, recs, func(a, b Record) bool { return a.RefName() == b.RefName() && a.Path == b.Path }) {
+			return nil, err
+		}
+		m.log.Info("adapter registry changed while leasing: resolving again", "cube", cube, "err", err)
+	}
+}
+
+// resolve returns the records and scales specs name in cube (see Acquire).
+func (m *Manager) resolve(ctx context.Context, cube string, specs []Spec) ([]Record, []float32, error) {
 	var recs []Record
 	var scales []float32
 	if specs == nil {
 		defs, err := m.reg.Defaults(ctx, cube)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		for _, r := range defs {
 			recs = append(recs, r)
 			scales = append(scales, 1)
 		}
-	} else {
-		seen := map[string]bool{}
-		for _, s := range specs {
-			if seen[s.Name] {
-				return nil, fmt.Errorf("%w: adapter %q listed twice", ErrBadName, s.Name)
-			}
-			seen[s.Name] = true
-			r, err := m.reg.Resolve(ctx, cube, s.Name)
-			if err != nil {
-				return nil, err
-			}
-			recs = append(recs, r)
-			scales = append(scales, s.Scale)
-		}
+		return recs, scales, nil
 	}
+	seen := map[string]bool{}
+	for _, s := range specs {
+		if seen[s.Name] {
+			return nil, nil, fmt.Errorf("%w: adapter %q listed twice", ErrBadName, s.Name)
+		}
+		seen[s.Name] = true
+		r, err := m.reg.Resolve(ctx, cube, s.Name)
+		if err != nil {
+			return nil, nil, err
+		}
+		recs = append(recs, r)
+		scales = append(scales, s.Scale)
+	}
+	return recs, scales, nil
+}
+
+// lease loads recs where needed, verifies their files and lends them at
+// scales.
+func (m *Manager) lease(ctx context.Context, recs []Record, scales []float32) (*Lease, error) {
 	l := &Lease{m: m, Refs: []Ref{}}
 	if len(recs) == 0 {
 		if err := m.checkOpen(); err != nil {
