@@ -69,34 +69,47 @@ const (
 	rssBound = 2*heapBound + diskBound + rssBase
 )
 
+// dirKinds is a data directory's files by kind: "sst" (Badger's
+// tables), "vlog" (value-log files), "mem" (memtable logs) and "other"
+// (MANIFEST, DISCARD, ...): allocated bytes and files of each.
+type dirKinds struct {
+	bytes map[string]int64
+	files map[string]int
+}
+
+// String is each kind as files/MiB, for the soaks' lines.
+func (k dirKinds) String() string {
+	var b strings.Builder
+	for _, n := range []string{"sst", "vlog", "mem", "other"} {
+		fmt.Fprintf(&b, " %s %d/%.1f", n, k.files[n], float64(k.bytes[n])/(1<<20))
+	}
+	return b.String()
+}
+
 // dirUsage walks dir once and returns the allocated size of its files,
-// bytes (du), and the same broken down by kind for the mix line: "sst",
-// "vlog", "mem" (memtable logs) and "other", each as files/MiB.
-func dirUsage(dir string) (int64, string) {
+// bytes (du), and the same by kind. A file gone between the listing and
+// its stat (a compaction) is skipped.
+func dirUsage(dir string) (int64, dirKinds) {
 	var total int64
-	bytes, files := map[string]int64{}, map[string]int{}
+	k := dirKinds{bytes: map[string]int64{}, files: map[string]int{}}
 	filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
 		if err != nil || !d.Type().IsRegular() {
 			return nil
 		}
-		k := strings.TrimPrefix(filepath.Ext(path), ".")
-		if k != "sst" && k != "vlog" && k != "mem" {
-			k = "other"
+		n := strings.TrimPrefix(filepath.Ext(path), ".")
+		if n != "sst" && n != "vlog" && n != "mem" {
+			n = "other"
 		}
 		if fi, err := d.Info(); err == nil {
 			if st, ok := fi.Sys().(*syscall.Stat_t); ok {
 				total += st.Blocks * 512
-				bytes[k] += st.Blocks * 512
-				files[k]++
+				k.bytes[n] += st.Blocks * 512
+				k.files[n]++
 			}
 		}
 		return nil
 	})
-	var b strings.Builder
-	for _, k := range []string{"sst", "vlog", "mem", "other"} {
-		fmt.Fprintf(&b, " %s %d/%.1f", k, files[k], float64(bytes[k])/(1<<20))
-	}
-	return total, b.String()
+	return total, k
 }
 
 // keepDir copies the data directory db to SOAK_KEEP (a directory that

@@ -446,8 +446,9 @@ type sample struct {
 	panics                 float64
 	decoded, busy, active  float64
 	queued, answered       float64
-	mems                   float64 // memories in every cube, counted every 10 s (memoryCount)
-	textIx                 float64 // the text tier's in-memory indexes, estimated bytes (memosrt_text_index_bytes)
+	mems                   float64  // memories in every cube, counted every 10 s (memoryCount)
+	textIx                 float64  // the text tier's in-memory indexes, estimated bytes (memosrt_text_index_bytes)
+	files                  dirKinds // the data directory's files by kind (dirUsage)
 }
 
 func readMetrics(url string) (map[string]float64, error) {
@@ -640,7 +641,7 @@ func TestSoak(t *testing.T) {
 			samples = append(samples, sample{at: time.Since(start), mems: mems, rss: float64(rss), fds: float64(fds), goroutines: m["go_goroutines"],
 				heap: m["go_memstats_heap_inuse_bytes"], live: m["go_gc_heap_live_bytes"], disk: m["memosrt_disk_bytes"], panics: m["memosrt_panics_total"],
 				decoded: m["memosrt_decode_tokens_total"], busy: m["memosrt_busy_slots"], active: m[`memosrt_engine_requests{state="active"}`],
-				queued: m[`memosrt_engine_requests{state="queued"}`], textIx: m["memosrt_text_index_bytes"]})
+				queued: m[`memosrt_engine_requests{state="queued"}`], textIx: m["memosrt_text_index_bytes"], files: func() dirKinds { _, k := dirUsage(db); return k }()})
 			if n := len(samples); pprofDir != "" {
 				// every 30 s, and at each new peak of the live heap
 				if n == 1 || samples[n-1].at/(30*time.Second) != samples[n-2].at/(30*time.Second) {
@@ -886,9 +887,10 @@ func TestSoak(t *testing.T) {
 	// SOAK_CSV=FILE writes every sample.
 	if f := os.Getenv("SOAK_CSV"); f != "" {
 		var b strings.Builder
-		b.WriteString("at_s,disk,memories,rss,heap_live,text_index,goroutines,open_files\n")
+		b.WriteString("at_s,disk,memories,rss,heap_live,text_index,goroutines,open_files,sst,vlog,mem,other\n")
 		for _, sm := range samples {
-			fmt.Fprintf(&b, "%.1f,%.0f,%.0f,%.0f,%.0f,%.0f,%.0f,%.0f\n", sm.at.Seconds(), sm.disk, sm.mems, sm.rss, sm.live, sm.textIx, sm.goroutines, sm.fds)
+			fmt.Fprintf(&b, "%.1f,%.0f,%.0f,%.0f,%.0f,%.0f,%.0f,%.0f,%d,%d,%d,%d\n", sm.at.Seconds(), sm.disk, sm.mems, sm.rss, sm.live, sm.textIx, sm.goroutines, sm.fds,
+				sm.files.bytes["sst"], sm.files.bytes["vlog"], sm.files.bytes["mem"], sm.files.bytes["other"])
 		}
 		if err := os.WriteFile(f, []byte(b.String()), 0o644); err != nil {
 			t.Errorf("SOAK_CSV: %v", err)
