@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -134,5 +135,96 @@ func TestJobThroughHooks(t *testing.T) {
 	}
 	if _, err := m.UndoJob(ctx, "r", j.ID); !errors.Is(err, ErrJobState) {
 		t.Errorf("second undo: %v, want ErrJobState", err)
+	}
+}
+
+// A restart forgot which sessions had a consolidation job queued, so with
+// every slot busy each restart queued another job per session. The next
+// Open merges a session's unfinished jobs into its newest (their turns,
+// each once; the older stored as merged, naming it), and RecordTurns
+// queues no second job for a session whose job was resumed.
+func TestSessionJobsMergedAtOpen(t *testing.T) {
+	ctx := context.Background()
+	db, err := datadir.Open(datadir.Options{Dir: t.TempDir(), NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem, err := textmem.OpenBackend(textmem.NewBadgerBackend(db), textmem.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := errors.Join(mem.Close(), db.Close()); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	}()
+	var mu sync.Mutex
+	gens := 0
+	open := func() *Manager {
+		t.Helper()
+		m, err := Open(ctx, mem, Options{Store: convmem.Options{ShortTermLen: 2, MoveLen: 2, HeatAt: 0.5},
+			Hooks: Hooks{Generate: func(ctx context.Context, g Generation) (*Generated, error) {
+				mu.Lock()
+				gens++
+				mu.Unlock()
+				return nil, fmt.Errorf("%w: every slot busy", ErrRetryLater)
+			}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	turn := func(s string) convmem.Turn {
+		return convmem.Turn{User: "I like " + s + ".", Assistant: "Noted: " + s + "."}
+	}
+	m := open()
+	if _, err := m.RecordTurns(ctx, "c", []convmem.Turn{turn("tea"), turn("green tea"), turn("black tea"), turn("iced tea")}); err != nil {
+		t.Fatal(err)
+	}
+	js, err := m.Store().Jobs(ctx, "c")
+	if err != nil || len(js) != 1 || js[0].Session == "" || len(js[0].Turns) != 2 {
+		t.Fatalf("jobs after the first record: %+v, %v; want one session job over 2 turns", js, err)
+	}
+	a := js[0]
+	testutil.WaitFor(t, "a generation refused", func() bool { mu.Lock(); defer mu.Unlock(); return gens > 0 })
+	m.Close()
+	// what a restart of the earlier code left: a second job for the session
+	b := m.Store().NewJob("c", []string{a.Turns[1], "18eef40c262de1f2833aaee2"}, a.Session)
+	if err := m.Store().PutJob(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	m = open()
+	defer m.Close()
+	gotA, err := m.Store().Job(ctx, "c", a.ID)
+	if err != nil || gotA.State != convmem.JobMerged || gotA.MergedInto != b.ID {
+		t.Fatalf("older job after Open: %+v, %v; want merged into %s", gotA, err, b.ID)
+	}
+	gotB, err := m.Store().Job(ctx, "c", b.ID)
+	if want := []string{a.Turns[0], a.Turns[1], "18eef40c262de1f2833aaee2"}; err != nil || (gotB.State != convmem.JobQueued && gotB.State != convmem.JobRunning) || !slices.Equal(gotB.Turns, want) {
+		t.Fatalf("newest job after Open: %+v, %v; want unfinished over %q", gotB, err, want)
+	}
+	// more turns into the same session: no second job for it
+	for _, s := range []string{"tea with milk", "tea with lemon", "mint tea", "tea again"} {
+		if _, err := m.RecordTurns(ctx, "c", []convmem.Turn{turn(s)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	js, err = m.Store().Jobs(ctx, "c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	unfinished := map[string][]string{}
+	for _, j := range js {
+		if j.State == convmem.JobQueued || j.State == convmem.JobRunning {
+			unfinished[j.Session] = append(unfinished[j.Session], j.ID)
+		}
+	}
+	if len(unfinished[a.Session]) != 1 || unfinished[a.Session][0] != b.ID {
+		t.Fatalf("unfinished jobs by session %v; want only %s for %s (jobs %d)", unfinished, b.ID, a.Session, len(js))
+	}
+	for s, ids := range unfinished {
+		if len(ids) != 1 {
+			t.Errorf("session %s has %d unfinished jobs", s, len(ids))
+		}
 	}
 }

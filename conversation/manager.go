@@ -192,8 +192,12 @@ func Open(ctx context.Context, mem *textmem.Store, opts Options) (*Manager, erro
 	if err != nil {
 		m.log.Warn("extraction jobs not resumed", "err", err)
 	}
-	for _, j := range left {
+	for _, j := range m.mergeSessionJobs(ctx, left) {
 		m.log.Info("extraction job resumed", "cube", j.Cube, "job", j.ID, "state", j.State)
+		if j.Session != "" {
+			// RecordTurns queues no second job for the session
+			m.queued[jobRef{j.Cube, j.Session}] = true
+		}
 		m.enqueue(jobRef{j.Cube, j.ID})
 	}
 	go m.runJobs(jctx)

@@ -140,6 +140,10 @@ const (
 	JobDone    = "done"
 	JobFailed  = "failed"
 	JobUndone  = "undone"
+	// JobMerged is a session's consolidation job whose turns a later job
+	// for the same session took over before it ran (Job.MergedInto):
+	// nothing extracted by it.
+	JobMerged = "merged"
 )
 
 // Job is a persisted extraction job: memories extracted from Turns (of
@@ -160,8 +164,10 @@ type Job struct {
 	Started  time.Time `json:"started,omitzero"`
 	Finished time.Time `json:"finished,omitzero"`
 	// Undone is when UndoJob undid it.
-	Undone   time.Time `json:"undone,omitzero"`
-	Attempts int       `json:"attempts"`
+	Undone time.Time `json:"undone,omitzero"`
+	// MergedInto is the job that took over this one's turns (JobMerged).
+	MergedInto string `json:"merged_into,omitempty"`
+	Attempts   int    `json:"attempts"`
 	// Output is the model's raw output (at most 4 KiB), kept for a failed
 	// job's record.
 	Output  string      `json:"output,omitempty"`
