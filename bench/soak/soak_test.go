@@ -917,9 +917,14 @@ func TestSoak(t *testing.T) {
 		t.Logf("disk by minute (min/median/max MiB):%s", b.String())
 		t.Logf("disk beyond the memories by minute (min/median/max MiB):%s", nb.String())
 	}
-	// raw: the disk and the heap grow with the memories (their records,
-	// the text tier's index of them): printed, and bounded and judged
-	// beyond them on the next row
+	// raw: the disk, RSS and the heap grow with the memories (their
+	// records, Badger's tables that hold them, which it maps, and the text
+	// tier's index of them): printed and bounded, and judged beyond them
+	// on the next row. RSS is judged beyond the tables (the sample's *.sst
+	// bytes), whose growth the disk's row judges: in two 30-minute runs
+	// the tables grew 15.6 and 18.5 MiB over the last 10 minutes and RSS
+	// 21.0 and 27.1 MiB, RSS beyond them +1.8% and +2.8%
+	// (docs/benchmarks.md)
 	for _, k := range []struct {
 		name  string
 		get   func(sample) float64
@@ -929,7 +934,8 @@ func TestSoak(t *testing.T) {
 		slack float64
 	}{{"disk", func(s sample) float64 { return s.disk }, true, true, 0, 0},
 		{"disk beyond the memories", func(s sample) float64 { return s.disk - perMem*s.mems }, true, false, diskMax, 0},
-		{"rss", func(s sample) float64 { return s.rss }, true, false, soakRSS, 0},
+		{"rss", func(s sample) float64 { return s.rss }, true, true, soakRSS, 0},
+		{"rss beyond the tables", func(s sample) float64 { return s.rss - float64(s.files.bytes["sst"]) }, true, false, 0, 0},
 		{"heap live", func(s sample) float64 { return s.live }, true, true, 0, 0},
 		{"heap live beyond the text index", func(s sample) float64 { return s.live - s.textIx }, true, false, soakHeap, 0},
 		{"goroutines", func(s sample) float64 { return s.goroutines }, false, false, 0, 8},
