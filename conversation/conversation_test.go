@@ -15,9 +15,9 @@ import (
 	"github.com/memosrt/memosrt/textmem"
 )
 
-// openManager opens a Manager over a text tier in a real Badger database
-// in t.TempDir(), with hooks h, and closes it all at the end.
-func openManager(t *testing.T, h Hooks) (*Manager, *textmem.Store) {
+// openText opens a text tier in a real Badger database in t.TempDir(),
+// closed at the end of the test.
+func openText(t *testing.T) *textmem.Store {
 	t.Helper()
 	db, err := datadir.Open(datadir.Options{Dir: t.TempDir(), NoSync: true})
 	if err != nil {
@@ -25,18 +25,27 @@ func openManager(t *testing.T, h Hooks) (*Manager, *textmem.Store) {
 	}
 	mem, err := textmem.OpenBackend(textmem.NewBadgerBackend(db), textmem.Options{})
 	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := Open(context.Background(), mem, Options{Hooks: h})
-	if err != nil {
+		db.Close()
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		m.Close()
 		if err := errors.Join(mem.Close(), db.Close()); err != nil {
 			t.Errorf("close: %v", err)
 		}
 	})
+	return mem
+}
+
+// openManager opens a Manager over openText's text tier, with hooks h,
+// and closes it all at the end.
+func openManager(t *testing.T, h Hooks) (*Manager, *textmem.Store) {
+	t.Helper()
+	mem := openText(t)
+	m, err := Open(context.Background(), mem, Options{Hooks: h})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Close)
 	return m, mem
 }
 
@@ -145,19 +154,7 @@ func TestJobThroughHooks(t *testing.T) {
 // queues no second job for a session whose job was resumed.
 func TestSessionJobsMergedAtOpen(t *testing.T) {
 	ctx := context.Background()
-	db, err := datadir.Open(datadir.Options{Dir: t.TempDir(), NoSync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	mem, err := textmem.OpenBackend(textmem.NewBadgerBackend(db), textmem.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := errors.Join(mem.Close(), db.Close()); err != nil {
-			t.Errorf("close: %v", err)
-		}
-	}()
+	mem := openText(t)
 	var mu sync.Mutex
 	gens := 0
 	open := func() *Manager {
