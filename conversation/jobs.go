@@ -28,11 +28,10 @@ func (m *Manager) enqueue(r jobRef) {
 // consolidation job per session: the newest takes the turns of the older
 // ones (theirs first, each turn once) and is stored first, then each older
 // one is stored as JobMerged, naming it. A session has one queued job
-// while a process runs (RecordTurns), but a restart forgot which, so
-// under steady traffic, with every slot busy, each restart queued another
-// job per session (622 of 636 jobs queued after a 30-minute soak), each
-// retried and rewritten. A job that cannot be stored stays as it was and
-// is resumed (logged).
+// while a process runs (RecordTurns); data directories of earlier
+// versions can hold several, since those forgot the session's job at a
+// restart and queued another (docs/benchmarks.md, the 30-minute soak). A
+// job that cannot be stored stays as it was and is resumed (logged).
 func (m *Manager) mergeSessionJobs(ctx context.Context, jobs []convmem.Job) []convmem.Job {
 	newest := map[jobRef]int{}
 	for i, j := range jobs {
