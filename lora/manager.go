@@ -183,23 +183,24 @@ func (m *Manager) Acquire(ctx context.Context, cube string, specs []Spec) (*Leas
 	// a request racing a retirement runs without the retired adapter
 	// rather than failing. A file changed under a record still registered
 	// stays an error.
+	recs, scales, err := m.resolve(ctx, cube, specs)
 	for try := 0; ; try++ {
-		recs, scales, err := m.resolve(ctx, cube, specs)
 		if err != nil {
 			return nil, err
 		}
 		if m.afterResolve != nil {
 			m.afterResolve()
 		}
-		l, err := m.lease(ctx, recs, scales)
-		if err == nil || try == 2 || errors.Is(err, ErrClosed) || ctx.Err() != nil {
-			return l, err
+		l, lerr := m.lease(ctx, recs, scales)
+		if lerr == nil || try == 2 || errors.Is(lerr, ErrClosed) || ctx.Err() != nil {
+			return l, lerr
 		}
-		now, _, rerr := m.resolve(ctx, cube, specs)
+		now, nowScales, rerr := m.resolve(ctx, cube, specs)
 		if rerr == nil && slices.EqualFunc(now, recs, func(a, b Record) bool { return a.RefName() == b.RefName() && a.Path == b.Path }) {
-			return nil, err
+			return nil, lerr
 		}
-		m.log.Info("adapter registry changed while leasing: resolving again", "cube", cube, "err", err)
+		m.log.Info("adapter registry changed while leasing: resolving again", "cube", cube, "err", lerr)
+		recs, scales, err = now, nowScales, rerr
 	}
 }
 
