@@ -637,11 +637,12 @@ func TestSoak(t *testing.T) {
 					mems, counted = float64(c), time.Now()
 				}
 			}
+			_, kinds := dirUsage(db)
 			smu.Lock()
 			samples = append(samples, sample{at: time.Since(start), mems: mems, rss: float64(rss), fds: float64(fds), goroutines: m["go_goroutines"],
 				heap: m["go_memstats_heap_inuse_bytes"], live: m["go_gc_heap_live_bytes"], disk: m["memosrt_disk_bytes"], panics: m["memosrt_panics_total"],
 				decoded: m["memosrt_decode_tokens_total"], busy: m["memosrt_busy_slots"], active: m[`memosrt_engine_requests{state="active"}`],
-				queued: m[`memosrt_engine_requests{state="queued"}`], textIx: m["memosrt_text_index_bytes"], files: func() dirKinds { _, k := dirUsage(db); return k }()})
+				queued: m[`memosrt_engine_requests{state="queued"}`], textIx: m["memosrt_text_index_bytes"], files: kinds})
 			if n := len(samples); pprofDir != "" {
 				// every 30 s, and at each new peak of the live heap
 				if n == 1 || samples[n-1].at/(30*time.Second) != samples[n-2].at/(30*time.Second) {
@@ -664,10 +665,9 @@ func TestSoak(t *testing.T) {
 				// with the packs' bytes and the directory by kind of
 				// file, to tell stored data from the store's slack
 				sm := samples[n-1]
-				_, kinds := dirUsage(db)
 				fmt.Printf("soak t=%5.0fs memories %5.0f disk %6.1f MiB (packs %5.1f, conversation packs %5.1f) rss %6.1f MiB heap live %6.1f MiB (text index %5.1f) goroutines %3.0f open files %3.0f; files/MiB%s\n",
 					sm.at.Seconds(), sm.mems, sm.disk/(1<<20), m[`memosrt_kv_bytes{where="disk"}`]/(1<<20), m["memosrt_conv_pack_bytes"]/(1<<20),
-					sm.rss/(1<<20), sm.live/(1<<20), sm.textIx/(1<<20), sm.goroutines, sm.fds, kinds)
+					sm.rss/(1<<20), sm.live/(1<<20), sm.textIx/(1<<20), sm.goroutines, sm.fds, sm.files)
 			}
 			smu.Unlock()
 		}
