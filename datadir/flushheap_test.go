@@ -124,7 +124,7 @@ func TestCompactionHeap(t *testing.T) {
 			levels = append(levels, fmt.Sprintf("L%d %d tables %.1f MiB", l.Level, l.NumTables, float64(l.Size)/(1<<20)))
 		}
 	}
-	t.Logf("tree %v; heap held %.1f MiB at the end, at most %.1f MiB at the samples", levels, float64(held)/(1<<20), float64(peak)/(1<<20))
+	t.Logf("tree %v; heap held %.1f MiB at the end, at most %.1f MiB at the samples; Badger's arenas %.1f MiB at the end", levels, float64(held)/(1<<20), float64(peak)/(1<<20), float64(ArenaBytes())/(1<<20))
 	// Badger pools eight arenas, each twice the table (the memtable's size)
 	if m, bound := max(held, peak), 8*2*d.memSize; m > bound {
 		t.Errorf("Badger held %.1f MiB of heap, want under %d MiB", float64(m)/(1<<20), bound>>20)

@@ -122,6 +122,14 @@ func newMetrics(s *Server) *metrics {
 				}
 				return 0
 			}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "memosrt_badger_arena_bytes",
+			Help: "Heap held by Badger's arenas: its table builders' (twice a table each, up to eight pooled between builds), bytes; grows with the data directory's tables up to that pool and the builds in flight."},
+			func() float64 {
+				if db := s.os.DB(); db != nil {
+					return float64(db.ArenaBytes())
+				}
+				return 0
+			}),
 		// Go's usual gauges, and the heap live after the last GC
 		// (runtime/metrics /gc/heap/live:bytes as go_gc_heap_live_bytes):
 		// heap in use also counts garbage not yet collected
