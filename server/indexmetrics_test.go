@@ -3,8 +3,12 @@ package server
 import (
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/dgraph-io/ristretto/v2/z"
 )
 
 // /metrics reports the text tier's in-memory index: the memories of the
@@ -32,5 +36,51 @@ func TestTextIndexMetrics(t *testing.T) {
 	m := read()
 	if !strings.Contains(m, "memosrt_text_index_memories 3\n") || strings.Contains(m, "memosrt_text_index_bytes 0\n") {
 		t.Fatalf("after 3 memories:\n%s", m)
+	}
+}
+
+// /metrics reports the heap of Badger's arenas as ristretto registers
+// them: an arena of 16 MiB made beside the server's Badger adds exactly
+// that, and releasing it takes it back.
+func TestBadgerArenaMetric(t *testing.T) {
+	e := newEnv(t, envConfig{noEngine: true})
+	read := func() float64 {
+		t.Helper()
+		resp, err := http.Get(e.url() + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		for _, l := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(l, "memosrt_badger_arena_bytes "); ok {
+				f, err := strconv.ParseFloat(v, 64)
+				if err != nil {
+					t.Fatalf("%q: %v", l, err)
+				}
+				return f
+			}
+		}
+		t.Fatal("no memosrt_badger_arena_bytes in /metrics")
+		return 0
+	}
+	// Badger's pool frees one idle arena each 2 s (the open may have
+	// pooled one): wait until two readings 2.5 s apart agree
+	before := read()
+	for range 10 {
+		time.Sleep(2500 * time.Millisecond)
+		if now := read(); now == before {
+			break
+		} else {
+			before = now
+		}
+	}
+	a := z.NewAllocator(16<<20, "server-test")
+	if got := read() - before; got != 16<<20 {
+		t.Errorf("with a 16 MiB arena: %.0f bytes more, want %d", got, 16<<20)
+	}
+	a.Release()
+	if got := read(); got != before {
+		t.Errorf("after its release: %.0f bytes, want %.0f", got, before)
 	}
 }
