@@ -3,7 +3,6 @@ package server
 import (
 	"io"
 	"net/http"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -46,23 +45,7 @@ func TestBadgerArenaMetric(t *testing.T) {
 	e := newEnv(t, envConfig{noEngine: true})
 	read := func() float64 {
 		t.Helper()
-		resp, err := http.Get(e.url() + "/metrics")
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		for _, l := range strings.Split(string(b), "\n") {
-			if v, ok := strings.CutPrefix(l, "memosrt_badger_arena_bytes "); ok {
-				f, err := strconv.ParseFloat(v, 64)
-				if err != nil {
-					t.Fatalf("%q: %v", l, err)
-				}
-				return f
-			}
-		}
-		t.Fatal("no memosrt_badger_arena_bytes in /metrics")
-		return 0
+		return readMetric(t, e, "memosrt_badger_arena_bytes")
 	}
 	// Badger's pool frees one idle arena each 2 s (the open may have
 	// pooled one): wait until two readings 2.5 s apart agree
