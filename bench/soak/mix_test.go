@@ -86,6 +86,15 @@ func (k dirKinds) String() string {
 	return b.String()
 }
 
+// count is the number of files of every kind.
+func (k dirKinds) count() int {
+	n := 0
+	for _, c := range k.files {
+		n += c
+	}
+	return n
+}
+
 // dirUsage walks dir once and returns the allocated size of its files,
 // bytes (du), and the same by kind. A file gone between the listing and
 // its stat (a compaction) is skipped.
@@ -280,7 +289,8 @@ func TestMix(t *testing.T) {
 	keepDir(t, db)
 	text := textTierBytes(t, db)
 	perMem := text.perMemory()
-	t.Logf("memories at the end: %d stored, text tier %.1f MiB, %.0f bytes per memory", text.memories, float64(text.bytes)/(1<<20), perMem)
+	t.Logf("memories at the end: %d stored, %.1f MiB on disk (%.1f MiB of keys and values, %d entries at %.1f bytes each beyond them), %.0f bytes per memory",
+		text.memories, float64(text.bytes)/(1<<20), float64(text.logical)/(1<<20), text.keys, text.entryCost, perMem)
 	if f := os.Getenv("SOAK_SERVER_LOG"); f != "" {
 		srv.logMu.Lock()
 		os.WriteFile(f, srv.log.Bytes(), 0o644) // the server's log, for diagnosis

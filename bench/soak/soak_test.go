@@ -868,31 +868,33 @@ func TestSoak(t *testing.T) {
 	if len(samples) > 0 {
 		endCount = samples[len(samples)-1].mems
 	}
-	t.Logf("memories at the end: %d stored (%.0f counted at the last sample), text tier %.1f MiB, %.0f bytes per memory",
-		text.memories, endCount, float64(text.bytes)/(1<<20), perMem)
+	t.Logf("memories at the end: %d stored (%.0f counted at the last sample), %.1f MiB on disk (%.1f MiB of keys and values, %d entries at %.1f bytes each beyond them), %.0f bytes per memory",
+		text.memories, endCount, float64(text.bytes)/(1<<20), float64(text.logical)/(1<<20), text.keys, text.entryCost, perMem)
 	// Levelling off (the long mode: one data directory across restarts):
-	// the growth over the last 10 minutes (the last third of a shorter
-	// run) is that of the least-squares line through every sample of
-	// them (one each 2 s), at most 5%; for goroutines and open files,
-	// which follow the requests in flight from one sample to the next,
-	// within 5% or 8. Not the largest readings: with a SIGKILL every
-	// minute the largest reading of a window is one sample a minute after
-	// a restart (the live heap while a process reloads its cubes, a
-	// value-log file more or less on disk: 32 MiB), and two such samples
-	// compared said +20% and +4.5% of two runs whose per-minute readings
-	// (below) had the same shape. Not the median of one window against
-	// the one before: each minute is a restart's sawtooth, and two runs
-	// of the same workload had the disk beyond the memories at -3% and
-	// +8% by that measure (docs/benchmarks.md). The line uses every
-	// sample of the window; the medians and the largest readings are
+	// the mean of every sample (one each 2 s) over the last 10 minutes (the
+	// last third of a shorter run) is at most 5% above the mean over the 10
+	// minutes before (goroutines and open files, which follow the requests
+	// in flight: within 5% or 8). A flat series passes; one still growing
+	// by g in 10 minutes shows g. Each window averages ten restarts (a
+	// SIGKILL a minute) and about twenty turns of the value log's
+	// sawtooth (it grows by a 64 MiB file between two passes of the
+	// value-log GC, then drops by it), so the phase of that sawtooth at a
+	// window's edges, which swung the least-squares line through one
+	// window's samples from -1.9% to +14.7% on the same code, weighs one
+	// sample in 300 here: for samples scattered about a line, the
+	// difference of the two means has a sixth of the variance of the
+	// line's rise over one window (2/n against 12/n). Re-judged from the
+	// CSVs of seven 30-minute runs (docs/benchmarks.md), the disk beyond
+	// the memories grew by more than 5% in two by the line and in one by
+	// the means. The line, the medians and the largest readings are
 	// printed beside it, and every reading is held to the bounds.
 	// SOAK_CSV=FILE writes every sample.
 	if f := os.Getenv("SOAK_CSV"); f != "" {
 		var b strings.Builder
-		b.WriteString("at_s,disk,memories,rss,heap_live,text_index,goroutines,open_files,sst,vlog,mem,other,arenas\n")
+		b.WriteString("at_s,disk,memories,rss,heap_live,text_index,goroutines,open_files,sst,vlog,mem,other,arenas,files\n")
 		for _, sm := range samples {
-			fmt.Fprintf(&b, "%.1f,%.0f,%.0f,%.0f,%.0f,%.0f,%.0f,%.0f,%d,%d,%d,%d,%.0f\n", sm.at.Seconds(), sm.disk, sm.mems, sm.rss, sm.live, sm.textIx, sm.goroutines, sm.fds,
-				sm.files.bytes["sst"], sm.files.bytes["vlog"], sm.files.bytes["mem"], sm.files.bytes["other"], sm.arenas)
+			fmt.Fprintf(&b, "%.1f,%.0f,%.0f,%.0f,%.0f,%.0f,%.0f,%.0f,%d,%d,%d,%d,%.0f,%d\n", sm.at.Seconds(), sm.disk, sm.mems, sm.rss, sm.live, sm.textIx, sm.goroutines, sm.fds,
+				sm.files.bytes["sst"], sm.files.bytes["vlog"], sm.files.bytes["mem"], sm.files.bytes["other"], sm.arenas, sm.files.count())
 		}
 		if err := os.WriteFile(f, []byte(b.String()), 0o644); err != nil {
 			t.Errorf("SOAK_CSV: %v", err)
@@ -951,7 +953,8 @@ func TestSoak(t *testing.T) {
 		{"Badger's arenas", func(s sample) float64 { return s.arenas }, true, true, 0, 0},
 		{"heap live beyond the text index and Badger's arenas", func(s sample) float64 { return s.live - s.textIx - s.arenas }, true, false, 0, 0},
 		{"goroutines", func(s sample) float64 { return s.goroutines }, false, false, 0, 8},
-		{"open files", func(s sample) float64 { return s.fds }, false, false, 0, 8}} {
+		{"open files", func(s sample) float64 { return s.fds }, false, true, 0, 0},
+		{"open files beyond the data directory's", func(s sample) float64 { return s.fds - float64(s.files.count()) }, false, false, 0, 8}} {
 		var maxBefore, maxLast, peak float64
 		var vb, vl, tl []float64
 		for _, sm := range samples {
@@ -976,15 +979,23 @@ func TestSoak(t *testing.T) {
 		if k.bound > 0 {
 			bound = fmt.Sprintf("bound %.0f%s", k.bound/div, unit)
 		}
+		var meanBefore, meanLast float64
+		if len(vb) > 0 && len(vl) > 0 {
+			meanBefore, meanLast = stat.Mean(vb, nil), stat.Mean(vl, nil)
+		}
+		growth := "n/a" // a window without samples, or a mean of zero
+		if meanBefore != 0 {
+			growth = fmt.Sprintf("%+.1f%%", 100*(meanLast-meanBefore)/meanBefore)
+		}
 		from, to := trend(tl, vl)
 		pct := "n/a" // fewer than two samples, or a line from zero
 		if from != 0 {
 			pct = fmt.Sprintf("%+.1f%%", 100*(to-from)/from)
 		}
-		t.Logf("%s: trend over the last %s %.1f -> %.1f%s (%s); median %.1f%s in the %s before, %.1f%s in it (max %.1f -> %.1f%s), peak %.1f%s (%s)",
-			k.name, w, from/div, to/div, unit, pct, before/div, unit, w, last/div, unit, maxBefore/div, maxLast/div, unit, peak/div, unit, bound)
-		if long && !k.raw && to > max(1.05*from, from+k.slack) {
-			t.Errorf("%s still growing: %.1f -> %.1f%s over the last %s (least-squares line)", k.name, from/div, to/div, unit, w)
+		t.Logf("%s: mean %.1f -> %.1f%s (%s) over the %s before and the last %s; line over the last %s %.1f -> %.1f%s (%s); median %.1f -> %.1f%s; max %.1f -> %.1f%s, peak %.1f%s (%s)",
+			k.name, meanBefore/div, meanLast/div, unit, growth, w, w, w, from/div, to/div, unit, pct, before/div, last/div, unit, maxBefore/div, maxLast/div, unit, peak/div, unit, bound)
+		if long && !k.raw && len(vb) > 0 && meanLast > max(1.05*meanBefore, meanBefore+k.slack) {
+			t.Errorf("%s still growing: mean %.1f -> %.1f%s from the %s before to the last %s", k.name, meanBefore/div, meanLast/div, unit, w, w)
 		}
 		// every bound in every mode (CI's short soak checks them): with
 		// packs of 128 KiB and more in the value log (datadir's value
