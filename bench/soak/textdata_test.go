@@ -46,7 +46,7 @@ func memoryCount(base string) int {
 
 // textTier is what textTierBytes found in a data directory.
 type textTier struct {
-	logical  int64 // keys and values of the memories' records (memKeyPrefixes), newest versions
+	logical  int64 // keys and values of the memories' records (memKeyPrefixes), newest versions, bytes
 	keys     int64 // how many such keys
 	memories int   // memory records among them
 	// entryCost is the tables' bytes per entry beyond its key and the
@@ -98,7 +98,10 @@ func textTierBytes(t *testing.T, db string) textTier {
 			it := txn.NewIterator(bg.IteratorOptions{Prefix: []byte(p)})
 			for it.Rewind(); it.Valid(); it.Next() {
 				k := it.Item().Key()
-				x.logical += int64(len(k)) + storedValue(it.Item(), d.ValueThreshold())
+				// the value wherever it is (a memory of 32 KiB or more is
+				// in the value log), its entry's pointer among the tables'
+				// bytes per entry
+				x.logical += int64(len(k)) + it.Item().ValueSize()
 				x.keys++
 				// t/<cube>/m/<id>: the cube's name has no '/'
 				if p == "t/" {
