@@ -99,8 +99,8 @@ func textTierBytes(t *testing.T, db string) textTier {
 			for it.Rewind(); it.Valid(); it.Next() {
 				k := it.Item().Key()
 				// the value wherever it is (a memory of 32 KiB or more is
-				// in the value log), its entry's pointer among the tables'
-				// bytes per entry
+				// in the value log; the 12-byte pointer its table entry
+				// then holds is left out)
 				x.logical += int64(len(k)) + it.Item().ValueSize()
 				x.keys++
 				// t/<cube>/m/<id>: the cube's name has no '/'
