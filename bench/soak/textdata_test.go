@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"net/http"
-	"os"
-	"strings"
 	"testing"
 
 	bg "github.com/dgraph-io/badger/v4"
@@ -136,27 +134,18 @@ func storedValue(it *bg.Item, threshold int64) int64 {
 }
 
 // tableOverhead is the tables' bytes per entry beyond the keys and the
-// values they hold: the size of the *.sst files in dir less the keys and
-// stored values (storedValue) of every version of every key of d, over
-// their count. The iterator also reads a memtable Badger replays: none
-// after serve's graceful stop, which flushes it. (Badger's TableInfo
-// OnDiskSize summed to twice the files' size in a soak's directory, so
-// the files are read.)
+// values they hold: the *.sst files' allocated bytes in dir (dirUsage, as
+// the soak's samples count them) less the keys and stored values
+// (storedValue) of every version of every key of d, over their count. The
+// iterator also reads a memtable Badger replays: none after serve's
+// graceful stop, which flushes it. (Badger's TableInfo OnDiskSize summed
+// to twice the files' size in a soak's directory, so the files are read.)
 func tableOverhead(t *testing.T, d *datadir.DB, dir string) float64 {
 	t.Helper()
-	var disk int64
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		t.Errorf("table overhead: %v", err)
-		return 0
-	}
-	for _, e := range ents {
-		if fi, err := e.Info(); err == nil && strings.HasSuffix(e.Name(), ".sst") {
-			disk += fi.Size()
-		}
-	}
+	_, kinds := dirUsage(dir)
+	disk := kinds.bytes["sst"]
 	var held, entries int64
-	err = d.View(func(txn *bg.Txn) error {
+	err := d.View(func(txn *bg.Txn) error {
 		it := txn.NewIterator(bg.IteratorOptions{AllVersions: true})
 		defer it.Close()
 		for it.Rewind(); it.Valid(); it.Next() {
