@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	goruntime "runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -305,29 +304,12 @@ func (e *Engine) finish(j *job, err error) {
 	close(j.done)
 }
 
-// yieldInterval is how long the batch goroutine runs before it yields
-// (runtime.Gosched) between steps. It spends nearly all its time in cgo
-// calls and never blocks while requests run, so without a yield the Go
-// scheduler sees one goroutine run for more than its 10 ms slice
-// (forcePreemptNS in Go's runtime/proc.go); Go 1.26 does not preempt a
-// goroutine in a cgo call (preemptone) but takes its P, and as the
-// goroutine is never rescheduled, sysmon takes it again on every tick
-// and stays at its shortest sleep (20 µs, sysmon in proc.go): thousands
-// of wake-ups a second on the vCPUs ggml's threads spin on. A yield
-// starts a new slice. Half the slice, so one falls in every slice.
-const yieldInterval = 5 * time.Millisecond
-
 // loop is the batch goroutine: it admits queued requests, builds one batch
 // from every running request (decode tokens first, then prompt chunks),
 // decodes it, and samples for each request whose logits it produced.
 func (e *Engine) loop() {
 	defer e.b.wg.Done()
-	lastYield := time.Now()
 	for {
-		if now := time.Now(); now.Sub(lastYield) >= yieldInterval {
-			goruntime.Gosched()
-			lastYield = now
-		}
 		e.b.mu.Lock()
 		for !e.b.stopped && len(e.b.queue) == 0 && len(e.b.active) == 0 {
 			e.b.cond.Wait()

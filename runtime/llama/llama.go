@@ -133,6 +133,7 @@ import (
 	"runtime/cgo"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe" // unsafe: the cgo boundary; C buffers are viewed and copied into Go memory here only.
 
 	_ "github.com/ollama/ollama/llama/llama.cpp/src"      // compiles llama.cpp into the binary
@@ -731,7 +732,22 @@ type Ctx struct {
 	tap    *C.memosrt_tap // C memory read by the eval callback; nil without ContextParams.Tap
 	// dropGraph makes the next Decode build its graph anew (DropGraph).
 	dropGraph bool
+	// lastYield is when Decode last yielded (yieldInterval).
+	lastYield time.Time
 }
+
+// yieldInterval is how long Decode lets its goroutine run before it
+// yields (runtime.Gosched) ahead of the next llama_decode. A goroutine
+// that decodes step after step (the engine's batch goroutine, a trainer's
+// loop) spends nearly all its time in cgo calls and never blocks, so the
+// Go scheduler sees it run past its 10 ms slice (forcePreemptNS in Go's
+// runtime/proc.go). Go 1.26 does not preempt a goroutine in a cgo call
+// (preemptone) but takes its P, and as the goroutine is never
+// rescheduled, sysmon takes the P again on each of its ticks and stays at
+// its shortest sleep (20 µs, sysmon in proc.go): thousands of wake-ups a
+// second on the CPUs that ggml's threads spin on. A yield starts a new
+// slice; half the slice puts one in every slice.
+const yieldInterval = 5 * time.Millisecond
 
 // NewContext creates a context on m.
 func NewContext(m *Model, p ContextParams) (*Ctx, error) {
@@ -1024,6 +1040,10 @@ func (c *Ctx) Decode(b *Batch) error {
 		c.dropGraph = false
 		C.llama_set_embeddings(c.c, true)
 		defer C.llama_set_embeddings(c.c, false)
+	}
+	if now := time.Now(); now.Sub(c.lastYield) >= yieldInterval {
+		goruntime.Gosched()
+		c.lastYield = now
 	}
 	rc := C.llama_decode(c.c, b.b)
 	switch rc {
