@@ -42,20 +42,22 @@ type TTFTOptions struct {
 
 // TTFTRow is one prefix length's result. Times in milliseconds.
 type TTFTRow struct {
-	Prefix      int       `json:"prefix"`            // tokens restored/held
-	Query       int       `json:"query"`             // tokens decoded after the prefix
-	ColdMs      float64   `json:"cold_ttft_ms"`      // prefill of prefix+query, first token sampled
-	ColdEachMs  []float64 `json:"cold_each_ms"`      // each cold run in order (ColdReps of them; ColdMs is their median)
-	WarmMs      float64   `json:"warm_ttft_ms"`      // restore the prefix state from RAM + decode query
-	WarmDiskMs  float64   `json:"warm_disk_ttft_ms"` // restore from Badger (Dir set) or the blob in memory, + decode query
-	DiskFrom    string    `json:"warm_disk_from"`    // "badger" or "blob"
-	FloorMs     float64   `json:"floor_ms"`          // query decoded on a sequence already holding the prefix
-	RestoreMs   float64   `json:"restore_ms"`        // the restore alone (RAM)
-	ColdOverW   float64   `json:"cold_over_warm"`
-	WarmOverF   float64   `json:"warm_over_floor"`
-	StateBytes  int64     `json:"state_bytes"`
-	BlobBytes   int64     `json:"blob_bytes"`
-	Compression float64   `json:"compression_ratio"`
+	Prefix         int       `json:"prefix"`            // tokens restored/held
+	Query          int       `json:"query"`             // tokens decoded after the prefix
+	ColdMs         float64   `json:"cold_ttft_ms"`      // prefill of prefix+query, first token sampled
+	ColdEachMs     []float64 `json:"cold_each_ms"`      // each cold run in order (ColdReps of them; ColdMs is their median)
+	WarmMs         float64   `json:"warm_ttft_ms"`      // restore the prefix state from RAM + decode query
+	WarmDiskMs     float64   `json:"warm_disk_ttft_ms"` // restore from Badger (Dir set) or the blob in memory, + decode query
+	WarmDiskEachMs []float64 `json:"warm_disk_each_ms"` // each of them in order (Reps; the first restore from Badger in a process also faults in its buffer)
+	FloorEachMs    []float64 `json:"floor_each_ms"`     // each floor in order (Reps)
+	DiskFrom       string    `json:"warm_disk_from"`    // "badger" or "blob"
+	FloorMs        float64   `json:"floor_ms"`          // query decoded on a sequence already holding the prefix
+	RestoreMs      float64   `json:"restore_ms"`        // the restore alone (RAM)
+	ColdOverW      float64   `json:"cold_over_warm"`
+	WarmOverF      float64   `json:"warm_over_floor"`
+	StateBytes     int64     `json:"state_bytes"`
+	BlobBytes      int64     `json:"blob_bytes"`
+	Compression    float64   `json:"compression_ratio"`
 }
 
 const benchText = "The history of the city begins with a small settlement on the river, where traders met to exchange grain, salt and cloth. Over the centuries the market grew into a town, the town into a city, and the city into the capital of a region known for its bridges, its libraries and its long winters. "
@@ -234,6 +236,7 @@ func TTFT(ctx context.Context, e *runtime.Engine, o TTFTOptions) ([]TTFTRow, err
 			warmDisk = append(warmDisk, ms(d))
 		}
 		row.WarmMs, row.WarmDiskMs, row.FloorMs, row.RestoreMs = stats.Median(warm), stats.Median(warmDisk), stats.Median(floor), stats.Median(restore)
+		row.WarmDiskEachMs, row.FloorEachMs = warmDisk, floor
 		row.ColdOverW = row.ColdMs / row.WarmMs
 		row.WarmOverF = row.WarmMs / row.FloorMs
 		rows = append(rows, row)

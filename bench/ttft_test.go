@@ -6,6 +6,7 @@ import (
 	"sort"
 	"testing"
 
+	"github.com/memosrt/memosrt/internal/stats"
 	"github.com/memosrt/memosrt/internal/testmodels"
 	"github.com/memosrt/memosrt/kvcache"
 	"github.com/memosrt/memosrt/runtime"
@@ -35,6 +36,11 @@ func TestTTFTRuns(t *testing.T) {
 	for _, r := range rows {
 		if r.Query != 16 || r.DiskFrom != "badger" || r.ColdMs <= 0 || r.WarmMs <= 0 || r.FloorMs <= 0 || r.WarmDiskMs <= 0 || r.StateBytes <= r.BlobBytes/2 {
 			t.Fatalf("row %+v", r)
+		}
+		// each repetition in order, their median the row's figure
+		if len(r.WarmDiskEachMs) != 2 || len(r.FloorEachMs) != 2 ||
+			r.WarmDiskMs != stats.Median(r.WarmDiskEachMs) || r.FloorMs != stats.Median(r.FloorEachMs) {
+			t.Fatalf("prefix %d: each %v (median %v), floors %v (median %v)", r.Prefix, r.WarmDiskEachMs, r.WarmDiskMs, r.FloorEachMs, r.FloorMs)
 		}
 	}
 	if e.SeqLen(0) != 0 || e.SeqLen(1) != 0 {
