@@ -18,12 +18,8 @@ cd "$(dirname "$0")/../.."
 N=${N:-256}
 R=${R:-5}
 BINS=${BINS:-bin/memosrt}
-MODEL=${MODEL:-${MEMOSRT_MODELS:-$(pwd)/../shared/models}/stories260K.gguf}
-BENCH=${BENCH:-${PEER_CACHE:-$(pwd)/.cache/peer}/build/bin/llama-bench}
-PROMPT="Once upon a time"
-[ -x "$BENCH" ] || { echo "cputime: no $BENCH (bench/peer/peer.sh build)" >&2; exit 1; }
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
+NAME=cputime
+. bench/peer/lib.sh
 
 tc() { # command...: CPU seconds (task-clock)
 	perf stat -x, -e task-clock -o "$TMP/tc" "$@" >/dev/null 2>&1

@@ -18,29 +18,23 @@ N=${N:-1500}
 R=${R:-3}
 T=${T:-2}
 BINS=${BINS:-bin/memosrt}
-MODEL=${MODEL:-${MEMOSRT_MODELS:-$(pwd)/../shared/models}/stories260K.gguf}
-BENCH=${BENCH:-${PEER_CACHE:-$(pwd)/.cache/peer}/build/bin/llama-bench}
-PROMPT="Once upon a time"
-[ -x "$BENCH" ] || { echo "switches: no $BENCH (bench/peer/peer.sh build)" >&2; exit 1; }
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
+NAME=switches
+. bench/peer/lib.sh
 
 cs() { # command...: context switches; its stdout in $TMP/out
 	perf stat -x, -e context-switches -o "$TMP/cs" "$@" >"$TMP/out" 2>/dev/null
 	awk -F, '/context-switches/ { printf "%d", $1 }' "$TMP/cs"
 }
 per() { awk -v a="$1" -v b="$2" -v n="$N" 'BEGIN { printf "%.3f", (b - a) / n }'; }
-mtps() { python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print("%.0f" % ((d["eval_tokens"]-1)/(d["eval_ms"]/1000)))' "$TMP/out"; }
-ptps() { python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); d=d[0] if isinstance(d,list) else d; print("%.0f" % d["avg_ts"])' "$TMP/out"; }
 
 for r in $(seq "$R"); do
 	line="round $r load $(cut -d' ' -f1 /proc/loadavg)"
 	for bin in $BINS; do
 		a=$(cs "$bin" run --model "$MODEL" --threads "$T" --num-predict 1 --no-cache --json "$PROMPT")
 		b=$(cs "$bin" run --model "$MODEL" --threads "$T" --num-predict $((N + 1)) --no-cache --json "$PROMPT")
-		line+="; $bin $(per "$a" "$b") switches/token, $(mtps) tok/s"
+		line+="; $bin $(per "$a" "$b") switches/token, $(mtps "$TMP/out") tok/s"
 	done
 	a=$(cs "$BENCH" -m "$MODEL" -t "$T" -p 0 -n 1 -r 1 -o json)
 	b=$(cs "$BENCH" -m "$MODEL" -t "$T" -p 0 -n $((N + 1)) -r 1 -o json)
-	echo "$line; llama-bench $(per "$a" "$b") switches/token, $(ptps) tok/s"
+	echo "$line; llama-bench $(per "$a" "$b") switches/token, $(ptps "$TMP/out") tok/s"
 done

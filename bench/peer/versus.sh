@@ -17,27 +17,16 @@ T=${T:-2}
 P=${P:-9}
 OLD=${OLD:?OLD: the memosrt binary to compare}
 NEW=${NEW:-bin/memosrt}
-MODEL=${MODEL:-${MEMOSRT_MODELS:-$(pwd)/../shared/models}/stories260K.gguf}
-BENCH=${BENCH:-${PEER_CACHE:-$(pwd)/.cache/peer}/build/bin/llama-bench}
-PROMPT="Once upon a time"
-[ -x "$BENCH" ] || { echo "versus: no $BENCH (bench/peer/peer.sh build)" >&2; exit 1; }
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
+NAME=versus
+. bench/peer/lib.sh
 
 echo "round old new peer (tok/s) old/peer new/peer"
 for i in $(seq "$P"); do
 	"$OLD" run --model "$MODEL" --threads "$T" --num-predict "$N" --no-cache --json "$PROMPT" >"$TMP/o.json" 2>/dev/null
 	"$NEW" run --model "$MODEL" --threads "$T" --num-predict "$N" --no-cache --json "$PROMPT" >"$TMP/n.json" 2>/dev/null
 	"$BENCH" -m "$MODEL" -t "$T" -p 0 -n "$N" -r 1 -o json >"$TMP/b.json" 2>/dev/null
-	python3 - "$TMP" "$i" <<'PY' | tee -a "$TMP/rounds"
-import json, sys
-d, i = sys.argv[1], sys.argv[2]
-def tps(f):
-    a = json.load(open(f)); return (a['eval_tokens'] - 1) / (a['eval_ms'] / 1000)
-b = json.load(open(d + '/b.json')); b = b[0] if isinstance(b, list) else b
-o, n, p = tps(d + '/o.json'), tps(d + '/n.json'), b['avg_ts']
-print('%s %.0f %.0f %.0f %.3f %.3f' % (i, o, n, p, o / p, n / p))
-PY
+	awk -v i="$i" -v o="$(mtps "$TMP/o.json")" -v n="$(mtps "$TMP/n.json")" -v p="$(ptps "$TMP/b.json")" \
+		'BEGIN { printf "%s %s %s %s %.3f %.3f\n", i, o, n, p, o / p, n / p }' | tee -a "$TMP/rounds"
 done
 python3 - "$TMP/rounds" <<'PY'
 import statistics as st, sys
