@@ -49,9 +49,9 @@ type TTFTRow struct {
 	WarmMs         float64   `json:"warm_ttft_ms"`      // restore the prefix state from RAM + decode query
 	WarmDiskMs     float64   `json:"warm_disk_ttft_ms"` // restore from Badger (Dir set) or the blob in memory, + decode query
 	WarmDiskEachMs []float64 `json:"warm_disk_each_ms"` // each of them in order (Reps; the first restore from Badger in a process also faults in its buffer)
-	FloorEachMs    []float64 `json:"floor_each_ms"`     // each floor in order (Reps)
 	DiskFrom       string    `json:"warm_disk_from"`    // "badger" or "blob"
 	FloorMs        float64   `json:"floor_ms"`          // query decoded on a sequence already holding the prefix
+	FloorEachMs    []float64 `json:"floor_each_ms"`     // each floor in order (Reps)
 	RestoreMs      float64   `json:"restore_ms"`        // the restore alone (RAM)
 	ColdOverW      float64   `json:"cold_over_warm"`
 	WarmOverF      float64   `json:"warm_over_floor"`
