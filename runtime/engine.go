@@ -51,9 +51,9 @@ type Options struct {
 	// TypeK, TypeV are the KV cache types: "f16" (default), "q8_0", "q4_0", "f32".
 	TypeK, TypeV string
 	// FlashAttn is "auto" (default), "on" or "off". "auto" is off on the
-	// CPU alone (NGPULayers 0) for heads narrower than FlashAttnMinHead with
-	// f16/f32 K and V and a KQ buffer (NCtx x NUBatch x n_head x 4 B) of at
-	// most 64 MiB; else llama.cpp's auto (on where supported: the CPU).
+	// CPU alone (NGPULayers 0) with f16/f32 K and V and a KQ buffer (NCtx x
+	// NUBatch x n_head x 4 B) of at most FlashAttnOffMaxKQ (512 MiB);
+	// else llama.cpp's auto (on where supported: the CPU, a GPU).
 	FlashAttn string
 	// Mmap maps the GGUF file (llama.cpp's use_mmap) instead of reading the
 	// weights into memory. Mapping loads faster and shares pages between
@@ -240,10 +240,8 @@ func Load(ctx context.Context, opts Options) (*Engine, error) {
 	fa := faModes[opts.FlashAttn]
 	plain := func(t string) bool { return t == "f16" || t == "f32" }
 	if opts.FlashAttn == "auto" && opts.NGPULayers == 0 && plain(opts.TypeK) && plain(opts.TypeV) {
-		// without it a prefill holds a micro-batch's KQ scores
-		kq := int64(nctx) * int64(opts.NUBatch) * int64(shape.NHead) * 4
-		if hd := m.HeadSize(); hd > 0 && hd < FlashAttnMinHead && kq <= flashAttnOffMaxKQ {
-			log.Info("flash attention auto: off (narrow heads on the CPU)", "head_size", hd, "kq_bytes", kq)
+		if kq, off := FlashAttnAutoOff(nctx, opts.NUBatch, shape.NHead); off {
+			log.Info("flash attention auto: off (the CPU; KQ buffer within FlashAttnOffMaxKQ)", "kq_bytes", kq)
 			fa = llama.FlashAttnDisabled
 		}
 	}
@@ -285,17 +283,25 @@ func Load(ctx context.Context, opts Options) (*Engine, error) {
 	return e, nil
 }
 
-// FlashAttnMinHead is the narrowest head (elements, n_embd_head_k) for
-// which FlashAttn "auto" keeps flash attention on the CPU: ggml's CPU
-// kernel pays per cell and head about as much as a narrow head's dot
-// products (CPU per token with it off: 0.30x at heads of 8, 0.81x at 16,
-// 1.09x at 64; docs/benchmarks.md, Two defaults changed).
-const FlashAttnMinHead = 32
+// FlashAttnOffMaxKQ bounds the KQ buffer (bytes) for which FlashAttn
+// "auto" turns flash attention off on the CPU, as Ollama keeps it off there.
+// Without flash attention a prefill holds a micro-batch's KQ scores for the
+// whole context, resident once a prefill has filled it; with it, ggml's CPU
+// kernel is slower than the plain path's matrix products, the more so the
+// longer the context (docs/benchmarks.md, Flash attention off on the CPU).
+// 512 MiB is the buffer of 32 heads (the 1B shape, Llama 3's 1B and 8B) at
+// n_ctx 8,192 and the default n_ubatch (512); at the default n_ctx (4,096)
+// it is half that.
+const FlashAttnOffMaxKQ = 512 << 20
 
-// flashAttnOffMaxKQ bounds the KQ buffer (n_ctx x n_ubatch x n_head x 4
-// bytes) for which "auto" turns flash attention off: stories260K's is 32
-// MiB (a 1,921-token prefill peaked at 93 MB RSS off, 57 MB on).
-const flashAttnOffMaxKQ = 64 << 20
+// FlashAttnAutoOff reports the KQ buffer of a context (nctx cells x nubatch
+// tokens x nhead heads x 4 bytes, the f32 scores of one micro-batch against
+// every cell) and whether FlashAttn "auto" turns flash attention off on the
+// CPU for it: when that buffer is at most FlashAttnOffMaxKQ.
+func FlashAttnAutoOff(nctx, nubatch, nhead int) (kqBytes int64, off bool) {
+	kq := int64(nctx) * int64(nubatch) * int64(nhead) * 4
+	return kq, kq <= FlashAttnOffMaxKQ
+}
 
 // probe decodes one token into sequence 0 and parses its serialized state to
 // learn the live KV layout (types, row sizes, V transposition as resolved by

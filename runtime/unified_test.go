@@ -76,11 +76,12 @@ func TestSingleSeqStateMatchesUnified(t *testing.T) {
 	}
 }
 
-// FlashAttn "auto" turns flash attention off on the CPU for stories260K's
-// 8-wide heads (V stored transposed), unless the KQ buffer would pass
-// 64 MiB; "on" and "off" are taken as given. (Quantized K or V caches,
-// which keep llama.cpp's auto, cannot be made for this model: its heads
-// are 8 elements wide, q8_0 blocks 32.)
+// FlashAttn "auto" turns flash attention off on the CPU for stories260K
+// (V stored transposed): its KQ buffer is within FlashAttnOffMaxKQ at every
+// n_ctx it can have (2,048 cells x 2,048-token micro-batches x 8 heads x
+// 4 B = 128 MiB at most); "on" and "off" are taken as given. (Quantized K
+// or V caches, which keep llama.cpp's auto, cannot be made for this model:
+// its heads are 8 elements wide, q8_0 blocks 32.)
 func TestFlashAttnAuto(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
@@ -91,8 +92,7 @@ func TestFlashAttnAuto(t *testing.T) {
 		{"on", Options{NCtx: 512, FlashAttn: "on"}, false},
 		{"off", Options{NCtx: 512, FlashAttn: "off"}, true},
 		{"auto f32 KV", Options{NCtx: 512, TypeK: "f32", TypeV: "f32"}, true},
-		// 2,048 cells x 2,048-token micro-batches x 8 heads x 4 B = 128 MiB
-		{"auto large KQ", Options{NCtx: 2048, NBatch: 2048, NUBatch: 2048}, false},
+		{"auto largest KQ", Options{NCtx: 2048, NBatch: 2048, NUBatch: 2048}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := openStories(t, tc.o)
@@ -104,5 +104,29 @@ func TestFlashAttnAuto(t *testing.T) {
 				t.Fatalf("%d tokens", r.EvalTokens)
 			}
 		})
+	}
+}
+
+// The bound FlashAttn "auto" applies on the CPU, at the shapes it was
+// chosen for: 32 heads (the 1B shape, Llama 3's 1B and 8B) at n_ctx up to
+// 8,192 with the default n_ubatch; past that flash attention stays on.
+func TestFlashAttnAutoOff(t *testing.T) {
+	for _, tc := range []struct {
+		nctx, nubatch, nhead int
+		kq                   int64
+		off                  bool
+	}{
+		{4096, 512, 32, 256 << 20, true},
+		{8192, 512, 32, 512 << 20, true},
+		{8448, 512, 32, 528 << 20, false},
+		{16384, 512, 32, 1 << 30, false},
+		{16384, 256, 32, 512 << 20, true},
+		{2048, 512, 8, 32 << 20, true},
+		{131072, 512, 8, 2 << 30, false},
+	} {
+		kq, off := FlashAttnAutoOff(tc.nctx, tc.nubatch, tc.nhead)
+		if kq != tc.kq || off != tc.off {
+			t.Errorf("FlashAttnAutoOff(%d, %d, %d) = %d, %v; want %d, %v", tc.nctx, tc.nubatch, tc.nhead, kq, off, tc.kq, tc.off)
+		}
 	}
 }
