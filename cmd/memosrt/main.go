@@ -26,6 +26,7 @@ var envTable = [][2]string{
 	{"MEMOSRT_UPSTREAM_API_KEY", "API key serve --backend openai:URL sends upstream (Authorization: Bearer); default $OPENAI_API_KEY"},
 	{"OPENAI_API_KEY", "the upstream API key when MEMOSRT_UPSTREAM_API_KEY is unset (serve --backend openai:URL)"},
 	{"MEMOSRT_LOG", "log level on stderr: debug, info, warn (default), error"},
+	{"MEMOSRT_HUGEPAGES", "0: do not re-execute with GLIBC_TUNABLES=glibc.malloc.hugetlb=1 (2 MiB pages for the weights where the kernel's THP mode is madvise)"},
 	{"MEMOSRT_FAILPOINT", "tests only: tiers-after-put makes serve exit after a tier job stored its pack, before it commits"},
 }
 
@@ -112,6 +113,7 @@ func checkFlags(cmd *cobra.Command, cs ...check) error {
 }
 
 func main() {
+	hugePages()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, os.Args[1:]); err != nil {
