@@ -59,8 +59,8 @@
 #                   A  memosrt bench ttft --prefix N --query-tokens 16 --reps 1:
 #                      rate 16 / floor_ms (the query decoded on a sequence that
 #                      already holds the N-token prefix: no restore)
-#                   B  llama-bench -t T -p 16 -n 0 -d N -fa 1 -mmp 0 -r 1 (the
-#                      depth prefilled once, untimed; flash attention on and
+#                   B  llama-bench -t T -p 16 -n 0 -d N -fa 0 -mmp 0 -r 1 (the
+#                      depth prefilled once, untimed; flash attention off and
 #                      weights read, as memosrt's defaults for the 1B shape)
 #   warm-N          warm TTFT (ms, lower is better; the ratio is peer / memosrt so
 #                   that > 1 is memosrt faster), N-token prefix + 16-token query:
@@ -387,8 +387,8 @@ main() {
 			stop_busy ;;
 		depth-*)
 			local n=${r#depth-}
-			row "$r" "prefill, 1B shape, 16 tokens over $n cached tokens" "llama-bench -t $THREADS -p 16 -n 0 -d $n -fa 1 -mmp 0 -r 1" tok/s 1 \
-				"a_depth $n" "b_bench $MODEL_1B -p 16 -n 0 -d $n -fa 1 -mmp 0" ;;
+			row "$r" "prefill, 1B shape, 16 tokens over $n cached tokens" "llama-bench -t $THREADS -p 16 -n 0 -d $n -fa 0 -mmp 0 -r 1" tok/s 1 \
+				"a_depth $n" "b_bench $MODEL_1B -p 16 -n 0 -d $n -fa 0 -mmp 0" ;;
 		warm-*)
 			local n=${r#warm-}
 			need_curl
