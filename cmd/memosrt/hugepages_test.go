@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	goruntime "runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -43,6 +44,9 @@ func TestHugePagesEnv(t *testing.T) {
 // itself (same process, still named after its binary) with
 // glibc.malloc.hugetlb set; with MEMOSRT_HUGEPAGES=0 it has not.
 func TestHugePagesReexec(t *testing.T) {
+	if goruntime.GOARCH != "amd64" {
+		t.Skipf("%s: memosrt re-executes on amd64 only", goruntime.GOARCH)
+	}
 	mode, err := os.ReadFile(thpEnabled)
 	if err != nil || !strings.Contains(string(mode), "[madvise]") {
 		t.Skipf("THP mode %q: memosrt re-executes only under madvise", strings.TrimSpace(string(mode)))
