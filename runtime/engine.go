@@ -288,7 +288,7 @@ func Load(ctx context.Context, opts Options) (*Engine, error) {
 // Without flash attention a prefill holds a micro-batch's KQ scores for the
 // whole context, resident once a prefill has filled it; with it, ggml's CPU
 // kernel is slower than the plain path's matrix products, the more so the
-// longer the context (docs/benchmarks.md, Flash attention off on the CPU).
+// longer the context (docs/benchmarks.md, Prefill level with the peer).
 // 512 MiB is the buffer of 32 heads (the 1B shape, Llama 3's 1B and 8B) at
 // n_ctx 8,192 and the default n_ubatch (512); at the default n_ctx (4,096)
 // it is half that.

@@ -23,8 +23,8 @@ const hugetlbTunable = "glibc.malloc.hugetlb=1"
 // only where the kernel gives them on request alone (mode "madvise"), the
 // environment does not set glibc.malloc.hugetlb itself, and
 // MEMOSRT_HUGEPAGES is not "0". The weights of a model read into 4 KiB
-// pages cost prefill and decode TLB misses that 2 MiB pages do not
-// (docs/benchmarks.md, Huge pages for the weights).
+// pages cost prefill time that 2 MiB pages do not (docs/benchmarks.md,
+// Prefill level with the peer).
 func hugePagesEnv(env []string, mode string) ([]string, bool) {
 	if !strings.Contains(mode, "[madvise]") {
 		return nil, false
